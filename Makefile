@@ -1,0 +1,51 @@
+# lakeq — the two commands: `make run` (local stack) and `make test` (whole suite).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+SAMVENV := .venv-sam
+SAM := $(SAMVENV)/bin/sam
+SAM_VERSION := 1.170.0
+export LAKEQ_PORT ?= 3000
+export LAKEQ_ADMIN_KEY ?= local-admin-key
+
+.PHONY: run test unit integration e2e lint sam-build bench jobs clean
+
+$(VENV)/.stamp: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $$($(PY) -c 'import tomllib;d=tomllib.load(open("pyproject.toml","rb"))["project"];print(" ".join(repr(x) for x in d["dependencies"]+sum(d["optional-dependencies"].values(),[])))' | tr -d "'")
+	touch $@
+
+$(SAMVENV)/.stamp:
+	test -x $(SAMVENV)/bin/python || $(PYTHON) -m venv $(SAMVENV)
+	$(SAMVENV)/bin/pip install -q "aws-sam-cli==$(SAM_VERSION)"
+	touch $@
+
+run: $(VENV)/.stamp
+	$(PY) -m infra.local
+
+lint: $(VENV)/.stamp
+	$(VENV)/bin/cfn-lint template.yaml
+
+sam-build: $(SAMVENV)/.stamp
+	$(SAM) build --template-file template.yaml --build-dir .aws-sam/build
+
+test: $(VENV)/.stamp lint sam-build
+	$(PY) -m pytest -q
+
+unit: $(VENV)/.stamp
+	$(PY) -m pytest -q tests/unit
+
+integration: $(VENV)/.stamp
+	$(PY) -m pytest -q tests/integration
+
+e2e: $(VENV)/.stamp
+	$(PY) -m pytest -q tests/e2e
+
+bench: $(VENV)/.stamp
+	$(PY) bench/queue.py --quick
+	$(PY) bench/bitmap.py --quick
+
+clean:
+	rm -rf .aws-sam .pytest_cache .hypothesis

@@ -1,0 +1,41 @@
+"""Queue routes: produce, pull, ack, offsets."""
+from __future__ import annotations
+
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
+from aws_lambda_powertools.metrics import MetricUnit
+
+from .. import service
+from ..http import body, json_response, path, principal, query
+
+produce_router = APIGatewayHttpRouter()
+consume_router = APIGatewayHttpRouter()
+metrics = Metrics(namespace="lakeq", service="lakeq")
+
+
+@produce_router.post("/v1/topics/<topic>/messages")
+def produce(topic: str):
+    p = principal(produce_router)
+    out = service.produce(p, path(topic), body(produce_router))
+    metrics.add_metric(name="MessagesProduced", unit=MetricUnit.Count, value=len(out["results"]))
+    return json_response(out)
+
+
+@consume_router.get("/v1/topics/<topic>/messages")
+def pull(topic: str):
+    p = principal(consume_router)
+    out = service.pull(p, path(topic), query(consume_router))
+    metrics.add_metric(name="MessagesDelivered", unit=MetricUnit.Count, value=len(out["messages"]))
+    return json_response(out)
+
+
+@consume_router.post("/v1/acks")
+def ack():
+    p = principal(consume_router)
+    return json_response(service.ack(p, body(consume_router)))
+
+
+@consume_router.get("/v1/groups/<group>/offsets")
+def offsets(group: str):
+    p = principal(consume_router)
+    return json_response(service.offsets(p, path(group), query(consume_router)))

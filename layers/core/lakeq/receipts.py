@@ -1,0 +1,69 @@
+"""Receipts ``broker:queue:offset:next_offset:timestamp`` (SPEC §1). Pure.
+
+``broker`` is the store instance name; ``queue`` identifies the queue in the server's own encoding:
+``<topic>@<queue number>`` for a topic queue (topic names never contain ``@`` or ``:``), ``~<id>``
+for a subscription's list (topic names never start with ``~``). ``offset`` is the first offset delivered, ``next_offset`` the offset after the
+batch, ``timestamp`` the lock timestamp (epoch ms).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import BadRequest
+
+_QUEUE = re.compile(r"(?:[A-Za-z0-9._/-]{1,200}@[0-9]{1,4}|~[A-Za-z0-9._-]{1,200})")
+_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Receipt:
+    broker: str
+    queue: str
+    offset: int
+    next_offset: int
+    timestamp: int
+
+    def __str__(self) -> str:
+        return f"{self.broker}:{self.queue}:{self.offset}:{self.next_offset}:{self.timestamp}"
+
+    @property
+    def subscription(self) -> str | None:
+        """The subscription id when the receipt is for a subscription's list, else None."""
+        return self.queue[1:] if self.queue.startswith("~") else None
+
+    @property
+    def topic_queue(self) -> tuple[str, int]:
+        """``(topic, queue)`` for a topic queue's receipt; BadRequest for a subscription's."""
+        if self.subscription is not None:
+            raise BadRequest("receipt is for a subscription, not a topic queue")
+        topic, _, q = self.queue.rpartition("@")
+        return topic, int(q)
+
+
+def topic_queue_field(topic: str, queue: int) -> str:
+    return f"{topic}@{queue}"
+
+
+def subscription_field(sub_id: str) -> str:
+    return f"~{sub_id}"
+
+
+def parse(text: object) -> Receipt:
+    """Parse a receipt; BadRequest (400) when malformed. O(len(text))."""
+    if not isinstance(text, str) or len(text) > 1024:
+        raise BadRequest("receipt must be a string broker:queue:offset:next_offset:timestamp")
+    parts = text.split(":")
+    if len(parts) != 5:
+        raise BadRequest("receipt must have five ':'-separated fields broker:queue:offset:next_offset:timestamp")
+    broker, queue, off, nxt, ts = parts
+    if not broker or not _QUEUE.fullmatch(queue):
+        raise BadRequest("receipt has an empty broker or an invalid queue field")
+    nums = []
+    for name, raw in (("offset", off), ("next_offset", nxt), ("timestamp", ts)):
+        if not raw.isdigit() or not raw.isascii() or int(raw) > _MAX:
+            raise BadRequest(f"receipt {name} must be a non-negative integer")
+        nums.append(int(raw))
+    if nums[1] <= nums[0]:
+        raise BadRequest("receipt next_offset must be greater than offset")
+    return Receipt(broker, queue, nums[0], nums[1], nums[2])

@@ -1,0 +1,64 @@
+"""Queue choice, lock and ack rules for the queue-offset records (SPEC §1). Pure.
+
+A queue-offset record exists per (group, topic, queue) — per (group, client_id, topic, queue) in
+broadcasting mode, per subscription for a subscription's list. Its lock is the pair
+``lock_ts`` (the timestamp of the newest lock, strictly increasing per record) and ``lock_until``
+(0 when unlocked). Receipts carry ``lock_ts``; a newer lock therefore invalidates older receipts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What a pull knows of one queue: the log's offsets and the group's record (if any)."""
+
+    queue: int
+    min_offset: int
+    max_offset: int
+    committed: int | None = None  # None: the group has no record yet
+    lock_ts: int = 0
+    lock_until: int = 0
+    last_consumed_at: int = 0
+
+    @property
+    def start(self) -> int:
+        """Where reading starts: the committed offset, never below ``min_offset``."""
+        return self.min_offset if self.committed is None else max(self.committed, self.min_offset)
+
+    @property
+    def backlog(self) -> int:
+        return max(0, self.max_offset - self.start)
+
+    def locked(self, now: int) -> bool:
+        return self.lock_until > now
+
+
+def candidates(views: Iterable[QueueView], now: int, allowed: set[int] | None = None) -> list[QueueView]:
+    """Queues a pull may lock, best first. O(q log q) for q queues.
+
+    A queue qualifies when it is not locked (or its lock has expired), has unconsumed messages
+    and, when ``allowed`` is given (a member pull), is one of the allowed queues. Order: most
+    backlog first; on a tie the one consumed longest ago; then the lowest queue number.
+    """
+    out = [
+        v
+        for v in views
+        if v.backlog > 0 and not v.locked(now) and (allowed is None or v.queue in allowed)
+    ]
+    out.sort(key=lambda v: (-v.backlog, v.last_consumed_at, v.queue))
+    return out
+
+
+def next_lock_ts(now: int, previous_lock_ts: int) -> int:
+    """The new lock timestamp: ``now``, but strictly greater than the previous one."""
+    return max(now, previous_lock_ts + 1)
+
+
+def may_ack(lock_ts: int, committed: int, receipt_ts: int, receipt_offset: int) -> bool:
+    """An ack succeeds only if the lock still carries the receipt's timestamp and the committed
+    offset is still the receipt's offset (also after the visibility timeout, while no newer
+    pull has re-locked the queue)."""
+    return lock_ts == receipt_ts and committed == receipt_offset

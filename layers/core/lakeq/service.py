@@ -1,0 +1,472 @@
+"""Use cases behind the HTTP routes: authenticate, check, call the pure core and the repositories.
+
+Check order (API.md): 401 → 400 (syntax) → 404 (named things) → 403 (the key may not act) →
+state-dependent answers (400/409/413). Handlers parse nothing themselves beyond handing over the
+raw body and parameters.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import random
+import secrets
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+from . import segments as seg
+from . import validation as v
+from .errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unauthorized, Unavailable
+from .models import ClientModel, TopicModel
+from .names import check_name, check_topic, covers, parent_of
+from .receipts import Receipt, parse as parse_receipt, topic_queue_field
+from .repos import Append, ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, TRANSACT_BYTES, TRANSACT_ITEMS
+from .selection import QueueView, candidates, next_lock_ts
+
+CONDITION_FAILED = "ConditionalCheckFailed"
+APPEND_ATTEMPTS = 40
+SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
+POLL_MIN_MS, POLL_MAX_MS = 50, 500
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+clock: Callable[[], int] = now_ms
+
+
+def broker() -> str:
+    return os.environ.get("LAKEQ_BROKER") or "lakeq"
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _admin_hash() -> str | None:
+    h = os.environ.get("LAKEQ_ADMIN_KEY_SHA256")
+    if h:
+        return h.lower()
+    raw = os.environ.get("LAKEQ_ADMIN_KEY")
+    return hash_key(raw) if raw else None
+
+
+# --- small per-container caches (clients and keys never change once created) -----------------
+_key_cache: dict[str, str] = {}
+_client_cache: dict[str, ClientModel] = {}
+
+
+def clear_caches() -> None:
+    _key_cache.clear()
+    _client_cache.clear()
+
+
+@dataclass(frozen=True)
+class Principal:
+    admin: bool
+    client: str | None = None
+
+    def may_act_as(self, name: str) -> bool:
+        return self.admin or self.client == name
+
+
+def authenticate(authorization: str | None) -> Principal:
+    """401 unless the header carries the admin key or a key issued to a client."""
+    if not authorization:
+        raise Unauthorized("missing Authorization: Bearer <key> header")
+    scheme, _, key = authorization.strip().partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise Unauthorized("Authorization header must be 'Bearer <key>'")
+    h = hash_key(key)
+    admin = _admin_hash()
+    if admin is not None and hmac.compare_digest(h, admin):
+        return Principal(admin=True)
+    name = _key_cache.get(h)
+    if name is None:
+        name = ClientRepo.client_for_key(h)
+        if name is None:
+            raise Unauthorized("unknown API key")
+        _key_cache[h] = name
+    return Principal(admin=False, client=name)
+
+
+def require_admin(p: Principal) -> None:
+    if not p.admin:
+        raise Forbidden("this route takes the admin key")
+
+
+def topic_or_404(name: str) -> TopicModel:
+    t = TopicRepo.get(name)
+    if t is None:
+        raise NotFound(f"topic '{name}' does not exist")
+    return t
+
+
+def client_or_404(name: str, role: str) -> ClientModel:
+    c = _client_cache.get(name)
+    if c is None:
+        c = ClientRepo.get(name)
+        if c is not None:
+            _client_cache[name] = c
+    if c is None or c.role != role:
+        what = "consumer group" if role == "consumer" else "producer"
+        raise NotFound(f"{what} '{name}' does not exist")
+    return c
+
+
+def authorize(p: Principal, client: ClientModel, topic: str) -> None:
+    if not p.may_act_as(client.name):
+        raise Forbidden(f"this key may not act for '{client.name}'")
+    if not any(covers(g, topic) for g in client.topics):
+        raise Forbidden(f"'{client.name}' is not granted topic '{topic}'")
+
+
+# --- topics and clients ---------------------------------------------------------------------
+def topic_view(t: TopicModel) -> dict:
+    return {"name": t.name, "queues": int(t.queues), "parent": t.parent}
+
+
+def create_topic(p: Principal, raw: str | None) -> dict:
+    name, queues = v.create_topic(v.json_body(raw))
+    require_admin(p)
+    parent = parent_of(name)
+    if parent is not None and TopicRepo.get(parent) is None:
+        raise NotFound(f"parent topic '{parent}' does not exist")
+    try:
+        TopicRepo.create(name, queues, parent, clock())
+    except TransactionFailed as e:
+        if e.reasons and e.reasons[0] == CONDITION_FAILED:
+            raise Conflict(f"topic '{name}' exists", code="topic_exists") from None
+        if len(e.reasons) > 1 and e.reasons[1] == CONDITION_FAILED:
+            raise NotFound(f"parent topic '{parent}' does not exist") from None
+        raise
+    return {"name": name, "queues": queues, "parent": parent}
+
+
+def list_topics(p: Principal) -> dict:
+    require_admin(p)
+    return {"topics": [topic_view(t) for t in TopicRepo.all()]}
+
+
+def client_view(c: ClientModel) -> dict:
+    out = {"name": c.name, "role": c.role, "topics": list(c.topics)}
+    if c.role == "consumer":
+        out["mode"] = c.mode
+        out["visibility_timeout_ms"] = int(c.visibility_timeout_ms)
+    return out
+
+
+def create_client(p: Principal, raw: str | None) -> dict:
+    req = v.create_client(v.json_body(raw))
+    require_admin(p)
+    for t in req.topics:
+        if TopicRepo.get(t) is None:
+            raise NotFound(f"topic '{t}' does not exist")
+    key = "lq_" + secrets.token_urlsafe(32)
+    client = ClientModel(req.name, role=req.role, topics=req.topics, mode=req.mode,
+                         visibility_timeout_ms=req.visibility_timeout_ms, key_hash=hash_key(key), created_at=clock())
+    try:
+        ClientRepo.create(client)
+    except TransactionFailed as e:
+        if e.reasons and e.reasons[0] == CONDITION_FAILED:
+            raise Conflict(f"client '{req.name}' exists", code="client_exists") from None
+        raise
+    return {**client_view(client), "api_key": key}
+
+
+# --- produce --------------------------------------------------------------------------------
+def queue_for_key(key: str, queues: int) -> int:
+    """Same key, same queue (CRC-32 of the UTF-8 key)."""
+    return zlib.crc32(key.encode("utf-8")) % queues
+
+
+def produce(p: Principal, topic: str, raw: str | None) -> dict:
+    check_topic(topic)
+    req = v.produce(v.json_body(raw))
+    t = topic_or_404(topic)
+    producer = client_or_404(req.producer, "producer")
+    authorize(p, producer, topic)
+    reason = req.too_large()
+    if reason:
+        raise PayloadTooLarge(reason)
+
+    now = clock()
+    n_queues = int(t.queues)
+    results: list[dict | None] = [None] * len(req.messages)
+    known = LogRepo.dedup_lookup(topic, [m.id for m in req.messages if m.id])
+    first_index: dict[str, int] = {}
+    copies: list[tuple[int, int]] = []
+    pending: dict[int, list[tuple[int, seg.Message, bool]]] = {}
+    spread = random.randrange(n_queues)
+    for i, m in enumerate(req.messages):
+        if m.id is not None:
+            if m.id in known:
+                q, off = known[m.id]
+                results[i] = {"id": m.id, "queue": q, "offset": off}
+                continue
+            if m.id in first_index:
+                copies.append((i, first_index[m.id]))
+                continue
+            first_index[m.id] = i
+        q = queue_for_key(m.key, n_queues) if m.key is not None else spread
+        msg = seg.Message(id=m.id or str(uuid.uuid4()), body=m.body, key=m.key, tags=m.tags,
+                          properties=m.properties, produced_at=now)
+        pending.setdefault(q, []).append((i, msg, m.id is not None))
+    for q, items in sorted(pending.items()):
+        _append_queue(topic, q, items, results, now)
+    for i, j in copies:
+        results[i] = dict(results[j])  # type: ignore[arg-type]
+    return {"results": results}
+
+
+def _plan_parts(items: list[tuple[int, seg.Message, bool]], base: int) -> list[tuple[Append, list[tuple[int, int]]]]:
+    """Cut a queue's messages into transactions (each <= 100 items and ~3.5 MB) of segments.
+    Returns, per transaction, the Append and the (request index, offset) of its messages."""
+    parts: list[tuple[Append, list[tuple[int, int]]]] = []
+    runs = seg.split([m for _, m, _ in items])
+    pos = 0
+    cur: Append | None = None
+    cur_bytes = 0
+    cur_placed: list[tuple[int, int]] = []
+    offset = base
+    for run in runs:
+        run_items = items[pos:pos + len(run)]
+        pos += len(run)
+        s = seg.encode(run, offset)
+        dedup = [(m.id, offset + k) for k, (_, m, client_id) in enumerate(run_items) if client_id]
+        size = len(s.idx) + len(s.data) + 200 * len(dedup)
+        if cur is not None and (1 + len(cur.segments) + len(cur.dedup) + 1 + len(dedup) > TRANSACT_ITEMS
+                                or cur_bytes + size > TRANSACT_BYTES):
+            parts.append((cur, cur_placed))
+            cur, cur_bytes, cur_placed = None, 0, []
+        if cur is None:
+            cur = Append([], [])
+        cur.segments.append(s)
+        cur.dedup.extend(dedup)
+        cur_bytes += size
+        cur_placed.extend((i, offset + k) for k, (i, _, _) in enumerate(run_items))
+        offset = s.end
+    if cur is not None:
+        parts.append((cur, cur_placed))
+    return parts
+
+
+def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:
+    attempt = 0
+    while items:
+        meta = LogRepo.queue(topic, q)
+        if meta is None:
+            raise NotFound(f"queue {q} of topic '{topic}' does not exist")
+        parts = _plan_parts(items, int(meta.max_offset))
+        part, placed = parts[0]
+        try:
+            LogRepo.append(topic, q, int(meta.max_offset), part, now)
+        except TransactionFailed as e:
+            attempt += 1
+            if attempt >= APPEND_ATTEMPTS:
+                raise Unavailable("the queue is too contended; retry the request with the same message ids") from None
+            dup_start = 1 + len(part.segments)
+            dup_ids = [mid for k, (mid, _) in enumerate(part.dedup) if e.reasons[dup_start + k] == CONDITION_FAILED]
+            if dup_ids:  # another request recorded these ids meanwhile: answer with its result
+                found = LogRepo.dedup_lookup(topic, dup_ids)
+                keep = []
+                for i, m, cid in items:
+                    if cid and m.id in found:
+                        fq, fo = found[m.id]
+                        results[i] = {"id": m.id, "queue": fq, "offset": fo}
+                    else:
+                        keep.append((i, m, cid))
+                items = keep
+            time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
+            continue
+        done = {i for i, _ in placed}
+        ids = {i: m.id for i, m, _ in items}
+        for i, off in placed:
+            results[i] = {"id": ids[i], "queue": q, "offset": off}
+        items = [it for it in items if it[0] not in done]
+        attempt = 0
+
+
+# --- pull / ack -----------------------------------------------------------------------------
+MemberQueues = Callable[[ClientModel, str, str], "set[int]"]
+
+
+def _no_members(group: ClientModel, member_id: str, topic: str) -> set[int]:
+    raise NotFound(f"member '{member_id}' of group '{group.name}' does not exist", code="unknown_member")
+
+
+member_queues: MemberQueues = _no_members  # replaced by the consumer-group module when present
+
+
+def _views(topic: str, owner: str) -> list[QueueView]:
+    metas = LogRepo.queues(topic)
+    recs = OffsetRepo.records(owner)
+    out = []
+    for m in metas:
+        r = recs.get(int(m.queue))
+        if r is None:
+            out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset)))
+        else:
+            out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset), int(r.committed_offset),
+                                 int(r.lock_ts), int(r.lock_until), int(r.last_consumed_at)))
+    return out
+
+
+def read_batch(topic: str, queue: int, start: int, limit: int, tags: list[str] | None,
+               max_offset: int) -> tuple[list[dict], int]:
+    """Read from ``start``: up to ``limit`` deliverable messages, contiguous offsets only.
+    Returns (messages, next_offset) where ``next_offset`` is after the last offset examined
+    (skipped ones included). ``next_offset == start`` means nothing readable yet."""
+    budget = limit if not tags else max(1000, limit * SCAN_FACTOR)
+    budget = min(budget, max_offset - start)
+    out: list[dict] = []
+    nxt = start
+    for s in LogRepo.read(topic, queue, start, budget):
+        if s.base > nxt:  # a gap: stop before it (never deliver n+1 before n)
+            break
+        for off, msg in seg.read(s, nxt, budget - (nxt - start), tags):
+            nxt = off + 1
+            if msg is not None:
+                msg["topic"] = topic
+                msg["queue"] = queue
+                out.append(msg)
+                if len(out) >= limit:
+                    return out, nxt
+        if nxt - start >= budget:
+            break
+    return out, nxt
+
+
+def _message_out(m: dict) -> dict:
+    return {k: m.get(k) for k in ("id", "topic", "queue", "offset", "body", "key", "tags", "properties",
+                                  "produced_at")}
+
+
+def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt) -> dict:
+    if receipt.subscription is not None:
+        raise BadRequest("this receipt is for a subscription; acknowledge it with 'subscription'")
+    topic, q = receipt.topic_queue
+    if TopicRepo.get(topic) is None:
+        raise NotFound(f"topic '{topic}' of the receipt does not exist")
+    authorize(p, group, topic)
+    if group.mode == "broadcasting" and client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
+    if receipt.broker != broker() or not OffsetRepo.ack(owner, q, receipt, clock()):
+        raise Conflict("the receipt is stale: the queue was locked again, acknowledged or reset since",
+                       code="stale_receipt")
+    return {"topic": topic, "queue": q, "committed_offset": receipt.next_offset}
+
+
+def ack(p: Principal, raw: str | None) -> dict:
+    req = v.ack(v.json_body(raw))
+    receipt = parse_receipt(req.receipt)
+    if req.subscription is not None:
+        return subscription_ack(p, req.subscription, receipt)
+    group = client_or_404(req.group, "consumer")  # type: ignore[arg-type]
+    return _ack_group(p, group, req.client_id, receipt)
+
+
+def subscription_ack(p: Principal, sub_id: str, receipt: Receipt) -> dict:  # replaced by subscriptions
+    raise NotFound(f"subscription '{sub_id}' does not exist")
+
+
+def pull(p: Principal, topic: str, params: dict) -> dict:
+    check_topic(topic)
+    req = v.pull(params)
+    ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
+    topic_or_404(topic)
+    group = client_or_404(req.group, "consumer")
+    allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
+    authorize(p, group, topic)
+    if group.mode == "broadcasting" and req.client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    client_id = req.client_id if group.mode == "broadcasting" else None
+    if ack_receipt is not None:
+        _ack_group(p, group, client_id, ack_receipt)
+    owner = OffsetRepo.owner(group.name, topic, client_id)
+    meta = {"group": group.name, "client_id": client_id, "topic": topic}
+    lock_owner = req.member_id or client_id or "-"
+    return consume(owner, topic, meta, lambda v_: topic_queue_field(topic, v_.queue),
+                   lambda: _views(topic, owner), int(group.visibility_timeout_ms), req, allowed, lock_owner)
+
+
+def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibility_ms: int,
+            req: v.PullRequest, allowed: set[int] | None, lock_owner: str,
+            reader=None) -> dict:
+    """The pull loop shared by topic queues and subscription lists (SPEC §1): choose, read,
+    lock with a conditional write, answer; long-poll until ``wait_ms`` passes."""
+    reader = reader or (lambda q, start, lim, mx: read_batch(topic, q, start, lim, req.tags, mx))
+    deadline = clock() + req.wait_ms
+    poll = POLL_MIN_MS
+    while True:
+        now = clock()
+        progressed = False
+        for view in candidates(load_views(), now, allowed):
+            msgs, nxt = reader(view.queue, view.start, req.max, view.max_offset)
+            if nxt == view.start:
+                continue
+            if not msgs:  # only skipped messages: move past them ourselves
+                progressed |= OffsetRepo.advance(owner, view, nxt, meta, now)
+                continue
+            ts = next_lock_ts(now, view.lock_ts)
+            if not OffsetRepo.lock(owner, view, ts, now + visibility_ms, nxt, lock_owner, meta, now):
+                continue
+            receipt = Receipt(broker(), queue_field(view), view.start, nxt, ts)
+            return {"messages": [_message_out(m) for m in msgs], "receipt": str(receipt)}
+        if progressed:
+            continue
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return {"messages": [], "receipt": None}
+        time.sleep(min(poll, remaining) / 1000)
+        poll = min(POLL_MAX_MS, poll * 2)
+
+
+# --- offsets --------------------------------------------------------------------------------
+def offsets(p: Principal, group_name: str, params: dict) -> dict:
+    check_name(group_name, "group")
+    topic = params.get("topic")
+    check_topic(topic)
+    client_id = params.get("client_id")
+    if client_id is not None:
+        check_name(client_id, "client_id")
+    topic_or_404(topic)
+    group = client_or_404(group_name, "consumer")
+    authorize(p, group, topic)
+    if group.mode == "broadcasting" and client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
+    now = clock()
+    queues = []
+    for view in sorted(_views(topic, owner), key=lambda x: x.queue):
+        queues.append({"queue": view.queue, "min_offset": view.min_offset, "max_offset": view.max_offset,
+                       "committed_offset": view.start,
+                       "locked_until": view.lock_until if view.locked(now) else 0, "backlog": view.backlog})
+    return {"group": group.name, "topic": topic, "backlog": sum(q["backlog"] for q in queues), "queues": queues}
+
+
+def reset_offset(p: Principal, group_name: str, raw: str | None) -> dict:
+    check_name(group_name, "group")
+    req = v.reset_offset(v.json_body(raw))
+    t = topic_or_404(req.topic)
+    group = client_or_404(group_name, "consumer")
+    require_admin(p)
+    if group.mode == "broadcasting" and req.client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    if req.queue >= int(t.queues):
+        raise BadRequest(f"topic '{req.topic}' has queues 0-{int(t.queues) - 1}")
+    meta = LogRepo.queue(req.topic, req.queue)
+    lo, hi = int(meta.min_offset), int(meta.max_offset)  # type: ignore[union-attr]
+    if not lo <= req.offset <= hi:
+        raise BadRequest(f"offset must be within [{lo}, {hi}] for queue {req.queue}")
+    client_id = req.client_id if group.mode == "broadcasting" else None
+    owner = OffsetRepo.owner(group.name, req.topic, client_id)
+    OffsetRepo.reset(owner, req.queue, req.offset, {"group": group.name, "client_id": client_id, "topic": req.topic},
+                     clock())
+    return {"group": group.name, "topic": req.topic, "queue": req.queue, "committed_offset": req.offset}

@@ -1,0 +1,269 @@
+"""Request syntax (API.md): parse and check what a request says before anything is looked up.
+
+Everything here is pure and raises :class:`BadRequest` (400); size limits that API.md answers
+with 413 are reported separately (``ProduceRequest.too_large``) because they are checked after
+authentication, existence and permission.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadRequest
+from .names import check_name, check_topic
+
+MAX_MESSAGES = 100
+MAX_BODY_BYTES = 256 * 1024
+MAX_TAGS = 16
+MAX_TAG_LEN = 128
+MAX_PROPERTIES = 64
+MAX_PROPERTY_KEY = 128
+MAX_PROPERTY_VALUE = 1024
+MAX_ID_LEN = 200
+MAX_KEY_LEN = 256
+MAX_PULL = 100
+DEFAULT_PULL = 32
+MAX_WAIT_MS = 20_000
+QUEUES_MIN, QUEUES_MAX, QUEUES_DEFAULT = 1, 64, 4
+VISIBILITY_MIN, VISIBILITY_MAX, VISIBILITY_DEFAULT = 1_000, 43_200_000, 30_000
+
+
+def json_body(raw: str | None) -> dict:
+    """The request body as a JSON object; 400 when absent, malformed or not an object."""
+    if raw is None or raw == "":
+        raise BadRequest("request body must be a JSON object")
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise BadRequest("request body must be a JSON object")
+    return value
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def int_field(obj: dict, name: str, lo: int, hi: int, default: int | None = None, required: bool = False) -> int:
+    if name not in obj or obj[name] is None:
+        if required or default is None:
+            raise BadRequest(f"'{name}' is required")
+        return default
+    v = obj[name]
+    if not is_int(v) or not lo <= v <= hi:
+        raise BadRequest(f"'{name}' must be an integer from {lo} to {hi}")
+    return v
+
+
+def int_param(params: dict, name: str, lo: int, hi: int, default: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    if not (isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 12) or not lo <= int(raw) <= hi:
+        raise BadRequest(f"'{name}' must be an integer from {lo} to {hi}")
+    return int(raw)
+
+
+def str_field(obj: dict, name: str, max_len: int, required: bool = False, allow_empty: bool = False) -> str | None:
+    v = obj.get(name)
+    if v is None:
+        if required:
+            raise BadRequest(f"'{name}' is required")
+        return None
+    if not isinstance(v, str) or len(v) > max_len or (not v and not allow_empty):
+        raise BadRequest(f"'{name}' must be a {'' if allow_empty else 'non-empty '}string of at most {max_len} characters")
+    return v
+
+
+def tag_list(v: Any, what: str = "tags") -> list[str]:
+    if v is None:
+        return []
+    if not isinstance(v, list) or len(v) > MAX_TAGS:
+        raise BadRequest(f"'{what}' must be a list of at most {MAX_TAGS} tags")
+    for t in v:
+        if not isinstance(t, str) or not 1 <= len(t) <= MAX_TAG_LEN or "||" in t:
+            raise BadRequest(f"each tag must be a string of 1-{MAX_TAG_LEN} characters without '||'")
+    return list(v)
+
+
+def flat_properties(v: Any) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or len(v) > MAX_PROPERTIES:
+        raise BadRequest(f"'properties' must be an object of at most {MAX_PROPERTIES} entries")
+    for k, val in v.items():
+        if not 1 <= len(k) <= MAX_PROPERTY_KEY:
+            raise BadRequest(f"property names must have 1-{MAX_PROPERTY_KEY} characters")
+        if isinstance(val, str):
+            if len(val) > MAX_PROPERTY_VALUE:
+                raise BadRequest(f"property '{k}' is longer than {MAX_PROPERTY_VALUE} characters")
+        elif isinstance(val, float):
+            if not math.isfinite(val):
+                raise BadRequest(f"property '{k}' must be a finite number")
+        elif not isinstance(val, (bool, int)):
+            raise BadRequest(f"property '{k}' must be a string, number or boolean (properties are flat)")
+    return dict(v)
+
+
+@dataclass
+class MessageIn:
+    id: str | None
+    body: str
+    key: str | None
+    tags: list[str]
+    properties: dict
+
+
+@dataclass
+class ProduceRequest:
+    producer: str
+    messages: list[MessageIn]
+
+    def too_large(self) -> str | None:
+        """Why the request breaks a size limit (413), or None."""
+        for i, m in enumerate(self.messages):
+            if len(m.body.encode("utf-8")) > MAX_BODY_BYTES:
+                return f"messages[{i}].body is larger than {MAX_BODY_BYTES} bytes"
+        return None
+
+
+def produce(body: dict) -> ProduceRequest:
+    producer = check_name(body.get("producer"), "producer")
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not 1 <= len(msgs) <= MAX_MESSAGES:
+        raise BadRequest(f"'messages' must be a list of 1-{MAX_MESSAGES} messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise BadRequest(f"messages[{i}] must be an object")
+        try:
+            body_text = str_field(m, "body", 10 * MAX_BODY_BYTES, required=True, allow_empty=True)
+            out.append(MessageIn(
+                id=str_field(m, "id", MAX_ID_LEN),
+                body=body_text or "",
+                key=str_field(m, "key", MAX_KEY_LEN, allow_empty=True),
+                tags=tag_list(m.get("tags")),
+                properties=flat_properties(m.get("properties")),
+            ))
+        except BadRequest as e:
+            raise BadRequest(f"messages[{i}]: {e.message}") from None
+    return ProduceRequest(producer, out)
+
+
+@dataclass
+class PullRequest:
+    group: str
+    client_id: str | None
+    member_id: str | None
+    max: int
+    wait_ms: int
+    tags: list[str] | None
+    ack: str | None
+
+
+def pull(params: dict, group_required: bool = True) -> PullRequest:
+    group = params.get("group")
+    if group_required:
+        check_name(group, "group")
+    client_id = params.get("client_id")
+    if client_id is not None:
+        check_name(client_id, "client_id")
+    member_id = params.get("member_id")
+    if member_id is not None:
+        check_name(member_id, "member_id")
+    tags = None
+    if params.get("tags") is not None:
+        raw = params["tags"]
+        parts = raw.split("||")
+        if not raw or len(parts) > MAX_TAGS or any(not 1 <= len(p) <= MAX_TAG_LEN for p in parts):
+            raise BadRequest(f"'tags' must be 1-{MAX_TAGS} tags of 1-{MAX_TAG_LEN} characters separated by '||'")
+        tags = parts
+    ack = params.get("ack")
+    if ack is not None and not ack:
+        raise BadRequest("'ack' must be a receipt")
+    return PullRequest(
+        group=group, client_id=client_id, member_id=member_id,
+        max=int_param(params, "max", 1, MAX_PULL, DEFAULT_PULL),
+        wait_ms=int_param(params, "wait_ms", 0, MAX_WAIT_MS, 0),
+        tags=tags, ack=ack,
+    )
+
+
+def create_topic(body: dict) -> tuple[str, int]:
+    name = check_topic(body.get("name"), "name")
+    return name, int_field(body, "queues", QUEUES_MIN, QUEUES_MAX, QUEUES_DEFAULT)
+
+
+@dataclass
+class ClientIn:
+    name: str
+    role: str
+    topics: list[str]
+    mode: str
+    visibility_timeout_ms: int
+
+
+def create_client(body: dict) -> ClientIn:
+    name = check_name(body.get("name"), "name")
+    role = body.get("role")
+    if role not in ("producer", "consumer"):
+        raise BadRequest("'role' must be 'producer' or 'consumer'")
+    topics = body.get("topics")
+    if not isinstance(topics, list) or not 1 <= len(topics) <= 100:
+        raise BadRequest("'topics' must be a list of 1-100 topic names")
+    for t in topics:
+        check_topic(t, "each of 'topics'")
+    mode = body.get("mode", "clustering")
+    if mode is None:
+        mode = "clustering"
+    if mode not in ("clustering", "broadcasting"):
+        raise BadRequest("'mode' must be 'clustering' or 'broadcasting'")
+    vis = int_field(body, "visibility_timeout_ms", VISIBILITY_MIN, VISIBILITY_MAX, VISIBILITY_DEFAULT)
+    return ClientIn(name, role, list(dict.fromkeys(topics)), mode, vis)
+
+
+@dataclass
+class AckIn:
+    group: str | None
+    subscription: str | None
+    client_id: str | None
+    receipt: str
+
+
+def ack(body: dict) -> AckIn:
+    group = body.get("group")
+    sub = body.get("subscription")
+    if (group is None) == (sub is None):
+        raise BadRequest("an ack names exactly one of 'group' or 'subscription'")
+    if group is not None:
+        check_name(group, "group")
+    elif not isinstance(sub, str) or not 1 <= len(sub) <= 200:
+        raise BadRequest("'subscription' must be a subscription id")
+    client_id = body.get("client_id")
+    if client_id is not None:
+        check_name(client_id, "client_id")
+    receipt = body.get("receipt")
+    if not isinstance(receipt, str) or not receipt:
+        raise BadRequest("'receipt' is required")
+    return AckIn(group, sub, client_id, receipt)
+
+
+@dataclass
+class ResetIn:
+    topic: str
+    queue: int
+    offset: int
+    client_id: str | None
+
+
+def reset_offset(body: dict) -> ResetIn:
+    topic = check_topic(body.get("topic"), "topic")
+    queue = int_field(body, "queue", 0, QUEUES_MAX - 1, required=True)
+    offset = int_field(body, "offset", 0, 2**53, required=True)
+    client_id = body.get("client_id")
+    if client_id is not None:
+        check_name(client_id, "client_id")
+    return ResetIn(topic, queue, offset, client_id)
