@@ -1,0 +1,1 @@
+"""The local stack: moto server + template-driven tables, a werkzeug gateway and a streams pump."""
