@@ -52,7 +52,7 @@ def make_app(*routers) -> APIGatewayHttpResolver:
 
 
 def principal(router) -> Principal:
-    return authenticate(router.current_event.get_header_value("authorization"))
+    return authenticate((router.current_event.headers or {}).get("authorization"))
 
 
 def body(router) -> str | None:

@@ -8,6 +8,7 @@ in ``docs/design.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
@@ -167,7 +168,7 @@ class LogRepo:
                                     data=s.data, z=s.compressed, produced_at=now),
                        condition=SegmentModel.pq.does_not_exist())
             for mid, off in part.dedup:
-                t.save(DedupModel(topic, mid, queue=queue, offset=off, expires_at=now // 1000 + DEDUP_TTL_S),
+                t.save(DedupModel(topic, mid, queue=queue, offset=off, expires_at=datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)),
                        condition=DedupModel.id.does_not_exist())
         transact(build)
 

@@ -1,0 +1,24 @@
+import pytest
+
+from lakeq import service
+from tests.handlers import Api
+
+
+@pytest.fixture
+def api(aws):
+    service.clear_caches()
+    yield Api()
+    service.clear_caches()
+
+
+@pytest.fixture
+def setup(api):
+    """quotes (4 queues) with child quotes/sh (2), producer feed, consumer risk (clustering)."""
+    assert api.call("POST", "/v1/topics", {"name": "quotes", "queues": 4})[0] == 201
+    assert api.call("POST", "/v1/topics", {"name": "quotes/sh", "queues": 2})[0] == 201
+    s, feed = api.call("POST", "/v1/clients", {"name": "feed", "role": "producer", "topics": ["quotes"]})
+    assert s == 201
+    s, risk = api.call("POST", "/v1/clients", {"name": "risk", "role": "consumer", "topics": ["quotes"],
+                                               "visibility_timeout_ms": 1000})
+    assert s == 201
+    return {"feed": feed["api_key"], "risk": risk["api_key"]}
