@@ -1,0 +1,189 @@
+"""``python -m infra.local [--port N]`` (``make run``): the whole lakeq stack on this machine.
+
+1. moto's server as a child process on a free loopback port (``AWS_ENDPOINT_URL`` points at it);
+2. the tables and the lake bucket of ``template.yaml`` created there;
+3. the DynamoDB-streams pump thread (the template's ``DynamoDB`` event sources);
+4. the gateway (the template's ``HttpApi`` routes → the functions' handlers) on
+   ``127.0.0.1:$LAKEQ_PORT`` (default 3000).
+
+Ctrl-C or SIGTERM stops everything (moto child included) and exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+from . import template as tpl_mod
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child
+    """Let the moto child die with us even if we are SIGKILLed (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def start_moto(port: int, log_path: str) -> subprocess.Popen:
+    log_file = open(log_path, "ab")
+    env = dict(os.environ)
+    env.pop("AWS_ENDPOINT_URL", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+        preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
+    )
+
+
+def wait_for_moto(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"moto server did not answer on {url} within {timeout}s")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """werkzeug's request handler without its own access log (the gateway logs requests)."""
+
+    def log_request(self, code="-", size="-"):  # noqa: D102
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.local", description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("LAKEQ_PORT") or 3000),
+                        help="gateway port on 127.0.0.1 (default $LAKEQ_PORT or 3000; 0 = any free)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--template", default=str(tpl_mod.TEMPLATE_PATH))
+    parser.add_argument("--stack-name", default=tpl_mod.LOCAL_STACK)
+    parser.add_argument("--moto-port", type=int, default=0, help="default: any free port")
+    parser.add_argument("--moto-log", default=None,
+                        help="moto server's log file (default: a file in the temp directory)")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    log = logging.getLogger("lakeq.local")
+
+    # SIGTERM behaves like Ctrl-C from here on
+    def _on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _on_term)
+
+    moto_port = args.moto_port or free_port()
+    moto_url = f"http://127.0.0.1:{moto_port}"
+    moto_log = args.moto_log or os.path.join(tempfile.gettempdir(), f"lakeq-moto-{moto_port}.log")
+    moto = None
+    server = None
+    pump = None
+    try:
+        moto = start_moto(moto_port, moto_log)
+        wait_for_moto(moto, moto_url)
+
+        admin_key = tpl_mod.admin_key()
+        os.environ.update({
+            "AWS_ENDPOINT_URL": moto_url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_REGION": "us-east-1",
+            "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+            "LAKEQ_ADMIN_KEY": admin_key,
+        })
+        os.environ.pop("AWS_PROFILE", None)
+        os.environ.pop("AWS_SESSION_TOKEN", None)
+        os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+
+        import boto3
+
+        from .gateway import Gateway, access_log_to_stderr
+        from .handlers import HandlerCache
+        from .streams import StreamPump
+
+        template = tpl_mod.load_template(args.template)
+        ctx = tpl_mod.make_context(template, args.stack_name)
+        os.environ.update(tpl_mod.environment(ctx))
+        ddb = boto3.client("dynamodb")
+        tables = tpl_mod.create_tables(ddb, ctx)
+        buckets = tpl_mod.create_buckets(boto3.client("s3"), ctx)
+        log.info("moto on %s: tables %s, buckets %s", moto_url, ", ".join(tables.values()),
+                 ", ".join(buckets.values()))
+
+        handlers = HandlerCache()  # one pool of warm handler instances for gateway and pump
+        pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
+                          handler_cache=handlers).start()
+        gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers)
+        gateway.preload()
+        access_log_to_stderr()
+
+        server = make_server(args.host, args.port, gateway, threaded=True,
+                             request_handler=_QuietHandler)
+        port = server.server_port
+        base = f"http://{args.host}:{port}"
+        print(f"lakeq local stack: {base}", flush=True)
+        print(f"admin key: {admin_key}  (LAKEQ_ADMIN_KEY)", flush=True)
+        print("try:", flush=True)
+        print(f"  curl -s {base}/v1/health", flush=True)
+        print(
+            f"  curl -s -X POST {base}/v1/topics -H 'Authorization: Bearer {admin_key}' "
+            f"-H 'Content-Type: application/json' -d '{{\"name\": \"quotes\", \"queues\": 4}}'",
+            flush=True,
+        )
+        print("Ctrl-C to stop.", flush=True)
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    except Exception:  # noqa: BLE001
+        log.exception("local stack failed")
+        if os.path.exists(moto_log):
+            with open(moto_log, "rb") as fh:
+                tail = fh.read()[-2000:].decode("utf-8", "replace")
+            log.error("moto log tail (%s):\n%s", moto_log, tail)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if server is not None:
+            server.server_close()
+        if pump is not None:
+            pump.stop(timeout=5)
+        if moto is not None and moto.poll() is None:
+            moto.terminate()
+            try:
+                moto.wait(10)
+            except subprocess.TimeoutExpired:
+                moto.kill()
+                moto.wait()
+    print("lakeq local stack stopped.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

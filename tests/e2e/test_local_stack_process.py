@@ -1,0 +1,59 @@
+"""The local stack as a process: starts, prints URL / admin key / curl examples, stops on SIGTERM."""
+from __future__ import annotations
+
+import signal
+
+import requests
+
+
+def test_process_prints_url_key_curl_and_stops_cleanly_on_sigterm(start_local_stack):
+    st = start_local_stack(admin_key="proc-test-key")
+    try:
+        out = st.output
+        assert f"lakeq local stack: {st.url}" in out
+        assert "admin key: proc-test-key" in out
+        assert f"curl -s {st.url}/v1/health" in out
+        assert f"curl -s -X POST {st.url}/v1/topics -H 'Authorization: Bearer proc-test-key'" in out
+        r = requests.get(f"{st.url}/v1/nothing-here", timeout=5)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        r = requests.post(f"{st.url}/_local/streams/drain", timeout=30)
+        assert r.status_code == 200 and r.json()["drained"] is True
+    finally:
+        code = st.stop()
+    assert code == 0
+    assert "lakeq local stack stopped." in st.output
+    assert "GET /v1/nothing-here 404" in st.stderr  # one access-log line per request
+
+
+def test_sigint_also_stops_cleanly(start_local_stack):
+    st = start_local_stack(admin_key="k", wait_health=False)
+    st.proc.send_signal(signal.SIGINT)
+    assert st.proc.wait(20) == 0
+
+
+def test_shared_stack_fixture_serves_health_and_admin_key(stack):
+    r = requests.get(f"{stack.url}/v1/health", timeout=5)
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    # the admin key given to the process is the one the functions accept
+    r = requests.get(f"{stack.url}/v1/topics", headers=stack.admin_headers(), timeout=10)
+    assert r.status_code == 200
+    r = requests.get(f"{stack.url}/v1/topics", headers={"Authorization": "Bearer wrong"}, timeout=10)
+    assert r.status_code == 401
+    assert stack.drain() >= 0
+
+
+def test_topic_in_path_encoded_and_unencoded(stack):
+    h = stack.admin_headers()
+    for name in ("e2eq", "e2eq/sh"):
+        r = requests.post(f"{stack.url}/v1/topics", json={"name": name, "queues": 2}, headers=h, timeout=10)
+        assert r.status_code in (201, 409), r.text
+    r = requests.post(f"{stack.url}/v1/clients", json={"name": "e2e-feed", "role": "producer",
+                                                       "topics": ["e2eq"]}, headers=h, timeout=10)
+    key = r.json()["api_key"] if r.status_code == 201 else stack.admin_key
+    ph = {"Authorization": f"Bearer {key}"}
+    body = {"producer": "e2e-feed", "messages": [{"body": "hello", "key": "k"}]}
+    r1 = requests.post(f"{stack.url}/v1/topics/e2eq%2Fsh/messages", json=body, headers=ph, timeout=10)
+    r2 = requests.post(f"{stack.url}/v1/topics/e2eq/sh/messages", json=body, headers=ph, timeout=10)
+    assert r1.status_code == 200, r1.text
+    assert r2.status_code == 200, r2.text
+    assert r1.json()["results"][0]["queue"] == r2.json()["results"][0]["queue"]

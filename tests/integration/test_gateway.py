@@ -1,0 +1,245 @@
+"""infra.local.gateway: route matching on the raw path, error shapes, the payload v2.0 event."""
+from __future__ import annotations
+
+import base64
+import json
+import textwrap
+
+import pytest
+from werkzeug.test import Client
+
+from infra.local.gateway import Gateway, to_response
+
+ECHO = textwrap.dedent('''
+    import json
+    import helper  # a sibling module, importable while app.py is imported
+
+    def lambda_handler(event, context):
+        if event.get("rawPath", "").endswith("/boom"):
+            raise RuntimeError("boom")
+        return {
+            "statusCode": 200,
+            "headers": {"content-type": "application/json", "x-fn": helper.NAME},
+            "cookies": ["a=1", "b=2"],
+            "body": json.dumps({"event": event, "context": {
+                "function_name": context.function_name,
+                "memory_limit_in_mb": context.memory_limit_in_mb,
+                "invoked_function_arn": context.invoked_function_arn,
+                "aws_request_id": context.aws_request_id,
+                "remaining": context.get_remaining_time_in_millis(),
+            }}),
+        }
+''')
+
+TEMPLATE = {
+    "Globals": {"Function": {"Timeout": 7, "MemorySize": 256}},
+    "Resources": {
+        "Api": {"Type": "AWS::Serverless::HttpApi"},
+        "EchoFunction": {
+            "Type": "AWS::Serverless::Function",
+            "Properties": {
+                "CodeUri": "echo/",
+                "Handler": "app.lambda_handler",
+                "Events": {
+                    "Produce": {"Type": "HttpApi", "Properties": {
+                        "ApiId": {"Ref": "Api"}, "Method": "POST", "Path": "/v1/topics/{topic}/messages"}},
+                    "Pull": {"Type": "HttpApi", "Properties": {
+                        "ApiId": {"Ref": "Api"}, "Method": "GET", "Path": "/v1/topics/{topic}/messages"}},
+                    "List": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/v1/topics"}},
+                    "Exact": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/v1/groups/special/offsets"}},
+                    "Offsets": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/v1/groups/{group}/offsets"}},
+                    "Boom": {"Type": "HttpApi", "Properties": {"Method": "POST", "Path": "/v1/boom"}},
+                    "Yaml": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/v1/openapi.yaml"}},
+                },
+            },
+        },
+        "OtherFunction": {
+            "Type": "AWS::Serverless::Function",
+            "Properties": {"CodeUri": "other/", "Handler": "main.handler", "Events": {
+                "Any": {"Type": "HttpApi", "Properties": {"Method": "ANY", "Path": "/v1/any/{id}"}}}},
+        },
+    },
+}
+
+
+@pytest.fixture
+def client(tmp_path):
+    (tmp_path / "echo").mkdir()
+    (tmp_path / "echo" / "app.py").write_text(ECHO)
+    (tmp_path / "echo" / "helper.py").write_text('NAME = "echo"\n')
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "helper.py").write_text('NAME = "other"\n')
+    (tmp_path / "other" / "main.py").write_text(textwrap.dedent('''
+        import helper
+        def handler(event, context):
+            return {"fn": helper.NAME, "route": event["routeKey"], "params": event.get("pathParameters")}
+    '''))
+    (tmp_path / "template.yaml").write_text(json.dumps(TEMPLATE))
+    gw = Gateway(tmp_path / "template.yaml", stack_name="gwtest", max_body=1024)
+    return Client(gw, use_cookies=False)
+
+
+def _event(resp):
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    return resp.get_json()["event"]
+
+
+def test_encoded_topic(client):
+    ev = _event(client.post("/v1/topics/quotes%2Fsh/messages?x=1", json={"a": 1}))
+    assert ev["routeKey"] == "POST /v1/topics/{topic}/messages"
+    assert ev["rawPath"] == "/v1/topics/quotes%2Fsh/messages"
+    assert ev["pathParameters"] == {"topic": "quotes/sh"}
+    assert ev["requestContext"]["http"]["path"] == "/v1/topics/quotes%2Fsh/messages"
+    assert json.loads(ev["body"]) == {"a": 1}
+
+
+def test_unencoded_multi_segment_topic_is_normalised(client):
+    ev = _event(client.get("/v1/topics/quotes/sh/deep/messages?group=g"))
+    assert ev["routeKey"] == "GET /v1/topics/{topic}/messages"
+    assert ev["pathParameters"] == {"topic": "quotes/sh/deep"}
+    assert ev["rawPath"] == "/v1/topics/quotes%2Fsh%2Fdeep/messages"
+    ev = _event(client.get("/v1/topics/quotes/messages"))
+    assert ev["pathParameters"] == {"topic": "quotes"}
+    assert ev["rawPath"] == "/v1/topics/quotes/messages"
+
+
+def test_exact_literal_route_wins(client):
+    assert _event(client.get("/v1/groups/special/offsets"))["routeKey"] == "GET /v1/groups/special/offsets"
+    ev = _event(client.get("/v1/groups/risk/offsets"))
+    assert ev["routeKey"] == "GET /v1/groups/{group}/offsets"
+    assert ev["pathParameters"] == {"group": "risk"}
+    # a plain parameter takes exactly one segment
+    assert client.get("/v1/groups/a/b/offsets").status_code == 404
+    assert _event(client.get("/v1/openapi.yaml"))["routeKey"] == "GET /v1/openapi.yaml"
+
+
+def test_404_405_413_shapes(client):
+    r = client.get("/v1/nothing")
+    assert r.status_code == 404
+    assert r.get_json()["error"]["code"] == "not_found"
+    assert set(r.get_json()["error"]) == {"code", "message"}
+    r = client.delete("/v1/topics/quotes/messages")
+    assert r.status_code == 405
+    assert r.get_json()["error"]["code"] == "method_not_allowed"
+    assert set(r.headers["Allow"].split(", ")) == {"GET", "POST"}
+    r = client.post("/v1/topics/q/messages", data=b"x" * 1025)
+    assert r.status_code == 413
+    assert r.get_json()["error"]["code"] == "payload_too_large"
+    assert client.post("/v1/topics/q/messages", data=b"x" * 1024).status_code == 200
+
+
+def test_handler_exception_is_500(client, caplog):
+    r = client.post("/v1/boom")
+    assert r.status_code == 500
+    assert r.get_json()["error"]["code"] == "internal_error"
+    assert any("boom" in (rec.exc_text or "") or rec.exc_info for rec in caplog.records)
+
+
+def test_event_v2_shape(client):
+    r = client.get(
+        "/v1/topics?b=1&a=x&a=y&empty=",
+        headers={"X-Custom": "V", "Cookie": "c1=1; c2=2", "User-Agent": "ua/1"},
+    )
+    ev = _event(r)
+    assert ev["version"] == "2.0"
+    assert ev["routeKey"] == "GET /v1/topics"
+    assert ev["rawPath"] == "/v1/topics"
+    assert ev["rawQueryString"] == "b=1&a=x&a=y&empty="
+    assert ev["queryStringParameters"] == {"b": "1", "a": "x,y", "empty": ""}
+    assert ev["cookies"] == ["c1=1", "c2=2"]
+    assert ev["headers"]["x-custom"] == "V"
+    assert all(k == k.lower() for k in ev["headers"])
+    assert "pathParameters" not in ev and "body" not in ev
+    assert ev["isBase64Encoded"] is False
+    rc = ev["requestContext"]
+    assert rc["stage"] == "$default" and rc["routeKey"] == "GET /v1/topics"
+    assert rc["http"] == {"method": "GET", "path": "/v1/topics", "protocol": "HTTP/1.1",
+                          "sourceIp": "127.0.0.1", "userAgent": "ua/1"}
+    assert rc["requestId"] and rc["apiId"] and rc["domainName"] and rc["time"]
+    assert isinstance(rc["timeEpoch"], int)
+    ctx = r.get_json()["context"]
+    assert ctx["function_name"] == "gwtest-EchoFunction"
+    assert ctx["memory_limit_in_mb"] == 256
+    assert ctx["invoked_function_arn"].endswith(":function:gwtest-EchoFunction")
+    assert ctx["aws_request_id"] == rc["requestId"]
+    assert 0 < ctx["remaining"] <= 7000
+    # response mapping: headers and cookies
+    assert r.headers["x-fn"] == "echo"
+    assert r.headers.getlist("Set-Cookie") == ["a=1", "b=2"]
+
+
+def test_binary_body_is_base64(client):
+    data = bytes(range(256))
+    ev = _event(client.post("/v1/topics/t/messages", data=data,
+                            headers={"Content-Type": "application/octet-stream"}))
+    assert ev["isBase64Encoded"] is True
+    assert base64.b64decode(ev["body"]) == data
+
+
+def test_two_functions_with_same_sibling_module_name(client):
+    assert _event(client.get("/v1/topics"))  # loads echo (helper = "echo")
+    r = client.put("/v1/any/42")
+    assert r.status_code == 200
+    assert r.get_json() == {"fn": "other", "route": "ANY /v1/any/{id}", "params": {"id": "42"}}
+    assert client.get("/v1/topics").headers["x-fn"] == "echo"
+
+
+def test_to_response_variants():
+    r = to_response({"statusCode": 204})
+    assert r.status_code == 204 and r.get_data() == b""
+    r = to_response({"statusCode": 200, "body": base64.b64encode(b"\x00\x01").decode(),
+                     "isBase64Encoded": True, "headers": {"Content-Type": "application/octet-stream"},
+                     "multiValueHeaders": {"X-M": ["1", "2"]}})
+    assert r.get_data() == b"\x00\x01" and r.headers.getlist("X-M") == ["1", "2"]
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    r = to_response({"hello": "world"})
+    assert r.status_code == 200 and r.get_json() == {"hello": "world"}
+
+
+def test_repo_template_routes_resolve():
+    gw = Gateway()
+    find = gw.routes.find
+    route, params, _ = find("POST", ["v1", "topics", "quotes%2Fsh", "messages"])
+    assert route.spec.logical_id == "ProduceFunction" and params == {"topic": ["quotes%2Fsh"]}
+    route, _, _ = find("GET", ["v1", "topics", "quotes", "sh", "messages"])
+    assert route.spec.logical_id == "ConsumeFunction"
+    route, _, _ = find("GET", ["v1", "topics"])
+    assert route.spec.logical_id == "AdminFunction"
+    route, _, allowed = find("DELETE", ["v1", "acks"])
+    assert route is None and allowed == {"POST"}
+
+
+def test_concurrent_invocations_get_separate_instances(tmp_path):
+    import threading
+
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "app.py").write_text(textwrap.dedent('''
+        import threading, time
+        STATE = {"busy": False}
+        def lambda_handler(event, context):
+            assert not STATE["busy"], "one invocation at a time per instance"
+            STATE["busy"] = True
+            time.sleep(0.2)
+            STATE["busy"] = False
+            return {"statusCode": 200, "body": str(id(STATE))}
+    '''))
+    tpl = {"Resources": {"SlowFunction": {"Type": "AWS::Serverless::Function", "Properties": {
+        "CodeUri": "slow/", "Handler": "app.lambda_handler",
+        "Events": {"Get": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/slow"}}}}}}}
+    (tmp_path / "template.yaml").write_text(json.dumps(tpl))
+    gw = Gateway(tmp_path / "template.yaml")
+    results = []
+
+    def call():
+        results.append(Client(gw).get("/slow"))
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status_code for r in results] == [200, 200, 200]
+    assert len({r.get_data() for r in results}) == 3
+    assert gw.handlers.instances("SlowFunction") == 3
+    assert Client(gw).get("/slow").status_code == 200  # a warm instance is reused
+    assert gw.handlers.instances("SlowFunction") == 3

@@ -1,0 +1,220 @@
+"""infra.local.streams: the DynamoDB-streams pump on in-process moto, with a throwaway function."""
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+
+import pytest
+
+from infra.local import template as T
+from infra.local.streams import StreamPump
+
+HANDLER = textwrap.dedent('''
+    import json, os
+
+    def lambda_handler(event, context):
+        with open(os.environ["PUMP_OUT"], "a") as fh:
+            fh.write(json.dumps({"n": len(event["Records"]), "records": event["Records"],
+                                 "fn": context.function_name}) + "\\n")
+''')
+
+
+def make_template(tmp_path, *, position="TRIM_HORIZON", batch=10, window=0, report=False, retries=None):
+    props = {"Stream": {"Fn::GetAtt": ["EventsTable", "StreamArn"]}, "StartingPosition": position,
+             "BatchSize": batch, "MaximumBatchingWindowInSeconds": window}
+    if report:
+        props["FunctionResponseTypes"] = ["ReportBatchItemFailures"]
+    if retries is not None:
+        props["MaximumRetryAttempts"] = retries
+    tpl = {
+        "Resources": {
+            "EventsTable": {"Type": "AWS::DynamoDB::Table", "Properties": {
+                "TableName": {"Fn::Sub": "${AWS::StackName}-events"},
+                "BillingMode": "PAY_PER_REQUEST",
+                "AttributeDefinitions": [{"AttributeName": "k", "AttributeType": "S"},
+                                         {"AttributeName": "n", "AttributeType": "N"}],
+                "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"},
+                              {"AttributeName": "n", "KeyType": "RANGE"}],
+                "StreamSpecification": {"StreamViewType": "NEW_AND_OLD_IMAGES"}}},
+            "SinkFunction": {"Type": "AWS::Serverless::Function", "Properties": {
+                "CodeUri": "sink/", "Handler": "app.lambda_handler",
+                "Events": {"Events": {"Type": "DynamoDB", "Properties": props}}}},
+        }
+    }
+    (tmp_path / "sink").mkdir(exist_ok=True)
+    (tmp_path / "sink" / "app.py").write_text(HANDLER)
+    (tmp_path / "template.yaml").write_text(json.dumps(tpl))
+    return T.load_template(tmp_path / "template.yaml")
+
+
+@pytest.fixture
+def stack(aws, tmp_path, monkeypatch):
+    monkeypatch.setenv("PUMP_OUT", str(tmp_path / "out.jsonl"))
+
+    def build(**kw):
+        tpl = make_template(tmp_path, **kw)
+        T.create_tables(aws["dynamodb"], tpl, "pump")
+        return tpl
+
+    return build
+
+
+def put(aws, start, count):
+    for n in range(start, start + count):
+        aws["dynamodb"].put_item(TableName="pump-events", Item={"k": {"S": "a"}, "n": {"N": str(n)},
+                                                                 "b": {"B": b"\x00\xff"}})
+
+
+def delivered(tmp_path):
+    path = tmp_path / "out.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def numbers(batches):
+    return [int(r["dynamodb"]["NewImage"]["n"]["N"]) for b in batches for r in b["records"]]
+
+
+def test_handler_from_code_uri_gets_lambda_shaped_batches_in_order(aws, stack, tmp_path):
+    tpl = stack(batch=10)
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"])
+    put(aws, 0, 25)
+    assert pump.drain(10) == (True, 25)
+    batches = delivered(tmp_path)
+    assert [b["n"] for b in batches] == [10, 10, 5]
+    assert numbers(batches) == list(range(25))
+    rec = batches[0]["records"][0]
+    assert set(rec) == {"eventID", "eventName", "eventVersion", "eventSource", "awsRegion",
+                        "dynamodb", "eventSourceARN"}
+    assert rec["eventName"] == "INSERT" and rec["eventSource"] == "aws:dynamodb"
+    assert rec["awsRegion"] == "us-east-1"
+    arn = aws["dynamodb"].describe_table(TableName="pump-events")["Table"]["LatestStreamArn"]
+    assert rec["eventSourceARN"] == arn
+    d = rec["dynamodb"]
+    assert d["Keys"] == {"k": {"S": "a"}, "n": {"N": "0"}}
+    assert d["NewImage"]["b"] == {"B": "AP8="}  # base64, as in Lambda's JSON event
+    assert isinstance(d["ApproximateCreationDateTime"], int)
+    assert d["StreamViewType"] == "NEW_AND_OLD_IMAGES"
+    assert batches[0]["fn"] == "pump-SinkFunction"
+    seqs = [int(r["dynamodb"]["SequenceNumber"]) for b in batches for r in b["records"]]
+    assert seqs == sorted(seqs)
+    # checkpoint: only new records next time
+    [shard] = pump.mappings[0].shards.values()
+    assert shard.checkpoint == str(seqs[-1])
+    aws["dynamodb"].update_item(TableName="pump-events", Key={"k": {"S": "a"}, "n": {"N": "3"}},
+                                UpdateExpression="SET x = :x", ExpressionAttributeValues={":x": {"S": "y"}})
+    assert pump.drain(10) == (True, 1)
+    last = delivered(tmp_path)[-1]["records"]
+    assert [r["eventName"] for r in last] == ["MODIFY"]
+    assert "OldImage" in last[0]["dynamodb"] and last[0]["dynamodb"]["NewImage"]["x"] == {"S": "y"}
+    assert pump.drain(5) == (True, 0)
+
+
+def test_failing_handler_is_retried_and_nothing_is_skipped(aws, stack):
+    tpl = stack(batch=4)
+    calls = []
+
+    def flaky(event, context):
+        ns = [int(r["dynamodb"]["Keys"]["n"]["N"]) for r in event["Records"]]
+        calls.append(ns)
+        if len(calls) in (2, 3):  # the second batch fails twice
+            raise RuntimeError("transient")
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], handlers={"SinkFunction": flaky},
+                      max_backoff=0.05)
+    put(aws, 0, 10)
+    drained, n = pump.drain(10)
+    assert drained and n == 10
+    assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [4, 5, 6, 7], [4, 5, 6, 7], [8, 9]]
+
+
+def test_permanent_failure_blocks_the_shard_and_drain_times_out(aws, stack):
+    tpl = stack(batch=5)
+    calls = []
+
+    def broken(event, context):
+        calls.append(len(event["Records"]))
+        raise RuntimeError("always")
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], handlers={"SinkFunction": broken},
+                      max_backoff=0.05)
+    put(aws, 0, 3)
+    assert pump.drain(0.5) == (False, 0)
+    assert len(calls) >= 2 and set(calls) == {3}
+    [shard] = pump.mappings[0].shards.values()
+    assert shard.checkpoint is None and len(shard.buffer) == 3
+
+
+def test_maximum_retry_attempts_drops_the_batch(aws, stack):
+    tpl = stack(batch=5, retries=1)
+    calls = []
+
+    def broken_once_per_batch(event, context):
+        ns = [int(r["dynamodb"]["Keys"]["n"]["N"]) for r in event["Records"]]
+        calls.append(ns)
+        if ns[0] == 0:
+            raise RuntimeError("poison")
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"],
+                      handlers={"SinkFunction": broken_once_per_batch}, max_backoff=0.01)
+    put(aws, 0, 7)
+    drained, n = pump.drain(5)
+    assert drained and n == 2
+    assert calls == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [5, 6]]
+
+
+def test_report_batch_item_failures(aws, stack):
+    tpl = stack(batch=5, report=True)
+    calls = []
+
+    def partial(event, context):
+        recs = event["Records"]
+        ns = [int(r["dynamodb"]["Keys"]["n"]["N"]) for r in recs]
+        calls.append(ns)
+        if len(calls) == 1:  # records 2.. fail the first time
+            return {"batchItemFailures": [{"itemIdentifier": recs[3]["dynamodb"]["SequenceNumber"]},
+                                          {"itemIdentifier": recs[2]["dynamodb"]["SequenceNumber"]}]}
+        return {"batchItemFailures": []}
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], handlers={"SinkFunction": partial},
+                      max_backoff=0.01)
+    put(aws, 0, 8)
+    drained, n = pump.drain(5)
+    assert drained and n == 8
+    assert calls[0] == [0, 1, 2, 3, 4]
+    assert calls[1] == [2, 3, 4, 5, 6]
+    assert calls[2] == [7]
+
+
+def test_latest_starting_position_and_background_thread(aws, stack, tmp_path):
+    tpl = stack(position="LATEST", batch=100, window=0.3)
+    put(aws, 0, 3)  # before the mapping exists: not delivered with LATEST
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], busy_interval=0.02, idle_interval=0.05)
+    pump.pump_once()  # positions the iterator (LATEST) now
+    put(aws, 3, 4)
+    t0 = time.monotonic()
+    pump.start()
+    try:
+        while not delivered(tmp_path) and time.monotonic() - t0 < 5:
+            time.sleep(0.02)
+        waited = time.monotonic() - t0
+    finally:
+        pump.stop()
+    batches = delivered(tmp_path)
+    assert numbers(batches) == [3, 4, 5, 6]
+    assert len(batches) == 1  # the batching window gathered them
+    assert waited >= 0.25
+
+
+def test_template_without_stream_events_drains_at_once(aws, template):
+    pump = StreamPump(template, dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"])
+    assert pump.drain(1) == (True, 0)
+    assert pump.start() is pump
+    pump.stop()
