@@ -61,13 +61,21 @@ class Subscription:
 
 # --------------------------------------------------------------------------------------------- helpers
 def _universe(members: Mapping[str, Subscription], queue_counts: Mapping[str, int]):
-    """Sorted member ids, {topic: sorted subscribed member ids} for topics with queues, sorted queues."""
+    """Sorted member ids, {topic: sorted subscribed member ids} for topics with queues, sorted queues.
+
+    Members with the same topic set are handled together: O(M log M + S·T + T·M) for S distinct sets."""
     mids = sorted(members)
-    eligible: dict[str, list[str]] = {}
+    by_set: dict[frozenset, list[str]] = defaultdict(list)
     for m in mids:
-        for t in members[m].topics:
+        by_set[members[m].topics].append(m)
+    eligible: dict[str, list[str]] = {}
+    for topics, ms in by_set.items():
+        for t in topics:
             if queue_counts.get(t, 0) > 0:
-                eligible.setdefault(t, []).append(m)
+                eligible.setdefault(t, []).extend(ms)
+    if len(by_set) > 1:
+        for subs in eligible.values():
+            subs.sort()
     queues = [(t, i) for t in sorted(eligible) for i in range(int(queue_counts[t]))]
     return mids, eligible, queues
 
@@ -173,7 +181,8 @@ def sticky(
         return {}
     cur, owner = _valid_current(members, queue_counts, mids)
     unowned = [q for q in queues if q not in owner]
-    sets = {frozenset(t for t in members[m].topics if t in eligible) for m in mids}
+    live = frozenset(eligible)
+    sets = {live & topics for topics in {members[m].topics for m in mids}}
     if weights is None and len(sets) == 1:
         return _sticky_uniform(mids, cur, unowned, len(queues))
     return _sticky_general(members, mids, eligible, queues, cur, unowned, _weights(queues, weights))

@@ -278,7 +278,7 @@ def _dead(m: Member, now: int) -> bool:
 
 
 def _relevant_counts(st: GroupState, counts: Mapping[str, int]) -> dict[str, int]:
-    topics = {t for m in st.members.values() for t in m.topics}
+    topics = {t for ts in {tuple(m.topics) for m in st.members.values()} for t in ts}
     return {t: int(counts.get(t, 0)) for t in sorted(topics)}
 
 
@@ -296,7 +296,11 @@ def _rebalance(st: GroupState, now: int, counts: Mapping[str, int], reason: str)
     st.generation += 1
     st.last_rebalance_at, st.last_rebalance_reason = now, reason
     st.queue_counts = _relevant_counts(st, counts)
-    subs = {mid: Subscription(m.topics, m.target) for mid, m in st.members.items()}
+    topic_sets: dict[tuple, frozenset] = {}
+    subs = {}
+    for mid, m in st.members.items():
+        ts = topic_sets.setdefault(tuple(m.topics), frozenset(m.topics))
+        subs[mid] = Subscription(ts, m.target)
     targets = _plan_assignment(st, subs, st.queue_counts)
     if targets is not None:
         st.plan.applied_generation = st.generation
@@ -341,10 +345,22 @@ def _housekeep(st: GroupState, now: int, counts: Mapping[str, int]) -> list[str]
     return removed
 
 
+def _copy(state: GroupState) -> GroupState:
+    """A copy sharing nothing mutable with ``state`` (queues are immutable tuples). O(size)."""
+    members = {}
+    for mid, m in state.members.items():
+        c = copy.copy(m)
+        c.topics, c.owned, c.held, c.target = list(m.topics), list(m.owned), list(m.held), list(m.target)
+        members[mid] = c
+    out = copy.copy(state)
+    out.members, out.queue_counts, out.plan = members, dict(state.queue_counts), copy.deepcopy(state.plan)
+    return out
+
+
 def _begin(state: GroupState, now: int, counts: Mapping[str, int]) -> tuple[GroupState, list[str]]:
     if isinstance(now, bool) or not isinstance(now, int):
         raise BadRequest("now_ms must be an integer")
-    st = copy.deepcopy(state)
+    st = _copy(state)
     return st, _housekeep(st, now, counts)
 
 
@@ -520,7 +536,7 @@ def set_plan(
     exactly the members and queues of that moment (once), and uses ``weights`` from then on."""
     if assignment is None and weights is None:
         raise BadRequest("a plan needs an assignment or weights")
-    st = copy.deepcopy(state)
+    st = _copy(state)
     a = None if assignment is None else {m: _check_queues(qs, "assignment") for m, qs in assignment.items()}
     w = None
     if weights is not None:
