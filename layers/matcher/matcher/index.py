@@ -1,0 +1,822 @@
+"""Subscription matcher (SPEC §3): which subscriptions does a published message match?
+
+A *subscription* is ``(sub_id, topic, conditions, tags)``. ``conditions`` is a list of *levels*
+(API.md "Subscriptions"); each level is a dict with ``field`` and exactly one of
+
+=================  ==========================================================================
+``values``         list of JSON scalars (str / int / float / bool); the field equals one of them
+``range``          ``[lo, hi]`` numbers, inclusive; the field is a number (not a bool) in it
+``prefix``         string; the field is a string starting with it
+``anything_but``   list of JSON scalars; the field is present and equal to none of them
+``exists``         bool; ``true``: the field is present, ``false``: the field is absent
+=================  ==========================================================================
+
+Levels are ANDed, values within a level ORed, and ``tags`` (optional) is any-of against the
+message's tag list. A level on a field the message lacks fails, except ``exists: false``. Values
+compare as JSON values: ``"1"`` is not ``1``, ``true`` is not ``1``, ``1`` is ``1.0``. Message
+values that are not scalars (``null``, lists, objects) are *present* (they satisfy ``exists: true``
+and ``anything_but``) but never equal, in a range or under a prefix.
+
+A subscription to ``quotes`` covers messages published on ``quotes``, ``quotes/sh``,
+``quotes/sh/star`` (``/``-separated segments), not ``quotesx`` and not a parent.
+
+Structure
+---------
+One trie per subscribed topic. A subscription's levels are put in a canonical order (exact
+``values`` levels first, then ``prefix``, ``range``, ``exists``, ``anything_but``; by field name
+within a kind) and the subscription is one path from the topic's root: one node per level, the edge
+into a node being the level itself (field + predicate). Subscriptions with equal leading levels
+share the path, and a subscription ends at the node of its last level, so a node holds "the
+subscriptions ending here" and "the next levels" — the seed's skip-list node, where a path simply
+has no node for a field the subscription does not constrain (that is the "skip"). Each node keeps
+its outgoing edges in per-kind indexes:
+
+* exact values: one ``dict`` keyed ``(field, value_key)`` → child (or a list of children when
+  several distinct value sets at that node contain the value). A level with several values is one
+  child, reachable under each of its values — no cross product of alternatives.
+* prefix: per field a :class:`sortedcontainers.SortedDict` prefix → child; all prefixes of a string
+  are found by a bisect walk, ``O((p + 1) log n)`` for ``p`` matching prefixes.
+* range: per field two :class:`sortedcontainers.SortedList` (by ``lo`` and by ``hi``); a stabbing
+  query bisects both and scans the shorter candidate side.
+* exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set → child.
+* tags: a subscription with tags ends in a per-node ``dict`` tag → subscriptions, so a message only
+  looks up its own tags.
+
+Matching walks the roots of the topic and its ancestors and, from each visited node, follows only
+the edges the message satisfies. A node is visited only if the message satisfies every level on the
+path to it, so the cost is ``O(T + V * F)`` hash look-ups plus the output, where ``T`` is the
+topic's depth, ``V`` the number of visited nodes (at most levels x partially matching distinct
+paths; for exact levels that is ``O(levels + matches)``) and ``F = min(fields in the message,
+edges at the node)``. It does **not** depend on the number of subscriptions: 100 000 subscriptions
+on distinct ``stock_code`` values cost one dict look-up at the root. The non-hash kinds add, per
+visited node and field: ``O(len(value))`` bisects for prefixes, ``O(log r + min(#lo<=x, #hi>=x))``
+for ``r`` ranges (many *distinct*, overlapping-by-bound ranges on the same field at the same node is
+the one shape where the scan is not output-bound; canonical order puts exact levels first so ranges
+usually sit below them) and ``O(a)`` for ``a`` distinct anything-but sets / exists-false fields.
+
+Every public method states its complexity; :meth:`SubscriptionIndex._check` verifies the invariants
+(counts, back references, index consistency, no empty node or container after removals).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Hashable, Iterable
+
+from sortedcontainers import SortedDict, SortedList
+
+__all__ = ["SubscriptionIndex", "validate_conditions", "validate_tags", "validate_topic", "value_key"]
+
+KINDS = ("values", "range", "prefix", "anything_but", "exists")
+_INF = math.inf
+
+
+class _BoolKey:
+    """Key of a JSON boolean: distinct from every number (in Python ``True == 1``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return "true" if self.value else "false"
+
+
+_TRUE = _BoolKey(True)
+_FALSE = _BoolKey(False)
+
+
+class _NoKey:
+    __slots__ = ()
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return "<unmatchable>"
+
+
+_NOKEY = _NoKey()  # key of a non-scalar message value: equal to nothing
+
+
+def value_key(value: Any) -> Hashable:
+    """Hashable key with JSON equality: ``"1"`` ≠ ``1``, ``True`` ≠ ``1``, ``1`` = ``1.0``. O(1).
+
+    Non-scalar values (``None``, lists, dicts, NaN) get a key equal to no condition value.
+    """
+    t = type(value)
+    if t is str or t is int:
+        return value
+    if t is bool:
+        return _TRUE if value else _FALSE
+    if t is float:
+        return value if value == value else _NOKEY
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool):
+        return _TRUE if value else _FALSE
+    if isinstance(value, (int, float)):
+        return value if value == value else _NOKEY
+    return _NOKEY
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _scalar_ok(value: Any) -> bool:
+    if isinstance(value, (str, bool)):
+        return True
+    return _is_number(value) and math.isfinite(value)
+
+
+# ----------------------------------------------------------------------------------- validation
+def validate_topic(topic: Any) -> str:
+    """Return ``topic`` if it is a non-empty ``/``-separated name without empty segments. O(len)."""
+    if not isinstance(topic, str) or not topic:
+        raise ValueError("topic must be a non-empty string")
+    if any(not seg for seg in topic.split("/")):
+        raise ValueError(f"topic {topic!r} has an empty segment (leading, trailing or double '/')")
+    return topic
+
+
+def validate_tags(tags: Any) -> tuple[str, ...]:
+    """Return the subscription's tags as a de-duplicated tuple (``()`` = no tag filter). O(len).
+
+    ``None`` and ``[]`` both mean "no tag filter". Each tag must be a non-empty string.
+    """
+    if tags is None:
+        return ()
+    if isinstance(tags, (str, bytes)) or not isinstance(tags, (list, tuple)):
+        raise ValueError("tags must be a list of strings")
+    out: dict[str, None] = {}
+    for i, tag in enumerate(tags):
+        if not isinstance(tag, str) or not tag:
+            raise ValueError(f"tags[{i}] must be a non-empty string, got {tag!r}")
+        out[tag] = None
+    return tuple(out)
+
+
+def _dedupe_scalars(where: str, kind: str, values: Any) -> list:
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"{where}: '{kind}' must be a list of JSON scalars (strings, numbers, booleans)")
+    if not values:
+        raise ValueError(f"{where}: '{kind}' must not be empty")
+    seen: dict[Hashable, Any] = {}
+    for j, v in enumerate(values):
+        if not _scalar_ok(v):
+            raise ValueError(
+                f"{where}: {kind}[{j}] must be a string, a finite number or a boolean, got {v!r}"
+            )
+        seen.setdefault(value_key(v), v)
+    return list(seen.values())
+
+
+def validate_conditions(conditions: Any) -> list[dict]:
+    """Validate API conditions and return a normalised copy. O(total size).
+
+    The copy keeps the caller's level order; each level is a new dict with exactly ``field`` and
+    its one kind; ``values`` / ``anything_but`` lose duplicates (JSON equality, first spelling
+    kept); ``range`` becomes a two-item list. ``None`` is treated as ``[]`` (match everything).
+    Raises :class:`ValueError` with a human-readable message naming the offending level.
+    """
+    if conditions is None:
+        return []
+    if isinstance(conditions, (str, bytes, Mapping)) or not isinstance(conditions, (list, tuple)):
+        raise ValueError("conditions must be a list of levels")
+    out: list[dict] = []
+    for i, level in enumerate(conditions):
+        where = f"conditions[{i}]"
+        if not isinstance(level, Mapping):
+            raise ValueError(f"{where} must be an object with 'field' and one condition")
+        unknown = sorted(str(k) for k in level if k != "field" and k not in KINDS)
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown key(s) {', '.join(unknown)}; a level has 'field' and one of "
+                + ", ".join(KINDS)
+            )
+        if "field" not in level:
+            raise ValueError(f"{where}: missing 'field'")
+        field = level["field"]
+        if not isinstance(field, str) or not field:
+            raise ValueError(f"{where}: 'field' must be a non-empty string")
+        where = f"{where} (field {field!r})"
+        kinds = [k for k in KINDS if k in level]
+        if not kinds:
+            raise ValueError(f"{where}: needs one of {', '.join(KINDS)}")
+        if len(kinds) > 1:
+            raise ValueError(f"{where}: has several conditions ({', '.join(kinds)}); use one per level")
+        kind = kinds[0]
+        arg = level[kind]
+        if kind in ("values", "anything_but"):
+            norm: Any = _dedupe_scalars(where, kind, arg)
+        elif kind == "range":
+            if not isinstance(arg, (list, tuple)) or len(arg) != 2:
+                raise ValueError(f"{where}: 'range' must be [lo, hi]")
+            lo, hi = arg
+            for name, bound in (("lo", lo), ("hi", hi)):
+                if not _is_number(bound):
+                    raise ValueError(f"{where}: range {name} must be a number, got {bound!r}")
+                if not math.isfinite(bound):
+                    raise ValueError(f"{where}: range {name} must be finite, got {bound!r}")
+            if lo > hi:
+                raise ValueError(f"{where}: range is inverted: lo {lo!r} > hi {hi!r}")
+            norm = [lo, hi]
+        elif kind == "prefix":
+            if not isinstance(arg, str):
+                raise ValueError(f"{where}: 'prefix' must be a string, got {arg!r}")
+            norm = arg
+        else:  # exists
+            if not isinstance(arg, bool):
+                raise ValueError(f"{where}: 'exists' must be true or false, got {arg!r}")
+            norm = arg
+        out.append({"field": field, kind: norm})
+    return out
+
+
+# Canonical order: hash-indexed, selective kinds first.
+_RANK = {"values": 0, "prefix": 1, "range": 2, "exists": 3, "anything_but": 4}
+# Internal edge kinds.
+_V, _P, _R, _A, _E, _ROOT = "v", "p", "r", "a", "e", "T"
+
+
+def _canonical(levels: list[dict]) -> list[tuple]:
+    """Levels as sorted, de-duplicated edge labels ``(kind, field, arg)``. O(L log L)."""
+    labels: dict[tuple, tuple] = {}
+    for level in levels:
+        field = level["field"]
+        kind = next(k for k in KINDS if k in level)
+        arg = level[kind]
+        if kind == "values":
+            keys = frozenset(value_key(v) for v in arg)
+            label = (_V, field, next(iter(keys)) if len(keys) == 1 else keys)
+        elif kind == "anything_but":
+            label = (_A, field, frozenset(value_key(v) for v in arg))
+        elif kind == "range":
+            label = (_R, field, (arg[0], arg[1]))
+        elif kind == "prefix":
+            label = (_P, field, arg)
+        else:
+            label = (_E, field, arg)
+        order = (_RANK[kind], field, _sort_repr(label[2]))
+        labels[label] = order  # equal levels collapse (A and A = A)
+    return sorted(labels, key=labels.__getitem__)
+
+
+def _sort_repr(arg: Any) -> str:
+    if isinstance(arg, frozenset):
+        return repr(sorted(repr(a) for a in arg))
+    return repr(arg)
+
+
+# ----------------------------------------------------------------------------------- the trie
+class _Node:
+    """One level of one or more subscription paths.
+
+    ``kind``/``field``/``arg`` label the edge from ``parent``; ``count`` is the number of
+    subscriptions whose path goes through (or ends at) this node; ``ends`` the untagged
+    subscriptions ending here (``None``, one id, or a ``set`` of ids); ``exact`` the exact-value
+    edges; ``more`` the rarer parts (``None`` or a dict with keys ``'t'`` tags → ids, ``'p'``
+    prefix, ``'r'`` range, ``'a'`` anything-but, ``'+'`` / ``'-'`` exists true / false).
+    """
+
+    __slots__ = ("parent", "kind", "field", "arg", "count", "ends", "exact", "more")
+
+    def __init__(self, parent: "_Node | None", kind: str, field: Any, arg: Any):
+        self.parent = parent
+        self.kind = kind
+        self.field = field
+        self.arg = arg
+        self.count = 0
+        self.ends: Any = None
+        self.exact: dict | None = None
+        self.more: dict | None = None
+
+
+class _Ranges:
+    """The range edges of one node and field: stabbing queries over inclusive intervals."""
+
+    __slots__ = ("by_lo", "by_hi", "child")
+
+    def __init__(self) -> None:
+        self.by_lo = SortedList()  # (lo, hi)
+        self.by_hi = SortedList()  # (hi, lo)
+        self.child: dict[tuple, _Node] = {}
+
+    def add(self, lo: float, hi: float, child: _Node) -> None:
+        self.child[(lo, hi)] = child
+        self.by_lo.add((lo, hi))
+        self.by_hi.add((hi, lo))
+
+    def discard(self, lo: float, hi: float) -> None:
+        del self.child[(lo, hi)]
+        self.by_lo.remove((lo, hi))
+        self.by_hi.remove((hi, lo))
+
+    def stab(self, x: float, push) -> None:
+        """Push every child whose [lo, hi] contains x. O(log r + min(#lo<=x, #hi>=x))."""
+        by_lo, by_hi, child = self.by_lo, self.by_hi, self.child
+        n_lo = by_lo.bisect_right((x, _INF))  # entries with lo <= x
+        first_hi = by_hi.bisect_left((x, -_INF))  # first entry with hi >= x
+        if n_lo <= len(by_hi) - first_hi:
+            for lo, hi in by_lo.islice(0, n_lo):
+                if hi >= x:
+                    push(child[(lo, hi)])
+        else:
+            for hi, lo in by_hi.islice(first_hi):
+                if lo <= x:
+                    push(child[(lo, hi)])
+
+
+def _prefixes_of(sd: SortedDict, s: str, push) -> None:
+    """Push the child of every key of ``sd`` that is a prefix of ``s``. O((p + 1) * log n + len(s)).
+
+    Bisect walk: take the greatest key ``c <= p``; if it is a prefix of ``p`` report it and go on
+    with ``c[:-1]``, else go on with the common prefix of ``p`` and ``c`` (strictly shorter than
+    ``p``, because ``c <= p`` and ``c`` is not a prefix of ``p``). Every step reports a key or
+    shortens ``p``, and no key between is a prefix of ``s``.
+    """
+    keys = sd.keys()
+    p = s
+    while True:
+        i = sd.bisect_right(p) - 1
+        if i < 0:
+            return
+        c = keys[i]
+        if p.startswith(c):
+            push(sd[c])
+            if not c:
+                return
+            p = c[:-1]
+        else:
+            n = min(len(p), len(c))
+            j = 0
+            while j < n and p[j] == c[j]:
+                j += 1
+            p = p[:j]
+
+
+def _bucket_add(d: dict, key: Any, item: Any) -> None:
+    cur = d.get(key)
+    if cur is None:
+        d[key] = item
+    elif type(cur) is list:
+        cur.append(item)
+    else:
+        d[key] = [cur, item]
+
+
+def _bucket_remove(d: dict, key: Any, item: Any) -> None:
+    cur = d[key]
+    if type(cur) is list:
+        cur.remove(item)
+        if len(cur) == 1:
+            d[key] = cur[0]
+    else:
+        if cur is not item:
+            raise KeyError(key)
+        del d[key]
+
+
+def _ids_add(holder: Any, sub_id: Hashable) -> Any:
+    """``ends``-style container: None → id → set of ids."""
+    if holder is None:
+        return sub_id
+    if type(holder) is set:
+        holder.add(sub_id)
+        return holder
+    return {holder, sub_id}
+
+
+def _ids_remove(holder: Any, sub_id: Hashable) -> Any:
+    if type(holder) is set:
+        holder.remove(sub_id)
+        if len(holder) == 1:
+            return next(iter(holder))
+        return holder
+    if holder is None or holder != sub_id:
+        raise KeyError(sub_id)
+    return None
+
+
+def _ids_iter(holder: Any) -> Iterable:
+    if holder is None:
+        return ()
+    if type(holder) is set:
+        return holder
+    return (holder,)
+
+
+class SubscriptionIndex:
+    """Index of subscriptions answering "which subscriptions match this message?".
+
+    >>> idx = SubscriptionIndex()
+    >>> _ = idx.add("s1", "quotes", [{"field": "type", "values": ["A"]},
+    ...                              {"field": "stock_code", "values": ["000000", "111111"]}])
+    >>> sorted(idx.match("quotes/sh", {"type": "A", "stock_code": "000000"}))
+    ['s1']
+    >>> sorted(idx.match("quotes/sh", {"type": "B", "stock_code": "000000"}))
+    []
+
+    ``add`` of an id that is already present **replaces** that subscription (validation happens
+    first, so a rejected ``add`` leaves the old subscription in place). ``remove`` of an unknown id
+    raises :class:`KeyError`. Not thread-safe: guard with a lock if shared between threads.
+    """
+
+    def __init__(self) -> None:
+        self._roots: dict[str, _Node] = {}
+        self._leaf: dict[Hashable, _Node] = {}
+        self._tags: dict[Hashable, tuple[str, ...]] = {}
+
+    # ------------------------------------------------------------------------------ size
+    def __len__(self) -> int:
+        """Number of subscriptions. O(1)."""
+        return len(self._leaf)
+
+    def __contains__(self, sub_id: Hashable) -> bool:
+        """True when ``sub_id`` is indexed. O(1)."""
+        return sub_id in self._leaf
+
+    def topics(self) -> list[str]:
+        """The topics that have at least one subscription. O(topics)."""
+        return list(self._roots)
+
+    # ------------------------------------------------------------------------------ add
+    def add(self, sub_id: Hashable, topic: str, conditions: Any, tags: Any = None) -> list[dict]:
+        """Index a subscription (replacing one with the same id) and return its normalised conditions.
+
+        Complexity: O(L log L + sum over levels of (number of values + log r)) where L is the number
+        of levels and r the number of prefix / range edges at a node; independent of how many other
+        subscriptions are indexed (amortised dict / SortedList costs).
+        Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags.
+        """
+        validate_topic(topic)
+        levels = validate_conditions(conditions)
+        tag_tuple = validate_tags(tags)
+        try:
+            hash(sub_id)
+        except TypeError:
+            raise ValueError(f"subscription id must be hashable, got {sub_id!r}") from None
+        labels = _canonical(levels)
+        if sub_id in self._leaf:
+            self.remove(sub_id)
+
+        node = self._roots.get(topic)
+        if node is None:
+            node = self._roots[topic] = _Node(None, _ROOT, None, topic)
+        node.count += 1
+        for kind, field, arg in labels:
+            node = self._child(node, kind, field, arg)
+            node.count += 1
+        if tag_tuple:
+            more = node.more
+            if more is None:
+                more = node.more = {}
+            by_tag = more.get("t")
+            if by_tag is None:
+                by_tag = more["t"] = {}
+            for tag in tag_tuple:
+                by_tag[tag] = _ids_add(by_tag.get(tag), sub_id)
+            self._tags[sub_id] = tag_tuple
+        else:
+            node.ends = _ids_add(node.ends, sub_id)
+        self._leaf[sub_id] = node
+        return levels
+
+    def _child(self, node: _Node, kind: str, field: str, arg: Any) -> _Node:
+        """Find or create the child of ``node`` along the edge ``(kind, field, arg)``."""
+        if kind == _V:
+            exact = node.exact
+            if exact is None:
+                exact = node.exact = {}
+            multi = type(arg) is frozenset
+            some = next(iter(arg)) if multi else arg
+            cur = exact.get((field, some))
+            for c in (cur if type(cur) is list else () if cur is None else (cur,)):
+                if c.field == field and c.arg == arg:
+                    return c
+            child = _Node(node, kind, field, arg)
+            for v in (arg if multi else (arg,)):
+                _bucket_add(exact, (field, v), child)
+            return child
+
+        more = node.more
+        if more is None:
+            more = node.more = {}
+        if kind == _P:
+            per = more.setdefault("p", {})
+            sd = per.get(field)
+            if sd is None:
+                sd = per[field] = SortedDict()
+            child = sd.get(arg)
+            if child is None:
+                child = sd[arg] = _Node(node, kind, field, arg)
+            return child
+        if kind == _R:
+            per = more.setdefault("r", {})
+            rg = per.get(field)
+            if rg is None:
+                rg = per[field] = _Ranges()
+            child = rg.child.get(arg)
+            if child is None:
+                child = _Node(node, kind, field, arg)
+                rg.add(arg[0], arg[1], child)
+            return child
+        if kind == _A:
+            per = more.setdefault("a", {})
+            sets = per.get(field)
+            if sets is None:
+                sets = per[field] = {}
+            child = sets.get(arg)
+            if child is None:
+                child = sets[arg] = _Node(node, kind, field, arg)
+            return child
+        # exists
+        per = more.setdefault("+" if arg else "-", {})
+        child = per.get(field)
+        if child is None:
+            child = per[field] = _Node(node, kind, field, arg)
+        return child
+
+    # ------------------------------------------------------------------------------ remove
+    def remove(self, sub_id: Hashable) -> None:
+        """Remove a subscription; :class:`KeyError` if unknown.
+
+        Complexity: O(L * (values per level + log r)): walks the subscription's path back to its
+        root through parent links and unlinks nodes that no longer carry any subscription.
+        """
+        leaf = self._leaf.pop(sub_id)  # KeyError for an unknown id
+        tag_tuple = self._tags.pop(sub_id, None)
+        if tag_tuple:
+            by_tag = leaf.more["t"]  # type: ignore[index]
+            for tag in tag_tuple:
+                left = _ids_remove(by_tag[tag], sub_id)
+                if left is None:
+                    del by_tag[tag]
+                else:
+                    by_tag[tag] = left
+            if not by_tag:
+                del leaf.more["t"]  # type: ignore[index]
+                if not leaf.more:
+                    leaf.more = None
+        else:
+            leaf.ends = _ids_remove(leaf.ends, sub_id)
+        node: _Node | None = leaf
+        while node is not None:
+            node.count -= 1
+            parent = node.parent
+            if node.count == 0:
+                self._unlink(node)
+            node = parent
+
+    def _unlink(self, node: _Node) -> None:
+        parent = node.parent
+        kind, field, arg = node.kind, node.field, node.arg
+        node.parent = None
+        if parent is None:
+            del self._roots[arg]
+            return
+        if kind == _V:
+            exact = parent.exact
+            for v in (arg if type(arg) is frozenset else (arg,)):
+                _bucket_remove(exact, (field, v), node)  # type: ignore[arg-type]
+            if not exact:
+                parent.exact = None
+            return
+        more = parent.more
+        if kind == _P:
+            per = more["p"]  # type: ignore[index]
+            sd = per[field]
+            del sd[arg]
+            if not sd:
+                del per[field]
+            key = "p"
+        elif kind == _R:
+            per = more["r"]  # type: ignore[index]
+            rg = per[field]
+            rg.discard(arg[0], arg[1])
+            if not rg.child:
+                del per[field]
+            key = "r"
+        elif kind == _A:
+            per = more["a"]  # type: ignore[index]
+            del per[field][arg]
+            if not per[field]:
+                del per[field]
+            key = "a"
+        else:
+            key = "+" if arg else "-"
+            per = more[key]  # type: ignore[index]
+            del per[field]
+        if not per:
+            del more[key]  # type: ignore[index]
+            if not more:
+                parent.more = None
+
+    # ------------------------------------------------------------------------------ match
+    def match(self, topic: str, properties: Mapping[str, Any] | None, tags: Iterable[str] = ()) -> list:
+        """Return the ids of the subscriptions matching a message, each once, in no set order.
+
+        ``topic`` is the topic the message was published on (its ancestors' subscriptions are
+        included), ``properties`` the message's field → JSON value mapping, ``tags`` its tags.
+
+        Complexity: O(T + K + sum over visited nodes of min(F, E)) plus the non-hash terms described
+        in the module docstring, where T is the topic depth, K the number of message fields, F the
+        number of message fields, E the number of exact edges at the node, and a node is visited
+        only when the message satisfies every level on its path. For exact-value levels that is
+        O(T + K + levels x matching paths) — independent of the number of subscriptions.
+        """
+        roots = self._roots
+        if not roots:
+            return []
+        starts = []
+        pos = topic.find("/")
+        while pos != -1:
+            r = roots.get(topic[:pos])
+            if r is not None:
+                starts.append(r)
+            pos = topic.find("/", pos + 1)
+        r = roots.get(topic)
+        if r is not None:
+            starts.append(r)
+        if not starts:
+            return []
+
+        props = properties if properties is not None else {}
+        mkeys = [(f, value_key(v)) for f, v in props.items()]
+        nkeys = len(mkeys)
+        keyset = None  # built on demand
+        tag_list = tags if isinstance(tags, (list, tuple)) else list(tags) if tags else ()
+
+        out: list = []
+        tagged: set | None = None
+        stack = starts
+        push = stack.append
+        while stack:
+            n = stack.pop()
+            e = n.ends
+            if e is not None:
+                if type(e) is set:
+                    out.extend(e)
+                else:
+                    out.append(e)
+            ex = n.exact
+            if ex is not None:
+                if len(ex) < nkeys:
+                    if keyset is None:
+                        keyset = set(mkeys)
+                    for k, b in ex.items():
+                        if k in keyset:
+                            if type(b) is list:
+                                stack.extend(b)
+                            else:
+                                push(b)
+                else:
+                    get = ex.get
+                    for k in mkeys:
+                        b = get(k)
+                        if b is not None:
+                            if type(b) is list:
+                                stack.extend(b)
+                            else:
+                                push(b)
+            more = n.more
+            if more is None:
+                continue
+            by_tag = more.get("t")
+            if by_tag is not None and tag_list:
+                for t in tag_list:
+                    ids = by_tag.get(t)
+                    if ids is not None:
+                        if tagged is None:
+                            tagged = set()
+                        if type(ids) is set:
+                            tagged.update(ids)
+                        else:
+                            tagged.add(ids)
+            per = more.get("+")
+            if per is not None:
+                for f, c in per.items():
+                    if f in props:
+                        push(c)
+            per = more.get("-")
+            if per is not None:
+                for f, c in per.items():
+                    if f not in props:
+                        push(c)
+            per = more.get("p")
+            if per is not None:
+                for f, sd in per.items():
+                    v = props.get(f)
+                    if isinstance(v, str):
+                        _prefixes_of(sd, v, push)
+            per = more.get("r")
+            if per is not None:
+                for f, rg in per.items():
+                    v = props.get(f)
+                    if v is not None and type(v) is not bool and isinstance(v, (int, float)) and v == v:
+                        rg.stab(v, push)
+            per = more.get("a")
+            if per is not None:
+                for f, sets in per.items():
+                    if f in props:
+                        k = value_key(props[f])
+                        for excluded, c in sets.items():
+                            if k not in excluded:
+                                push(c)
+        if tagged:
+            out.extend(tagged)
+        return out
+
+    # ------------------------------------------------------------------------------ invariants
+    def _check(self) -> None:
+        """Verify every invariant of the structure; raise AssertionError on the first violation.
+
+        O(size of the index). Checks: each root is keyed by its topic; each child's back reference
+        and edge label match where its parent indexes it; exact buckets hold 1 node or a list of
+        ≥ 2; range lists and dicts agree; ``count`` = subscriptions ending in the subtree and is
+        > 0 (no empty node survives a removal); no empty container is left; the id → leaf map and
+        tag map agree with the nodes; total = ``len(self)``.
+        """
+        seen: dict[Hashable, _Node] = {}
+        total = 0
+        for topic, root in self._roots.items():
+            assert root.parent is None and root.kind == _ROOT and root.arg == topic, topic
+            total += self._check_node(root, seen)
+        assert total == len(self._leaf) == len(seen), (total, len(self._leaf), len(seen))
+        for sid, leaf in self._leaf.items():
+            assert seen.get(sid) is leaf, sid
+        for sid, tag_tuple in self._tags.items():
+            assert tag_tuple and sid in self._leaf, sid
+
+    def _check_node(self, node: _Node, seen: dict) -> int:
+        own = 0
+        for sid in _ids_iter(node.ends):
+            assert sid not in seen, f"{sid!r} ends twice"
+            assert sid not in self._tags, f"untagged {sid!r} has tags"
+            seen[sid] = node
+            own += 1
+        if type(node.ends) is set:
+            assert len(node.ends) >= 2, "a one-id set should be stored as the id"
+        children: list[_Node] = []
+        if node.exact is not None:
+            assert node.exact, "empty exact dict left"
+            for (field, v), b in node.exact.items():
+                group = b if type(b) is list else [b]
+                if type(b) is list:
+                    assert len(b) >= 2 and len(set(map(id, b))) == len(b), "bad bucket"
+                for c in group:
+                    assert isinstance(c, _Node) and c.kind == _V and c.field == field
+                    assert (v in c.arg) if type(c.arg) is frozenset else v == c.arg
+            uniq = {id(c): c for b in node.exact.values() for c in (b if type(b) is list else [b])}
+            for c in uniq.values():
+                keys = c.arg if type(c.arg) is frozenset else (c.arg,)
+                if type(c.arg) is frozenset:
+                    assert len(c.arg) >= 2, "single-value set should be stored as the value"
+                for v in keys:
+                    b = node.exact[(c.field, v)]
+                    assert c is b or (type(b) is list and any(c is x for x in b))
+                children.append(c)
+        if node.more is not None:
+            more = node.more
+            assert more, "empty more dict left"
+            assert set(more) <= {"t", "p", "r", "a", "+", "-"}, set(more)
+            for key, per in more.items():
+                assert per, f"empty {key!r} index left"
+            tagged_here: dict[Hashable, set] = {}
+            for tag, ids in more.get("t", {}).items():
+                if type(ids) is set:
+                    assert len(ids) >= 2
+                for sid in _ids_iter(ids):
+                    tagged_here.setdefault(sid, set()).add(tag)
+            for sid, tags in tagged_here.items():
+                assert sid not in seen, f"{sid!r} ends twice"
+                assert set(self._tags.get(sid, ())) == tags, f"tags of {sid!r}"
+                seen[sid] = node
+                own += 1
+            for field, sd in more.get("p", {}).items():
+                assert isinstance(sd, SortedDict) and sd
+                for p, c in sd.items():
+                    assert c.kind == _P and c.field == field and c.arg == p
+                    children.append(c)
+            for field, rg in more.get("r", {}).items():
+                assert rg.child and len(rg.by_lo) == len(rg.by_hi) == len(rg.child)
+                rg.by_lo._check()
+                rg.by_hi._check()
+                for (lo, hi), c in rg.child.items():
+                    assert c.kind == _R and c.field == field and c.arg == (lo, hi) and lo <= hi
+                    assert (lo, hi) in rg.by_lo and (hi, lo) in rg.by_hi
+                    children.append(c)
+            for field, sets in more.get("a", {}).items():
+                assert sets
+                for excluded, c in sets.items():
+                    assert c.kind == _A and c.field == field and c.arg == excluded
+                    children.append(c)
+            for key, flag in (("+", True), ("-", False)):
+                for field, c in more.get(key, {}).items():
+                    assert c.kind == _E and c.field == field and c.arg is flag
+                    children.append(c)
+        total = own
+        for c in children:
+            assert c.parent is node, "broken back reference"
+            total += self._check_node(c, seen)
+        assert node.count == total and total > 0, (node.kind, node.field, node.arg, node.count, total)
+        return total
