@@ -47,7 +47,7 @@ def start_moto(port: int, log_path: str) -> subprocess.Popen:
     env = dict(os.environ)
     env.pop("AWS_ENDPOINT_URL", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "infra.local.moto_serial", "-H", "127.0.0.1", "-p", str(port)],
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
         preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
     )
@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--template", default=str(tpl_mod.TEMPLATE_PATH))
     parser.add_argument("--stack-name", default=tpl_mod.LOCAL_STACK)
     parser.add_argument("--moto-port", type=int, default=0, help="default: any free port")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run handlers in this process (module copies per instance) instead of "
+                             "one worker process per warm instance; for debugging")
     parser.add_argument("--moto-log", default=None,
                         help="moto server's log file (default: a file in the temp directory)")
     args = parser.parse_args(argv)
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     moto = None
     server = None
     pump = None
+    handlers = None
     try:
         moto = start_moto(moto_port, moto_log)
         wait_for_moto(moto, moto_url)
@@ -126,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from .gateway import Gateway, access_log_to_stderr
         from .handlers import HandlerCache
+        from .worker import ProcessPool
         from .streams import StreamPump
 
         template = tpl_mod.load_template(args.template)
@@ -137,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("moto on %s: tables %s, buckets %s", moto_url, ", ".join(tables.values()),
                  ", ".join(buckets.values()))
 
-        handlers = HandlerCache()  # one pool of warm handler instances for gateway and pump
+        # Lambda execution environments: worker processes (or, with --in-process, module copies)
+        handlers = (HandlerCache() if args.in_process
+                    else ProcessPool(tpl_mod.layer_dirs(template)))
         pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
                           handler_cache=handlers).start()
         gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers)
@@ -174,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             server.server_close()
         if pump is not None:
             pump.stop(timeout=5)
+        if handlers is not None and hasattr(handlers, "close"):
+            handlers.close()
         if moto is not None and moto.poll() is None:
             moto.terminate()
             try:

@@ -191,9 +191,11 @@ class Gateway:
 
     def preload(self) -> None:
         """Import every handler now, logging (not raising) failures."""
-        for spec in self.specs:
-            if not spec.http_routes:
-                continue
+        specs = [s for s in self.specs if s.http_routes]
+        if hasattr(self.handlers, "preload"):
+            self.handlers.preload(specs)
+            return
+        for spec in specs:
             try:
                 self.handlers.get(spec)
             except Exception as exc:  # noqa: BLE001
@@ -237,8 +239,13 @@ class Gateway:
         try:
             with self.handlers.instance(route.spec) as handler:
                 result = handler(event, context)
-        except Exception:
-            log.exception("%s failed on %s", route.spec.logical_id, event["routeKey"])
+        except Exception as exc:
+            trace = getattr(exc, "trace", "")
+            if trace:  # raised in a worker process: its traceback tells what happened
+                log.error("%s failed on %s: %s\n%s", route.spec.logical_id, event["routeKey"],
+                          exc, trace)
+            else:
+                log.exception("%s failed on %s", route.spec.logical_id, event["routeKey"])
             return error_response(500, "internal_error", "the function failed; see the stack's log")
         try:
             return to_response(result)

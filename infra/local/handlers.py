@@ -43,12 +43,29 @@ class LambdaContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
+_layer_dirs: list[Path] = []
+
+
 def add_to_sys_path(dirs: Iterable[Path]) -> None:
-    """Put layer directories on ``sys.path`` (as Lambda does with ``/opt/python``)."""
+    """Put layer directories on ``sys.path`` (as Lambda does with ``/opt/python``); modules from
+    them are imported afresh for every handler instance (see :func:`load_handler`)."""
     for d in dirs:
-        s = str(d)
-        if s not in sys.path:
-            sys.path.append(s)
+        d = Path(d).resolve()
+        if d not in _layer_dirs:
+            _layer_dirs.append(d)
+        if str(d) not in sys.path:
+            sys.path.append(str(d))
+
+
+def _is_private(module: Any, roots: list[Path]) -> bool:
+    f = getattr(module, "__file__", None)
+    if not f:
+        return False
+    try:
+        p = Path(f).resolve()
+    except (OSError, ValueError):  # pragma: no cover
+        return False
+    return any(p.is_relative_to(r) for r in roots)
 
 
 def load_handler(spec: FunctionSpec, instance: int = 0) -> Callable[[dict, Any], Any]:
@@ -56,10 +73,13 @@ def load_handler(spec: FunctionSpec, instance: int = 0) -> Callable[[dict, Any],
     (one per ``instance``: each instance has its own module globals, like a Lambda execution
     environment).
 
-    The code directory is on ``sys.path`` only while the module is imported; sibling modules it
-    imports are then dropped from ``sys.modules`` so two functions may both have e.g. ``util.py``
-    (they stay referenced by the handler module). Lazy imports of siblings at call time are not
-    supported.
+    Each instance gets its own copies of the modules it imports from its code directory and from
+    the layers (``lakeq``, ``matcher``), as each Lambda execution environment has its own
+    interpreter: module-level state such as a powertools ``Router`` shared by apps must not be
+    shared by concurrent invocations. While the handler module is imported, those modules are
+    taken out of ``sys.modules`` (and the code directory is put on ``sys.path``); afterwards the
+    previous ones are put back, so the instance's copies live only through the handler's
+    references. Imports done later, at call time, get the process-wide modules.
     """
     module_path, _, func_name = spec.handler.rpartition(".")
     if not module_path or not func_name:
@@ -70,34 +90,31 @@ def load_handler(spec: FunctionSpec, instance: int = 0) -> Callable[[dict, Any],
     unique = "lakeq_local_fn_" + re.sub(r"\W", "_", f"{spec.logical_id}_{module_path}")
     if instance:
         unique += f"__{instance}"
+    roots = [spec.code_uri.resolve(), *_layer_dirs]
     with _import_lock:
-        if unique in sys.modules:
-            module = sys.modules[unique]
-        else:
-            code_dir = str(spec.code_uri)
-            before = set(sys.modules)
-            sys.path.insert(0, code_dir)
+        code_dir = str(spec.code_uri)
+        saved = {n: m for n, m in list(sys.modules.items()) if _is_private(m, roots)}
+        for n in saved:
+            del sys.modules[n]
+        sys.path.insert(0, code_dir)
+        try:
+            mod_spec = importlib.util.spec_from_file_location(unique, file)
+            assert mod_spec and mod_spec.loader
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[unique] = module
             try:
-                mod_spec = importlib.util.spec_from_file_location(unique, file)
-                assert mod_spec and mod_spec.loader
-                module = importlib.util.module_from_spec(mod_spec)
-                sys.modules[unique] = module
-                try:
-                    mod_spec.loader.exec_module(module)
-                except BaseException:
-                    sys.modules.pop(unique, None)
-                    raise
+                mod_spec.loader.exec_module(module)
             finally:
-                try:
-                    sys.path.remove(code_dir)
-                except ValueError:  # pragma: no cover
-                    pass
-                for name in set(sys.modules) - before:
-                    if name == unique:
-                        continue
-                    f = getattr(sys.modules[name], "__file__", None) or ""
-                    if f and Path(f).resolve().is_relative_to(spec.code_uri):
-                        del sys.modules[name]
+                sys.modules.pop(unique, None)
+        finally:
+            try:
+                sys.path.remove(code_dir)
+            except ValueError:  # pragma: no cover
+                pass
+            for n, m in list(sys.modules.items()):
+                if _is_private(m, roots):
+                    del sys.modules[n]
+            sys.modules.update(saved)
     fn = getattr(module, func_name, None)
     if not callable(fn):
         raise AttributeError(f"{spec.logical_id}: {file} has no callable {func_name!r}")

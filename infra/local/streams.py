@@ -322,9 +322,14 @@ class StreamPump:
         ctx = LambdaContext(m.spec, self.region, self.ctx.account_id)
         try:
             result = self._call(m, event, ctx)
-        except Exception:  # noqa: BLE001
-            log.exception("%s failed on %d record(s) of %s; will retry",
-                          m.spec.logical_id, len(batch), m.table_name)
+        except Exception as exc:  # noqa: BLE001
+            trace = getattr(exc, "trace", "")
+            if trace:
+                log.error("%s failed on %d record(s) of %s; will retry: %s\n%s",
+                          m.spec.logical_id, len(batch), m.table_name, exc, trace)
+            else:
+                log.exception("%s failed on %d record(s) of %s; will retry",
+                              m.spec.logical_id, len(batch), m.table_name)
             return 0
         if "ReportBatchItemFailures" not in m.event.function_response_types:
             return len(batch)

@@ -243,3 +243,95 @@ def test_concurrent_invocations_get_separate_instances(tmp_path):
     assert gw.handlers.instances("SlowFunction") == 3
     assert Client(gw).get("/slow").status_code == 200  # a warm instance is reused
     assert gw.handlers.instances("SlowFunction") == 3
+
+
+def test_layer_modules_are_private_to_each_instance(tmp_path):
+    """A module-level object in a layer (a powertools Router, say) is not shared by instances."""
+    import sys
+    import threading
+
+    (tmp_path / "layer" / "sharedmod").mkdir(parents=True)
+    (tmp_path / "layer" / "sharedmod" / "__init__.py").write_text("CURRENT = {}\n")
+    (tmp_path / "fn").mkdir()
+    (tmp_path / "fn" / "app.py").write_text(textwrap.dedent('''
+        import time
+        import sharedmod
+        def lambda_handler(event, context):
+            sharedmod.CURRENT["q"] = event["queryStringParameters"]["q"]
+            time.sleep(0.2)
+            return {"statusCode": 200, "body": sharedmod.CURRENT["q"]}
+    '''))
+    tpl = {"Resources": {
+        "Layer": {"Type": "AWS::Serverless::LayerVersion", "Properties": {"ContentUri": "layer/"}},
+        "Fn": {"Type": "AWS::Serverless::Function", "Properties": {
+            "CodeUri": "fn/", "Handler": "app.lambda_handler",
+            "Events": {"Get": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/x"}}}}}}}
+    (tmp_path / "template.yaml").write_text(json.dumps(tpl))
+    gw = Gateway(tmp_path / "template.yaml")
+    results = {}
+
+    def call(q):
+        results[q] = Client(gw).get(f"/x?q={q}").get_data(as_text=True)
+
+    threads = [threading.Thread(target=call, args=(str(i),)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {"0": "0", "1": "1", "2": "2"}
+    assert "sharedmod" not in sys.modules
+
+
+def test_worker_processes_isolate_invocations_and_report_errors(tmp_path):
+    """The local stack's default: one worker process per warm instance (ProcessPool)."""
+    import threading
+
+    from infra.local.worker import ProcessPool
+
+    (tmp_path / "fn").mkdir()
+    (tmp_path / "fn" / "app.py").write_text(textwrap.dedent('''
+        import os, time
+        CURRENT = {}
+        def lambda_handler(event, context):
+            q = event["queryStringParameters"]["q"]
+            if q == "boom":
+                raise ValueError("boom")
+            print("printed output goes to stderr")
+            CURRENT["q"] = q
+            time.sleep(0.3)
+            return {"statusCode": 200, "headers": {"x-pid": str(os.getpid()),
+                    "x-env": os.environ.get("ONLY_MINE", ""),
+                    "x-fn": context.function_name},
+                    "body": CURRENT["q"]}
+    '''))
+    tpl = {"Resources": {
+        "Fn": {"Type": "AWS::Serverless::Function", "Properties": {
+            "CodeUri": "fn/", "Handler": "app.lambda_handler",
+            "Environment": {"Variables": {"ONLY_MINE": {"Fn::Sub": "${AWS::StackName}-x"}}},
+            "Events": {"Get": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/x"}}}}}}}
+    (tmp_path / "template.yaml").write_text(json.dumps(tpl))
+    pool = ProcessPool()
+    try:
+        gw = Gateway(tmp_path / "template.yaml", stack_name="wk", handler_cache=pool)
+        gw.preload()
+        assert pool.instances("Fn") == 1
+        results = {}
+
+        def call(q):
+            results[q] = Client(gw).get(f"/x?q={q}")
+
+        threads = [threading.Thread(target=call, args=(str(i),)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert {q: r.get_data(as_text=True) for q, r in results.items()} == {"0": "0", "1": "1", "2": "2"}
+        assert len({r.headers["x-pid"] for r in results.values()}) == 3
+        assert {r.headers["x-env"] for r in results.values()} == {"wk-x"}
+        assert {r.headers["x-fn"] for r in results.values()} == {"wk-Fn"}
+        r = Client(gw).get("/x?q=boom")
+        assert r.status_code == 500 and r.get_json()["error"]["code"] == "internal_error"
+        assert pool.instances("Fn") == 3
+    finally:
+        pool.close()
+    assert pool.instances("Fn") == 0

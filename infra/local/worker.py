@@ -1,0 +1,265 @@
+"""Lambda execution environments as worker processes (what the local stack uses).
+
+Each worker is ``python -m infra.local.worker`` running ONE function's handler, one invocation at
+a time, like a Lambda execution environment: its own interpreter, so module-level and class-level
+state (powertools keeps the current event on ``BaseRouter`` as a class attribute) is never shared
+by concurrent invocations. :class:`ProcessPool` keeps warm workers per function and starts another
+when all are busy.
+
+Protocol: one JSON line per invocation on the worker's stdin ``{"event", "context"}``; one JSON
+line back on a private copy of its stdout ``{"ok": true, "result"}`` or ``{"ok": false, "error",
+"trace"}``; the handler's own prints and logs go to stderr (the stack's log).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger("lakeq.local.worker")
+
+
+class HandlerError(RuntimeError):
+    """The handler raised (or its environment died); ``trace`` is the worker's traceback."""
+
+    def __init__(self, message: str, trace: str = ""):
+        super().__init__(message)
+        self.trace = trace
+
+
+class _Context:
+    def __init__(self, d: dict):
+        self.__dict__.update({k: v for k, v in d.items() if k != "remaining_ms"})
+        self._deadline = time.monotonic() + d.get("remaining_ms", 30000) / 1000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def _context_dict(ctx: Any) -> dict:
+    return {
+        "function_name": ctx.function_name,
+        "function_version": getattr(ctx, "function_version", "$LATEST"),
+        "memory_limit_in_mb": ctx.memory_limit_in_mb,
+        "invoked_function_arn": ctx.invoked_function_arn,
+        "aws_request_id": ctx.aws_request_id,
+        "log_group_name": getattr(ctx, "log_group_name", ""),
+        "log_stream_name": getattr(ctx, "log_stream_name", ""),
+        "identity": None,
+        "client_context": None,
+        "remaining_ms": ctx.get_remaining_time_in_millis(),
+    }
+
+
+# ----------------------------------------------------------------------------- the worker itself
+
+
+def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in the child process
+    code_uri, handler = argv[0], argv[1]
+    layers = argv[2:]
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)  # the handler's prints go to stderr
+    sys.stdout = sys.stderr
+    sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # not on Lambda's path
+    for d in layers:
+        if d not in sys.path:
+            sys.path.append(d)
+    sys.path.insert(0, code_uri)
+    module_path, _, func_name = handler.rpartition(".")
+    fn = None
+    load_error = None
+    try:
+        import importlib
+
+        fn = getattr(importlib.import_module(module_path), func_name)
+    except BaseException as exc:  # noqa: BLE001
+        load_error = (f"cannot load {handler} from {code_uri}: {exc!r}", traceback.format_exc())
+    out.write(json.dumps({"ready": load_error is None,
+                          "error": load_error[0] if load_error else None}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        if load_error:
+            reply = {"ok": False, "error": load_error[0], "trace": load_error[1]}
+        else:
+            try:
+                result = fn(req["event"], _Context(req["context"]))
+                reply = {"ok": True, "result": result}
+            except Exception as exc:  # noqa: BLE001
+                reply = {"ok": False, "error": repr(exc), "trace": traceback.format_exc()}
+        try:
+            text = json.dumps(reply, default=str)
+        except (TypeError, ValueError) as exc:
+            text = json.dumps({"ok": False, "error": f"result is not JSON: {exc!r}", "trace": ""})
+        out.write(text + "\n")
+        out.flush()
+    return 0
+
+
+# ------------------------------------------------------------------------------------ the pool
+
+
+class Worker:
+    def __init__(self, spec: Any, layer_dirs: list[Path], env: dict[str, str]):
+        self.spec = spec
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "infra.local.worker", str(spec.code_uri), spec.handler,
+             *[str(d) for d in layer_dirs]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, text=True,
+            bufsize=1, cwd=str(Path(__file__).resolve().parents[2]),
+            start_new_session=True,  # Ctrl-C reaches the stack, which stops its workers
+        )
+        self.ready: bool | None = None
+        self.load_error: str | None = None
+
+    def _readline(self, timeout: float | None) -> str:
+        assert self.proc.stdout is not None
+        if timeout is not None:
+            r, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout))
+            if not r:
+                raise TimeoutError
+        line = self.proc.stdout.readline()
+        if not line:
+            raise HandlerError(f"{self.spec.logical_id}: the worker process exited "
+                               f"({self.proc.poll()})")
+        return line
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        if self.ready is None:
+            try:
+                hello = json.loads(self._readline(timeout))
+            except TimeoutError:
+                raise HandlerError(f"{self.spec.logical_id}: worker did not start in {timeout}s")
+            self.ready, self.load_error = hello["ready"], hello.get("error")
+
+    def invoke(self, event: dict, ctx: Any) -> Any:
+        self.wait_ready()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"event": event, "context": _context_dict(ctx)}) + "\n")
+        self.proc.stdin.flush()
+        try:
+            reply = json.loads(self._readline(self.spec.timeout + 5))
+        except TimeoutError:
+            self.kill()
+            raise HandlerError(f"{self.spec.logical_id}: timed out after {self.spec.timeout}s")
+        if not reply.get("ok"):
+            raise HandlerError(f"{self.spec.logical_id}: {reply.get('error')}", reply.get("trace", ""))
+        return reply.get("result")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                if self.proc.stdin:
+                    self.proc.stdin.close()
+            except OSError:
+                pass
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class ProcessPool:
+    """Same interface as :class:`~infra.local.handlers.HandlerCache`, with worker processes.
+
+    Workers inherit ``os.environ`` at the time they start, plus the function's own resolved
+    environment from the template.
+    """
+
+    def __init__(self, layer_dirs: list[Path] | None = None, max_per_function: int = 16):
+        self.layer_dirs = list(layer_dirs or [])
+        self.max_per_function = max_per_function
+        self._idle: dict[str, list[Worker]] = {}
+        self._all: dict[str, list[Worker]] = {}
+        self._lock = threading.Condition()
+        self._closed = False
+
+    def _spawn(self, spec: Any) -> Worker:
+        env = dict(os.environ)
+        env.update(spec.environment)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return Worker(spec, self.layer_dirs, env)
+
+    def preload(self, specs: list[Any]) -> None:
+        """Start one worker per function now (in parallel) and report load errors."""
+        started = []
+        with self._lock:
+            for spec in specs:
+                if not self._all.get(spec.logical_id):
+                    w = self._spawn(spec)
+                    self._all.setdefault(spec.logical_id, []).append(w)
+                    self._idle.setdefault(spec.logical_id, []).append(w)
+                    started.append(w)
+        for w in started:
+            try:
+                w.wait_ready()
+            except HandlerError as exc:
+                log.warning("%s", exc)
+            if w.load_error:
+                log.warning("%s: %s", w.spec.logical_id, w.load_error)
+
+    @contextmanager
+    def instance(self, spec: Any) -> Iterator[Callable[[dict, Any], Any]]:
+        key = spec.logical_id
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise HandlerError("the local stack is stopping")
+                idle = self._idle.setdefault(key, [])
+                while idle and not idle[-1].alive:
+                    dead = idle.pop()
+                    self._all[key].remove(dead)
+                if idle:
+                    worker = idle.pop()
+                    break
+                if len(self._all.get(key, [])) < self.max_per_function:
+                    worker = self._spawn(spec)
+                    self._all.setdefault(key, []).append(worker)
+                    break
+                self._lock.wait(1.0)
+        try:
+            yield worker.invoke
+        finally:
+            with self._lock:
+                if worker.alive:
+                    self._idle[key].append(worker)
+                else:
+                    self._all[key].remove(worker)
+                self._lock.notify_all()
+
+    def get(self, spec: Any) -> Callable:
+        with self.instance(spec) as fn:
+            return fn
+
+    def instances(self, logical_id: str) -> int:
+        return len(self._all.get(logical_id, []))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers = [w for ws in self._all.values() for w in ws]
+            self._all.clear()
+            self._idle.clear()
+            self._lock.notify_all()
+        for w in workers:
+            w.kill()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(worker_main(sys.argv[1:]))
