@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,9 @@ MAX_WAIT_MS = 20_000
 QUEUES_MIN, QUEUES_MAX, QUEUES_DEFAULT = 1, 64, 4
 VISIBILITY_MIN, VISIBILITY_MAX, VISIBILITY_DEFAULT = 1_000, 43_200_000, 30_000
 
+# a surrogate code point, raw or as a JSON escape (\ud800-\udfff); json.loads joins valid pairs
+_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+
 
 def json_body(raw: str | None) -> dict:
     """The request body as a JSON object; 400 when absent, malformed or not an object."""
@@ -40,7 +44,17 @@ def json_body(raw: str | None) -> dict:
         raise BadRequest("request body is not valid JSON") from None
     if not isinstance(value, dict):
         raise BadRequest("request body must be a JSON object")
+    if _SURROGATE.search(raw) and _has_lone_surrogate(value):
+        raise BadRequest("request body contains a lone UTF-16 surrogate (not valid Unicode text)")
     return value
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def is_int(v: Any) -> bool:
