@@ -122,8 +122,9 @@ def range_assignor(
         start = 0
         for i, m in enumerate(subs):
             size = per + (1 if i < extra else 0)
-            out[m].extend((t, j) for j in range(start, start + size))
-            start += size
+            if size:
+                out[m].extend((t, j) for j in range(start, start + size))
+                start += size
     return _finish(out)
 
 
