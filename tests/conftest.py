@@ -9,7 +9,10 @@ exactly as ``template.yaml`` defines it for the local stack ``lakeq-local``
 Fixtures:
 - ``template`` (session): the parsed ``template.yaml`` (:class:`infra.local.template.Template`).
 - ``aws`` (function): ``moto.mock_aws()`` active, every table and bucket of ``template.yaml``
-  created; yields ``{"dynamodb": client, "s3": client, "dynamodbstreams": client}``.
+  created; yields ``{"dynamodb": client, "s3": client, "dynamodbstreams": client}``. In-process
+  moto requests are served one at a time (as ``infra/local/moto_serial.py`` does for the server):
+  moto's backends are not thread-safe (a TransactWriteItems deep-copies tables other threads are
+  writing), while DynamoDB is atomic per item.
 """
 from __future__ import annotations
 
@@ -41,9 +44,23 @@ from infra.local import template as _tpl  # noqa: E402
 
 os.environ.update(_tpl.environment(_tpl.load_template(), _tpl.LOCAL_STACK))
 
+import threading  # noqa: E402
+
 import boto3  # noqa: E402
 import pytest  # noqa: E402
 from moto import mock_aws  # noqa: E402
+from moto.core.botocore_stubber import BotocoreStubber  # noqa: E402
+
+_moto_lock = threading.RLock()
+_process_request = BotocoreStubber.process_request
+
+
+def _serialised_process_request(self, request):
+    with _moto_lock:
+        return _process_request(self, request)
+
+
+BotocoreStubber.process_request = _serialised_process_request
 
 ADMIN_KEY = os.environ["LAKEQ_ADMIN_KEY"]
 
