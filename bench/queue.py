@@ -1,0 +1,377 @@
+"""Queue benchmark: produce / pull / ack throughput on the local stack, DynamoDB calls and request
+units per message, dollars per million messages, next to Amazon SQS.
+
+What runs (all on this machine, in this process except moto's server):
+- moto's server as a child process with the tables of ``template.yaml``;
+- lakeq's real gateway and handlers (``infra.local.gateway``) on a loopback port, called over
+  HTTP by client threads;
+- every DynamoDB call the handlers make is counted through botocore event hooks (``before-parameter-build``
+  / ``after-call`` registered on every client botocore creates), and converted to request units
+  from the items' sizes (moto reports no sizes): writes 1 WRU per KB of each item, 2x in a
+  transaction; strongly consistent reads 1 RRU per 4 KB of the items read (Query: of their sum),
+  eventually consistent half; UpdateItem on our small records counts 1 WRU (our updated items
+  are all < 1 KB: queue and offset records);
+- the baseline, side by side: the same number of messages through SQS on the same moto server
+  (SendMessageBatch / ReceiveMessage / DeleteMessageBatch, batches of up to 10), for throughput;
+  and SQS's price for the same batch sizes.
+
+    python bench/queue.py [--quick]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# this file is named like the standard library's ``queue``: keep its folder off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse
+import math
+import os
+import platform
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher")]
+
+# Prices: us-east-1 list prices as published by AWS (DynamoDB on-demand after the 2024-11-01 price
+# cut; SQS standard; API Gateway HTTP API first tier; Lambda arm64). Not re-checked online from this
+# machine (no internet): see docs/benchmarks.md for the date we wrote them down.
+PRICE_WRU = 0.625 / 1e6
+PRICE_RRU = 0.125 / 1e6
+PRICE_SQS_REQUEST = 0.40 / 1e6
+PRICE_HTTP_API_REQUEST = 1.00 / 1e6
+PRICE_LAMBDA_REQUEST = 0.20 / 1e6
+PRICE_LAMBDA_GBS_ARM = 0.0000133334
+LAMBDA_MB, LAMBDA_MS_ESTIMATE = 512, 40  # per invocation, an estimate (not measured on AWS)
+
+BODY = "x" * 100
+
+
+# --- DynamoDB item sizes and request units ---------------------------------------------------------
+def attr_size(v: dict) -> int:
+    (t, x), = v.items()
+    if t == "S":
+        return len(x.encode("utf-8"))
+    if t == "N":
+        digits = str(x).lstrip("-").replace(".", "").strip("0")
+        return (len(digits) + 1) // 2 + 1
+    if t == "B":
+        return len(x)
+    if t in ("BOOL", "NULL"):
+        return 1
+    if t in ("SS", "NS", "BS"):
+        return sum(attr_size({t[0]: e}) for e in x)
+    if t == "L":
+        return 3 + sum(1 + attr_size(e) for e in x)
+    if t == "M":
+        return 3 + sum(len(k.encode()) + 1 + attr_size(e) for k, e in x.items())
+    return 0
+
+
+def item_size(item: dict | None) -> int:
+    return sum(len(k.encode("utf-8")) + attr_size(v) for k, v in (item or {}).items())
+
+
+class Meter:
+    """Counts DynamoDB/S3 calls and request units through botocore event hooks."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        with self.lock:
+            self.calls: Counter = Counter()
+            self.wru = 0.0
+            self.rru = 0.0
+
+    def snapshot(self):
+        with self.lock:
+            return Counter(self.calls), self.wru, self.rru
+
+    def before(self, params, model, context, **_):
+        # before-parameter-build: ``params`` are the API parameters (before-call only sees the
+        # serialised HTTP request); ``context`` is the same dict after-call receives
+        context["lakeq_params"] = params
+
+    def after(self, http_response, parsed, model, context, **_):
+        op = model.name
+        service = model.service_model.service_name
+        params = context.get("lakeq_params") or {}
+        wru = rru = 0.0
+        if service == "dynamodb":
+            consistent = 1.0 if params.get("ConsistentRead") else 0.5
+            if op == "PutItem":
+                wru = math.ceil(max(1, item_size(params.get("Item"))) / 1024)
+            elif op in ("UpdateItem", "DeleteItem"):
+                wru = 1
+            elif op == "TransactWriteItems":
+                for it in params.get("TransactItems", []):
+                    if "Put" in it:
+                        wru += 2 * math.ceil(max(1, item_size(it["Put"]["Item"])) / 1024)
+                    elif "Update" in it or "Delete" in it:
+                        wru += 2
+                    elif "ConditionCheck" in it:
+                        rru += 2
+            elif op == "GetItem":
+                rru = consistent * max(1, math.ceil(item_size(parsed.get("Item")) / 4096))
+            elif op in ("Query", "Scan"):
+                total = sum(item_size(i) for i in parsed.get("Items", []))
+                rru = consistent * max(1, math.ceil(total / 4096))
+            elif op == "BatchGetItem":
+                for table, req in params.get("RequestItems", {}).items():
+                    c = 1.0 if req.get("ConsistentRead") else 0.5
+                    found = parsed.get("Responses", {}).get(table, [])
+                    rru += c * sum(max(1, math.ceil(item_size(i) / 4096)) for i in found)
+                    rru += c * (len(req.get("Keys", [])) - len(found))
+        with self.lock:
+            self.calls[f"{service}.{op}"] += 1
+            self.wru += wru
+            self.rru += rru
+
+
+def install_hooks(meter: Meter) -> None:
+    import botocore.session
+
+    original = botocore.session.Session.create_client
+
+    def create_client(self, *args, **kwargs):
+        client = original(self, *args, **kwargs)
+        client.meta.events.register("before-parameter-build.*", meter.before)
+        client.meta.events.register("after-call.*", meter.after)
+        return client
+
+    botocore.session.Session.create_client = create_client
+
+
+# --- the stack ------------------------------------------------------------------------------------
+def start_stack():
+    from infra.local.__main__ import free_port, start_moto, wait_for_moto
+    from infra.local import template as tpl
+
+    port = free_port()
+    moto = start_moto(port, os.path.join("/tmp", f"lakeq-bench-moto-{port}.log"))
+    url = f"http://127.0.0.1:{port}"
+    wait_for_moto(moto, url)
+    os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+                       "LAKEQ_ADMIN_KEY": "bench-admin", "POWERTOOLS_METRICS_DISABLED": "true",
+                       "POWERTOOLS_DEV": "false",
+                       "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_TRACE_DISABLED": "true"})
+    template = tpl.load_template()
+    ctx = tpl.make_context(template, tpl.LOCAL_STACK)
+    os.environ.update(tpl.environment(ctx))
+    import boto3
+    from werkzeug.serving import make_server
+    from infra.local.gateway import Gateway
+
+    tpl.create_tables(boto3.client("dynamodb"), ctx)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    gateway = Gateway(template, stack_name=tpl.LOCAL_STACK)
+    gateway.preload()
+    # powertools keeps the current event in a class attribute (one invocation per container, as in
+    # Lambda): in this one process, handler invocations run one at a time
+    from infra.local.moto_serial import Serialised
+
+    server = make_server("127.0.0.1", 0, Serialised(gateway), threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return moto, server, f"http://127.0.0.1:{server.server_port}"
+
+
+# --- workloads ------------------------------------------------------------------------------------
+def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, queues: int, tag: str):
+    import requests
+
+    admin = {"Authorization": "Bearer bench-admin"}
+    topic = f"bench{tag}"
+    requests.post(f"{base}/v1/topics", json={"name": topic, "queues": queues}, headers=admin).raise_for_status()
+    prod = requests.post(f"{base}/v1/clients", json={"name": f"p{tag}", "role": "producer", "topics": [topic]},
+                         headers=admin).json()["api_key"]
+    cons = requests.post(f"{base}/v1/clients", json={"name": f"c{tag}", "role": "consumer", "topics": [topic]},
+                         headers=admin).json()["api_key"]
+    local = threading.local()
+
+    def session():
+        if not hasattr(local, "s"):
+            local.s = requests.Session()
+        return local.s
+
+    # warm the per-container caches (key -> client) so the figures are steady-state
+    session().get(f"{base}/v1/topics/{topic}/messages", params={"group": f"c{tag}"},
+                  headers={"Authorization": f"Bearer {cons}"})
+    session().post(f"{base}/v1/topics/{topic}/messages", json={"producer": f"p{tag}", "messages": [{"body": "w"}]},
+                   headers={"Authorization": f"Bearer {prod}"}).raise_for_status()
+    total_produced = total + 1
+
+    def produce(i):
+        r = session().post(f"{base}/v1/topics/{topic}/messages",
+                           json={"producer": f"p{tag}", "messages": [{"body": BODY, "key": f"k{i}-{j}"}
+                                                                     for j in range(batch)]},
+                           headers={"Authorization": f"Bearer {prod}"})
+        r.raise_for_status()
+
+    meter.reset()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(produce, range(total // batch)))
+    t_prod = time.perf_counter() - t0
+    prod_stats = meter.snapshot()
+
+    consumed = Counter()
+    lock = threading.Lock()
+
+    def consume(_):
+        receipt = None
+        hdr = {"Authorization": f"Bearer {cons}"}
+        while True:
+            params = {"group": f"c{tag}", "max": batch}
+            if receipt:
+                params["ack"] = receipt
+            r = session().get(f"{base}/v1/topics/{topic}/messages", params=params, headers=hdr)
+            r.raise_for_status()
+            body = r.json()
+            receipt = body["receipt"]
+            with lock:
+                for m in body["messages"]:
+                    consumed[(m["queue"], m["offset"])] += 1
+                done = len(consumed) >= total_produced
+            if not body["messages"] and (done or not receipt):
+                if done:
+                    return
+                time.sleep(0.01)
+
+    meter.reset()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(consume, range(threads)))
+    t_cons = time.perf_counter() - t0
+    cons_stats = meter.snapshot()
+    assert len(consumed) == total_produced, "lost messages"
+    assert max(consumed.values()) == 1, "a message was delivered twice"
+    return t_prod, prod_stats, t_cons, cons_stats
+
+
+def start_sqs_server():
+    """moto's own server (requests on concurrent threads), SQS only, for the baseline."""
+    import subprocess
+
+    from infra.local.__main__ import free_port, wait_for_moto
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_moto(proc, url)
+    return proc, url
+
+
+def sqs_run(sqs_url: str, batch: int, total: int, threads: int, tag: str) -> tuple[float, float]:
+    import boto3
+
+    sqs = boto3.client("sqs", endpoint_url=sqs_url)
+    url = sqs.create_queue(QueueName=f"bench{tag}")["QueueUrl"]
+    chunk = min(batch, 10)
+
+    def send(i):
+        for c in range(0, batch, chunk):
+            sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(j), "MessageBody": BODY}
+                                                          for j in range(min(chunk, batch - c))])
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(send, range(total // batch)))
+    t_send = time.perf_counter() - t0
+    got = Counter()
+    lock = threading.Lock()
+
+    def recv(_):
+        while True:
+            with lock:
+                if sum(got.values()) >= total:
+                    return
+            r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=chunk, VisibilityTimeout=30)
+            msgs = r.get("Messages", [])
+            if msgs:
+                sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                                for i, m in enumerate(msgs)])
+                with lock:
+                    got.update(m["MessageId"] for m in msgs)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(recv, range(threads)))
+    return t_send, time.perf_counter() - t0
+
+
+def sqs_price_per_million(batch: int) -> float:
+    reqs_per_msg = 3 * math.ceil(batch / 10) / batch  # send + receive + delete, 10 a call at most
+    return reqs_per_msg * PRICE_SQS_REQUEST * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small runs, under a minute")
+    args = ap.parse_args()
+    import faulthandler
+    faulthandler.dump_traceback_later(150, exit=True)
+    plan = [(1, 40), (10, 200), (100, 400)] if args.quick else [(1, 400), (10, 2000), (100, 6000)]
+    threads, queues = 4, 4
+    meter = Meter()
+    install_hooks(meter)
+    moto, server, base = start_stack()
+    sqs_proc, sqs_url = start_sqs_server()
+    print(f"# machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}, "
+          f"{platform.platform()}")
+    print(f"# lakeq on the local stack (moto server, ~8 ms a call) vs SQS on the same moto server; "
+          f"{threads} client threads, topic of {queues} queues, 100-byte bodies")
+    rows = []
+    try:
+        for batch, total in plan:
+            print(f"# running batch {batch} ({total} messages)...", file=sys.stderr, flush=True)
+            t_prod, (pc, pw, pr), t_cons, (cc, cw, cr) = lakeq_run(base, meter, batch, total, threads, queues,
+                                                                   str(batch))
+            s_send, s_recv = sqs_run(sqs_url, batch, total, threads, str(batch))
+            n = total
+            rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
+    finally:
+        server.shutdown()
+        moto.terminate()
+        sqs_proc.terminate()
+    print()
+    print("## throughput (messages/s)")
+    print(f"{'batch':>5} {'msgs':>6} {'lakeq produce':>14} {'sqs send':>9} {'ratio':>6} {'lakeq pull+ack':>15} "
+          f"{'sqs recv+del':>13} {'ratio':>6}")
+    for batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr in rows:
+        print(f"{batch:>5} {n:>6} {n / tp:>14.0f} {n / ss:>9.0f} {ss / tp:>6.2f} {n / tc:>15.0f} {n / sr:>13.0f} "
+              f"{sr / tc:>6.2f}")
+    print()
+    print("## DynamoDB calls and request units per message (steady state: key/client caches warm)")
+    print(f"{'batch':>5} {'route':>10} {'calls/msg':>9} {'WRU/msg':>8} {'RRU/msg':>8}  calls")
+    for batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr in rows:
+        for name, c, w, r in (("produce", pc, pw, pr), ("pull+ack", cc, cw, cr)):
+            detail = ", ".join(f"{k.split('.')[1]} {v}" for k, v in sorted(c.items()))
+            print(f"{batch:>5} {name:>10} {sum(c.values()) / n:>9.3f} {w / n:>8.3f} {r / n:>8.3f}  {detail}")
+    print()
+    print("## dollars per million messages (produce + pull + ack), us-east-1 list prices")
+    print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'SQS':>8} {'DynamoDB/SQS':>13}")
+    for batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr in rows:
+        ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
+        # produce: 1 HTTP request per batch; pull: 1 per batch (the ack rides on the next pull)
+        reqs = 2 / batch
+        per_req = PRICE_HTTP_API_REQUEST + PRICE_LAMBDA_REQUEST + LAMBDA_MB / 1024 * LAMBDA_MS_ESTIMATE / 1000 * PRICE_LAMBDA_GBS_ARM
+        allin = ddb + reqs * per_req * 1e6
+        sqs = sqs_price_per_million(batch)
+        print(f"{batch:>5} {ddb:>15.3f} {allin:>14.3f} {sqs:>8.3f} {ddb / sqs:>13.2f}")
+    print("* all-in adds API Gateway HTTP API and Lambda requests (2 per batch) and an estimated "
+          f"{LAMBDA_MS_ESTIMATE} ms x {LAMBDA_MB} MB arm64 per invocation")
+
+
+if __name__ == "__main__":
+    main()
