@@ -358,3 +358,26 @@ def test_offsets_reset(api, setup):
     assert o["backlog"] == 1
     assert api.call("GET", "/v1/groups/risk/offsets", key=setup["risk"])[0] == 400
     assert api.call("GET", "/v1/groups/risk/offsets", query={"topic": "nope"}, key=setup["risk"])[0] == 404
+
+
+def test_lagging_head_after_a_producer_crash(api, setup):
+    """A producer that died between its segment put and the queue item's update leaves
+    ``max_offset`` behind: the next append's conditional put fails, it finds the real head and
+    the log stays contiguous (no hole, no overlap)."""
+    from lakeq import segments as seg
+    from lakeq.repos import Append, LogRepo
+
+    s, b = produce(api, setup["feed"], [{"body": "a", "key": "k"}])
+    q = b["results"][0]["queue"]
+    crashed = seg.encode([seg.Message(id="lost-update", body="b")], 1)
+    from lakeq.models import SegmentModel
+    SegmentModel(f"quotes/sh#{q}", 1, end=2, count=1, idx=crashed.idx, data=crashed.data, z=crashed.compressed,
+                 produced_at=1).save()  # the segment landed, the queue item was never moved
+    assert LogRepo.head("quotes/sh", q) == 1 and LogRepo.head("quotes/sh", q, fresh=True) == 2
+    s, b = produce(api, setup["feed"], [{"body": "c", "key": "k"}, {"body": "d", "key": "k"}])
+    assert [r["offset"] for r in b["results"]] == [2, 3]
+    s, p = pull(api, setup["risk"], max=10)
+    assert [m["body"] for m in p["messages"]] == ["a", "b", "c", "d"]
+    assert [m["offset"] for m in p["messages"]] == [0, 1, 2, 3]
+    with pytest.raises(Exception):  # a put at an occupied base is refused
+        LogRepo.append("quotes/sh", q, 1, Append([seg.encode([seg.Message(id="x", body="x")], 1)], []), 5)

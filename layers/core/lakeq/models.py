@@ -74,8 +74,8 @@ class SegmentModel(Model):
 
     Meta = _meta("SEGMENTS_TABLE", "lakeq-segments")
     pq = UnicodeAttribute(hash_key=True)  # "<topic>#<queue>"
-    end = NumberAttribute(range_key=True)
-    base = NumberAttribute()
+    base = NumberAttribute(range_key=True)
+    end = NumberAttribute()
     count = NumberAttribute()
     idx = BinaryAttribute(legacy_encoding=False)
     data = BinaryAttribute(legacy_encoding=False)

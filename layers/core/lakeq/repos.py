@@ -1,12 +1,13 @@
 """Repositories: the only code that talks to DynamoDB. Small classes over the pynamodb models.
 
-Every lock, ack and offset move is a conditional write; every append to a queue's log is one
-transaction that moves ``max_offset`` (conditioned on its old value), puts the segment items and
-records the client-chosen message ids (conditioned on their absence). Costs per call are listed
+Every lock, ack and offset move is a conditional write; every append to a queue's log is a
+conditional put of a segment item keyed by its first offset (with the client-chosen message ids in
+the same transaction when there are any), so the log is a contiguous chain by construction. Costs per call are listed
 in ``docs/design.md``.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -28,6 +29,7 @@ from .receipts import Receipt
 from .selection import QueueView
 
 DEDUP_TTL_S = 24 * 3600
+CONDITION_FAILED = "ConditionalCheckFailed"
 TRANSACT_ITEMS = 100
 TRANSACT_BYTES = 3_500_000
 
@@ -130,15 +132,15 @@ class LogRepo:
         return f"{topic}#{queue}"
 
     @staticmethod
-    def queues(topic: str) -> list[QueueModel]:
-        """Every queue item of a topic: one Query. Consistent: the pull and produce paths need
-        ``max_offset`` as of now."""
-        return list(QueueModel.query(topic, consistent_read=True))
+    def queues(topic: str, consistent: bool = False) -> list[QueueModel]:
+        """Every queue item of a topic: one Query. Eventually consistent by default: a lagging
+        ``max_offset`` only delays a pull's view of the newest messages."""
+        return list(QueueModel.query(topic, consistent_read=consistent))
 
     @staticmethod
-    def queue(topic: str, queue: int) -> QueueModel | None:
+    def queue(topic: str, queue: int, consistent: bool = True) -> QueueModel | None:
         try:
-            return QueueModel.get(topic, queue, consistent_read=True)
+            return QueueModel.get(topic, queue, consistent_read=consistent)
         except DoesNotExist:
             return None
 
@@ -152,39 +154,103 @@ class LogRepo:
         return out
 
     @classmethod
-    def append(cls, topic: str, queue: int, expected_max: int, part: Append, now: int) -> None:
-        """Put ``part`` at ``expected_max`` in one transaction. Raises TransactionFailed:
-        index 0 = ``max_offset`` moved (someone appended first); indexes after the segments =
-        the corresponding message id was recorded meanwhile."""
-        new_max = part.segments[-1].end
-        assert part.segments[0].base == expected_max
+    def head(cls, topic: str, queue: int, fresh: bool = False) -> int | None:
+        """Where the next segment goes: the end of the queue's last segment.
 
-        def build(t: TransactWrite) -> None:
-            t.update(QueueModel(topic, queue),
-                     actions=[QueueModel.max_offset.set(new_max), QueueModel.last_produced_at.set(now)],
-                     condition=QueueModel.max_offset == expected_max)
-            for s in part.segments:
-                t.save(SegmentModel(cls.pq(topic, queue), s.end, base=s.base, count=s.count, idx=s.idx,
-                                    data=s.data, z=s.compressed, produced_at=now),
-                       condition=SegmentModel.pq.does_not_exist())
-            for mid, off in part.dedup:
-                t.save(DedupModel(topic, mid, queue=queue, offset=off, expires_at=datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)),
-                       condition=DedupModel.id.does_not_exist())
-        transact(build)
+        Cheap path: the queue item's ``max_offset`` (eventually consistent GetItem). It can lag
+        (a producer that died between its segment put and the queue item's update), never lead:
+        a put at a lagging head fails its condition, and the caller asks again with ``fresh``,
+        which reads the last segment itself (strongly consistent Query, newest first, one item).
+        None when the queue does not exist."""
+        meta = cls.queue(topic, queue, consistent=fresh)
+        if meta is None:
+            return None
+        head = int(meta.max_offset)
+        if fresh:
+            for item in SegmentModel.query(cls.pq(topic, queue), scan_index_forward=False, limit=1,
+                                           consistent_read=True):
+                head = max(head, int(item.end))
+        return head
+
+    @classmethod
+    def append(cls, topic: str, queue: int, base: int, part: Append, now: int) -> None:
+        """Put ``part``'s segments at ``base`` (which must be the queue's head).
+
+        Each segment item is keyed by its first offset and written only if no segment starts
+        there (``attribute_not_exists``): since every segment starts where an existing one ends,
+        the log stays one contiguous chain — no hole, no overlap — without a lock or a counter.
+        A part without client-chosen ids and with one segment is one conditional PutItem; a
+        part with ids (or several segments) is one transaction with the dedup items (each
+        conditioned on its absence). Raises :class:`TransactionFailed`: reason index 0 = a
+        segment already starts at ``base`` (someone appended first); indexes after the segments =
+        the corresponding message id was recorded meanwhile. Then moves the queue item's
+        ``max_offset`` forward (UpdateItem, conditioned on it being behind)."""
+        assert part.segments[0].base == base
+        pq = cls.pq(topic, queue)
+
+        def seg_item(s: seg.Segment) -> SegmentModel:
+            return SegmentModel(pq, s.base, end=s.end, count=s.count, idx=s.idx, data=s.data, z=s.compressed,
+                                produced_at=now)
+
+        if not part.dedup and len(part.segments) == 1:
+            try:
+                seg_item(part.segments[0]).save(condition=SegmentModel.pq.does_not_exist())
+            except PutError as e:
+                if _conditional_failed(e):
+                    raise TransactionFailed([CONDITION_FAILED]) from None
+                raise
+        else:
+            def build(t: TransactWrite) -> None:
+                for s in part.segments:
+                    t.save(seg_item(s), condition=SegmentModel.pq.does_not_exist())
+                for mid, off in part.dedup:
+                    t.save(DedupModel(topic, mid, queue=queue, offset=off,
+                                      expires_at=datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)),
+                           condition=DedupModel.id.does_not_exist())
+            transact(build)
+        cls.advance_head(topic, queue, part.segments[-1].end, now)
+
+    @staticmethod
+    def advance_head(topic: str, queue: int, end: int, now: int) -> None:
+        try:
+            QueueModel(topic, queue).update(
+                actions=[QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now)],
+                condition=QueueModel.topic.exists() & (QueueModel.max_offset < end))
+        except UpdateError as e:
+            if not _conditional_failed(e):
+                raise
 
     @classmethod
     def read(cls, topic: str, queue: int, start: int, max_offsets: int):
         """Yield the segments holding offsets ``start..`` in order, until ``max_offsets`` offsets
-        are covered. Query ``end > start`` (segments are keyed by their exclusive end), so the
-        first item is the one containing ``start``. Consistent reads."""
+        are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
+        previous batch ended mid-segment), one more Query, newest first, for the segment that
+        contains it. Eventually consistent: a segment not yet visible only shortens the batch
+        (the caller stops at the first gap)."""
+        pq = cls.pq(topic, queue)
+        forward = SegmentModel.query(pq, SegmentModel.base >= start, page_size=8)
+        first = next(forward, None)
+        if first is None or int(first.base) > start:
+            for item in SegmentModel.query(pq, SegmentModel.base < start, scan_index_forward=False, limit=1):
+                if int(item.end) > start:
+                    yield cls._segment(item)
+                    max_offsets -= int(item.end) - start
+                    start = int(item.end)
+                break
+            if max_offsets <= 0:
+                return
         covered = 0
-        for item in SegmentModel.query(cls.pq(topic, queue), SegmentModel.end > start, consistent_read=True,
-                                       page_size=8):
-            s = seg.Segment(int(item.base), int(item.count), item.idx, item.data, bool(item.z))
+        items = [first] if first is not None else []
+        for item in itertools.chain(items, forward):
+            s = cls._segment(item)
             yield s
             covered += s.end - max(start, s.base)
             if covered >= max_offsets:
                 return
+
+    @staticmethod
+    def _segment(item: SegmentModel) -> seg.Segment:
+        return seg.Segment(int(item.base), int(item.count), item.idx, item.data, bool(item.z))
 
 
 class OffsetRepo:

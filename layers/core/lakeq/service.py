@@ -225,7 +225,7 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
 
 
 def _plan_parts(items: list[tuple[int, seg.Message, bool]], base: int) -> list[tuple[Append, list[tuple[int, int]]]]:
-    """Cut a queue's messages into transactions (each <= 100 items and ~3.5 MB) of segments.
+    """Cut a queue's messages into writes (each <= 100 items and ~3.5 MB) of segments.
     Returns, per transaction, the Append and the (request index, offset) of its messages."""
     parts: list[tuple[Append, list[tuple[int, int]]]] = []
     runs = seg.split([m for _, m, _ in items])
@@ -240,7 +240,7 @@ def _plan_parts(items: list[tuple[int, seg.Message, bool]], base: int) -> list[t
         s = seg.encode(run, offset)
         dedup = [(m.id, offset + k) for k, (_, m, client_id) in enumerate(run_items) if client_id]
         size = len(s.idx) + len(s.data) + 200 * len(dedup)
-        if cur is not None and (1 + len(cur.segments) + len(cur.dedup) + 1 + len(dedup) > TRANSACT_ITEMS
+        if cur is not None and (len(cur.segments) + len(cur.dedup) + 1 + len(dedup) > TRANSACT_ITEMS
                                 or cur_bytes + size > TRANSACT_BYTES):
             parts.append((cur, cur_placed))
             cur, cur_bytes, cur_placed = None, 0, []
@@ -259,19 +259,20 @@ def _plan_parts(items: list[tuple[int, seg.Message, bool]], base: int) -> list[t
 def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:
     attempt = 0
     while items:
-        meta = LogRepo.queue(topic, q)
-        if meta is None:
+        base = LogRepo.head(topic, q, fresh=attempt > 0)
+        if base is None:
             raise NotFound(f"queue {q} of topic '{topic}' does not exist")
-        parts = _plan_parts(items, int(meta.max_offset))
+        parts = _plan_parts(items, base)
         part, placed = parts[0]
         try:
-            LogRepo.append(topic, q, int(meta.max_offset), part, now)
+            LogRepo.append(topic, q, base, part, now)
         except TransactionFailed as e:
             attempt += 1
             if attempt >= APPEND_ATTEMPTS:
                 raise Unavailable("the queue is too contended; retry the request with the same message ids") from None
-            dup_start = 1 + len(part.segments)
-            dup_ids = [mid for k, (mid, _) in enumerate(part.dedup) if e.reasons[dup_start + k] == CONDITION_FAILED]
+            dup_start = len(part.segments)
+            dup_ids = [mid for k, (mid, _) in enumerate(part.dedup)
+                       if dup_start + k < len(e.reasons) and e.reasons[dup_start + k] == CONDITION_FAILED]
             if dup_ids:  # another request recorded these ids meanwhile: answer with its result
                 found = LogRepo.dedup_lookup(topic, dup_ids)
                 keep = []
