@@ -15,6 +15,7 @@ from pynamodb.attributes import (
     NumberAttribute,
     TTLAttribute,
     UnicodeAttribute,
+    VersionAttribute,
 )
 from pynamodb.models import Model
 
@@ -111,3 +112,21 @@ class OffsetModel(Model):
     client_id = UnicodeAttribute(null=True)
     topic = UnicodeAttribute(null=True)
     updated_at = NumberAttribute(default=0)
+
+
+class GroupModel(Model):
+    """One consumer group's membership state (``lakeq.groups.GroupState``) as a JSON string, written
+    only conditionally on ``version`` (pynamodb's optimistic locking: every ``save`` adds
+    ``version = <read>`` — or ``attribute_not_exists`` for a new item — and increments it).
+    ``generation`` and ``members`` repeat what the JSON says, for the stream's readers.
+    ``subscriptions`` maps each member id to the topics it asked for (before parent topics were
+    expanded to their children), so a child topic created later can be picked up."""
+
+    Meta = _meta("GROUPS_TABLE", "lakeq-groups")
+    group = UnicodeAttribute(hash_key=True)
+    state = UnicodeAttribute()
+    subscriptions = UnicodeAttribute(default="{}")
+    generation = NumberAttribute(default=0)
+    members = NumberAttribute(default=0)
+    updated_at = NumberAttribute(default=0)
+    version = VersionAttribute()

@@ -90,6 +90,18 @@ class TopicRepo:
         transact(build)
 
     @staticmethod
+    def grow(name: str, old: int, new: int) -> None:
+        """Queue count ``old`` → ``new`` and the new queue items, atomically. Raises
+        TransactionFailed: reason index 0 = the count is no longer ``old``."""
+        def build(t: TransactWrite) -> None:
+            t.update(TopicModel(name), actions=[TopicModel.queues.set(new)],
+                     condition=TopicModel.queues == old)
+            for q in range(old, new):
+                t.save(QueueModel(name, q, max_offset=0, min_offset=0, last_produced_at=0),
+                       condition=QueueModel.topic.does_not_exist())
+        transact(build)
+
+    @staticmethod
     def all() -> list[TopicModel]:
         return sorted(TopicModel.scan(), key=lambda t: t.name)
 

@@ -153,6 +153,28 @@ def list_topics(p: Principal) -> dict:
     return {"topics": [topic_view(t) for t in TopicRepo.all()]}
 
 
+def grow_topic(p: Principal, name: str, raw: str | None) -> dict:
+    """``PATCH /v1/topics/{topic}`` ``{"queues": n}`` (admin): growth only, ``current < n <= 64``.
+    One transaction: the topic's count (conditioned on the count read) and the new queue items.
+    Consumer groups notice the new count on their next request and rebalance."""
+    check_topic(name)
+    queues = v.int_field(v.json_body(raw), "queues", v.QUEUES_MIN, v.QUEUES_MAX, required=True)
+    t = topic_or_404(name)
+    require_admin(p)
+    for _ in range(APPEND_ATTEMPTS):
+        old = int(t.queues)
+        if queues <= old:
+            raise BadRequest(f"queues can only grow: topic '{name}' has {old}; ask for {old + 1}-{v.QUEUES_MAX}")
+        try:
+            TopicRepo.grow(name, old, queues)
+            return {"name": name, "queues": queues, "parent": t.parent}
+        except TransactionFailed as e:
+            if not e.reasons or e.reasons[0] != CONDITION_FAILED:
+                raise
+        t = topic_or_404(name)  # a concurrent PATCH moved the count: decide again
+    raise Unavailable("the topic is too contended; retry")
+
+
 def client_view(c: ClientModel) -> dict:
     out = {"name": c.name, "role": c.role, "topics": list(c.topics)}
     if c.role == "consumer":
@@ -297,11 +319,13 @@ def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]]
 MemberQueues = Callable[[ClientModel, str, str], "set[int]"]
 
 
-def _no_members(group: ClientModel, member_id: str, topic: str) -> set[int]:
-    raise NotFound(f"member '{member_id}' of group '{group.name}' does not exist", code="unknown_member")
+def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[int]:
+    """The member's servable queues of ``topic`` (404 ``unknown_member``); reads, never writes."""
+    from .group_store import member_queues as served
+    return served(group, member_id, topic)
 
 
-member_queues: MemberQueues = _no_members  # replaced by the consumer-group module when present
+member_queues: MemberQueues = _group_member_queues
 
 
 def _views(topic: str, owner: str) -> list[QueueView]:

@@ -35,6 +35,12 @@ def list_topics():
     return json_response(service.list_topics(principal(router)))
 
 
+@router.patch("/v1/topics/<topic>")
+def grow_topic(topic: str):
+    p = principal(router)
+    return json_response(service.grow_topic(p, path(topic), body(router)))
+
+
 @router.post("/v1/clients")
 def create_client():
     p = principal(router)

@@ -1,0 +1,14 @@
+"""Groups function: consumer-group membership (routes in lakeq.api.groups)."""
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging import correlation_paths
+
+from lakeq.api.groups import router
+from lakeq.http import make_app
+
+logger = Logger(service="lakeq")
+app = make_app(router)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def lambda_handler(event, context):
+    return app.resolve(event, context)

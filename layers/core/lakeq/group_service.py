@@ -1,0 +1,110 @@
+"""Use cases of the consumer-group membership routes (API.md "Consumer group membership").
+
+Check order (API.md): 401 (key) → 400 (path names, body syntax) → 404 (group not a registered
+consumer, a topic missing, the member unknown or expired → ``unknown_member``) → 403 (the key is
+neither the group's nor the admin key; a topic not granted to the group) → state-dependent answers
+(409 ``stale_generation``, a generation newer than the group's → 400). The state machine is
+:mod:`lakeq.groups`; storage and retries are :mod:`lakeq.group_store`.
+"""
+from __future__ import annotations
+
+from . import groups as g
+from . import service
+from .errors import BadRequest, Forbidden
+from .group_store import GroupRepo, api_error, clock, expand_topics
+from .models import ClientModel
+from .names import check_name
+from .service import Principal
+from .validation import json_body
+
+MAX_TOPICS = 100
+
+
+def _syntax(check, *args):
+    """Run one of the state machine's own validators (the same rules the transitions apply)."""
+    try:
+        return check(*args)
+    except g.GroupError as e:
+        raise api_error(e) from None
+
+
+def _member_or_403(p: Principal, client: ClientModel, member_id: str) -> None:
+    """A key that may not act for the group: 404 if the member is unknown (404 comes before 403),
+    else 403. Nothing is written for such a key."""
+    if p.may_act_as(client.name):
+        return
+    try:
+        g.servable_queues(GroupRepo.load(client.name), member_id, clock())
+    except g.UnknownMember as e:
+        raise api_error(e) from None
+    raise Forbidden(f"this key may not act for group '{client.name}'")
+
+
+def _group(p: Principal, group: str) -> ClientModel:
+    return service.client_or_404(group, "consumer")
+
+
+def join(p: Principal, group: str, raw: str | None) -> dict:
+    check_name(group, "group")
+    body = json_body(raw)
+    member_id = body.get("member_id")
+    if member_id is not None:
+        _syntax(g._check_member_id, member_id)
+    topics = _syntax(g._check_topics, body.get("topics"))
+    if len(topics) > MAX_TOPICS:
+        raise BadRequest(f"topics must list at most {MAX_TOPICS} topics")
+    owned = _syntax(g._check_queues, body.get("owned"))
+    timeout = _syntax(g._check_timeout, body.get("session_timeout_ms"))
+    client = _group(p, group)
+    for t in topics:
+        service.topic_or_404(t)
+    for t in topics:
+        service.authorize(p, client, t)
+    expanded = expand_topics(topics)
+
+    def step(st, now, counts):
+        return g.join(st, member_id, expanded, owned, timeout, now, counts)
+
+    return GroupRepo.apply(group, step, extra_topics=expanded, subscribe=(member_id, topics))
+
+
+def heartbeat(p: Principal, group: str, member_id: str, raw: str | None) -> dict:
+    check_name(group, "group")
+    check_name(member_id, "member_id")
+    body = json_body(raw)
+    generation = _syntax(g._check_generation, body.get("generation"))
+    owned = None if body.get("owned") is None else _syntax(g._check_queues, body.get("owned"))
+    client = _group(p, group)
+    _member_or_403(p, client, member_id)
+    return GroupRepo.apply(group, lambda st, now, counts: g.heartbeat(st, member_id, generation, owned, now, counts))
+
+
+def sync(p: Principal, group: str, member_id: str, raw: str | None) -> dict:
+    check_name(group, "group")
+    check_name(member_id, "member_id")
+    generation = _syntax(g._check_generation, json_body(raw).get("generation"))
+    client = _group(p, group)
+    _member_or_403(p, client, member_id)
+    return GroupRepo.apply(group, lambda st, now, counts: g.sync(st, member_id, generation, now, counts))
+
+
+def leave(p: Principal, group: str, member_id: str) -> None:
+    check_name(group, "group")
+    check_name(member_id, "member_id")
+    client = _group(p, group)
+    _member_or_403(p, client, member_id)
+    GroupRepo.apply(group, lambda st, now, counts: g.leave(st, member_id, now, counts))
+
+
+def describe(p: Principal, group: str) -> dict:
+    """Expires silent members first (a request to the group), then describes it."""
+    check_name(group, "group")
+    client = _group(p, group)
+    if not p.may_act_as(client.name):
+        raise Forbidden(f"this key may not act for group '{client.name}'")
+
+    def step(st, now, counts):
+        new, _ = g.expire(st, now, counts)
+        return new, g.describe(new)
+
+    return GroupRepo.apply(group, step)
