@@ -397,8 +397,10 @@ def ack(p: Principal, raw: str | None) -> dict:
     return _ack_group(p, group, req.client_id, receipt)
 
 
-def subscription_ack(p: Principal, sub_id: str, receipt: Receipt) -> dict:  # replaced by subscriptions
-    raise NotFound(f"subscription '{sub_id}' does not exist")
+def subscription_ack(p: Principal, sub_id: str, receipt: Receipt) -> dict:
+    from .subscriptions import ack as _subscription_ack  # the subscriptions module owns the lists
+
+    return _subscription_ack(p, sub_id, receipt)
 
 
 def pull(p: Principal, topic: str, params: dict) -> dict:

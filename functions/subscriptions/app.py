@@ -1,0 +1,16 @@
+"""Subscriptions function: create, list, delete, pull (routes in lakeq.api.subscriptions)."""
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging import correlation_paths
+
+from lakeq.api.subscriptions import router
+from lakeq.http import make_app
+
+logger = Logger(service="lakeq")
+metrics = Metrics(namespace="lakeq", service="lakeq")
+app = make_app(router)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@metrics.log_metrics(raise_on_empty_metrics=False)
+def lambda_handler(event, context):
+    return app.resolve(event, context)
