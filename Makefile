@@ -47,6 +47,8 @@ e2e: $(VENV)/.stamp
 bench: $(VENV)/.stamp
 	$(PY) bench/queue.py --quick
 	$(PY) bench/bitmap.py --quick
+	$(PY) bench/matcher.py --quick
+	$(PY) bench/rebalance.py --quick
 
 clean:
 	rm -rf .aws-sam .pytest_cache .hypothesis
