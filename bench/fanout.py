@@ -1,0 +1,95 @@
+"""Fan-out index rebuild benchmark (SPEC §3 delivery): how long a FanoutFunction container takes to
+rebuild its cached ``SubscriptionIndex`` after the subscriptions' version moved.
+
+Measures the in-process part of :meth:`lakeq.fanout.Matcher.load` — JSON-decode each stored
+subscription's conditions and ``add`` it — over stored-item stand-ins at 1k, 10k and 100k
+subscriptions (a stock-quote workload: two stock codes per subscription, a few percent with range /
+prefix / anything-but / tags), plus the time to plan one 100-record stream batch of 10 messages each
+against the 100k index. The Scan that feeds the rebuild is not measured here (moto is not DynamoDB);
+``docs/design.md`` estimates it from item size.
+
+    python bench/fanout.py [--quick]
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+_ROOT = os.path.dirname(_HERE)
+sys.path[:0] = [os.path.join(_ROOT, "layers", "core"), os.path.join(_ROOT, "layers", "matcher")]
+
+import argparse  # noqa: E402
+import base64  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from lakeq import fanout  # noqa: E402
+from lakeq import segments as seg  # noqa: E402
+
+
+def subscriptions(n: int, rnd: random.Random) -> list[SimpleNamespace]:
+    codes = [f"{i:06d}" for i in range(max(1000, n // 2))]
+    out = []
+    for i in range(n):
+        levels = [{"field": "type", "values": [rnd.choice("AB")]},
+                  {"field": "stock_code", "values": rnd.sample(codes, 2)}]
+        r = rnd.random()
+        if r < 0.03:
+            levels.append({"field": "price", "range": [rnd.randint(0, 50), rnd.randint(50, 100)]})
+        elif r < 0.05:
+            levels = [{"field": "stock_code", "prefix": rnd.choice(codes)[:4]}]
+        elif r < 0.06:
+            levels.append({"field": "board", "anything_but": ["st"]})
+        tags = ["hot"] if rnd.random() < 0.02 else None
+        out.append(SimpleNamespace(id=f"{i:032x}", topic=rnd.choice(["quotes", "quotes/sh", "quotes/sz"]),
+                                   conditions=json.dumps(levels, separators=(",", ":")), tags=tags, created_at=0))
+    return out
+
+
+def batch(rnd: random.Random, n_codes: int, records: int = 100, per: int = 10) -> dict:
+    recs = []
+    for r in range(records):
+        msgs = [seg.Message(id=f"m{r}-{i}", body="x" * 64, key=None, tags=[],
+                            properties={"type": rnd.choice("AB"), "stock_code": f"{rnd.randrange(n_codes):06d}",
+                                        "price": rnd.randint(0, 100)}, produced_at=1)
+                for i in range(per)]
+        s = seg.encode(msgs, r * per)
+        img = {"pq": {"S": "quotes/sh#0"}, "base": {"N": str(s.base)}, "count": {"N": str(s.count)},
+               "idx": {"B": base64.b64encode(s.idx).decode()}, "data": {"B": base64.b64encode(s.data).decode()},
+               "z": {"BOOL": s.compressed}}
+        recs.append({"eventName": "INSERT", "dynamodb": {"NewImage": img, "SequenceNumber": str(r)}})
+    return {"Records": recs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="1k and 10k only")
+    args = ap.parse_args()
+    rnd = random.Random(7)
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    print(f"python {sys.version.split()[0]}")
+    for n in sizes:
+        subs = subscriptions(n, rnd)
+        times = []
+        for _ in range(3 if n < 100_000 else 2):
+            m = fanout.Matcher()
+            t0 = time.perf_counter()
+            m.load(subs)
+            times.append(time.perf_counter() - t0)
+        ev = batch(rnd, max(1000, n // 2))
+        t0 = time.perf_counter()
+        pending = fanout.plan(ev["Records"], m)
+        plan_ms = (time.perf_counter() - t0) * 1000
+        matched = sum(len(g.messages) for gs in pending.values() for g in gs)
+        print(f"{n:>7} subscriptions: rebuild {statistics.median(times) * 1000:8.1f} ms "
+              f"({statistics.median(times) / n * 1e6:5.1f} us/subscription); plan 100 records x 10 messages: "
+              f"{plan_ms:6.1f} ms, {matched} list entries for {len(pending)} subscriptions")
+
+
+if __name__ == "__main__":
+    main()
