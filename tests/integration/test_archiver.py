@@ -1,0 +1,100 @@
+"""Archiver (functions/archiver): DynamoDB-stream samples (events/stream_*.json) → lake objects:
+Hive partitions by event hour, one object per batch and partition, idempotent on redelivery."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lakeq import lake
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = os.environ["LAKE_BUCKET"]
+
+
+def sample(name: str) -> dict:
+    return json.loads((ROOT / "events" / name).read_text())
+
+
+@pytest.fixture
+def archiver(aws):
+    spec = importlib.util.spec_from_file_location("archiver_app", ROOT / "functions" / "archiver" / "app.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod._s3 = aws["s3"]
+    return mod
+
+
+def objects(s3) -> dict[str, list[dict]]:
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="raw/"):
+        for o in page.get("Contents", []):
+            out[o["Key"]] = lake.decode_rows(s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read())
+    return out
+
+
+def test_segments_batch_is_partitioned_by_hour_and_holds_no_bodies(aws, archiver):
+    out = archiver.lambda_handler(sample("stream_segments.json"), None)
+    objs = objects(aws["s3"])
+    assert sorted(objs) == out["objects"]
+    assert len(objs) == 2  # three segments, two hours: never one object per message
+    keys = sorted(objs)
+    assert keys[0].startswith("raw/kind=messages/dt=2026-01-01/hour=00/messages-")
+    assert keys[1].startswith("raw/kind=messages/dt=2026-01-01/hour=01/messages-")
+    first, second = objs[keys[0]], objs[keys[1]]
+    assert [(r["topic"], r["queue"], r["offset"]) for r in first] == [
+        ("quotes", 0, 0), ("quotes", 0, 1), ("quotes", 0, 2), ("quotes/sh", 1, 0)]
+    assert [(r["topic"], r["queue"], r["offset"]) for r in second] == [("quotes", 0, 3), ("quotes", 0, 4)]
+    r0 = first[0]
+    assert r0["id"] == "quotes-0-0" and r0["tags"] == ["A"] and r0["size"] == 5
+    assert r0["properties"] == {"type": "A", "price": 10.5} and r0["produced_at"] == 1767225601000
+    assert "body" not in r0
+    assert first[2]["size"] == 600  # from a zlib-compressed segment
+    # key = shard + first/last sequence number of the rows in the object
+    seqs = [r["seq"] for r in first]
+    assert keys[0].endswith(f"-{seqs[0]}-{seqs[-1]}.jsonl.gz")
+
+
+def test_redelivered_batch_overwrites_instead_of_duplicating(aws, archiver):
+    ev = sample("stream_segments.json")
+    archiver.lambda_handler(ev, None)
+    before = {k: aws["s3"].get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in objects(aws["s3"])}
+    archiver.lambda_handler(copy.deepcopy(ev), None)
+    after = {k: aws["s3"].get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in objects(aws["s3"])}
+    assert after == before  # same keys, same bytes
+
+
+def test_offsets_rows_classify_changes(aws, archiver):
+    archiver.lambda_handler(sample("stream_offsets.json"), None)
+    objs = objects(aws["s3"])
+    assert len(objs) == 1
+    (key, rows), = objs.items()
+    assert key.startswith("raw/kind=offsets/dt=2026-01-01/hour=00/offsets-")
+    got = [(r["group"], r["client_id"], r["subscription"], r["topic"], r["committed_offset"], r["change"])
+           for r in rows]
+    assert got == [("risk", None, None, "quotes", 0, "lock"), ("risk", None, None, "quotes", 3, "commit"),
+                   ("bc", "c1", None, "quotes", 0, "lock"), (None, None, "sub-1", None, 0, "lock")]
+    assert rows[1]["prev_committed_offset"] == 0 and rows[1]["at"] == 1767225606000
+
+
+def test_group_changes_become_member_rows(aws, archiver):
+    archiver.lambda_handler(sample("stream_groups.json"), None)
+    (key, rows), = objects(aws["s3"]).items()
+    assert key.startswith("raw/kind=members/dt=2026-01-01/hour=00/members-")
+    assert [(r["member_id"], r["change"], r["generation"]) for r in rows] == [
+        ("m1", "joined", 1), ("m1", "changed", 2), ("m2", "joined", 2)]  # m2's join rebalances m1
+    assert rows[0]["assignment"] == ["quotes#0", "quotes#1", "quotes#2", "quotes#3"]
+    assert rows[1]["state"] == "awaiting_sync" and len(rows[1]["assignment"]) == 2
+    assert rows[2]["group"] == "risk" and rows[2]["at"] == 1767225610000
+
+
+def test_unknown_tables_and_subscription_lists_are_ignored():
+    ev = sample("stream_segments.json")
+    assert lake.batch_objects(ev["Records"], {"other-table": "messages"}) == {}
+    r = copy.deepcopy(ev["Records"][0])
+    r["dynamodb"]["NewImage"]["pq"] = {"S": "~sub1#0"}
+    assert lake.message_rows(r) == []
