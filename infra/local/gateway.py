@@ -13,6 +13,9 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
   ``{"error": {"code", "message"}}``.
 - ``POST /_local/streams/drain[?timeout=30]`` (local only, not in the template) runs the streams
   pump until every stream is caught up → ``{"drained": bool, "records": n}``.
+- ``GET /_local/info`` (local only) → ``{"aws_endpoint_url", "region", "stack_name", "environment"}``:
+  the moto endpoint and the functions' resolved environment (table and bucket names), for local
+  batch jobs (``make jobs``) that read the stack's lake and tables directly.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ access_log = logging.getLogger("lakeq.local.access")
 MAX_BODY = 10 * 1024 * 1024  # API Gateway's payload limit
 MULTI_SEGMENT_PARAMS = frozenset({"topic"})
 DRAIN_PATH = "/_local/streams/drain"
+INFO_PATH = "/_local/info"
 
 _TEXT_TYPES = (
     "text/", "application/json", "application/xml", "application/javascript",
@@ -213,6 +217,13 @@ class Gateway:
             drained, records = self.pump.drain(timeout)
             return Response(json.dumps({"drained": drained, "records": records}),
                             mimetype="application/json")
+
+        if raw_path == INFO_PATH and method == "GET":
+            env = tpl_mod.environment(self.ctx)
+            env.pop("LAKEQ_ADMIN_KEY_SHA256", None)
+            return Response(json.dumps({"aws_endpoint_url": os.environ.get("AWS_ENDPOINT_URL"),
+                                        "region": self.ctx.region, "stack_name": self.ctx.stack_name,
+                                        "environment": env}), mimetype="application/json")
 
         raw_segments = raw_path.strip("/").split("/") if raw_path.strip("/") else []
         route, params, allowed = self.routes.find(method, raw_segments)

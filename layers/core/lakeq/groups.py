@@ -591,4 +591,16 @@ def describe(state: GroupState) -> dict:
             }
             for mid, m in sorted(state.members.items())
         ],
+        **_plan_view(state),
     }
+
+
+def _plan_view(state: GroupState) -> dict:
+    """``plan`` (extra, only when one was published by the data-lake job): its time, expected
+    imbalance and the generation whose rebalance applied it (null while pending)."""
+    p = state.plan
+    if p is None:
+        return {}
+    return {"plan": {"published_at": p.published_at, "expected_imbalance": p.expected_imbalance,
+                     "applied_generation": p.applied_generation, "has_assignment": p.assignment is not None,
+                     "weighted": p.weights is not None}}

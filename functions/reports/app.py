@@ -1,0 +1,14 @@
+"""Reports function: the data-lake jobs' reports (routes in lakeq.api.reports)."""
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging import correlation_paths
+
+from lakeq.api.reports import reports_router
+from lakeq.http import make_app
+
+logger = Logger(service="lakeq")
+app = make_app(reports_router)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def lambda_handler(event, context):
+    return app.resolve(event, context)
