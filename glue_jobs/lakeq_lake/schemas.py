@@ -1,0 +1,43 @@
+"""Explicit schemas of the raw log rows (lakeq.lake): the jobs never infer a schema from the lake."""
+from pyspark.sql.types import (
+    ArrayType, DoubleType, LongType, MapType, StringType, StructField, StructType,
+)
+
+MESSAGES = StructType([
+    StructField("topic", StringType()), StructField("queue", LongType()),
+    StructField("offset", LongType()), StructField("id", StringType()),
+    StructField("key", StringType()), StructField("size", LongType()),
+    StructField("tags", ArrayType(StringType())),
+    StructField("properties", MapType(StringType(), StringType())),
+    StructField("produced_at", LongType()), StructField("seq", StringType()),
+])
+
+OFFSETS = StructType([
+    StructField("group", StringType()), StructField("client_id", StringType()),
+    StructField("subscription", StringType()), StructField("topic", StringType()),
+    StructField("queue", LongType()), StructField("committed_offset", LongType()),
+    StructField("prev_committed_offset", LongType()), StructField("lock_ts", LongType()),
+    StructField("lock_until", LongType()), StructField("last_consumed_at", LongType()),
+    StructField("event", StringType()), StructField("change", StringType()),
+    StructField("at", LongType()), StructField("seq", StringType()),
+])
+
+MEMBERS = StructType([
+    StructField("group", StringType()), StructField("generation", LongType()),
+    StructField("member_id", StringType()), StructField("change", StringType()),
+    StructField("state", StringType()), StructField("topics", ArrayType(StringType())),
+    StructField("assignment", ArrayType(StringType())),
+    StructField("at", LongType()), StructField("seq", StringType()),
+])
+
+BY_KIND = {"messages": MESSAGES, "offsets": OFFSETS, "members": MEMBERS}
+
+BACKLOG = StructType([
+    StructField("group", StringType()), StructField("client_id", StringType()),
+    StructField("topic", StringType()), StructField("queue", LongType()),
+    StructField("bucket_start", LongType()), StructField("at", LongType()),
+    StructField("produced", LongType()), StructField("committed", LongType()),
+    StructField("backlog", LongType()), StructField("produced_in_bucket", LongType()),
+    StructField("consumed_in_bucket", LongType()), StructField("production_rate", DoubleType()),
+    StructField("consumption_rate", DoubleType()), StructField("oldest_unconsumed_age_ms", LongType()),
+])

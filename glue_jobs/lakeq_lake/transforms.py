@@ -1,0 +1,125 @@
+"""Pure DataFrame transforms of the data-lake jobs (no I/O: DataFrames in, DataFrames out).
+
+Inputs are the raw log rows of :mod:`lakeq.lake` (schemas in :mod:`.schemas`). Times are epoch ms.
+
+* :func:`backlog` — per group (and client, for broadcasting groups), topic, queue and time bucket:
+  ``produced`` (the queue's log end offset at the bucket's end), ``committed``, ``backlog``,
+  messages produced and consumed in the bucket, their rates (per second) and the age of the
+  oldest unconsumed message.
+* :func:`latest` — the newest bucket of each queue (what ``GET /v1/reports/backlog`` serves).
+* :func:`queue_weights` — per group, topic and queue: the load a consumer of that queue will carry
+  over the next ``horizon``: measured production rate plus the backlog to drain within the horizon.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+GROUP_KEYS = ["group", "client_id", "topic", "queue"]
+
+
+def clean_messages(messages: DataFrame) -> DataFrame:
+    """Drop rows a redelivered stream batch wrote twice: a message is ``(topic, queue, offset)``."""
+    return (messages.where(F.col("topic").isNotNull() & F.col("offset").isNotNull())
+            .dropDuplicates(["topic", "queue", "offset"]))
+
+
+def clean_offsets(offsets: DataFrame) -> DataFrame:
+    """Group offset changes only (subscriptions' lists are not groups), one row per stream record
+    (``seq``); ``client_id`` is ``""`` for clustering groups so it can be a join key."""
+    return (offsets.where(F.col("group").isNotNull() & F.col("topic").isNotNull()
+                          & F.col("committed_offset").isNotNull())
+            .dropDuplicates(["seq", "group", "client_id", "topic", "queue"])
+            .withColumn("client_id", F.coalesce(F.col("client_id"), F.lit(""))))
+
+
+def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: int = 3_600_000) -> DataFrame:
+    """Backlog over time (schema :data:`.schemas.BACKLOG`).
+
+    Keys: every ``(group, client, topic)`` seen in the offsets log × every queue of that topic that
+    has messages (a queue the group never pulled has ``committed`` 0, as the API says), plus queues
+    with offset records only. Buckets: from the topic's first event to the bucket holding
+    ``as_of_ms``; rows after ``as_of_ms`` are ignored. ``at`` = the bucket's end, or ``as_of_ms`` for
+    the last bucket. ``committed`` carries the last committed offset recorded before ``at`` (0 before
+    any). ``oldest_unconsumed_age_ms`` = ``at`` − ``produced_at`` of the message at ``committed``
+    when there is a backlog, else 0.
+
+    Cost: one aggregation of each log, one sort per key for the running windows (keys × buckets
+    rows), one join of the messages with the (broadcast) grid for the ages."""
+    last_b = as_of_ms // bucket_ms
+    m = (clean_messages(messages).where(F.col("produced_at") <= as_of_ms)
+         .select("topic", "queue", "offset", "produced_at")
+         .withColumn("b", F.floor(F.col("produced_at") / bucket_ms).cast("long")))
+    o = (clean_offsets(offsets).where(F.col("at") <= as_of_ms)
+         .select("group", "client_id", "topic", "queue", "committed_offset", "at", "seq")
+         .withColumn("b", F.floor(F.col("at") / bucket_ms).cast("long")))
+
+    mb = m.groupBy("topic", "queue", "b").agg(
+        F.count(F.lit(1)).alias("produced_in_bucket"), (F.max("offset") + 1).alias("end_in_bucket"))
+    ob = o.groupBy(*GROUP_KEYS, "b").agg(
+        F.max_by("committed_offset", F.struct("at", "seq")).alias("committed_b"))
+
+    starts = (mb.select("topic", "b").unionByName(ob.select("topic", "b"))
+              .groupBy("topic").agg(F.min("b").alias("start_b")))
+    keys = (o.select("group", "client_id", "topic").distinct()
+            .join(mb.select("topic", "queue").distinct(), "topic")
+            .unionByName(ob.select(*GROUP_KEYS))
+            .distinct())
+    grid = (keys.join(starts, "topic")
+            .withColumn("b", F.explode(F.sequence(F.col("start_b"), F.lit(last_b))))
+            .drop("start_b"))
+
+    w = Window.partitionBy(*GROUP_KEYS).orderBy("b")
+    running = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    g = (grid.join(mb, ["topic", "queue", "b"], "left")
+         .join(ob, [*GROUP_KEYS, "b"], "left")
+         .withColumn("produced", F.coalesce(F.max("end_in_bucket").over(running), F.lit(0)).cast("long"))
+         .withColumn("committed", F.coalesce(F.last("committed_b", ignorenulls=True).over(running),
+                                             F.lit(0)).cast("long"))
+         .withColumn("consumed_in_bucket",
+                     F.greatest(F.col("committed") - F.lag("committed", 1, 0).over(w), F.lit(0)).cast("long"))
+         .withColumn("produced_in_bucket", F.coalesce("produced_in_bucket", F.lit(0)).cast("long"))
+         .withColumn("bucket_start", (F.col("b") * bucket_ms).cast("long"))
+         .withColumn("at", F.least((F.col("b") + 1) * bucket_ms, F.lit(as_of_ms)).cast("long"))
+         .withColumn("backlog", F.greatest(F.col("produced") - F.col("committed"), F.lit(0)).cast("long")))
+    secs = F.greatest((F.col("at") - F.col("bucket_start")) / 1000.0, F.lit(0.001))
+    g = (g.withColumn("production_rate", (F.col("produced_in_bucket") / secs).cast("double"))
+         .withColumn("consumption_rate", (F.col("consumed_in_bucket") / secs).cast("double")))
+
+    # age of the oldest unconsumed message: the message at ``committed`` (grid rows with a backlog)
+    pending = g.where(F.col("backlog") > 0).select("topic", "queue", F.col("committed").alias("offset")).distinct()
+    heads = (m.join(F.broadcast(pending), ["topic", "queue", "offset"])
+             .select("topic", "queue", F.col("offset").alias("committed"), "produced_at"))
+    g = (g.join(heads, ["topic", "queue", "committed"], "left")
+         .withColumn("oldest_unconsumed_age_ms",
+                     F.when(F.col("backlog") > 0,
+                            F.greatest(F.col("at") - F.col("produced_at"), F.lit(0)))
+                     .otherwise(F.lit(0)).cast("long")))
+    return g.select(
+        "group", F.when(F.col("client_id") == "", None).otherwise(F.col("client_id")).alias("client_id"),
+        "topic", "queue", "bucket_start", "at", "produced", "committed", "backlog", "produced_in_bucket",
+        "consumed_in_bucket", "production_rate", "consumption_rate", "oldest_unconsumed_age_ms")
+
+
+def latest(report: DataFrame) -> DataFrame:
+    """The newest row of each ``(group, client_id, topic, queue)`` of a :func:`backlog` report."""
+    w = Window.partitionBy("group", "client_id", "topic", "queue").orderBy(F.col("at").desc())
+    return report.withColumn("_n", F.row_number().over(w)).where(F.col("_n") == 1).drop("_n")
+
+
+def queue_weights(messages: DataFrame, latest_backlog: DataFrame, as_of_ms: int,
+                  lookback_ms: int = 3_600_000, horizon_ms: int = 3_600_000) -> DataFrame:
+    """Per clustering group, topic and queue: ``rate`` (messages/s produced over the ``lookback``
+    before ``as_of_ms``), ``backlog`` (from :func:`latest`) and
+    ``weight = rate + backlog / horizon_s`` — the messages per second a consumer of that queue must
+    handle to keep up and drain the backlog within the horizon. Broadcasting groups (a
+    ``client_id``) are left out: every client reads every queue, there is nothing to assign."""
+    lo = as_of_ms - lookback_ms
+    rates = (clean_messages(messages)
+             .where((F.col("produced_at") > lo) & (F.col("produced_at") <= as_of_ms))
+             .groupBy("topic", "queue").agg((F.count(F.lit(1)) / (lookback_ms / 1000.0)).alias("rate")))
+    lag = latest_backlog.where(F.col("client_id").isNull()).select("group", "topic", "queue", "backlog")
+    return (lag.join(rates, ["topic", "queue"], "left")
+            .withColumn("rate", F.coalesce("rate", F.lit(0.0)).cast("double"))
+            .withColumn("weight", (F.col("rate") + F.col("backlog") / (horizon_ms / 1000.0)).cast("double"))
+            .select("group", "topic", "queue", "rate", "backlog", "weight"))

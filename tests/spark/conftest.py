@@ -1,0 +1,46 @@
+"""One local SparkSession (``local[2]``) for the whole test session; every test here is marked
+``spark`` (select with ``-m spark``, skip with ``-m 'not spark'``). Skipped when pyspark or Java is
+missing (``pip install -e '.[lake]'``)."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "glue_jobs") not in sys.path:
+    sys.path.insert(0, str(ROOT / "glue_jobs"))
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.spark)
+
+
+def make_session():
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (SparkSession.builder.master("local[2]").appName("lakeq-tests")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.memory", "1g")
+            .getOrCreate())
+
+
+@pytest.fixture(scope="session")
+def spark():
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    s = make_session()
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
