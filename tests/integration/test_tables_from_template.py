@@ -42,9 +42,10 @@ def test_design_keys(aws):
         "lakeq-local-clients": {"name": "HASH"},
         "lakeq-local-keys": {"key_hash": "HASH"},
         "lakeq-local-queues": {"topic": "HASH", "queue": "RANGE"},
-        "lakeq-local-segments": {"pq": "HASH", "end": "RANGE"},
+        "lakeq-local-segments": {"pq": "HASH", "base": "RANGE"},
         "lakeq-local-dedup": {"topic": "HASH", "id": "RANGE"},
         "lakeq-local-offsets": {"owner": "HASH", "queue": "RANGE"},
+        "lakeq-local-groups": {"group": "HASH"},
     }
     for name, keys in expect.items():
         assert _keys(ddb.describe_table(TableName=name)["Table"]) == keys

@@ -132,7 +132,9 @@ def test_repo_template_functions_and_routes(template):
     for f in specs.values():
         assert f.handler == "app.lambda_handler"
         assert f.code_uri == (T.REPO_ROOT / "functions" / f.logical_id[: -len("Function")].lower())
-        assert f.memory_size == 512 and f.timeout == 30
+        assert f.memory_size >= 512
+        if f.http_routes:  # API Gateway gives up on an integration after 30 s
+            assert f.timeout == 30
 
 
 def test_repo_template_environment(template, monkeypatch):
