@@ -50,5 +50,9 @@ bench: $(VENV)/.stamp
 	$(PY) bench/matcher.py --quick
 	$(PY) bench/rebalance.py --quick
 
+# the data-lake jobs once, on local[2], against the stack `make run` serves on LAKEQ_PORT
+jobs: $(VENV)/.stamp
+	$(PY) -m glue_jobs.local --port $(LAKEQ_PORT)
+
 clean:
 	rm -rf .aws-sam .pytest_cache .hypothesis
