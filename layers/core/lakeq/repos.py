@@ -55,16 +55,49 @@ def _connection() -> Connection:
     return Connection(region=TopicModel.Meta.region)
 
 
+_KIND_ORDER = {"condition_check": 0, "delete": 1, "save": 2, "update": 3}
+
+
+class _Recorder:
+    """Wraps a TransactWrite and remembers the kind of each item in call order: pynamodb sends
+    condition checks first, then deletes, puts and updates, and DynamoDB's cancellation reasons
+    follow that order, not ours."""
+
+    def __init__(self, t: TransactWrite):
+        self._t = t
+        self.kinds: list[str] = []
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._t, name)
+        if name not in _KIND_ORDER:
+            return attr
+
+        def call(*args, **kwargs):
+            self.kinds.append(name)
+            return attr(*args, **kwargs)
+        return call
+
+    def in_call_order(self, reasons: list) -> list:
+        sent = sorted(range(len(self.kinds)), key=lambda i: (_KIND_ORDER[self.kinds[i]], i))
+        out: list = [None] * len(self.kinds)
+        for position, i in enumerate(sent):
+            out[i] = reasons[position] if position < len(reasons) else None
+        return out
+
+
 def transact(build) -> None:
-    """Run ``build(t)`` inside one TransactWrite; raise :class:`TransactionFailed` with reasons."""
+    """Run ``build(t)`` inside one TransactWrite; raise :class:`TransactionFailed` with the
+    cancellation reasons listed in the order ``build`` added the items."""
+    recorder = None
     try:
         with TransactWrite(connection=_connection()) as t:
-            build(t)
+            recorder = _Recorder(t)
+            build(recorder)
     except TransactWriteError as e:
         reasons = _reasons(e)
         if not reasons:
             raise
-        raise TransactionFailed(reasons) from e
+        raise TransactionFailed(recorder.in_call_order(reasons) if recorder else reasons) from e
 
 
 class TopicRepo:
