@@ -94,6 +94,7 @@ class ShardState:
     attempts: int = 0  # failed attempts of the batch at the head of the buffer
     retry_at: float = 0.0
     checkpoint: str | None = None  # SequenceNumber of the last record handled
+    last_read: str | None = None  # SequenceNumber of the last record read into the buffer
     closed: bool = False
 
 
@@ -237,10 +238,11 @@ class StreamPump:
 
     def _iterator(self, m: Mapping_, shard: ShardState) -> str:
         if shard.iterator is None:
-            if shard.checkpoint is not None:
+            after = shard.last_read or shard.checkpoint
+            if after is not None:
                 it = self.streams.get_shard_iterator(
                     StreamArn=m.stream_arn, ShardId=shard.shard_id,
-                    ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=shard.checkpoint)
+                    ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
             else:
                 pos = m.event.starting_position.upper()
                 pos = pos if pos in ("TRIM_HORIZON", "LATEST") else "LATEST"
@@ -265,7 +267,13 @@ class StreamPump:
         shard.iterator = out.get("NextShardIterator")
         if shard.iterator is None:
             shard.closed = True
+        elif not records and (shard.last_read or shard.checkpoint):
+            # moto restores a table from a deep copy when a transaction is cancelled, stream shard
+            # included: an iterator taken before then reads the discarded copy and never sees a new
+            # record. So, when caught up, take a fresh iterator after the last record read.
+            shard.iterator = None
         if records:
+            shard.last_read = records[-1]["dynamodb"].get("SequenceNumber")
             if not shard.buffer:
                 shard.first_buffered_at = time.monotonic()
             shard.buffer.extend(lambda_record(r, m.stream_arn, self.region) for r in records)
