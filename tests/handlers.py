@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlencode
 
+from infra.local import interceptor
 from infra.local import template as tpl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,15 @@ def _load(spec: tpl.FunctionSpec):
     s = importlib.util.spec_from_file_location(f"fn_{spec.logical_id}", path)
     mod = importlib.util.module_from_spec(s)
     s.loader.exec_module(mod)  # type: ignore[union-attr]
-    return getattr(mod, attr)
+    fn = getattr(mod, attr)
+
+    def as_function(event, context):
+        """Every AWS call the handler makes is made as this function
+        (:func:`infra.local.interceptor.acting_as`), so its role's policies apply."""
+        with interceptor.acting_as(spec.logical_id):
+            return fn(event, context)
+    as_function.module = mod
+    return as_function
 
 
 class Api:
