@@ -5,13 +5,22 @@ from moto (``describe_stream`` → shards → ``get_shard_iterator`` at the even
 ``StartingPosition`` → ``get_records``) and calls the function's handler with Lambda's event shape
 ``{"Records": [{eventID, eventName, eventVersion, eventSource, awsRegion, dynamodb, eventSourceARN}]}``:
 
-- batches of at most ``BatchSize`` records, waiting up to ``MaximumBatchingWindowInSeconds`` for a
+- batches of at most ``BatchSize`` records and at most Lambda's 6 MB invocation payload
+  (:func:`within_payload`), waiting up to ``MaximumBatchingWindowInSeconds`` for a
   batch to fill, in order per shard;
 - the position (checkpoint) moves only after the handler returns; on an exception the same batch is
-  retried with exponential backoff (up to ``MaximumRetryAttempts`` if declared, else forever);
-  with ``FunctionResponseTypes: [ReportBatchItemFailures]`` a ``{"batchItemFailures":
-  [{"itemIdentifier": <SequenceNumber>}]}`` answer checkpoints before the first failed record and
-  retries from it;
+  retried with exponential backoff; with ``FunctionResponseTypes: [ReportBatchItemFailures]`` a
+  ``{"batchItemFailures": [{"itemIdentifier": <SequenceNumber>}]}`` answer checkpoints before the
+  lowest failed record and retries from it (an identifier that is not in the batch, empty or null
+  fails the whole batch, as on AWS);
+- the mapping's error handling, as Lambda documents it: ``BisectBatchOnFunctionError`` halves a
+  batch whose invocation raised (splitting does not consume the retry quota) until the failing
+  record is alone; ``MaximumRetryAttempts`` retries (beyond the first attempt) of the records at the
+  head, then they are discarded; ``MaximumRecordAgeInSeconds`` discards records older than that
+  (by ``ApproximateCreationDateTime``) before they are sent. A discarded batch's metadata (shard,
+  first/last sequence number, size, condition ``RetryAttemptsExhausted`` / ``RecordAgeExceeded``)
+  goes to ``DestinationConfig.OnFailure`` (an SQS queue of the template, on moto) in Lambda's
+  on-failure record format, and to :attr:`Mapping_.discarded`;
 - one thread for the whole stack (:meth:`StreamPump.start`), and :meth:`StreamPump.drain` that pumps
   until every shard is caught up (for tests and batch jobs; exposed by the gateway as
   ``POST /_local/streams/drain``).
@@ -23,12 +32,15 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from . import aws_rules, interceptor
 from . import template as tpl_mod
 from .handlers import HandlerCache, LambdaContext, add_to_sys_path
 from .template import FunctionSpec, StreamEvent
@@ -92,6 +104,8 @@ class ShardState:
     buffer: list[dict] = field(default_factory=list)  # read, not yet delivered (in order)
     first_buffered_at: float | None = None
     attempts: int = 0  # failed attempts of the batch at the head of the buffer
+    limit: int | None = None  # batch size while a failed batch is being bisected (None: BatchSize)
+    split_until: int | None = None  # sequence number of the last record of the batch being bisected
     retry_at: float = 0.0
     checkpoint: str | None = None  # SequenceNumber of the last record handled
     last_read: str | None = None  # SequenceNumber of the last record read into the buffer
@@ -108,6 +122,7 @@ class Mapping_:
     stream_arn: str | None = None
     shards: dict[str, ShardState] = field(default_factory=dict)
     delivered: int = 0
+    discarded: list[dict] = field(default_factory=list)  # on-failure records sent (or not) so far
 
 
 class StreamPump:
@@ -125,6 +140,8 @@ class StreamPump:
         busy_interval: float = 0.05,
         idle_interval: float = 0.5,
         max_backoff: float = 5.0,
+        sqs_client: Any = None,
+        clock: Callable[[], float] = time.time,
     ):
         import boto3
 
@@ -138,6 +155,8 @@ class StreamPump:
         self.busy_interval = busy_interval
         self.idle_interval = idle_interval
         self.max_backoff = max_backoff
+        self._sqs = sqs_client
+        self.clock = clock  # wall clock (epoch seconds) for MaximumRecordAgeInSeconds
         self.lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -280,52 +299,140 @@ class StreamPump:
         return len(records)
 
     def _call(self, m: Mapping_, event: dict, ctx: LambdaContext) -> Any:
-        fn = self.handler_overrides.get(m.spec.logical_id)
-        if fn is not None:
-            return fn(event, ctx)
-        with self.handler_cache.instance(m.spec) as handler:
-            return handler(event, ctx)
+        # the invocation runs as the function: its AWS calls are checked against its role
+        # (infra/local/aws_rules.py; a worker process acts as its function by itself)
+        with interceptor.acting_as(m.spec.logical_id):
+            fn = self.handler_overrides.get(m.spec.logical_id)
+            if fn is not None:
+                return fn(event, ctx)
+            with self.handler_cache.instance(m.spec) as handler:
+                return handler(event, ctx)
 
     def _deliver(self, m: Mapping_, shard: ShardState, flush: bool) -> int:
         delivered = 0
         now = time.monotonic()
+        ev = m.event
         while shard.buffer:
             if shard.retry_at > now:
                 break
-            size = max(m.event.batch_size, 1)
-            full = len(shard.buffer) >= size
+            size = shard.limit or max(ev.batch_size, 1)
+            full = len(shard.buffer) >= max(ev.batch_size, 1)
             waited = now - (shard.first_buffered_at or now)
-            if not (flush or full or waited >= m.event.batching_window_s or shard.attempts):
+            if not (flush or full or waited >= ev.batching_window_s or shard.attempts or shard.limit):
                 break
-            batch = shard.buffer[:size]
-            ok_count = self._invoke(m, batch)
+            expired = self._expired(m, shard.buffer[:size])
+            if expired:
+                self._discard(m, shard, expired, "RecordAgeExceeded")
+                continue
+            batch = within_payload(shard.buffer[:size])
+            ok_count, raised = self._invoke(m, batch)
             if ok_count > 0:
                 del shard.buffer[:ok_count]
                 shard.checkpoint = batch[ok_count - 1]["dynamodb"].get("SequenceNumber")
                 delivered += ok_count
                 m.delivered += ok_count
                 shard.first_buffered_at = time.monotonic() if shard.buffer else None
+                if shard.split_until is not None and _seq(shard.checkpoint) >= shard.split_until:
+                    shard.limit = shard.split_until = None  # past the bisected batch: full batches again
             if ok_count == len(batch):
                 shard.attempts = 0
                 shard.retry_at = 0.0
                 continue
-            shard.attempts += 1
-            limit = m.event.maximum_retry_attempts
-            if limit >= 0 and shard.attempts > limit:
-                skipped = shard.buffer[: len(batch) - ok_count]
-                log.error("%s: dropping %d record(s) of %s after %d retries",
-                          m.spec.logical_id, len(skipped), m.table_name, limit)
-                del shard.buffer[: len(skipped)]
-                shard.checkpoint = skipped[-1]["dynamodb"].get("SequenceNumber")
-                shard.attempts = 0
+            failing = batch[ok_count:]
+            if raised and ev.bisect_on_error and len(failing) > 1:
+                # BisectBatchOnFunctionError: retry the first half; splitting is not a retry
+                shard.limit = (len(failing) + 1) // 2
+                last = _seq(failing[-1]["dynamodb"].get("SequenceNumber"))
+                shard.split_until = max(shard.split_until or last, last)
                 shard.retry_at = 0.0
+                continue
+            shard.attempts = 1 if ok_count > 0 else shard.attempts + 1
+            retries = ev.maximum_retry_attempts
+            if retries >= 0 and shard.attempts > retries:
+                log.error("%s: discarding %d record(s) of %s after %d retries",
+                          m.spec.logical_id, len(failing), m.table_name, retries)
+                self._discard(m, shard, failing, "RetryAttemptsExhausted")
                 continue
             shard.retry_at = time.monotonic() + min(self.max_backoff, 0.05 * 2 ** (shard.attempts - 1))
             break
         return delivered
 
-    def _invoke(self, m: Mapping_, batch: list[dict]) -> int:
-        """Call the handler; returns how many records from the head of ``batch`` are done."""
+    def _expired(self, m: Mapping_, batch: list[dict]) -> list[dict]:
+        """The records at the head of ``batch`` older than ``MaximumRecordAgeInSeconds``."""
+        age = m.event.maximum_record_age_s
+        if age < 0:
+            return []
+        now = self.clock()
+        out = []
+        for r in batch:
+            created = r["dynamodb"].get("ApproximateCreationDateTime")
+            if created is None or now - float(created) <= age:
+                break
+            out.append(r)
+        return out
+
+    def _discard(self, m: Mapping_, shard: ShardState, records: list[dict], condition: str) -> None:
+        """Give up on ``records`` (the head of the buffer): checkpoint past them and send their
+        metadata to the on-failure destination, as Lambda does."""
+        assert records and shard.buffer[: len(records)] == records
+        del shard.buffer[: len(records)]
+        shard.checkpoint = records[-1]["dynamodb"].get("SequenceNumber")
+        shard.first_buffered_at = time.monotonic() if shard.buffer else None
+        invokes = shard.attempts if condition == "RetryAttemptsExhausted" else 0
+        shard.attempts = 0
+        shard.retry_at = 0.0
+        if shard.split_until is not None and _seq(shard.checkpoint) >= shard.split_until:
+            shard.limit = shard.split_until = None
+        times = [r["dynamodb"].get("ApproximateCreationDateTime") for r in records]
+        iso = lambda t: (dt.datetime.fromtimestamp(float(t), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                         if t is not None else None)
+        info = {
+            "requestContext": {
+                "requestId": str(uuid.uuid4()),
+                "functionArn": f"arn:aws:lambda:{self.region}:{self.ctx.account_id}:function:"
+                               f"{m.spec.function_name}",
+                "condition": condition,
+                "approximateInvokeCount": invokes,
+            },
+            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST",
+                                "functionError": "Unhandled" if invokes else None},
+            "version": "1.0",
+            "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "DDBStreamBatchInfo": {
+                "shardId": shard.shard_id,
+                "startSequenceNumber": records[0]["dynamodb"].get("SequenceNumber"),
+                "endSequenceNumber": records[-1]["dynamodb"].get("SequenceNumber"),
+                "approximateArrivalOfFirstRecord": iso(times[0]),
+                "approximateArrivalOfLastRecord": iso(times[-1]),
+                "batchSize": len(records),
+                "streamArn": m.stream_arn,
+            },
+        }
+        m.discarded.append(info)
+        dest = m.event.on_failure
+        if not dest:
+            log.error("%s: %d record(s) of %s discarded (%s); no on-failure destination",
+                      m.spec.logical_id, len(records), m.table_name, condition)
+            return
+        try:
+            sqs = self._sqs_client()
+            url = sqs.get_queue_url(QueueName=str(dest).rsplit(":", 1)[-1])["QueueUrl"]
+            with interceptor.acting_as(m.spec.logical_id):  # Lambda sends it with the function's role
+                sqs.send_message(QueueUrl=url, MessageBody=json.dumps(info))
+        except Exception:  # noqa: BLE001 - the records are gone either way; say so loudly
+            log.exception("%s: could not send the on-failure record to %s: %s",
+                          m.spec.logical_id, dest, json.dumps(info))
+
+    def _sqs_client(self) -> Any:
+        if self._sqs is None:
+            import boto3
+
+            self._sqs = boto3.client("sqs", region_name=self.region)
+        return self._sqs
+
+    def _invoke(self, m: Mapping_, batch: list[dict]) -> tuple[int, bool]:
+        """Call the handler; returns (how many records from the head of ``batch`` are done,
+        whether the invocation raised — a function error, which bisection reacts to)."""
         event = {"Records": batch}
         ctx = LambdaContext(m.spec, self.region, self.ctx.account_id)
         try:
@@ -338,12 +445,12 @@ class StreamPump:
             else:
                 log.exception("%s failed on %d record(s) of %s; will retry",
                               m.spec.logical_id, len(batch), m.table_name)
-            return 0
+            return 0, True
         if "ReportBatchItemFailures" not in m.event.function_response_types:
-            return len(batch)
+            return len(batch), False
         failures = (result or {}).get("batchItemFailures") if isinstance(result, Mapping) else None
         if not failures:
-            return len(batch)
+            return len(batch), False
         seqs = [r["dynamodb"].get("SequenceNumber") for r in batch]
         idx = []
         for f in failures:
@@ -351,9 +458,26 @@ class StreamPump:
             if ident not in seqs:
                 log.warning("%s: invalid batchItemFailures %r; retrying the whole batch",
                             m.spec.logical_id, failures)
-                return 0
+                return 0, False
             idx.append(seqs.index(ident))
         first = min(idx)
         log.warning("%s: %d record(s) reported failed; retrying from %s",
                     m.spec.logical_id, len(batch) - first, seqs[first])
-        return first
+        return first, False
+
+
+def within_payload(batch: list[dict]) -> list[dict]:
+    """The longest head of ``batch`` whose event ``{"Records": [...]}`` fits Lambda's 6 MB
+    invocation payload (at least one record), as an event source mapping cuts its batches."""
+    limit = aws_rules.LAMBDA_REQUEST_LIMIT
+    total = len('{"Records":[]}')
+    for i, r in enumerate(batch):
+        total += aws_rules.invocation_request_size(r) + (1 if i else 0)
+        if total > limit:
+            return batch[: max(i, 1)]
+    return batch
+
+
+def _seq(sequence_number: Any) -> int:
+    """Stream sequence numbers are decimal strings: compare them as numbers."""
+    return int(sequence_number or 0)

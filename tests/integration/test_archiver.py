@@ -2,6 +2,7 @@
 Hive partitions by event hour, one object per batch and partition, idempotent on redelivery."""
 from __future__ import annotations
 
+import base64
 import copy
 import importlib.util
 import json
@@ -98,3 +99,55 @@ def test_unknown_tables_and_subscription_lists_are_ignored():
     r = copy.deepcopy(ev["Records"][0])
     r["dynamodb"]["NewImage"]["pq"] = {"S": "~sub1#0"}
     assert lake.message_rows(r) == []
+
+
+def _poisoned(ev: dict, at: int) -> dict:
+    ev = copy.deepcopy(ev)
+    ev["Records"][at]["dynamodb"]["NewImage"]["data"] = {"B": "bm90IGEgc2VnbWVudA=="}  # not its index's data
+    ev["Records"][at]["dynamodb"]["NewImage"]["z"] = {"BOOL": True}
+    return ev
+
+
+def test_poison_record_partial_batch_response_archives_only_what_precedes_it(aws, archiver):
+    """Before: any unreadable record raised and the whole batch was retried forever."""
+    ev = _poisoned(sample("stream_segments.json"), 1)
+    seqs = [r["dynamodb"]["SequenceNumber"] for r in ev["Records"]]
+    out = archiver.lambda_handler(ev, None)
+    assert out["batchItemFailures"] == [{"itemIdentifier": s} for s in seqs[1:]]  # it and all after
+    rows = [r for rs in objects(aws["s3"]).values() for r in rs]
+    assert {r["seq"] for r in rows} == {seqs[0]} and out["records"] == 1
+    # the retry starts at the poison record: first of several → a function error (bisected)
+    ev["Records"] = ev["Records"][1:]
+    with pytest.raises(archiver.PoisonBatch):
+        archiver.lambda_handler(copy.deepcopy(ev), None)
+    ev["Records"] = ev["Records"][:1]  # alone: reported (retries count, then the on-failure queue)
+    assert archiver.lambda_handler(ev, None)["batchItemFailures"] == [{"itemIdentifier": seqs[1]}]
+
+
+def test_archiver_poison_record_through_the_templates_event_source_mapping(aws, archiver):
+    """Through the local stream pump with template.yaml's settings: the poison record is discarded
+    after the retries and reported to the on-failure queue; every other row reaches the lake."""
+    from infra.local import template as tpl
+    from infra.local.streams import StreamPump
+    pump = StreamPump(stack_name=tpl.LOCAL_STACK, dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], sqs_client=aws["sqs"],
+                      handlers={"ArchiverFunction": archiver.lambda_handler}, max_backoff=0.01)
+    pump.mappings = [m for m in pump.mappings if m.spec.logical_id == "ArchiverFunction"
+                     and m.event.name == "Segments"]
+    ddb = aws["dynamodb"]
+    good = sample("stream_segments.json")["Records"]
+    table = os.environ["SEGMENTS_TABLE"]
+    for i, r in enumerate([good[0], _poisoned({"Records": [good[1]]}, 0)["Records"][0], good[2]]):
+        item = {k: ({"B": base64.b64decode(v["B"])} if "B" in v else v)
+                for k, v in r["dynamodb"]["NewImage"].items()}
+        item["pq"], item["base"] = {"S": f"quotes#{i}"}, {"N": "0"}
+        ddb.put_item(TableName=table, Item=item)
+    drained, n = pump.drain(20)
+    assert drained and n == 2
+    url = aws["sqs"].get_queue_url(QueueName=f"{tpl.LOCAL_STACK}-stream-failures")["QueueUrl"]
+    [msg] = aws["sqs"].receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    info = json.loads(msg["Body"])
+    assert info["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert info["DDBStreamBatchInfo"]["batchSize"] == 1
+    rows = [r for rs in objects(aws["s3"]).values() for r in rs]
+    assert sorted({(r["topic"], r["queue"]) for r in rows}) == [("quotes", 0), ("quotes", 2)]

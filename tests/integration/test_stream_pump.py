@@ -20,13 +20,20 @@ HANDLER = textwrap.dedent('''
 ''')
 
 
-def make_template(tmp_path, *, position="TRIM_HORIZON", batch=10, window=0, report=False, retries=None):
+def make_template(tmp_path, *, position="TRIM_HORIZON", batch=10, window=0, report=False, retries=None,
+                  bisect=False, max_age=None, dlq=False):
     props = {"Stream": {"Fn::GetAtt": ["EventsTable", "StreamArn"]}, "StartingPosition": position,
              "BatchSize": batch, "MaximumBatchingWindowInSeconds": window}
     if report:
         props["FunctionResponseTypes"] = ["ReportBatchItemFailures"]
     if retries is not None:
         props["MaximumRetryAttempts"] = retries
+    if bisect:
+        props["BisectBatchOnFunctionError"] = True
+    if max_age is not None:
+        props["MaximumRecordAgeInSeconds"] = max_age
+    if dlq:
+        props["DestinationConfig"] = {"OnFailure": {"Destination": {"Fn::GetAtt": ["FailQueue", "Arn"]}}}
     tpl = {
         "Resources": {
             "EventsTable": {"Type": "AWS::DynamoDB::Table", "Properties": {
@@ -40,6 +47,8 @@ def make_template(tmp_path, *, position="TRIM_HORIZON", batch=10, window=0, repo
             "SinkFunction": {"Type": "AWS::Serverless::Function", "Properties": {
                 "CodeUri": "sink/", "Handler": "app.lambda_handler",
                 "Events": {"Events": {"Type": "DynamoDB", "Properties": props}}}},
+            "FailQueue": {"Type": "AWS::SQS::Queue", "Properties": {
+                "QueueName": {"Fn::Sub": "${AWS::StackName}-fail"}, "SqsManagedSseEnabled": True}},
         }
     }
     (tmp_path / "sink").mkdir(exist_ok=True)
@@ -55,6 +64,7 @@ def stack(aws, tmp_path, monkeypatch):
     def build(**kw):
         tpl = make_template(tmp_path, **kw)
         T.create_tables(aws["dynamodb"], tpl, "pump")
+        T.create_queues(aws["sqs"], tpl, "pump")
         return tpl
 
     return build
@@ -218,3 +228,148 @@ def test_template_without_stream_events_drains_at_once(aws, template):
     assert pump.drain(1) == (True, 0)
     assert pump.start() is pump
     pump.stop()
+
+
+def failure_records(aws, name="pump-fail"):
+    url = aws["sqs"].get_queue_url(QueueName=name)["QueueUrl"]
+    out = []
+    while True:
+        got = aws["sqs"].receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        for msg in got:
+            out.append(json.loads(msg["Body"]))
+            aws["sqs"].delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+
+
+def seq_of(aws, n):
+    """The stream sequence number of item n (read back through a fresh pump-less stream scan)."""
+    ddbs = aws["dynamodbstreams"]
+    arn = aws["dynamodb"].describe_table(TableName="pump-events")["Table"]["LatestStreamArn"]
+    shard = ddbs.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    it = ddbs.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    for r in ddbs.get_records(ShardIterator=it, Limit=1000)["Records"]:
+        if r["dynamodb"]["Keys"]["n"]["N"] == str(n):
+            return r["dynamodb"]["SequenceNumber"]
+    raise AssertionError(n)
+
+
+def test_poison_record_is_bisected_out_retried_then_sent_to_the_on_failure_queue(aws, stack):
+    """BisectBatchOnFunctionError halves a failing batch (not counted as a retry) until the poison
+    record is alone; it is then retried MaximumRetryAttempts times, discarded, and its metadata
+    lands in the template's on-failure queue. Everything else is delivered, in order."""
+    tpl = stack(batch=8, retries=2, bisect=True, dlq=True)
+    calls = []
+
+    def poison_five(event, context):
+        ns = [int(r["dynamodb"]["Keys"]["n"]["N"]) for r in event["Records"]]
+        calls.append(ns)
+        if 5 in ns:
+            raise RuntimeError("cannot decode record 5")
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], handlers={"SinkFunction": poison_five},
+                      max_backoff=0.01, sqs_client=aws["sqs"])
+    put(aws, 0, 10)
+    assert pump.drain(10) == (True, 9)
+    assert calls == [[0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3], [4, 5, 6, 7], [4, 5], [4],
+                     [5], [5], [5],  # first attempt + 2 retries
+                     [6], [7], [8, 9]]  # past the bisected batch: full batches again
+    [info] = failure_records(aws)
+    b = info["DDBStreamBatchInfo"]
+    assert info["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert info["requestContext"]["approximateInvokeCount"] == 3
+    assert info["requestContext"]["functionArn"].endswith(":function:pump-SinkFunction")
+    assert b["batchSize"] == 1 and b["startSequenceNumber"] == b["endSequenceNumber"] == seq_of(aws, 5)
+    assert b["streamArn"] == aws["dynamodb"].describe_table(TableName="pump-events")["Table"]["LatestStreamArn"]
+    assert b["shardId"] and b["approximateArrivalOfFirstRecord"].endswith("Z")
+    assert pump.mappings[0].discarded == [info]
+
+
+def test_without_bisection_the_whole_failing_batch_is_discarded(aws, stack):
+    tpl = stack(batch=4, retries=1, dlq=True)
+    calls = []
+
+    def poison_one(event, context):
+        ns = [int(r["dynamodb"]["Keys"]["n"]["N"]) for r in event["Records"]]
+        calls.append(ns)
+        if 1 in ns:
+            raise RuntimeError("poison")
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], handlers={"SinkFunction": poison_one},
+                      max_backoff=0.01, sqs_client=aws["sqs"])
+    put(aws, 0, 6)
+    assert pump.drain(10) == (True, 2)
+    assert calls == [[0, 1, 2, 3], [0, 1, 2, 3], [4, 5]]
+    [info] = failure_records(aws)
+    assert info["DDBStreamBatchInfo"]["batchSize"] == 4
+    assert info["DDBStreamBatchInfo"]["startSequenceNumber"] == seq_of(aws, 0)
+    assert info["DDBStreamBatchInfo"]["endSequenceNumber"] == seq_of(aws, 3)
+
+
+def test_partial_failure_retries_count_from_the_reported_record(aws, stack):
+    """A partial batch response checkpoints before the lowest reported record; a record reported
+    again at the head of its batch counts a retry (no bisection: the invocation did not fail)."""
+    tpl = stack(batch=4, report=True, retries=1, bisect=True, dlq=True)
+    calls = []
+
+    def report_two(event, context):
+        recs = event["Records"]
+        ns = [int(r["dynamodb"]["Keys"]["n"]["N"]) for r in recs]
+        calls.append(ns)
+        if 2 in ns:
+            return {"batchItemFailures": [{"itemIdentifier": recs[ns.index(2)]["dynamodb"]["SequenceNumber"]}]}
+        return None
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], handlers={"SinkFunction": report_two},
+                      max_backoff=0.01, sqs_client=aws["sqs"])
+    put(aws, 0, 7)
+    assert pump.drain(10) == (True, 2 + 1)
+    # [0,1] done and 2 failed (first attempt); [2..5] fails at its head (retry 1 of 1): discarded
+    assert calls == [[0, 1, 2, 3], [2, 3, 4, 5], [6]]
+    [info] = failure_records(aws)
+    assert info["DDBStreamBatchInfo"]["startSequenceNumber"] == seq_of(aws, 2)
+    assert info["DDBStreamBatchInfo"]["batchSize"] == 4
+
+
+@pytest.mark.parametrize("answer", [{"batchItemFailures": [{"itemIdentifier": ""}]},
+                                    {"batchItemFailures": [{"itemIdentifier": None}]},
+                                    {"batchItemFailures": [{"id": "1"}]},
+                                    {"batchItemFailures": [{"itemIdentifier": "999"}]}])
+def test_malformed_batch_item_failures_fail_the_whole_batch(aws, stack, answer):
+    tpl = stack(batch=3, report=True, retries=0, dlq=True)
+    calls = []
+
+    def bad(event, context):
+        calls.append(len(event["Records"]))
+        return answer
+
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"], handlers={"SinkFunction": bad},
+                      max_backoff=0.01, sqs_client=aws["sqs"])
+    put(aws, 0, 3)
+    assert pump.drain(5) == (True, 0)
+    assert calls == [3]
+    assert [i["DDBStreamBatchInfo"]["batchSize"] for i in failure_records(aws)] == [3]
+
+
+def test_records_older_than_the_maximum_age_are_discarded_unsent(aws, stack):
+    tpl = stack(batch=10, max_age=60, dlq=True)
+    calls = []
+    skew = {"s": 0.0}
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"],
+                      streams_client_=aws["dynamodbstreams"],
+                      handlers={"SinkFunction": lambda e, c: calls.append(len(e["Records"]))},
+                      sqs_client=aws["sqs"], clock=lambda: time.time() + skew["s"])
+    put(aws, 0, 3)
+    skew["s"] = 120  # two minutes later
+    assert pump.drain(5) == (True, 0)
+    assert calls == []
+    [info] = failure_records(aws)
+    assert info["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert info["DDBStreamBatchInfo"]["batchSize"] == 3
+    skew["s"] = 0
+    put(aws, 3, 2)
+    assert pump.drain(5) == (True, 2) and calls == [2]

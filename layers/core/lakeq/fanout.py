@@ -1,21 +1,53 @@
 """Fan-out (SPEC §3 delivery): new topic segments from SegmentsTable's stream → subscription lists.
 
-Per Lambda batch (records in order per shard, i.e. per source queue):
+Per Lambda batch (records in order per shard; one source queue's records are always in one shard):
 
 1. :meth:`Matcher.refresh` reads the subscriptions' version counter (one consistent GetItem) and,
-   when it moved, rebuilds the cached :class:`~matcher.SubscriptionIndex` from a consistent Scan.
-   A subscription whose create returned before a message was produced is therefore always in the
-   index when that message's record is handled (the record is read after the create committed).
+   when it moved, rebuilds the cached :class:`~matcher.SubscriptionIndex` (and every subscription's
+   parked source queues) from a consistent Scan. A subscription whose create returned before a
+   message was produced is therefore always in the index when that message's record is handled.
+   If this fails the invocation raises: a function error, retried by the event source mapping.
 2. Every ``INSERT`` of a topic segment (``pq`` not starting with ``~``: list segments never fan out
-   again) is decoded; each message is matched, and kept for a subscription when
-   ``produced_at > created_at`` of that subscription.
+   again) is decoded; each message is matched, and kept for a subscription when its offset is at
+   or past its queue's head recorded at the subscription's creation (no clocks compared:
+   :class:`lakeq.subscriptions.Start`). A record that cannot be decoded or matched
+   is a *poison record*: the records before it are fanned out and it (with the rest of the batch,
+   to keep the shard's order) is reported in ``batchItemFailures``; when it is first in a batch
+   of several the invocation raises instead, so ``BisectBatchOnFunctionError`` isolates it without
+   spending retries. Alone, it fails ``MaximumRetryAttempts`` times and its metadata goes to the
+   mapping's on-failure queue (template.yaml ``StreamFailureQueue``); the shard moves on.
 3. Per subscription, the kept messages are appended to its list in record order with
-   :meth:`LogRepo.append`: one transaction = list queue item CAS + list segment(s) + one dedup item
-   per *source segment* (``<topic>@<queue>:<base>`` under topic ``~<id>``). A redelivered record
-   finds its dedup item, that source segment is dropped and the rest retried: nothing is added
-   twice, and a source segment's matches land atomically.
-4. A failure is reported as ``batchItemFailures`` at the earliest record whose work is not done;
-   Lambda retries from there and the dedup items make the repeat harmless.
+   :meth:`LogRepo.append`: one transaction = list queue item head move + list segment(s) + one
+   dedup item per *source segment* (``<topic>@<queue>:<base>`` under topic ``~<id>``). A
+   redelivered record finds its dedup item, that source segment is dropped and the rest retried:
+   nothing is added twice, and a source segment's matches land atomically.
+4. **Parking** (one failing subscription must not block the others). When appending to a
+   subscription fails (after the SDK's and our own retries: throttling of its list's partition,
+   an item it cannot take…), the subscription is *parked* for each source queue still to deliver:
+   ``parked`` on its item (JSON ``{"<topic>#<queue>": {"from": <first source segment base not
+   delivered>, "seq": <its stream sequence number>, "reason", "since", "at", "attempts"}}``),
+   written with the version bump in one transaction (:class:`ParkRepo`), *before* the batch is
+   acknowledged. The other subscriptions get their messages and the batch succeeds. While
+   parked for a source queue, that queue's messages are not appended directly (that would
+   break the list's order): every later batch holding a record of that queue *catches up* —
+   reads the source segments from ``from`` to the batch's newest one (consistent Query of
+   SegmentsTable), appends the subscription's matches in order (idempotent by the dedup items),
+   and on success un-parks (conditional on the entry being unchanged). A failed catch-up bumps
+   ``attempts``; a scheduled sweep (:func:`redeliver_parked`, every 5 minutes) does the same up
+   to the queue's head, for source queues that went quiet. ``GET /v1/subscriptions`` shows
+   ``parked``. Invariant: every source segment of
+   an acknowledged record that matches a subscription is in its list, or at or after the
+   ``from`` of a park entry of its source queue. If the park write itself fails, the record is
+   reported failed (Lambda retries it; nothing is acknowledged undelivered and unparked).
+   Limit: catching up needs the source segments, kept until their TTL (``expires_at``) if any.
+5. A failure is reported as ``batchItemFailures``: the earliest record whose work is not done
+   and every later record of the batch; Lambda retries from there and the dedup items make the
+   repeat harmless.
+
+A crash after any store call leaves either appended groups (their dedup items commit with the
+head move, so the redelivered batch skips them), or a park entry (the redelivered batch catches
+up from it), never a message acknowledged but neither delivered nor parked: the stream redelivers
+the batch, as Lambda does after a crashed invocation (tests/integration/test_crash_fanout.py).
 """
 from __future__ import annotations
 
@@ -27,10 +59,13 @@ import time
 from dataclasses import dataclass, field
 
 from matcher.index import SubscriptionIndex
+from pynamodb.exceptions import DoesNotExist
+from pynamodb.transactions import TransactWrite
 
 from . import segments as seg
-from .repos import Append, LogRepo, TransactionFailed
-from .subscriptions import SubscriptionRepo, list_topic
+from .models import SegmentModel
+from .repos import Append, LogRepo, TransactionFailed, transact
+from .subscriptions import VERSION_ID, Start, SubscriptionModel, SubscriptionRepo, list_topic
 
 log = logging.getLogger("lakeq.fanout")
 
@@ -38,6 +73,8 @@ CONDITION_FAILED = "ConditionalCheckFailed"
 APPEND_ATTEMPTS = 40
 CHUNK_GROUPS = 40  # source segments per transaction: 1 + segments + groups <= 100 items
 CHUNK_BYTES = 1_500_000  # raw message bytes per transaction (DynamoDB: 4 MB per transaction)
+PARK_ATTEMPTS = 20  # optimistic writes of a subscription's park entries before giving up
+CATCH_UP_ROUNDS = 3  # catch-up + un-park rounds per parked source queue and batch
 
 
 @dataclass
@@ -67,12 +104,14 @@ class Group:
 
 
 class Matcher:
-    """The per-container index cache: rebuilt when the subscriptions' version moves."""
+    """The per-container index cache: rebuilt when the subscriptions' version moves (every create,
+    delete, park and un-park bumps it)."""
 
     def __init__(self) -> None:
         self.version: int | None = None
         self.index = SubscriptionIndex()
-        self.created: dict[str, int] = {}
+        self.created: dict[str, Start] = {}  # sub id -> where it starts
+        self.parked: dict[str, dict[str, dict]] = {}  # sub id -> {"<topic>#<queue>": entry}
         self.rebuild_ms = 0.0
 
     def refresh(self) -> bool:
@@ -89,24 +128,99 @@ class Matcher:
 
     def load(self, subs) -> None:
         idx = SubscriptionIndex()
-        created: dict[str, int] = {}
+        created: dict[str, Start] = {}
+        parked: dict[str, dict[str, dict]] = {}
         for s in subs:
             try:
                 idx.add(s.id, s.topic, json.loads(s.conditions or "[]"), list(s.tags or []))
             except (ValueError, TypeError):
                 log.exception("subscription %s not indexable; skipped", s.id)
                 continue
-            created[s.id] = int(s.created_at)
-        self.index, self.created = idx, created
+            created[s.id] = Start.of(s)  # clock-free start (lakeq.subscriptions.Start)
+            entries = parse_parked(getattr(s, "parked", None))
+            if entries:
+                parked[s.id] = entries
+        self.index, self.created, self.parked = idx, created, parked
 
-    def match(self, topic: str, msg: dict) -> list[str]:
-        produced = msg["produced_at"]
+    def match(self, topic: str, msg: dict, queue: int = 0) -> list[str]:
         created = self.created
         return [sid for sid in self.index.match(topic, msg.get("properties") or {}, msg.get("tags") or ())
-                if produced > created[sid]]
+                if created[sid].delivers(topic, queue, msg)]
 
 
 matcher = Matcher()
+
+
+def parse_parked(raw: str | None) -> dict[str, dict]:
+    if not raw:
+        return {}
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def parked_view(raw: str | None) -> list[dict]:
+    """A subscription's park entries as the API shows them (``GET /v1/subscriptions``)."""
+    out = []
+    for pq, e in sorted(parse_parked(raw).items()):
+        topic, _, q = pq.rpartition("#")
+        out.append({"topic": topic, "queue": int(q), "from_offset": int(e.get("from", 0)),
+                    "reason": str(e.get("reason", "")), "since": int(e.get("since", 0)),
+                    "attempts": int(e.get("attempts", 0))})
+    return out
+
+
+class ParkRepo:
+    """The ``parked`` attribute of a subscription item: optimistic read-modify-write, each write
+    one transaction with the version bump (so every fan-out container rebuilds its index and sees
+    it). 2 items: 4 WCU; a consistent GetItem before: 1 RCU."""
+
+    @staticmethod
+    def read(sub_id: str) -> tuple[bool, str | None]:
+        try:
+            item = SubscriptionModel.get(sub_id, consistent_read=True,
+                                         attributes_to_get=["id", "parked"])
+        except DoesNotExist:
+            return False, None
+        return True, getattr(item, "parked", None)
+
+    @staticmethod
+    def write(sub_id: str, old: str | None, new: str | None) -> bool:
+        """``parked``: ``old`` → ``new`` (None: removed) if the subscription exists and still has
+        ``old``. False when it changed meanwhile or the subscription is gone."""
+        attr = SubscriptionModel.parked
+        cond = SubscriptionModel.id.exists() & (attr.does_not_exist() if old is None else attr == old)
+        action = attr.remove() if new is None else attr.set(new)
+
+        def build(t: TransactWrite) -> None:
+            t.update(SubscriptionModel(sub_id), actions=[action], condition=cond)
+            t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
+        try:
+            transact(build)
+        except TransactionFailed as e:
+            if e.reasons and e.reasons[0] == CONDITION_FAILED:
+                return False
+            raise
+        return True
+
+    @classmethod
+    def change(cls, sub_id: str, fn) -> dict[str, dict] | None:
+        """Apply ``fn(entries) -> entries`` until it sticks. Returns the entries written (or
+        unchanged), None when the subscription does not exist."""
+        for attempt in range(PARK_ATTEMPTS):
+            exists, raw = cls.read(sub_id)
+            if not exists:
+                return None
+            cur = parse_parked(raw)
+            new = fn({k: dict(v) for k, v in cur.items()})
+            if new == cur:
+                return cur
+            if cls.write(sub_id, raw, json.dumps(new, sort_keys=True, separators=(",", ":")) if new else None):
+                return new
+            time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
+        raise RuntimeError(f"could not update the park entries of subscription {sub_id}")
 
 
 def _b(attr: dict) -> bytes:
@@ -128,30 +242,57 @@ def decode_record(record: dict) -> tuple[str, int, seg.Segment] | None:
     return topic, int(q), s
 
 
-def plan(records: list[dict], m: Matcher) -> dict[str, list[Group]]:
-    """Match every message of the batch; per subscription, its groups in record order."""
-    pending: dict[str, list[Group]] = {}
-    for i, r in enumerate(records):
-        decoded = decode_record(r)
-        if decoded is None:
+@dataclass
+class Plan:
+    """What a batch holds: per subscription its groups in record order; per source queue the
+    records (index, segment base) it has; where the first poison record is (None: none)."""
+
+    pending: dict[str, list[Group]] = field(default_factory=dict)
+    queues: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # "<topic>#<q>" -> [(i, base)]
+    poison: int | None = None
+    error: str = ""
+
+
+def group_messages(topic: str, q: int, s: seg.Segment, m: Matcher, record: int,
+                   only: str | None = None) -> dict[str, Group]:
+    """The messages of one source segment kept per matching subscription (or just ``only``)."""
+    per_sub: dict[str, Group] = {}
+    for msg in seg.all_headers(s):
+        sids = m.match(topic, msg, q)
+        if only is not None:
+            sids = [x for x in sids if x == only]
+        if not sids:
             continue
-        topic, q, s = decoded
-        per_sub: dict[str, Group] = {}
-        for msg in seg.all_headers(s):
-            sids = m.match(topic, msg)
-            if not sids:
+        lm = ListMessage(id=msg["id"], body=msg["body"], key=msg.get("key"), tags=msg.get("tags") or [],
+                         properties=msg.get("properties") or {}, produced_at=msg["produced_at"],
+                         topic=topic, queue=q, source_offset=msg["offset"])
+        for sid in sids:
+            g = per_sub.get(sid)
+            if g is None:
+                g = per_sub[sid] = Group(f"{topic}@{q}:{s.base}", record)
+            g.messages.append(lm)
+    return per_sub
+
+
+def plan(records: list[dict], m: Matcher) -> Plan:
+    """Match every message of the batch up to the first record that cannot be decoded or matched."""
+    out = Plan()
+    for i, r in enumerate(records):
+        try:
+            decoded = decode_record(r)
+            if decoded is None:
                 continue
-            lm = ListMessage(id=msg["id"], body=msg["body"], key=msg.get("key"), tags=msg.get("tags") or [],
-                             properties=msg.get("properties") or {}, produced_at=msg["produced_at"],
-                             topic=topic, queue=q, source_offset=msg["offset"])
-            for sid in sids:
-                g = per_sub.get(sid)
-                if g is None:
-                    g = per_sub[sid] = Group(f"{topic}@{q}:{s.base}", i)
-                g.messages.append(lm)
+            topic, q, s = decoded
+            per_sub = group_messages(topic, q, s, m, i)
+        except Exception as e:  # noqa: BLE001 - a malformed record must not stop the others
+            log.exception("poison record %s (index %d): not fanned out",
+                          (r.get("dynamodb") or {}).get("SequenceNumber"), i)
+            out.poison, out.error = i, f"{type(e).__name__}: {e}"
+            break
+        out.queues.setdefault(f"{topic}#{q}", []).append((i, s.base))
         for sid, g in per_sub.items():
-            pending.setdefault(sid, []).append(g)
-    return pending
+            out.pending.setdefault(sid, []).append(g)
+    return out
 
 
 def _chunk(groups: list[Group]) -> list[Group]:
@@ -166,14 +307,27 @@ def _chunk(groups: list[Group]) -> list[Group]:
     return out
 
 
+class AppendFailed(Exception):
+    """Appending stopped: ``remaining`` groups (in order) are not in the list."""
+
+    def __init__(self, remaining: list[Group], cause: BaseException):
+        super().__init__(f"{len(remaining)} group(s) not appended: {type(cause).__name__}: {cause}")
+        self.remaining = remaining
+        self.cause = cause
+
+
 def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
     """Append ``groups`` to the subscription's list in order, idempotently. Returns the messages
-    actually added (0 for groups already there, or when the subscription was deleted)."""
+    actually added (0 for groups already there, or when the subscription was deleted). Raises
+    :class:`AppendFailed` with the groups not known to be in the list."""
     lt = list_topic(sub_id)
     added = 0
     attempt = 0
     while groups:
-        base = _head(lt, attempt > 0)
+        try:
+            base = _head(lt, attempt > 0)
+        except Exception as e:  # noqa: BLE001
+            raise AppendFailed(groups, e) from e
         if base is None:  # unsubscribed: the list is gone
             return added
         chunk = _chunk(groups)
@@ -193,7 +347,7 @@ def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
         except TransactionFailed as e:
             attempt += 1
             if attempt >= APPEND_ATTEMPTS:
-                raise
+                raise AppendFailed(groups, e) from e
             # reasons: one per item — the segments (after the queue item, in logs that CAS it), then dedup
             first = len(e.reasons) - len(dedup)
             dup = {dedup[k][0] for k in range(len(dedup))
@@ -203,6 +357,8 @@ def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
             else:
                 time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
             continue
+        except Exception as e:  # noqa: BLE001 - throttled, too large…: the caller parks
+            raise AppendFailed(groups, e) from e
         added += len(msgs)
         groups = groups[len(chunk):]
         attempt = 0
@@ -223,25 +379,201 @@ def _head(lt: str, fresh: bool) -> int | None:
     return None if meta is None else int(meta.max_offset)
 
 
-def handle(event: dict, now: int, m: Matcher | None = None) -> dict:
-    """The handler's logic; returns ``{"batchItemFailures": [...]}`` (empty when all done)."""
+@dataclass
+class Outcome:
+    """What one invocation did (for the handler's response, logs and metrics)."""
+
+    failed_at: int | None = None  # earliest record index not done (reported with all after it)
+    added: int = 0
+    parked: list[tuple[str, str]] = field(default_factory=list)  # (sub id, "<topic>#<queue>")
+    unparked: list[tuple[str, str]] = field(default_factory=list)
+    poison: int | None = None
+
+    def fail(self, i: int) -> None:
+        self.failed_at = i if self.failed_at is None else min(self.failed_at, i)
+
+
+class PoisonBatch(Exception):
+    """The first record of a batch of several cannot be fanned out: fail the invocation so that
+    ``BisectBatchOnFunctionError`` splits the batch (free) until the record is alone."""
+
+
+def _reason(e: BaseException) -> str:
+    """What went wrong, for the park entry and the logs (the store's error code when there is one)."""
+    cause = getattr(e, "cause", None) or e
+    code = getattr(cause, "cause_response_code", None)  # pynamodb wraps the botocore error
+    if code:
+        return f"{code}: {getattr(cause, 'cause_response_message', None) or cause}"[:500]
+    return f"{type(cause).__name__}: {cause}"[:500]
+
+
+def park(sub_id: str, remaining: list[Group], seqs: list[str], reason: str, now: int) -> list[str]:
+    """Record ``sub_id`` as parked for every source queue of ``remaining`` from its first group
+    there (keeping an earlier ``from``). Returns the source queues parked. Raises when it cannot
+    be written (the caller then fails those records)."""
+    firsts: dict[str, Group] = {}
+    for g in remaining:
+        pq = _source_pq(g.key)
+        firsts.setdefault(pq, g)
+
+    def merge(entries: dict[str, dict]) -> dict[str, dict]:
+        for pq, g in firsts.items():
+            base = _source_base(g.key)
+            e = entries.get(pq)
+            if e is None:
+                entries[pq] = {"from": base, "seq": seqs[g.record], "reason": reason, "since": now,
+                               "at": now, "attempts": 1}
+            else:
+                if base < int(e["from"]):
+                    e["from"], e["seq"] = base, seqs[g.record]
+                e.update(reason=reason, at=now, attempts=int(e.get("attempts", 0)) + 1)
+        return entries
+
+    if ParkRepo.change(sub_id, merge) is not None:
+        log.error("subscription %s parked for %s: %s", sub_id, sorted(firsts), reason)
+    return sorted(firsts)
+
+
+def _source_pq(group_key: str) -> str:
+    """``<topic>@<queue>:<base>`` → ``<topic>#<queue>``."""
+    tq, _, _ = group_key.rpartition(":")
+    topic, _, q = tq.rpartition("@")
+    return f"{topic}#{q}"
+
+
+def _source_base(group_key: str) -> int:
+    return int(group_key.rpartition(":")[2])
+
+
+def catch_up(sub_id: str, pq: str, upto: int, m: Matcher, now: int) -> int:
+    """Append the subscription's matches of source queue ``pq`` from its park entry's ``from`` to
+    the source segment at base ``upto``, then un-park it (if the entry did not change meanwhile).
+    Returns the messages added. Raises :class:`AppendFailed` (or a store error) on failure."""
+    topic, _, q = pq.rpartition("#")
+    added = 0
+    for _ in range(CATCH_UP_ROUNDS):
+        exists, raw = ParkRepo.read(sub_id)
+        entry = parse_parked(raw).get(pq) if exists else None
+        if entry is None:
+            return added  # deleted, or un-parked by someone else
+        start = int(entry["from"])
+        groups: list[Group] = []
+        if start <= upto:
+            for item in SegmentModel.query(LogRepo.pq(topic, int(q)), SegmentModel.base.between(start, upto),
+                                           consistent_read=True):
+                s = seg.Segment(int(item.base), int(item.count), item.idx, item.data, bool(item.z))
+                g = group_messages(topic, int(q), s, m, 0, only=sub_id).get(sub_id)
+                if g is not None:
+                    groups.append(g)
+        added += append_groups(sub_id, groups, now)
+
+        def drop(entries: dict[str, dict], seen=entry) -> dict[str, dict]:
+            if entries.get(pq) == seen:
+                del entries[pq]
+            return entries
+        left = ParkRepo.change(sub_id, drop)
+        if left is None or pq not in left:
+            log.warning("subscription %s un-parked for %s (%d message(s) caught up)", sub_id, pq, added)
+            return added
+        # the entry changed meanwhile (an earlier ``from``): catch up again from there
+    raise RuntimeError(f"subscription {sub_id} still parked for {pq} after {CATCH_UP_ROUNDS} rounds")
+
+
+def handle_batch(event: dict, now: int, m: Matcher | None = None) -> Outcome:
+    """The handler's logic. Raises (a function error) when the subscriptions cannot be read or the
+    first of several records is poison; otherwise says which records failed."""
     m = m or matcher
     records = event.get("Records") or []
-    try:
-        m.refresh()
-        pending = plan(records, m)
-    except Exception:
-        log.exception("fan-out planning failed; the whole batch is retried")
-        return {"batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]
-                if records else []}
-    failed_at: int | None = None
-    for sid, groups in pending.items():
+    out = Outcome()
+    if not records:
+        return out
+    seqs = [str((r.get("dynamodb") or {}).get("SequenceNumber", "")) for r in records]
+    m.refresh()
+    p = plan(records, m)
+    if p.poison is not None:
+        out.poison = p.poison
+        if p.poison == 0 and len(records) > 1:
+            raise PoisonBatch(f"record {seqs[0]} cannot be fanned out: {p.error}")
+        out.fail(p.poison)
+    last_base = {pq: max(b for _, b in recs) for pq, recs in p.queues.items()}
+    first_rec = {pq: min(i for i, _ in recs) for pq, recs in p.queues.items()}
+
+    # subscriptions parked for a source queue of this batch: catch up (covers this batch's groups)
+    for sid, entries in list(m.parked.items()):
+        for pq in sorted(entries):
+            if pq not in last_base:
+                continue
+            try:
+                # groups before the entry's ``from`` (a batch redelivered after a crash or bisected
+                # may hold some) are not the catch-up's: appended first, in order (no-ops if there)
+                before = [g for g in p.pending.get(sid, []) if _source_pq(g.key) == pq
+                          and _source_base(g.key) < int(entries[pq]["from"])]
+                if before:
+                    out.added += append_groups(sid, before, now)
+                out.added += catch_up(sid, pq, last_base[pq], m, now)
+                out.unparked.append((sid, pq))
+            except Exception as e:  # noqa: BLE001 - still parked: bump its attempts
+                log.warning("catch-up of subscription %s for %s failed: %s", sid, pq, _reason(e))
+                groups = [g for g in p.pending.get(sid, []) if _source_pq(g.key) == pq]
+                try:
+                    park(sid, groups or [Group(f"{pq.rpartition('#')[0]}@{pq.rpartition('#')[2]}:"
+                                               f"{entries[pq]['from']}", first_rec[pq])],
+                         seqs, _reason(e), now)
+                except Exception:  # noqa: BLE001
+                    log.exception("could not record the failed catch-up of %s for %s", sid, pq)
+                    out.fail(first_rec[pq])
+
+    for sid, groups in p.pending.items():
+        held = set(m.parked.get(sid, {}))
+        groups = [g for g in groups if _source_pq(g.key) not in held]
+        if not groups:
+            continue
         try:
-            append_groups(sid, groups, now)
-        except Exception:
-            log.exception("appending to subscription %s failed", sid)
-            first = groups[0].record
-            failed_at = first if failed_at is None else min(failed_at, first)
-    if failed_at is None:
+            out.added += append_groups(sid, groups, now)
+        except AppendFailed as e:
+            log.error("appending to subscription %s failed: %s", sid, _reason(e))
+            try:
+                out.parked += [(sid, pq) for pq in park(sid, e.remaining, seqs, _reason(e), now)]
+            except Exception:  # noqa: BLE001 - neither delivered nor parked: retry those records
+                log.exception("could not park subscription %s", sid)
+                out.fail(min(g.record for g in e.remaining))
+    return out
+
+
+def redeliver_parked(now: int, m: Matcher | None = None) -> Outcome:
+    """The scheduled sweep (template.yaml ``FanoutFunction`` ``Redeliver`` event): catch every
+    parked subscription up to its source queue's current head and un-park it, so a source queue
+    that went quiet does not hold its messages back until its next record. Safe alongside the
+    stream invocations: appends are idempotent and in order, an un-park is conditional on the
+    entry being unchanged, and a failed catch-up (here or there) bumps the entry."""
+    m = m or matcher
+    out = Outcome()
+    m.refresh()
+    for sid, entries in list(m.parked.items()):
+        for pq, entry in sorted(entries.items()):
+            topic, _, q = pq.rpartition("#")
+            try:
+                head = LogRepo.head(topic, int(q), fresh=True)
+                out.added += catch_up(sid, pq, head if head is not None else int(entry["from"]), m, now)
+                out.unparked.append((sid, pq))
+            except Exception as e:  # noqa: BLE001 - stays parked; the next sweep or record retries
+                log.warning("redelivery of subscription %s for %s failed: %s", sid, pq, _reason(e))
+                try:
+                    park(sid, [Group(f"{topic}@{q}:{entry['from']}", 0)], [str(entry.get("seq", ""))],
+                         _reason(e), now)
+                except Exception:  # noqa: BLE001
+                    log.exception("could not record the failed redelivery of %s for %s", sid, pq)
+    return out
+
+
+def response(out: Outcome, records: list[dict]) -> dict:
+    """``{"batchItemFailures": [...]}``: the earliest record not done and every later one."""
+    if out.failed_at is None:
         return {"batchItemFailures": []}
-    return {"batchItemFailures": [{"itemIdentifier": records[failed_at]["dynamodb"]["SequenceNumber"]}]}
+    return {"batchItemFailures": [{"itemIdentifier": r["dynamodb"]["SequenceNumber"]}
+                                  for r in records[out.failed_at:]]}
+
+
+def handle(event: dict, now: int, m: Matcher | None = None) -> dict:
+    """:func:`handle_batch` → the Lambda response (``{"batchItemFailures": [...]}``)."""
+    return response(handle_batch(event, now, m), event.get("Records") or [])
