@@ -33,6 +33,15 @@ def clean_offsets(offsets: DataFrame) -> DataFrame:
             .withColumn("client_id", F.coalesce(F.col("client_id"), F.lit(""))))
 
 
+def seq_order(col: str = "seq"):
+    """A sortable key for a DynamoDB stream sequence number: numeric order of a string of digits of
+    any length (up to 40: more than a long or a decimal(38) holds) = (digits without leading zeros
+    by length, then the digits). Never (at, seq-as-string): ``at`` comes from the writers' clocks
+    and "99" > "100" as strings."""
+    digits = F.regexp_replace(F.coalesce(F.col(col), F.lit("")), "^0+", "")
+    return F.struct(F.length(digits).alias("seq_len"), digits.alias("seq_digits"))
+
+
 def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: int = 3_600_000) -> DataFrame:
     """Backlog over time (schema :data:`.schemas.BACKLOG`).
 
@@ -40,8 +49,9 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
     has messages (a queue the group never pulled has ``committed`` 0, as the API says), plus queues
     with offset records only. Buckets: from the topic's first event to the bucket holding
     ``as_of_ms``; rows after ``as_of_ms`` are ignored. ``at`` = the bucket's end, or ``as_of_ms`` for
-    the last bucket. ``committed`` carries the last committed offset recorded before ``at`` (0 before
-    any). ``oldest_unconsumed_age_ms`` = ``at`` − ``produced_at`` of the message at ``committed``
+    the last bucket. ``committed`` carries the committed offset of the change with the highest
+    stream sequence number (numeric, :func:`seq_order`) among those recorded before ``at`` (0
+    before any): the writers' clocks only place a change in a bucket, never order two changes. ``oldest_unconsumed_age_ms`` = ``at`` − ``produced_at`` of the message at ``committed``
     when there is a backlog, else 0.
 
     Cost: one aggregation of each log, one sort per key for the running windows (keys × buckets
@@ -52,12 +62,13 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
          .withColumn("b", F.floor(F.col("produced_at") / bucket_ms).cast("long")))
     o = (clean_offsets(offsets).where(F.col("at") <= as_of_ms)
          .select("group", "client_id", "topic", "queue", "committed_offset", "at", "seq")
-         .withColumn("b", F.floor(F.col("at") / bucket_ms).cast("long")))
+         .withColumn("b", F.floor(F.col("at") / bucket_ms).cast("long"))
+         .withColumn("order", seq_order("seq")))
 
     mb = m.groupBy("topic", "queue", "b").agg(
         F.count(F.lit(1)).alias("produced_in_bucket"), (F.max("offset") + 1).alias("end_in_bucket"))
     ob = o.groupBy(*GROUP_KEYS, "b").agg(
-        F.max_by("committed_offset", F.struct("at", "seq")).alias("committed_b"))
+        F.max(F.struct("order", "committed_offset")).alias("latest_b"))
 
     starts = (mb.select("topic", "b").unionByName(ob.select("topic", "b"))
               .groupBy("topic").agg(F.min("b").alias("start_b")))
@@ -74,7 +85,8 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
     g = (grid.join(mb, ["topic", "queue", "b"], "left")
          .join(ob, [*GROUP_KEYS, "b"], "left")
          .withColumn("produced", F.coalesce(F.max("end_in_bucket").over(running), F.lit(0)).cast("long"))
-         .withColumn("committed", F.coalesce(F.last("committed_b", ignorenulls=True).over(running),
+         # the change with the highest sequence number among those stamped up to this bucket
+         .withColumn("committed", F.coalesce(F.max("latest_b").over(running)["committed_offset"],
                                              F.lit(0)).cast("long"))
          .withColumn("consumed_in_bucket",
                      F.greatest(F.col("committed") - F.lag("committed", 1, 0).over(w), F.lit(0)).cast("long"))

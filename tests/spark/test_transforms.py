@@ -109,3 +109,24 @@ def test_backlog_job_on_a_lake_folder_from_stream_samples(spark, tmp_path):
     assert bc["queues"][0]["client_id"] == "c1" and bc["queues"][0]["backlog"] == 5
     hist = spark.read.parquet(str(tmp_path / "reports" / "backlog" / "history"))
     assert hist.where(F.col("group") == "risk").count() == 2  # two hourly buckets
+
+
+def test_offset_changes_ordered_by_numeric_stream_sequence_number(spark):
+    """Issue 8 (f): a queue's committed offset is the one of the change with the highest stream
+    sequence number (numeric: "100" > "99"), whatever the writers' clocks said (``at``)."""
+    m = [msg(t, 0, i, T0 + i) for t in ("a", "b", "c") for i in range(10)]
+    o = [
+        # a: same clock reading, sequence numbers of different lengths ("99" < "100" numerically)
+        off("g", "a", 0, 2, T0 + 100, "99"), off("g", "a", 0, 5, T0 + 100, "100"),
+        # b: the later change (higher seq) was stamped by a host whose clock is behind
+        off("g", "b", 0, 5, T0 + 160, "000000000000000000100"), off("g", "b", 0, 7, T0 + 150, "000000000000000000101"),
+        # c: skew across buckets: the newest change (seq 2000) landed in the earlier bucket
+        off("g", "c", 0, 9, T0 + H - 5, "2000"), off("g", "c", 0, 6, T0 + H + 5, "999"),
+    ]
+    msgs, offs = spark.createDataFrame(m, schemas.MESSAGES), spark.createDataFrame(o, schemas.OFFSETS)
+    as_of = T0 + H + 1000
+    got = {(r["topic"], r["bucket_start"]): r["committed"]
+           for r in T.backlog(msgs, offs, as_of, H).where(F.col("queue") == 0).collect()}
+    assert got[("a", T0)] == 5 and got[("a", T0 + H)] == 5
+    assert got[("b", T0)] == 7 and got[("b", T0 + H)] == 7
+    assert got[("c", T0)] == 9 and got[("c", T0 + H)] == 9

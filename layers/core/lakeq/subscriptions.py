@@ -17,6 +17,7 @@ its cached index.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 
@@ -33,9 +34,12 @@ from . import service
 from . import validation as v
 from .errors import BadRequest, Conflict, Forbidden, NotFound
 from .models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
-from .names import check_name, check_topic, is_name
+from .names import check_name, check_topic, covers, is_name
+from .payload import ByteBudget
 from .receipts import Receipt, parse as parse_receipt, subscription_field
 from .repos import LogRepo, OffsetRepo, TransactionFailed, transact
+
+log = logging.getLogger("lakeq.subscriptions")
 
 VERSION_ID = "~version"
 MAX_LEVELS = 64
@@ -63,6 +67,11 @@ class SubscriptionModel(Model):
     tags = ListAttribute(of=UnicodeAttribute, null=True)
     created_at = NumberAttribute(null=True)
     version = NumberAttribute(null=True)
+    # JSON {"<topic>#<queue>": {...}}: source queues the fan-out could not deliver from (lakeq.fanout)
+    parked = UnicodeAttribute(null=True)
+    # JSON {"<topic>": [head of queue 0, head of queue 1, ...]}: where each covered queue's log
+    # ended when the subscription was created (only topics with messages then); see Start
+    starts = UnicodeAttribute(null=True)
     by_subscriber = BySubscriber()
 
 
@@ -73,6 +82,77 @@ def list_topic(sub_id: str) -> str:
 
 def list_owner(sub_id: str) -> str:
     return f"s|{sub_id}"
+
+
+MAX_STARTS_BYTES = 256 * 1024
+
+
+class Start:
+    """Where a subscription starts, without comparing clocks of different hosts (API.md: "the
+    messages published after the subscription was created").
+
+    At creation, each covered queue's head (``max_offset``, strongly consistent: a produce
+    answers 2xx only after its head moved) is recorded; the fan-out keeps a message for the
+    subscription iff its offset is at or past its queue's recorded head. A message acknowledged
+    before the create began is below the head read during it; a message produced after the
+    create answered is at or past it. Topics (and queues) that did not exist or had no messages
+    at creation start at 0. Subscriptions stored before this rule (no ``starts``) keep the old
+    one, ``produced_at > created_at``."""
+
+    __slots__ = ("_heads", "_raw", "created_at")
+
+    def __init__(self, heads: dict[str, list[int]] | None, created_at: int = 0, raw: str | None = None):
+        self._heads = heads
+        self._raw = raw  # parsed on first use: the fan-out's index rebuild stays one JSON decode a subscription
+        self.created_at = created_at
+
+    @property
+    def heads(self) -> dict[str, list[int]] | None:
+        if self._raw is not None:
+            self._heads, self._raw = json.loads(self._raw), None
+        return self._heads
+
+    @classmethod
+    def read(cls, topic: str) -> "Start":
+        """The heads of every queue of ``topic`` and its descendants: a consistent Scan of the
+        topics and a consistent BatchGet of each covered topic's queue items (creation only:
+        1 RCU per covered queue plus the Scan's 1 RCU per 4 KB of topics)."""
+        from .models import TopicModel
+        heads: dict[str, list[int]] = {}
+        for t in TopicModel.scan(consistent_read=True):
+            if not covers(topic, t.name):
+                continue
+            per_queue = {int(q.queue): int(q.max_offset)
+                         for q in LogRepo.queues(t.name, int(t.queues), consistent=True)}
+            if any(per_queue.values()):
+                hs = [per_queue.get(i, 0) for i in range(max(per_queue) + 1)]
+                while hs and hs[-1] == 0:
+                    hs.pop()
+                heads[t.name] = hs
+        return cls(heads)
+
+    def dump(self) -> str:
+        raw = json.dumps(self.heads, separators=(",", ":"), sort_keys=True)
+        if len(raw) > MAX_STARTS_BYTES:
+            raise BadRequest(f"the topic covers too many queues with messages to subscribe to at once "
+                             f"({len(self.heads or {})} topics); subscribe to narrower topics")
+        return raw
+
+    @classmethod
+    def of(cls, s: SubscriptionModel) -> "Start":
+        raw = getattr(s, "starts", None)
+        if raw is None:
+            return cls(None, int(s.created_at or 0))
+        return cls(None, raw=raw)
+
+    def delivers(self, topic: str, queue: int, msg: dict) -> bool:
+        """Keep source message ``msg`` (its ``offset``; ``produced_at`` for old subscriptions)
+        of ``topic``'s queue ``queue`` for this subscription?"""
+        heads = self.heads
+        if heads is None:
+            return msg["produced_at"] > self.created_at
+        hs = heads.get(topic)
+        return hs is None or queue >= len(hs) or msg["offset"] >= hs[queue]
 
 
 class SubscriptionRepo:
@@ -112,25 +192,26 @@ class SubscriptionRepo:
         return True
 
     @staticmethod
-    def purge_list(sub_id: str) -> int:
+    def purge_list(sub_id: str, deadline: float | None = None) -> bool:
         """Delete the list's segments, offsets record and dedup items (after :meth:`delete`).
-        Consistent queries + batch deletes; returns the number of items deleted."""
-        n = 0
+        Consistent queries + batch deletes (25 items a call). Idempotent: every step deletes what
+        is still there, so a crash anywhere and a re-run (the unsubscribe stream consumer's retry,
+        a retried DELETE) finish the job. Stops early once ``time.monotonic()`` passes
+        ``deadline``: True when nothing of the list is left, False when stopped early."""
         lt = list_topic(sub_id)
         keys = [SegmentModel._hash_key_attribute().attr_name, SegmentModel._range_key_attribute().attr_name]
-        with SegmentModel.batch_write() as b:
-            for item in SegmentModel.query(LogRepo.pq(lt, 0), consistent_read=True, attributes_to_get=keys):
-                b.delete(item)
-                n += 1
-        with OffsetModel.batch_write() as b:
-            for item in OffsetModel.query(list_owner(sub_id), consistent_read=True):
-                b.delete(item)
-                n += 1
-        with DedupModel.batch_write() as b:
-            for item in DedupModel.query(lt, attributes_to_get=["topic", "id"]):
-                b.delete(item)
-                n += 1
-        return n
+        sources = [
+            (SegmentModel, lambda: SegmentModel.query(LogRepo.pq(lt, 0), consistent_read=True, attributes_to_get=keys)),
+            (OffsetModel, lambda: OffsetModel.query(list_owner(sub_id), consistent_read=True)),
+            (DedupModel, lambda: DedupModel.query(lt, consistent_read=True, attributes_to_get=["topic", "id"])),
+        ]
+        for model, items in sources:
+            with model.batch_write() as b:
+                for n, item in enumerate(items(), 1):
+                    b.delete(item)
+                    if n % 25 == 0 and deadline is not None and time.monotonic() > deadline:
+                        return False
+        return True
 
     @staticmethod
     def of_subscriber(subscriber: str) -> list[SubscriptionModel]:
@@ -155,7 +236,15 @@ class SubscriptionRepo:
 def view(s: SubscriptionModel) -> dict:
     return {"id": s.id, "subscriber": s.subscriber, "topic": s.topic,
             "conditions": json.loads(s.conditions or "[]"), "tags": list(s.tags or []),
-            "created_at": int(s.created_at or 0)}
+            "created_at": int(s.created_at or 0), "parked": _parked_view(s.parked)}
+
+
+def _parked_view(raw: str | None) -> list[dict]:
+    """Source queues the fan-out parked this subscription on (empty when all is delivered)."""
+    if not raw:
+        return []
+    from .fanout import parked_view  # fanout imports this module
+    return parked_view(raw)
 
 
 def _conditions(raw) -> list[dict]:
@@ -203,12 +292,8 @@ def create(p: service.Principal, raw: str | None) -> dict:
     now = service.clock()
     sub = SubscriptionModel(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
                             conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
-                            created_at=now)
+                            created_at=now, starts=Start.read(topic).dump())
     SubscriptionRepo.create(sub)
-    # Delivery rule: messages with produced_at > created_at. Answer only once the clock has moved
-    # past created_at, so anything produced after this response (same clock) is strictly later.
-    while service.clock() <= now:
-        time.sleep(0.0005)
     return view(sub)
 
 
@@ -220,13 +305,54 @@ def list_(p: service.Principal, params: dict) -> dict:
     return {"subscriptions": [view(s) for s in SubscriptionRepo.of_subscriber(subscriber)]}
 
 
+PURGE_INLINE_S = 3.0  # a DELETE purges inline for this long; the rest is the stream consumer's
+
+
 def delete(p: service.Principal, sub_id: str) -> None:
+    """``DELETE /v1/subscriptions/{id}``: one transaction (subscription item, list queue item,
+    version bump), then the list's items are purged inline for up to PURGE_INLINE_S.
+
+    Crash-safe: the subscription item's REMOVE record on SubscriptionsTable's stream makes
+    :func:`purge_removed` (UnsubscribeFunction) purge the list again, with the event source
+    mapping's retries, so a crash after the transaction (or a list too long to purge inline)
+    leaves nothing behind. A retried DELETE after a lost 204 answers 404 (the subscription is
+    gone, as API.md says of unknown ids); it also purges whatever of that id's list is left."""
     check_name(sub_id, "subscription id")
-    s = _sub_or_404(sub_id)
+    s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
+    if s is None:
+        if _is_subscription_id(sub_id):
+            SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
+        raise NotFound(f"subscription '{sub_id}' does not exist")
     _may_act(p, s)
     if not SubscriptionRepo.delete(sub_id):
         raise NotFound(f"subscription '{sub_id}' does not exist")
-    SubscriptionRepo.purge_list(sub_id)
+    SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
+
+
+def _is_subscription_id(sub_id: str) -> bool:
+    return len(sub_id) == 32 and all(c in "0123456789abcdef" for c in sub_id)
+
+
+def purge_removed(event: dict, deadline: float | None = None) -> dict:
+    """UnsubscribeFunction: SubscriptionsTable stream records → purge the lists of deleted
+    subscriptions. Only ``REMOVE`` records of subscription items count (the event source
+    mapping filters the others out on AWS; the local pump delivers all). Idempotent; a list not
+    purged by ``deadline`` is reported in ``batchItemFailures`` and retried from there."""
+    records = event.get("Records") or []
+    for r in records:
+        if r.get("eventName") != "REMOVE":
+            continue
+        sid = (((r.get("dynamodb") or {}).get("Keys") or {}).get("id") or {}).get("S")
+        if not sid or sid == VERSION_ID or not _is_subscription_id(sid):
+            continue
+        try:
+            done = SubscriptionRepo.purge_list(sid, deadline)
+        except Exception:  # noqa: BLE001 - reported, retried by the event source mapping
+            log.exception("purging the list of subscription %s failed", sid)
+            done = False
+        if not done:
+            return {"batchItemFailures": [{"itemIdentifier": r["dynamodb"]["SequenceNumber"]}]}
+    return {"batchItemFailures": []}
 
 
 def _ack(s: SubscriptionModel, receipt: Receipt) -> dict:
@@ -247,16 +373,20 @@ def ack(p: service.Principal, sub_id: str, receipt: Receipt) -> dict:
 
 def read_list(sub_id: str, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
     """Up to ``limit`` list entries from list offset ``start`` (contiguous), each with its source
-    ``topic``, ``queue`` and ``offset``. Returns (messages, next list offset)."""
+    ``topic``, ``queue`` and ``offset``, no more than fit one Lambda response (always at least
+    one; :class:`lakeq.payload.ByteBudget`). Returns (messages, next list offset)."""
     budget = min(limit, max_offset - start)
+    size = ByteBudget()
     out: list[dict] = []
     nxt = start
     for s in LogRepo.read(list_topic(sub_id), 0, start, budget):
         if s.base > nxt:
             break
         for off, msg in seg.read(s, nxt, budget - (nxt - start)):
-            nxt = off + 1
             msg["offset"] = msg.pop("source_offset")  # type: ignore[union-attr]
+            if not size.take(service._message_out(msg)):  # type: ignore[arg-type]
+                return out, nxt  # the lock ends right after the last entry returned
+            nxt = off + 1
             out.append(msg)  # type: ignore[arg-type]
             if len(out) >= limit:
                 return out, nxt

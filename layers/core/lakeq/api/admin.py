@@ -7,18 +7,20 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from .. import service
-from ..http import body, json_response, path, principal
+from ..http import body, check_query, json_response, path, principal
 
 router = APIGatewayHttpRouter()
 
 
 @router.get("/v1/health")
 def health():
+    check_query(router)
     return json_response({"status": "ok"})
 
 
 @router.get("/v1/openapi.yaml")
 def openapi():
+    check_query(router)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(here, "openapi.yaml"), encoding="utf-8") as f:
         return Response(status_code=200, content_type="application/yaml", body=f.read())
@@ -51,3 +53,22 @@ def create_client():
 def reset_offset(group: str):
     p = principal(router)
     return json_response(service.reset_offset(p, path(group), body(router)))
+
+
+@router.get("/v1/clients/<name>/keys")
+def list_keys(name: str):
+    p = principal(router)
+    return json_response(service.list_keys(p, path(name)))
+
+
+@router.post("/v1/clients/<name>/keys")
+def issue_key(name: str):
+    p = principal(router)
+    return json_response(service.issue_key(p, path(name)), 201)
+
+
+@router.delete("/v1/clients/<name>/keys/<key_id>")
+def revoke_key(name: str, key_id: str):
+    p = principal(router)
+    service.revoke_key(p, path(name), path(key_id))
+    return json_response(None, 204)
