@@ -41,7 +41,7 @@ def test_design_keys(aws):
         "lakeq-local-topics": {"name": "HASH"},
         "lakeq-local-clients": {"name": "HASH"},
         "lakeq-local-keys": {"key_hash": "HASH"},
-        "lakeq-local-queues": {"topic": "HASH", "queue": "RANGE"},
+        "lakeq-local-queues": {"pq": "HASH"},  # "<topic>#<queue>": one partition per queue
         "lakeq-local-segments": {"pq": "HASH", "base": "RANGE"},
         "lakeq-local-dedup": {"topic": "HASH", "id": "RANGE"},
         "lakeq-local-offsets": {"owner": "HASH", "queue": "RANGE"},

@@ -5,33 +5,37 @@ anything unexpected → 500 ``internal_error`` (logged with its traceback). Unkn
 """
 from __future__ import annotations
 
-import json
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_plus
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
 from .errors import ApiError, BadRequest
+from .payload import dumps
 from .service import Principal, authenticate
 
 logger = Logger(service="lakeq", child=True)
 
 JSON = "application/json"
+# Bodies are compact JSON with UTF-8 kept as is (``ensure_ascii=False``): a non-ASCII character
+# costs its UTF-8 bytes, not a 6-byte ``\uXXXX`` escape (see :mod:`lakeq.payload` for what the
+# Lambda runtime adds on top, and the pull's byte budget). The resolver's own serializer (used
+# when a route returns a dict) is the same function.
 
 
 def error_response(status: int, code: str, message: str) -> Response:
     return Response(status_code=status, content_type=JSON,
-                    body=json.dumps({"error": {"code": code, "message": message}}))
+                    body=dumps({"error": {"code": code, "message": message}}))
 
 
 def json_response(body: object, status: int = 200) -> Response:
     if status == 204:
         return Response(status_code=204, content_type=JSON, body="")
-    return Response(status_code=status, content_type=JSON, body=json.dumps(body))
+    return Response(status_code=status, content_type=JSON, body=dumps(body))
 
 
 def make_app(*routers) -> APIGatewayHttpResolver:
-    app = APIGatewayHttpResolver()
+    app = APIGatewayHttpResolver(serializer=dumps)
     for r in routers:
         app.include_router(r)
 
@@ -52,7 +56,36 @@ def make_app(*routers) -> APIGatewayHttpResolver:
 
 
 def principal(router) -> Principal:
-    return authenticate((router.current_event.headers or {}).get("authorization"))
+    """Authenticate (401), then refuse a repeated query parameter (400): API.md's check order."""
+    p = authenticate((router.current_event.headers or {}).get("authorization"))
+    check_query(router)
+    return p
+
+
+def repeated_parameters(raw_query: str | None) -> list[str]:
+    """The names that occur more than once in a raw query string (percent-decoded names)."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for part in (raw_query or "").split("&"):
+        if not part:
+            continue
+        name = unquote_plus(part.partition("=")[0])
+        if name in seen and name not in out:
+            out.append(name)
+        seen.add(name)
+    return out
+
+
+def check_query(router) -> None:
+    """400 when a query parameter is repeated. API Gateway (HTTP API, payload 2.0) joins a repeated
+    parameter's values with commas in ``queryStringParameters`` (``tags=A&tags=B`` → ``"A,B"``),
+    which no route can tell from one value; ``rawQueryString`` is passed as the client sent it."""
+    ev = router.current_event
+    raw = ev.get("rawQueryString")
+    dup = repeated_parameters(raw)
+    if dup:
+        raise BadRequest(f"query parameter '{dup[0]}' is given more than once; send each parameter once "
+                         "(several tags go in one 'tags' parameter separated by '||')")
 
 
 def body(router) -> str | None:
@@ -65,6 +98,7 @@ def body(router) -> str | None:
 
 def query(router) -> dict:
     """Query parameters; a repeated parameter is a 400 (API Gateway joins them with commas)."""
+    check_query(router)
     return dict(router.current_event.query_string_parameters or {})
 
 

@@ -22,6 +22,7 @@ class QueueView:
     lock_ts: int = 0
     lock_until: int = 0
     last_consumed_at: int = 0
+    acks: tuple[str, ...] = ()  # the record's recently acknowledged receipts (see ack_key)
 
     @property
     def start(self) -> int:
@@ -55,6 +56,18 @@ def candidates(views: Iterable[QueueView], now: int, allowed: set[int] | None = 
 def next_lock_ts(now: int, previous_lock_ts: int) -> int:
     """The new lock timestamp: ``now``, but strictly greater than the previous one."""
     return max(now, previous_lock_ts + 1)
+
+
+def ack_key(offset: int, next_offset: int, timestamp: int) -> str:
+    """How an acknowledged receipt is remembered on its queue-offset record: a lock's timestamp is
+    unique per record (strictly increasing), so this names one lock's batch exactly."""
+    return f"{offset}:{next_offset}:{timestamp}"
+
+
+def kept_acks(acks: tuple[str, ...] | list[str], keep: int) -> list[str] | None:
+    """The acknowledgements a new lock keeps (the newest ``keep``), or None when nothing needs
+    dropping. With one ack per lock at most, a record never holds more than ``keep + 1``."""
+    return list(acks[-keep:]) if len(acks) > keep else None
 
 
 def may_ack(lock_ts: int, committed: int, receipt_ts: int, receipt_offset: int) -> bool:
