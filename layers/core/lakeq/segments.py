@@ -21,7 +21,10 @@ from typing import Iterable, Iterator
 from matcher.bitmap import may_match_any, matches_any, tags_bitmap
 
 ENTRY = struct.Struct("<IIIQ")
-SEGMENT_DATA_LIMIT = 350_000  # bytes of raw data per segment item (DynamoDB items are <= 400 KB)
+# bytes of raw data (index entries included) per segment item: DynamoDB items are <= 400 KB, and
+# validation.MAX_MESSAGE_BYTES (300 KiB + ~100 bytes the server adds) keeps every single message,
+# and a fan-out copy of it (~300 bytes of source coordinates more), under this
+SEGMENT_DATA_LIMIT = 350_000
 COMPRESS_OVER = 512
 
 
@@ -78,7 +81,8 @@ def encode(messages: list[Message], base: int) -> Segment:
 
 
 def split(messages: list[Message], limit: int = SEGMENT_DATA_LIMIT) -> list[list[Message]]:
-    """Split into runs whose encoded size stays under ``limit`` (a message never exceeds it). O(n)."""
+    """Split into runs whose encoded size stays under ``limit`` (a message never exceeds it: the
+    produce limits bound it; one that did would get a run of its own). O(n)."""
     runs: list[list[Message]] = []
     size = 0
     for m in messages:

@@ -17,6 +17,16 @@ from .names import check_name, check_topic
 
 MAX_MESSAGES = 100
 MAX_BODY_BYTES = 256 * 1024
+# One message's stored form (body + id, key, tags and properties as compact JSON, UTF-8) must fit a
+# segment item with room to spare: a segment is one DynamoDB item (<= 400 KB), its raw data is cut
+# at segments.SEGMENT_DATA_LIMIT (350,000 bytes); the server adds ~100 bytes per message (produced_at,
+# a generated id, the index entry) and the fan-out ~300 (source topic, queue, offset).
+MAX_MESSAGE_BYTES = 300 * 1024
+# One produce request body (UTF-8 bytes as received). Lambda takes at most 6 MB (6,291,456 bytes) of
+# synchronous request payload: API Gateway's event carries the body as a JSON string (each '"', '\\'
+# or whitespace character escaped: at most 2x; non-ASCII stays UTF-8) plus headers (<= 10 KB) and
+# context, so 3,000,000 bytes always reach the function. API Gateway's 10 MB is never the binding one.
+MAX_REQUEST_BYTES = 3_000_000
 MAX_TAGS = 16
 MAX_TAG_LEN = 128
 MAX_PROPERTIES = 64
@@ -98,8 +108,8 @@ def tag_list(v: Any, what: str = "tags") -> list[str]:
     if not isinstance(v, list) or len(v) > MAX_TAGS:
         raise BadRequest(f"'{what}' must be a list of at most {MAX_TAGS} tags")
     for t in v:
-        if not isinstance(t, str) or not 1 <= len(t) <= MAX_TAG_LEN or "||" in t:
-            raise BadRequest(f"each tag must be a string of 1-{MAX_TAG_LEN} characters without '||'")
+        if not isinstance(t, str) or not 1 <= len(t) <= MAX_TAG_LEN or "||" in t or "," in t:
+            raise BadRequest(f"each tag must be a string of 1-{MAX_TAG_LEN} characters without '||' or ','")
     return list(v)
 
 
@@ -131,16 +141,30 @@ class MessageIn:
     properties: dict
 
 
+def message_bytes(m: MessageIn) -> int:
+    """A message's size as the limits count it: UTF-8 bytes of the body plus those of
+    ``{"id","key","tags","properties"}`` as compact JSON (``ensure_ascii=False``)."""
+    meta = json.dumps({"id": m.id, "key": m.key, "tags": m.tags, "properties": m.properties},
+                      separators=(",", ":"), ensure_ascii=False)
+    return len(m.body.encode("utf-8")) + len(meta.encode("utf-8"))
+
+
 @dataclass
 class ProduceRequest:
     producer: str
     messages: list[MessageIn]
 
-    def too_large(self) -> str | None:
-        """Why the request breaks a size limit (413), or None."""
+    def too_large(self, request_bytes: int = 0) -> str | None:
+        """Why the request breaks a size limit (413), or None. ``request_bytes``: the request
+        body's size in UTF-8 bytes."""
+        if request_bytes > MAX_REQUEST_BYTES:
+            return f"the request body is larger than {MAX_REQUEST_BYTES} bytes; send fewer messages per request"
         for i, m in enumerate(self.messages):
             if len(m.body.encode("utf-8")) > MAX_BODY_BYTES:
                 return f"messages[{i}].body is larger than {MAX_BODY_BYTES} bytes"
+            if message_bytes(m) > MAX_MESSAGE_BYTES:
+                return (f"messages[{i}] is larger than {MAX_MESSAGE_BYTES} bytes (body, id, key, tags and "
+                        "properties together, UTF-8)")
         return None
 
 
@@ -194,6 +218,8 @@ def pull(params: dict, group_required: bool = True) -> PullRequest:
         parts = raw.split("||")
         if not raw or len(parts) > MAX_TAGS or any(not 1 <= len(p) <= MAX_TAG_LEN for p in parts):
             raise BadRequest(f"'tags' must be 1-{MAX_TAGS} tags of 1-{MAX_TAG_LEN} characters separated by '||'")
+        if "," in raw:  # a tag never has one; API Gateway joins a repeated parameter with commas
+            raise BadRequest("a tag never contains ','; separate the tags of 'tags' with '||'")
         tags = parts
     ack = params.get("ack")
     if ack is not None and not ack:
