@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import random
 import secrets
@@ -20,10 +21,12 @@ from typing import Callable
 from . import segments as seg
 from . import validation as v
 from .errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unauthorized, Unavailable
-from .models import ClientModel, TopicModel
+from .models import ClientModel, KeyModel, TopicModel
 from .names import check_name, check_topic, covers, parent_of
 from .receipts import Receipt, parse as parse_receipt, topic_queue_field
 from .repos import Append, ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, TRANSACT_BYTES, TRANSACT_ITEMS
+from .repos import QUEUE_ITEM_BYTES, dedup_item_bytes, segment_item_bytes
+from .payload import ByteBudget
 from .selection import QueueView, candidates, next_lock_ts
 
 CONDITION_FAILED = "ConditionalCheckFailed"
@@ -55,8 +58,16 @@ def _admin_hash() -> str | None:
     return hash_key(raw) if raw else None
 
 
-# --- small per-container caches (clients and keys never change once created) -----------------
-_key_cache: dict[str, str] = {}
+# --- small per-container caches ---------------------------------------------------------------
+# Clients never change once created (their keys do, but the client cache holds no key). A key
+# can be revoked: a container trusts a key it has looked up for KEY_CACHE_TTL_S at most, so a
+# revoked key answers 401 everywhere within that bound (at once in the container that revoked it,
+# and at once on a cold container: the lookup is strongly consistent).
+KEY_CACHE_TTL_S = 5.0
+KEY_CACHE_MAX = 10_000
+MAX_KEYS = 10  # live keys per client (rotation: issue the new one, move clients over, revoke)
+monotonic: Callable[[], float] = time.monotonic
+_key_cache: dict[str, tuple[str, float]] = {}  # key hash -> (client name, trusted until, monotonic s)
 _client_cache: dict[str, ClientModel] = {}
 
 
@@ -86,12 +97,18 @@ def authenticate(authorization: str | None) -> Principal:
     admin = _admin_hash()
     if admin is not None and hmac.compare_digest(h, admin):
         return Principal(admin=True)
-    name = _key_cache.get(h)
+    now = monotonic()
+    hit = _key_cache.get(h)
+    if hit is not None and hit[1] > now:
+        return Principal(admin=False, client=hit[0])
+    name = ClientRepo.client_for_key(h)
     if name is None:
-        name = ClientRepo.client_for_key(h)
-        if name is None:
-            raise Unauthorized("unknown API key")
-        _key_cache[h] = name
+        _key_cache.pop(h, None)
+        raise Unauthorized("unknown API key")
+    if len(_key_cache) >= KEY_CACHE_MAX:
+        for k in [k for k, (_, until) in _key_cache.items() if until <= now] or list(_key_cache):
+            del _key_cache[k]
+    _key_cache[h] = (name, now + KEY_CACHE_TTL_S)
     return Principal(admin=False, client=name)
 
 
@@ -192,13 +209,99 @@ def create_client(p: Principal, raw: str | None) -> dict:
     key = "lq_" + secrets.token_urlsafe(32)
     client = ClientModel(req.name, role=req.role, topics=req.topics, mode=req.mode,
                          visibility_timeout_ms=req.visibility_timeout_ms, key_hash=hash_key(key), created_at=clock())
+    client.key_map = json.dumps({key_id_of(client.key_hash): client.key_hash})
+    client.key_version = 1
     try:
         ClientRepo.create(client)
     except TransactionFailed as e:
         if e.reasons and e.reasons[0] == CONDITION_FAILED:
             raise Conflict(f"client '{req.name}' exists", code="client_exists") from None
         raise
-    return {**client_view(client), "api_key": key}
+    return {**client_view(client), "api_key": key, "key_id": key_id_of(client.key_hash)}
+
+
+# --- keys: rotation and revocation (admin) ----------------------------------------------------
+def key_id_of(key_hash: str) -> str:
+    """A key's public id: the first 16 hex digits of its sha-256 (so a client created before
+    rotation existed has an id for its key too). Reveals nothing usable about the key."""
+    return key_hash[:16]
+
+
+def _live_keys(c: ClientModel) -> dict[str, str]:
+    if c.key_map is None:
+        return {key_id_of(c.key_hash): c.key_hash}
+    return dict(json.loads(c.key_map))
+
+
+def _client_for_keys(name: str, p: Principal, key_id: str | None = None) -> ClientModel:
+    """400 (name) → 404 (client, key) → 403 (admin only), as API.md orders them."""
+    check_name(name, "client name")
+    c = ClientRepo.get(name)
+    if c is None:
+        raise NotFound(f"client '{name}' does not exist")
+    if key_id is not None and key_id not in _live_keys(c):
+        raise NotFound(f"client '{name}' has no live key '{key_id}'")
+    require_admin(p)
+    return c
+
+
+def list_keys(p: Principal, name: str) -> dict:
+    """``GET /v1/clients/{name}/keys`` (admin): the ids of the client's live keys."""
+    c = _client_for_keys(name, p)
+    return {"name": c.name, "keys": [{"key_id": k} for k in sorted(_live_keys(c))]}
+
+
+def issue_key(p: Principal, name: str) -> dict:
+    """``POST /v1/clients/{name}/keys`` (admin) → 201 ``{"name", "key_id", "api_key"}``: one more
+    live key (at most MAX_KEYS, else 409 ``too_many_keys``). Stored as its sha-256 only; the key
+    is shown only here. One transaction: the client's key set (CAS on ``key_version``) + the key item."""
+    c = _client_for_keys(name, p)
+    key = "lq_" + secrets.token_urlsafe(32)
+    h = hash_key(key)
+    for _ in range(APPEND_ATTEMPTS):
+        live = _live_keys(c)
+        if len(live) >= MAX_KEYS:
+            raise Conflict(f"client '{name}' has {len(live)} live keys (at most {MAX_KEYS}); revoke one first",
+                           code="too_many_keys")
+        live[key_id_of(h)] = h
+        version = None if c.key_version is None else int(c.key_version)
+        try:
+            ClientRepo.set_keys(c, version, json.dumps(live),
+                                add=KeyModel(h, client=c.name, key_id=key_id_of(h), created_at=clock()))
+            return {"name": c.name, "key_id": key_id_of(h), "api_key": key}
+        except TransactionFailed as e:
+            if not e.reasons or e.reasons[0] != CONDITION_FAILED:
+                raise
+        c = ClientRepo.get(name)  # a concurrent rotation moved the key set: decide again
+        if c is None:
+            raise NotFound(f"client '{name}' does not exist")
+    raise Unavailable("the client's keys are too contended; retry")
+
+
+def revoke_key(p: Principal, name: str, key_id: str) -> None:
+    """``DELETE /v1/clients/{name}/keys/{key_id}`` (admin) → 204; unknown or already revoked key
+    → 404. The key item goes in the same transaction as the key set, so the next lookup of that
+    key (consistent) fails: 401 at once here, within KEY_CACHE_TTL_S in other warm containers."""
+    if not (isinstance(key_id, str) and len(key_id) == 16 and all(ch in "0123456789abcdef" for ch in key_id)):
+        raise BadRequest("'key_id' must be 16 lowercase hex digits")
+    c = _client_for_keys(name, p, key_id)
+    for _ in range(APPEND_ATTEMPTS):
+        live = _live_keys(c)
+        h = live.pop(key_id, None)
+        if h is None:
+            raise NotFound(f"client '{name}' has no live key '{key_id}'")
+        version = None if c.key_version is None else int(c.key_version)
+        try:
+            ClientRepo.set_keys(c, version, json.dumps(live), remove=h)
+            _key_cache.pop(h, None)
+            return
+        except TransactionFailed as e:
+            if not e.reasons or e.reasons[0] != CONDITION_FAILED:
+                raise
+        c = ClientRepo.get(name)
+        if c is None:
+            raise NotFound(f"client '{name}' does not exist")
+    raise Unavailable("the client's keys are too contended; retry")
 
 
 # --- produce --------------------------------------------------------------------------------
@@ -213,7 +316,7 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
     t = topic_or_404(topic)
     producer = client_or_404(req.producer, "producer")
     authorize(p, producer, topic)
-    reason = req.too_large()
+    reason = req.too_large(len(raw.encode("utf-8")) if raw else 0)
     if reason:
         raise PayloadTooLarge(reason)
 
@@ -246,45 +349,71 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
     return {"results": results}
 
 
-def _plan_parts(items: list[tuple[int, seg.Message, bool]], base: int) -> list[tuple[Append, list[tuple[int, int]]]]:
-    """Cut a queue's messages into writes (each <= 100 items and ~3.5 MB) of segments.
-    Returns, per transaction, the Append and the (request index, offset) of its messages."""
+def _plan_parts(topic: str, q: int, items: list[tuple[int, seg.Message, bool]],
+                base: int) -> list[tuple[Append, list[tuple[int, int]]]]:
+    """Cut a queue's messages into writes within DynamoDB's limits: segments of at most
+    ``SEGMENT_DATA_LIMIT`` raw bytes (one item each, < 400 KB: every message is bounded by
+    ``validation.MAX_MESSAGE_BYTES``), and per write at most ``TRANSACT_ITEMS`` items counting the
+    queue item's head move, the segments and one dedup item per client id, and at most
+    ``TRANSACT_BYTES`` by item-size upper bounds (issue 8, defect 3: 100 ids into one queue used to
+    be a 101-item transaction). Returns, per write in log order, the Append and the
+    (request index, offset) of its messages. Pure."""
+    pq = LogRepo.pq(topic, q)
     parts: list[tuple[Append, list[tuple[int, int]]]] = []
-    runs = seg.split([m for _, m, _ in items])
-    pos = 0
-    cur: Append | None = None
-    cur_bytes = 0
-    cur_placed: list[tuple[int, int]] = []
+    # the messages of one write: (request index, message, client id?), cut greedily
+    writes: list[list[tuple[int, seg.Message, bool]]] = []
+    n_items = n_bytes = seg_bytes = 0
+    for it in items:
+        _, m, cid = it
+        size = m.encoded_size()
+        new_segment = not writes or seg_bytes + size > seg.SEGMENT_DATA_LIMIT
+        add_items = (1 if new_segment else 0) + (1 if cid else 0)
+        add_bytes = size + (segment_item_bytes(pq, EMPTY_SEGMENT) if new_segment else 0) \
+            + (dedup_item_bytes(topic, m.id) if cid else 0)
+        if not writes or n_items + add_items > TRANSACT_ITEMS or n_bytes + add_bytes > TRANSACT_BYTES:
+            writes.append([])
+            n_items, n_bytes, seg_bytes, new_segment = 1, QUEUE_ITEM_BYTES, 0, True  # 1: the head move
+            add_items = 1 + (1 if cid else 0)
+            add_bytes = size + segment_item_bytes(pq, EMPTY_SEGMENT) + (dedup_item_bytes(topic, m.id) if cid else 0)
+        writes[-1].append(it)
+        n_items += add_items
+        n_bytes += add_bytes
+        seg_bytes = size if new_segment else seg_bytes + size
     offset = base
-    for run in runs:
-        run_items = items[pos:pos + len(run)]
-        pos += len(run)
-        s = seg.encode(run, offset)
-        dedup = [(m.id, offset + k) for k, (_, m, client_id) in enumerate(run_items) if client_id]
-        size = len(s.idx) + len(s.data) + 200 * len(dedup)
-        if cur is not None and (len(cur.segments) + len(cur.dedup) + 1 + len(dedup) > TRANSACT_ITEMS
-                                or cur_bytes + size > TRANSACT_BYTES):
-            parts.append((cur, cur_placed))
-            cur, cur_bytes, cur_placed = None, 0, []
-        if cur is None:
-            cur = Append([], [])
-        cur.segments.append(s)
-        cur.dedup.extend(dedup)
-        cur_bytes += size
-        cur_placed.extend((i, offset + k) for k, (i, _, _) in enumerate(run_items))
-        offset = s.end
-    if cur is not None:
-        parts.append((cur, cur_placed))
+    for w in writes:
+        part = Append([], [])
+        placed: list[tuple[int, int]] = []
+        for run in _runs(w):
+            s = seg.encode([m for _, m, _ in run], offset)
+            part.segments.append(s)
+            part.dedup.extend((m.id, offset + k) for k, (_, m, cid) in enumerate(run) if cid)
+            placed.extend((i, offset + k) for k, (i, _, _) in enumerate(run))
+            offset = s.end
+        parts.append((part, placed))
     return parts
 
 
+EMPTY_SEGMENT = seg.Segment(0, 0, b"", b"", False)
+
+
+def _runs(w: list[tuple[int, seg.Message, bool]]):
+    """The segments of one write: the same greedy cut as in :func:`_plan_parts`."""
+    pos = 0
+    for run in seg.split([m for _, m, _ in w]):
+        yield w[pos:pos + len(run)]
+        pos += len(run)
+
+
 def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:
+    """Append ``items`` to queue ``q`` write by write (``_plan_parts``), at the queue's head.
+    A write that loses a race (someone appended at that head first) is planned again at the
+    fresh head; ids another request recorded meanwhile are answered with that request's result."""
     attempt = 0
     while items:
         base = LogRepo.head(topic, q, fresh=attempt > 0)
         if base is None:
             raise NotFound(f"queue {q} of topic '{topic}' does not exist")
-        parts = _plan_parts(items, base)
+        parts = _plan_parts(topic, q, items, base)
         part, placed = parts[0]
         try:
             LogRepo.append(topic, q, base, part, now)
@@ -292,9 +421,9 @@ def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]]
             attempt += 1
             if attempt >= APPEND_ATTEMPTS:
                 raise Unavailable("the queue is too contended; retry the request with the same message ids") from None
-            dup_start = len(part.segments)
+            first = len(e.reasons) - len(part.dedup)  # the dedup items' reasons come last
             dup_ids = [mid for k, (mid, _) in enumerate(part.dedup)
-                       if dup_start + k < len(e.reasons) and e.reasons[dup_start + k] == CONDITION_FAILED]
+                       if first + k >= 0 and e.reasons[first + k] == CONDITION_FAILED] if part.dedup else []
             if dup_ids:  # another request recorded these ids meanwhile: answer with its result
                 found = LogRepo.dedup_lookup(topic, dup_ids)
                 keep = []
@@ -328,8 +457,13 @@ def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[
 member_queues: MemberQueues = _group_member_queues
 
 
-def _views(topic: str, owner: str) -> list[QueueView]:
-    metas = LogRepo.queues(topic)
+def _views(topic: str, owner: str, n_queues: int | None = None) -> list[QueueView]:
+    """Each queue's log offsets and ``owner``'s record: BatchGetItem of the ``n_queues`` queue
+    items (a subscription's list ``~<id>`` has one; a topic's count is read when not given) and
+    one Query of the owner's records."""
+    if n_queues is None:
+        n_queues = 1 if topic.startswith("~") else int(topic_or_404(topic).queues)
+    metas = LogRepo.queues(topic, n_queues)
     recs = OffsetRepo.records(owner)
     out = []
     for m in metas:
@@ -338,30 +472,36 @@ def _views(topic: str, owner: str) -> list[QueueView]:
             out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset)))
         else:
             out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset), int(r.committed_offset),
-                                 int(r.lock_ts), int(r.lock_until), int(r.last_consumed_at)))
+                                 int(r.lock_ts), int(r.lock_until), int(r.last_consumed_at), tuple(r.acks or ())))
     return out
 
 
 def read_batch(topic: str, queue: int, start: int, limit: int, tags: list[str] | None,
                max_offset: int) -> tuple[list[dict], int]:
-    """Read from ``start``: up to ``limit`` deliverable messages, contiguous offsets only.
+    """Read from ``start``: up to ``limit`` deliverable messages, contiguous offsets only, and no
+    more than fit one Lambda response (:class:`lakeq.payload.ByteBudget`; always at least one).
     Returns (messages, next_offset) where ``next_offset`` is after the last offset examined
-    (skipped ones included). ``next_offset == start`` means nothing readable yet."""
+    (skipped ones included); when the byte budget cuts the batch, it is right after the last
+    message returned, so the lock covers exactly what the response carries.
+    ``next_offset == start`` means nothing readable yet."""
     budget = limit if not tags else max(1000, limit * SCAN_FACTOR)
     budget = min(budget, max_offset - start)
+    size = ByteBudget()
     out: list[dict] = []
     nxt = start
     for s in LogRepo.read(topic, queue, start, budget):
         if s.base > nxt:  # a gap: stop before it (never deliver n+1 before n)
             break
         for off, msg in seg.read(s, nxt, budget - (nxt - start), tags):
-            nxt = off + 1
             if msg is not None:
                 msg["topic"] = topic
                 msg["queue"] = queue
+                if not size.take(_message_out(msg)):
+                    return out, out[-1]["offset"] + 1
                 out.append(msg)
-                if len(out) >= limit:
-                    return out, nxt
+            nxt = off + 1
+            if msg is not None and len(out) >= limit:
+                return out, nxt
         if nxt - start >= budget:
             break
     return out, nxt
@@ -407,7 +547,7 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
-    topic_or_404(topic)
+    t = topic_or_404(topic)
     group = client_or_404(req.group, "consumer")
     allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
     authorize(p, group, topic)
@@ -420,7 +560,8 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
     lock_owner = req.member_id or client_id or "-"
     return consume(owner, topic, meta, lambda v_: topic_queue_field(topic, v_.queue),
-                   lambda: _views(topic, owner), int(group.visibility_timeout_ms), req, allowed, lock_owner)
+                   lambda: _views(topic, owner, int(t.queues)), int(group.visibility_timeout_ms), req, allowed,
+                   lock_owner)
 
 
 def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibility_ms: int,
@@ -463,7 +604,7 @@ def offsets(p: Principal, group_name: str, params: dict) -> dict:
     client_id = params.get("client_id")
     if client_id is not None:
         check_name(client_id, "client_id")
-    topic_or_404(topic)
+    t = topic_or_404(topic)
     group = client_or_404(group_name, "consumer")
     authorize(p, group, topic)
     if group.mode == "broadcasting" and client_id is None:
@@ -471,7 +612,7 @@ def offsets(p: Principal, group_name: str, params: dict) -> dict:
     owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
     now = clock()
     queues = []
-    for view in sorted(_views(topic, owner), key=lambda x: x.queue):
+    for view in sorted(_views(topic, owner, int(t.queues)), key=lambda x: x.queue):
         queues.append({"queue": view.queue, "min_offset": view.min_offset, "max_offset": view.max_offset,
                        "committed_offset": view.start,
                        "locked_until": view.lock_until if view.locked(now) else 0, "backlog": view.backlog})
