@@ -9,10 +9,14 @@ exactly as ``template.yaml`` defines it for the local stack ``lakeq-local``
 Fixtures:
 - ``template`` (session): the parsed ``template.yaml`` (:class:`infra.local.template.Template`).
 - ``aws`` (function): ``moto.mock_aws()`` active, every table and bucket of ``template.yaml``
-  created; yields ``{"dynamodb": client, "s3": client, "dynamodbstreams": client}``. In-process
+  created (and its SQS queues); yields ``{"dynamodb", "s3", "dynamodbstreams", "sqs"}`` clients. In-process
   moto requests are served one at a time (as ``infra/local/moto_serial.py`` does for the server):
   moto's backends are not thread-safe (a TransactWriteItems deep-copies tables other threads are
-  writing), while DynamoDB is atomic per item.
+  writing), while DynamoDB is atomic per item. ``infra/local/aws_rules.py``'s hook is active:
+  calls made as a function (``interceptor.acting_as``; ``tests/handlers.py`` does it) are checked
+  against the function's IAM role from ``template.yaml``; every call gets DynamoDB's limits
+  (400 KB items, 100-item / 4 MB transactions, 25-item BatchWrite, 100-key / 16 MB BatchGet,
+  1 MB Query/Scan pages). ``aws["_rules"]`` (fixture ``aws_rules``) is the hook.
 """
 from __future__ import annotations
 
@@ -70,14 +74,37 @@ def template() -> _tpl.Template:
     return _tpl.load_template()
 
 
+@pytest.fixture(scope="session")
+def aws_rules_spec(template):
+    """The roles (template.yaml's Policies as SAM deploys them) and key schemas, built once."""
+    from infra.local import aws_rules
+
+    rules = aws_rules.for_tests(template)
+    return rules.roles, rules.tables
+
+
 @pytest.fixture
-def aws(template):
-    with mock_aws():
+def aws_rules(aws):
+    """The :class:`infra.local.aws_rules.AwsRules` hook active in this test (see ``aws``)."""
+    return aws["_rules"]
+
+
+@pytest.fixture
+def aws(template, aws_rules_spec):
+    from infra.local import aws_rules, interceptor
+
+    roles, tables = aws_rules_spec
+    # What AWS enforces and moto does not: IAM for calls made as a function, DynamoDB's limits
+    # for every call (see infra/local/aws_rules.py)
+    rules = aws_rules.AwsRules(roles, tables, audit_file=os.environ.get("LAKEQ_IAM_AUDIT") or None)
+    with mock_aws(), interceptor.hooked(rules):
         clients = {
             "dynamodb": boto3.client("dynamodb", region_name="us-east-1"),
             "s3": boto3.client("s3", region_name="us-east-1"),
             "dynamodbstreams": boto3.client("dynamodbstreams", region_name="us-east-1"),
+            "sqs": boto3.client("sqs", region_name="us-east-1"),
         }
         _tpl.create_tables(clients["dynamodb"], template, _tpl.LOCAL_STACK)
         _tpl.create_buckets(clients["s3"], template, _tpl.LOCAL_STACK)
-        yield clients
+        _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
+        yield {**clients, "_rules": rules}

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlencode
 
-from infra.local import interceptor
+from infra.local import aws_rules, interceptor
 from infra.local import template as tpl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ class Api:
             self._handlers[spec.logical_id] = _load(spec)
         return self._handlers[spec.logical_id]
 
-    def event(self, method: str, path: str, body=None, query: dict | None = None, key: str | None = ADMIN,
+    def event(self, method: str, path: str, body=None, query: dict | list | None = None, key: str | None = ADMIN,
               raw_body: str | None = None) -> tuple[dict, object]:
         raw_path = path  # topics with "/" are passed percent-encoded, as clients send them
         for m, route, regex, spec in self.routes:
@@ -80,9 +80,16 @@ class Api:
         ev["routeKey"] = ev["requestContext"]["routeKey"] = f"{method} {route}"
         ev["rawPath"] = ev["requestContext"]["http"]["path"] = raw_path
         ev["requestContext"]["http"]["method"] = method
-        ev["rawQueryString"] = urlencode(query or {})
-        if query:
-            ev["queryStringParameters"] = {k: str(v) for k, v in query.items()}
+        # as API Gateway (payload 2.0) builds them: rawQueryString as sent, and a repeated
+        # parameter's values joined with commas in queryStringParameters (``query`` may be a list
+        # of pairs to send a parameter twice)
+        pairs = [(k, str(v)) for k, v in (query.items() if isinstance(query, dict) else query or [])]
+        ev["rawQueryString"] = urlencode(pairs)
+        if pairs:
+            qsp: dict[str, str] = {}
+            for k, v in pairs:
+                qsp[k] = f"{qsp[k]},{v}" if k in qsp else v
+            ev["queryStringParameters"] = qsp
         if match.groupdict():
             from urllib.parse import unquote
             ev["pathParameters"] = {k: unquote(v) for k, v in match.groupdict().items()}
@@ -97,16 +104,25 @@ class Api:
     def invoke(self, ev: dict, spec_or_handler=None) -> tuple[int, object]:
         for m, route, regex, spec in self.routes:
             if ev["routeKey"] == f"{m} {route}":
-                out = self.handler(spec)(ev, Context())
-                break
-        else:
-            raise AssertionError(f"no route {ev['routeKey']}")
+                return self.through_gateway(ev, self.handler(spec))
+        raise AssertionError(f"no route {ev['routeKey']}")
+
+    @staticmethod
+    def through_gateway(ev: dict, handler) -> tuple[int, object]:
+        """Invoke ``handler`` as API Gateway (HTTP API) + Lambda do, with their payload limits
+        (infra/local/aws_rules.py, as the local gateway): a body over 10 MB or an event over
+        Lambda's 6 MB request limit → 413 before the function runs; a result over Lambda's 6 MB
+        response limit → API Gateway's 500 ``{"message": "Internal Server Error"}``."""
+        why = aws_rules.request_too_large(ev.get("body"), ev)
+        if why:
+            return 413, aws_rules.too_large_body(why)
+        out = handler(ev, Context())
+        if aws_rules.response_too_large(out):
+            return 500, dict(aws_rules.GATEWAY_INTERNAL_ERROR)
         text = out.get("body") or ""
         return out["statusCode"], (json.loads(text) if text and text.lstrip()[:1] in "{[" else text)
 
-    def call(self, method: str, path: str, body=None, query: dict | None = None, key: str | None = ADMIN,
+    def call(self, method: str, path: str, body=None, query: dict | list | None = None, key: str | None = ADMIN,
              raw_body: str | None = None) -> tuple[int, object]:
         ev, h = self.event(method, path, body, query, key, raw_body)
-        out = h(ev, Context())
-        text = out.get("body") or ""
-        return out["statusCode"], (json.loads(text) if text and text.lstrip()[:1] in "{[" else text)
+        return self.through_gateway(ev, h)

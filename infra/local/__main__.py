@@ -2,7 +2,9 @@
 
 1. moto's server as a child process on a free loopback port (``AWS_ENDPOINT_URL`` points at it);
 2. the tables and the lake bucket of ``template.yaml`` created there;
-3. the DynamoDB-streams pump thread (the template's ``DynamoDB`` event sources);
+3. the DynamoDB-streams pump thread (the template's ``DynamoDB`` event sources); every function
+   (worker process) acts under its IAM role from the template, with DynamoDB's, Lambda's and API
+   Gateway's limits (``infra/local/aws_rules.py``);
 4. the gateway (the template's ``HttpApi`` routes → the functions' handlers) on
    ``127.0.0.1:$LAKEQ_PORT`` (default 3000).
 
@@ -139,12 +141,19 @@ def main(argv: list[str] | None = None) -> int:
         ddb = boto3.client("dynamodb")
         tables = tpl_mod.create_tables(ddb, ctx)
         buckets = tpl_mod.create_buckets(boto3.client("s3"), ctx)
+        tpl_mod.create_queues(boto3.client("sqs"), ctx)  # the stream mappings' on-failure queue
         log.info("moto on %s: tables %s, buckets %s", moto_url, ", ".join(tables.values()),
                  ", ".join(buckets.values()))
 
+        # what AWS enforces (IAM roles from the template, DynamoDB's limits): checked in this
+        # process (in-process handlers, the pump) and in every worker (infra/local/aws_rules.py)
+        from . import aws_rules, interceptor
+
+        rules = aws_rules.AwsRules.from_template(ctx=ctx)
+        interceptor.add(rules)
         # Lambda execution environments: worker processes (or, with --in-process, module copies)
         handlers = (HandlerCache() if args.in_process
-                    else ProcessPool(tpl_mod.layer_dirs(template)))
+                    else ProcessPool(tpl_mod.layer_dirs(template), rules=rules))
         pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
                           handler_cache=handlers).start()
         gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers)

@@ -8,9 +8,12 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
   → ``topic = "quotes/sh"``); ``rawPath`` handed to the handler is then normalised to the encoded
   form (``/v1/topics/quotes%2Fsh/messages``). Routes with more literal segments win.
 - unmatched path → 404 ``not_found``; a known path with another method → 405
-  ``method_not_allowed``; a body over 10 MiB → 413 ``payload_too_large``; a handler exception →
-  500 ``internal_error`` (logged with its traceback). Errors use the API's shape
-  ``{"error": {"code", "message"}}``.
+  ``method_not_allowed``; a body over 10 MiB (API Gateway's limit) or an event over Lambda's 6 MB
+  invocation request → 413 ``payload_too_large`` (plus API Gateway's ``"message": "Request Entity
+  Too Large"``); a handler exception → 500 ``internal_error`` (logged with its traceback); a
+  handler result over Lambda's 6 MB response limit → 500 ``{"message": "Internal Server Error"}``,
+  what API Gateway answers when the integration fails (limits: ``infra/local/aws_rules.py``).
+  Otherwise errors use the API's shape ``{"error": {"code", "message"}}``.
 - ``POST /_local/streams/drain[?timeout=30]`` (local only, not in the template) runs the streams
   pump until every stream is caught up → ``{"drained": bool, "records": n}``.
 - ``GET /_local/info`` (local only) → ``{"aws_endpoint_url", "region", "stack_name", "environment"}``:
@@ -31,6 +34,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from werkzeug.wrappers import Request, Response
 
+from . import aws_rules, interceptor
 from . import template as tpl_mod
 from .handlers import HandlerCache, LambdaContext, add_to_sys_path
 from .template import FunctionSpec
@@ -237,18 +241,26 @@ class Gateway:
 
         length = request.content_length
         if length is not None and length > self.max_body:
-            return error_response(413, "payload_too_large",
-                                  f"request body over {self.max_body} bytes")
+            return Response(json.dumps(aws_rules.too_large_body(f"request body over {self.max_body} bytes")),
+                            status=413, mimetype="application/json")
         body = request.stream.read(self.max_body + 1) if length is None else request.get_data()
         if len(body) > self.max_body:
-            return error_response(413, "payload_too_large",
-                                  f"request body over {self.max_body} bytes")
+            return Response(json.dumps(aws_rules.too_large_body(f"request body over {self.max_body} bytes")),
+                            status=413, mimetype="application/json")
 
         event = self.build_event(request, route, params, raw_segments, body)
+        too_large = aws_rules.request_too_large(None, event)  # Lambda's 6 MB invocation request
+        if too_large:
+            log.warning("%s: %s", event["routeKey"], too_large)
+            return Response(json.dumps(aws_rules.too_large_body(too_large)), status=413,
+                            mimetype="application/json")
         context = LambdaContext(route.spec, self.ctx.region, self.ctx.account_id,
                                 event["requestContext"]["requestId"])
         try:
-            with self.handlers.instance(route.spec) as handler:
+            # in-process handlers act as their function (IAM, infra/local/aws_rules.py); a worker
+            # process acts as its function by itself
+            with self.handlers.instance(route.spec) as handler, \
+                    interceptor.acting_as(route.spec.logical_id):
                 result = handler(event, context)
         except Exception as exc:
             trace = getattr(exc, "trace", "")
@@ -258,6 +270,11 @@ class Gateway:
             else:
                 log.exception("%s failed on %s", route.spec.logical_id, event["routeKey"])
             return error_response(500, "internal_error", "the function failed; see the stack's log")
+        too_large = aws_rules.response_too_large(result)
+        if too_large:  # Lambda refuses the response: API Gateway answers its own 500
+            log.error("%s on %s: %s", route.spec.logical_id, event["routeKey"], too_large)
+            return Response(json.dumps(aws_rules.GATEWAY_INTERNAL_ERROR), status=500,
+                            mimetype="application/json")
         try:
             return to_response(result)
         except Exception:

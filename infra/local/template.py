@@ -553,6 +553,37 @@ def create_buckets(
     return names
 
 
+# --------------------------------------------------------------------------------------- queues
+
+
+def queue_names(
+    template: Mapping | Context | None = None,
+    stack_name: str = LOCAL_STACK,
+    parameters: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """``{logical id: queue name}`` for every ``AWS::SQS::Queue`` of the template."""
+    ctx = _ctx(template, stack_name, parameters)
+    return {lid: ctx.physical_name(lid) for lid in resources_of_type(ctx.template, "AWS::SQS::Queue")}
+
+
+def create_queues(
+    sqs_client: Any,
+    template: Mapping | Context | None = None,
+    stack_name: str = LOCAL_STACK,
+    parameters: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Create the template's SQS queues (idempotent). Returns ``{logical id: queue URL}``."""
+    ctx = _ctx(template, stack_name, parameters)
+    urls = {}
+    for lid, name in queue_names(ctx).items():
+        props = resolve(resources_of_type(ctx.template, "AWS::SQS::Queue")[lid].get("Properties") or {}, ctx)
+        attrs = {k: str(props[k]).lower() if isinstance(props[k], bool) else str(props[k])
+                 for k in ("MessageRetentionPeriod", "VisibilityTimeout", "SqsManagedSseEnabled")
+                 if k in props}
+        urls[lid] = sqs_client.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+    return urls
+
+
 # ------------------------------------------------------------------------------------ functions
 
 
@@ -567,6 +598,9 @@ class StreamEvent(NamedTuple):
     maximum_retry_attempts: int = -1  # -1: retry until it succeeds (AWS default)
     name: str = ""  # the event's name in the template
     enabled: bool = True
+    maximum_record_age_s: int = -1  # -1: records never expire (AWS default)
+    bisect_on_error: bool = False  # BisectBatchOnFunctionError
+    on_failure: str | None = None  # DestinationConfig.OnFailure.Destination (an SQS queue's ARN)
 
 
 @dataclass
@@ -660,6 +694,10 @@ def functions(
                         maximum_retry_attempts=int(resolve(ep.get("MaximumRetryAttempts", -1), ctx)),
                         name=ev_name,
                         enabled=bool(resolve(ep.get("Enabled", True), ctx)),
+                        maximum_record_age_s=int(resolve(ep.get("MaximumRecordAgeInSeconds", -1), ctx)),
+                        bisect_on_error=bool(resolve(ep.get("BisectBatchOnFunctionError", False), ctx)),
+                        on_failure=(resolve(((ep.get("DestinationConfig") or {}).get("OnFailure") or {})
+                                            .get("Destination"), ctx) or None),
                     )
                 )
         code_uri = resolve(raw.get("CodeUri", "."), ctx)

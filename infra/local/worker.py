@@ -6,6 +6,10 @@ state (powertools keeps the current event on ``BaseRouter`` as a class attribute
 by concurrent invocations. :class:`ProcessPool` keeps warm workers per function and starts another
 when all are busy.
 
+With ``rules`` (an :class:`infra.local.aws_rules.AwsRules`), each worker is started with its
+function's logical id and role in its environment and acts as that function (IAM and DynamoDB's
+limits checked on every AWS call it makes).
+
 Protocol: one JSON line per invocation on the worker's stdin ``{"event", "context"}``; one JSON
 line back on a private copy of its stdout ``{"ok": true, "result"}`` or ``{"ok": false, "error",
 "trace"}``; the handler's own prints and logs go to stderr (the stack's log).
@@ -66,6 +70,11 @@ def _context_dict(ctx: Any) -> dict:
 def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in the child process
     code_uri, handler = argv[0], argv[1]
     layers = argv[2:]
+    # this process is ONE function ($LAKEQ_LOCAL_FUNCTION, its logical id) for its whole life: its
+    # AWS calls are made as it, under its role and DynamoDB's limits (infra/local/aws_rules.py)
+    from infra.local import aws_rules
+
+    aws_rules.install_from_env()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)  # the handler's prints go to stderr
     sys.stdout = sys.stderr
@@ -182,8 +191,11 @@ class ProcessPool:
     environment from the template.
     """
 
-    def __init__(self, layer_dirs: list[Path] | None = None, max_per_function: int = 16):
+    def __init__(self, layer_dirs: list[Path] | None = None, max_per_function: int = 16,
+                 rules: Any = None):
         self.layer_dirs = list(layer_dirs or [])
+        # an infra.local.aws_rules.AwsRules: each worker gets its function's logical id and role
+        self.rules = rules
         self.max_per_function = max_per_function
         self._idle: dict[str, list[Worker]] = {}
         self._all: dict[str, list[Worker]] = {}
@@ -194,6 +206,8 @@ class ProcessPool:
         env = dict(os.environ)
         env.update(spec.environment)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.rules is not None:
+            env.update(self.rules.worker_env(spec.logical_id))
         return Worker(spec, self.layer_dirs, env)
 
     def preload(self, specs: list[Any]) -> None:
