@@ -93,11 +93,13 @@ def test_seed_example(env, stack):
     m = next(x for x in b["messages"] if x["body"] == "hit1")
     assert (m["id"], m["topic"], m["queue"], m["offset"]) == (f"{sub['id']}-1", "quotes/sh", sent[0]["queue"], sent[0]["offset"])
     assert set(m) == {"id", "topic", "queue", "offset", "body", "key", "tags", "properties", "produced_at"}
-    # locked until acked; the ack commits; a stale ack is 409
+    # locked until acked; the ack commits; repeating it (a lost response) answers the same; a stale one is 409
     assert c.ok("GET", f"/v1/subscriptions/{sub['id']}/messages", key)["messages"] == []
     a = c.ok("POST", "/v1/acks", key, json={"subscription": sub["id"], "receipt": b["receipt"]})
     assert a["committed_offset"] == 2
-    s, e = c.call("POST", "/v1/acks", key, json={"subscription": sub["id"], "receipt": b["receipt"]})
+    assert c.ok("POST", "/v1/acks", key, json={"subscription": sub["id"], "receipt": b["receipt"]}) == a
+    head, _, ts = b["receipt"].rpartition(":")
+    s, e = c.call("POST", "/v1/acks", key, json={"subscription": sub["id"], "receipt": f"{head}:{int(ts) - 1}"})
     assert s == 409 and e["error"]["code"] == "stale_receipt"
     stack.drain()  # a second drain delivers nothing new
     assert c.drain_list(sub["id"], key) == []

@@ -22,9 +22,12 @@ A subscription to ``quotes`` covers messages published on ``quotes``, ``quotes/s
 
 Structure
 ---------
-One trie per subscribed topic. A subscription's levels are put in a canonical order (exact
-``values`` levels first, then ``prefix``, ``range``, ``exists``, ``anything_but``; by field name
-within a kind) and the subscription is one path from the topic's root: one node per level, the edge
+One trie per subscribed topic. A subscription's levels are put in a canonical order — the most
+selective first, estimated when the subscription is added: an exact ``values`` level lets through
+``len(values) / distinct values subscribed on that field now``, a prefix of length ``k``
+``0.2 ** k``, a range 0.3, ``exists`` 0.75 / 0.5, ``anything_but`` 0.9; ties by kind (``values``,
+``prefix``, ``range``, ``exists``, ``anything_but``), field name, argument — and the subscription
+is one path from the topic's root: one node per level, the edge
 into a node being the level itself (field + predicate). Subscriptions with equal leading levels
 share the path, and a subscription ends at the node of its last level, so a node holds "the
 subscriptions ending here" and "the next levels" — the seed's skip-list node, where a path simply
@@ -56,6 +59,14 @@ for ``r`` ranges (many *distinct*, overlapping-by-bound ranges on the same field
 the one shape where the scan is not output-bound; canonical order puts exact levels first so ranges
 usually sit below them) and ``O(a)`` for ``a`` distinct anything-but sets / exists-false fields.
 
+Why "most selective first" and not a fixed order by field name: ``V`` counts every node whose path
+the message satisfies. With ``[level in {1, 4}, sym in {code}]`` ordered by field name, every
+``level`` value set at the root is a node a message with ``level: 4`` visits, each holding a share
+of the ``sym`` edges; as subscriptions grow, more distinct value sets appear and ``V`` grows with
+``n`` (``bench/matcher.py --workload dense``: 12x slower per message at 100k than at 1k). With
+``sym`` first, a message visits the one ``sym`` node of its code. Which subscriptions match never
+depends on the order (levels are ANDed); only path sharing and ``V`` do.
+
 Every public method states its complexity; :meth:`SubscriptionIndex._check` verifies the invariants
 (counts, back references, index consistency, no empty node or container after removals).
 """
@@ -84,6 +95,11 @@ class _BoolKey:
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return "true" if self.value else "false"
 
+    def __reduce__(self) -> str:
+        # Keys are compared by identity: a copied or unpickled index must get the module's two
+        # singletons back, not new objects equal to nothing.
+        return "_TRUE" if self.value else "_FALSE"
+
 
 _TRUE = _BoolKey(True)
 _FALSE = _BoolKey(False)
@@ -91,6 +107,9 @@ _FALSE = _BoolKey(False)
 
 class _NoKey:
     __slots__ = ()
+
+    def __reduce__(self) -> str:
+        return "_NOKEY"
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return "<unmatchable>"
@@ -124,10 +143,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value: int | float) -> bool:
+    """True for every int (exact, whatever its size: ``math.isfinite`` would overflow on one beyond
+    float range) and for floats other than inf / NaN."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def _scalar_ok(value: Any) -> bool:
     if isinstance(value, (str, bool)):
         return True
-    return _is_number(value) and math.isfinite(value)
+    return _is_number(value) and _finite(value)
 
 
 # ----------------------------------------------------------------------------------- validation
@@ -217,7 +242,7 @@ def validate_conditions(conditions: Any) -> list[dict]:
             for name, bound in (("lo", lo), ("hi", hi)):
                 if not _is_number(bound):
                     raise ValueError(f"{where}: range {name} must be a number, got {bound!r}")
-                if not math.isfinite(bound):
+                if not _finite(bound):
                     raise ValueError(f"{where}: range {name} must be finite, got {bound!r}")
             if lo > hi:
                 raise ValueError(f"{where}: range is inverted: lo {lo!r} > hi {hi!r}")
@@ -234,15 +259,29 @@ def validate_conditions(conditions: Any) -> list[dict]:
     return out
 
 
-# Canonical order: hash-indexed, selective kinds first.
-_RANK = {"values": 0, "prefix": 1, "range": 2, "exists": 3, "anything_but": 4}
+# Canonical order (:func:`_canonical`): estimated selectivity, then kind rank values 0, prefix 1,
+# range 2, exists 3, anything-but 4, then field name.
 # Internal edge kinds.
 _V, _P, _R, _A, _E, _ROOT = "v", "p", "r", "a", "e", "T"
 
 
-def _canonical(levels: list[dict]) -> list[tuple]:
+# Estimated fraction of messages a level lets through, for kinds whose value distribution the
+# index does not track (exact ``values`` use the number of distinct values subscribed on the field).
+# prefix (per character), range, exists true, exists false, anything-but:
+_EST_P, _EST_R, _EST_ET, _EST_EF, _EST_A = 0.2, 0.3, 0.75, 0.5, 0.9
+
+
+def _canonical(levels: list[dict], seen: dict | None = None) -> list[tuple]:
     """Levels (normalised by :func:`validate_conditions`) as sorted, de-duplicated edge labels
-    ``(kind, field, arg)``. O(L log L)."""
+    ``(kind, field, arg)``, the most selective first. O(L log L + values).
+
+    Selectivity is estimated: ``values`` lets through ``len(values) / distinct values subscribed on
+    that field, this level's included`` (``seen``: field → {value key: subscriptions with that
+    value}, kept by the index), a prefix of length ``k`` ``0.2 ** k``, the other kinds fixed guesses
+    (``_EST_*``).
+    The order only decides how paths are shared and how many nodes a message visits, never what
+    matches: levels are ANDed in any order. Ties: kind rank, field name, then the argument.
+    """
     labels: dict[tuple, tuple] = {}
     for level in levels:
         for kind, arg in level.items():
@@ -251,23 +290,38 @@ def _canonical(levels: list[dict]) -> list[tuple]:
         field = level["field"]
         if kind == "values":
             if len(arg) == 1:
-                label = (_V, field, value_key(arg[0]))
+                key = value_key(arg[0])
+                label = (_V, field, key)
+                width = 1
             else:
                 keys = frozenset([value_key(v) for v in arg])
-                label = (_V, field, next(iter(keys)) if len(keys) == 1 else keys)
+                width = len(keys)
+                label = (_V, field, next(iter(keys)) if width == 1 else keys)
+            known = seen.get(field) if seen is not None else None
+            if known is None:  # no other subscription has values on this field (yet)
+                est = 1.0
+            elif width == 1:
+                est = 1 / (len(known) + (label[2] not in known))
+            else:
+                est = width / (len(known) + sum(1 for k in keys if k not in known))
+            order: tuple = (est, 0, field)
         elif kind == "anything_but":
             label = (_A, field, frozenset([value_key(v) for v in arg]))
+            order = (_EST_A, 4, field)
         elif kind == "range":
             label = (_R, field, (arg[0], arg[1]))
+            order = (_EST_R, 2, field)
         elif kind == "prefix":
             label = (_P, field, arg)
+            order = (_EST_P ** len(arg), 1, field)
         else:
             label = (_E, field, arg)
-        labels[label] = (_RANK[kind], field)  # equal levels collapse (A and A = A)
+            order = (_EST_ET if arg else _EST_EF, 3, field)
+        labels[label] = order  # equal levels collapse (A and A = A)
     if len(labels) < 2:
         return list(labels)
     orders = list(labels.values())
-    if len(set(orders)) < len(orders):  # same kind on the same field twice: order by argument too
+    if len(set(orders)) < len(orders):  # equal estimates on the same kind and field: order by argument
         for label in labels:
             labels[label] = labels[label] + (_sort_repr(label[2]),)
     return sorted(labels, key=labels.__getitem__)
@@ -443,6 +497,8 @@ class SubscriptionIndex:
         self._roots: dict[str, _Node] = {}
         self._leaf: dict[Hashable, _Node] = {}
         self._tags: dict[Hashable, tuple[str, ...]] = {}
+        # field → {value key: number of subscriptions whose path has a ``values`` edge with it}
+        self._seen: dict[str, dict[Hashable, int]] = {}
 
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
@@ -473,7 +529,7 @@ class SubscriptionIndex:
             hash(sub_id)
         except TypeError:
             raise ValueError(f"subscription id must be hashable, got {sub_id!r}") from None
-        labels = _canonical(levels)
+        labels = _canonical(levels, self._seen)
         if sub_id in self._leaf:
             self.remove(sub_id)
 
@@ -481,9 +537,16 @@ class SubscriptionIndex:
         if node is None:
             node = self._roots[topic] = _Node(None, _ROOT, None, topic)
         node.count += 1
+        seen = self._seen
         for kind, field, arg in labels:
             node = self._child(node, kind, field, arg)
             node.count += 1
+            if kind == _V:
+                known = seen.get(field)
+                if known is None:
+                    known = seen[field] = {}
+                for k in (arg if type(arg) is frozenset else (arg,)):
+                    known[k] = known.get(k, 0) + 1
         if tag_tuple:
             more = node.more
             if more is None:
@@ -579,9 +642,21 @@ class SubscriptionIndex:
         else:
             leaf.ends = _ids_remove(leaf.ends, sub_id)
         node: _Node | None = leaf
+        seen = self._seen
         while node is not None:
             node.count -= 1
             parent = node.parent
+            if node.kind == _V:
+                field, arg = node.field, node.arg
+                known = seen[field]
+                for k in (arg if type(arg) is frozenset else (arg,)):
+                    left = known[k] - 1
+                    if left:
+                        known[k] = left
+                    else:
+                        del known[k]
+                if not known:
+                    del seen[field]
             if node.count == 0:
                 self._unlink(node)
             node = parent
@@ -753,7 +828,8 @@ class SubscriptionIndex:
         and edge label match where its parent indexes it; exact buckets hold 1 node or a list of
         ≥ 2; range lists and dicts agree; ``count`` = subscriptions ending in the subtree and is
         > 0 (no empty node survives a removal); no empty container is left; the id → leaf map and
-        tag map agree with the nodes; total = ``len(self)``.
+        tag map agree with the nodes; total = ``len(self)``; ``_seen`` counts each exact value's
+        subscriptions.
         """
         seen: dict[Hashable, _Node] = {}
         total = 0
@@ -765,6 +841,29 @@ class SubscriptionIndex:
             assert seen.get(sid) is leaf, sid
         for sid, tag_tuple in self._tags.items():
             assert tag_tuple and sid in self._leaf, sid
+        recount: dict[str, dict[Hashable, int]] = {}
+        stack = list(self._roots.values())
+        while stack:
+            node = stack.pop()
+            if node.kind == _V:
+                per = recount.setdefault(node.field, {})
+                for k in (node.arg if type(node.arg) is frozenset else (node.arg,)):
+                    per[k] = per.get(k, 0) + node.count
+            if node.exact:
+                stack.extend({id(c): c for b in node.exact.values() for c in (b if type(b) is list else [b])}.values())
+            for key, per_field in (node.more or {}).items():
+                if key == "t":
+                    continue
+                for x in per_field.values():
+                    if key == "p":
+                        stack.extend(x.child.values())
+                    elif key == "r":
+                        stack.extend(x.child.values())
+                    elif key == "a":
+                        stack.extend(x.values())
+                    else:
+                        stack.append(x)
+        assert recount == self._seen, "value statistics (_seen) disagree with the trie"
 
     def _check_node(self, node: _Node, seen: dict) -> int:
         own = 0
