@@ -2,7 +2,7 @@
 load-balanced sticky assignment of the group's current members and publish it (``groups.set_plan``
 through the groups repository) so the group's next rebalance applies it.
 
-On Glue: ``--lake s3://<bucket> --GROUPS_TABLE … --TOPICS_TABLE …`` (``getResolvedOptions``);
+On Glue: ``--lake s3://<bucket> --GROUPS_TABLE … --GROUP_MEMBERS_TABLE … --TOPICS_TABLE …`` (``getResolvedOptions``);
 elsewhere: ``python glue_jobs/rebalance_plan.py --lake <folder or s3://bucket> [--no-publish]``
 with the tables' names in the environment. Work: ``lakeq_lake.jobs.run_rebalance_plan``.
 """
@@ -12,7 +12,8 @@ import argparse
 import os
 import sys
 
-OPTIONS = ["lake", "lookback_minutes", "horizon_minutes", "publish", "GROUPS_TABLE", "TOPICS_TABLE"]
+OPTIONS = ["lake", "lookback_minutes", "horizon_minutes", "publish", "GROUPS_TABLE", "GROUP_MEMBERS_TABLE",
+           "TOPICS_TABLE"]
 
 
 def options(argv: list[str]) -> dict:
@@ -30,7 +31,8 @@ def options(argv: list[str]) -> dict:
         return vars(p.parse_args(argv[1:]))
     a = getResolvedOptions(argv, OPTIONS)
     # the core layer's pynamodb models read their table names from the environment
-    os.environ["GROUPS_TABLE"], os.environ["TOPICS_TABLE"] = a["GROUPS_TABLE"], a["TOPICS_TABLE"]
+    for name in ("GROUPS_TABLE", "GROUP_MEMBERS_TABLE", "TOPICS_TABLE"):
+        os.environ[name] = a[name]
     return {"lake": a["lake"], "bucket_minutes": 60, "lookback_minutes": int(a["lookback_minutes"]),
             "horizon_minutes": int(a["horizon_minutes"]), "as_of_ms": None,
             "publish": a["publish"].lower() == "true", "master": None}

@@ -5,7 +5,6 @@ equals the API's offsets and that the published plan, applied by the group's nex
 assigns every queue exactly once."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +85,8 @@ def test_lake_jobs_end_to_end(stack, tmp_path):
                        aws_access_key_id="testing", aws_secret_access_key="testing")
     item = ddb.get_item(TableName=info["environment"]["GROUPS_TABLE"], Key={"group": {"S": GROUP}},
                         ConsistentRead=True)["Item"]
-    st = G.GroupState.from_dict(json.loads(item["state"]["S"]))
+    from lakeq.group_codec import unpack  # the header's stored form (JSON text or zlib bytes)
+    st, _ = unpack(item.get("state", {}).get("S"), item.get("state_z", {}).get("B"))
     assert st.plan is not None and st.plan.assignment is not None
     after, _ = G.force_rebalance(st, st.plan.published_at + 1, {TOPIC: 4})
     owned = sorted(q for m in after.members.values() for q in m.target)

@@ -177,3 +177,42 @@ def test_admin_key_parameter_pattern(template):
     assert decl["NoEcho"] is True
     assert re.fullmatch(decl["AllowedPattern"], hashlib.sha256(b"x").hexdigest())
     assert not re.fullmatch(decl["AllowedPattern"], "ABC")
+
+
+def test_stream_event_sources_bound_retries_and_park_failures(template):
+    """Issue 8, defect 6: every DynamoDB stream event of the stream consumers gives up on a poison
+    batch (bisection, bounded retries and record age, partial batch responses) and keeps its
+    metadata in an encrypted on-failure queue the function's role may send to, and only that."""
+    res = template["Resources"]
+    queue = res["StreamFailureQueue"]
+    assert queue["Type"] == "AWS::SQS::Queue"
+    assert queue["Properties"]["SqsManagedSseEnabled"] is True
+    specs = {f.logical_id: f for f in T.functions(template)}
+    seen = 0
+    for lid in ("FanoutFunction", "ArchiverFunction"):
+        events = res[lid]["Properties"]["Events"]
+        for name, ev in events.items():
+            if ev["Type"] != "DynamoDB":
+                continue
+            seen += 1
+            p = ev["Properties"]
+            assert p["BisectBatchOnFunctionError"] is True, (lid, name)
+            assert 0 <= p["MaximumRetryAttempts"] <= 100, (lid, name)
+            assert 60 <= p["MaximumRecordAgeInSeconds"] <= 86400, (lid, name)  # within the stream's 24 h
+            assert p["FunctionResponseTypes"] == ["ReportBatchItemFailures"], (lid, name)
+            assert p["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["StreamFailureQueue", "Arn"]}
+        sends = [s for pol in res[lid]["Properties"]["Policies"] if isinstance(pol, dict)
+                 for s in (pol.get("Statement") or []) if "sqs:SendMessage" in s["Action"]]
+        assert sends == [{"Effect": "Allow", "Action": ["sqs:SendMessage"],
+                          "Resource": {"Fn::GetAtt": ["StreamFailureQueue", "Arn"]}}], lid
+        # the local stream pump reads the same settings
+        for ev in specs[lid].stream_events:
+            assert ev.bisect_on_error and ev.maximum_retry_attempts == 10
+            assert ev.maximum_record_age_s == 21600
+            assert ev.on_failure == "arn:aws:sqs:us-east-1:123456789012:lakeq-local-stream-failures"
+            assert ev.function_response_types == ("ReportBatchItemFailures",)
+    assert seen == 4  # fan-out: segments; archiver: segments, offsets, groups
+
+
+def test_queues_from_the_template(template):
+    assert T.queue_names(template) == {"StreamFailureQueue": "lakeq-local-stream-failures"}

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from . import groups as g
 from . import service
-from .errors import BadRequest, Forbidden
-from .group_store import GroupRepo, api_error, clock, expand_topics
+from .errors import BadRequest, Forbidden, NotFound
+from . import group_store
+from .group_store import GroupRepo, api_error, expand_topics, servable
 from .models import ClientModel
 from .names import check_name
 from .service import Principal
 from .validation import json_body
 
-MAX_TOPICS = 100
+MAX_TOPICS = 100  # topics a join may ask for
+MAX_MEMBER_TOPICS = group_store.MAX_MEMBER_TOPICS  # once parents are expanded to their descendants
 
 
 def _syntax(check, *args):
@@ -34,7 +36,7 @@ def _member_or_403(p: Principal, client: ClientModel, member_id: str) -> None:
     if p.may_act_as(client.name):
         return
     try:
-        g.servable_queues(GroupRepo.load(client.name), member_id, clock())
+        servable(client.name, member_id)
     except g.UnknownMember as e:
         raise api_error(e) from None
     raise Forbidden(f"this key may not act for group '{client.name}'")
@@ -56,16 +58,27 @@ def join(p: Principal, group: str, raw: str | None) -> dict:
     owned = _syntax(g._check_queues, body.get("owned"))
     timeout = _syntax(g._check_timeout, body.get("session_timeout_ms"))
     client = _group(p, group)
+    existing = group_store.queue_counts(topics)  # one consistent BatchGetItem, not one GetItem each
     for t in topics:
-        service.topic_or_404(t)
+        if t not in existing:
+            raise NotFound(f"topic '{t}' does not exist")
     for t in topics:
         service.authorize(p, client, t)
     expanded = expand_topics(topics)
+    if len(expanded) > MAX_MEMBER_TOPICS:
+        raise BadRequest(f"topics cover {len(expanded)} topics with their descendants; "
+                         f"a member may subscribe to at most {MAX_MEMBER_TOPICS}")
 
     def step(st, now, counts):
         return g.join(st, member_id, expanded, owned, timeout, now, counts)
 
-    return GroupRepo.apply(group, step, extra_topics=expanded, subscribe=(member_id, topics))
+    def check(new):
+        if len(new.members) > group_store.MAX_MEMBERS:
+            raise group_store.GroupFull(
+                f"group '{group}' has {group_store.MAX_MEMBERS} members, the most a group may have")
+
+    return GroupRepo.apply(group, step, extra_topics=expanded, subscribe=(member_id, topics),
+                           actor=member_id, check=check)
 
 
 def heartbeat(p: Principal, group: str, member_id: str, raw: str | None) -> dict:
@@ -76,7 +89,8 @@ def heartbeat(p: Principal, group: str, member_id: str, raw: str | None) -> dict
     owned = None if body.get("owned") is None else _syntax(g._check_queues, body.get("owned"))
     client = _group(p, group)
     _member_or_403(p, client, member_id)
-    return GroupRepo.apply(group, lambda st, now, counts: g.heartbeat(st, member_id, generation, owned, now, counts))
+    return GroupRepo.apply(group, lambda st, now, counts: g.heartbeat(st, member_id, generation, owned, now, counts),
+                           actor=member_id)
 
 
 def sync(p: Principal, group: str, member_id: str, raw: str | None) -> dict:
@@ -85,7 +99,8 @@ def sync(p: Principal, group: str, member_id: str, raw: str | None) -> dict:
     generation = _syntax(g._check_generation, json_body(raw).get("generation"))
     client = _group(p, group)
     _member_or_403(p, client, member_id)
-    return GroupRepo.apply(group, lambda st, now, counts: g.sync(st, member_id, generation, now, counts))
+    return GroupRepo.apply(group, lambda st, now, counts: g.sync(st, member_id, generation, now, counts),
+                           actor=member_id)
 
 
 def leave(p: Principal, group: str, member_id: str) -> None:
@@ -93,7 +108,7 @@ def leave(p: Principal, group: str, member_id: str) -> None:
     check_name(member_id, "member_id")
     client = _group(p, group)
     _member_or_403(p, client, member_id)
-    GroupRepo.apply(group, lambda st, now, counts: g.leave(st, member_id, now, counts))
+    GroupRepo.apply(group, lambda st, now, counts: g.leave(st, member_id, now, counts), actor=member_id)
 
 
 def describe(p: Principal, group: str) -> dict:

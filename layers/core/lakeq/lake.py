@@ -163,9 +163,15 @@ def offset_rows(record: Mapping[str, Any]) -> list[dict]:
 
 
 def _group_state(img: Mapping | None) -> dict | None:
-    """The group item's JSON state (``GroupState.to_dict``), whatever the attribute is called."""
+    """The group header's state as ``GroupState.to_dict``: the compact form of
+    :mod:`lakeq.group_codec` (``state`` JSON text or ``state_z`` zlib bytes), or a version-1 JSON
+    state, whatever the attribute is called."""
     if not img:
         return None
+    if img.get("state_z") or (isinstance(img.get("state"), str) and img["state"].startswith('{"')
+                              and '"v":2' in img["state"]):
+        from .group_codec import legacy_dict
+        return legacy_dict(img.get("state"), img.get("state_z"))
     for v in img.values():
         if isinstance(v, str) and v.startswith("{") and '"members"' in v:
             try:
@@ -263,17 +269,47 @@ def objects(kind: str, stream_arn: str, rows: list[dict]) -> dict[str, bytes]:
     return out
 
 
+EXTRACT = {"messages": message_rows, "offsets": offset_rows, "members": member_rows}
+
+
+def record_rows(record: Mapping[str, Any], kinds_by_table: Mapping[str, str]) -> tuple[str, str, list[dict]] | None:
+    """One stream record → ``(kind, stream ARN, rows)``, None for a table not archived. Raises on a
+    record that cannot be read (a poison record: see :func:`split_batch`)."""
+    arn = record.get("eventSourceARN") or ""
+    kind = kinds_by_table.get(table_of(arn))
+    if kind is None:
+        return None
+    return kind, arn, EXTRACT[kind](record)
+
+
+def split_batch(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, str]
+                ) -> tuple[dict[str, bytes], int | None, str]:
+    """The objects for the records before the first one that cannot be read, that record's index
+    (None when all are fine) and the error. Records after a poison record are not archived in
+    this invocation: a shard's rows stay in order, and the retry starts at the poison record."""
+    per: list[tuple[str, str, list[dict]] | None] = []
+    bad, error = None, ""
+    for i, r in enumerate(records):
+        try:
+            per.append(record_rows(r, kinds_by_table))
+        except Exception as e:  # noqa: BLE001 - one malformed record must not stop the others
+            bad, error = i, f"{type(e).__name__}: {e}"
+            break
+    return _objects_of(per), bad, error
+
+
 def batch_objects(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, str]) -> dict[str, bytes]:
     """A Lambda DynamoDB-stream batch → the objects to put. ``kinds_by_table``: table name → kind.
     Records of unknown tables are ignored."""
+    return _objects_of([record_rows(r, kinds_by_table) for r in records])
+
+
+def _objects_of(per_record: list[tuple[str, str, list[dict]] | None]) -> dict[str, bytes]:
     rows: dict[tuple[str, str], list[dict]] = {}
-    extract = {"messages": message_rows, "offsets": offset_rows, "members": member_rows}
-    for r in records:
-        arn = r.get("eventSourceARN") or ""
-        kind = kinds_by_table.get(table_of(arn))
-        if kind is None:
-            continue
-        rows.setdefault((kind, arn), []).extend(extract[kind](r))
+    for x in per_record:
+        if x is not None:
+            kind, arn, rs = x
+            rows.setdefault((kind, arn), []).extend(rs)
     out: dict[str, bytes] = {}
     for (kind, arn), rs in rows.items():
         if rs:

@@ -49,25 +49,51 @@ class ClientModel(Model):
     topics = ListAttribute(of=UnicodeAttribute)
     mode = UnicodeAttribute(default="clustering")
     visibility_timeout_ms = NumberAttribute(default=30_000)
-    key_hash = UnicodeAttribute()
+    key_hash = UnicodeAttribute()  # the key issued at creation (kept; the live set is key_map)
     created_at = NumberAttribute()
+    # the client's live keys, JSON {key_id: sha-256}; absent on clients created before key
+    # rotation (then the one live key is key_hash). key_version: the CAS counter of key_map.
+    key_map = UnicodeAttribute(null=True)
+    key_version = NumberAttribute(null=True)
 
 
 class KeyModel(Model):
     Meta = _meta("KEYS_TABLE", "lakeq-keys")
     key_hash = UnicodeAttribute(hash_key=True)
     client = UnicodeAttribute()
+    key_id = UnicodeAttribute(null=True)
+    created_at = NumberAttribute(null=True)
 
 
 class QueueModel(Model):
-    """One per topic queue: the log's offsets. ``max_offset`` is the next offset to write."""
+    """One per topic queue: the log's offsets. ``max_offset`` is the next offset to write.
+
+    Keyed by ``pq = "<topic>#<queue>"`` alone (as SegmentsTable), so each queue is its own
+    partition: a topic's producers and consumers spread over its queues instead of all hitting one
+    ``topic`` partition. ``topic`` and ``queue`` are kept as plain attributes (conditions such as
+    ``QueueModel.topic.exists()`` test them). A topic's queues are read with BatchGetItem of
+    ``<topic>#0 .. <topic>#<n-1>`` (``LogRepo.queues``), ``n`` from the topic item.
+    ``QueueModel(topic, queue, **attributes)`` derives ``pq``; ``QueueModel(pq)`` also works."""
 
     Meta = _meta("QUEUES_TABLE", "lakeq-queues")
-    topic = UnicodeAttribute(hash_key=True)
-    queue = NumberAttribute(range_key=True)
+    pq = UnicodeAttribute(hash_key=True)  # "<topic>#<queue>"
+    topic = UnicodeAttribute(null=True)
+    queue = NumberAttribute(null=True)
     max_offset = NumberAttribute(default=0)
     min_offset = NumberAttribute(default=0)
     last_produced_at = NumberAttribute(default=0)
+
+    def __init__(self, topic: str | None = None, queue: int | None = None, **attributes):
+        if topic is not None and queue is not None:
+            super().__init__(queue_key(topic, queue), topic=topic, queue=queue, **attributes)
+        else:  # QueueModel(pq) or pynamodb's own QueueModel(_user_instantiated=False)
+            super().__init__(topic, **attributes)
+
+
+def queue_key(topic: str, queue: int) -> str:
+    """QueuesTable's (and SegmentsTable's) partition key of a topic's queue (or a subscription's
+    list: topic ``~<id>``, queue 0)."""
+    return f"{topic}#{queue}"
 
 
 class SegmentModel(Model):
@@ -112,21 +138,42 @@ class OffsetModel(Model):
     client_id = UnicodeAttribute(null=True)
     topic = UnicodeAttribute(null=True)
     updated_at = NumberAttribute(default=0)
+    # The newest acknowledged receipts' ``offset:next_offset:timestamp`` (at most
+    # ``OffsetRepo.ACKS_KEPT`` + 1), so a retried acknowledgement can be told from a stale one.
+    acks = ListAttribute(of=UnicodeAttribute, null=True)
 
 
 class GroupModel(Model):
-    """One consumer group's membership state (``lakeq.groups.GroupState``) as a JSON string, written
-    only conditionally on ``version`` (pynamodb's optimistic locking: every ``save`` adds
-    ``version = <read>`` — or ``attribute_not_exists`` for a new item — and increments it).
-    ``generation`` and ``members`` repeat what the JSON says, for the stream's readers.
-    ``subscriptions`` maps each member id to the topics it asked for (before parent topics were
-    expanded to their children), so a child topic created later can be picked up."""
+    """One consumer group's *header* (``lakeq.group_store``): the group's state
+    (``lakeq.groups.GroupState`` minus fresh liveness) in the compact form of
+    :mod:`lakeq.group_codec` — ``state`` (JSON text) when small, else ``state_z`` (zlib bytes) —
+    written only conditionally on ``version`` (pynamodb's optimistic locking: every ``save`` adds
+    ``version = <read>`` — or ``attribute_not_exists`` for a new item — and increments it), alone or
+    in a transaction with the deletes of removed members' :class:`GroupMemberModel` items.
+    ``generation`` and ``members`` repeat what the state says, for the stream's readers.
+    ``subscriptions`` is only read, from headers written before the compact form (version 1)."""
 
     Meta = _meta("GROUPS_TABLE", "lakeq-groups")
     group = UnicodeAttribute(hash_key=True)
-    state = UnicodeAttribute()
-    subscriptions = UnicodeAttribute(default="{}")
+    state = UnicodeAttribute(null=True)
+    state_z = BinaryAttribute(null=True, legacy_encoding=False)
+    subscriptions = UnicodeAttribute(null=True)
     generation = NumberAttribute(default=0)
     members = NumberAttribute(default=0)
     updated_at = NumberAttribute(default=0)
     version = VersionAttribute()
+
+
+class GroupMemberModel(Model):
+    """One member's liveness (``GroupMembersTable``): the newest heartbeat ``lh`` and the newest
+    generation sent to it ``gen``. A heartbeat that changes nothing else writes only this small item
+    (conditional on ``v``); the member's effective values are the larger of these and the header's.
+    ``expires_at`` (TTL) removes items of members long gone."""
+
+    Meta = _meta("GROUP_MEMBERS_TABLE", "lakeq-group-members")
+    group = UnicodeAttribute(hash_key=True)
+    member = UnicodeAttribute(range_key=True)
+    lh = NumberAttribute(default=0)
+    gen = NumberAttribute(default=0)
+    expires_at = TTLAttribute(null=True)
+    v = VersionAttribute()
