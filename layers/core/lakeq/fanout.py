@@ -64,7 +64,7 @@ from pynamodb.transactions import TransactWrite
 
 from . import segments as seg
 from .models import SegmentModel
-from .repos import Append, LogRepo, TransactionFailed, transact
+from .repos import Append, LogRepo, TransactionFailed, transact, transact_if_first
 from .subscriptions import VERSION_ID, Start, SubscriptionModel, SubscriptionRepo, list_topic
 
 log = logging.getLogger("lakeq.fanout")
@@ -197,13 +197,7 @@ class ParkRepo:
         def build(t: TransactWrite) -> None:
             t.update(SubscriptionModel(sub_id), actions=[action], condition=cond)
             t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
-        try:
-            transact(build)
-        except TransactionFailed as e:
-            if e.reasons and e.reasons[0] == CONDITION_FAILED:
-                return False
-            raise
-        return True
+        return transact_if_first(build)
 
     @classmethod
     def change(cls, sub_id: str, fn) -> dict[str, dict] | None:

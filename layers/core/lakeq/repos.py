@@ -127,6 +127,18 @@ def transact(build) -> None:
         raise TransactionFailed(recorder.in_call_order(reasons) if recorder else reasons) from e
 
 
+def transact_if_first(build) -> bool:
+    """:func:`transact`, answering False when the first item ``build`` added failed its condition
+    (the usual "it changed meanwhile / it is gone" outcome); any other cancellation raises."""
+    try:
+        transact(build)
+    except TransactionFailed as e:
+        if e.reasons and e.reasons[0] == CONDITION_FAILED:
+            return False
+        raise
+    return True
+
+
 class TopicRepo:
     @staticmethod
     def get(name: str) -> TopicModel | None:

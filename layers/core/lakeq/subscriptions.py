@@ -37,14 +37,13 @@ from .models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from .names import check_name, check_topic, covers, is_name
 from .payload import ByteBudget
 from .receipts import Receipt, parse as parse_receipt, subscription_field
-from .repos import LogRepo, OffsetRepo, TransactionFailed, transact
+from .repos import LogRepo, OffsetRepo, transact, transact_if_first
 
 log = logging.getLogger("lakeq.subscriptions")
 
 VERSION_ID = "~version"
 MAX_LEVELS = 64
 MAX_CONDITIONS_BYTES = 64 * 1024
-CONDITION_FAILED = "ConditionalCheckFailed"
 
 
 class BySubscriber(GlobalSecondaryIndex):
@@ -183,13 +182,7 @@ class SubscriptionRepo:
             t.delete(SubscriptionModel(sub_id), condition=SubscriptionModel.id.exists())
             t.delete(QueueModel(list_topic(sub_id), 0))
             t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
-        try:
-            transact(build)
-        except TransactionFailed as e:
-            if e.reasons and e.reasons[0] == CONDITION_FAILED:
-                return False
-            raise
-        return True
+        return transact_if_first(build)
 
     @staticmethod
     def purge_list(sub_id: str, deadline: float | None = None) -> bool:
