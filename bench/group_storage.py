@@ -98,7 +98,7 @@ class Units:
 
 
 def measure(n: int) -> dict:
-    from lakeq import group_service, group_store, groups as g, service
+    from lakeq import clock, group_service, group_store, groups as g, service
     from lakeq.models import ClientModel, GroupModel, TopicModel
 
     names = [f"{'t' * 60}{i}" for i in range(3)]
@@ -107,7 +107,7 @@ def measure(n: int) -> dict:
     ClientModel("big", role="consumer", topics=names, key_hash="0" * 64, created_at=1).save()
     service.clear_caches()
     now = 1_800_000_000_000
-    group_store.clock = lambda: now
+    clock.now = lambda: now
     st = g.new_group("big")
     rnd = random.Random(n)
     mids = [uuid.UUID(int=rnd.getrandbits(128)).hex for _ in range(n - 1)]  # as the server picks them
@@ -136,7 +136,7 @@ def measure(n: int) -> dict:
     # every header lease lapsed (45 s after the seed) while everyone heartbeated into its liveness
     # item: the next request reads them all and renews the leases (one header write)
     now += 45_001
-    group_store.clock = lambda: now
+    clock.now = lambda: now
     for m in mids:
         GroupMemberModel("big", m, lh=now - rnd.randint(0, 15_000), gen=gen).save()
     run("heartbeat_renewing_leases", lambda: group_service.heartbeat(p, "big", mids[0], json.dumps({"generation": gen})))
@@ -147,7 +147,7 @@ def measure(n: int) -> dict:
     out["header_compressed"] = hdr.state is None
     run("sync", lambda: group_service.sync(p, "big", last, json.dumps({"generation": gen})))
     now += 1000
-    group_store.clock = lambda: now
+    clock.now = lambda: now
     run("heartbeat", lambda: group_service.heartbeat(p, "big", last, json.dumps({"generation": gen})))
     state = group_store.GroupRepo.load("big")
     old = len(json.dumps(state.to_dict(), separators=(",", ":"), sort_keys=True)) + \

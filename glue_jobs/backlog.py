@@ -7,7 +7,6 @@ The work is in ``lakeq_lake.jobs.run_backlog`` over the pure transforms of ``lak
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 OPTIONS = ["lake", "bucket_minutes"]
@@ -27,26 +26,15 @@ def options(argv: list[str]) -> dict:
     return {"lake": args["lake"], "bucket_minutes": int(args["bucket_minutes"]), "as_of_ms": None, "master": None}
 
 
-def _local_paths() -> None:
-    """Outside Glue (where --extra-py-files ship them): the repo's core layer and this folder."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for p in (here, os.path.join(here, "..", "layers", "core"), os.path.join(here, "..", "layers", "matcher")):
-        if os.path.isdir(p) and os.path.abspath(p) not in map(os.path.abspath, sys.path):
-            sys.path.insert(0, os.path.abspath(p))
-
-
 def main(argv: list[str]) -> int:
     opts = options(argv)
-    _local_paths()
-    from pyspark.sql import SparkSession
+    from lakeq_lake import local_paths
 
-    from lakeq_lake.jobs import run_backlog
+    local_paths()
+    from lakeq_lake.jobs import run_backlog, session
     from lakeq_lake.store import Lake
 
-    b = SparkSession.builder.appName("lakeq-backlog")
-    if opts["master"]:
-        b = b.master(opts["master"]).config("spark.sql.shuffle.partitions", "4")
-    spark = b.getOrCreate()
+    spark = session("lakeq-backlog", opts["master"])
     run_backlog(spark, Lake(opts["lake"]), opts["as_of_ms"], opts["bucket_minutes"])
     return 0
 

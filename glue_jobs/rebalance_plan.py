@@ -38,26 +38,15 @@ def options(argv: list[str]) -> dict:
             "publish": a["publish"].lower() == "true", "master": None}
 
 
-def _local_paths() -> None:
-    """Outside Glue (where --extra-py-files ship them): the repo's core layer and this folder."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for p in (here, os.path.join(here, "..", "layers", "core"), os.path.join(here, "..", "layers", "matcher")):
-        if os.path.isdir(p) and os.path.abspath(p) not in map(os.path.abspath, sys.path):
-            sys.path.insert(0, os.path.abspath(p))
-
-
 def main(argv: list[str]) -> int:
     opts = options(argv)
-    _local_paths()
-    from pyspark.sql import SparkSession
+    from lakeq_lake import local_paths
 
-    from lakeq_lake.jobs import run_rebalance_plan
+    local_paths()
+    from lakeq_lake.jobs import run_rebalance_plan, session
     from lakeq_lake.store import Lake
 
-    b = SparkSession.builder.appName("lakeq-rebalance-plan")
-    if opts["master"]:
-        b = b.master(opts["master"]).config("spark.sql.shuffle.partitions", "4")
-    spark = b.getOrCreate()
+    spark = session("lakeq-rebalance-plan", opts["master"])
     run_rebalance_plan(spark, Lake(opts["lake"]), opts["as_of_ms"], opts["bucket_minutes"],
                        opts["lookback_minutes"], opts["horizon_minutes"], opts["publish"])
     return 0

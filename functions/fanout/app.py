@@ -11,8 +11,7 @@ retried ``MaximumRetryAttempts`` times and sent to the on-failure queue (templat
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq import fanout
-from lakeq.service import clock
+from lakeq import clock, fanout
 
 logger = Logger(service="lakeq")
 metrics = Metrics(namespace="lakeq", service="lakeq")
@@ -22,7 +21,7 @@ metrics = Metrics(namespace="lakeq", service="lakeq")
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):
     if "Records" not in event:  # the scheduled sweep (template.yaml: Redeliver)
-        out = fanout.redeliver_parked(clock())
+        out = fanout.redeliver_parked(clock.now())
         if out.unparked:
             logger.warning("subscriptions un-parked", extra={"unparked": out.unparked})
             metrics.add_metric(name="FanoutUnparked", unit=MetricUnit.Count, value=len(out.unparked))
@@ -30,7 +29,7 @@ def lambda_handler(event, context):
     records = event.get("Records") or []
     metrics.add_metric(name="FanoutRecords", unit=MetricUnit.Count, value=len(records))
     try:
-        out = fanout.handle_batch(event, clock())
+        out = fanout.handle_batch(event, clock.now())
     except fanout.PoisonBatch:
         metrics.add_metric(name="FanoutPoisonRecords", unit=MetricUnit.Count, value=1)
         raise

@@ -1,5 +1,7 @@
 """The two job bodies, shared by the Glue entry points and ``make jobs``: read the lake, run the
-pure transforms, write the reports (and publish the plans)."""
+pure transforms, write the reports (and publish the plans). The reports' keys are the API's own
+(:mod:`lakeq.report_keys`, from the core layer: on Glue it is in the job's bundle, locally
+:func:`lakeq_lake.local_paths` puts the layer on ``sys.path``)."""
 from __future__ import annotations
 
 import time
@@ -8,25 +10,23 @@ from collections import defaultdict
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from lakeq.report_keys import BACKLOG as BACKLOG_PREFIX
+from lakeq.report_keys import PLANS as PLANS_PREFIX
+from lakeq.report_keys import history_prefix, plan_key, run_key, summary_key
+
 from . import transforms as T
 from .store import Lake
 
-BACKLOG_PREFIX = "reports/backlog"
-PLANS_PREFIX = "reports/plans"
+__all__ = ["BACKLOG_PREFIX", "PLANS_PREFIX", "plan_key", "run_backlog", "run_rebalance_plan", "session",
+           "summary_key"]
 
 
-def _enc(topic: str) -> str:
-    from urllib.parse import quote
-
-    return quote(topic, safe="")
-
-
-def summary_key(group: str, topic: str) -> str:  # = lakeq.reports.summary_key
-    return f"{BACKLOG_PREFIX}/latest/group={group}/topic={_enc(topic)}.json"
-
-
-def plan_key(group: str) -> str:  # = lakeq.reports.plan_key
-    return f"{PLANS_PREFIX}/latest/group={group}.json"
+def session(app: str, master: str | None):
+    """The job's SparkSession: Glue's own (``master`` None), else a small local one."""
+    b = SparkSession.builder.appName(app)
+    if master:
+        b = b.master(master).config("spark.sql.shuffle.partitions", "4")
+    return b.getOrCreate()
 
 
 def now_ms() -> int:
@@ -41,7 +41,7 @@ def run_backlog(spark: SparkSession, lake: Lake, as_of_ms: int | None = None,
     as_of = as_of_ms or computed_at
     msgs, offs = lake.read_kind(spark, "messages"), lake.read_kind(spark, "offsets")
     report = T.backlog(msgs, offs, as_of, bucket_minutes * 60_000).cache()
-    out = lake.path(f"{BACKLOG_PREFIX}/history/computed_at={computed_at}")
+    out = lake.path(history_prefix(BACKLOG_PREFIX, computed_at))
     log(f"backlog: writing {out}")
     report.coalesce(1).write.mode("overwrite").parquet(out)
     rows = T.latest(report).orderBy("group", "topic", "queue", "client_id").collect()
@@ -62,7 +62,7 @@ def run_backlog(spark: SparkSession, lake: Lake, as_of_ms: int | None = None,
         s["backlog"] += q["backlog"]
     for (group, topic), s in summaries.items():
         lake.put_json(summary_key(group, topic), s)
-    lake.put_json(f"{BACKLOG_PREFIX}/latest/_run.json",
+    lake.put_json(run_key(),
                   {"computed_at": computed_at, "as_of": as_of, "summaries": len(summaries)})
     log(f"backlog: {len(rows)} queues in {len(summaries)} group/topic summaries")
     return {"computed_at": computed_at, "summaries": list(summaries.values())}
@@ -82,7 +82,7 @@ def run_rebalance_plan(spark: SparkSession, lake: Lake, as_of_ms: int | None = N
     latest = T.latest(T.backlog(msgs, offs, as_of, bucket_minutes * 60_000))
     weights_df = T.queue_weights(msgs, latest, as_of, lookback_minutes * 60_000, horizon_minutes * 60_000).cache()
     weights_df.coalesce(1).write.mode("overwrite").parquet(
-        lake.path(f"{PLANS_PREFIX}/history/computed_at={computed_at}"))
+        lake.path(history_prefix(PLANS_PREFIX, computed_at)))
     by_group: dict[str, dict] = defaultdict(dict)
     for r in weights_df.collect():
         by_group[r["group"]][(r["topic"], int(r["queue"]))] = float(r["weight"])

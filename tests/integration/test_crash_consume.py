@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lakeq import service
+from lakeq import clock as lakeq_clock
+
 from tests.crash import CrashAfter, count_calls
 
 PARENT = "crash"
@@ -183,7 +184,7 @@ class Env:
 @pytest.fixture
 def env(api, monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(service, "clock", clock)
+    monkeypatch.setattr(lakeq_clock, "now", clock)
     assert api.call("POST", "/v1/topics", {"name": PARENT, "queues": 1})[0] == 201
     s, feed = api.call("POST", "/v1/clients", {"name": "feed", "role": "producer", "topics": [PARENT]})
     assert s == 201

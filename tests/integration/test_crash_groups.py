@@ -19,6 +19,7 @@ import random
 import pytest
 
 from infra.local import interceptor
+from lakeq import clock as lakeq_clock
 from lakeq import group_store, groups as g
 from lakeq.models import GroupMemberModel, GroupModel, TopicModel
 from tests.crash import CountCalls, CrashAfter, seeded_points
@@ -40,7 +41,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     c = Clock()
-    monkeypatch.setattr(group_store, "clock", c)
+    monkeypatch.setattr(lakeq_clock, "now", c)
     monkeypatch.setattr(group_store, "BACKOFF_BASE_S", 0.0)
     return c
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from infra.local import interceptor
+from lakeq import clock as lakeq_clock
 from lakeq import group_service, group_store, groups as g, lake
 from lakeq.models import GroupMemberModel, GroupModel, TopicModel
 
@@ -95,7 +96,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     c = Clock()
-    monkeypatch.setattr(group_store, "clock", c)
+    monkeypatch.setattr(lakeq_clock, "now", c)
     return c
 
 

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from lakeq import clock as lakeq_clock
 from lakeq import group_service, group_store, groups as g, service
 from lakeq.models import GroupModel, QueueModel
 from tests.handlers import sample
@@ -36,7 +37,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     c = Clock()
-    monkeypatch.setattr(group_store, "clock", c)
+    monkeypatch.setattr(lakeq_clock, "now", c)
     return c
 
 

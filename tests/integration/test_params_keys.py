@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq import service
+from lakeq import auth, service
 from lakeq.models import KeyModel
 from tests.handlers import Context
 
@@ -150,13 +150,13 @@ def test_key_limit_per_client(api, setup):
 def test_revoked_key_cached_by_another_container_expires_within_the_ttl(api, setup, monkeypatch):
     """Another warm container keeps its cache: the key stays valid there at most KEY_CACHE_TTL_S."""
     now = [1000.0]
-    monkeypatch.setattr(service, "monotonic", lambda: now[0])
+    monkeypatch.setattr(auth, "monotonic", lambda: now[0])
     key = setup["risk"]
     assert _can_read(api, key) == 200
-    cached = dict(service._key_cache)  # what another container holds
+    cached = dict(auth._key_cache)  # what another container holds
     kid = api.call("GET", "/v1/clients/risk/keys")[1]["keys"][0]["key_id"]
     assert api.call("DELETE", f"/v1/clients/risk/keys/{kid}")[0] == 204
-    service._key_cache.update(cached)
+    auth._key_cache.update(cached)
     assert _can_read(api, key) == 200  # stale, within the TTL
     now[0] += service.KEY_CACHE_TTL_S + 0.001
     assert _can_read(api, key) == 401

@@ -178,9 +178,9 @@ def test_stale_receipts_stay_409(api, setup):
 def test_subscription_list_ack_is_idempotent_and_its_pull_fits_the_limit(api, setup, monkeypatch):
     import itertools
 
-    from lakeq import service
+    from lakeq import clock
     ticks = itertools.count(1_000)
-    monkeypatch.setattr(service, "clock", lambda: next(ticks))
+    monkeypatch.setattr(clock, "now", lambda: next(ticks))
     fanout.matcher = fanout.Matcher()
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes"}, key=setup["risk"])
     assert s == 201

@@ -230,7 +230,7 @@ def test_pull_lock_ack_cycle(api, setup):
     assert s == 200 and off["backlog"] == 0 and off["topic"] == "quotes/sh"
     q = next(x for x in off["queues"] if x["queue"] == m["queue"])
     assert q == {"queue": m["queue"], "min_offset": 0, "max_offset": 5, "committed_offset": 5, "locked_until": 0,
-                 "backlog": 0}
+                 "lock_owner": None, "backlog": 0}
 
 
 def test_lock_expiry_redelivers_and_fences_the_late_ack(api, setup):

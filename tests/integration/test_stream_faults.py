@@ -17,7 +17,8 @@ from botocore.exceptions import ClientError
 from infra.local import interceptor
 from infra.local import template as tpl
 from infra.local.streams import StreamPump
-from lakeq import fanout, service
+from lakeq import clock as lakeq_clock
+from lakeq import fanout
 from tests.handlers import Context, _load, sample
 
 T_SAMPLE = 1795312800123  # produced_at of the messages in events/fanout_*stream.json
@@ -39,7 +40,7 @@ def fanout_handler(aws):
 @pytest.fixture
 def early_clock(monkeypatch):
     ticks = itertools.count(T_SAMPLE - 1000)
-    monkeypatch.setattr(service, "clock", lambda: next(ticks))
+    monkeypatch.setattr(lakeq_clock, "now", lambda: next(ticks))
 
 
 @pytest.fixture

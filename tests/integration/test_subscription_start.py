@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq import fanout, service
+from lakeq import clock, fanout
 from lakeq.subscriptions import SubscriptionModel
 
 H = 3_600_000
@@ -20,7 +20,7 @@ def fresh_matcher():
 
 def at(monkeypatch, ms):
     """The clock of the host serving the next requests."""
-    monkeypatch.setattr(service, "clock", lambda: ms)
+    monkeypatch.setattr(clock, "now", lambda: ms)
 
 
 def produce(api, key, topic, bodies):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from lakeq import fanout, service
+from lakeq import clock, fanout
 from lakeq.subscriptions import SubscriptionModel
 from tests.handlers import ROOT, Context, _load, sample
 
@@ -36,7 +36,7 @@ def fanout_handler(aws):
 def early_clock(monkeypatch):
     """Subscriptions created 'before' the sample stream's messages were produced."""
     ticks = itertools.count(T_SAMPLE - 1000)
-    monkeypatch.setattr(service, "clock", lambda: next(ticks))
+    monkeypatch.setattr(clock, "now", lambda: next(ticks))
 
 
 def stream_event(*drop_sequence):
@@ -118,7 +118,7 @@ def test_half_delivered_batch_then_redelivery_completes_without_duplicates(api, 
 def test_only_messages_produced_after_creation(api, setup, fanout_handler, monkeypatch):
     """A subscription stored before the clock-free start (no ``starts``) keeps the old rule,
     ``produced_at > created_at``; tests/integration/test_subscription_start.py has the new one."""
-    monkeypatch.setattr(service, "clock", lambda c=itertools.count(T_SAMPLE): next(c))
+    monkeypatch.setattr(clock, "now", lambda c=itertools.count(T_SAMPLE): next(c))
     sub = create(api, setup["risk"])  # created_at == T_SAMPLE: same-millisecond messages excluded
     assert sub["created_at"] == T_SAMPLE
     SubscriptionModel(sub["id"]).update(actions=[SubscriptionModel.starts.remove()])
@@ -177,7 +177,7 @@ def test_fanout_to_a_subscription_deleted_after_the_index_was_built(api, setup, 
     s, _ = api.call("DELETE", f"/v1/subscriptions/{sub['id']}", key=setup["risk"])
     assert s == 204
     m.refresh = lambda: False  # stale index: still has the deleted subscription
-    assert fanout.handle(sample("fanout_segments_stream.json"), service.clock(), m) == {"batchItemFailures": []}
+    assert fanout.handle(sample("fanout_segments_stream.json"), clock.now(), m) == {"batchItemFailures": []}
     from lakeq.models import SegmentModel
     assert list(SegmentModel.query(f"~{sub['id']}#0")) == []
 

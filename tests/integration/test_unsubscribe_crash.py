@@ -87,8 +87,8 @@ def drain_with_purge_crash(pump, j: int) -> bool:
 
 
 def test_unsubscribe_survives_a_crash_after_each_store_call(api, setup, pump, monkeypatch):
-    from lakeq import service
-    monkeypatch.setattr(service, "KEY_CACHE_TTL_S", 3600.0)  # the same calls in every run
+    from lakeq import auth
+    monkeypatch.setattr(auth, "KEY_CACHE_TTL_S", 3600.0)  # the same calls in every run
     keep = subscribed_with_a_list(api, setup, pump, topic="quotes/sh")  # not covering the others' topic
     kept = left_of(keep)
 

@@ -51,56 +51,48 @@ the batch, as Lambda does after a crashed invocation (tests/integration/test_cra
 """
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import random
 import time
 from dataclasses import dataclass, field
 
-from matcher.index import SubscriptionIndex
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
+from matcher.index import SubscriptionIndex
+
 from . import segments as seg
+from .fanout_plan import (  # noqa: F401
+    CHUNK_BYTES,
+    CHUNK_GROUPS,
+    Group,
+    ListMessage,
+    Plan,
+    _chunk,
+    _source_base,
+    _source_pq,
+    decode_record,
+    group_messages,
+    parked_view,
+    parse_parked,
+    plan,
+)
 from .models import SegmentModel
-from .repos import Append, LogRepo, TransactionFailed, transact, transact_if_first
-from .subscriptions import VERSION_ID, Start, SubscriptionModel, SubscriptionRepo, list_topic
+from .repos import Append, LogRepo, TransactionFailed, transact_if_first
+from .subscriptions import (
+    VERSION_ID,
+    Start,
+    SubscriptionModel,
+    SubscriptionRepo,
+    list_topic,
+)
 
 log = logging.getLogger("lakeq.fanout")
 
-CONDITION_FAILED = "ConditionalCheckFailed"
 APPEND_ATTEMPTS = 40
-CHUNK_GROUPS = 40  # source segments per transaction: 1 + segments + groups <= 100 items
-CHUNK_BYTES = 1_500_000  # raw message bytes per transaction (DynamoDB: 4 MB per transaction)
 PARK_ATTEMPTS = 20  # optimistic writes of a subscription's park entries before giving up
 CATCH_UP_ROUNDS = 3  # catch-up + un-park rounds per parked source queue and batch
-
-
-@dataclass
-class ListMessage(seg.Message):
-    """A list entry: the source message plus where it was published."""
-
-    topic: str = ""
-    queue: int = 0
-    source_offset: int = 0
-
-    def header(self) -> bytes:
-        return json.dumps(
-            {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
-             "produced_at": self.produced_at, "topic": self.topic, "queue": self.queue,
-             "source_offset": self.source_offset},
-            separators=(",", ":"), ensure_ascii=False,
-        ).encode("utf-8")
-
-
-@dataclass
-class Group:
-    """The messages of one source segment kept for one subscription."""
-
-    key: str  # dedup id: <topic>@<queue>:<segment base>
-    record: int  # index of the stream record in the batch
-    messages: list[ListMessage] = field(default_factory=list)
 
 
 class Matcher:
@@ -151,27 +143,6 @@ class Matcher:
 matcher = Matcher()
 
 
-def parse_parked(raw: str | None) -> dict[str, dict]:
-    if not raw:
-        return {}
-    try:
-        d = json.loads(raw)
-    except ValueError:
-        return {}
-    return d if isinstance(d, dict) else {}
-
-
-def parked_view(raw: str | None) -> list[dict]:
-    """A subscription's park entries as the API shows them (``GET /v1/subscriptions``)."""
-    out = []
-    for pq, e in sorted(parse_parked(raw).items()):
-        topic, _, q = pq.rpartition("#")
-        out.append({"topic": topic, "queue": int(q), "from_offset": int(e.get("from", 0)),
-                    "reason": str(e.get("reason", "")), "since": int(e.get("since", 0)),
-                    "attempts": int(e.get("attempts", 0))})
-    return out
-
-
 class ParkRepo:
     """The ``parked`` attribute of a subscription item: optimistic read-modify-write, each write
     one transaction with the version bump (so every fan-out container rebuilds its index and sees
@@ -215,90 +186,6 @@ class ParkRepo:
                 return new
             time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
         raise RuntimeError(f"could not update the park entries of subscription {sub_id}")
-
-
-def _b(attr: dict) -> bytes:
-    v = attr["B"]
-    return v if isinstance(v, (bytes, bytearray)) else base64.b64decode(v)
-
-
-def decode_record(record: dict) -> tuple[str, int, seg.Segment] | None:
-    """A stream record → (source topic, queue, segment), or None when it is not a new topic segment."""
-    if record.get("eventName") != "INSERT":
-        return None
-    img = (record.get("dynamodb") or {}).get("NewImage") or {}
-    pq = img.get("pq", {}).get("S")
-    if not pq or pq.startswith("~"):
-        return None
-    topic, _, q = pq.rpartition("#")
-    z = img.get("z", {}).get("BOOL", False)
-    s = seg.Segment(int(img["base"]["N"]), int(img["count"]["N"]), _b(img["idx"]), _b(img["data"]), bool(z))
-    return topic, int(q), s
-
-
-@dataclass
-class Plan:
-    """What a batch holds: per subscription its groups in record order; per source queue the
-    records (index, segment base) it has; where the first poison record is (None: none)."""
-
-    pending: dict[str, list[Group]] = field(default_factory=dict)
-    queues: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # "<topic>#<q>" -> [(i, base)]
-    poison: int | None = None
-    error: str = ""
-
-
-def group_messages(topic: str, q: int, s: seg.Segment, m: Matcher, record: int,
-                   only: str | None = None) -> dict[str, Group]:
-    """The messages of one source segment kept per matching subscription (or just ``only``)."""
-    per_sub: dict[str, Group] = {}
-    for msg in seg.all_headers(s):
-        sids = m.match(topic, msg, q)
-        if only is not None:
-            sids = [x for x in sids if x == only]
-        if not sids:
-            continue
-        lm = ListMessage(id=msg["id"], body=msg["body"], key=msg.get("key"), tags=msg.get("tags") or [],
-                         properties=msg.get("properties") or {}, produced_at=msg["produced_at"],
-                         topic=topic, queue=q, source_offset=msg["offset"])
-        for sid in sids:
-            g = per_sub.get(sid)
-            if g is None:
-                g = per_sub[sid] = Group(f"{topic}@{q}:{s.base}", record)
-            g.messages.append(lm)
-    return per_sub
-
-
-def plan(records: list[dict], m: Matcher) -> Plan:
-    """Match every message of the batch up to the first record that cannot be decoded or matched."""
-    out = Plan()
-    for i, r in enumerate(records):
-        try:
-            decoded = decode_record(r)
-            if decoded is None:
-                continue
-            topic, q, s = decoded
-            per_sub = group_messages(topic, q, s, m, i)
-        except Exception as e:  # noqa: BLE001 - a malformed record must not stop the others
-            log.exception("poison record %s (index %d): not fanned out",
-                          (r.get("dynamodb") or {}).get("SequenceNumber"), i)
-            out.poison, out.error = i, f"{type(e).__name__}: {e}"
-            break
-        out.queues.setdefault(f"{topic}#{q}", []).append((i, s.base))
-        for sid, g in per_sub.items():
-            out.pending.setdefault(sid, []).append(g)
-    return out
-
-
-def _chunk(groups: list[Group]) -> list[Group]:
-    out: list[Group] = []
-    size = 0
-    for g in groups:
-        gs = sum(x.encoded_size() for x in g.messages)
-        if out and (len(out) >= CHUNK_GROUPS or size + gs > CHUNK_BYTES):
-            break
-        out.append(g)
-        size += gs
-    return out
 
 
 class AppendFailed(Exception):
@@ -345,7 +232,7 @@ def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
             # reasons: one per item — the segments (after the queue item, in logs that CAS it), then dedup
             first = len(e.reasons) - len(dedup)
             dup = {dedup[k][0] for k in range(len(dedup))
-                   if first + k < len(e.reasons) and e.reasons[first + k] == CONDITION_FAILED}
+                   if e.failed(first + k)}
             if dup:
                 groups = [g for g in groups if g.key not in dup]
             else:
@@ -426,17 +313,6 @@ def park(sub_id: str, remaining: list[Group], seqs: list[str], reason: str, now:
     if ParkRepo.change(sub_id, merge) is not None:
         log.error("subscription %s parked for %s: %s", sub_id, sorted(firsts), reason)
     return sorted(firsts)
-
-
-def _source_pq(group_key: str) -> str:
-    """``<topic>@<queue>:<base>`` → ``<topic>#<queue>``."""
-    tq, _, _ = group_key.rpartition(":")
-    topic, _, q = tq.rpartition("@")
-    return f"{topic}#{q}"
-
-
-def _source_base(group_key: str) -> int:
-    return int(group_key.rpartition(":")[2])
 
 
 def catch_up(sub_id: str, pq: str, upto: int, m: Matcher, now: int) -> int:

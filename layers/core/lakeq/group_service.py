@@ -8,11 +8,10 @@ neither the group's nor the admin key; a topic not granted to the group) → sta
 """
 from __future__ import annotations
 
+from . import group_store, service
 from . import groups as g
-from . import service
 from .errors import BadRequest, Forbidden, NotFound
-from . import group_store
-from .group_store import GroupRepo, api_error, expand_topics, servable
+from .group_store import GroupRepo, expand_topics, servable
 from .models import ClientModel
 from .names import check_name
 from .service import Principal
@@ -23,11 +22,9 @@ MAX_MEMBER_TOPICS = group_store.MAX_MEMBER_TOPICS  # once parents are expanded t
 
 
 def _syntax(check, *args):
-    """Run one of the state machine's own validators (the same rules the transitions apply)."""
-    try:
-        return check(*args)
-    except g.GroupError as e:
-        raise api_error(e) from None
+    """Run one of the state machine's own validators (the same rules the transitions apply); its
+    errors are ApiErrors already."""
+    return check(*args)
 
 
 def _member_or_403(p: Principal, client: ClientModel, member_id: str) -> None:
@@ -35,10 +32,7 @@ def _member_or_403(p: Principal, client: ClientModel, member_id: str) -> None:
     else 403. Nothing is written for such a key."""
     if p.may_act_as(client.name):
         return
-    try:
-        servable(client.name, member_id)
-    except g.UnknownMember as e:
-        raise api_error(e) from None
+    servable(client.name, member_id)  # g.UnknownMember (404) first
     raise Forbidden(f"this key may not act for group '{client.name}'")
 
 

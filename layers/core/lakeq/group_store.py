@@ -58,11 +58,12 @@ from typing import Any
 
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
 
+from . import clock as _clock
 from . import group_codec as codec
 from . import groups as g
 from .errors import ApiError, NotFound, Unavailable
 from .models import GroupMemberModel, GroupModel, TopicModel
-from .repos import TransactionFailed, transact
+from .repos import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
 
 ATTEMPTS = 12
 BACKOFF_BASE_S = 0.005
@@ -75,16 +76,6 @@ LIVENESS_TTL_S = 7 * 24 * 3600
 
 Transition = Callable[[g.GroupState, int, Mapping[str, int]], "tuple[g.GroupState, dict]"]
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-clock: Callable[[], int] = _now_ms
-
-
-def api_error(e: g.GroupError) -> ApiError:
-    return ApiError(e.message, code=e.code, status=e.status)
 
 
 class GroupFull(ApiError):
@@ -239,7 +230,7 @@ class GroupRepo:
     def load(cls, group: str, now: int | None = None) -> g.GroupState:
         """The effective state: the header merged with every liveness item (a Query; not used on
         the request path, where only the items needed are read)."""
-        return cls.read(group, clock() if now is None else now, full=True).state
+        return cls.read(group, _clock.now() if now is None else now, full=True).state
 
     @classmethod
     def save(cls, v: View, st: g.GroupState, subs: Mapping[str, Iterable[str]], now: int) -> None:
@@ -268,7 +259,7 @@ class GroupRepo:
             try:
                 item.save()
             except PutError as e:
-                if getattr(e, "cause_response_code", None) == "ConditionalCheckFailedException":
+                if conditional_failed(e):
                     raise Conflict() from None
                 raise
 
@@ -312,11 +303,11 @@ class GroupRepo:
                     t.save(item)
                 transact(build)
         except PutError as e:
-            if getattr(e, "cause_response_code", None) == "ConditionalCheckFailedException":
+            if conditional_failed(e):
                 raise Conflict() from None
             raise
         except TransactionFailed as e:
-            if any(r in ("ConditionalCheckFailed", "TransactionConflict") for r in e.reasons):
+            if any(r in (CONDITION_FAILED, "TransactionConflict") for r in e.reasons):
                 raise Conflict() from None
             raise
         for d, conditional in rest:  # best effort: an orphan item is ignored, and its TTL clears it
@@ -331,13 +322,13 @@ class GroupRepo:
               actor: str | None = None, check: Callable[[g.GroupState], None] | None = None) -> dict:
         """Run one request: read, ``transition(state, now_ms, counts)``, conditional write(s); retry
         the whole attempt on a conflict (bounded, exponential backoff with full jitter). A GroupError
-        carrying ``.state`` has that state saved, then is raised as the API's error.
+        carrying ``.state`` has that state saved, then is re-raised (it is an ApiError).
         ``subscribe`` = (member id or None for the response's ``member_id``, requested topics);
         ``actor`` = the member acting (its liveness item is read); ``check(new_state)`` may raise an
         ApiError to refuse the result (nothing written)."""
         extra = list(extra_topics)
         for attempt in range(attempts):
-            now = clock()
+            now = _clock.now()
             v = cls.read(group, now, actor)
             counts = queue_counts(_member_topics(v.state) | set(extra))
             try:
@@ -349,7 +340,7 @@ class GroupRepo:
                     except Conflict:
                         _backoff(attempt)
                         continue
-                raise api_error(e) from None
+                raise
             subs = v.subs
             if subscribe is not None:
                 mid = subscribe[0] or resp.get("member_id")
@@ -373,7 +364,7 @@ def _backoff(attempt: int) -> None:
 def servable(group: str, member_id: str, now: int | None = None) -> list[g.Queue]:
     """The member's servable queues (reads only: the header, and the member's liveness item only
     when the header's lease says it is silent). Unknown or expired member → ``g.UnknownMember``."""
-    now = clock() if now is None else now
+    now = _clock.now() if now is None else now
     st, _ = GroupRepo.decode(group, GroupRepo.get(group))
     m = st.members.get(member_id)
     if m is not None and now - m.last_heartbeat > m.session_timeout_ms:
@@ -407,7 +398,7 @@ def sweep(now_ms: int | None = None, max_member_topics: int = MAX_MEMBER_TOPICS)
         stats["groups"] += 1
         group = header.group
         for attempt in range(ATTEMPTS):
-            now = now_ms if now_ms is not None else clock()
+            now = now_ms if now_ms is not None else _clock.now()
             v = GroupRepo.read(group, now)
             if v.header is None:
                 break

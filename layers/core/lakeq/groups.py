@@ -33,13 +33,14 @@ after the housekeeping done before the error (expired members removed): persist 
 from __future__ import annotations
 
 import copy
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lakeq.assignors import ASSIGNORS, Queue, Subscription, assign, validate_assignment
+from lakeq.errors import ApiError
+from lakeq.names import NAME_RULE, is_name, is_topic
 
 STABLE = "stable"
 PREPARING = "preparing_rebalance"
@@ -50,8 +51,6 @@ DEFAULT_SESSION_TIMEOUT_MS = 45_000
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 300_000
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 
 __all__ = [
     "AWAITING", "PREPARING", "STABLE", "BadRequest", "GroupError", "GroupState", "Member", "Plan",
@@ -62,19 +61,19 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------- errors
-class GroupError(Exception):
-    """Base of the group errors; ``status`` / ``code`` map to the API error body."""
+class GroupError(ApiError):
+    """Base of the group errors: API errors (``status`` / ``code`` / ``body()``) that also carry
+    ``state``, the group's state after the housekeeping done before the error (or None)."""
 
     status = 400
     code = "bad_request"
 
     def __init__(self, message: str, state: GroupState | None = None):
         super().__init__(message)
-        self.message = message
         self.state = state
 
     def to_body(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message}}
+        return self.body()
 
 
 class BadRequest(GroupError):
@@ -219,8 +218,8 @@ def heartbeat_interval_ms(session_timeout_ms: int) -> int:
 
 # ------------------------------------------------------------------------------------- validation
 def _check_member_id(member_id: Any) -> str:
-    if not isinstance(member_id, str) or not _NAME.match(member_id):
-        raise BadRequest("member_id must be 1-200 characters of A-Z a-z 0-9 . _ -")
+    if not is_name(member_id):
+        raise BadRequest(f"member_id must be {NAME_RULE}")
     return member_id
 
 
@@ -228,7 +227,7 @@ def _check_topics(topics: Any) -> list[str]:
     if not isinstance(topics, (list, tuple)) or not topics:
         raise BadRequest("topics must be a non-empty list of topic names")
     for t in topics:
-        if not isinstance(t, str) or len(t) > 200 or not _TOPIC.match(t):
+        if not is_topic(t):
             raise BadRequest(f"invalid topic name {t!r}")
     return sorted(set(topics))
 
@@ -246,7 +245,7 @@ def _check_queues(owned: Any, what: str = "owned") -> list[Queue]:
             t, i = item
         else:
             raise BadRequest(f"{what} entries must be {{topic, queue}} objects")
-        if not isinstance(t, str) or not _TOPIC.match(t) or isinstance(i, bool) or not isinstance(i, int) or i < 0:
+        if not is_topic(t) or isinstance(i, bool) or not isinstance(i, int) or i < 0:
             raise BadRequest(f"invalid {what} entry {item!r}")
         out.append((t, i))
     return sorted(set(out))
@@ -256,7 +255,8 @@ def _check_timeout(ms: Any) -> int:
     if ms is None:
         return DEFAULT_SESSION_TIMEOUT_MS
     if isinstance(ms, bool) or not isinstance(ms, int) or not MIN_SESSION_TIMEOUT_MS <= ms <= MAX_SESSION_TIMEOUT_MS:
-        raise BadRequest(f"session_timeout_ms must be an integer in [{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]")
+        raise BadRequest("session_timeout_ms must be an integer in "
+                         f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]")
     return ms
 
 

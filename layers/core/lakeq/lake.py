@@ -108,7 +108,8 @@ def message_rows(record: Mapping[str, Any]) -> list[dict]:
         rows.append({
             "topic": topic, "queue": int(q), "offset": m["offset"], "id": m.get("id"),
             "key": m.get("key"), "size": len(m["body"].encode("utf-8")), "tags": m.get("tags") or [],
-            "properties": m.get("properties") or {}, "produced_at": int(m.get("produced_at") or item.get("produced_at") or 0),
+            "properties": m.get("properties") or {},
+            "produced_at": int(m.get("produced_at") or item.get("produced_at") or 0),
             "seq": sq,
         })
     return rows

@@ -2,8 +2,8 @@
 
 ``broker`` is the store instance name; ``queue`` identifies the queue in the server's own encoding:
 ``<topic>@<queue number>`` for a topic queue (topic names never contain ``@`` or ``:``), ``~<id>``
-for a subscription's list (topic names never start with ``~``). ``offset`` is the first offset delivered, ``next_offset`` the offset after the
-batch, ``timestamp`` the lock timestamp (epoch ms).
+for a subscription's list (topic names never start with ``~``). ``offset`` is the first offset
+delivered, ``next_offset`` the offset after the batch, ``timestamp`` the lock timestamp (epoch ms).
 """
 from __future__ import annotations
 
@@ -11,8 +11,21 @@ import re
 from dataclasses import dataclass
 
 from .errors import BadRequest
+from .names import is_name, is_topic
 
-_QUEUE = re.compile(r"(?:[A-Za-z0-9._/-]{1,200}@[0-9]{1,4}|~[A-Za-z0-9._-]{1,200})")
+_QUEUE_NUMBER = re.compile(r"[0-9]{1,4}")
+
+
+def _queue_field_ok(queue: str) -> bool:
+    """``<topic>@<queue>`` or ``~<subscription id>``, names by :mod:`lakeq.names`' rule.
+
+    >>> [_queue_field_ok(q) for q in ("quotes/sh@3", "~ab12", "a//b@1", "~a/b", "t@", "t@12345")]
+    [True, True, False, False, False, False]
+    """
+    if queue.startswith("~"):
+        return is_name(queue[1:])
+    topic, at, q = queue.rpartition("@")
+    return bool(at) and is_topic(topic) and _QUEUE_NUMBER.fullmatch(q) is not None
 _MAX = 2**63 - 1
 
 
@@ -57,7 +70,7 @@ def parse(text: object) -> Receipt:
     if len(parts) != 5:
         raise BadRequest("receipt must have five ':'-separated fields broker:queue:offset:next_offset:timestamp")
     broker, queue, off, nxt, ts = parts
-    if not broker or not _QUEUE.fullmatch(queue):
+    if not broker or not _queue_field_ok(queue):
         raise BadRequest("receipt has an empty broker or an invalid queue field")
     nums = []
     for name, raw in (("offset", off), ("next_offset", nxt), ("timestamp", ts)):

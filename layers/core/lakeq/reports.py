@@ -1,7 +1,8 @@
 """Reports computed by the data-lake jobs, as served by ``GET /v1/reports/backlog`` (API.md "Reports").
 
 The backlog job writes, next to its Parquet output, one small JSON summary per group and topic —
-the newest state of every queue — at :func:`summary_key`, overwriting the previous run's (the Glue
+the newest state of every queue — at :func:`lakeq.report_keys.summary_key` (the keys are defined
+once there and imported by the jobs), overwriting the previous run's (the Glue
 job runs one at a time). Serving a report is then one S3 GetObject, whatever the size of the
 history. Check order as everywhere: 401 → 400 → 404 (topic, group) → 403 → 404 (no report yet).
 """
@@ -9,14 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from urllib.parse import quote
 
-from . import service
+from .auth import Principal, authorize, client_or_404, topic_or_404
 from .errors import NotFound
 from .names import check_name, check_topic
-
-BACKLOG = "reports/backlog"
-PLANS = "reports/plans"
+from .report_keys import BACKLOG, PLANS, enc, plan_key, summary_key  # noqa: F401
 
 _s3 = None
 
@@ -28,19 +26,6 @@ def _client():
 
         _s3 = boto3.client("s3")
     return _s3
-
-
-def enc(topic: str) -> str:
-    """A topic as one key segment (``quotes/sh`` → ``quotes%2Fsh``)."""
-    return quote(topic, safe="")
-
-
-def summary_key(group: str, topic: str) -> str:
-    return f"{BACKLOG}/latest/group={group}/topic={enc(topic)}.json"
-
-
-def plan_key(group: str) -> str:
-    return f"{PLANS}/latest/group={group}.json"
 
 
 def get_json(key: str, bucket: str | None = None) -> dict | None:
@@ -55,14 +40,14 @@ def get_json(key: str, bucket: str | None = None) -> dict | None:
     return json.loads(obj["Body"].read())
 
 
-def backlog(p: service.Principal, params: dict) -> dict:
+def backlog(p: Principal, params: dict) -> dict:
     group_name = params.get("group")
     topic = params.get("topic")
     check_name(group_name, "group")
     check_topic(topic)
-    service.topic_or_404(topic)
-    group = service.client_or_404(group_name, "consumer")
-    service.authorize(p, group, topic)
+    topic_or_404(topic)
+    group = client_or_404(group_name, "consumer")
+    authorize(p, group, topic)
     report = get_json(summary_key(group.name, topic))
     if report is None:
         raise NotFound(f"no backlog report for group '{group.name}' and topic '{topic}' yet "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from pynamodb.connection import Connection
@@ -28,30 +27,26 @@ from .models import (
     TopicModel,
     queue_key,
 )
+from .produce_plan import (  # noqa: F401
+    QUEUE_ITEM_BYTES,
+    TRANSACT_BYTES,
+    TRANSACT_ITEMS,
+    Append,
+    dedup_item_bytes,
+    pq,
+    segment_item_bytes,
+)
 from .receipts import Receipt
 from .selection import QueueView, ack_key, kept_acks
 
 DEDUP_TTL_S = 24 * 3600
 CONDITION_FAILED = "ConditionalCheckFailed"
 BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
-TRANSACT_ITEMS = 100  # DynamoDB: at most 100 items per TransactWriteItems ...
-TRANSACT_BYTES = 3_500_000  # ... and 4 MB in all; we plan with item-size upper bounds under this
+# the store's write limits and item-size bounds live with the (pure) produce planner
 
 
-def segment_item_bytes(pq: str, s: seg.Segment) -> int:
-    """Upper bound of a segment item's DynamoDB size (attribute names + values)."""
-    return len(pq.encode("utf-8")) + len(s.idx) + len(s.data) + 120
-
-
-def dedup_item_bytes(topic: str, mid: str) -> int:
-    """Upper bound of a dedup item's DynamoDB size."""
-    return len(topic.encode("utf-8")) + len(mid.encode("utf-8")) + 80
-
-
-QUEUE_ITEM_BYTES = 300  # the queue item's key and the head attributes a transaction updates
-
-
-def _conditional_failed(e: Exception) -> bool:
+def conditional_failed(e: Exception) -> bool:
+    """A single-item write (PutError / UpdateError / DeleteError) refused by its condition."""
     cause = getattr(e, "cause_response_code", None)
     return cause == "ConditionalCheckFailedException"
 
@@ -66,6 +61,15 @@ class TransactionFailed(Exception):
     def __init__(self, reasons: list[str | None]):
         super().__init__(f"transaction cancelled: {reasons}")
         self.reasons = reasons
+
+    def failed(self, i: int) -> bool:
+        """Whether item ``i`` (in the order ``build`` added the items) failed its condition.
+
+        >>> e = TransactionFailed(["None", CONDITION_FAILED])
+        >>> e.failed(1), e.failed(0), e.failed(2), e.failed(-1)
+        (True, False, False, False)
+        """
+        return 0 <= i < len(self.reasons) and self.reasons[i] == CONDITION_FAILED
 
 
 _connections: dict[str, Connection] = {}
@@ -133,7 +137,7 @@ def transact_if_first(build) -> bool:
     try:
         transact(build)
     except TransactionFailed as e:
-        if e.reasons and e.reasons[0] == CONDITION_FAILED:
+        if e.failed(0):
             return False
         raise
     return True
@@ -225,18 +229,10 @@ class ClientRepo:
         transact(build)
 
 
-@dataclass
-class Append:
-    """One transaction's worth of a queue append."""
-
-    segments: list[seg.Segment]
-    dedup: list[tuple[str, int]]  # (message id, offset)
-
-
 class LogRepo:
     @staticmethod
     def pq(topic: str, queue: int) -> str:
-        return f"{topic}#{queue}"
+        return pq(topic, queue)
 
     @staticmethod
     def queues(topic: str, n: int, consistent: bool = False) -> list[QueueModel]:
@@ -332,7 +328,7 @@ class LogRepo:
             try:
                 seg_item(part.segments[0]).save(condition=SegmentModel.pq.does_not_exist())
             except PutError as e:
-                if _conditional_failed(e):
+                if conditional_failed(e):
                     raise TransactionFailed([CONDITION_FAILED]) from None
                 raise
             cls.advance_head(topic, queue, end, now)
@@ -367,7 +363,7 @@ class LogRepo:
                     condition=QueueModel.topic.exists() & (QueueModel.max_offset < end))
                 return
             except UpdateError as e:
-                if _conditional_failed(e):
+                if conditional_failed(e):
                     return
                 if getattr(e, "cause_response_code", None) != "TransactionConflictException" or attempt == 7:
                     raise
@@ -449,7 +445,7 @@ class OffsetRepo:
             OffsetModel(owner, view.queue).update(actions=actions, condition=cls._expect(view))
             return True
         except UpdateError as e:
-            if _conditional_failed(e):
+            if conditional_failed(e):
                 return False
             raise
 
@@ -464,7 +460,7 @@ class OffsetRepo:
             OffsetModel(owner, view.queue).update(actions=actions, condition=cls._expect(view))
             return True
         except UpdateError as e:
-            if _conditional_failed(e):
+            if conditional_failed(e):
                 return False
             raise
 
@@ -492,7 +488,7 @@ class OffsetRepo:
             )
             return True
         except UpdateError as e:
-            if not _conditional_failed(e):
+            if not conditional_failed(e):
                 raise
         rec = cls.get(owner, queue)
         return rec is not None and key in (rec.acks or [])

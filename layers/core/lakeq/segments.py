@@ -18,7 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from matcher.bitmap import may_match_any, matches_any, tags_bitmap
+from matcher.bitmap import matches_any, may_match_any, tags_bitmap
 
 ENTRY = struct.Struct("<IIIQ")
 # bytes of raw data (index entries included) per segment item: DynamoDB items are <= 400 KB, and

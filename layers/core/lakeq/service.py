@@ -6,141 +6,47 @@ raw body and parameters.
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import os
 import random
 import secrets
 import time
 import uuid
-import zlib
-from dataclasses import dataclass
 from typing import Callable
 
+from . import clock as _clock
 from . import segments as seg
 from . import validation as v
-from .errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unauthorized, Unavailable
+from .auth import (  # noqa: F401
+    KEY_CACHE_MAX,
+    KEY_CACHE_TTL_S,
+    Principal,
+    authenticate,
+    authorize,
+    clear_caches,
+    client_or_404,
+    forget_key,
+    hash_key,
+    require_admin,
+    topic_or_404,
+)
+from .errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unavailable
+from .logread import SCAN_FACTOR, broker, consume, topic_reader  # noqa: F401
+from .logread import views as _views
 from .models import ClientModel, KeyModel, TopicModel
-from .names import check_name, check_topic, covers, parent_of
-from .receipts import Receipt, parse as parse_receipt, topic_queue_field
-from .repos import Append, ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, TRANSACT_BYTES, TRANSACT_ITEMS
-from .repos import QUEUE_ITEM_BYTES, dedup_item_bytes, segment_item_bytes
-from .payload import ByteBudget
-from .selection import QueueView, candidates, next_lock_ts
+from .names import check_name, check_topic, parent_of
+from .produce_plan import plan_parts as _plan_parts  # noqa: F401
+from .produce_plan import queue_for_key
+from .receipts import Receipt, topic_queue_field
+from .receipts import parse as parse_receipt
+from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed
 
-CONDITION_FAILED = "ConditionalCheckFailed"
 APPEND_ATTEMPTS = 40
-SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
-POLL_MIN_MS, POLL_MAX_MS = 50, 500
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-clock: Callable[[], int] = now_ms
-
-
-def broker() -> str:
-    return os.environ.get("LAKEQ_BROKER") or "lakeq"
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def _admin_hash() -> str | None:
-    h = os.environ.get("LAKEQ_ADMIN_KEY_SHA256")
-    if h:
-        return h.lower()
-    raw = os.environ.get("LAKEQ_ADMIN_KEY")
-    return hash_key(raw) if raw else None
-
-
-# --- small per-container caches ---------------------------------------------------------------
-# Clients never change once created (their keys do, but the client cache holds no key). A key
-# can be revoked: a container trusts a key it has looked up for KEY_CACHE_TTL_S at most, so a
-# revoked key answers 401 everywhere within that bound (at once in the container that revoked it,
-# and at once on a cold container: the lookup is strongly consistent).
-KEY_CACHE_TTL_S = 5.0
-KEY_CACHE_MAX = 10_000
 MAX_KEYS = 10  # live keys per client (rotation: issue the new one, move clients over, revoke)
-monotonic: Callable[[], float] = time.monotonic
-_key_cache: dict[str, tuple[str, float]] = {}  # key hash -> (client name, trusted until, monotonic s)
-_client_cache: dict[str, ClientModel] = {}
 
 
-def clear_caches() -> None:
-    _key_cache.clear()
-    _client_cache.clear()
-
-
-@dataclass(frozen=True)
-class Principal:
-    admin: bool
-    client: str | None = None
-
-    def may_act_as(self, name: str) -> bool:
-        return self.admin or self.client == name
-
-
-def authenticate(authorization: str | None) -> Principal:
-    """401 unless the header carries the admin key or a key issued to a client."""
-    if not authorization:
-        raise Unauthorized("missing Authorization: Bearer <key> header")
-    scheme, _, key = authorization.strip().partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key:
-        raise Unauthorized("Authorization header must be 'Bearer <key>'")
-    h = hash_key(key)
-    admin = _admin_hash()
-    if admin is not None and hmac.compare_digest(h, admin):
-        return Principal(admin=True)
-    now = monotonic()
-    hit = _key_cache.get(h)
-    if hit is not None and hit[1] > now:
-        return Principal(admin=False, client=hit[0])
-    name = ClientRepo.client_for_key(h)
-    if name is None:
-        _key_cache.pop(h, None)
-        raise Unauthorized("unknown API key")
-    if len(_key_cache) >= KEY_CACHE_MAX:
-        for k in [k for k, (_, until) in _key_cache.items() if until <= now] or list(_key_cache):
-            del _key_cache[k]
-    _key_cache[h] = (name, now + KEY_CACHE_TTL_S)
-    return Principal(admin=False, client=name)
-
-
-def require_admin(p: Principal) -> None:
-    if not p.admin:
-        raise Forbidden("this route takes the admin key")
-
-
-def topic_or_404(name: str) -> TopicModel:
-    t = TopicRepo.get(name)
-    if t is None:
-        raise NotFound(f"topic '{name}' does not exist")
-    return t
-
-
-def client_or_404(name: str, role: str) -> ClientModel:
-    c = _client_cache.get(name)
-    if c is None:
-        c = ClientRepo.get(name)
-        if c is not None:
-            _client_cache[name] = c
-    if c is None or c.role != role:
-        what = "consumer group" if role == "consumer" else "producer"
-        raise NotFound(f"{what} '{name}' does not exist")
-    return c
-
-
-def authorize(p: Principal, client: ClientModel, topic: str) -> None:
-    if not p.may_act_as(client.name):
-        raise Forbidden(f"this key may not act for '{client.name}'")
-    if not any(covers(g, topic) for g in client.topics):
-        raise Forbidden(f"'{client.name}' is not granted topic '{topic}'")
+def clock() -> int:
+    """Now in ms: :func:`lakeq.clock.now` (the one clock; patch that, not this)."""
+    return _clock.now()
 
 
 # --- topics and clients ---------------------------------------------------------------------
@@ -157,9 +63,9 @@ def create_topic(p: Principal, raw: str | None) -> dict:
     try:
         TopicRepo.create(name, queues, parent, clock())
     except TransactionFailed as e:
-        if e.reasons and e.reasons[0] == CONDITION_FAILED:
+        if e.failed(0):
             raise Conflict(f"topic '{name}' exists", code="topic_exists") from None
-        if len(e.reasons) > 1 and e.reasons[1] == CONDITION_FAILED:
+        if e.failed(1):
             raise NotFound(f"parent topic '{parent}' does not exist") from None
         raise
     return {"name": name, "queues": queues, "parent": parent}
@@ -186,7 +92,7 @@ def grow_topic(p: Principal, name: str, raw: str | None) -> dict:
             TopicRepo.grow(name, old, queues)
             return {"name": name, "queues": queues, "parent": t.parent}
         except TransactionFailed as e:
-            if not e.reasons or e.reasons[0] != CONDITION_FAILED:
+            if not e.failed(0):
                 raise
         t = topic_or_404(name)  # a concurrent PATCH moved the count: decide again
     raise Unavailable("the topic is too contended; retry")
@@ -214,7 +120,7 @@ def create_client(p: Principal, raw: str | None) -> dict:
     try:
         ClientRepo.create(client)
     except TransactionFailed as e:
-        if e.reasons and e.reasons[0] == CONDITION_FAILED:
+        if e.failed(0):
             raise Conflict(f"client '{req.name}' exists", code="client_exists") from None
         raise
     return {**client_view(client), "api_key": key, "key_id": key_id_of(client.key_hash)}
@@ -270,7 +176,7 @@ def issue_key(p: Principal, name: str) -> dict:
                                 add=KeyModel(h, client=c.name, key_id=key_id_of(h), created_at=clock()))
             return {"name": c.name, "key_id": key_id_of(h), "api_key": key}
         except TransactionFailed as e:
-            if not e.reasons or e.reasons[0] != CONDITION_FAILED:
+            if not e.failed(0):
                 raise
         c = ClientRepo.get(name)  # a concurrent rotation moved the key set: decide again
         if c is None:
@@ -293,10 +199,10 @@ def revoke_key(p: Principal, name: str, key_id: str) -> None:
         version = None if c.key_version is None else int(c.key_version)
         try:
             ClientRepo.set_keys(c, version, json.dumps(live), remove=h)
-            _key_cache.pop(h, None)
+            forget_key(h)
             return
         except TransactionFailed as e:
-            if not e.reasons or e.reasons[0] != CONDITION_FAILED:
+            if not e.failed(0):
                 raise
         c = ClientRepo.get(name)
         if c is None:
@@ -305,11 +211,6 @@ def revoke_key(p: Principal, name: str, key_id: str) -> None:
 
 
 # --- produce --------------------------------------------------------------------------------
-def queue_for_key(key: str, queues: int) -> int:
-    """Same key, same queue (CRC-32 of the UTF-8 key)."""
-    return zlib.crc32(key.encode("utf-8")) % queues
-
-
 def produce(p: Principal, topic: str, raw: str | None) -> dict:
     check_topic(topic)
     req = v.produce(v.json_body(raw))
@@ -349,61 +250,6 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
     return {"results": results}
 
 
-def _plan_parts(topic: str, q: int, items: list[tuple[int, seg.Message, bool]],
-                base: int) -> list[tuple[Append, list[tuple[int, int]]]]:
-    """Cut a queue's messages into writes within DynamoDB's limits: segments of at most
-    ``SEGMENT_DATA_LIMIT`` raw bytes (one item each, < 400 KB: every message is bounded by
-    ``validation.MAX_MESSAGE_BYTES``), and per write at most ``TRANSACT_ITEMS`` items counting the
-    queue item's head move, the segments and one dedup item per client id, and at most
-    ``TRANSACT_BYTES`` by item-size upper bounds (issue 8, defect 3: 100 ids into one queue used to
-    be a 101-item transaction). Returns, per write in log order, the Append and the
-    (request index, offset) of its messages. Pure."""
-    pq = LogRepo.pq(topic, q)
-    parts: list[tuple[Append, list[tuple[int, int]]]] = []
-    # the messages of one write: (request index, message, client id?), cut greedily
-    writes: list[list[tuple[int, seg.Message, bool]]] = []
-    n_items = n_bytes = seg_bytes = 0
-    for it in items:
-        _, m, cid = it
-        size = m.encoded_size()
-        new_segment = not writes or seg_bytes + size > seg.SEGMENT_DATA_LIMIT
-        add_items = (1 if new_segment else 0) + (1 if cid else 0)
-        add_bytes = size + (segment_item_bytes(pq, EMPTY_SEGMENT) if new_segment else 0) \
-            + (dedup_item_bytes(topic, m.id) if cid else 0)
-        if not writes or n_items + add_items > TRANSACT_ITEMS or n_bytes + add_bytes > TRANSACT_BYTES:
-            writes.append([])
-            n_items, n_bytes, seg_bytes, new_segment = 1, QUEUE_ITEM_BYTES, 0, True  # 1: the head move
-            add_items = 1 + (1 if cid else 0)
-            add_bytes = size + segment_item_bytes(pq, EMPTY_SEGMENT) + (dedup_item_bytes(topic, m.id) if cid else 0)
-        writes[-1].append(it)
-        n_items += add_items
-        n_bytes += add_bytes
-        seg_bytes = size if new_segment else seg_bytes + size
-    offset = base
-    for w in writes:
-        part = Append([], [])
-        placed: list[tuple[int, int]] = []
-        for run in _runs(w):
-            s = seg.encode([m for _, m, _ in run], offset)
-            part.segments.append(s)
-            part.dedup.extend((m.id, offset + k) for k, (_, m, cid) in enumerate(run) if cid)
-            placed.extend((i, offset + k) for k, (i, _, _) in enumerate(run))
-            offset = s.end
-        parts.append((part, placed))
-    return parts
-
-
-EMPTY_SEGMENT = seg.Segment(0, 0, b"", b"", False)
-
-
-def _runs(w: list[tuple[int, seg.Message, bool]]):
-    """The segments of one write: the same greedy cut as in :func:`_plan_parts`."""
-    pos = 0
-    for run in seg.split([m for _, m, _ in w]):
-        yield w[pos:pos + len(run)]
-        pos += len(run)
-
-
 def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:
     """Append ``items`` to queue ``q`` write by write (``_plan_parts``), at the queue's head.
     A write that loses a race (someone appended at that head first) is planned again at the
@@ -423,7 +269,7 @@ def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]]
                 raise Unavailable("the queue is too contended; retry the request with the same message ids") from None
             first = len(e.reasons) - len(part.dedup)  # the dedup items' reasons come last
             dup_ids = [mid for k, (mid, _) in enumerate(part.dedup)
-                       if first + k >= 0 and e.reasons[first + k] == CONDITION_FAILED] if part.dedup else []
+                       if e.failed(first + k)] if part.dedup else []
             if dup_ids:  # another request recorded these ids meanwhile: answer with its result
                 found = LogRepo.dedup_lookup(topic, dup_ids)
                 keep = []
@@ -457,59 +303,10 @@ def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[
 member_queues: MemberQueues = _group_member_queues
 
 
-def _views(topic: str, owner: str, n_queues: int | None = None) -> list[QueueView]:
-    """Each queue's log offsets and ``owner``'s record: BatchGetItem of the ``n_queues`` queue
-    items (a subscription's list ``~<id>`` has one; a topic's count is read when not given) and
-    one Query of the owner's records."""
-    if n_queues is None:
-        n_queues = 1 if topic.startswith("~") else int(topic_or_404(topic).queues)
-    metas = LogRepo.queues(topic, n_queues)
-    recs = OffsetRepo.records(owner)
-    out = []
-    for m in metas:
-        r = recs.get(int(m.queue))
-        if r is None:
-            out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset)))
-        else:
-            out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset), int(r.committed_offset),
-                                 int(r.lock_ts), int(r.lock_until), int(r.last_consumed_at), tuple(r.acks or ())))
-    return out
-
-
 def read_batch(topic: str, queue: int, start: int, limit: int, tags: list[str] | None,
                max_offset: int) -> tuple[list[dict], int]:
-    """Read from ``start``: up to ``limit`` deliverable messages, contiguous offsets only, and no
-    more than fit one Lambda response (:class:`lakeq.payload.ByteBudget`; always at least one).
-    Returns (messages, next_offset) where ``next_offset`` is after the last offset examined
-    (skipped ones included); when the byte budget cuts the batch, it is right after the last
-    message returned, so the lock covers exactly what the response carries.
-    ``next_offset == start`` means nothing readable yet."""
-    budget = limit if not tags else max(1000, limit * SCAN_FACTOR)
-    budget = min(budget, max_offset - start)
-    size = ByteBudget()
-    out: list[dict] = []
-    nxt = start
-    for s in LogRepo.read(topic, queue, start, budget):
-        if s.base > nxt:  # a gap: stop before it (never deliver n+1 before n)
-            break
-        for off, msg in seg.read(s, nxt, budget - (nxt - start), tags):
-            if msg is not None:
-                msg["topic"] = topic
-                msg["queue"] = queue
-                if not size.take(_message_out(msg)):
-                    return out, out[-1]["offset"] + 1
-                out.append(msg)
-            nxt = off + 1
-            if msg is not None and len(out) >= limit:
-                return out, nxt
-        if nxt - start >= budget:
-            break
-    return out, nxt
-
-
-def _message_out(m: dict) -> dict:
-    return {k: m.get(k) for k in ("id", "topic", "queue", "offset", "body", "key", "tags", "properties",
-                                  "produced_at")}
+    """A topic queue's batch from ``start`` (:func:`lakeq.logread.topic_reader`)."""
+    return topic_reader(topic, tags)(queue, start, limit, max_offset)
 
 
 def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt) -> dict:
@@ -528,19 +325,18 @@ def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt:
     return {"topic": topic, "queue": q, "committed_offset": receipt.next_offset}
 
 
-def ack(p: Principal, raw: str | None) -> dict:
+def ack(p: Principal, raw: str | None,
+        subscription_ack: Callable[[Principal, str, Receipt], dict] | None = None) -> dict:
+    """``POST /v1/acks``: a group's receipt here; a subscription's goes to ``subscription_ack``
+    (:func:`lakeq.subscriptions.ack`, passed in by the route: this module does not import it)."""
     req = v.ack(v.json_body(raw))
     receipt = parse_receipt(req.receipt)
     if req.subscription is not None:
+        if subscription_ack is None:
+            raise BadRequest("subscription receipts are acknowledged on the consume routes")
         return subscription_ack(p, req.subscription, receipt)
     group = client_or_404(req.group, "consumer")  # type: ignore[arg-type]
     return _ack_group(p, group, req.client_id, receipt)
-
-
-def subscription_ack(p: Principal, sub_id: str, receipt: Receipt) -> dict:
-    from .subscriptions import ack as _subscription_ack  # the subscriptions module owns the lists
-
-    return _subscription_ack(p, sub_id, receipt)
 
 
 def pull(p: Principal, topic: str, params: dict) -> dict:
@@ -564,38 +360,6 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
                    lock_owner)
 
 
-def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibility_ms: int,
-            req: v.PullRequest, allowed: set[int] | None, lock_owner: str,
-            reader=None) -> dict:
-    """The pull loop shared by topic queues and subscription lists (SPEC §1): choose, read,
-    lock with a conditional write, answer; long-poll until ``wait_ms`` passes."""
-    reader = reader or (lambda q, start, lim, mx: read_batch(topic, q, start, lim, req.tags, mx))
-    deadline = clock() + req.wait_ms
-    poll = POLL_MIN_MS
-    while True:
-        now = clock()
-        progressed = False
-        for view in candidates(load_views(), now, allowed):
-            msgs, nxt = reader(view.queue, view.start, req.max, view.max_offset)
-            if nxt == view.start:
-                continue
-            if not msgs:  # only skipped messages: move past them ourselves
-                progressed |= OffsetRepo.advance(owner, view, nxt, meta, now)
-                continue
-            ts = next_lock_ts(now, view.lock_ts)
-            if not OffsetRepo.lock(owner, view, ts, now + visibility_ms, nxt, lock_owner, meta, now):
-                continue
-            receipt = Receipt(broker(), queue_field(view), view.start, nxt, ts)
-            return {"messages": [_message_out(m) for m in msgs], "receipt": str(receipt)}
-        if progressed:
-            continue
-        remaining = deadline - clock()
-        if remaining <= 0:
-            return {"messages": [], "receipt": None}
-        time.sleep(min(poll, remaining) / 1000)
-        poll = min(POLL_MAX_MS, poll * 2)
-
-
 # --- offsets --------------------------------------------------------------------------------
 def offsets(p: Principal, group_name: str, params: dict) -> dict:
     check_name(group_name, "group")
@@ -612,10 +376,14 @@ def offsets(p: Principal, group_name: str, params: dict) -> dict:
     owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
     now = clock()
     queues = []
-    for view in sorted(_views(topic, owner, int(t.queues)), key=lambda x: x.queue):
+    recs = OffsetRepo.records(owner)
+    for view in sorted(_views(topic, owner, int(t.queues), recs=recs), key=lambda x: x.queue):
+        r = recs.get(view.queue)  # lock_owner: the member_id / client_id holding the lock, "-" for none
         queues.append({"queue": view.queue, "min_offset": view.min_offset, "max_offset": view.max_offset,
                        "committed_offset": view.start,
-                       "locked_until": view.lock_until if view.locked(now) else 0, "backlog": view.backlog})
+                       "locked_until": view.lock_until if view.locked(now) else 0,
+                       "lock_owner": r.lock_owner if r is not None and view.locked(now) else None,
+                       "backlog": view.backlog})
     return {"group": group.name, "topic": topic, "backlog": sum(q["backlog"] for q in queues), "queues": queues}
 
 

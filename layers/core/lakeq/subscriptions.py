@@ -4,7 +4,7 @@ A subscription's message list is a *pseudo-queue* of the topic-queue machinery, 
 queue item ``topic="~<id>", queue=0`` in QueuesTable, segments under ``pq="~<id>#0"`` in
 SegmentsTable, the offsets record ``owner="s|<id>", queue=0`` in OffsetsTable, and dedup items
 under ``topic="~<id>"`` in DedupTable keyed ``<source topic>@<source queue>:<source segment base>``.
-Pulls run :func:`lakeq.service.consume` over that one queue (receipt queue field ``~<id>``); acks
+Pulls run :func:`lakeq.logread.consume` over that one queue (receipt queue field ``~<id>``); acks
 run :meth:`OffsetRepo.ack`. The stream-triggered fan-out (:mod:`lakeq.fanout`) appends to the
 lists with :meth:`LogRepo.append`.
 
@@ -29,14 +29,16 @@ from pynamodb.transactions import TransactWrite
 
 from matcher.index import validate_conditions, validate_tags
 
-from . import segments as seg
-from . import service
+from . import clock
 from . import validation as v
+from .auth import Principal, authorize, client_or_404, topic_or_404
 from .errors import BadRequest, Conflict, Forbidden, NotFound
+from .fanout_plan import parked_view
+from .logread import broker, consume, list_reader, views
 from .models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from .names import check_name, check_topic, covers, is_name
-from .payload import ByteBudget
-from .receipts import Receipt, parse as parse_receipt, subscription_field
+from .receipts import Receipt, subscription_field
+from .receipts import parse as parse_receipt
 from .repos import LogRepo, OffsetRepo, transact, transact_if_first
 
 log = logging.getLogger("lakeq.subscriptions")
@@ -234,10 +236,7 @@ def view(s: SubscriptionModel) -> dict:
 
 def _parked_view(raw: str | None) -> list[dict]:
     """Source queues the fan-out parked this subscription on (empty when all is delivered)."""
-    if not raw:
-        return []
-    from .fanout import parked_view  # fanout imports this module
-    return parked_view(raw)
+    return parked_view(raw) if raw else []
 
 
 def _conditions(raw) -> list[dict]:
@@ -267,22 +266,22 @@ def _sub_or_404(sub_id: str) -> SubscriptionModel:
     return s
 
 
-def _may_act(p: service.Principal, s: SubscriptionModel) -> None:
+def _may_act(p: Principal, s: SubscriptionModel) -> None:
     if not p.may_act_as(s.subscriber):
         raise Forbidden(f"this key may not act for '{s.subscriber}'")
 
 
 # --- use cases --------------------------------------------------------------------------------
-def create(p: service.Principal, raw: str | None) -> dict:
+def create(p: Principal, raw: str | None) -> dict:
     body = v.json_body(raw)
     subscriber = check_name(body.get("subscriber"), "subscriber")
     topic = check_topic(body.get("topic"))
     levels = _conditions(body.get("conditions"))
     tags = _tags(body.get("tags"))
-    service.topic_or_404(topic)
-    client = service.client_or_404(subscriber, "consumer")
-    service.authorize(p, client, topic)
-    now = service.clock()
+    topic_or_404(topic)
+    client = client_or_404(subscriber, "consumer")
+    authorize(p, client, topic)
+    now = clock.now()
     sub = SubscriptionModel(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
                             conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
                             created_at=now, starts=Start.read(topic).dump())
@@ -290,9 +289,9 @@ def create(p: service.Principal, raw: str | None) -> dict:
     return view(sub)
 
 
-def list_(p: service.Principal, params: dict) -> dict:
+def list_(p: Principal, params: dict) -> dict:
     subscriber = check_name(params.get("subscriber"), "subscriber")
-    service.client_or_404(subscriber, "consumer")
+    client_or_404(subscriber, "consumer")
     if not p.may_act_as(subscriber):
         raise Forbidden(f"this key may not act for '{subscriber}'")
     return {"subscriptions": [view(s) for s in SubscriptionRepo.of_subscriber(subscriber)]}
@@ -301,7 +300,7 @@ def list_(p: service.Principal, params: dict) -> dict:
 PURGE_INLINE_S = 3.0  # a DELETE purges inline for this long; the rest is the stream consumer's
 
 
-def delete(p: service.Principal, sub_id: str) -> None:
+def delete(p: Principal, sub_id: str) -> None:
     """``DELETE /v1/subscriptions/{id}``: one transaction (subscription item, list queue item,
     version bump), then the list's items are purged inline for up to PURGE_INLINE_S.
 
@@ -351,44 +350,25 @@ def purge_removed(event: dict, deadline: float | None = None) -> dict:
 def _ack(s: SubscriptionModel, receipt: Receipt) -> dict:
     if receipt.subscription != s.id:
         raise BadRequest("this receipt is not for this subscription's message list")
-    if receipt.broker != service.broker() or not OffsetRepo.ack(list_owner(s.id), 0, receipt, service.clock()):
+    if receipt.broker != broker() or not OffsetRepo.ack(list_owner(s.id), 0, receipt, clock.now()):
         raise Conflict("the receipt is stale: the list was locked again or acknowledged since",
                        code="stale_receipt")
     return {"subscription": s.id, "queue": 0, "committed_offset": receipt.next_offset}
 
 
-def ack(p: service.Principal, sub_id: str, receipt: Receipt) -> dict:
-    """``POST /v1/acks {"subscription", "receipt"}`` (called by :func:`lakeq.service.ack`)."""
+def ack(p: Principal, sub_id: str, receipt: Receipt) -> dict:
+    """``POST /v1/acks {"subscription", "receipt"}`` (dispatched by the ack route, :mod:`lakeq.api.queue`)."""
     s = _sub_or_404(sub_id)
     _may_act(p, s)
     return _ack(s, receipt)
 
 
 def read_list(sub_id: str, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
-    """Up to ``limit`` list entries from list offset ``start`` (contiguous), each with its source
-    ``topic``, ``queue`` and ``offset``, no more than fit one Lambda response (always at least
-    one; :class:`lakeq.payload.ByteBudget`). Returns (messages, next list offset)."""
-    budget = min(limit, max_offset - start)
-    size = ByteBudget()
-    out: list[dict] = []
-    nxt = start
-    for s in LogRepo.read(list_topic(sub_id), 0, start, budget):
-        if s.base > nxt:
-            break
-        for off, msg in seg.read(s, nxt, budget - (nxt - start)):
-            msg["offset"] = msg.pop("source_offset")  # type: ignore[union-attr]
-            if not size.take(service._message_out(msg)):  # type: ignore[arg-type]
-                return out, nxt  # the lock ends right after the last entry returned
-            nxt = off + 1
-            out.append(msg)  # type: ignore[arg-type]
-            if len(out) >= limit:
-                return out, nxt
-        if nxt - start >= budget:
-            break
-    return out, nxt
+    """Up to ``limit`` list entries from list offset ``start`` (:func:`lakeq.logread.list_reader`)."""
+    return list_reader(list_topic(sub_id))(0, start, limit, max_offset)
 
 
-def pull(p: service.Principal, sub_id: str, params: dict) -> dict:
+def pull(p: Principal, sub_id: str, params: dict) -> dict:
     check_name(sub_id, "subscription id")
     max_ = v.int_param(params, "max", 1, v.MAX_PULL, v.DEFAULT_PULL)
     wait_ms = v.int_param(params, "wait_ms", 0, v.MAX_WAIT_MS, 0)
@@ -398,12 +378,12 @@ def pull(p: service.Principal, sub_id: str, params: dict) -> dict:
     ack_receipt = parse_receipt(raw_ack) if raw_ack is not None else None
     s = _sub_or_404(sub_id)
     _may_act(p, s)
-    client = service.client_or_404(s.subscriber, "consumer")
+    client = client_or_404(s.subscriber, "consumer")
     if ack_receipt is not None:
         _ack(s, ack_receipt)
     lt, owner = list_topic(sub_id), list_owner(sub_id)
     req = v.PullRequest(group=None, client_id=None, member_id=None, max=max_, wait_ms=wait_ms, tags=None, ack=None)
     field = subscription_field(sub_id)
-    return service.consume(owner, lt, {"group": s.subscriber, "topic": lt}, lambda _v: field,
-                           lambda: service._views(lt, owner), int(client.visibility_timeout_ms), req, None, "-",
-                           reader=lambda q, start, lim, mx: read_list(sub_id, start, lim, mx))
+    return consume(owner, lt, {"group": s.subscriber, "topic": lt}, lambda _v: field,
+                   lambda: views(lt, owner), int(client.visibility_timeout_ms), req, None, "-",
+                   reader=list_reader(lt))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import BadRequest
-from .names import check_name, check_topic
+from .names import check_name, check_topic, is_name
 
 MAX_MESSAGES = 100
 MAX_BODY_BYTES = 256 * 1024
@@ -98,7 +98,8 @@ def str_field(obj: dict, name: str, max_len: int, required: bool = False, allow_
             raise BadRequest(f"'{name}' is required")
         return None
     if not isinstance(v, str) or len(v) > max_len or (not v and not allow_empty):
-        raise BadRequest(f"'{name}' must be a {'' if allow_empty else 'non-empty '}string of at most {max_len} characters")
+        what = "string" if allow_empty else "non-empty string"
+        raise BadRequest(f"'{name}' must be a {what} of at most {max_len} characters")
     return v
 
 
@@ -280,7 +281,7 @@ def ack(body: dict) -> AckIn:
         raise BadRequest("an ack names exactly one of 'group' or 'subscription'")
     if group is not None:
         check_name(group, "group")
-    elif not isinstance(sub, str) or not 1 <= len(sub) <= 200:
+    elif not is_name(sub):
         raise BadRequest("'subscription' must be a subscription id")
     client_id = body.get("client_id")
     if client_id is not None:

@@ -3,7 +3,7 @@
 - :mod:`matcher.bitmap` — the multi-tag 64-bit filter of SPEC §2.
 - :mod:`matcher.index` — :class:`SubscriptionIndex`, the subscription matcher of SPEC §3.
 """
-from .bitmap import K, tag_hash, tags_bitmap, may_match_any, matches_any
+from .bitmap import K, matches_any, may_match_any, tag_hash, tags_bitmap
 
 __all__ = ["K", "tag_hash", "tags_bitmap", "may_match_any", "matches_any"]
 

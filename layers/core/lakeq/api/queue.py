@@ -5,7 +5,7 @@ from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
-from .. import service
+from .. import service, subscriptions
 from ..http import body, json_response, path, principal, query
 
 produce_router = APIGatewayHttpRouter()
@@ -32,7 +32,7 @@ def pull(topic: str):
 @consume_router.post("/v1/acks")
 def ack():
     p = principal(consume_router)
-    return json_response(service.ack(p, body(consume_router)))
+    return json_response(service.ack(p, body(consume_router), subscription_ack=subscriptions.ack))
 
 
 @consume_router.get("/v1/groups/<group>/offsets")

@@ -1,0 +1,89 @@
+"""The backlog console's routes on in-process moto (IAM from template.yaml enforced): the static
+page, ``GET /v1/clients``, ``GET /v1/topics/{topic}``, ``lock_owner`` in a group's offsets and
+``GET /v1/subscriptions/{id}/offsets``."""
+from __future__ import annotations
+
+import re
+
+T = "/v1/topics/quotes%2Fsh/messages"
+
+
+def test_console_page_and_assets_are_static_and_hold_no_secret(api):
+    s, html = api.call("GET", "/console", key=None)
+    assert s == 200 and "<title>lakeq backlog console</title>" in html
+    ev, h = api.event("GET", "/console", key=None)
+    from tests.handlers import Context
+    out = h(ev, Context())
+    assert out["headers"]["Content-Type"].startswith("text/html")
+    assert "script-src 'self'" in out["headers"]["Content-Security-Policy"]
+    assert 'src="console/console.js"' in html and "http://" not in html and "https://" not in html
+    s, js = api.call("GET", "/console/console.js", key=None)
+    assert s == 200 and "sessionStorage" in js and "Authorization" in js
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", js)  # no CDN, nothing off-origin
+    assert "local-admin-key" not in js + html
+    assert api.call("GET", "/console/console.css", key=None)[0] == 200
+    s, b = api.call("GET", "/console/openapi.yaml", key=None)  # only the console's own files
+    assert s == 404 and b["error"]["code"] == "not_found"
+    assert api.call("GET", "/console/..%2Fservice.py", key=None)[0] == 404
+
+
+def test_list_clients_never_shows_keys(api, setup):
+    s, b = api.call("GET", "/v1/clients")
+    assert s == 200 and b["caller"] == {"admin": True, "client": None}
+    assert [c["name"] for c in b["clients"]] == ["feed", "risk"]
+    assert not any(setup[k] in str(b) for k in setup) and "key_hash" not in str(b) and "key_map" not in str(b)
+    risk = b["clients"][1]
+    assert risk["role"] == "consumer" and risk["topics"] == ["quotes"] and risk["mode"] == "clustering"
+    s, b = api.call("GET", "/v1/clients", key=setup["risk"])  # a client's key sees itself only
+    assert s == 200 and b["caller"] == {"admin": False, "client": "risk"} and [c["name"] for c in b["clients"]] == ["risk"]
+    assert api.call("GET", "/v1/clients", key=None)[0] == 401
+    assert api.call("GET", "/v1/clients", key="nope")[0] == 401
+
+
+def test_topic_detail(api, setup):
+    msgs = [{"key": "k", "body": str(i)} for i in range(3)]
+    s, r = api.call("POST", T, {"producer": "feed", "messages": msgs}, key=setup["feed"])
+    assert s == 200
+    q = r["results"][0]["queue"]
+    s, b = api.call("GET", "/v1/topics/quotes%2Fsh")
+    assert s == 200 and b["name"] == "quotes/sh" and b["queues"] == 2 and b["parent"] == "quotes"
+    assert b["produced"] == 3
+    assert [(x["queue"], x["min_offset"], x["max_offset"]) for x in b["queue_offsets"]] == \
+        [(i, 0, 3 if i == q else 0) for i in range(2)]
+    assert api.call("GET", "/v1/topics/quotes%2Fsh", key=setup["risk"])[0] == 200  # granted (parent covers it)
+    assert api.call("GET", "/v1/topics/nope")[0] == 404
+    assert api.call("GET", "/v1/topics/bad%20name")[0] == 400
+    assert api.call("GET", "/v1/topics/quotes", key=None)[0] == 401
+    api.call("POST", "/v1/topics", {"name": "other"})
+    assert api.call("GET", "/v1/topics/other", key=setup["risk"])[0] == 403
+
+
+def test_offsets_carry_the_lock_owner(api, setup):
+    api.call("POST", T, {"producer": "feed", "messages": [{"key": "k", "body": "x"}]}, key=setup["feed"])
+    s, b = api.call("GET", "/v1/groups/risk/offsets", query={"topic": "quotes/sh"}, key=setup["risk"])
+    assert s == 200 and all(q["lock_owner"] is None and q["locked_until"] == 0 for q in b["queues"])
+    s, m = api.call("POST", "/v1/groups/risk/members", {"member_id": "m1", "topics": ["quotes/sh"]}, key=setup["risk"])
+    assert s == 200
+    assert api.call("POST", "/v1/groups/risk/members/m1/sync", {"generation": m["generation"]}, key=setup["risk"])[0] == 200
+    s, p = api.call("GET", T, query={"group": "risk", "member_id": "m1"}, key=setup["risk"])
+    assert s == 200 and p["receipt"]
+    q = p["messages"][0]["queue"]
+    s, b = api.call("GET", "/v1/groups/risk/offsets", query={"topic": "quotes/sh"}, key=setup["risk"])
+    held = {x["queue"]: x for x in b["queues"]}
+    assert held[q]["lock_owner"] == "m1" and held[q]["locked_until"] > 0 and held[q]["backlog"] == 1
+    assert all(x["lock_owner"] is None for x in b["queues"] if x["queue"] != q)
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": p["receipt"]}, key=setup["risk"])[0] == 200
+    s, b = api.call("GET", "/v1/groups/risk/offsets", query={"topic": "quotes/sh"}, key=setup["risk"])
+    assert all(x["lock_owner"] is None and x["backlog"] == 0 for x in b["queues"])
+
+
+def test_subscription_offsets(api, setup, aws):
+    s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", "conditions": []},
+                      key=setup["risk"])
+    assert s == 201
+    s, b = api.call("GET", f"/v1/subscriptions/{sub['id']}/offsets", key=setup["risk"])
+    assert s == 200 and b["id"] == sub["id"] and b["subscriber"] == "risk" and b["backlog"] == 0
+    assert [x["queue"] for x in b["queues"]] == [0]
+    assert api.call("GET", "/v1/subscriptions/nope/offsets", key=setup["risk"])[0] == 404
+    assert api.call("GET", f"/v1/subscriptions/{sub['id']}/offsets", key=setup["feed"])[0] == 403
+    assert api.call("GET", f"/v1/subscriptions/{sub['id']}/offsets", key=None)[0] == 401

@@ -1,0 +1,213 @@
+"""infra.local.schedules: the template's Schedule events and Glue triggers on the local stack."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from werkzeug.test import Client
+
+from infra.local import interceptor
+from infra.local.gateway import Gateway
+from infra.local.handlers import HandlerCache
+from infra.local.schedules import Cron, Rate, Scheduler, glue_script, sources
+from lakeq import service
+from tests.handlers import Api
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def by_name(template):
+    return {s.name: s for s in sources(template)}
+
+
+def test_every_schedule_of_the_template_is_read_from_it(template):
+    srcs = by_name(template)
+    raw = template["Resources"]
+    # every Schedule event of every function is there, with the template's own expression
+    expected = {f"{lid}.{ev}": e["Properties"]["Schedule"]
+                for lid, r in raw.items() if r["Type"] == "AWS::Serverless::Function"
+                for ev, e in (r["Properties"].get("Events") or {}).items() if e["Type"] == "Schedule"}
+    assert {"GroupsSweepFunction.Sweep", "FanoutFunction.Redeliver"} <= set(expected)
+    assert {n: s.expression.text for n, s in srcs.items() if s.kind == "function"} == expected
+    assert isinstance(srcs["GroupsSweepFunction.Sweep"].expression, Rate)
+    assert srcs["GroupsSweepFunction.Sweep"].expression.period_s == 60
+    # every scheduled Glue trigger, with its jobs and their MaxConcurrentRuns
+    triggers = {lid: r["Properties"] for lid, r in raw.items()
+                if r["Type"] == "AWS::Glue::Trigger" and r["Properties"]["Type"] == "SCHEDULED"}
+    assert len(triggers) == 2
+    for lid, props in triggers.items():
+        s = srcs[lid]
+        assert s.kind == "glue" and isinstance(s.expression, Cron)
+        assert s.expression.text == props["Schedule"]
+        assert list(s.targets) == [a["JobName"]["Ref"] for a in props["Actions"]]
+        assert all(n == 1 for n in s.max_concurrent.values())
+    # the job runner is told the job by its script's name (from Command.ScriptLocation)
+    assert glue_script("BacklogJob", template) == "backlog"
+    assert glue_script("RebalancePlanJob", template) == "rebalance_plan"
+
+
+def test_scheduled_event_has_eventbridge_shape(template):
+    seen = []
+    sched = Scheduler(template, invoke=lambda spec, ev, ctx: seen.append((spec.logical_id, ev, ctx)))
+    runs = sched.run_now("GroupsSweepFunction")
+    assert [r["name"] for r in runs] == ["GroupsSweepFunction.Sweep"] and runs[0]["ok"]
+    (lid, event, ctx), = seen
+    sample = json.loads((EVENTS / "groups_sweep_schedule.json").read_text())
+    assert lid == "GroupsSweepFunction"
+    assert set(event) == set(sample)
+    assert {k: event[k] for k in ("version", "detail-type", "source", "account", "region", "resources",
+                                  "detail")} == \
+        {k: sample[k] for k in ("version", "detail-type", "source", "account", "region", "resources", "detail")}
+    assert ctx.function_name == "lakeq-local-GroupsSweepFunction"
+
+
+def test_functions_are_invoked_under_their_own_role(template):
+    acting = []
+    sched = Scheduler(template, invoke=lambda spec, ev, ctx: acting.append(
+        (spec.logical_id, interceptor.current_function())))
+    sched.run_now()
+    assert sorted(acting) == [("FanoutFunction", "FanoutFunction"),
+                              ("GroupsSweepFunction", "GroupsSweepFunction")]
+
+
+def test_sweep_on_schedule_expires_a_silent_member(aws):
+    """The real handler, in-process, with IAM enforced: the sweep alone removes a silent member."""
+    service.clear_caches()
+    api = Api()
+    assert api.call("POST", "/v1/topics", {"name": "quotes", "queues": 2})[0] == 201
+    s, risk = api.call("POST", "/v1/clients", {"name": "risk", "role": "consumer", "topics": ["quotes"]})
+    assert s == 201
+    s, joined = api.call("POST", "/v1/groups/risk/members", {"member_id": "m1", "topics": ["quotes"],
+                                                             "owned": [], "session_timeout_ms": 1000},
+                         key=risk["api_key"])
+    assert s == 200, joined
+    before = api.call("GET", "/v1/groups/risk")
+    time.sleep(1.3)
+    sched = Scheduler(handler_cache=HandlerCache())
+    runs = sched.run_now("GroupsSweepFunction")
+    assert runs[0]["ok"], runs
+    assert runs[0]["result"][0]["expired"] == 1
+    assert [m["member_id"] for m in before[1]["members"]] == ["m1"]
+    # the header is read without expiring anything (GET expires too; the sweep did it first)
+    assert sched.runs["GroupsSweepFunction.Sweep"] == 1
+    assert api.call("GET", "/v1/groups/risk")[1]["members"] == []
+    service.clear_caches()
+
+
+def test_time_compression_fires_rate_schedules_on_the_virtual_clock(template):
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def invoke(spec, ev, ctx):
+        with lock:
+            calls.append(spec.logical_id)
+
+    sched = Scheduler(template, invoke=invoke, scale=300)  # 1 minute = 0.2 s, 5 minutes = 1 s
+    assert not any(s["active"] for s in sched.describe() if s["kind"] == "glue")  # no job runner
+    sched.start()
+    try:
+        time.sleep(2.3)
+    finally:
+        sched.stop()
+    sweeps, redeliveries = calls.count("GroupsSweepFunction"), calls.count("FanoutFunction")
+    # nominally 11 and 2 (some slack for a loaded machine)
+    assert 6 <= sweeps <= 14, calls
+    assert 1 <= redeliveries <= 3, calls
+
+
+def test_glue_triggers_run_their_jobs_on_schedule(template):
+    ran: list[str] = []
+    sched = Scheduler(template, invoke=lambda *a: None, job_runner=lambda script: ran.append(script) or 0,
+                      scale=3600)  # one virtual hour a second: each hourly trigger about once a second
+    sched.start()
+    try:
+        time.sleep(2.2)
+    finally:
+        sched.stop()
+    assert 1 <= ran.count("backlog") <= 3, ran
+    assert 1 <= ran.count("rebalance_plan") <= 3, ran
+    assert sched.runs["BacklogJobSchedule"] == ran.count("backlog")
+
+
+def test_glue_jobs_every_overrides_the_triggers_schedule(template):
+    ran: list[str] = []
+    sched = Scheduler(template, invoke=lambda *a: None, job_runner=lambda s: ran.append(s) or 0,
+                      jobs_every_s=0.3)
+    sched.start()
+    try:
+        time.sleep(1.1)
+    finally:
+        sched.stop()
+    assert 2 <= ran.count("backlog") <= 5 and 2 <= ran.count("rebalance_plan") <= 5, ran
+
+
+def test_a_running_job_is_not_started_again(template):
+    release = threading.Event()
+    started = threading.Event()
+
+    def runner(script):
+        started.set()
+        release.wait(10)
+        return 0
+
+    sched = Scheduler(template, invoke=lambda *a: None, job_runner=runner)
+    first = threading.Thread(target=sched.run_now, args=("BacklogJob",))
+    first.start()
+    assert started.wait(5)
+    again = sched.run_now("BacklogJobSchedule")
+    release.set()
+    first.join(5)
+    assert again == [{"name": "BacklogJobSchedule", "ok": True,
+                      "result": [{"job": "BacklogJob", "started": False, "reason": "concurrent_runs_exceeded"}]}]
+    assert sched.runs["BacklogJobSchedule"] == 2 and sched.skipped["BacklogJobSchedule"] == 1
+
+
+def test_a_failing_job_is_reported(template):
+    sched = Scheduler(template, invoke=lambda *a: None, job_runner=lambda s: 3)
+    runs = sched.run_now("RebalancePlanJob")
+    assert runs[0]["ok"] is False and "exited with 3" in runs[0]["error"]
+    assert sched.failures["RebalancePlanJobSchedule"] == 1
+
+
+def test_gateway_routes(template):
+    seen = []
+    sched = Scheduler(template, invoke=lambda spec, ev, ctx: seen.append(spec.logical_id) or {"ok": 1})
+    client = Client(Gateway(template, scheduler=sched))
+    r = client.post("/_local/schedules/run?name=FanoutFunction")
+    assert r.status_code == 200
+    assert r.get_json() == {"runs": [{"name": "FanoutFunction.Redeliver", "ok": True, "result": [{"ok": 1}]}]}
+    assert seen == ["FanoutFunction"]
+    r = client.post("/_local/schedules/run?name=NoSuchThing")
+    assert r.status_code == 404 and r.get_json()["error"]["code"] == "not_found"
+    assert client.get("/_local/schedules/run").status_code == 405
+    listed = {s["name"]: s for s in client.get("/_local/schedules").get_json()["schedules"]}
+    assert listed["FanoutFunction.Redeliver"]["runs"] == 1
+    assert listed["BacklogJobSchedule"]["active"] is False  # no job runner: make run without WITH_JOBS
+    # without a job runner, running "everything" runs the functions only
+    assert [r["name"] for r in client.post("/_local/schedules/run").get_json()["runs"]] == \
+        ["GroupsSweepFunction.Sweep", "FanoutFunction.Redeliver"]
+
+
+def test_a_trigger_firing_while_its_job_runs_is_skipped_not_queued(template):
+    """Glue refuses a run beyond MaxConcurrentRuns: a job slower than its interval is not restarted
+    back to back (which would also starve the other job of the one-at-a-time runner)."""
+    starts: dict[str, list[float]] = {"backlog": [], "rebalance_plan": []}
+
+    def runner(script):
+        starts[script].append(time.monotonic())
+        time.sleep(0.5)
+        return 0
+
+    sched = Scheduler(template, invoke=lambda *a: None, job_runner=runner, jobs_every_s=0.2)
+    sched.start()
+    try:
+        time.sleep(1.8)
+    finally:
+        sched.stop()
+    for job, trigger in (("backlog", "BacklogJobSchedule"), ("rebalance_plan", "RebalancePlanJobSchedule")):
+        gaps = [b - a for a, b in zip(starts[job], starts[job][1:])]
+        assert len(starts[job]) >= 2, starts
+        assert min(gaps) >= 0.55, (job, gaps)  # 0.5 s run, then the next due time (0.2 s ticks)
+        assert sched.skipped[trigger] >= 1
