@@ -1,0 +1,296 @@
+// lakeq backlog console: static, no secret; the operator's key lives in sessionStorage only.
+// Data comes from the JSON routes (same origin); refreshes itself every PERIOD_MS.
+"use strict";
+(function () {
+  const PERIOD_MS = 5000;
+  const KEY = "lakeq.console.key";
+  const MAX_POINTS = 240;
+  let timer = null;
+  let busy = false;
+
+  const $ = (id) => document.getElementById(id);
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null) continue;
+      if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else e.setAttribute(k, v);
+    }
+    for (const c of kids) if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+    return e;
+  }
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  const fmtTime = (ms) => (ms ? new Date(ms).toLocaleTimeString() : "");
+  const enc = encodeURIComponent;
+
+  function setStatus(text, error) {
+    const s = $("status");
+    s.textContent = text;
+    s.className = error ? "error" : "";
+  }
+
+  async function api(path, allow404) {
+    const key = sessionStorage.getItem(KEY);
+    const r = await fetch(path, {headers: {"Authorization": "Bearer " + key}, cache: "no-store"});
+    let body = null;
+    try { body = await r.json(); } catch (_e) { body = null; }
+    if (r.ok) return body;
+    if (allow404 && r.status === 404) return null;
+    const msg = body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + r.status;
+    const err = new Error(path + " → " + msg);
+    err.status = r.status;
+    throw err;
+  }
+
+  // one table cell carrying data-* attributes so a test (or a script) can find a number
+  function cell(value, data, cls) {
+    const td = el("td", {class: cls, text: value === null || value === undefined ? "" : String(value)});
+    for (const [k, v] of Object.entries(data || {})) td.dataset[k] = String(v);
+    return td;
+  }
+  function table(headers, rows, id) {
+    const t = el("table", {id: id});
+    t.append(el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {class: h.cls, text: h.text || h})))));
+    const tb = el("tbody");
+    rows.forEach((r) => tb.append(r));
+    t.append(tb);
+    return t;
+  }
+
+  // ---- topics -----------------------------------------------------------------------------
+  async function loadTopics(names) {
+    const out = [];
+    for (const n of names) {
+      try { out.push(await api("/v1/topics/" + enc(n))); } catch (e) { out.push({name: n, error: e.message}); }
+    }
+    return out;
+  }
+  function renderTopics(topics) {
+    const rows = [];
+    for (const t of topics) {
+      if (t.error) { rows.push(el("tr", {}, cell(t.name, {}, "text"), el("td", {colspan: 6, class: "text", text: t.error}))); continue; }
+      for (const q of t.queue_offsets) {
+        const d = {topic: t.name, queue: q.queue};
+        rows.push(el("tr", {},
+          cell(t.name, {}, "text"), cell(q.queue),
+          cell(q.max_offset, {...d, field: "produced"}),
+          cell(q.min_offset, {...d, field: "min_offset"}),
+          cell(q.max_offset, {...d, field: "max_offset"}),
+          cell(fmtTime(q.last_produced_at), {}, "text"),
+          cell(t.parent || "", {}, "text")));
+      }
+    }
+    const box = $("topics");
+    box.replaceChildren(topics.length
+      ? table([{text: "topic", cls: "text"}, "queue", "produced", "min_offset", "max_offset",
+               {text: "last produced", cls: "text"}, {text: "parent", cls: "text"}], rows, "topics-table")
+      : el("p", {class: "muted", text: "No topics."}));
+  }
+
+  // ---- groups -----------------------------------------------------------------------------
+  function coveredTopics(grants, allTopics) {
+    if (!allTopics) return grants.slice();
+    return allTopics.filter((t) => grants.some((g) => t === g || t.startsWith(g + "/")));
+  }
+
+  async function loadGroup(c, allTopics) {
+    const g = {client: c, topics: coveredTopics(c.topics, allTopics), offsets: [], reports: {}, subs: []};
+    try { g.desc = await api("/v1/groups/" + enc(c.name)); } catch (e) { g.descError = e.message; }
+    if (c.mode !== "broadcasting") {
+      for (const t of g.topics) {
+        try { g.offsets.push(await api("/v1/groups/" + enc(c.name) + "/offsets?topic=" + enc(t))); }
+        catch (e) { g.offsets.push({topic: t, error: e.message}); }
+        try { g.reports[t] = await api("/v1/reports/backlog?group=" + enc(c.name) + "&topic=" + enc(t), true); }
+        catch (e) { g.reports[t] = {error: e.message}; }
+      }
+    }
+    try {
+      const subs = (await api("/v1/subscriptions?subscriber=" + enc(c.name))).subscriptions;
+      for (const s of subs) {
+        try { s.offsets = await api("/v1/subscriptions/" + enc(s.id) + "/offsets"); } catch (e) { s.offsetsError = e.message; }
+        g.subs.push(s);
+      }
+    } catch (e) { g.subsError = e.message; }
+    return g;
+  }
+
+  // backlog history per group|topic: lake report points (one per computed_at) and live samples
+  function history(group, topic, report, liveBacklog) {
+    const k = "lakeq.console.hist." + group + "|" + topic;
+    let h;
+    try { h = JSON.parse(sessionStorage.getItem(k)) || {lake: [], live: []}; } catch (_e) { h = {lake: [], live: []}; }
+    if (report && !report.error) {
+      const pts = Array.isArray(report.series) ? report.series.map((p) => ({t: p.at, v: p.backlog})) : [];
+      pts.push({t: report.computed_at, v: report.backlog !== undefined ? report.backlog
+        : report.queues.reduce((a, q) => a + q.backlog, 0)});
+      for (const p of pts) if (!h.lake.some((x) => x.t === p.t)) h.lake.push(p);
+      h.lake.sort((a, b) => a.t - b.t);
+      h.lake = h.lake.slice(-MAX_POINTS);
+    }
+    if (typeof liveBacklog === "number") {
+      h.live.push({t: Date.now(), v: liveBacklog});
+      h.live = h.live.slice(-MAX_POINTS);
+    }
+    sessionStorage.setItem(k, JSON.stringify(h));
+    return h;
+  }
+
+  function chart(h, id) {
+    const W = 560, H = 170, L = 46, R = 10, T = 12, B = 26;
+    const all = h.lake.concat(h.live);
+    const s = svg("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart", id: id, role: "img",
+                          "aria-label": "backlog over time"});
+    if (!all.length) return s;
+    const t0 = Math.min(...all.map((p) => p.t)), t1 = Math.max(...all.map((p) => p.t));
+    const vmax = Math.max(1, ...all.map((p) => p.v));
+    const x = (t) => L + (t1 === t0 ? (W - L - R) / 2 : ((t - t0) / (t1 - t0)) * (W - L - R));
+    const y = (v) => H - B - (v / vmax) * (H - T - B);
+    s.append(svg("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#889"}));
+    s.append(svg("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#889"}));
+    s.append(svg("text", {x: L - 4, y: y(vmax) + 4, "text-anchor": "end", "font-size": 10}, String(vmax)));
+    s.append(svg("text", {x: L - 4, y: H - B + 4, "text-anchor": "end", "font-size": 10}, "0"));
+    s.append(svg("text", {x: L, y: H - 8, "font-size": 10}, fmtTime(t0)));
+    s.append(svg("text", {x: W - R, y: H - 8, "text-anchor": "end", "font-size": 10}, fmtTime(t1)));
+    const series = [["live", h.live, "#1f6feb"], ["lake", h.lake, "#d97706"]];
+    series.forEach(([name, pts, color], i) => {
+      if (pts.length > 1) {
+        s.append(svg("polyline", {points: pts.map((p) => `${x(p.t)},${y(p.v)}`).join(" "), fill: "none",
+                                  stroke: color, "stroke-width": 2, "data-series": name}));
+      }
+      for (const p of pts) s.append(svg("circle", {cx: x(p.t), cy: y(p.v), r: name === "lake" ? 4 : 2.5, fill: color,
+                                                   "data-series": name, "data-value": p.v}));
+      s.append(svg("text", {x: W - R - 230 + i * 120, y: T + 2, "font-size": 11, fill: color},
+                   name === "lake" ? "● lake reports" : "● live (offsets)"));
+    });
+    return s;
+  }
+
+  function renderGroup(g) {
+    const c = g.client, name = c.name;
+    const box = el("div", {class: "group", "data-group": name});
+    box.append(el("h3", {text: `${name}`}, el("span", {class: "muted",
+      text: `  ${c.mode}, visibility ${c.visibility_timeout_ms} ms, grants ${c.topics.join(", ")}`})));
+    // membership
+    if (g.desc) {
+      const d = g.desc;
+      box.append(el("p", {}, "generation ",
+        el("b", {"data-group": name, "data-field": "generation", text: String(d.generation)}),
+        `, assignor ${d.assignor || "-"}, ${d.members.length} member(s)`));
+      if (d.members.length) {
+        box.append(table(["member", "state", "assignment", "last heartbeat"].map((t) => ({text: t, cls: "text"})),
+          d.members.map((m) => el("tr", {"data-member": m.member_id},
+            cell(m.member_id, {}, "text"), cell(m.state, {}, "text"),
+            cell((m.assignment || []).map((a) => `${a.topic}#${a.queue}`).join(" ") || "—",
+                 {group: name, member: m.member_id, field: "assignment"}, "text"),
+            cell(fmtTime(m.last_heartbeat), {}, "text")))));
+      }
+    } else if (g.descError) box.append(el("p", {class: "muted", text: g.descError}));
+    if (c.mode === "broadcasting") {
+      box.append(el("p", {class: "muted", text: "broadcasting: offsets are kept per client_id (GET /v1/groups/" + name +
+                                                   "/offsets?topic=…&client_id=…)"}));
+    }
+    // offsets per topic
+    for (const o of g.offsets) {
+      if (o.error) { box.append(el("p", {class: "muted", text: o.error})); continue; }
+      const hasDlq = o.queues.some((q) => q.dead_lettered !== undefined);
+      const heads = ["queue", "produced", "min_offset", "committed", "backlog", {text: "lock holder", cls: "text"},
+                     {text: "lock expires", cls: "text"}];
+      if (hasDlq) heads.push("dead-lettered");
+      const now = Date.now();
+      const rows = o.queues.map((q) => {
+        const d = {group: name, topic: o.topic, queue: q.queue};
+        const tds = [cell(q.queue), cell(q.max_offset, {...d, field: "produced"}), cell(q.min_offset, {...d, field: "min_offset"}),
+          cell(q.committed_offset, {...d, field: "committed_offset"}),
+          cell(q.backlog, {...d, field: "backlog"}, q.backlog > 0 ? "backlog-hot" : ""),
+          cell(q.locked_until ? (q.lock_owner || "-") : "", {...d, field: "lock_owner"}, "text locked"),
+          cell(q.locked_until ? `${fmtTime(q.locked_until)} (${Math.max(0, Math.round((q.locked_until - now) / 1000))} s)` : "",
+               {...d, field: "locked_until", value: q.locked_until}, "text locked")];
+        if (hasDlq) tds.push(cell(q.dead_lettered === undefined ? "" : q.dead_lettered, {...d, field: "dead_lettered"}));
+        return el("tr", {}, ...tds);
+      });
+      box.append(el("h4", {}, `topic ${o.topic}: backlog `,
+        el("span", {"data-group": name, "data-topic": o.topic, "data-field": "total_backlog", text: String(o.backlog)})));
+      box.append(table(heads, rows));
+      // backlog over time
+      const rep = g.reports[o.topic];
+      const h = history(name, o.topic, rep, o.backlog);
+      let note;
+      if (!rep) note = "No lake report yet for this group and topic (the backlog job has not run: `make jobs`); " +
+                       "the chart shows the live backlog sampled by this page.";
+      else if (rep.error) note = rep.error;
+      else if (h.lake.length < 2) note = `Only the latest lake report exists (computed ${new Date(rep.computed_at).toLocaleString()}, ` +
+                       `backlog ${h.lake.length ? h.lake[h.lake.length - 1].v : "?"}): it is charted as one point next to the live samples; ` +
+                       "more points appear as later reports are computed.";
+      else note = `${h.lake.length} lake reports, the latest computed ${new Date(rep.computed_at).toLocaleString()}.`;
+      box.append(chart(h, `chart-${name}-${o.topic}`.replace(/[^A-Za-z0-9_-]/g, "_")));
+      box.append(el("p", {class: "muted", "data-group": name, "data-topic": o.topic, "data-field": "chart_note", text: note}));
+    }
+    // subscriptions
+    if (g.subs.length) {
+      box.append(el("h4", {text: "subscriptions"}));
+      box.append(table(["id", "topic", "conditions", "list backlog", "parked"].map((t) => ({text: t, cls: "text"})),
+        g.subs.map((s) => el("tr", {},
+          cell(s.id, {}, "text"), cell(s.topic, {}, "text"),
+          cell(JSON.stringify(s.conditions) + (s.tags && s.tags.length ? " tags " + s.tags.join("||") : ""), {}, "text"),
+          cell(s.offsets ? s.offsets.backlog : (s.offsetsError || ""), {subscription: s.id, field: "backlog"}),
+          cell((s.parked || []).length ? JSON.stringify(s.parked) : "", {}, "text")))));
+    } else if (g.subsError) box.append(el("p", {class: "muted", text: g.subsError}));
+    return box;
+  }
+
+  // ---- refresh loop -------------------------------------------------------------------------
+  async function refresh() {
+    if (busy || !sessionStorage.getItem(KEY)) return;
+    busy = true;
+    try {
+      const who = await api("/v1/clients");
+      let topicNames = null;
+      if (who.caller.admin) topicNames = (await api("/v1/topics")).topics.map((t) => t.name);
+      const consumers = who.clients.filter((c) => c.role === "consumer");
+      const names = topicNames || [...new Set(consumers.flatMap((c) => c.topics))];
+      renderTopics(await loadTopics(names));
+      const groups = [];
+      for (const c of consumers) groups.push(await loadGroup(c, topicNames));
+      const gbox = $("groups");
+      gbox.replaceChildren(...(groups.length ? groups.map(renderGroup)
+        : [el("p", {class: "muted", text: "No consumer groups."})]));
+      setStatus(`${who.caller.admin ? "admin key" : "key of " + who.caller.client} · refreshed ${new Date().toLocaleTimeString()}`);
+      document.body.dataset.refreshed = String(Date.now());
+    } catch (e) {
+      setStatus(e.message, true);
+      if (e.status === 401) stop();
+    } finally {
+      busy = false;
+    }
+  }
+  function start() {
+    stop();
+    refresh();
+    timer = setInterval(refresh, PERIOD_MS);
+  }
+  function stop() { if (timer) clearInterval(timer); timer = null; }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("period").textContent = String(PERIOD_MS / 1000);
+    $("key-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const k = $("key").value.trim();
+      $("key").value = "";
+      if (!k) return;
+      sessionStorage.setItem(KEY, k);
+      start();
+    });
+    $("forget-key").addEventListener("click", () => {
+      sessionStorage.clear();
+      stop();
+      $("topics").replaceChildren();
+      $("groups").replaceChildren();
+      setStatus("No key yet.");
+    });
+    if (sessionStorage.getItem(KEY)) start();
+  });
+})();

@@ -1,0 +1,85 @@
+"""Read-only views for the backlog console (``GET /console``, seed 003's monitoring page).
+
+Everything here reads, nothing writes: the clients without their keys (``GET /v1/clients``), a
+topic's queues with their offsets (``GET /v1/topics/{topic}``) and a subscription's list backlog
+(``GET /v1/subscriptions/{id}/offsets``). Check order as everywhere (API.md): 401 → 400 → 404 → 403.
+"""
+from __future__ import annotations
+
+import os
+
+from . import service
+from .errors import Forbidden, NotFound
+from .models import ClientModel
+from .names import check_name, check_topic, covers
+from .repos import ClientRepo, LogRepo, OffsetRepo
+
+CONSOLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console")
+# the console's static files: name -> content type (nothing else under console/ is served)
+ASSETS = {"index.html": "text/html; charset=utf-8", "console.js": "text/javascript; charset=utf-8",
+          "console.css": "text/css; charset=utf-8"}
+
+
+def asset(name: str) -> tuple[str, str]:
+    """(content type, text) of one console file; 404 for any other name."""
+    ctype = ASSETS.get(name)
+    if ctype is None:
+        raise NotFound(f"no console asset '{name}'")
+    with open(os.path.join(CONSOLE_DIR, name), encoding="utf-8") as f:
+        return ctype, f.read()
+
+
+def list_clients(p: service.Principal) -> dict:
+    """``GET /v1/clients``: the admin key sees every client, a client's key only itself; never a key
+    nor a key hash. ``caller`` says who asked (``{"admin": bool, "client": name|null}``)."""
+    if p.admin:
+        clients = sorted(ClientModel.scan(), key=lambda c: c.name)
+    else:
+        c = ClientRepo.get(p.client) if p.client else None
+        clients = [c] if c is not None else []
+    return {"caller": {"admin": p.admin, "client": p.client},
+            "clients": [{**service.client_view(c), "created_at": int(c.created_at or 0)} for c in clients]}
+
+
+def _may_see_topic(p: service.Principal, topic: str) -> None:
+    if p.admin:
+        return
+    c = ClientRepo.get(p.client) if p.client else None
+    if c is None or not any(covers(g, topic) for g in c.topics):
+        raise Forbidden(f"this key is not granted topic '{topic}'")
+
+
+def topic_detail(p: service.Principal, name: str) -> dict:
+    """``GET /v1/topics/{topic}`` (admin, or a client granted the topic): the topic and each queue's
+    ``min_offset`` / ``max_offset`` (``produced`` = the sum of ``max_offset``). One GetItem of the
+    topic, one BatchGetItem of its queue items."""
+    check_topic(name)
+    t = service.topic_or_404(name)
+    _may_see_topic(p, name)
+    qs = [{"queue": int(m.queue), "min_offset": int(m.min_offset), "max_offset": int(m.max_offset),
+           "last_produced_at": int(m.last_produced_at or 0)}
+          for m in LogRepo.queues(name, int(t.queues))]
+    return {**service.topic_view(t), "produced": sum(q["max_offset"] for q in qs), "queue_offsets": qs}
+
+
+def subscription_offsets(p: service.Principal, sub_id: str) -> dict:
+    """``GET /v1/subscriptions/{id}/offsets`` (the subscriber's key or admin): the backlog of the
+    subscription's message list, shaped like a group's offsets (one queue, 0)."""
+    from . import subscriptions as subs
+
+    check_name(sub_id, "subscription id")
+    s = subs._sub_or_404(sub_id)
+    subs._may_act(p, s)
+    lt, owner = subs.list_topic(sub_id), subs.list_owner(sub_id)
+    recs = OffsetRepo.records(owner)
+    now = service.clock()
+    queues = []
+    for view in sorted(service._views(lt, owner, 1, recs=recs), key=lambda x: x.queue):
+        r = recs.get(view.queue)
+        queues.append({"queue": view.queue, "min_offset": view.min_offset, "max_offset": view.max_offset,
+                       "committed_offset": view.start,
+                       "locked_until": view.lock_until if view.locked(now) else 0,
+                       "lock_owner": (r.lock_owner if r is not None and view.locked(now) else None),
+                       "backlog": view.backlog})
+    return {"id": s.id, "subscriber": s.subscriber, "topic": s.topic,
+            "backlog": sum(q["backlog"] for q in queues), "queues": queues}

@@ -1,0 +1,226 @@
+"""The backlog console (``GET /console``) in a real browser: Playwright (sync API) drives Debian's
+Chromium (``/usr/bin/chromium``; ``make chromium`` installs it, Playwright downloads nothing)
+against the local stack.
+
+The operator pastes the admin key; produce / join / sync / pull / ack / subscribe go through the
+API; the page must show exactly the numbers the JSON routes return (topic offsets, per-queue
+backlog, lock holder, members, generation and assignment, subscription list backlog, the lake
+report in the chart), refresh by itself, and log no console error. A screenshot is kept in
+``tests/artifacts/console.png`` (git-ignored; its path is printed).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+import requests
+from playwright.sync_api import expect
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TOPIC, FEED, GROUP = "console.quotes", "console-feed", "console-risk"
+T = 15  # HTTP timeout, s
+
+
+def _h(key: str) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _ok(r: requests.Response, status: int = 200) -> dict:
+    assert r.status_code == status, (r.request.method, r.request.url, r.status_code, r.text)
+    return r.json() if r.text else {}
+
+
+@pytest.fixture(scope="module")
+def world(stack):
+    """A topic (3 queues), a producer, a clustering group with one synced member holding a lock,
+    a subscription with a delivered backlog, and a lake backlog report."""
+    url, admin = stack.url, _h(stack.admin_key)
+    _ok(requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 3}, headers=admin, timeout=T), 201)
+    feed = _ok(requests.post(f"{url}/v1/clients", json={"name": FEED, "role": "producer", "topics": [TOPIC]},
+                             headers=admin, timeout=T), 201)["api_key"]
+    gk = _ok(requests.post(f"{url}/v1/clients", json={"name": GROUP, "role": "consumer", "topics": [TOPIC],
+                                                      "visibility_timeout_ms": 600_000},
+                           headers=admin, timeout=T), 201)["api_key"]
+    sub = _ok(requests.post(f"{url}/v1/subscriptions", json={
+        "subscriber": GROUP, "topic": TOPIC, "conditions": [{"field": "type", "values": ["A"]}]},
+        headers=_h(gk), timeout=T), 201)
+
+    def produce(n: int, start: int) -> None:
+        msgs = [{"id": f"c-{i}", "body": f"m{i}", "key": f"k{i % 5}", "properties": {"type": "A" if i % 2 else "B"}}
+                for i in range(start, start + n)]
+        _ok(requests.post(f"{url}/v1/topics/{TOPIC}/messages", json={"producer": FEED, "messages": msgs},
+                          headers=_h(feed), timeout=T))
+
+    produce(12, 0)
+    m = _ok(requests.post(f"{url}/v1/groups/{GROUP}/members", json={"member_id": "m1", "topics": [TOPIC]},
+                          headers=_h(gk), timeout=T))
+    _ok(requests.post(f"{url}/v1/groups/{GROUP}/members/m1/sync", json={"generation": m["generation"]},
+                      headers=_h(gk), timeout=T))
+    def pull() -> dict:
+        return _ok(requests.get(f"{url}/v1/topics/{TOPIC}/messages",
+                                params={"group": GROUP, "member_id": "m1", "max": 3}, headers=_h(gk), timeout=T))
+    first = pull()
+    assert first["messages"] and first["receipt"]
+    _ok(requests.post(f"{url}/v1/acks", json={"group": GROUP, "receipt": first["receipt"]}, headers=_h(gk), timeout=T))
+    held = pull()  # not acknowledged: its queue stays locked by m1 (visibility 10 min)
+    assert held["messages"]
+    stack.drain()  # the fan-out delivers the type A messages to the subscription's list
+
+    # a lake report, as the backlog job writes it (the jobs themselves need Spark: test_lake_e2e)
+    info = requests.get(f"{url}/_local/info", timeout=T).json()
+    offsets = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
+    from lakeq.reports import summary_key
+    report = {"group": GROUP, "topic": TOPIC, "computed_at": int(time.time() * 1000) - 60_000, "as_of": 0,
+              "bucket_minutes": 60, "backlog": offsets["backlog"] + 2,
+              "queues": [{"queue": q["queue"], "produced": q["max_offset"], "committed": q["committed_offset"],
+                          "backlog": q["backlog"] + (2 if i == 0 else 0), "at": 0} for i, q in enumerate(offsets["queues"])]}
+    s3 = boto3.client("s3", endpoint_url=info["aws_endpoint_url"], region_name=info["region"],
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    s3.put_object(Bucket=info["environment"]["LAKE_BUCKET"], Key=summary_key(GROUP, TOPIC),
+                  Body=json.dumps(report).encode())
+    return {"url": url, "admin": admin, "gk": gk, "sub": sub, "held": held, "report": report, "produce": produce}
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not CHROMIUM.exists():
+        pytest.fail("Debian's Chromium is missing: `make chromium` (apt-get install chromium) first")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
+            args=ARGS, viewport={"width": 1280, "height": 900})
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+def _expected(m) -> bool:
+    """A 404 of ``GET /v1/reports/backlog`` means "no lake report yet" (the page says so); Chromium
+    still logs every non-2xx fetch as a console error. Nothing else is expected."""
+    return m.type == "error" and "/v1/reports/backlog?" in (m.location or {}).get("url", "") \
+        and "status of 404" in m.text
+
+
+def _text(page, selector: str) -> str:
+    return page.locator(selector).inner_text().strip()
+
+
+def test_console_shows_what_the_api_returns(world, browser, stack):
+    url, admin = world["url"], world["admin"]
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text} @ {m.location}")
+            if m.type in ("error", "warning") and not _expected(m) else None)
+    page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"requestfailed: {r.url} {r.failure}"))
+    off_origin: list[str] = []
+    page.on("request", lambda r: off_origin.append(r.url) if not r.url.startswith(url) and
+            not r.url.startswith("data:") else None)
+
+    r = page.goto(url + "/console")
+    assert r.status == 200
+    assert "No key yet" in _text(page, "#status")
+    page.fill("#key", stack.admin_key)
+    page.click("#use-key")
+    expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"^\d+$"), timeout=30_000)
+    assert _text(page, "#status").startswith("admin key")
+    assert page.input_value("#key") == ""  # the key is not left in the form
+    assert page.evaluate("sessionStorage.getItem('lakeq.console.key')") == stack.admin_key
+    assert page.evaluate("localStorage.length") == 0
+
+    # topics and queues: produced = max_offset, min/max offsets
+    topic = _ok(requests.get(f"{url}/v1/topics/{TOPIC}", headers=admin, timeout=T))
+    assert topic["produced"] == 12 and len(topic["queue_offsets"]) == 3
+    for q in topic["queue_offsets"]:
+        sel = f'#topics-table td[data-topic="{TOPIC}"][data-queue="{q["queue"]}"]'
+        assert _text(page, sel + '[data-field="produced"]') == str(q["max_offset"])
+        assert _text(page, sel + '[data-field="min_offset"]') == str(q["min_offset"])
+        assert _text(page, sel + '[data-field="max_offset"]') == str(q["max_offset"])
+
+    # the group: backlog per queue, lock holder and expiry
+    off = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
+    g = f'.group[data-group="{GROUP}"]'
+    assert _text(page, f'{g} [data-field="total_backlog"][data-topic="{TOPIC}"]') == str(off["backlog"])
+    held_queue = world["held"]["messages"][0]["queue"]
+    for q in off["queues"]:
+        sel = f'{g} td[data-topic="{TOPIC}"][data-queue="{q["queue"]}"]'
+        assert _text(page, sel + '[data-field="backlog"]') == str(q["backlog"])
+        assert _text(page, sel + '[data-field="committed_offset"]') == str(q["committed_offset"])
+        assert _text(page, sel + '[data-field="produced"]') == str(q["max_offset"])
+        assert _text(page, sel + '[data-field="lock_owner"]') == (q["lock_owner"] or "")
+        assert page.get_attribute(sel + '[data-field="locked_until"]', "data-value") == str(q["locked_until"])
+    assert {q["queue"]: q["lock_owner"] for q in off["queues"] if q["lock_owner"]} == {held_queue: "m1"}
+    assert sum(q["backlog"] for q in off["queues"]) == off["backlog"] > 0
+
+    # members, generation and assignment
+    desc = _ok(requests.get(f"{url}/v1/groups/{GROUP}", headers=admin, timeout=T))
+    assert _text(page, f'{g} b[data-field="generation"]') == str(desc["generation"])
+    [member] = desc["members"]
+    shown = _text(page, f'{g} td[data-member="m1"][data-field="assignment"]')
+    assert shown == " ".join(f'{a["topic"]}#{a["queue"]}' for a in member["assignment"]) and shown
+
+    # the subscription's list backlog
+    sb = _ok(requests.get(f"{url}/v1/subscriptions/{world['sub']['id']}/offsets", headers=admin, timeout=T))
+    assert sb["backlog"] == 6  # the type A messages of 12
+    assert _text(page, f'{g} td[data-subscription="{world["sub"]["id"]}"][data-field="backlog"]') == str(sb["backlog"])
+
+    # backlog over time: only the latest lake report exists, and the page says so
+    note = _text(page, f'{g} [data-field="chart_note"][data-topic="{TOPIC}"]')
+    assert "Only the latest lake report exists" in note
+    lake_points = page.locator(f'{g} svg.chart circle[data-series="lake"]')
+    assert lake_points.count() == 1 and lake_points.get_attribute("data-value") == str(world["report"]["backlog"])
+    assert page.locator(f'{g} svg.chart circle[data-series="live"]').count() >= 1
+
+    # it refreshes by itself: new messages show up without a reload
+    world["produce"](5, 100)
+    after = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
+    assert after["backlog"] == off["backlog"] + 5
+    expect(page.locator(f'{g} [data-field="total_backlog"][data-topic="{TOPIC}"]')).to_have_text(
+        str(after["backlog"]), timeout=20_000)
+    topic = _ok(requests.get(f"{url}/v1/topics/{TOPIC}", headers=admin, timeout=T))
+    for q in topic["queue_offsets"]:
+        expect(page.locator(f'#topics-table td[data-topic="{TOPIC}"][data-queue="{q["queue"]}"][data-field="produced"]')
+               ).to_have_text(str(q["max_offset"]), timeout=20_000)
+    assert page.locator(f'{g} svg.chart circle[data-series="live"]').count() >= 2
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "console.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"\nconsole screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+
+    assert problems == [], problems
+    assert off_origin == [], off_origin  # no CDN: the machine has no internet
+    page.close()
+
+
+def test_console_with_a_group_key_shows_only_that_group(world, browser, stack):
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type == "error" and not _expected(m)
+            else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(world["url"] + "/console")
+    page.fill("#key", world["gk"])
+    page.click("#use-key")
+    expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"^\d+$"), timeout=30_000)
+    assert _text(page, "#status").startswith(f"key of {GROUP}")
+    assert page.locator(".group").count() == 1 and page.locator(f'.group[data-group="{GROUP}"]').count() == 1
+    off = _ok(requests.get(f"{world['url']}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC},
+                           headers=_h(world["gk"]), timeout=T))
+    expect(page.locator(f'[data-field="total_backlog"][data-topic="{TOPIC}"]')).to_have_text(
+        str(off["backlog"]), timeout=20_000)
+    page.click("#forget-key")
+    assert page.evaluate("sessionStorage.length") == 0 and page.locator(".group").count() == 0
+    assert problems == [], problems
+    page.close()
