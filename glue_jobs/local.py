@@ -11,7 +11,9 @@
 5. upload ``reports/`` back to the lake bucket (``GET /v1/reports/backlog`` serves it) and print a
    summary table.
 
-``python -m glue_jobs.local [--port N] [--lake-dir .lake] [--no-publish]``.
+``python -m glue_jobs.local [--port N] [--lake-dir .lake] [--no-publish] [--job backlog|rebalance_plan]``
+(``--job``, repeatable: only those jobs, by their script's name; the local stack's scheduler runs
+each Glue trigger's job this way: ``make run WITH_JOBS=1``, ``infra/local/schedules.py``).
 """
 from __future__ import annotations
 
@@ -89,7 +91,11 @@ def table(rows: list[list], header: list[str]) -> str:
     return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
 
 
-def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 120.0, spark=None) -> dict:
+JOBS = ("backlog", "rebalance_plan")
+
+
+def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 120.0, spark=None,
+        jobs: tuple[str, ...] = JOBS) -> dict:
     base = f"http://127.0.0.1:{port}"
     info = stack_info(base, drain_timeout)
     use_stack_environment(info)
@@ -117,27 +123,39 @@ def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 
         done(t)
     lake = Lake(str(root))
     log = lambda m: print(f"[jobs]   {m}", flush=True)  # noqa: E731
-    t = step("backlog job")
-    backlog = run_backlog(spark, lake, log=log)
-    done(t)
-    t = step("rebalance-plan job" + (" (publishing plans)" if publish else " (not publishing)"))
-    plans = run_rebalance_plan(spark, lake, publish=publish, log=log)
-    done(t)
+    backlog = plans = None
+    if "backlog" in jobs:
+        t = step("backlog job")
+        backlog = run_backlog(spark, lake, log=log)
+        done(t)
+    if "rebalance_plan" in jobs:
+        t = step("rebalance-plan job" + (" (publishing plans)" if publish else " (not publishing)"))
+        plans = run_rebalance_plan(spark, lake, publish=publish, log=log)
+        done(t)
     t = step(f"uploading reports/ to s3://{bucket}/")
     done(t, f"{upload(s3, bucket, root, 'reports')} file(s)")
+    if backlog is not None:
+        _print_backlog(backlog)
+    if plans is not None:
+        _print_plans(plans)
+    return {"backlog": backlog, "plans": plans, "info": info}
 
+
+def _print_backlog(backlog: dict) -> None:
     rows = [[s["group"], s["topic"], len(s["queues"]), sum(q["produced"] for q in s["queues"]),
              sum(q["committed"] for q in s["queues"]), s["backlog"],
              f"{max((q['oldest_unconsumed_age_ms'] or 0) for q in s['queues']) / 1000:.1f}s"]
             for s in sorted(backlog["summaries"], key=lambda s: (s["group"], s["topic"]))]
     print("\nbacklog (newest):")
     print(table(rows, ["group", "topic", "queues", "produced", "committed", "backlog", "oldest unconsumed"]))
+
+
+def _print_plans(plans: dict) -> None:
     prow = [[g, len(p["members"]), f"{p['expected_imbalance']:.4f}", f"{p['count_based_imbalance']:.4f}",
              p["moved_queues"], "yes" if p.get("published_at") else "no"] for g, p in sorted(plans["plans"].items())]
     print("\nrebalance plans:")
     print(table(prow, ["group", "members", "expected imbalance", "count-based", "moves", "published"]) if prow
           else "(no group with members)")
-    return {"backlog": backlog, "plans": plans, "info": info}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lake-dir", type=Path, default=ROOT / ".lake")
     ap.add_argument("--no-publish", dest="publish", action="store_false")
     ap.add_argument("--drain-timeout", type=float, default=120.0)
+    ap.add_argument("--job", dest="jobs", action="append", choices=JOBS,
+                    help="run only this job (repeatable; default: both, backlog first)")
     a = ap.parse_args(argv)
     try:
-        run(a.port, a.lake_dir, a.publish, a.drain_timeout)
+        run(a.port, a.lake_dir, a.publish, a.drain_timeout, jobs=tuple(a.jobs or JOBS))
     except requests.ConnectionError:
         print(f"no local stack on 127.0.0.1:{a.port}: start it with `make run` (same LAKEQ_PORT)", file=sys.stderr)
         return 1

@@ -5,7 +5,11 @@
 3. the DynamoDB-streams pump thread (the template's ``DynamoDB`` event sources); every function
    (worker process) acts under its IAM role from the template, with DynamoDB's, Lambda's and API
    Gateway's limits (``infra/local/aws_rules.py``);
-4. the gateway (the template's ``HttpApi`` routes → the functions' handlers) on
+4. the scheduler (the template's ``Schedule`` events: each function invoked on its schedule under its
+   role; with ``--with-jobs`` / ``LAKEQ_WITH_JOBS=1`` also the Glue triggers, each running its job
+   on a local SparkSession; ``LAKEQ_SCHEDULE_SCALE`` compresses time, ``LAKEQ_JOBS_EVERY`` sets
+   the jobs' interval in seconds; ``infra/local/schedules.py``);
+5. the gateway (the template's ``HttpApi`` routes → the functions' handlers) on
    ``127.0.0.1:$LAKEQ_PORT`` (default 3000).
 
 Ctrl-C or SIGTERM stops everything (moto child included) and exits 0.
@@ -87,6 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="run handlers in this process (module copies per instance) instead of "
                              "one worker process per warm instance; for debugging")
+    parser.add_argument("--with-jobs", action="store_true",
+                        default=os.environ.get("LAKEQ_WITH_JOBS", "").lower() in ("1", "true", "yes"),
+                        help="run the Glue jobs on their triggers' schedules (default $LAKEQ_WITH_JOBS); "
+                             "needs Java 17 and the `lake` extra")
+    parser.add_argument("--jobs-every", type=float, default=None,
+                        help="run the Glue jobs every N seconds instead of their triggers' schedules "
+                             "(default $LAKEQ_JOBS_EVERY)")
+    parser.add_argument("--no-schedules", action="store_true",
+                        help="do not fire the template's schedules by themselves "
+                             "(POST /_local/schedules/run still does)")
     parser.add_argument("--moto-log", default=None,
                         help="moto server's log file (default: a file in the temp directory)")
     args = parser.parse_args(argv)
@@ -109,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     moto = None
     server = None
     pump = None
+    scheduler = None
     handlers = None
     try:
         moto = start_moto(moto_port, moto_log)
@@ -132,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
 
         from .gateway import Gateway, access_log_to_stderr
         from .handlers import HandlerCache
-        from .worker import ProcessPool
+        from .schedules import Scheduler, glue_runner
         from .streams import StreamPump
+        from .worker import ProcessPool
 
         template = tpl_mod.load_template(args.template)
         ctx = tpl_mod.make_context(template, args.stack_name)
@@ -156,13 +172,21 @@ def main(argv: list[str] | None = None) -> int:
                     else ProcessPool(tpl_mod.layer_dirs(template), rules=rules))
         pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
                           handler_cache=handlers).start()
-        gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers)
-        gateway.preload()
-        access_log_to_stderr()
-
-        server = make_server(args.host, args.port, gateway, threaded=True,
+        server = make_server(args.host, args.port, None, threaded=True,
                              request_handler=_QuietHandler)
         port = server.server_port
+        # the template's schedules (and, with --with-jobs, the Glue triggers: the jobs talk to
+        # this stack over HTTP, so the runner needs the gateway's port)
+        scheduler = Scheduler(template, stack_name=args.stack_name, handler_cache=handlers,
+                              job_runner=glue_runner(port) if args.with_jobs else None,
+                              jobs_every_s=args.jobs_every)
+        gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers,
+                          scheduler=scheduler)
+        gateway.preload()
+        server.app = gateway
+        access_log_to_stderr()
+        if not args.no_schedules:
+            scheduler.start()
         base = f"http://{args.host}:{port}"
         print(f"lakeq local stack: {base}", flush=True)
         print(f"admin key: {admin_key}  (LAKEQ_ADMIN_KEY)", flush=True)
@@ -173,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             f"-H 'Content-Type: application/json' -d '{{\"name\": \"quotes\", \"queues\": 4}}'",
             flush=True,
         )
+        for s in scheduler.describe():
+            print(f"schedule: {s['name']} {s['expression']} -> {', '.join(s['targets'])}"
+                  f"{'' if s['active'] else '  (not run: --with-jobs / LAKEQ_WITH_JOBS=1)'}"
+                  f"{'  (on demand only: POST /_local/schedules/run)' if args.no_schedules else ''}", flush=True)
         print("Ctrl-C to stop.", flush=True)
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
@@ -186,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if scheduler is not None:
+            scheduler.stop(timeout=5)
         if server is not None:
             server.server_close()
         if pump is not None:

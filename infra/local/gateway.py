@@ -19,6 +19,10 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
 - ``GET /_local/info`` (local only) → ``{"aws_endpoint_url", "region", "stack_name", "environment"}``:
   the moto endpoint and the functions' resolved environment (table and bucket names), for local
   batch jobs (``make jobs``) that read the stack's lake and tables directly.
+- ``GET /_local/schedules`` (local only) → ``{"schedules": [...]}``: the template's schedules (EventBridge
+  rules, Glue triggers) with their runs; ``POST /_local/schedules/run[?name=…]`` fires them now
+  (all, or those of one function / trigger / job) → ``{"runs": [{"name", "ok", ...}]}``
+  (``infra/local/schedules.py``).
 """
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ MAX_BODY = 10 * 1024 * 1024  # API Gateway's payload limit
 MULTI_SEGMENT_PARAMS = frozenset({"topic"})
 DRAIN_PATH = "/_local/streams/drain"
 INFO_PATH = "/_local/info"
+SCHEDULES_PATH = "/_local/schedules"
+SCHEDULES_RUN_PATH = "/_local/schedules/run"
 
 _TEXT_TYPES = (
     "text/", "application/json", "application/xml", "application/javascript",
@@ -173,12 +179,14 @@ class Gateway:
         max_body: int = MAX_BODY,
         region: str | None = None,
         handler_cache: HandlerCache | None = None,
+        scheduler: Any = None,
     ):
         self.template = tpl_mod.load_template(template)
         self.ctx = tpl_mod.make_context(self.template, stack_name, parameters, region=region)
         self.specs = tpl_mod.functions(self.ctx)
         self.routes = RouteTable(self.specs)
         self.pump = pump
+        self.scheduler = scheduler
         self.max_body = max_body
         self.handlers = handler_cache or HandlerCache()
         add_to_sys_path(tpl_mod.layer_dirs(self.template))
@@ -220,6 +228,18 @@ class Gateway:
             timeout = float(request.args.get("timeout", 30))
             drained, records = self.pump.drain(timeout)
             return Response(json.dumps({"drained": drained, "records": records}),
+                            mimetype="application/json")
+
+        if raw_path in (SCHEDULES_PATH, SCHEDULES_RUN_PATH) and self.scheduler is not None:
+            want = "GET" if raw_path == SCHEDULES_PATH else "POST"
+            if method != want:
+                return error_response(405, "method_not_allowed", f"{method} not allowed on {raw_path}")
+            if raw_path == SCHEDULES_PATH:
+                return Response(json.dumps({"schedules": self.scheduler.describe()}), mimetype="application/json")
+            name = request.args.get("name") or None
+            if name and not self.scheduler.matching(name):
+                return error_response(404, "not_found", f"no schedule named {name}")
+            return Response(json.dumps({"runs": self.scheduler.run_now(name)}, default=str),
                             mimetype="application/json")
 
         if raw_path == INFO_PATH and method == "GET":

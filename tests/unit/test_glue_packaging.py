@@ -1,0 +1,171 @@
+"""glue_jobs.package: the single-file Glue scripts `sam deploy` uploads (template.yaml ScriptLocation)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glue_jobs import package as P
+from infra.local import template as T
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def isolated_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return env
+
+
+@pytest.mark.parametrize("job", P.JOBS)
+def test_committed_script_is_what_the_generator_makes(job):
+    committed = (P.DIST / f"{job}.py").read_text(encoding="utf-8")
+    assert committed == P.render(job), (
+        f"glue_jobs/dist/{job}.py is stale: run `python -m glue_jobs.package` (make sam-build does)")
+
+
+def test_template_points_sam_at_the_generated_scripts(template):
+    """`sam package` uploads a local Command.ScriptLocation; nothing else must need a manual upload."""
+    jobs = T.resources_of_type(template, "AWS::Glue::Job")
+    assert len(jobs) == len(P.JOBS)
+    locations = {}
+    for lid, res in jobs.items():
+        props = res["Properties"]
+        loc = props["Command"]["ScriptLocation"]
+        assert isinstance(loc, str) and not loc.startswith("s3://"), f"{lid}: {loc!r} is not a local path"
+        assert (ROOT / loc).is_file()
+        locations[lid] = Path(loc)
+        for arg, value in (props.get("DefaultArguments") or {}).items():
+            # S3 files the jobs would need uploaded by hand: none
+            assert arg not in ("--extra-py-files", "--extra-files", "--extra-jars"), f"{lid}: {arg}"
+            assert "glue/" not in json.dumps(value), f"{lid}: {arg} = {value!r}"
+    assert sorted(p.parent for p in locations.values()) == [Path("glue_jobs/dist")] * len(P.JOBS)
+    assert sorted(p.stem for p in locations.values()) == sorted(P.JOBS)
+
+
+def test_bundle_holds_what_the_jobs_import_and_nothing_of_the_api():
+    names = set(P.closure(ROOT / "glue_jobs" / "rebalance_plan.py"))
+    assert {"lakeq_lake/__init__.py", "lakeq_lake/jobs.py", "lakeq_lake/plans.py", "lakeq_lake/store.py",
+            "lakeq_lake/transforms.py", "lakeq_lake/schemas.py", "lakeq/__init__.py", "lakeq/assignors.py",
+            "lakeq/groups.py", "lakeq/group_store.py", "lakeq/models.py"} <= names
+    assert not {"lakeq/service.py", "lakeq/openapi.yaml"} & names
+    assert not any(n.startswith(("functions/", "backlog", "rebalance_plan", "local", "package")) for n in names)
+    assert P.bundle(ROOT / "glue_jobs" / "backlog.py") == P.bundle(ROOT / "glue_jobs" / "backlog.py")
+
+
+def test_check_finds_a_stale_script(tmp_path):
+    P.write(tmp_path)
+    assert P.stale(tmp_path) == []
+    path = tmp_path / "backlog.py"
+    path.write_text(path.read_text() + "# edited\n")
+    assert P.stale(tmp_path) == ["backlog"]
+    path.unlink()
+    assert P.stale(tmp_path) == ["backlog"]
+
+
+PROBE = """
+import json, runpy, sys
+ns = runpy.run_path(sys.argv[1], run_name="glue_job")   # the bootstrap runs, main() does not
+import lakeq, lakeq_lake, lakeq_lake.jobs, lakeq_lake.plans, lakeq_lake.store, lakeq.group_store
+print(json.dumps({"path": sys.path, "files": {m: sys.modules[m].__file__ for m in
+    ("lakeq", "lakeq_lake", "lakeq_lake.jobs", "lakeq_lake.plans", "lakeq.group_store", "lakeq.assignors")},
+    "main": callable(ns.get("main"))}))
+"""
+
+
+@pytest.mark.parametrize("job", P.JOBS)
+def test_generated_script_imports_its_modules_from_its_own_bundle(job, tmp_path):
+    script = tmp_path / f"{job}.py"
+    shutil.copy(P.DIST / f"{job}.py", script)
+    out = subprocess.run([sys.executable, "-I", "-c", PROBE, str(script)], cwd=tmp_path, env=isolated_env(tmp_path),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["main"]
+    repo_dirs = [ROOT, ROOT / "glue_jobs", ROOT / "glue_jobs" / "dist", ROOT / "layers" / "core",
+                 ROOT / "layers" / "matcher"]
+    assert not [p for p in got["path"] if Path(p) in repo_dirs], got["path"]
+    bundle_dir = tmp_path / "tmp"
+    for mod, file in got["files"].items():
+        assert Path(file).is_relative_to(bundle_dir), (mod, file)
+
+
+@pytest.mark.spark
+def test_generated_backlog_script_runs_a_job_outside_the_repo(tmp_path):
+    """One real run (a JVM: tens of seconds): the self-contained script on a lake folder built by the
+    archiver's code from the events/ stream samples, with the repo nowhere on sys.path."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java")
+    sys.path.insert(0, str(ROOT / "layers" / "core"))
+    from lakeq import lake
+
+    lake_dir = tmp_path / "lake"
+    kinds = {"lakeq-local-segments": "messages", "lakeq-local-offsets": "offsets", "lakeq-local-groups": "members"}
+    for name in ("stream_segments.json", "stream_offsets.json", "stream_groups.json"):
+        ev = json.loads((ROOT / "events" / name).read_text())
+        for key, blob in lake.batch_objects(ev["Records"], kinds).items():
+            (lake_dir / key).parent.mkdir(parents=True, exist_ok=True)
+            (lake_dir / key).write_bytes(blob)
+    script = tmp_path / "backlog.py"
+    shutil.copy(P.DIST / "backlog.py", script)
+    env = isolated_env(tmp_path)
+    env["PYSPARK_PYTHON"] = sys.executable
+    out = subprocess.run([sys.executable, "-I", str(script), "--lake", str(lake_dir),
+                          "--as_of_ms", str(1_767_225_600_000 + 3_600_000 + 60_000)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sys.path.insert(0, str(ROOT / "glue_jobs"))
+    from lakeq_lake.jobs import summary_key
+
+    risk = json.loads((lake_dir / summary_key("risk", "quotes")).read_text())
+    assert [(q["queue"], q["produced"], q["committed"], q["backlog"]) for q in risk["queues"]] == [(0, 5, 3, 2)]
+
+
+SAM = ROOT / ".venv-sam" / "bin" / "sam"
+
+
+@pytest.mark.skipif(not SAM.exists(), reason="no SAM CLI in .venv-sam (make sam-build installs it)")
+def test_sam_package_uploads_the_generated_scripts(tmp_path):
+    """`sam package` (what `sam deploy` runs first) against moto's S3: each Glue job's ScriptLocation
+    becomes an s3:// object whose bytes are the generated script."""
+    import re
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from infra.local.__main__ import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYTHON"))}
+        env.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                    "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                    "SAM_CLI_TELEMETRY": "0"})
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3.create_bucket(Bucket="artifacts")
+        out_tpl = tmp_path / "packaged.yaml"
+        out = subprocess.run([str(SAM), "package", "--template-file", str(ROOT / "template.yaml"),
+                              "--s3-bucket", "artifacts", "--s3-prefix", "lakeq", "--region", "us-east-1",
+                              "--output-template-file", str(out_tpl)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        locations = re.findall(r"ScriptLocation: (\S+)", out_tpl.read_text())
+        assert len(locations) == len(P.JOBS)
+        uploaded = set()
+        for loc in locations:
+            assert loc.startswith("s3://artifacts/lakeq/"), loc
+            bucket, key = loc[len("s3://"):].split("/", 1)
+            uploaded.add(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        assert uploaded == {(P.DIST / f"{job}.py").read_bytes() for job in P.JOBS}
+    finally:
+        server.stop()
