@@ -9,13 +9,14 @@ SAM_VERSION := 1.170.0
 export LAKEQ_PORT ?= 3000
 export LAKEQ_ADMIN_KEY ?= local-admin-key
 
-.PHONY: run test unit integration e2e lint sam-build bench jobs clean
+.PHONY: run test unit integration e2e lint sam-build bench jobs clean chromium
 
-$(VENV)/.stamp: pyproject.toml
+$(VENV)/.stamp: pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + [r for extra in p["optional-dependencies"].values() for r in extra]))' > $(VENV)/requirements.txt
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
+	$(PY) -m pip install -q -e ./clients/python  # the Python client and the `lakeq` CLI
 	touch $@
 
 $(SAMVENV)/.stamp:
@@ -23,16 +24,31 @@ $(SAMVENV)/.stamp:
 	$(SAMVENV)/bin/pip install -q "aws-sam-cli==$(SAM_VERSION)"
 	touch $@
 
+# WITH_JOBS=1 (or LAKEQ_WITH_JOBS=1): also run the Glue jobs on their triggers' schedules
+# (LAKEQ_JOBS_EVERY=<seconds> for a shorter interval; LAKEQ_SCHEDULE_SCALE compresses all schedules)
 run: $(VENV)/.stamp
-	$(PY) -m infra.local
+	$(PY) -m infra.local $(if $(filter-out 0 no false,$(WITH_JOBS)),--with-jobs)
 
 lint: $(VENV)/.stamp
 	$(VENV)/bin/cfn-lint template.yaml
 
+# the Glue jobs' single-file scripts (glue_jobs/dist/, ScriptLocation: sam deploy uploads them)
+# are regenerated from the current sources first
 sam-build: $(SAMVENV)/.stamp
+	$(PYTHON) -m glue_jobs.package
 	$(SAM) build --template-file template.yaml --build-dir .aws-sam/build
 
-test: $(VENV)/.stamp lint sam-build
+# Debian's Chromium for the console's browser test (tests/e2e/test_console_e2e.py; Playwright
+# never downloads a browser here). Installed with apt-get only when /usr/bin/chromium is missing
+# (CI runs as root; elsewhere run `sudo make chromium` once).
+CHROMIUM := /usr/bin/chromium
+chromium: $(CHROMIUM)
+$(CHROMIUM):
+	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+
+test: $(VENV)/.stamp lint sam-build $(CHROMIUM)
+	$(VENV)/bin/ruff check layers/
+	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
 	$(PY) -m pytest -q
 
 unit: $(VENV)/.stamp
@@ -41,7 +57,7 @@ unit: $(VENV)/.stamp
 integration: $(VENV)/.stamp
 	$(PY) -m pytest -q tests/integration
 
-e2e: $(VENV)/.stamp
+e2e: $(VENV)/.stamp $(CHROMIUM)
 	$(PY) -m pytest -q tests/e2e
 
 bench: $(VENV)/.stamp
