@@ -33,6 +33,19 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+SERIES_POINTS = 48  # the newest buckets of backlog over time kept in each summary (the console's chart)
+
+
+def _series(report) -> dict[tuple[str, str], list[dict]]:
+    """Backlog over time per (group, topic): the sum over its queues (and clients) per bucket end
+    ``at``, oldest first, the newest :data:`SERIES_POINTS` buckets."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in (report.groupBy("group", "topic", "at").agg(F.sum("backlog").alias("backlog"))
+              .orderBy("group", "topic", "at").collect()):
+        out.setdefault((r["group"], r["topic"]), []).append({"at": int(r["at"]), "backlog": int(r["backlog"])})
+    return {k: v[-SERIES_POINTS:] for k, v in out.items()}
+
+
 def run_backlog(spark: SparkSession, lake: Lake, as_of_ms: int | None = None,
                 bucket_minutes: int = 60, log=print) -> dict:
     """Backlog report: Parquet ``reports/backlog/history/computed_at=<ms>/`` (every bucket) and one
@@ -45,12 +58,14 @@ def run_backlog(spark: SparkSession, lake: Lake, as_of_ms: int | None = None,
     log(f"backlog: writing {out}")
     report.coalesce(1).write.mode("overwrite").parquet(out)
     rows = T.latest(report).orderBy("group", "topic", "queue", "client_id").collect()
+    series = _series(report)
     report.unpersist()
     summaries: dict[tuple[str, str], dict] = {}
     for r in rows:
         s = summaries.setdefault((r["group"], r["topic"]), {
             "group": r["group"], "topic": r["topic"], "computed_at": computed_at, "as_of": as_of,
-            "bucket_minutes": bucket_minutes, "queues": [], "backlog": 0})
+            "bucket_minutes": bucket_minutes, "queues": [], "backlog": 0,
+            "series": series.get((r["group"], r["topic"]), [])})
         q = {"queue": int(r["queue"]), "produced": int(r["produced"]), "committed": int(r["committed"]),
              "backlog": int(r["backlog"]), "at": int(r["at"]),
              "production_rate": float(r["production_rate"]), "consumption_rate": float(r["consumption_rate"]),

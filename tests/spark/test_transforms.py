@@ -105,6 +105,9 @@ def test_backlog_job_on_a_lake_folder_from_stream_samples(spark, tmp_path):
     assert s["group"] == "risk" and s["computed_at"] == out["computed_at"]
     assert [(q["queue"], q["produced"], q["committed"], q["backlog"]) for q in s["queues"]] == [(0, 5, 3, 2)]
     assert s["queues"][0]["at"] == T0 + H + 60_000
+    # backlog over time (the console's chart): one point per bucket, oldest first, newest = the summary
+    assert len(s["series"]) == 2 and s["series"][-1] == {"at": T0 + H + 60_000, "backlog": 2}
+    assert s["series"][0]["at"] < s["series"][1]["at"]
     bc = json.loads((tmp_path / summary_key("bc", "quotes")).read_text())
     assert bc["queues"][0]["client_id"] == "c1" and bc["queues"][0]["backlog"] == 5
     hist = spark.read.parquet(str(tmp_path / "reports" / "backlog" / "history"))
