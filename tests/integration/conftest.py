@@ -1,5 +1,6 @@
 import pytest
 
+from lakeq import clock as lakeq_clock
 from lakeq import service
 from tests.handlers import Api
 
@@ -22,3 +23,20 @@ def setup(api):
                                                "visibility_timeout_ms": 1000})
     assert s == 201
     return {"feed": feed["api_key"], "risk": risk["api_key"]}
+
+
+class Clock:
+    """A fake ``lakeq.clock.now``: stands still; tests move it by setting ``t`` (epoch ms)."""
+
+    def __init__(self, t=1_800_000_000_000):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(lakeq_clock, "now", c)
+    return c

@@ -19,7 +19,6 @@ import random
 import pytest
 
 from infra.local import interceptor
-from lakeq import clock as lakeq_clock
 from lakeq import group_store, groups as g
 from lakeq.models import GroupMemberModel, GroupModel, TopicModel
 from tests.crash import CountCalls, CrashAfter, seeded_points
@@ -30,20 +29,11 @@ WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWri
 TIMEOUT = 10_000
 
 
-class Clock:
-    def __init__(self, t=1_800_000_000_000):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
 @pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(lakeq_clock, "now", c)
+def clock(clock, monkeypatch):
+    """The conftest's fake clock, and no backoff sleeps between retries."""
     monkeypatch.setattr(group_store, "BACKOFF_BASE_S", 0.0)
-    return c
+    return clock
 
 
 def wire(qs):
@@ -132,7 +122,7 @@ def check_stream(aws, start: int) -> int:
     return start + len(hist)
 
 
-def settle(members: list[Member], clock: Clock, rng: random.Random, rounds: int = 8) -> None:
+def settle(members: list[Member], clock, rng: random.Random, rounds: int = 8) -> None:
     """Every live member heartbeats (and follows the action) in a random order until all are stable."""
     for _ in range(rounds):
         clock.t += rng.randint(50, 500)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 from infra.local import interceptor
-from lakeq import clock as lakeq_clock
 from lakeq import group_service, group_store, groups as g, lake
 from lakeq.models import GroupMemberModel, GroupModel, TopicModel
 
@@ -85,19 +84,6 @@ def sizes():
         yield h
 
 
-class Clock:
-    def __init__(self, t=1_800_000_000_000):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(lakeq_clock, "now", c)
-    return c
 
 
 def _topic(api, name, queues=1):

@@ -10,7 +10,6 @@ import threading
 
 import pytest
 
-from lakeq import clock as lakeq_clock
 from lakeq import group_service, group_store, groups as g, service
 from lakeq.models import GroupModel, QueueModel
 from tests.handlers import sample
@@ -26,19 +25,6 @@ def unwire(items):
     return {(x["topic"], x["queue"]) for x in items}
 
 
-class Clock:
-    def __init__(self, t=1_800_000_000_000):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(lakeq_clock, "now", c)
-    return c
 
 
 def item(group="risk"):
