@@ -1,6 +1,6 @@
 """The Python client (clients/python) and the ``lakeq`` CLI against the local stack: produce →
-consume → settle with backlog back to 0, group members getting disjoint assignments from the
-background loop and pulling only their queues, a subscription, and every CLI command."""
+consume → settle with backlog back to 0, renew (extend / end a lock), group members getting
+disjoint assignments from the background loop and pulling only their queues, a subscription, and every CLI command."""
 from __future__ import annotations
 
 import json
@@ -73,6 +73,29 @@ def test_produce_consume_settle(stack, admin):
     with pytest.raises(ApiError) as e:
         b2.ack()
     assert (e.value.status, e.value.code) == (409, "stale_receipt")
+
+
+def test_renew_extends_and_ends_the_lock(stack, admin):
+    topic, feed, risk = uniq("rt"), uniq("feed"), uniq("risk")
+    admin.create_topic(topic, 1)
+    fk = admin.create_client(feed, "producer", [topic])["api_key"]
+    rk = admin.create_client(risk, "consumer", [topic], visibility_timeout_ms=1000)["api_key"]
+    with Producer(stack.url, fk, producer=feed, linger=0) as p:
+        p.send(topic, "slow", key="k")
+    c = Consumer(stack.url, rk, group=risk, topic=topic, wait_ms=2000, piggyback=False)
+    b = c.pull()
+    assert [m["body"] for m in b] == ["slow"]
+    out = b.renew(8000)
+    assert out["queue"] == 0 and out["locked_until"] > time.time() * 1000 + 5000
+    time.sleep(1.5)  # past the group's 1000 ms: still held by the renewed lock
+    assert c.pull(wait_ms=0).messages == []
+    assert b.renew(0)["locked_until"] == 0  # give it back now: served again at once
+    b2 = c.pull(wait_ms=0)
+    assert [m["id"] for m in b2] == [m["id"] for m in b]
+    with pytest.raises(ApiError) as e:
+        b.ack()
+    assert (e.value.status, e.value.code) == (409, "stale_receipt")
+    assert b2.ack()["committed_offset"] == 1
 
 
 def test_group_members_get_disjoint_assignments_and_pull_only_their_queues(stack, admin):

@@ -306,6 +306,37 @@ def test_subscription_pull_and_ack_paths():
     assert fake.calls[1].body == {"subscription": "sub-1", "receipt": "s:0:0:1:5"}
 
 
+def test_renew_posts_visibility_retried_like_acks_and_stale_is_not_retried():
+    answers = iter([(200, {"messages": [{"id": "m"}], "receipt": "r1"}), err(503, "unavailable"),
+                    TransportError("x"), (200, {"topic": "quotes", "queue": 0, "locked_until": 42}),
+                    (200, {"topic": "quotes", "queue": 0, "locked_until": 0}), err(409, "stale_receipt")])
+
+    def handler(call):
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+    c, fake, sleeps = conn(handler)
+    cons = Consumer(group="risk", topic="quotes", client_id="c1", connection=c, wait_ms=0)
+    b = cons.pull()
+    assert b.renew(60_000) == {"topic": "quotes", "queue": 0, "locked_until": 42}
+    assert [(x.method, x.path) for x in fake.calls[1:]] == [("POST", "/v1/visibility")] * 3
+    assert all(x.body == {"group": "risk", "client_id": "c1", "receipt": "r1", "visibility_timeout_ms": 60_000}
+               for x in fake.calls[1:])
+    assert len(sleeps) == 2  # two retries
+    assert cons.renew("r1", 0)["locked_until"] == 0
+    assert fake.calls[-1].body["visibility_timeout_ms"] == 0
+    n = len(fake.calls)
+    with pytest.raises(ApiError) as e:
+        cons.renew(b, 1000)
+    assert e.value.code == "stale_receipt" and len(fake.calls) == n + 1  # a 4xx is not retried
+    assert cons.renew(type(b)([], None, cons), 1000) is None and len(fake.calls) == n + 1
+    sub = Subscriptions(connection=conn(lambda call: (200, {"queue": 0, "locked_until": 9}))[0]).get("s1")
+    fake2 = sub.conn.transport
+    sub.consumer().renew("s:0:0:1:5", 5)
+    assert fake2.calls[0].body == {"subscription": "s1", "receipt": "s:0:0:1:5", "visibility_timeout_ms": 5}
+
+
 # ----------------------------------------------------------------------------------- group member
 
 class FakeGroup:

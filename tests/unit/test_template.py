@@ -128,6 +128,7 @@ def test_repo_template_functions_and_routes(template):
     assert routes[("POST", "/v1/topics/{topic}/messages")] == "ProduceFunction"
     assert routes[("GET", "/v1/topics/{topic}/messages")] == "ConsumeFunction"
     assert routes[("POST", "/v1/acks")] == "ConsumeFunction"
+    assert routes[("POST", "/v1/visibility")] == "ConsumeFunction"
     assert routes[("GET", "/v1/groups/{group}/offsets")] == "ConsumeFunction"
     for f in specs.values():
         assert f.handler == "app.lambda_handler"

@@ -7,6 +7,8 @@ Which calls are retried (5xx, 429, connection errors; see :mod:`lakeq_client.htt
 - pulls — a lost response leaves its queue locked until the visibility timeout, then the batch is
   delivered again (at least once); nothing is lost;
 - acks — repeating an ack that succeeded answers the same 200;
+- renews (``POST /v1/visibility``) — a plain re-set of the lock's expiry: a repeat answers 200 with
+  the same or a later ``locked_until``;
 - GETs, the admin offset reset (sets a value), the leave of a group member (404 after it is taken
   as done).
 
@@ -282,6 +284,11 @@ class Batch:
         """Acknowledge now (``POST /v1/acks``)."""
         return self.consumer.ack(self)
 
+    def renew(self, visibility_timeout_ms: int) -> dict | None:
+        """Keep the batch locked for ``visibility_timeout_ms`` from now, or end the lock with 0
+        (:meth:`Consumer.renew`)."""
+        return self.consumer.renew(self, visibility_timeout_ms)
+
 
 class Consumer:
     """Pulls batches of a topic for a consumer group (or of a subscription's list) and settles them.
@@ -296,8 +303,8 @@ class Consumer:
     the visibility timeout; a repeated ack answers the same 200). A pending acknowledgement whose
     pull failed without an answer is kept for the next pull; one the server refused (4xx) is dropped.
 
-    Renewing a batch's visibility (a later issue's ``POST /v1/visibility``) is not offered: the API
-    has no such route yet.
+    :meth:`renew` (``POST /v1/visibility``) extends a batch's lock while a slow handler works on
+    it, or ends it at once (0: the batch is served again at the next pull); retried like acks.
     """
 
     def __init__(self, url: str | None = None, key: str | None = None, *, group: str | None = None,
@@ -362,6 +369,18 @@ class Consumer:
         if receipt is None:
             return None
         return self.conn.call("POST", "/v1/acks", json_body=self._ack_body(receipt), idempotent=True)
+
+    def renew(self, batch: Batch | str, visibility_timeout_ms: int) -> dict | None:
+        """``POST /v1/visibility``: keep the batch's queue locked until now + ``visibility_timeout_ms``
+        (0–43200000; 0 ends the lock now, the batch is then delivered again) → ``{"queue",
+        "locked_until"}`` (``None`` for an empty batch). Retried on 5xx / 429 / connection errors: a
+        repeat re-sets the expiry (same or later). A receipt whose lock was taken by another pull,
+        acknowledged or reset fails with 409 ``stale_receipt`` (:class:`ApiError`)."""
+        receipt = batch if isinstance(batch, str) else batch.receipt
+        if receipt is None:
+            return None
+        body = {**self._ack_body(receipt), "visibility_timeout_ms": visibility_timeout_ms}
+        return self.conn.call("POST", "/v1/visibility", json_body=body, idempotent=True)
 
     def settle(self, batch: Batch) -> None:
         if batch.receipt is None:

@@ -494,6 +494,24 @@ class OffsetRepo:
         return rec is not None and key in (rec.acks or [])
 
     @staticmethod
+    def set_visibility(owner: str, queue: int, receipt: Receipt, lock_until: int, now: int) -> bool:
+        """Set the lock's ``lock_until`` (0: unlocked now), if the lock still is the receipt's
+        (same condition as :meth:`ack`; an acknowledged lock has no ``lock_next``). One conditional
+        UpdateItem; a plain re-set, so a retry answers the same or a later expiry. False: stale."""
+        try:
+            OffsetModel(owner, queue).update(
+                actions=[OffsetModel.lock_until.set(lock_until), OffsetModel.updated_at.set(now)],
+                condition=(OffsetModel.lock_ts == receipt.timestamp)
+                & (OffsetModel.committed_offset == receipt.offset)
+                & (OffsetModel.lock_next == receipt.next_offset),
+            )
+            return True
+        except UpdateError as e:
+            if conditional_failed(e):
+                return False
+            raise
+
+    @staticmethod
     def reset(owner: str, queue: int, offset: int, meta: dict, now: int) -> None:
         """Set the committed offset, drop any lock and invalidate outstanding receipts
         (``lock_ts`` moves on). One unconditional UpdateItem."""

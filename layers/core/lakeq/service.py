@@ -339,6 +339,39 @@ def ack(p: Principal, raw: str | None,
     return _ack_group(p, group, req.client_id, receipt)
 
 
+def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+                      visibility_ms: int) -> dict:
+    if receipt.subscription is not None:
+        raise BadRequest("this receipt is for a subscription; name it with 'subscription'")
+    topic, q = receipt.topic_queue
+    if TopicRepo.get(topic) is None:
+        raise NotFound(f"topic '{topic}' of the receipt does not exist")
+    authorize(p, group, topic)
+    if group.mode == "broadcasting" and client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
+    now = clock()
+    until = now + visibility_ms if visibility_ms > 0 else 0
+    if receipt.broker != broker() or not OffsetRepo.set_visibility(owner, q, receipt, until, now):
+        raise Conflict("the receipt is stale: the queue was locked again, acknowledged or reset since",
+                       code="stale_receipt")
+    return {"topic": topic, "queue": q, "locked_until": until}
+
+
+def visibility(p: Principal, raw: str | None,
+               subscription_visibility: Callable[[Principal, str, Receipt, int], dict] | None = None) -> dict:
+    """``POST /v1/visibility``: extend or end (0) a receipt's lock; checks as :func:`ack`. A
+    subscription's receipt goes to ``subscription_visibility`` (:func:`lakeq.subscriptions.visibility`)."""
+    req = v.visibility(v.json_body(raw))
+    receipt = parse_receipt(req.ack.receipt)
+    if req.ack.subscription is not None:
+        if subscription_visibility is None:
+            raise BadRequest("subscription receipts are handled on the consume routes")
+        return subscription_visibility(p, req.ack.subscription, receipt, req.visibility_timeout_ms)
+    group = client_or_404(req.ack.group, "consumer")  # type: ignore[arg-type]
+    return _visibility_group(p, group, req.ack.client_id, receipt, req.visibility_timeout_ms)
+
+
 def pull(p: Principal, topic: str, params: dict) -> dict:
     check_topic(topic)
     req = v.pull(params)

@@ -363,6 +363,20 @@ def ack(p: Principal, sub_id: str, receipt: Receipt) -> dict:
     return _ack(s, receipt)
 
 
+def visibility(p: Principal, sub_id: str, receipt: Receipt, visibility_ms: int) -> dict:
+    """``POST /v1/visibility {"subscription", "receipt", "visibility_timeout_ms"}`` (dispatched by the route)."""
+    s = _sub_or_404(sub_id)
+    _may_act(p, s)
+    if receipt.subscription != s.id:
+        raise BadRequest("this receipt is not for this subscription's message list")
+    now = clock.now()
+    until = now + visibility_ms if visibility_ms > 0 else 0
+    if receipt.broker != broker() or not OffsetRepo.set_visibility(list_owner(s.id), 0, receipt, until, now):
+        raise Conflict("the receipt is stale: the list was locked again or acknowledged since",
+                       code="stale_receipt")
+    return {"subscription": s.id, "queue": 0, "locked_until": until}
+
+
 def read_list(sub_id: str, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
     """Up to ``limit`` list entries from list offset ``start`` (:func:`lakeq.logread.list_reader`)."""
     return list_reader(list_topic(sub_id))(0, start, limit, max_offset)

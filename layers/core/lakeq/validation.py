@@ -293,6 +293,18 @@ def ack(body: dict) -> AckIn:
 
 
 @dataclass
+class VisibilityIn:
+    ack: AckIn
+    visibility_timeout_ms: int
+
+
+def visibility(body: dict) -> VisibilityIn:
+    """``POST /v1/visibility``: an ack's fields plus ``visibility_timeout_ms`` 0–43200000 (0: unlock now)."""
+    req = ack(body)
+    return VisibilityIn(req, int_field(body, "visibility_timeout_ms", 0, VISIBILITY_MAX, required=True))
+
+
+@dataclass
 class ResetIn:
     topic: str
     queue: int

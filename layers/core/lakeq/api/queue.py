@@ -35,6 +35,13 @@ def ack():
     return json_response(service.ack(p, body(consume_router), subscription_ack=subscriptions.ack))
 
 
+@consume_router.post("/v1/visibility")
+def visibility():
+    p = principal(consume_router)
+    return json_response(service.visibility(p, body(consume_router),
+                                            subscription_visibility=subscriptions.visibility))
+
+
 @consume_router.get("/v1/groups/<group>/offsets")
 def offsets(group: str):
     p = principal(consume_router)
