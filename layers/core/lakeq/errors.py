@@ -38,6 +38,12 @@ class Conflict(ApiError):
     status, code = 409, "conflict"
 
 
+class StaleReceipt(Conflict):
+    """A receipt whose lock is no longer its own (locked again, acknowledged or reset since)."""
+
+    code = "stale_receipt"
+
+
 class PayloadTooLarge(ApiError):
     status, code = 413, "payload_too_large"
 

@@ -58,6 +58,15 @@ def next_lock_ts(now: int, previous_lock_ts: int) -> int:
     return max(now, previous_lock_ts + 1)
 
 
+def lock_until(now: int, visibility_ms: int) -> int:
+    """A lock's new expiry when its visibility is set to ``visibility_ms``: 0 ends it now.
+
+    >>> lock_until(1_000, 30_000), lock_until(1_000, 0)
+    (31000, 0)
+    """
+    return now + visibility_ms if visibility_ms > 0 else 0
+
+
 def ack_key(offset: int, next_offset: int, timestamp: int) -> str:
     """How an acknowledged receipt is remembered on its queue-offset record: a lock's timestamp is
     unique per record (strictly increasing), so this names one lock's batch exactly."""

@@ -29,7 +29,7 @@ from .auth import (  # noqa: F401
     require_admin,
     topic_or_404,
 )
-from .errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unavailable
+from .errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StaleReceipt, Unavailable
 from .logread import SCAN_FACTOR, broker, consume, topic_reader  # noqa: F401
 from .logread import views as _views
 from .models import ClientModel, KeyModel, TopicModel
@@ -39,6 +39,7 @@ from .produce_plan import queue_for_key
 from .receipts import Receipt, topic_queue_field
 from .receipts import parse as parse_receipt
 from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed
+from .selection import lock_until
 
 APPEND_ATTEMPTS = 40
 MAX_KEYS = 10  # live keys per client (rotation: issue the new one, move clients over, revoke)
@@ -309,19 +310,40 @@ def read_batch(topic: str, queue: int, start: int, limit: int, tags: list[str] |
     return topic_reader(topic, tags)(queue, start, limit, max_offset)
 
 
-def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt) -> dict:
+def _instance(group: ClientModel, client_id: str | None) -> str | None:
+    """Whose offsets a request uses: its ``client_id`` in broadcasting mode (400 without one),
+    None in clustering mode (the group's own)."""
+    if group.mode != "broadcasting":
+        return None
+    if client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    return client_id
+
+
+STALE = "the receipt is stale: the queue was locked again, acknowledged or reset since"
+
+
+def _group_receipt(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+                   use: str) -> tuple[str, int, str]:
+    """The checks every use of a group's receipt makes (ack, visibility), in API.md's order:
+    not a subscription's (400), its topic exists (404), the key may act (403), the instance (400).
+    Returns (topic, queue, offsets owner); 409 ``stale_receipt`` for another broker's receipt."""
     if receipt.subscription is not None:
-        raise BadRequest("this receipt is for a subscription; acknowledge it with 'subscription'")
+        raise BadRequest(f"this receipt is for a subscription; {use} it with 'subscription'")
     topic, q = receipt.topic_queue
     if TopicRepo.get(topic) is None:
         raise NotFound(f"topic '{topic}' of the receipt does not exist")
     authorize(p, group, topic)
-    if group.mode == "broadcasting" and client_id is None:
-        raise BadRequest("client_id is required for a broadcasting group")
-    owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
-    if receipt.broker != broker() or not OffsetRepo.ack(owner, q, receipt, clock()):
-        raise Conflict("the receipt is stale: the queue was locked again, acknowledged or reset since",
-                       code="stale_receipt")
+    owner = OffsetRepo.owner(group.name, topic, _instance(group, client_id))
+    if receipt.broker != broker():
+        raise StaleReceipt(STALE)
+    return topic, q, owner
+
+
+def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt) -> dict:
+    topic, q, owner = _group_receipt(p, group, client_id, receipt, "acknowledge")
+    if not OffsetRepo.ack(owner, q, receipt, clock()):
+        raise StaleReceipt(STALE)
     return {"topic": topic, "queue": q, "committed_offset": receipt.next_offset}
 
 
@@ -341,20 +363,11 @@ def ack(p: Principal, raw: str | None,
 
 def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
                       visibility_ms: int) -> dict:
-    if receipt.subscription is not None:
-        raise BadRequest("this receipt is for a subscription; name it with 'subscription'")
-    topic, q = receipt.topic_queue
-    if TopicRepo.get(topic) is None:
-        raise NotFound(f"topic '{topic}' of the receipt does not exist")
-    authorize(p, group, topic)
-    if group.mode == "broadcasting" and client_id is None:
-        raise BadRequest("client_id is required for a broadcasting group")
-    owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
+    topic, q, owner = _group_receipt(p, group, client_id, receipt, "name")
     now = clock()
-    until = now + visibility_ms if visibility_ms > 0 else 0
-    if receipt.broker != broker() or not OffsetRepo.set_visibility(owner, q, receipt, until, now):
-        raise Conflict("the receipt is stale: the queue was locked again, acknowledged or reset since",
-                       code="stale_receipt")
+    until = lock_until(now, visibility_ms)
+    if not OffsetRepo.set_visibility(owner, q, receipt, until, now):
+        raise StaleReceipt(STALE)
     return {"topic": topic, "queue": q, "locked_until": until}
 
 
@@ -380,9 +393,7 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     group = client_or_404(req.group, "consumer")
     allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
     authorize(p, group, topic)
-    if group.mode == "broadcasting" and req.client_id is None:
-        raise BadRequest("client_id is required for a broadcasting group")
-    client_id = req.client_id if group.mode == "broadcasting" else None
+    client_id = _instance(group, req.client_id)
     if ack_receipt is not None:
         _ack_group(p, group, client_id, ack_receipt)
     owner = OffsetRepo.owner(group.name, topic, client_id)
@@ -404,9 +415,7 @@ def offsets(p: Principal, group_name: str, params: dict) -> dict:
     t = topic_or_404(topic)
     group = client_or_404(group_name, "consumer")
     authorize(p, group, topic)
-    if group.mode == "broadcasting" and client_id is None:
-        raise BadRequest("client_id is required for a broadcasting group")
-    owner = OffsetRepo.owner(group.name, topic, client_id if group.mode == "broadcasting" else None)
+    owner = OffsetRepo.owner(group.name, topic, _instance(group, client_id))
     now = clock()
     queues = []
     recs = OffsetRepo.records(owner)
@@ -426,15 +435,13 @@ def reset_offset(p: Principal, group_name: str, raw: str | None) -> dict:
     t = topic_or_404(req.topic)
     group = client_or_404(group_name, "consumer")
     require_admin(p)
-    if group.mode == "broadcasting" and req.client_id is None:
-        raise BadRequest("client_id is required for a broadcasting group")
+    client_id = _instance(group, req.client_id)
     if req.queue >= int(t.queues):
         raise BadRequest(f"topic '{req.topic}' has queues 0-{int(t.queues) - 1}")
     meta = LogRepo.queue(req.topic, req.queue)
     lo, hi = int(meta.min_offset), int(meta.max_offset)  # type: ignore[union-attr]
     if not lo <= req.offset <= hi:
         raise BadRequest(f"offset must be within [{lo}, {hi}] for queue {req.queue}")
-    client_id = req.client_id if group.mode == "broadcasting" else None
     owner = OffsetRepo.owner(group.name, req.topic, client_id)
     OffsetRepo.reset(owner, req.queue, req.offset, {"group": group.name, "client_id": client_id, "topic": req.topic},
                      clock())

@@ -32,7 +32,7 @@ from matcher.index import validate_conditions, validate_tags
 from . import clock
 from . import validation as v
 from .auth import Principal, authorize, client_or_404, topic_or_404
-from .errors import BadRequest, Conflict, Forbidden, NotFound
+from .errors import BadRequest, Forbidden, NotFound, StaleReceipt
 from .fanout_plan import parked_view
 from .logread import broker, consume, list_reader, views
 from .models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
@@ -40,6 +40,7 @@ from .names import check_name, check_topic, covers, is_name
 from .receipts import Receipt, subscription_field
 from .receipts import parse as parse_receipt
 from .repos import LogRepo, OffsetRepo, transact, transact_if_first
+from .selection import lock_until
 
 log = logging.getLogger("lakeq.subscriptions")
 
@@ -347,12 +348,22 @@ def purge_removed(event: dict, deadline: float | None = None) -> dict:
     return {"batchItemFailures": []}
 
 
-def _ack(s: SubscriptionModel, receipt: Receipt) -> dict:
+STALE = "the receipt is stale: the list was locked again or acknowledged since"
+
+
+def _list_receipt(s: SubscriptionModel, receipt: Receipt) -> str:
+    """The checks every use of a list's receipt makes (ack, visibility): this subscription's (400),
+    this broker's (409 ``stale_receipt``). Returns the list's offsets owner."""
     if receipt.subscription != s.id:
         raise BadRequest("this receipt is not for this subscription's message list")
-    if receipt.broker != broker() or not OffsetRepo.ack(list_owner(s.id), 0, receipt, clock.now()):
-        raise Conflict("the receipt is stale: the list was locked again or acknowledged since",
-                       code="stale_receipt")
+    if receipt.broker != broker():
+        raise StaleReceipt(STALE)
+    return list_owner(s.id)
+
+
+def _ack(s: SubscriptionModel, receipt: Receipt) -> dict:
+    if not OffsetRepo.ack(_list_receipt(s, receipt), 0, receipt, clock.now()):
+        raise StaleReceipt(STALE)
     return {"subscription": s.id, "queue": 0, "committed_offset": receipt.next_offset}
 
 
@@ -367,13 +378,11 @@ def visibility(p: Principal, sub_id: str, receipt: Receipt, visibility_ms: int) 
     """``POST /v1/visibility {"subscription", "receipt", "visibility_timeout_ms"}`` (dispatched by the route)."""
     s = _sub_or_404(sub_id)
     _may_act(p, s)
-    if receipt.subscription != s.id:
-        raise BadRequest("this receipt is not for this subscription's message list")
+    owner = _list_receipt(s, receipt)
     now = clock.now()
-    until = now + visibility_ms if visibility_ms > 0 else 0
-    if receipt.broker != broker() or not OffsetRepo.set_visibility(list_owner(s.id), 0, receipt, until, now):
-        raise Conflict("the receipt is stale: the list was locked again or acknowledged since",
-                       code="stale_receipt")
+    until = lock_until(now, visibility_ms)
+    if not OffsetRepo.set_visibility(owner, 0, receipt, until, now):
+        raise StaleReceipt(STALE)
     return {"subscription": s.id, "queue": 0, "locked_until": until}
 
 
