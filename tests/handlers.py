@@ -52,6 +52,24 @@ def _load(spec: tpl.FunctionSpec):
     return as_function
 
 
+def load_function(logical_id: str):
+    """The handler of ``template.yaml``'s function ``logical_id``, run as that function."""
+    return _load(next(s for s in tpl.functions(tpl.load_template()) if s.logical_id == logical_id))
+
+
+def sqs_messages(sqs, queue_name: str) -> list[dict]:
+    """Receive and delete every message of an SQS queue; their JSON bodies, in order received."""
+    url = sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
+    out = []
+    while True:
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        for msg in got:
+            out.append(json.loads(msg["Body"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+
+
 class Api:
     """``api.call("POST", "/v1/topics", body={...}, key=...)`` → (status, json body)."""
 

@@ -40,3 +40,18 @@ def clock(monkeypatch):
     c = Clock()
     monkeypatch.setattr(lakeq_clock, "now", c)
     return c
+
+
+@pytest.fixture
+def fresh_matcher():
+    """A fresh fan-out index cache (one per container on AWS; here one per test's moto tables)."""
+    from lakeq import fanout
+    fanout.matcher = fanout.Matcher()
+    yield
+    fanout.matcher = fanout.Matcher()
+
+
+@pytest.fixture
+def fanout_handler(aws):
+    from tests.handlers import load_function
+    return load_function("FanoutFunction")

@@ -19,22 +19,12 @@ from infra.local import template as tpl
 from infra.local.streams import StreamPump
 from lakeq import clock as lakeq_clock
 from lakeq import fanout
-from tests.handlers import Context, _load, sample
+from tests.handlers import Context, sample, sqs_messages
 
 T_SAMPLE = 1795312800123  # produced_at of the messages in events/fanout_*stream.json
 
 
-@pytest.fixture(autouse=True)
-def fresh_matcher():
-    fanout.matcher = fanout.Matcher()
-    yield
-    fanout.matcher = fanout.Matcher()
-
-
-@pytest.fixture
-def fanout_handler(aws):
-    spec = next(s for s in tpl.functions(tpl.load_template()) if s.logical_id == "FanoutFunction")
-    return _load(spec)
+pytestmark = pytest.mark.usefixtures("fresh_matcher")
 
 
 @pytest.fixture
@@ -54,15 +44,7 @@ def pump(aws, fanout_handler):
 
 
 def on_failure_queue(aws) -> list[dict]:
-    url = aws["sqs"].get_queue_url(QueueName=f"{tpl.LOCAL_STACK}-stream-failures")["QueueUrl"]
-    out = []
-    while True:
-        got = aws["sqs"].receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not got:
-            return out
-        for msg in got:
-            out.append(json.loads(msg["Body"]))
-            aws["sqs"].delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+    return sqs_messages(aws["sqs"], f"{tpl.LOCAL_STACK}-stream-failures")
 
 
 def create(api, key, **body):

@@ -9,6 +9,7 @@ import pytest
 
 from infra.local import template as T
 from infra.local.streams import StreamPump
+from tests.handlers import sqs_messages
 
 HANDLER = textwrap.dedent('''
     import json, os
@@ -231,15 +232,7 @@ def test_template_without_stream_events_drains_at_once(aws, template):
 
 
 def failure_records(aws, name="pump-fail"):
-    url = aws["sqs"].get_queue_url(QueueName=name)["QueueUrl"]
-    out = []
-    while True:
-        got = aws["sqs"].receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not got:
-            return out
-        for msg in got:
-            out.append(json.loads(msg["Body"]))
-            aws["sqs"].delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+    return sqs_messages(aws["sqs"], name)
 
 
 def seq_of(aws, n):

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq import clock, fanout
+from lakeq import clock
 from lakeq.subscriptions import SubscriptionModel
 
 H = 3_600_000
 T0 = 1_800_000_000_000
 
 
-@pytest.fixture(autouse=True)
-def fresh_matcher():
-    fanout.matcher = fanout.Matcher()
-    yield
-    fanout.matcher = fanout.Matcher()
+pytestmark = pytest.mark.usefixtures("fresh_matcher")
 
 
 def at(monkeypatch, ms):
@@ -43,9 +39,8 @@ def drain(api, sid, key):
 
 
 def handler(logical_id):
-    from infra.local import template as tpl
-    from tests.handlers import _load
-    return _load(next(s for s in tpl.functions(tpl.load_template()) if s.logical_id == logical_id))
+    from tests.handlers import load_function
+    return load_function(logical_id)
 
 
 def test_start_is_clock_free(api, setup, aws, monkeypatch):

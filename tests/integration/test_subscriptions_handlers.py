@@ -10,7 +10,7 @@ import pytest
 
 from lakeq import clock, fanout
 from lakeq.subscriptions import SubscriptionModel
-from tests.handlers import ROOT, Context, _load, sample
+from tests.handlers import Context, sample
 
 SID = "0123456789abcdef0123456789abcdef"  # the id used in events/subscriptions_*.json
 SEED = {"subscriber": "risk", "topic": "quotes",
@@ -18,18 +18,7 @@ SEED = {"subscriber": "risk", "topic": "quotes",
 T_SAMPLE = 1795312800123  # produced_at of the messages in events/fanout_segments_stream.json
 
 
-@pytest.fixture(autouse=True)
-def fresh_matcher():
-    fanout.matcher = fanout.Matcher()  # the per-container cache: one per test's moto tables
-    yield
-    fanout.matcher = fanout.Matcher()
-
-
-@pytest.fixture
-def fanout_handler(aws):
-    from infra.local import template as tpl
-    spec = next(s for s in tpl.functions(tpl.load_template()) if s.logical_id == "FanoutFunction")
-    return _load(spec)
+pytestmark = pytest.mark.usefixtures("fresh_matcher")
 
 
 @pytest.fixture

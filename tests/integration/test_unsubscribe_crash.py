@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq import fanout
 from lakeq.models import DedupModel, OffsetModel, SegmentModel
 from lakeq.repos import LogRepo
 from lakeq.subscriptions import SubscriptionModel
@@ -19,17 +18,12 @@ from tests.crash import CrashAfter, count_calls, seeded_points
 SEED = 8
 
 
-@pytest.fixture(autouse=True)
-def fresh_matcher():
-    fanout.matcher = fanout.Matcher()
-    yield
-    fanout.matcher = fanout.Matcher()
+pytestmark = pytest.mark.usefixtures("fresh_matcher")
 
 
 def handler(logical_id):
-    from infra.local import template as tpl
-    from tests.handlers import _load
-    return _load(next(s for s in tpl.functions(tpl.load_template()) if s.logical_id == logical_id))
+    from tests.handlers import load_function
+    return load_function(logical_id)
 
 
 @pytest.fixture
