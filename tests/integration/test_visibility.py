@@ -9,10 +9,11 @@ import pytest
 from lakeq.models import OffsetModel
 from tests.crash import CrashAfter, count_calls
 from tests.handlers import Context, sample
-from tests.integration.test_subscriptions_handlers import T_SAMPLE, fanout_handler, fresh_matcher  # noqa: F401
+from tests.integration.test_subscriptions_handlers import T_SAMPLE
 
 T = "/v1/topics/quotes%2Fsh/messages"
 VIS = "/v1/visibility"
+pytestmark = pytest.mark.usefixtures("fresh_matcher")
 
 
 def produce(api, key, msgs):
@@ -196,7 +197,7 @@ def test_crash_after_the_update_then_retry(api, setup, clock, batch):
     assert [m["id"] for m in pull(api, setup["risk"])[1]["messages"]] == [m["id"] for m in batch["messages"]]
 
 
-def test_subscription_receipts(api, setup, clock, fanout_handler):  # noqa: F811
+def test_subscription_receipts(api, setup, clock, fanout_handler):
     clock.t = T_SAMPLE - 1000
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes"}, key=setup["risk"])
     assert s == 201, sub
