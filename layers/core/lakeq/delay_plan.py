@@ -1,0 +1,125 @@
+"""Delayed delivery (``delay_ms``), the pure part: DelayedTable's sort key, how a queue's delayed
+messages are cut into produce transactions, what a promotion transaction may carry, and the queue
+item's ``next_due`` after a promotion. No AWS imports; :mod:`lakeq.delayed` runs these plans with
+:class:`lakeq.repos.DelayedRepo`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+from . import segments as seg
+from .produce_plan import QUEUE_ITEM_BYTES, TRANSACT_BYTES, TRANSACT_ITEMS, dedup_item_bytes, pq
+
+MAX_DELAY_MS = 900_000  # 15 minutes, as SQS's DelaySeconds
+DUE_DIGITS = 13  # epoch milliseconds have 13 digits until the year 2286
+
+
+def due_key(deliver_at: int, mid: str) -> str:
+    """DelayedTable's sort key: due order, then id (string order).
+
+    >>> due_key(1_800_000_000_000, "a") < due_key(1_800_000_000_000, "b") < due_key(1_800_000_000_001, "a")
+    True
+    >>> due_key(5, "x")
+    '0000000000005#x'
+    """
+    return f"{deliver_at:0{DUE_DIGITS}d}#{mid}"
+
+
+def encode_message(m: seg.Message) -> str:
+    """A delayed message as DelayedTable keeps it (compact JSON of the segment header and body)."""
+    return json.dumps({"id": m.id, "body": m.body, "key": m.key, "tags": m.tags, "properties": m.properties,
+                       "produced_at": m.produced_at}, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_message(text: str) -> seg.Message:
+    """Inverse of :func:`encode_message`.
+
+    >>> m = seg.Message(id="a", body="é", key=None, tags=["t"], properties={"n": 1}, produced_at=5)
+    >>> decode_message(encode_message(m)) == m
+    True
+    """
+    d = json.loads(text)
+    return seg.Message(id=d["id"], body=d["body"], key=d.get("key"), tags=list(d.get("tags") or []),
+                       properties=dict(d.get("properties") or {}), produced_at=int(d.get("produced_at") or 0))
+
+
+def delayed_item_bytes(pq_: str, m: seg.Message) -> int:
+    """Upper bound of a DelayedTable item's size (attribute names + values)."""
+    return len(pq_.encode("utf-8")) + DUE_DIGITS + 1 + len(m.id.encode("utf-8")) + m.encoded_size() + 100
+
+
+def delete_key_bytes(pq_: str, mid: str) -> int:
+    """What a delete of a delayed item adds to a transaction's size (its key)."""
+    return len(pq_.encode("utf-8")) + DUE_DIGITS + 1 + len(mid.encode("utf-8")) + 20
+
+
+@dataclass(frozen=True)
+class Delayed:
+    """One delayed message of a produce request."""
+
+    index: int  # in the request
+    message: seg.Message
+    cid: bool  # the id is the client's (a dedup item records it)
+    deliver_at: int
+
+
+def plan_delayed(topic: str, q: int, items: list[Delayed]) -> list[list[Delayed]]:
+    """Cut a queue's delayed messages into transactions within DynamoDB's limits: the queue item's
+    update (``next_due``, ``delayed``, ``dver``), one put per message and one dedup put per
+    client id; at most ``TRANSACT_ITEMS`` items and ``TRANSACT_BYTES`` by size bounds each.
+
+    >>> ms = [Delayed(i, seg.Message(id=str(i), body="x"), True, 10) for i in range(60)]
+    >>> [len(p) for p in plan_delayed("t", 0, ms)]
+    [49, 11]
+    """
+    pq_ = pq(topic, q)
+    parts: list[list[Delayed]] = []
+    n_items = n_bytes = 0
+    for d in items:
+        add_items = 1 + (1 if d.cid else 0)
+        add_bytes = delayed_item_bytes(pq_, d.message) + (dedup_item_bytes(topic, d.message.id) if d.cid else 0)
+        if not parts or n_items + add_items > TRANSACT_ITEMS or n_bytes + add_bytes > TRANSACT_BYTES:
+            parts.append([])
+            n_items, n_bytes = 1, QUEUE_ITEM_BYTES
+        parts[-1].append(d)
+        n_items += add_items
+        n_bytes += add_bytes
+    return parts
+
+
+def promotion_extra(topic: str, q: int) -> Callable[[tuple[int, seg.Message, bool]], tuple[int, int]]:
+    """For :func:`lakeq.produce_plan.plan_parts`: each promoted message also deletes its delayed item."""
+    pq_ = pq(topic, q)
+    return lambda it: (1, delete_key_bytes(pq_, it[1].id))
+
+
+def next_due_after(deliver_ats: list[int], promoted: int, complete: bool) -> int | None:
+    """The queue's ``next_due`` once the first ``promoted`` of its delayed messages (``deliver_ats``,
+    the first ones in due order as a Query returned them) have joined the queue: the next one's
+    due time; None when there is none left — known only when the Query returned them all
+    (``complete``). A Query that stopped early always returns one more than it promotes.
+
+    >>> next_due_after([5, 7, 9], 2, True), next_due_after([5, 7], 2, True)
+    (9, None)
+    """
+    if promoted < len(deliver_ats):
+        return deliver_ats[promoted]
+    if not complete:
+        raise ValueError("the Query must return one delayed message more than it promotes")
+    return None
+
+
+def due_count(deliver_ats: list[int], now: int) -> int:
+    """How many of the first delayed messages (in due order) are due at ``now``.
+
+    >>> due_count([5, 7, 9], 7), due_count([], 7)
+    (2, 0)
+    """
+    n = 0
+    for d in deliver_ats:
+        if d > now:
+            break
+        n += 1
+    return n
