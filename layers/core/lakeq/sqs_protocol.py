@@ -1,0 +1,719 @@
+"""The SQS wire protocol, pure: errors, MD5 digests, names, attributes, receipt handles, queue URLs,
+batch checks, and the two encodings (AWS JSON 1.0 and the query protocol's form + XML).
+
+Nothing here touches AWS or the store; :mod:`lakeq.sqs_service` runs the actions. Shapes and codes
+follow botocore's SQS service model (2012-11-05) and the query-compatible error codes SQS sends in
+``x-amzn-query-error``.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import struct
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+from xml.sax.saxutils import escape
+
+# --- errors ----------------------------------------------------------------------------------------
+# modeled error (shape name) -> (query-compatible code, HTTP status); others use their own name, 400
+MODELED = {
+    "QueueDoesNotExist": ("AWS.SimpleQueueService.NonExistentQueue", 400),
+    "QueueNameExists": ("QueueAlreadyExists", 400),
+    "QueueDeletedRecently": ("AWS.SimpleQueueService.QueueDeletedRecently", 400),
+    "ReceiptHandleIsInvalid": ("ReceiptHandleIsInvalid", 404),
+    "MessageNotInflight": ("AWS.SimpleQueueService.MessageNotInflight", 400),
+    "TooManyEntriesInBatchRequest": ("AWS.SimpleQueueService.TooManyEntriesInBatchRequest", 400),
+    "EmptyBatchRequest": ("AWS.SimpleQueueService.EmptyBatchRequest", 400),
+    "BatchEntryIdsNotDistinct": ("AWS.SimpleQueueService.BatchEntryIdsNotDistinct", 400),
+    "BatchRequestTooLong": ("AWS.SimpleQueueService.BatchRequestTooLong", 400),
+    "InvalidBatchEntryId": ("AWS.SimpleQueueService.InvalidBatchEntryId", 400),
+    "UnsupportedOperation": ("AWS.SimpleQueueService.UnsupportedOperation", 400),
+    "PurgeQueueInProgress": ("AWS.SimpleQueueService.PurgeQueueInProgress", 403),
+    "InvalidAttributeName": ("InvalidAttributeName", 400),
+    "InvalidAttributeValue": ("InvalidAttributeValue", 400),
+    "InvalidMessageContents": ("InvalidMessageContents", 400),
+    "InvalidIdFormat": ("InvalidIdFormat", 400),
+    "OverLimit": ("OverLimit", 403),
+    "InvalidAddress": ("InvalidAddress", 404),
+    "InvalidSecurity": ("InvalidSecurity", 403),
+    "RequestThrottled": ("RequestThrottled", 403),
+    "ResourceNotFoundException": ("ResourceNotFoundException", 404),
+}
+# common (unmodeled) errors: code -> status
+COMMON = {"InvalidParameterValue": 400, "MissingParameter": 400, "AccessDenied": 403, "InvalidAction": 400,
+          "InternalFailure": 500, "ServiceUnavailable": 503, "InvalidQueryParameter": 400,
+          "MalformedQueryString": 404, "UnknownOperationException": 400}
+
+
+class SqsError(Exception):
+    """An SQS error. ``name``: the JSON ``__type`` suffix (the model's shape name, or a common
+    code); ``code``: the query-compatible code botocore reports; ``status``: the HTTP status.
+
+    >>> e = SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+    >>> e.code, e.status, e.json_type
+    ('AWS.SimpleQueueService.NonExistentQueue', 400, 'com.amazonaws.sqs#QueueDoesNotExist')
+    """
+
+    def __init__(self, name: str, message: str, status: int | None = None, sender: bool = True,
+                 code: str | None = None, json_type: str | None = None):
+        super().__init__(message)
+        default_code, default_status = MODELED.get(name, (name, COMMON.get(name, 400)))
+        self.name = name
+        self.message = message
+        self.code = code or default_code
+        self.status = status or default_status
+        self.sender = sender
+        self.json_type = json_type or f"com.amazonaws.sqs#{name}"
+
+
+def invalid(message: str) -> SqsError:
+    return SqsError("InvalidParameterValue", message)
+
+
+def missing(parameter: str) -> SqsError:
+    return SqsError("MissingParameter", f"The request must contain the parameter {parameter}.")
+
+
+def no_queue() -> SqsError:
+    return SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+
+
+def access_denied(action: str) -> SqsError:
+    return SqsError("AccessDenied", f"Access to the resource is denied: this identity may not call {action} "
+                    "on this queue.", status=403)
+
+
+def error_parts(e: Any) -> tuple[int, str, str, str, bool]:
+    """(status, JSON __type, query code, message, sender fault) of an SqsError or any exception
+    carrying ``code``/``message``/``status`` (e.g. the SigV4 module's)."""
+    code = getattr(e, "code", "InternalFailure")
+    status = int(getattr(e, "status", 400))
+    jt = getattr(e, "json_type", None) or f"com.amazonaws.sqs#{getattr(e, 'name', code)}"
+    return status, jt, code, getattr(e, "message", str(e)), bool(getattr(e, "sender", status < 500))
+
+
+# --- digests ---------------------------------------------------------------------------------------
+def md5_hex(data: bytes | str) -> str:
+    """
+    >>> md5_hex("hello")
+    '5d41402abc4b2a76b9719d911017c592'
+    """
+    return hashlib.md5(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()  # noqa: S324
+
+
+def md5_attributes(attrs: dict[str, dict]) -> str | None:
+    """MD5OfMessageAttributes as SQS computes it: for each attribute sorted by name, the name, the
+    data type (each as 4-byte big-endian length + UTF-8), a transport byte (1 string/number,
+    2 binary) and the value (length-prefixed). None when there are no attributes."""
+    if not attrs:
+        return None
+    buf = bytearray()
+
+    def put(b: bytes) -> None:
+        buf.extend(struct.pack(">I", len(b)))
+        buf.extend(b)
+    for name in sorted(attrs):
+        a = attrs[name]
+        put(name.encode("utf-8"))
+        put(a["DataType"].encode("utf-8"))
+        if "BinaryValue" in a:
+            buf.append(2)
+            put(a["BinaryValue"])
+        else:
+            buf.append(1)
+            put(a["StringValue"].encode("utf-8"))
+    return md5_hex(bytes(buf))
+
+
+# --- names, URLs, ARNs -----------------------------------------------------------------------------
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_FIFO_NAME = re.compile(r"[A-Za-z0-9_-]{1,75}\.fifo")
+
+
+def is_queue_name(name: object) -> bool:
+    """A name SQS accepts: 1-80 of ``A-Za-z0-9_-``, or 1-75 of them plus ``.fifo``.
+
+    >>> [is_queue_name(n) for n in ("a", "a.fifo", "a.b", "a/b", "x" * 81, "")]
+    [True, True, False, False, False, False]
+    """
+    return isinstance(name, str) and (_QUEUE_NAME.fullmatch(name) is not None
+                                      or _FIFO_NAME.fullmatch(name) is not None)
+
+
+def queue_url(base: str, account: str, name: str) -> str:
+    return f"{base.rstrip('/')}/{account}/{name}"
+
+
+def queue_name_of_url(url: object) -> str:
+    """The queue name of a queue URL on any host: its last path segment (the account before it is
+    not checked). QueueDoesNotExist when it cannot name a queue.
+
+    >>> queue_name_of_url("http://127.0.0.1:3000/123456789012/jobs"), queue_name_of_url("https://x/1/q.fifo")
+    ('jobs', 'q.fifo')
+    """
+    if not isinstance(url, str) or not url:
+        raise missing("QueueUrl")
+    path = urlsplit(url).path if "://" in url else url
+    parts = [p for p in path.split("/") if p]
+    if len(parts) < 2 or not is_queue_name(parts[-1]):
+        raise no_queue()
+    return parts[-1]
+
+
+def queue_arn(region: str, account: str, name: str) -> str:
+    return f"arn:aws:sqs:{region}:{account}:{name}"
+
+
+def name_of_arn(arn: object) -> str | None:
+    """
+    >>> name_of_arn("arn:aws:sqs:us-east-1:123456789012:dlq"), name_of_arn("nope")
+    ('dlq', None)
+    """
+    if not isinstance(arn, str):
+        return None
+    parts = arn.split(":")
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs" or not is_queue_name(parts[5]):
+        return None
+    return parts[5]
+
+
+# --- queue attributes ------------------------------------------------------------------------------
+DEFAULTS = {"VisibilityTimeout": "30", "MaximumMessageSize": "262144", "MessageRetentionPeriod": "345600",
+            "DelaySeconds": "0", "ReceiveMessageWaitTimeSeconds": "0", "SqsManagedSseEnabled": "true"}
+FIFO_DEFAULTS = {"FifoQueue": "true", "ContentBasedDeduplication": "false", "DeduplicationScope": "queue",
+                 "FifoThroughputLimit": "perQueue"}
+_INT_RANGES = {"VisibilityTimeout": (0, 43200), "MaximumMessageSize": (1024, 1048576),
+               "MessageRetentionPeriod": (60, 1209600), "DelaySeconds": (0, 900),
+               "ReceiveMessageWaitTimeSeconds": (0, 20), "KmsDataKeyReusePeriodSeconds": (60, 86400)}
+_SETTABLE = set(_INT_RANGES) | {"Policy", "RedrivePolicy", "RedriveAllowPolicy", "KmsMasterKeyId",
+                                "SqsManagedSseEnabled"}
+_FIFO_ONLY = {"ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"}
+READ_ONLY = {"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+             "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn"}
+ALL_NAMES = _SETTABLE | _FIFO_ONLY | READ_ONLY | {"FifoQueue"}
+MAX_RECEIVE_COUNT = 1000
+
+
+def _bad_value(name: str, why: str = "") -> SqsError:
+    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}." + (f" Reason: {why}" if why
+                                                                                          else ""))
+
+
+def check_attributes(attrs: object, fifo: bool, creating: bool) -> dict[str, str]:
+    """Validate CreateQueue / SetQueueAttributes ``Attributes``; the normalised strings. Names:
+    InvalidAttributeName; values: InvalidAttributeValue. ``FifoQueue`` is accepted only at creation.
+
+    >>> check_attributes({"VisibilityTimeout": "5"}, False, True)
+    {'VisibilityTimeout': '5'}
+    """
+    if attrs is None:
+        return {}
+    if not isinstance(attrs, dict):
+        raise invalid("Attributes must be a map of attribute names to strings.")
+    out: dict[str, str] = {}
+    for name, value in attrs.items():
+        allowed = _SETTABLE | (_FIFO_ONLY if fifo else set()) | ({"FifoQueue"} if creating else set())
+        if name not in allowed:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if not isinstance(value, str):
+            raise _bad_value(name)
+        if name in _INT_RANGES:
+            lo, hi = _INT_RANGES[name]
+            if not (value.isascii() and value.lstrip("-").isdigit()) or not lo <= int(value) <= hi:
+                raise _bad_value(name, f"must be an integer from {lo} to {hi}.")
+            value = str(int(value))
+        elif name in ("FifoQueue", "ContentBasedDeduplication", "SqsManagedSseEnabled"):
+            if value.lower() not in ("true", "false"):
+                raise _bad_value(name)
+            value = value.lower()
+            if name == "FifoQueue" and value != ("true" if fifo else "false"):
+                raise invalid("The name of a FIFO queue can only include alphanumeric characters, hyphens, or "
+                              "underscores, must end with .fifo suffix and be 1 to 80 in length.")
+        elif name == "DeduplicationScope" and value not in ("messageGroup", "queue"):
+            raise _bad_value(name)
+        elif name == "FifoThroughputLimit" and value not in ("perQueue", "perMessageGroupId"):
+            raise _bad_value(name)
+        elif name == "RedrivePolicy" and value != "":
+            count = parse_redrive(value)[1]
+            value = json.dumps({"deadLetterTargetArn": json.loads(value)["deadLetterTargetArn"],
+                                "maxReceiveCount": count}, separators=(",", ":"))  # SQS's own form
+        elif name in ("Policy", "RedriveAllowPolicy") and value != "":
+            try:
+                if not isinstance(json.loads(value), dict):
+                    raise ValueError
+            except ValueError:
+                raise _bad_value(name, "must be a JSON object.") from None
+        out[name] = value
+    return out
+
+
+def parse_redrive(value: str) -> tuple[str, int]:
+    """``RedrivePolicy`` → (dead-letter queue name, maxReceiveCount 1-1000)."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise _bad_value("RedrivePolicy", "Redrive policy is not a valid JSON map.")
+    target = name_of_arn(doc.get("deadLetterTargetArn"))
+    if target is None:
+        raise _bad_value("RedrivePolicy", "Invalid value for deadLetterTargetArn.")
+    count = doc.get("maxReceiveCount")
+    if isinstance(count, str) and count.isdigit():
+        count = int(count)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_RECEIVE_COUNT:
+        raise _bad_value("RedrivePolicy", f"Value {count} for parameter maxReceiveCount is invalid. "
+                         f"Reason: must be an integer from 1 to {MAX_RECEIVE_COUNT}.")
+    return target, count
+
+
+def requested_attribute_names(names: object, known: set[str]) -> set[str]:
+    """GetQueueAttributes / ReceiveMessage ``AttributeNames``: the set asked for (``All`` → all of
+    ``known``); InvalidAttributeName for an unknown one."""
+    if names is None:
+        return set()
+    if not isinstance(names, list):
+        raise invalid("AttributeNames must be a list.")
+    out: set[str] = set()
+    for n in names:
+        if n == "All":
+            out |= known
+        elif n in known:
+            out.add(n)
+        else:
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {n}.")
+    return out
+
+
+MESSAGE_SYSTEM_NAMES = {"SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
+                        "SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader",
+                        "DeadLetterQueueSourceArn"}
+
+
+# --- message attributes and bodies -----------------------------------------------------------------
+_ATTR_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+_DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[^\s]{1,250})?")
+_BAD_BODY = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+MAX_MESSAGE_ATTRIBUTES = 10
+
+
+def check_body(body: object) -> str:
+    if body is None:
+        raise missing("MessageBody")
+    if not isinstance(body, str):
+        raise invalid("MessageBody must be a string.")
+    if body == "":
+        raise missing("MessageBody")
+    if _BAD_BODY.search(body):
+        raise SqsError("InvalidMessageContents", "Invalid characters found. Valid unicode characters are "
+                       "#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF")
+    return body
+
+
+def _b64(value: object, name: str) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    try:
+        return base64.b64decode(value, validate=True)  # type: ignore[arg-type]
+    except (binascii.Error, TypeError, ValueError):
+        raise invalid(f"The message attribute '{name}' has an invalid binary value.") from None
+
+
+def check_message_attributes(attrs: object) -> dict[str, dict]:
+    """Validate ``MessageAttributes``; normalised to ``{name: {"DataType", "StringValue" | "BinaryValue"
+    (bytes)}}``. SQS's rules: at most 10, names ``[A-Za-z0-9_.-]`` up to 256 without a leading,
+    trailing or doubled '.', not ``AWS.``/``Amazon.``; type String/Number/Binary with an optional
+    ``.custom`` suffix; a value of that type; Number a decimal of at most 38 significant digits."""
+    if attrs is None:
+        return {}
+    if not isinstance(attrs, dict):
+        raise invalid("MessageAttributes must be a map.")
+    if len(attrs) > MAX_MESSAGE_ATTRIBUTES:
+        raise invalid(f"Number of message attributes [{len(attrs)}] exceeds the allowed maximum "
+                      f"[{MAX_MESSAGE_ATTRIBUTES}].")
+    out: dict[str, dict] = {}
+    for name, a in attrs.items():
+        if (not isinstance(name, str) or not _ATTR_NAME.fullmatch(name) or name.startswith(".")
+                or name.endswith(".") or ".." in name or name.lower().startswith(("aws.", "amazon."))):
+            raise invalid(f"Message attribute name '{name}' is invalid.")
+        if not isinstance(a, dict):
+            raise invalid(f"The message attribute '{name}' must be a structure.")
+        dt = a.get("DataType")
+        if not dt:
+            raise invalid(f"The message attribute '{name}' must contain non-empty message attribute type.")
+        if not isinstance(dt, str) or not _DATA_TYPE.fullmatch(dt):
+            raise invalid(f"The type of message (user) attribute '{name}' is invalid. You must use only the "
+                          "following supported type prefixes: Binary, Number, String.")
+        if a.get("StringListValues") or a.get("BinaryListValues"):
+            raise invalid(f"The message attribute '{name}' uses list values, which are not supported.")
+        if dt.startswith("Binary"):
+            if a.get("BinaryValue") is None:
+                raise invalid(f"The message attribute '{name}' with type 'Binary' must use field 'Binary'.")
+            out[name] = {"DataType": dt, "BinaryValue": _b64(a["BinaryValue"], name)}
+        else:
+            sv = a.get("StringValue")
+            if sv is None or not isinstance(sv, str):
+                raise invalid(f"The message attribute '{name}' with type '{dt.split('.')[0]}' must use field "
+                              "'String'.")
+            if sv == "":
+                raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value.")
+            if dt.startswith("Number") and not _is_number(sv):
+                raise invalid(f"Can't cast the value of message (user) attribute '{name}' to a number.")
+            if _BAD_BODY.search(sv):
+                raise SqsError("InvalidMessageContents", f"The message attribute '{name}' has invalid characters.")
+            out[name] = {"DataType": dt, "StringValue": sv}
+    return out
+
+
+def _is_number(s: str) -> bool:
+    """
+    >>> [_is_number(x) for x in ("1", "-1.5", "1e3", "abc", "1" * 39)]
+    [True, True, True, False, False]
+    """
+    try:
+        float(s)
+    except ValueError:
+        return False
+    digits = re.sub(r"[eE].*$", "", s).replace("-", "").replace("+", "").replace(".", "").lstrip("0")
+    return len(digits) <= 38
+
+
+def message_size(body: str, attrs: dict[str, dict]) -> int:
+    """A message's size as SQS counts it: body bytes + each attribute's name, type and value bytes."""
+    n = len(body.encode("utf-8"))
+    for name, a in attrs.items():
+        n += len(name.encode("utf-8")) + len(a["DataType"].encode("utf-8"))
+        n += len(a["BinaryValue"]) if "BinaryValue" in a else len(a["StringValue"].encode("utf-8"))
+    return n
+
+
+def attributes_to_json(attrs: dict[str, dict]) -> str:
+    """Attributes in a storable JSON form (binary values base64)."""
+    return json.dumps({k: ({"DataType": a["DataType"], "BinaryValue": base64.b64encode(a["BinaryValue"]).decode()}
+                           if "BinaryValue" in a else a) for k, a in attrs.items()},
+                      separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def attributes_from_json(text: str) -> dict[str, dict]:
+    doc = json.loads(text)
+    return {k: ({"DataType": a["DataType"], "BinaryValue": base64.b64decode(a["BinaryValue"])}
+                if "BinaryValue" in a else a) for k, a in doc.items()}
+
+
+def select_message_attributes(attrs: dict[str, dict], names: object) -> dict[str, dict]:
+    """ReceiveMessage ``MessageAttributeNames``: ``All`` / ``.*`` → every one, ``prefix.*`` → those
+    starting with ``prefix.``, else exact names.
+
+    >>> sorted(select_message_attributes({"a.x": 1, "a.y": 2, "b": 3}, ["a.*"]))
+    ['a.x', 'a.y']
+    """
+    if not names:
+        return {}
+    if not isinstance(names, list):
+        raise invalid("MessageAttributeNames must be a list.")
+    out = {}
+    for n in names:
+        if not isinstance(n, str):
+            raise invalid("MessageAttributeNames must be strings.")
+        if n in ("All", ".*"):
+            return dict(attrs)
+        if n.endswith(".*"):
+            out.update({k: v for k, v in attrs.items() if k.startswith(n[:-1])})
+        elif n in attrs:
+            out[n] = attrs[n]
+    return out
+
+
+def attributes_out(attrs: dict[str, dict]) -> dict[str, dict]:
+    """Attributes as the JSON protocol returns them (binary base64)."""
+    return {k: ({"DataType": a["DataType"], "BinaryValue": base64.b64encode(a["BinaryValue"]).decode()}
+                if "BinaryValue" in a else {"DataType": a["DataType"], "StringValue": a["StringValue"]})
+            for k, a in attrs.items()}
+
+
+# --- FIFO -----------------------------------------------------------------------------------------
+_DEDUP = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
+
+
+def check_group_id(v: object, what: str = "MessageGroupId") -> str:
+    if not isinstance(v, str) or not _DEDUP.fullmatch(v):
+        raise invalid(f"Value {v} for parameter {what} is invalid. Reason: {what} can only include "
+                      "alphanumeric and punctuation characters. 1 to 128 in length.")
+    return v
+
+
+def sequence_number(queue: int, offset: int) -> str:
+    """A FIFO message's SequenceNumber: increasing with the offset within a lakeq queue (and so within a
+    MessageGroupId, whose messages all go to one queue); 20 digits.
+
+    >>> sequence_number(3, 10)
+    '00000000000000000643'
+    """
+    return f"{offset * 64 + queue:020d}"
+
+
+# --- receipt handles ------------------------------------------------------------------------------
+def encode_handle(group: str, receipt: str, offset: int) -> str:
+    """An opaque ReceiptHandle for one message of a lakeq batch: base64url of group, receipt, offset.
+
+    >>> decode_handle(encode_handle("sqs.q", "b:q@0:4:9:17", 5))
+    ('sqs.q', 'b:q@0:4:9:17', 5)
+    """
+    raw = f"1\n{group}\n{receipt}\n{offset}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_handle(handle: object) -> tuple[str, str, int]:
+    invalid_handle = SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid '
+                              "receipt handle.")
+    if not isinstance(handle, str) or not handle or len(handle) > 2048:
+        raise invalid_handle
+    try:
+        raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise invalid_handle from None
+    parts = raw.split("\n")
+    if len(parts) != 4 or parts[0] != "1" or not parts[3].isdigit() or not parts[1] or not parts[2]:
+        raise invalid_handle
+    return parts[1], parts[2], int(parts[3])
+
+
+# --- batches ----------------------------------------------------------------------------------------
+_ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+MAX_BATCH = 10
+
+
+def check_batch(entries: object, what: str) -> list[dict]:
+    """The checks every *Batch action makes before any entry runs (SQS's order: empty, too many,
+    ids valid, ids distinct). ``what``: SendMessage / DeleteMessage / ChangeMessageVisibility."""
+    if not entries:
+        raise SqsError("EmptyBatchRequest", f"There should be at least one {what}BatchRequestEntry in the request.")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise invalid("Entries must be a list of structures.")
+    if len(entries) > MAX_BATCH:
+        raise SqsError("TooManyEntriesInBatchRequest",
+                       f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.")
+    seen: set[str] = set()
+    for e in entries:
+        i = e.get("Id")
+        if not isinstance(i, str) or not _ENTRY_ID.fullmatch(i):
+            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
+                           "hyphens and underscores. It can be at most 80 letters long.")
+        if i in seen:
+            raise SqsError("BatchEntryIdsNotDistinct", f"Id {i} repeated.")
+        seen.add(i)
+    return entries
+
+
+def batch_error(entry_id: str, e: SqsError) -> dict:
+    return {"Id": entry_id, "SenderFault": e.sender, "Code": e.code, "Message": e.message}
+
+
+def int_param(req: dict, name: str, lo: int, hi: int, default: int | None = None) -> int | None:
+    """An integer member; InvalidParameterValue outside ``lo..hi`` (strings of digits accepted: the query
+    protocol sends them so)."""
+    v = req.get(name)
+    if v is None:
+        return default
+    if isinstance(v, str) and v.lstrip("-").isdigit():
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise invalid(f"Value {req.get(name)} for parameter {name} is invalid. Reason: Must be between {lo} and "
+                      f"{hi}, if provided.")
+    return v
+
+
+# --- JSON protocol --------------------------------------------------------------------------------
+JSON_CONTENT_TYPE = "application/x-amz-json-1.0"
+TARGET_PREFIX = "AmazonSQS."
+
+
+def json_request(target: str | None, body: str) -> tuple[str, dict]:
+    """(action, request) of a JSON-protocol call."""
+    if not target or not target.startswith(TARGET_PREFIX):
+        raise SqsError("UnknownOperationException", "X-Amz-Target must be AmazonSQS.<Action>",
+                       json_type="com.amazon.coral.service#UnknownOperationException")
+    try:
+        req = json.loads(body) if body.strip() else {}
+    except ValueError:
+        req = None
+    if not isinstance(req, dict):
+        raise SqsError("SerializationException", "The request body is not a JSON object.",
+                       json_type="com.amazon.coral.service#SerializationException")
+    return target[len(TARGET_PREFIX):], req
+
+
+def json_error(e: Any) -> tuple[int, dict[str, str], str]:
+    status, jt, code, message, sender = error_parts(e)
+    headers = {"Content-Type": JSON_CONTENT_TYPE,
+               "x-amzn-query-error": f"{code};{'Sender' if sender else 'Receiver'}"}
+    return status, headers, json.dumps({"__type": jt, "message": message})
+
+
+# --- query protocol -------------------------------------------------------------------------------
+# how the query protocol flattens the members that are lists or maps (JSON member -> wire form)
+_LISTS = {"AttributeNames": "AttributeName", "MessageAttributeNames": "MessageAttributeName",
+          "MessageSystemAttributeNames": "MessageSystemAttributeName", "TagKeys": "TagKey"}
+_MAPS = {"Attributes": ("Attribute", "Name", "Value"), "Tags": ("Tag", "Key", "Value"),
+         "tags": ("Tag", "Key", "Value"),
+         "MessageAttributes": ("MessageAttribute", "Name", "Value"),
+         "MessageSystemAttributes": ("MessageSystemAttribute", "Name", "Value")}
+_ENTRIES = {"SendMessageBatch": "SendMessageBatchRequestEntry", "DeleteMessageBatch": "DeleteMessageBatchRequestEntry",
+            "ChangeMessageVisibilityBatch": "ChangeMessageVisibilityBatchRequestEntry"}
+_INTS = {"DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds", "MaxResults"}
+
+
+def _attr_value(flat: dict[str, str], prefix: str) -> dict:
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        if k.startswith(prefix):
+            field = k[len(prefix):]
+            if field in ("DataType", "StringValue", "BinaryValue"):
+                out[field] = v
+    return out
+
+
+def _collect_map(params: dict[str, str], prefix: str, entry: str, key: str, value: str) -> dict | None:
+    out: dict[str, Any] = {}
+    found = False
+    n = 1
+    while True:
+        base = f"{prefix}{entry}.{n}."
+        if base + key not in params:
+            break
+        found = True
+        name = params[base + key]
+        if entry in ("MessageAttribute", "MessageSystemAttribute"):
+            out[name] = _attr_value(params, base + value + ".")
+        else:
+            out[name] = params.get(base + value, "")
+        n += 1
+    if not found:  # "Attribute.Name" without an index is not used by SDKs; ignore
+        return None
+    return out
+
+
+def _collect_list(params: dict[str, str], name: str) -> list[str] | None:
+    vals = []
+    n = 1
+    while f"{name}.{n}" in params:
+        vals.append(params[f"{name}.{n}"])
+        n += 1
+    if not vals and name in params:
+        vals.append(params[name])
+    return vals or None
+
+
+def _unflatten(params: dict[str, str], prefix: str = "") -> dict:
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if k.startswith(prefix) and "." not in k[len(prefix):]:
+            name = k[len(prefix):]
+            out[name] = int(v) if name in _INTS and v.lstrip("-").isdigit() else v
+    for member, wire in _LISTS.items():
+        got = _collect_list(params, prefix + wire)
+        if got is not None:
+            out[member] = got
+    for member, (entry, key, value) in _MAPS.items():
+        got = _collect_map(params, prefix, entry, key, value)
+        if got is not None:
+            out[member] = got
+    return out
+
+
+def query_request(form: str, path_queue_url: str | None = None) -> tuple[str, dict]:
+    """(action, request in the JSON protocol's shape) of a query-protocol call (form-encoded body or
+    query string). ``path_queue_url``: the URL the request was POSTed to when it names a queue."""
+    params = dict(parse_qsl(form, keep_blank_values=True))
+    action = params.pop("Action", None)
+    if not action:
+        raise SqsError("MissingAction", "No action specified (the Action parameter is missing).", status=400,
+                       code="MissingAction")
+    req = _unflatten(params)
+    # an Attribute.N map is called "Attributes" in every action but CreateQueue's tags ("Tag.N")
+    if action == "CreateQueue" and "Tags" in req:
+        req["tags"] = req.pop("Tags")
+    req.pop("tags", None) if action != "CreateQueue" else None
+    if action in _ENTRIES:
+        entries = []
+        n = 1
+        while any(k.startswith(f"{_ENTRIES[action]}.{n}.") for k in params):
+            entries.append(_unflatten(params, f"{_ENTRIES[action]}.{n}."))
+            n += 1
+        req["Entries"] = entries
+    for k in ("Version", "Expires", "Timestamp", "SignatureVersion", "SignatureMethod", "AWSAccessKeyId",
+              "Signature"):
+        req.pop(k, None)
+    if path_queue_url and "QueueUrl" not in req:
+        req["QueueUrl"] = path_queue_url
+    return action, req
+
+
+def _xml(value: Any, tag: str) -> str:
+    return f"<{tag}>{escape(str(value))}</{tag}>"
+
+
+def _xml_attrs_map(attrs: dict, entry: str, key: str, val: str) -> str:
+    return "".join(f"<{entry}>{_xml(k, key)}{_xml(v, val)}</{entry}>" for k, v in attrs.items())
+
+
+def _xml_message_attrs(attrs: dict) -> str:
+    out = []
+    for k, a in attrs.items():
+        inner = _xml(a["DataType"], "DataType")
+        inner += _xml(a["BinaryValue"], "BinaryValue") if "BinaryValue" in a else _xml(a["StringValue"], "StringValue")
+        out.append(f"<MessageAttribute>{_xml(k, 'Name')}<Value>{inner}</Value></MessageAttribute>")
+    return "".join(out)
+
+
+_NS = "http://queue.amazonaws.com/doc/2012-11-05/"
+
+
+def xml_response(action: str, result: dict, request_id: str) -> str:
+    """The query protocol's XML answer to ``action`` from the JSON-shaped ``result``."""
+    body = ""
+    for k, v in result.items():
+        if k in ("QueueUrls", "queueUrls"):
+            body += "".join(_xml(u, "QueueUrl") for u in v)
+        elif k == "Attributes":
+            body += _xml_attrs_map(v, "Attribute", "Name", "Value")
+        elif k == "Tags":
+            body += _xml_attrs_map(v, "Tag", "Key", "Value")
+        elif k == "Messages":
+            for m in v:
+                inner = ""
+                for mk in ("MessageId", "ReceiptHandle", "MD5OfBody", "Body", "MD5OfMessageAttributes"):
+                    if mk in m:
+                        inner += _xml(m[mk], mk)
+                inner += _xml_attrs_map(m.get("Attributes", {}), "Attribute", "Name", "Value")
+                inner += _xml_message_attrs(m.get("MessageAttributes", {}))
+                body += f"<Message>{inner}</Message>"
+        elif k in ("Successful", "Failed"):
+            entry_tag = {"SendMessageBatch": "SendMessageBatchResultEntry",
+                         "DeleteMessageBatch": "DeleteMessageBatchResultEntry",
+                         "ChangeMessageVisibilityBatch": "ChangeMessageVisibilityBatchResultEntry"}[action]
+            tag = entry_tag if k == "Successful" else "BatchResultErrorEntry"
+            for e in v:
+                body += f"<{tag}>" + "".join(_xml(str(x).lower() if isinstance(x, bool) else x, ek)
+                                            for ek, x in e.items()) + f"</{tag}>"
+        else:
+            body += _xml(v, k)
+    result_tag = f"<{action}Result>{body}</{action}Result>" if result or action in _HAS_RESULT else ""
+    return (f'<?xml version="1.0"?><{action}Response xmlns="{_NS}">{result_tag}'
+            f"<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></{action}Response>")
+
+
+_HAS_RESULT = {"CreateQueue", "GetQueueUrl", "ListQueues", "SendMessage", "SendMessageBatch", "ReceiveMessage",
+               "DeleteMessageBatch", "ChangeMessageVisibilityBatch", "GetQueueAttributes", "ListQueueTags",
+               "ListDeadLetterSourceQueues"}
+
+
+def xml_error(e: Any, request_id: str) -> tuple[int, dict[str, str], str]:
+    status, _, code, message, sender = error_parts(e)
+    body = (f'<?xml version="1.0"?><ErrorResponse xmlns="{_NS}"><Error><Type>{"Sender" if sender else "Receiver"}'
+            f"</Type>{_xml(code, 'Code')}{_xml(message, 'Message')}<Detail/></Error>"
+            f"<RequestId>{request_id}</RequestId></ErrorResponse>")
+    return status, {"Content-Type": "text/xml"}, body
