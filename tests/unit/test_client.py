@@ -420,3 +420,26 @@ def test_member_stops_on_a_client_error_and_pull_raises_it():
 
 def test_table():
     assert table([["a", 1]], ["name", "n"]).splitlines() == ["name  n", "----  -", "a     1"]
+
+
+def test_per_message_outcomes_and_client_settings():
+    def handler(call):
+        if call.method == "GET":
+            return (200, {"messages": [{"id": "a", "offset": 4}, {"id": "b", "offset": 5}], "receipt": "r9"})
+        return (200, {"topic": "quotes", "queue": 0, "committed_offset": 5, "unsettled": []})
+    c, fake, _ = conn(handler)
+    cons = Consumer(group="risk", topic="quotes", connection=c, wait_ms=0)
+    b = cons.pull()
+    b.accept(4)
+    b.release(5)
+    b.reject(5)
+    cons.ack(b, accept=[4], reject=[5])
+    assert [x.body for x in fake.calls[1:]] == [
+        {"group": "risk", "receipt": "r9", "accept": [4]}, {"group": "risk", "receipt": "r9", "release": [5]},
+        {"group": "risk", "receipt": "r9", "reject": [5]},
+        {"group": "risk", "receipt": "r9", "accept": [4], "reject": [5]}]
+    assert all((x.method, x.path) == ("POST", "/v1/acks") for x in fake.calls[1:])
+    c2, fake2, _ = conn(lambda call: (200, {"name": "risk", "max_deliveries": 3}))
+    Admin(connection=c2).update_client("risk", max_deliveries=3, dead_letter_topic=None)
+    assert (fake2.calls[0].method, fake2.calls[0].path, fake2.calls[0].body) == (
+        "PATCH", "/v1/clients/risk", {"max_deliveries": 3, "dead_letter_topic": None})

@@ -86,6 +86,11 @@ class Admin:
             body["visibility_timeout_ms"] = visibility_timeout_ms
         return self.conn.call("POST", "/v1/clients", json_body=body, idempotent=False)
 
+    def update_client(self, name: str, **settings: Any) -> dict:
+        """``PATCH /v1/clients/{name}`` (admin): ``max_deliveries`` (1–100) and/or
+        ``dead_letter_topic`` (an existing topic); ``None`` clears one → the client."""
+        return self.conn.call("PATCH", f"/v1/clients/{seg(name)}", json_body=settings, idempotent=True)
+
     def issue_key(self, name: str) -> dict:
         """A new key for the client → ``{"name", "key_id", "api_key"}`` (not retried)."""
         return self.conn.call("POST", f"/v1/clients/{seg(name)}/keys", idempotent=False)
@@ -281,8 +286,20 @@ class Batch:
         self.consumer.settle(self)
 
     def ack(self) -> dict | None:
-        """Acknowledge now (``POST /v1/acks``)."""
+        """Acknowledge now (``POST /v1/acks``): every unsettled message of the batch is accepted."""
         return self.consumer.ack(self)
+
+    def accept(self, *offsets: int) -> dict | None:
+        """Settle these messages as done; the lock stays on the rest of the batch."""
+        return self.consumer.ack(self, accept=offsets)
+
+    def release(self, *offsets: int) -> dict | None:
+        """Give these messages back: the next pull of the queue serves them first."""
+        return self.consumer.ack(self, release=offsets)
+
+    def reject(self, *offsets: int) -> dict | None:
+        """Dead-letter these messages now (to the group's ``dead_letter_topic``, else dropped and counted)."""
+        return self.consumer.ack(self, reject=offsets)
 
     def renew(self, visibility_timeout_ms: int) -> dict | None:
         """Keep the batch locked for ``visibility_timeout_ms`` from now, or end the lock with 0
@@ -363,12 +380,21 @@ class Consumer:
             raise
         return Batch(body.get("messages") or [], body.get("receipt"), self)
 
-    def ack(self, batch: Batch | str) -> dict | None:
-        """``POST /v1/acks`` now → ``{"queue", "committed_offset"}`` (``None`` for an empty batch)."""
+    def ack(self, batch: Batch | str, *, accept: Sequence[int] | None = None, release: Sequence[int] | None = None,
+            reject: Sequence[int] | None = None) -> dict | None:
+        """``POST /v1/acks`` now → ``{"queue", "committed_offset", "unsettled"}`` (``None`` for an
+        empty batch). Without outcome lists every unsettled message of the batch is accepted; with
+        them only those offsets are settled (``release``: served again first; ``reject``:
+        dead-lettered) and the lock stays on the rest. Retried like any idempotent call: settling an
+        already-settled offset with the same receipt is a no-op."""
         receipt = batch if isinstance(batch, str) else batch.receipt
         if receipt is None:
             return None
-        return self.conn.call("POST", "/v1/acks", json_body=self._ack_body(receipt), idempotent=True)
+        body = self._ack_body(receipt)
+        for name, offsets in (("accept", accept), ("release", release), ("reject", reject)):
+            if offsets is not None:
+                body[name] = [int(o) for o in offsets]
+        return self.conn.call("POST", "/v1/acks", json_body=body, idempotent=True)
 
     def renew(self, batch: Batch | str, visibility_timeout_ms: int) -> dict | None:
         """``POST /v1/visibility``: keep the batch's queue locked until now + ``visibility_timeout_ms``
