@@ -26,8 +26,9 @@ $(SAMVENV)/.stamp:
 
 # WITH_JOBS=1 (or LAKEQ_WITH_JOBS=1): also run the Glue jobs on their triggers' schedules
 # (LAKEQ_JOBS_EVERY=<seconds> for a shorter interval; LAKEQ_SCHEDULE_SCALE compresses all schedules)
+# SQS_ANY_SIGNATURE=1: the SQS endpoint accepts any well-formed SigV4 signature (conformance runs only)
 run: $(VENV)/.stamp
-	$(PY) -m infra.local $(if $(filter-out 0 no false,$(WITH_JOBS)),--with-jobs)
+	$(PY) -m infra.local $(if $(filter-out 0 no false,$(WITH_JOBS)),--with-jobs) $(if $(filter-out 0 no false,$(SQS_ANY_SIGNATURE)),--sqs-any-signature)
 
 lint: $(VENV)/.stamp
 	$(VENV)/bin/cfn-lint template.yaml

@@ -9,7 +9,8 @@ exactly as ``template.yaml`` defines it for the local stack ``lakeq-local``
 Fixtures:
 - ``template`` (session): the parsed ``template.yaml`` (:class:`infra.local.template.Template`).
 - ``aws`` (function): ``moto.mock_aws()`` active, every table and bucket of ``template.yaml``
-  created (and its SQS queues); yields ``{"dynamodb", "s3", "dynamodbstreams", "sqs"}`` clients. In-process
+  created (and its SQS queues and Secrets Manager secrets); yields ``{"dynamodb", "s3",
+  "dynamodbstreams", "sqs", "secretsmanager"}`` clients. In-process
   moto requests are served one at a time (as ``infra/local/moto_serial.py`` does for the server):
   moto's backends are not thread-safe (a TransactWriteItems deep-copies tables other threads are
   writing), while DynamoDB is atomic per item. ``infra/local/aws_rules.py``'s hook is active:
@@ -103,8 +104,13 @@ def aws(template, aws_rules_spec):
             "s3": boto3.client("s3", region_name="us-east-1"),
             "dynamodbstreams": boto3.client("dynamodbstreams", region_name="us-east-1"),
             "sqs": boto3.client("sqs", region_name="us-east-1"),
+            "secretsmanager": boto3.client("secretsmanager", region_name="us-east-1"),
         }
         _tpl.create_tables(clients["dynamodb"], template, _tpl.LOCAL_STACK)
+        _tpl.create_secrets(clients["secretsmanager"], template, _tpl.LOCAL_STACK)  # a fresh master per test
+        from lakeq import sqs_keys
+
+        sqs_keys.clear_caches()
         _tpl.create_buckets(clients["s3"], template, _tpl.LOCAL_STACK)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         yield {**clients, "_rules": rules}

@@ -78,6 +78,9 @@ class Api:
         for method, path, spec in tpl.iter_routes(tpl.functions(tpl.load_template())):
             regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$"
             self.routes.append((method, path, re.compile(regex), spec))
+        # API Gateway (and the local gateway) prefer the route with more literal segments:
+        # ``POST /v1/subscriptions`` wins over ``POST /{account}/{queue}``
+        self.routes.sort(key=lambda r: -sum(1 for seg in r[1].split("/") if seg and not seg.startswith("{")))
         self._handlers: dict[str, object] = {}
 
     def handler(self, spec):

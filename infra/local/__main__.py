@@ -80,6 +80,37 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+def _print_sqs(base: str, secrets: dict[str, str], any_signature: bool) -> None:
+    """The admin's SQS credential (derived from the admin key and the master secret, as
+    ``GET /v1/sqs-credentials/admin`` returns it) and how to use it."""
+    arn = secrets.get("SqsMasterSecret")
+    if not arn:
+        return
+    import boto3
+
+    from lakeq import sqs_credentials as cred  # the gateway put the layers on sys.path
+    from lakeq.auth import hash_key
+
+    master = boto3.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].encode()
+    akid = cred.admin_access_key_id(master, hash_key(tpl_mod.admin_key()))
+    secret = cred.derive_secret(master, akid)
+    print(f"SQS endpoint: {base}  (AWS JSON 1.0 / query; SigV4, any region)", flush=True)
+    print(f"admin SQS credential: access key id {akid}  secret access key {secret}", flush=True)
+    print(f"  AWS_ACCESS_KEY_ID={akid} AWS_SECRET_ACCESS_KEY={secret} AWS_DEFAULT_REGION=us-east-1 "
+          f"aws sqs create-queue --endpoint-url {base} --queue-name demo", flush=True)
+    print(f"  python -c \"import boto3; s = boto3.client('sqs', endpoint_url='{base}', region_name='us-east-1', "
+          f"aws_access_key_id='{akid}', aws_secret_access_key='{secret}'); "
+          f"u = s.create_queue(QueueName='demo')['QueueUrl']; s.send_message(QueueUrl=u, MessageBody='hi'); "
+          f"print(s.receive_message(QueueUrl=u)['Messages'][0]['Body'])\"", flush=True)
+    print(f"  a client's own: curl -s -X POST {base}/v1/clients/<name>/sqs-credentials "
+          f"-H 'Authorization: Bearer {tpl_mod.admin_key()}'", flush=True)
+    if any_signature:
+        print("SQS: ANY well-formed signature is accepted (--sqs-any-signature; conformance runs only)", flush=True)
+    else:
+        print("SQS conformance runs: make run SQS_ANY_SIGNATURE=1 (python -m infra.local --sqs-any-signature) "
+              "accepts any well-formed signature", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.local", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get("LAKEQ_PORT") or 3000),
@@ -101,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-schedules", action="store_true",
                         help="do not fire the template's schedules by themselves "
                              "(POST /_local/schedules/run still does)")
+    parser.add_argument("--sqs-any-signature", action="store_true",
+                        help="SQS endpoint: accept any well-formed SigV4 signature (for conformance runs; "
+                             "a known access key id acts as its client, an unknown one as the admin). "
+                             "Never use it on a shared machine")
     parser.add_argument("--moto-log", default=None,
                         help="moto server's log file (default: a file in the temp directory)")
     args = parser.parse_args(argv)
@@ -141,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         })
         os.environ.pop("AWS_PROFILE", None)
         os.environ.pop("AWS_SESSION_TOKEN", None)
+        # the SQS conformance flag: only with --sqs-any-signature (workers inherit os.environ)
+        if args.sqs_any_signature:
+            os.environ["LAKEQ_SQS_ANY_SIGNATURE"] = "1"
+        else:
+            os.environ.pop("LAKEQ_SQS_ANY_SIGNATURE", None)
         os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
         import boto3
@@ -158,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         tables = tpl_mod.create_tables(ddb, ctx)
         buckets = tpl_mod.create_buckets(boto3.client("s3"), ctx)
         tpl_mod.create_queues(boto3.client("sqs"), ctx)  # the stream mappings' on-failure queue
+        secrets = tpl_mod.create_secrets(boto3.client("secretsmanager"), ctx)  # the SQS master secret
         log.info("moto on %s: tables %s, buckets %s", moto_url, ", ".join(tables.values()),
                  ", ".join(buckets.values()))
 
@@ -197,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             f"-H 'Content-Type: application/json' -d '{{\"name\": \"quotes\", \"queues\": 4}}'",
             flush=True,
         )
+        _print_sqs(base, secrets, args.sqs_any_signature)
         for s in scheduler.describe():
             print(f"schedule: {s['name']} {s['expression']} -> {', '.join(s['targets'])}"
                   f"{'' if s['active'] else '  (not run: --with-jobs / LAKEQ_WITH_JOBS=1)'}"

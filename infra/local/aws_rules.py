@@ -1,7 +1,7 @@
 """What AWS enforces and moto does not, for the local stack and the tests: an interceptor hook.
 
 :class:`AwsRules` is a hook for :mod:`infra.local.interceptor` (``before(call)`` / ``after(call,
-response)``) that makes every DynamoDB, DynamoDB Streams and S3 call go through:
+response)``) that makes every DynamoDB, DynamoDB Streams, S3 and Secrets Manager call go through:
 
 1. **IAM** — a call made as a function (``call.function`` set, see ``interceptor.acting_as``) is
    authorised against that function's execution role *as SAM deploys it*: ``template.yaml`` is
@@ -13,11 +13,12 @@ response)``) that makes every DynamoDB, DynamoDB Streams and S3 call go through:
    resource ARNs the way AWS authorises it (:func:`required_permissions`: each item of a
    TransactWriteItems on its own table, BatchGet/BatchWrite per table, Query/Scan on an index →
    the index ARN, S3 object ARNs, ListObjectsV2 → ``s3:ListBucket`` on the bucket with the
-   ``s3:prefix`` condition key). Wildcards in ``Action`` / ``Resource``, ``NotAction`` /
-   ``NotResource``, the ``String*`` condition operators; an explicit ``Deny`` wins. A denied call
-   raises botocore's ``ClientError`` — ``AccessDeniedException`` (S3: ``AccessDenied``, 403) with
-   AWS's message — before anything reaches the store. Calls made as nobody (test set-up, the
-   stack's own plumbing) are not IAM-checked.
+   ``s3:prefix`` condition key, Secrets Manager calls on the secret's ARN). Wildcards in
+   ``Action`` / ``Resource``, ``NotAction`` / ``NotResource``, the ``String*`` condition
+   operators; an explicit ``Deny`` wins. A denied call raises botocore's ``ClientError`` —
+   ``AccessDeniedException`` (S3: ``AccessDenied``, 403) with AWS's message — before anything
+   reaches the store. Calls made as nobody (test set-up, the stack's own plumbing) are not
+   IAM-checked.
 2. **DynamoDB limits** (``ValidationException`` with DynamoDB's messages), for every call: 400 KB
    items (PutItem, BatchWriteItem, TransactWriteItems puts; for UpdateItem and transaction updates
    that set 1 KB or more, the *resulting* item, computed by applying the update expression to the
@@ -528,6 +529,14 @@ def required_permissions(call: Call, arns: Arns) -> list[Permission]:
             if "MaxKeys" in p:
                 ctx.append(("s3:max-keys", str(p["MaxKeys"])))
         return [Permission(action, f"arn:aws:s3:::{bucket}", tuple(ctx))]
+    if call.service == "secretsmanager":
+        # a secret's ARN (a name is turned into the partial ARN the local stack's Ref gives)
+        sid = str(p.get("SecretId") or p.get("Name") or "")
+        if not sid:
+            return [Permission(f"secretsmanager:{op}", "*")]
+        if not sid.startswith("arn:"):
+            sid = f"arn:aws:secretsmanager:{arns.region}:{arns.account_id}:secret:{sid}"
+        return [Permission(f"secretsmanager:{op}", sid)]
     return []
 
 
@@ -602,7 +611,7 @@ class AwsRules:
 
     # ----- the hook protocol
     def before(self, call: Call) -> None:
-        if call.service not in ("dynamodb", "dynamodbstreams", "s3"):
+        if call.service not in ("dynamodb", "dynamodbstreams", "s3", "secretsmanager"):
             return
         if self.iam and call.function is not None:
             self.authorize(call)

@@ -147,7 +147,9 @@ class RouteTable:
                 candidates.append((r, m[0], m[1]))
         if not candidates:
             return None, {}, set()
-        allowed = {r.method for r, _, _ in candidates}
+        # a route made only of parameters (the SQS queue URL, POST /{account}/{queue}) matches any
+        # path of its length: it never makes a path "known" for a 405 (API Gateway answers 404)
+        allowed = {r.method for r, _, _ in candidates if r.literal_count or not r.segments}
         usable = [c for c in candidates if c[0].method in (method, "ANY")]
         if not usable:
             return None, {}, allowed

@@ -168,6 +168,7 @@ class Context:
             "AWS::SNS::Topic": "TopicName",
             "AWS::Glue::Job": "Name",
             "AWS::Glue::Database": "DatabaseInput",
+            "AWS::SecretsManager::Secret": "Name",
         }.get(rtype)
         if name_prop and name_prop in props:
             value = _resolve(props[name_prop], self, _seen | {logical_id})
@@ -244,6 +245,8 @@ def _ref(name: str, ctx: Context, seen: frozenset) -> Any:
         return ctx.parameters[name]
     if name in (ctx.template.get("Parameters") or {}):
         raise KeyError(f"parameter {name} has no value and no Default")
+    if (ctx.resources.get(name) or {}).get("Type") == "AWS::SecretsManager::Secret":
+        return secret_arn(ctx, name, seen)  # a secret's Ref is its ARN
     return ctx.physical_name(name, seen)
 
 
@@ -582,6 +585,53 @@ def create_queues(
                  if k in props}
         urls[lid] = sqs_client.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
     return urls
+
+
+# --------------------------------------------------------------------------------------- secrets
+
+
+def secret_arn(ctx: Context, logical_id: str, seen: frozenset = frozenset()) -> str:
+    """A secret's local ARN (its ``Ref``): the *partial* ARN ``arn:aws:secretsmanager:<region>:
+    <account>:secret:<name>`` (AWS appends ``-`` and 6 random characters; Secrets Manager, and
+    moto, accept the partial form as a SecretId, and IAM policies here name the same string)."""
+    return f"arn:aws:secretsmanager:{ctx.region}:{ctx.account_id}:secret:{ctx.physical_name(logical_id, seen)}"
+
+
+def create_secrets(
+    secretsmanager_client: Any,
+    template: Mapping | Context | None = None,
+    stack_name: str = LOCAL_STACK,
+    parameters: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Create the template's ``AWS::SecretsManager::Secret`` resources (idempotent: an existing
+    secret keeps its value): ``SecretString`` as given, or generated as ``GenerateSecretString``
+    says (``GetRandomPassword`` with its options; ``SecretStringTemplate`` + ``GenerateStringKey``
+    → JSON). Returns ``{logical id: ARN}`` (the local Ref)."""
+    import json
+
+    ctx = _ctx(template, stack_name, parameters)
+    out = {}
+    for lid, res in resources_of_type(ctx.template, "AWS::SecretsManager::Secret").items():
+        props = resolve(res.get("Properties") or {}, ctx) or {}
+        name = ctx.physical_name(lid)
+        value = props.get("SecretString")
+        if value is None:
+            gen = dict(props.get("GenerateSecretString") or {})
+            opts = {k: gen[k] for k in ("PasswordLength", "ExcludeCharacters", "ExcludeNumbers",
+                                        "ExcludePunctuation", "ExcludeUppercase", "ExcludeLowercase",
+                                        "IncludeSpace", "RequireEachIncludedType") if k in gen}
+            value = secretsmanager_client.get_random_password(**opts)["RandomPassword"]
+            if gen.get("SecretStringTemplate") and gen.get("GenerateStringKey"):
+                doc = json.loads(gen["SecretStringTemplate"])
+                doc[gen["GenerateStringKey"]] = value
+                value = json.dumps(doc)
+        try:
+            secretsmanager_client.create_secret(Name=name, SecretString=str(value),
+                                                Description=str(props.get("Description") or ""))
+        except secretsmanager_client.exceptions.ResourceExistsException:
+            pass
+        out[lid] = secret_arn(ctx, lid)
+    return out
 
 
 # ------------------------------------------------------------------------------------ functions

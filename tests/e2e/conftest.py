@@ -87,7 +87,8 @@ def _pump(stream, sink: list[str]) -> None:
 
 
 def start_stack(admin_key: str = "e2e-admin-key", port: int | None = None,
-                wait_health: bool | None = None, extra_env: dict | None = None) -> LocalStack:
+                wait_health: bool | None = None, extra_env: dict | None = None,
+                args: list[str] | None = None) -> LocalStack:
     port = port or free_port()
     env = dict(os.environ)
     for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
@@ -95,7 +96,7 @@ def start_stack(admin_key: str = "e2e-admin-key", port: int | None = None,
     env.update({"LAKEQ_ADMIN_KEY": admin_key, "LAKEQ_PORT": str(port), "PYTHONUNBUFFERED": "1"})
     env.update(extra_env or {})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infra.local", "--port", str(port)],
+        [sys.executable, "-m", "infra.local", "--port", str(port), *(args or [])],
         cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, bufsize=1,
     )

@@ -4,7 +4,7 @@ against the local stack.
 
 The operator pastes the admin key; produce / join / sync / pull / ack / subscribe go through the
 API; the page must show exactly the numbers the JSON routes return (topic offsets, per-queue
-backlog, lock holder, members, generation and assignment, subscription list backlog, the lake
+backlog, lock holder, dead-lettered counts, members, generation and assignment, subscription list backlog, the lake
 report in the chart), refresh by itself, and log no console error. A screenshot is kept in
 ``tests/artifacts/console.png`` (git-ignored; its path is printed).
 """
@@ -68,7 +68,9 @@ def world(stack):
                                 params={"group": GROUP, "member_id": "m1", "max": 3}, headers=_h(gk), timeout=T))
     first = pull()
     assert first["messages"] and first["receipt"]
-    _ok(requests.post(f"{url}/v1/acks", json={"group": GROUP, "receipt": first["receipt"]}, headers=_h(gk), timeout=T))
+    offs = [x["offset"] for x in first["messages"]]  # reject one (no dead-letter topic: dropped and counted)
+    _ok(requests.post(f"{url}/v1/acks", json={"group": GROUP, "receipt": first["receipt"], "reject": offs[:1],
+                                               "accept": offs[1:]}, headers=_h(gk), timeout=T))
     held = pull()  # not acknowledged: its queue stays locked by m1 (visibility 10 min)
     assert held["messages"]
     stack.drain()  # the fan-out delivers the type A messages to the subscription's list
@@ -158,9 +160,11 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
         assert _text(page, sel + '[data-field="committed_offset"]') == str(q["committed_offset"])
         assert _text(page, sel + '[data-field="produced"]') == str(q["max_offset"])
         assert _text(page, sel + '[data-field="lock_owner"]') == (q["lock_owner"] or "")
+        assert _text(page, sel + '[data-field="dead_lettered"]') == str(q["dead_lettered"])
         assert page.get_attribute(sel + '[data-field="locked_until"]', "data-value") == str(q["locked_until"])
     assert {q["queue"]: q["lock_owner"] for q in off["queues"] if q["lock_owner"]} == {held_queue: "m1"}
     assert sum(q["backlog"] for q in off["queues"]) == off["backlog"] > 0
+    assert sum(q["dead_lettered"] for q in off["queues"]) == 1  # the rejected message
 
     # members, generation and assignment
     desc = _ok(requests.get(f"{url}/v1/groups/{GROUP}", headers=admin, timeout=T))

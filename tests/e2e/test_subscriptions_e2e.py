@@ -92,7 +92,8 @@ def test_seed_example(env, stack):
     assert sorted(m["body"] for m in b["messages"]) == ["hit1", "hit2"]
     m = next(x for x in b["messages"] if x["body"] == "hit1")
     assert (m["id"], m["topic"], m["queue"], m["offset"]) == (f"{sub['id']}-1", "quotes/sh", sent[0]["queue"], sent[0]["offset"])
-    assert set(m) == {"id", "topic", "queue", "offset", "body", "key", "tags", "properties", "produced_at"}
+    assert set(m) == {"id", "topic", "queue", "offset", "body", "key", "tags", "properties", "produced_at",
+                      "deliveries"}  # issue 9
     # locked until acked; the ack commits; repeating it (a lost response) answers the same; a stale one is 409
     assert c.ok("GET", f"/v1/subscriptions/{sub['id']}/messages", key)["messages"] == []
     a = c.ok("POST", "/v1/acks", key, json={"subscription": sub["id"], "receipt": b["receipt"]})

@@ -209,7 +209,8 @@ def test_pull_lock_ack_cycle(api, setup):
     s, b = pull(api, setup["risk"], max=2)
     assert s == 200 and [m["body"] for m in b["messages"]] == ["0", "1"]
     m = b["messages"][0]
-    assert set(m) == {"id", "topic", "queue", "offset", "body", "key", "tags", "properties", "produced_at"}
+    assert set(m) == {"id", "topic", "queue", "offset", "body", "key", "tags", "properties", "produced_at",
+                      "deliveries"}  # issue 9: deliveries (1 the first time)
     assert m["topic"] == "quotes/sh" and m["tags"] == ["A"] and m["properties"] == {"n": 0}
     broker, queue, off, nxt, ts = b["receipt"].split(":")
     assert broker == "lakeq-local" and queue == f"quotes/sh@{m['queue']}" and (off, nxt) == ("0", "2")
@@ -230,7 +231,7 @@ def test_pull_lock_ack_cycle(api, setup):
     assert s == 200 and off["backlog"] == 0 and off["topic"] == "quotes/sh"
     q = next(x for x in off["queues"] if x["queue"] == m["queue"])
     assert q == {"queue": m["queue"], "min_offset": 0, "max_offset": 5, "committed_offset": 5, "locked_until": 0,
-                 "lock_owner": None, "backlog": 0}
+                 "lock_owner": None, "backlog": 0, "dead_lettered": 0}  # issue 9: dead_lettered per queue
 
 
 def test_lock_expiry_redelivers_and_fences_the_late_ack(api, setup):

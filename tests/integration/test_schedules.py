@@ -69,7 +69,8 @@ def test_functions_are_invoked_under_their_own_role(template):
         (spec.logical_id, interceptor.current_function())))
     sched.run_now()
     assert sorted(acting) == [("FanoutFunction", "FanoutFunction"),
-                              ("GroupsSweepFunction", "GroupsSweepFunction")]
+                              ("GroupsSweepFunction", "GroupsSweepFunction"),
+                              ("PromoterFunction", "PromoterFunction")]
 
 
 def test_sweep_on_schedule_expires_a_silent_member(aws):
@@ -187,7 +188,7 @@ def test_gateway_routes(template):
     assert listed["BacklogJobSchedule"]["active"] is False  # no job runner: make run without WITH_JOBS
     # without a job runner, running "everything" runs the functions only
     assert [r["name"] for r in client.post("/_local/schedules/run").get_json()["runs"]] == \
-        ["GroupsSweepFunction.Sweep", "FanoutFunction.Redeliver"]
+        ["GroupsSweepFunction.Sweep", "PromoterFunction.Promote", "FanoutFunction.Redeliver"]
 
 
 def test_a_trigger_firing_while_its_job_runs_is_skipped_not_queued(template):

@@ -85,6 +85,9 @@ def test_every_operation_documents_its_errors(spec):
             assert codes & {"200", "201", "204"}, f"{method.upper()} {path}: no success status"
             if (method.upper(), path) in public:
                 assert op.get("security") == [], f"{method.upper()} {path} takes no auth"
+            elif path in ("/", "/{account}/{queue}"):  # the SQS endpoint: SigV4, SQS's own error statuses
+                assert op.get("security") == [{"sigv4": []}], f"{method.upper()} {path}"
+                assert {"400", "403"} <= codes, f"{method.upper()} {path}"
             else:
                 assert "security" not in op  # the global bearer scheme applies
                 assert {"401", "403"} <= codes, f"{method.upper()} {path}"

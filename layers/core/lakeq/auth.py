@@ -21,20 +21,29 @@ from .names import covers
 from .repos import ClientRepo, TopicRepo
 
 # --- small per-container caches ---------------------------------------------------------------
-# Clients never change once created (their keys do, but the client cache holds no key). A key
-# can be revoked: a container trusts a key it has looked up for KEY_CACHE_TTL_S at most, so a
-# revoked key answers 401 everywhere within that bound (at once in the container that revoked it,
-# and at once on a cold container: the lookup is strongly consistent).
+# A client's dead-letter settings can change (PATCH /v1/clients/{name}, issue 9): a container
+# trusts a client item it read for CLIENT_CACHE_TTL_S at most (at once in the container that
+# patched it). The client cache holds no key. A key can be revoked: a container trusts a key it
+# has looked up for KEY_CACHE_TTL_S at most, so a revoked key answers 401 everywhere within that
+# bound (at once in the container that revoked it, and at once on a cold container: the lookup is
+# strongly consistent).
 KEY_CACHE_TTL_S = 5.0
 KEY_CACHE_MAX = 10_000
 monotonic: Callable[[], float] = time.monotonic
 _key_cache: dict[str, tuple[str, float]] = {}  # key hash -> (client name, trusted until, monotonic s)
-_client_cache: dict[str, ClientModel] = {}
+CLIENT_CACHE_TTL_S = 5.0
+# name -> (client, trusted until, monotonic s)
+_client_cache: dict[str, tuple[ClientModel, float]] = {}
 
 
 def clear_caches() -> None:
     _key_cache.clear()
     _client_cache.clear()
+
+
+def forget_client(name: str) -> None:
+    """Read a patched client again on its next use in this container."""
+    _client_cache.pop(name, None)
 
 
 def forget_key(key_hash: str) -> None:
@@ -114,11 +123,15 @@ def topic_or_404(name: str) -> TopicModel:
 
 
 def client_or_404(name: str, role: str) -> ClientModel:
-    c = _client_cache.get(name)
+    now = monotonic()
+    hit = _client_cache.get(name)
+    c = hit[0] if hit is not None and hit[1] > now else None
     if c is None:
         c = ClientRepo.get(name)
         if c is not None:
-            _client_cache[name] = c
+            if len(_client_cache) >= KEY_CACHE_MAX:
+                _client_cache.clear()
+            _client_cache[name] = (c, now + CLIENT_CACHE_TTL_S)
     if c is None or c.role != role:
         what = "consumer group" if role == "consumer" else "producer"
         raise NotFound(f"{what} '{name}' does not exist")

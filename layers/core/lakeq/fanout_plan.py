@@ -33,12 +33,12 @@ class ListMessage(seg.Message):
     source_offset: int = 0
 
     def header(self) -> bytes:
-        return json.dumps(
-            {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
+        h = {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
              "produced_at": self.produced_at, "topic": self.topic, "queue": self.queue,
-             "source_offset": self.source_offset},
-            separators=(",", ":"), ensure_ascii=False,
-        ).encode("utf-8")
+             "source_offset": self.source_offset}
+        if self.dead_letter is not None:  # a dead-lettered copy keeps its origin (issue 9)
+            h["dead_letter"] = self.dead_letter
+        return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 @dataclass
@@ -113,7 +113,7 @@ def group_messages(topic: str, q: int, s: seg.Segment, m: Matches, record: int,
             continue
         lm = ListMessage(id=msg["id"], body=msg["body"], key=msg.get("key"), tags=msg.get("tags") or [],
                          properties=msg.get("properties") or {}, produced_at=msg["produced_at"],
-                         topic=topic, queue=q, source_offset=msg["offset"])
+                         topic=topic, queue=q, source_offset=msg["offset"], dead_letter=msg.get("dead_letter"))
         for sid in sids:
             g = per_sub.get(sid)
             if g is None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
-from . import clock
+from . import clock, settlement
 from . import segments as seg
 from . import validation as v
 from .auth import topic_or_404
@@ -21,6 +21,7 @@ from .payload import ByteBudget
 from .receipts import Receipt
 from .repos import LogRepo, OffsetRepo
 from .selection import QueueView, candidates, next_lock_ts
+from .settling import Policy, flush_due
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
 POLL_MIN_MS, POLL_MAX_MS = 50, 500
@@ -37,19 +38,30 @@ def message_out(m: dict) -> dict:
     """A delivered message as API.md shows it (field order fixed).
 
     >>> list(message_out({"offset": 3, "id": "a", "extra": 1}))
-    ['id', 'topic', 'queue', 'offset', 'body', 'key', 'tags', 'properties', 'produced_at']
+    ['id', 'topic', 'queue', 'offset', 'body', 'key', 'tags', 'properties', 'produced_at', 'deliveries']
+    >>> list(message_out({"dead_letter": {}}))[-1]
+    'dead_letter'
     """
-    return {k: m.get(k) for k in ("id", "topic", "queue", "offset", "body", "key", "tags", "properties",
-                                  "produced_at")}
+    out = {k: m.get(k) for k in ("id", "topic", "queue", "offset", "body", "key", "tags", "properties",
+                                 "produced_at")}
+    out["deliveries"] = m.get("deliveries", 1)
+    if m.get("dead_letter") is not None:  # a dead-lettered copy (issue 9)
+        out["dead_letter"] = m["dead_letter"]
+    return out
 
 
-def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None = None) -> list[QueueView]:
+def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None = None,
+          promote: bool = False) -> list[QueueView]:
     """Each queue's log offsets and ``owner``'s record: BatchGetItem of the ``n_queues`` queue
     items (a subscription's list ``~<id>`` has one; a topic's count is read when not given) and
-    one Query of the owner's records (``recs``: those records when the caller already read them)."""
+    one Query of the owner's records (``recs``: those records when the caller already read them).
+    ``promote`` (a pull): due delayed messages join their queues first (:func:`lakeq.delayed.promote_due`)."""
     if n_queues is None:
         n_queues = 1 if topic.startswith("~") else int(topic_or_404(topic).queues)
     metas = LogRepo.queues(topic, n_queues)
+    if promote and not topic.startswith("~"):  # delayed delivery's hook (issue 9, engineer B)
+        from .delayed import promote_due
+        promote_due(topic, metas)
     recs = OffsetRepo.records(owner) if recs is None else recs
     out = []
     for m in metas:
@@ -57,9 +69,16 @@ def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None
         if r is None:
             out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset)))
         else:
-            out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset), int(r.committed_offset),
-                                 int(r.lock_ts), int(r.lock_until), int(r.last_consumed_at), tuple(r.acks or ())))
+            out.append(OffsetRepo.view_of(r, int(m.min_offset), int(m.max_offset)))
     return out
+
+
+def _sleep_ms(ms: int) -> int:
+    """Delayed delivery's hook in the long poll (issue 9, engineer B): sleep no longer than until the
+    earliest delayed message the last :func:`views` saw ahead is due (:func:`lakeq.delayed.take_wake_hint`)."""
+    from .delayed import take_wake_hint
+    at = take_wake_hint()
+    return ms if at is None else min(ms, max(at - clock.now(), 0) + 5)
 
 
 def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shape: Callable[[dict, int], None],
@@ -80,6 +99,7 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
             break
         for off, msg in seg.read(s, nxt, budget - (nxt - start), tags):
             if msg is not None:
+                msg["_log_offset"] = off  # the message's offset in this log (a list entry's "offset" is its source's)
                 shape(msg, off)
                 if not size.take(message_out(msg)):
                     return out, after
@@ -114,11 +134,48 @@ def list_reader(log: str) -> LogReader:
     return read
 
 
+def _runs(offsets: Iterable[int]) -> list[list[int]]:
+    """Runs of consecutive offsets.
+
+    >>> _runs([1, 2, 3, 7, 9, 10])
+    [[1, 2, 3], [7], [9, 10]]
+    """
+    out: list[list[int]] = []
+    for o in offsets:
+        if out and out[-1][-1] + 1 == o:
+            out[-1].append(o)
+        else:
+            out.append([o])
+    return out
+
+
+def redeliver(reader: LogReader, queue: int, offsets: Iterable[int], budget: ByteBudget) -> tuple[list[dict], bool]:
+    """The pending ``offsets`` (ascending) read again: one read per run of consecutive offsets
+    (usually one: a batch). A message the pull's tag filter skips is not served (it stays pending).
+    Returns (messages in offset order, whether every offset was read: False when the byte budget
+    ran out)."""
+    out: list[dict] = []
+    for run in _runs(offsets):
+        msgs, _ = reader(queue, run[0], len(run), run[-1] + 1)
+        for m in msgs:
+            if not budget.take(message_out(m)):
+                return out, False
+            out.append(m)
+    return out, True
+
+
 def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibility_ms: int,
             req: v.PullRequest, allowed: set[int] | None, lock_owner: str,
-            reader: LogReader | None = None) -> dict:
+            reader: LogReader | None = None, policy: Policy | None = None) -> dict:
     """The pull loop shared by topic queues and subscription lists (SPEC §1): choose, read,
-    lock with a conditional write, answer; long-poll until ``wait_ms`` passes."""
+    lock with a conditional write, answer; long-poll until ``wait_ms`` passes.
+
+    Per queue (issue 9, :mod:`lakeq.settlement`): pending messages (released, or whose lock
+    ended) are served first, lowest offset first, then fresh ones from the frontier; after a lock
+    that ended unsettled, one message alone; entries due for the dead-letter path are finished
+    first (:func:`lakeq.settling.flush_due`). ``policy``: the consumer's dead-letter settings."""
+    policy = policy or Policy()
+    whole = reader or topic_reader(topic, None)  # unfiltered: the dead-letter path copies any message
     reader = reader or topic_reader(topic, req.tags)
     deadline = clock.now() + req.wait_ms
     poll = POLL_MIN_MS
@@ -126,21 +183,41 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
         now = clock.now()
         progressed = False
         for view in candidates(load_views(), now, allowed):
-            msgs, nxt = reader(view.queue, view.start, req.max, view.max_offset)
-            if nxt == view.start:
+            p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
+            if p.upkeep:  # dead-letter what is due first, then look again
+                if OffsetRepo.write_state(owner, view, p.state, meta, now):
+                    flush_due(owner, view.queue, policy, whole, now)
+                    progressed = True
                 continue
-            if not msgs:  # only skipped messages: move past them ourselves
-                progressed |= OffsetRepo.advance(owner, view, nxt, meta, now)
+            budget = ByteBudget()
+            again, complete = redeliver(reader, view.queue, p.redeliver, budget)
+            frontier, fresh = p.state.frontier, []
+            if p.fresh and complete and frontier < view.max_offset:
+                read, frontier = reader(view.queue, frontier, p.fresh, view.max_offset)
+                for m in read:
+                    if not budget.take(message_out(m)):
+                        frontier = m["_log_offset"]  # the lock covers exactly what the response carries
+                        break
+                    fresh.append(m)
+            if not again and not fresh:
+                if frontier > p.state.frontier:  # only skipped messages: move past them ourselves
+                    progressed |= OffsetRepo.write_state(owner, view, settlement.advance(p.state, frontier), meta,
+                                                         now, consumed=True)
                 continue
-            ts = next_lock_ts(now, view.lock_ts)
-            if not OffsetRepo.lock(owner, view, ts, now + visibility_ms, nxt, lock_owner, meta, now):
+            ts = next_lock_ts(now, p.state.lock_ts)
+            new = settlement.lock(p.state, ts, now + visibility_ms, [m["_log_offset"] for m in again],
+                                  [m["_log_offset"] for m in fresh], frontier)
+            if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=lock_owner):
                 continue
-            receipt = Receipt(broker(), queue_field(view), view.start, nxt, ts)
-            return {"messages": [message_out(m) for m in msgs], "receipt": str(receipt)}
+            batch = again + fresh
+            for m in batch:
+                m["deliveries"] = new.pend[m["_log_offset"]]
+            receipt = Receipt(broker(), queue_field(view), new.lock_from, new.lock_next, ts)
+            return {"messages": [message_out(m) for m in batch], "receipt": str(receipt)}
         if progressed:
             continue
         remaining = deadline - clock.now()
         if remaining <= 0:
             return {"messages": [], "receipt": None}
-        time.sleep(min(poll, remaining) / 1000)
+        time.sleep(_sleep_ms(min(poll, remaining)) / 1000)  # delayed delivery: wake when one is due
         poll = min(POLL_MAX_MS, poll * 2)

@@ -40,6 +40,9 @@ class TopicModel(Model):
     queues = NumberAttribute()
     parent = UnicodeAttribute(null=True)
     created_at = NumberAttribute()
+    # the SQS face of the topic (lakeq.sqs_store): JSON {"attributes", "tags", "modified"}; absent
+    # on topics never touched through the SQS endpoint (then SQS's defaults apply)
+    sqs = UnicodeAttribute(null=True)
 
 
 class ClientModel(Model):
@@ -55,6 +58,13 @@ class ClientModel(Model):
     # rotation (then the one live key is key_hash). key_version: the CAS counter of key_map.
     key_map = UnicodeAttribute(null=True)
     key_version = NumberAttribute(null=True)
+    # the client's live SQS access key ids, JSON list (issue 9, lakeq.sqs_keys; absent = none);
+    # changed under the same key_version CAS. The secrets are derived, never stored.
+    sqs_keys = UnicodeAttribute(null=True)
+    # consumers (issue 9): deliveries before a message is dead-lettered (absent: unlimited) and
+    # the topic dead-lettered copies go to (absent: dropped and counted); PATCH /v1/clients/{name}
+    max_deliveries = NumberAttribute(null=True)
+    dead_letter_topic = UnicodeAttribute(null=True)
 
 
 class KeyModel(Model):
@@ -82,6 +92,12 @@ class QueueModel(Model):
     max_offset = NumberAttribute(default=0)
     min_offset = NumberAttribute(default=0)
     last_produced_at = NumberAttribute(default=0)
+    # delayed delivery (lakeq.delayed): the earliest ``deliver_at`` of the queue's DelayedTable items
+    # (absent: none; never later than any of them), how many there are, and ``dver``, a counter every
+    # delayed produce and every promotion moves (a promotion's conditional write compares it)
+    next_due = NumberAttribute(null=True)
+    delayed = NumberAttribute(null=True)
+    dver = NumberAttribute(null=True)
 
     def __init__(self, topic: str | None = None, queue: int | None = None, **attributes):
         if topic is not None and queue is not None:
@@ -118,8 +134,22 @@ class DedupModel(Model):
     topic = UnicodeAttribute(hash_key=True)
     id = UnicodeAttribute(range_key=True)
     queue = NumberAttribute()
-    offset = NumberAttribute()
+    offset = NumberAttribute(null=True)  # absent while the message is delayed (lakeq.delayed)
+    deliver_at = NumberAttribute(null=True)  # a delayed message's due time
     expires_at = TTLAttribute(null=True)
+
+
+class DelayedModel(Model):
+    """A delayed message waiting for its ``deliver_at`` (lakeq.delayed): ``pq`` = the queue chosen at
+    produce time, ``due`` = ``"<deliver_at, 13 digits>#<id>"`` (due order, then id). ``msg`` is the
+    message's segment encoding (one message at offset 0: header and body, as a segment stores it)."""
+
+    Meta = _meta("DELAYED_TABLE", "lakeq-delayed")
+    pq = UnicodeAttribute(hash_key=True)  # "<topic>#<queue>"
+    due = UnicodeAttribute(range_key=True)
+    deliver_at = NumberAttribute()
+    cid = BooleanAttribute(default=False)  # the id is the client's (its dedup item gets the offset)
+    msg = UnicodeAttribute()  # JSON {"id","body","key","tags","properties","produced_at"}
 
 
 class OffsetModel(Model):
@@ -141,6 +171,13 @@ class OffsetModel(Model):
     # The newest acknowledged receipts' ``offset:next_offset:timestamp`` (at most
     # ``OffsetRepo.ACKS_KEPT`` + 1), so a retried acknowledgement can be told from a stale one.
     acks = ListAttribute(of=UnicodeAttribute, null=True)
+    # Per-message settlement (issue 9, lakeq.settlement): the JSON state beyond the simple form
+    # (absent: a lock [committed_offset, lock_next) delivered once, or nothing), how many messages
+    # were dead-lettered, and ``sv``, a counter every write to the record adds 1 to (the
+    # compare-and-set of read-modify-write settles).
+    settle = UnicodeAttribute(null=True)
+    dead_lettered = NumberAttribute(null=True)
+    sv = NumberAttribute(null=True)
 
 
 class GroupModel(Model):

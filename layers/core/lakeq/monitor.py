@@ -51,15 +51,18 @@ def _may_see_topic(p: service.Principal, topic: str) -> None:
 
 def topic_detail(p: service.Principal, name: str) -> dict:
     """``GET /v1/topics/{topic}`` (admin, or a client granted the topic): the topic and each queue's
-    ``min_offset`` / ``max_offset`` (``produced`` = the sum of ``max_offset``). One GetItem of the
+    ``min_offset`` / ``max_offset`` (``produced`` = the sum of ``max_offset``), and its delayed
+    messages not yet in the queue (``delayed``, ``next_due``; ``delayed`` summed). One GetItem of the
     topic, one BatchGetItem of its queue items."""
     check_topic(name)
     t = service.topic_or_404(name)
     _may_see_topic(p, name)
     qs = [{"queue": int(m.queue), "min_offset": int(m.min_offset), "max_offset": int(m.max_offset),
-           "last_produced_at": int(m.last_produced_at or 0)}
+           "last_produced_at": int(m.last_produced_at or 0),
+           "delayed": int(m.delayed or 0), "next_due": None if m.next_due is None else int(m.next_due)}
           for m in LogRepo.queues(name, int(t.queues))]
-    return {**service.topic_view(t), "produced": sum(q["max_offset"] for q in qs), "queue_offsets": qs}
+    return {**service.topic_view(t), "produced": sum(q["max_offset"] for q in qs),
+            "delayed": sum(q["delayed"] for q in qs), "queue_offsets": qs}
 
 
 def subscription_offsets(p: service.Principal, sub_id: str) -> dict:
@@ -80,6 +83,6 @@ def subscription_offsets(p: service.Principal, sub_id: str) -> dict:
                        "committed_offset": view.start,
                        "locked_until": view.lock_until if view.locked(now) else 0,
                        "lock_owner": (r.lock_owner if r is not None and view.locked(now) else None),
-                       "backlog": view.backlog})
+                       "backlog": view.backlog, "dead_lettered": view.dead_lettered})
     return {"id": s.id, "subscriber": s.subscriber, "topic": s.topic,
             "backlog": sum(q["backlog"] for q in queues), "queues": queues}

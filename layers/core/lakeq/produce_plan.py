@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Callable
 
 from . import segments as seg
 
@@ -55,14 +56,16 @@ EMPTY_SEGMENT = seg.Segment(0, 0, b"", b"", False)
 Item = tuple[int, seg.Message, bool]  # (request index, message, has a client id?)
 
 
-def plan_parts(topic: str, q: int, items: list[Item], base: int) -> list[tuple[Append, list[tuple[int, int]]]]:
+def plan_parts(topic: str, q: int, items: list[Item], base: int,
+               extra: Callable[[Item], tuple[int, int]] | None = None) -> list[tuple[Append, list[tuple[int, int]]]]:
     """Cut a queue's messages into writes within DynamoDB's limits: segments of at most
     ``SEGMENT_DATA_LIMIT`` raw bytes (one item each, < 400 KB: every message is bounded by
     ``validation.MAX_MESSAGE_BYTES``), and per write at most ``TRANSACT_ITEMS`` items counting the
     queue item's head move, the segments and one dedup item per client id, and at most
     ``TRANSACT_BYTES`` by item-size upper bounds (issue 8, defect 3: 100 ids into one queue used to
     be a 101-item transaction). Returns, per write in log order, the Append and the
-    (request index, offset) of its messages.
+    (request index, offset) of its messages. ``extra(item)``: (items, bytes) more that the item
+    costs in its write (a promotion deletes each message's delayed item in the same transaction).
 
     >>> m = seg.Message(id="a", body="x", key=None, tags=[], properties={}, produced_at=0)
     >>> [(len(a.segments), a.dedup, placed) for a, placed in plan_parts("t", 0, [(0, m, True)], 7)]
@@ -77,14 +80,16 @@ def plan_parts(topic: str, q: int, items: list[Item], base: int) -> list[tuple[A
         _, m, cid = it
         size = m.encoded_size()
         new_segment = not writes or seg_bytes + size > seg.SEGMENT_DATA_LIMIT
-        add_items = (1 if new_segment else 0) + (1 if cid else 0)
+        x_items, x_bytes = extra(it) if extra is not None else (0, 0)
+        add_items = (1 if new_segment else 0) + (1 if cid else 0) + x_items
         add_bytes = size + (segment_item_bytes(pq_, EMPTY_SEGMENT) if new_segment else 0) \
-            + (dedup_item_bytes(topic, m.id) if cid else 0)
+            + (dedup_item_bytes(topic, m.id) if cid else 0) + x_bytes
         if not writes or n_items + add_items > TRANSACT_ITEMS or n_bytes + add_bytes > TRANSACT_BYTES:
             writes.append([])
             n_items, n_bytes, seg_bytes, new_segment = 1, QUEUE_ITEM_BYTES, 0, True  # 1: the head move
-            add_items = 1 + (1 if cid else 0)
-            add_bytes = size + segment_item_bytes(pq_, EMPTY_SEGMENT) + (dedup_item_bytes(topic, m.id) if cid else 0)
+            add_items = 1 + (1 if cid else 0) + x_items
+            add_bytes = size + segment_item_bytes(pq_, EMPTY_SEGMENT) + (dedup_item_bytes(topic, m.id) if cid else 0) \
+                + x_bytes
         writes[-1].append(it)
         n_items += add_items
         n_bytes += add_bytes

@@ -17,9 +17,11 @@ from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, Upda
 from pynamodb.transactions import TransactWrite
 
 from . import segments as seg
+from .delay_plan import Delayed, due_key, encode_message
 from .models import (
     ClientModel,
     DedupModel,
+    DelayedModel,
     KeyModel,
     OffsetModel,
     QueueModel,
@@ -84,6 +86,13 @@ def _connection() -> Connection:
     if conn is None:
         conn = _connections[region] = Connection(region=region)
     return conn
+
+
+def warm_transactions() -> None:
+    """Create the transaction client now (its botocore client, made on first use, loads the service
+    model): a pull that sees a delayed message ahead calls this so the promotion at its due time
+    does not pay that on the consumer's clock (lakeq.delayed)."""
+    _ = _connection().client
 
 
 _KIND_ORDER = {"condition_check": 0, "delete": 1, "save": 2, "update": 3}
@@ -229,6 +238,22 @@ class ClientRepo:
         transact(build)
 
 
+    @staticmethod
+    def set_settings(name: str, changes: dict) -> ClientModel | None:
+        """A consumer's ``max_deliveries`` / ``dead_letter_topic`` (None removes): one conditional
+        UpdateItem (the client exists and is a consumer). None when it is not (any more)."""
+        actions = [getattr(ClientModel, k).remove() if val is None else getattr(ClientModel, k).set(val)
+                   for k, val in changes.items()]
+        c = ClientModel(name)
+        try:
+            c.update(actions=actions, condition=ClientModel.name.exists() & (ClientModel.role == "consumer"))
+        except UpdateError as e:
+            if conditional_failed(e):
+                return None
+            raise
+        return c
+
+
 class LogRepo:
     @staticmethod
     def pq(topic: str, queue: int) -> str:
@@ -272,7 +297,20 @@ class LogRepo:
         if not ids:
             return out
         for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
-            out[item.id] = (int(item.queue), int(item.offset))
+            if item.offset is not None:  # a delayed message's id has no offset yet (dedup_entries)
+                out[item.id] = (int(item.queue), int(item.offset))
+        return out
+
+    @staticmethod
+    def dedup_entries(topic: str, ids: list[str]) -> dict[str, tuple[int, int | None, int | None]]:
+        """As :meth:`dedup_lookup`, delayed messages included: id → (queue, offset or None while the
+        message is delayed, deliver_at or None)."""
+        out: dict[str, tuple[int, int | None, int | None]] = {}
+        if not ids:
+            return out
+        for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
+            out[item.id] = (int(item.queue), None if item.offset is None else int(item.offset),
+                            None if item.deliver_at is None else int(item.deliver_at))
         return out
 
     @classmethod
@@ -402,6 +440,117 @@ class LogRepo:
         return seg.Segment(int(item.base), int(item.count), item.idx, item.data, bool(item.z))
 
 
+class DelayedRepo:
+    """Delayed messages (``delay_ms``, :mod:`lakeq.delayed`): DelayedTable items and the queue item's
+    ``next_due`` / ``delayed`` / ``dver``. Invariant: a queue with a delayed item has ``next_due`` at
+    or before that item's ``deliver_at``; every write here moves ``dver``."""
+
+    @staticmethod
+    def add(topic: str, queue: int, part: list[Delayed], now: int, lower: bool) -> None:
+        """Store ``part`` (one queue's delayed messages) in one transaction: the queue item
+        (``delayed`` += n, ``dver`` += 1, and — ``lower`` — ``next_due`` := the part's earliest
+        ``deliver_at`` if it is not earlier already; else conditioned on ``next_due`` being at or
+        before it), each message's DelayedTable item (absent before), each client id's dedup item
+        (absent before; no offset, its ``deliver_at``). Raises :class:`TransactionFailed`: index 0 =
+        the queue is gone or ``next_due`` is on the other side (read again), 1..len(part) = a
+        delayed item exists, then one per client id (in ``part`` order) = the id was recorded."""
+        dmin = min(d.deliver_at for d in part)
+        actions = [QueueModel.delayed.add(len(part)), QueueModel.dver.add(1)]
+        if lower:
+            actions.append(QueueModel.next_due.set(dmin))
+            cond = QueueModel.topic.exists() & (QueueModel.next_due.does_not_exist() | (QueueModel.next_due >= dmin))
+        else:
+            cond = QueueModel.topic.exists() & (QueueModel.next_due <= dmin)
+        pq_ = pq(topic, queue)
+        expires = datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)
+
+        def build(t: TransactWrite) -> None:
+            t.update(QueueModel(topic, queue), actions=actions, condition=cond)
+            for d in part:
+                t.save(DelayedModel(pq_, due_key(d.deliver_at, d.message.id), deliver_at=d.deliver_at, cid=d.cid,
+                                    msg=encode_message(d.message)),
+                       condition=DelayedModel.pq.does_not_exist())
+            for d in part:
+                if d.cid:
+                    t.save(DedupModel(topic, d.message.id, queue=queue, deliver_at=d.deliver_at, expires_at=expires),
+                           condition=DedupModel.id.does_not_exist())
+        transact(build)
+
+    @staticmethod
+    def due(topic: str, queue: int, now: int, limit: int, max_bytes: int = TRANSACT_BYTES) -> list[DelayedModel]:
+        """The queue's first delayed items due at ``now``, in due order (a consistent Query from the
+        partition's start): at most ``limit``, and no more once their messages pass ``max_bytes``
+        (one transaction could not carry more; the Query reads at most one 1 MB page beyond)."""
+        out: list[DelayedModel] = []
+        size = 0
+        for item in DelayedModel.query(pq(topic, queue), DelayedModel.due < due_key(now + 1, ""), consistent_read=True,
+                                       limit=limit):
+            out.append(item)
+            size += len(item.msg.encode("utf-8"))
+            if size > max_bytes:
+                break
+        return out
+
+    @staticmethod
+    def after(topic: str, queue: int, due: str | None) -> int | None:
+        """``deliver_at`` of the queue's first delayed item after sort key ``due`` (from the start
+        when None); None when there is none. One consistent Query of one item."""
+        cond = DelayedModel.due > due if due is not None else None
+        for item in DelayedModel.query(pq(topic, queue), cond, consistent_read=True, limit=1):
+            return int(item.deliver_at)
+        return None
+
+    @staticmethod
+    def _dver_is(seen: int | None):
+        return QueueModel.dver.does_not_exist() if seen is None else QueueModel.dver == seen
+
+    @classmethod
+    def set_next_due(cls, topic: str, queue: int, seen: int | None, next_due: int | None) -> bool:
+        """Repair ``next_due`` (it was earlier than every delayed item), if ``dver`` is still ``seen``."""
+        action = QueueModel.next_due.set(next_due) if next_due is not None else QueueModel.next_due.remove()
+        try:
+            QueueModel(topic, queue).update(actions=[action, QueueModel.dver.add(1)],
+                                            condition=QueueModel.topic.exists() & cls._dver_is(seen))
+            return True
+        except UpdateError as e:  # changed meanwhile, or a transaction in flight on it: read again
+            if conditional_failed(e) or getattr(e, "cause_response_code", None) == "TransactionConflictException":
+                return False
+            raise
+
+    @classmethod
+    def promote(cls, topic: str, queue: int, base: int, part: Append, entries: list[DelayedModel],
+                seen: int | None, next_due: int | None, now: int) -> None:
+        """Append ``entries`` (due delayed items, in due order: ``part`` holds their segments at
+        ``base``, the queue's head) in one transaction: the queue item (head to the part's end,
+        ``delayed`` -= n, ``dver`` += 1, ``next_due`` := ``next_due``; conditioned on the head being at
+        or before ``base`` and ``dver`` still ``seen``: nobody promoted nor delayed a message on this
+        queue since it was read), the segments (absent before), each client id's offset (its dedup
+        item, conditioned on having no offset yet) and the deletes of the delayed items
+        (conditioned on existing). Two promoters racing: one transaction wins, the other is
+        cancelled (TransactionFailed) and nothing of it is written."""
+        assert part.segments[0].base == base
+        pq_ = pq(topic, queue)
+        end = part.segments[-1].end
+        actions = [QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now),
+                   QueueModel.delayed.add(-len(entries)), QueueModel.dver.add(1),
+                   QueueModel.next_due.set(next_due) if next_due is not None else QueueModel.next_due.remove()]
+        at = {e.due.split("#", 1)[1]: int(e.deliver_at) for e in entries}
+        expires = datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)
+
+        def build(t: TransactWrite) -> None:
+            t.update(QueueModel(topic, queue), actions=actions,
+                     condition=QueueModel.topic.exists() & (QueueModel.max_offset <= base) & cls._dver_is(seen))
+            for s in part.segments:
+                t.save(SegmentModel(pq_, s.base, end=s.end, count=s.count, idx=s.idx, data=s.data, z=s.compressed,
+                                    produced_at=now), condition=SegmentModel.pq.does_not_exist())
+            for mid, off in part.dedup:
+                t.save(DedupModel(topic, mid, queue=queue, offset=off, deliver_at=at.get(mid), expires_at=expires),
+                       condition=DedupModel.offset.does_not_exist())
+            for e in entries:
+                t.delete(DelayedModel(pq_, e.due), condition=DelayedModel.pq.exists())
+        transact(build)
+
+
 class OffsetRepo:
     @staticmethod
     def owner(group: str, topic: str, client_id: str | None = None) -> str:
@@ -420,41 +569,48 @@ class OffsetRepo:
 
     @staticmethod
     def _expect(view: QueueView):
-        """Condition: the record is still exactly as the pull saw it."""
+        """Condition: the record is still exactly as the pull saw it (``sv``: every write moves it)."""
         if view.committed is None:
             return OffsetModel.owner.does_not_exist()
-        return (OffsetModel.lock_ts == view.lock_ts) & (OffsetModel.committed_offset == view.committed)
+        same = (OffsetModel.lock_ts == view.lock_ts) & (OffsetModel.committed_offset == view.committed)
+        return same & (OffsetModel.sv.does_not_exist() if view.sv is None else OffsetModel.sv == view.sv)
+
+    @staticmethod
+    def view_of(rec: OffsetModel, min_offset: int = 0, max_offset: int = 0) -> QueueView:
+        """A record as a :class:`QueueView` (the log's offsets when known)."""
+        return QueueView(int(rec.queue), min_offset, max_offset, int(rec.committed_offset), int(rec.lock_ts),
+                         int(rec.lock_until), int(rec.last_consumed_at), tuple(rec.acks or ()),
+                         None if rec.lock_next is None else int(rec.lock_next), rec.settle,
+                         None if rec.sv is None else int(rec.sv), int(rec.dead_lettered or 0))
 
     @classmethod
-    def lock(cls, owner: str, view: QueueView, lock_ts: int, lock_until: int, next_offset: int,
-             lock_owner: str, meta: dict, now: int) -> bool:
-        """Take the queue's lock for ``[view.start, next_offset)``. One conditional UpdateItem."""
-        actions = [
-            OffsetModel.lock_ts.set(lock_ts), OffsetModel.lock_until.set(lock_until),
-            OffsetModel.lock_next.set(next_offset), OffsetModel.lock_owner.set(lock_owner),
-            OffsetModel.updated_at.set(now),
-        ]
-        if view.committed is None or view.committed != view.start:
-            actions.append(OffsetModel.committed_offset.set(view.start))
-        if view.committed is None:
-            actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
-        kept = kept_acks(view.acks, cls.ACKS_KEPT)
-        if kept is not None:  # exact: the condition guarantees no ack landed since the view was read
-            actions.append(OffsetModel.acks.set(kept))
-        try:
-            OffsetModel(owner, view.queue).update(actions=actions, condition=cls._expect(view))
-            return True
-        except UpdateError as e:
-            if conditional_failed(e):
-                return False
-            raise
-
-    @classmethod
-    def advance(cls, owner: str, view: QueueView, next_offset: int, meta: dict, now: int) -> bool:
-        """Move the committed offset past messages a filtered pull skipped (no lock taken)."""
-        actions = [OffsetModel.committed_offset.set(next_offset), OffsetModel.last_consumed_at.set(now),
-                   OffsetModel.updated_at.set(now)]
-        if view.committed is None:
+    def write_state(cls, owner: str, view: QueueView, state, meta: dict | None, now: int, *,
+                    lock_owner: str | None = None, consumed: bool = False, ack: str | None = None) -> bool:
+        """Store a :class:`lakeq.settlement.State` on the record ``view`` was read from, if it is
+        still exactly that (:meth:`_expect`): committed offset, lock, ``settle`` (removed in the
+        simple form), ``dead_lettered``; ``lock_owner`` for a new lock (which also trims ``acks``),
+        ``ack`` appended to ``acks`` (a whole-batch ack). One conditional UpdateItem; False when the
+        record moved meanwhile."""
+        from .settlement import to_settle
+        raw = to_settle(state)
+        actions = [OffsetModel.committed_offset.set(state.committed), OffsetModel.lock_ts.set(state.lock_ts),
+                   OffsetModel.lock_until.set(state.lock_until), OffsetModel.updated_at.set(now),
+                   OffsetModel.sv.add(1),
+                   (OffsetModel.lock_next.remove() if state.lock_next is None
+                    else OffsetModel.lock_next.set(state.lock_next)),
+                   OffsetModel.settle.remove() if raw is None else OffsetModel.settle.set(raw)]
+        if state.dead_lettered or view.dead_lettered:
+            actions.append(OffsetModel.dead_lettered.set(state.dead_lettered))
+        if lock_owner is not None:
+            actions.append(OffsetModel.lock_owner.set(lock_owner))
+            kept = kept_acks(view.acks, cls.ACKS_KEPT)
+            if kept is not None:
+                actions.append(OffsetModel.acks.set(kept))
+        if consumed:
+            actions.append(OffsetModel.last_consumed_at.set(now))
+        if ack is not None:
+            actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
+        if view.committed is None and meta:
             actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
         try:
             OffsetModel(owner, view.queue).update(actions=actions, condition=cls._expect(view))
@@ -477,21 +633,31 @@ class OffsetRepo:
         written) from a stale receipt (False). A lock trims ``acks`` to the newest
         :attr:`ACKS_KEPT`; each lock is acknowledged at most once, so the list stays that short."""
         key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+        rec = cls.ack_fast(owner, queue, receipt, now)
+        return rec is True or (rec is not None and key in (rec.acks or []))
+
+    @classmethod
+    def ack_fast(cls, owner: str, queue: int, receipt: Receipt, now: int) -> bool | OffsetModel | None:
+        """:meth:`ack`'s one UpdateItem for a whole batch in the simple form (issue 9's fast path).
+        True: acknowledged. Otherwise the record as one consistent GetItem found it (None: absent),
+        for the caller to decide (a retry found in ``acks``, a settle of the general form, stale)."""
+        key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
         try:
             OffsetModel(owner, queue).update(
                 actions=[OffsetModel.committed_offset.set(receipt.next_offset), OffsetModel.lock_until.set(0),
                          OffsetModel.lock_next.remove(), OffsetModel.last_consumed_at.set(now),
-                         OffsetModel.updated_at.set(now), OffsetModel.acks.set((OffsetModel.acks | []).append([key]))],
+                         OffsetModel.updated_at.set(now), OffsetModel.acks.set((OffsetModel.acks | []).append([key])),
+                         OffsetModel.sv.add(1)],
                 condition=(OffsetModel.lock_ts == receipt.timestamp)
                 & (OffsetModel.committed_offset == receipt.offset)
-                & (OffsetModel.lock_next == receipt.next_offset),
+                & (OffsetModel.lock_next == receipt.next_offset)
+                & OffsetModel.settle.does_not_exist(),
             )
             return True
         except UpdateError as e:
             if not conditional_failed(e):
                 raise
-        rec = cls.get(owner, queue)
-        return rec is not None and key in (rec.acks or [])
+        return cls.get(owner, queue)
 
     @staticmethod
     def set_visibility(owner: str, queue: int, receipt: Receipt, lock_until: int, now: int) -> bool:
@@ -500,10 +666,12 @@ class OffsetRepo:
         UpdateItem; a plain re-set, so a retry answers the same or a later expiry. False: stale."""
         try:
             OffsetModel(owner, queue).update(
-                actions=[OffsetModel.lock_until.set(lock_until), OffsetModel.updated_at.set(now)],
+                actions=[OffsetModel.lock_until.set(lock_until), OffsetModel.updated_at.set(now),
+                         OffsetModel.sv.add(1)],
                 condition=(OffsetModel.lock_ts == receipt.timestamp)
                 & (OffsetModel.committed_offset == receipt.offset)
-                & (OffsetModel.lock_next == receipt.next_offset),
+                & (OffsetModel.lock_next == receipt.next_offset)
+                & OffsetModel.settle.does_not_exist(),
             )
             return True
         except UpdateError as e:
@@ -516,10 +684,11 @@ class OffsetRepo:
         """Set the committed offset, drop any lock and invalidate outstanding receipts
         (``lock_ts`` moves on). One unconditional UpdateItem."""
         actions = [OffsetModel.committed_offset.set(offset), OffsetModel.lock_until.set(0),
-                   OffsetModel.lock_next.remove(), OffsetModel.lock_ts.add(1), OffsetModel.updated_at.set(now)]
+                   OffsetModel.lock_next.remove(), OffsetModel.lock_ts.add(1), OffsetModel.updated_at.set(now),
+                   OffsetModel.settle.remove(), OffsetModel.sv.add(1)]
         actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
         OffsetModel(owner, queue).update(actions=actions)
 
 
-__all__ = ["TopicRepo", "ClientRepo", "LogRepo", "OffsetRepo", "Append", "TransactionFailed", "transact",
+__all__ = ["TopicRepo", "ClientRepo", "LogRepo", "DelayedRepo", "OffsetRepo", "Append", "TransactionFailed", "transact",
            "PutError"]

@@ -36,13 +36,16 @@ class Message:
     tags: list[str] = field(default_factory=list)
     properties: dict = field(default_factory=dict)
     produced_at: int = 0
+    # a dead-lettered copy's origin (issue 9): {"topic","queue","offset","id","group","deliveries",
+    # "reason","at"}; stored in the header only when present
+    dead_letter: dict | None = None
 
     def header(self) -> bytes:
-        return json.dumps(
-            {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
-             "produced_at": self.produced_at},
-            separators=(",", ":"), ensure_ascii=False,
-        ).encode("utf-8")
+        h = {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
+             "produced_at": self.produced_at}
+        if self.dead_letter is not None:
+            h["dead_letter"] = self.dead_letter
+        return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def encoded_size(self) -> int:
         return len(self.header()) + len(self.body.encode("utf-8")) + ENTRY.size

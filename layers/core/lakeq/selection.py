@@ -23,6 +23,16 @@ class QueueView:
     lock_until: int = 0
     last_consumed_at: int = 0
     acks: tuple[str, ...] = ()  # the record's recently acknowledged receipts (see ack_key)
+    lock_next: int | None = None
+    settle: str | None = None  # the record's settlement state beyond the simple form (lakeq.settlement)
+    sv: int | None = None  # the record's write counter (None: never written by issue 9's code)
+    dead_lettered: int = 0
+
+    def state(self):
+        """The record's :class:`lakeq.settlement.State` (a queue the owner never read: from ``start``)."""
+        from .settlement import floor, from_record
+        return floor(from_record(self.start if self.committed is None else self.committed, self.lock_ts,
+                                 self.lock_until, self.lock_next, self.settle, self.dead_lettered), self.min_offset)
 
     @property
     def start(self) -> int:

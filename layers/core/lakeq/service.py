@@ -14,7 +14,9 @@ import uuid
 from typing import Callable
 
 from . import clock as _clock
+from . import delayed as _delayed
 from . import segments as seg
+from . import settling
 from . import validation as v
 from .auth import (  # noqa: F401
     KEY_CACHE_MAX,
@@ -24,12 +26,13 @@ from .auth import (  # noqa: F401
     authorize,
     clear_caches,
     client_or_404,
+    forget_client,
     forget_key,
     hash_key,
     require_admin,
     topic_or_404,
 )
-from .errors import BadRequest, Conflict, NotFound, PayloadTooLarge, StaleReceipt, Unavailable
+from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge, StaleReceipt, Unavailable
 from .logread import SCAN_FACTOR, broker, consume, topic_reader  # noqa: F401
 from .logread import views as _views
 from .models import ClientModel, KeyModel, TopicModel
@@ -40,6 +43,7 @@ from .receipts import Receipt, topic_queue_field
 from .receipts import parse as parse_receipt
 from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed
 from .selection import lock_until
+from .settlement import Outcomes
 
 APPEND_ATTEMPTS = 40
 MAX_KEYS = 10  # live keys per client (rotation: issue the new one, move clients over, revoke)
@@ -104,6 +108,10 @@ def client_view(c: ClientModel) -> dict:
     if c.role == "consumer":
         out["mode"] = c.mode
         out["visibility_timeout_ms"] = int(c.visibility_timeout_ms)
+        if c.max_deliveries is not None:  # issue 9: shown when set
+            out["max_deliveries"] = int(c.max_deliveries)
+        if c.dead_letter_topic is not None:
+            out["dead_letter_topic"] = c.dead_letter_topic
     return out
 
 
@@ -113,9 +121,12 @@ def create_client(p: Principal, raw: str | None) -> dict:
     for t in req.topics:
         if TopicRepo.get(t) is None:
             raise NotFound(f"topic '{t}' does not exist")
+    if req.dead_letter_topic is not None and TopicRepo.get(req.dead_letter_topic) is None:
+        raise NotFound(f"dead-letter topic '{req.dead_letter_topic}' does not exist")
     key = "lq_" + secrets.token_urlsafe(32)
     client = ClientModel(req.name, role=req.role, topics=req.topics, mode=req.mode,
-                         visibility_timeout_ms=req.visibility_timeout_ms, key_hash=hash_key(key), created_at=clock())
+                         visibility_timeout_ms=req.visibility_timeout_ms, key_hash=hash_key(key), created_at=clock(),
+                         max_deliveries=req.max_deliveries, dead_letter_topic=req.dead_letter_topic)
     client.key_map = json.dumps({key_id_of(client.key_hash): client.key_hash})
     client.key_version = 1
     try:
@@ -125,6 +136,29 @@ def create_client(p: Principal, raw: str | None) -> dict:
             raise Conflict(f"client '{req.name}' exists", code="client_exists") from None
         raise
     return {**client_view(client), "api_key": key, "key_id": key_id_of(client.key_hash)}
+
+
+def patch_client(p: Principal, name: str, raw: str | None) -> dict:
+    """``PATCH /v1/clients/{name}`` (admin, issue 9): a consumer's ``max_deliveries`` and/or
+    ``dead_letter_topic`` (null clears). 400 → 404 (client, topic) → 403; one conditional
+    UpdateItem (the client exists and is a consumer). Other containers see the change within
+    :data:`lakeq.auth.CLIENT_CACHE_TTL_S`."""
+    check_name(name, "client name")
+    changes = v.patch_client(v.json_body(raw))
+    c = ClientRepo.get(name)
+    if c is None:
+        raise NotFound(f"client '{name}' does not exist")
+    dlt = changes.get("dead_letter_topic")
+    if dlt is not None and TopicRepo.get(dlt) is None:
+        raise NotFound(f"dead-letter topic '{dlt}' does not exist")
+    require_admin(p)
+    if c.role != "consumer":
+        raise BadRequest(f"client '{name}' is a {c.role}: 'max_deliveries' and 'dead_letter_topic' are for consumers")
+    updated = ClientRepo.set_settings(name, changes)
+    if updated is None:
+        raise NotFound(f"client '{name}' does not exist")
+    forget_client(name)
+    return client_view(updated)
 
 
 # --- keys: rotation and revocation (admin) ----------------------------------------------------
@@ -225,16 +259,16 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
     now = clock()
     n_queues = int(t.queues)
     results: list[dict | None] = [None] * len(req.messages)
-    known = LogRepo.dedup_lookup(topic, [m.id for m in req.messages if m.id])
+    known = _delayed.known_results(topic, [m.id for m in req.messages if m.id])  # delayed ids too
     first_index: dict[str, int] = {}
     copies: list[tuple[int, int]] = []
     pending: dict[int, list[tuple[int, seg.Message, bool]]] = {}
+    delayed: dict[int, list[_delayed.Delayed]] = {}  # delay_ms > 0: kept until due (lakeq.delayed)
     spread = random.randrange(n_queues)
     for i, m in enumerate(req.messages):
         if m.id is not None:
             if m.id in known:
-                q, off = known[m.id]
-                results[i] = {"id": m.id, "queue": q, "offset": off}
+                results[i] = dict(known[m.id])
                 continue
             if m.id in first_index:
                 copies.append((i, first_index[m.id]))
@@ -243,9 +277,14 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
         q = queue_for_key(m.key, n_queues) if m.key is not None else spread
         msg = seg.Message(id=m.id or str(uuid.uuid4()), body=m.body, key=m.key, tags=m.tags,
                           properties=m.properties, produced_at=now)
-        pending.setdefault(q, []).append((i, msg, m.id is not None))
+        if m.delay_ms:
+            delayed.setdefault(q, []).append(_delayed.Delayed(i, msg, m.id is not None, now + m.delay_ms))
+        else:
+            pending.setdefault(q, []).append((i, msg, m.id is not None))
     for q, items in sorted(pending.items()):
         _append_queue(topic, q, items, results, now)
+    for q, ditems in sorted(delayed.items()):
+        _delayed.produce_delayed(topic, q, ditems, results, now)
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}
@@ -272,12 +311,11 @@ def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]]
             dup_ids = [mid for k, (mid, _) in enumerate(part.dedup)
                        if e.failed(first + k)] if part.dedup else []
             if dup_ids:  # another request recorded these ids meanwhile: answer with its result
-                found = LogRepo.dedup_lookup(topic, dup_ids)
+                found = _delayed.known_results(topic, dup_ids)  # (a delayed one: offset null, deliver_at)
                 keep = []
                 for i, m, cid in items:
                     if cid and m.id in found:
-                        fq, fo = found[m.id]
-                        results[i] = {"id": m.id, "queue": fq, "offset": fo}
+                        results[i] = dict(found[m.id])
                     else:
                         keep.append((i, m, cid))
                 items = keep
@@ -340,25 +378,55 @@ def _group_receipt(p: Principal, group: ClientModel, client_id: str | None, rece
     return topic, q, owner
 
 
-def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt) -> dict:
+def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+               outcomes: Outcomes = Outcomes()) -> dict:
+    """Settle a group's receipt (:func:`lakeq.settling.settle`): the whole batch (one UpdateItem
+    in the common case) or the offsets ``outcomes`` names."""
     topic, q, owner = _group_receipt(p, group, client_id, receipt, "acknowledge")
-    if not OffsetRepo.ack(owner, q, receipt, clock()):
-        raise StaleReceipt(STALE)
-    return {"topic": topic, "queue": q, "committed_offset": receipt.next_offset}
+    out = settling.settle(owner, q, receipt, outcomes, settling.policy_of(group), topic_reader(topic, None), clock(),
+                          STALE)
+    return {"topic": topic, "queue": q, **out}
 
 
 def ack(p: Principal, raw: str | None,
-        subscription_ack: Callable[[Principal, str, Receipt], dict] | None = None) -> dict:
+        subscription_ack: Callable[..., dict] | None = None) -> dict:
     """``POST /v1/acks``: a group's receipt here; a subscription's goes to ``subscription_ack``
-    (:func:`lakeq.subscriptions.ack`, passed in by the route: this module does not import it)."""
-    req = v.ack(v.json_body(raw))
+    (:func:`lakeq.subscriptions.ack`, passed in by the route: this module does not import it).
+    With ``"acks": [...]`` a batch: ``{"results": [...]}`` in order, each entry's body or error."""
+    body = v.json_body(raw)
+    if "acks" in body:
+        return _ack_batch(p, v.ack_batch(body), subscription_ack)
+    req = v.ack(body)
     receipt = parse_receipt(req.receipt)
+    return _ack_one(p, req, receipt, subscription_ack)
+
+
+def _ack_one(p: Principal, req: v.AckIn, receipt: Receipt, subscription_ack) -> dict:
     if req.subscription is not None:
         if subscription_ack is None:
             raise BadRequest("subscription receipts are acknowledged on the consume routes")
-        return subscription_ack(p, req.subscription, receipt)
+        return subscription_ack(p, req.subscription, receipt, req.outcomes)
     group = client_or_404(req.group, "consumer")  # type: ignore[arg-type]
-    return _ack_group(p, group, req.client_id, receipt)
+    return _ack_group(p, group, req.client_id, receipt, req.outcomes)
+
+
+def _ack_batch(p: Principal, req: v.AckBatchIn, subscription_ack) -> dict:
+    """Each entry on its own: a refused entry (4xx) is answered with its error and changes
+    nothing; the others go on. The consumer named by the envelope must exist (404 for all)."""
+    if req.group is not None:
+        client_or_404(req.group, "consumer")
+    results: list[dict] = []
+    for e in req.entries:
+        if isinstance(e, ApiError):
+            results.append(e.body())
+            continue
+        try:
+            results.append(_ack_one(p, e, parse_receipt(e.receipt), subscription_ack))
+        except ApiError as err:
+            if err.status >= 500:
+                raise
+            results.append(err.body())
+    return {"results": results}
 
 
 def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
@@ -366,7 +434,7 @@ def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, r
     topic, q, owner = _group_receipt(p, group, client_id, receipt, "name")
     now = clock()
     until = lock_until(now, visibility_ms)
-    if not OffsetRepo.set_visibility(owner, q, receipt, until, now):
+    if not settling.visibility(owner, q, receipt, until, now):
         raise StaleReceipt(STALE)
     return {"topic": topic, "queue": q, "locked_until": until}
 
@@ -400,8 +468,9 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
     lock_owner = req.member_id or client_id or "-"
     return consume(owner, topic, meta, lambda v_: topic_queue_field(topic, v_.queue),
-                   lambda: _views(topic, owner, int(t.queues)), int(group.visibility_timeout_ms), req, allowed,
-                   lock_owner)
+                   lambda: _views(topic, owner, int(t.queues), promote=True),  # due delayed messages join first
+                   req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
+                   lock_owner, policy=settling.policy_of(group))
 
 
 # --- offsets --------------------------------------------------------------------------------
@@ -425,7 +494,7 @@ def offsets(p: Principal, group_name: str, params: dict) -> dict:
                        "committed_offset": view.start,
                        "locked_until": view.lock_until if view.locked(now) else 0,
                        "lock_owner": r.lock_owner if r is not None and view.locked(now) else None,
-                       "backlog": view.backlog})
+                       "backlog": view.backlog, "dead_lettered": view.dead_lettered})
     return {"group": group.name, "topic": topic, "backlog": sum(q["backlog"] for q in queues), "queues": queues}
 
 

@@ -29,7 +29,7 @@ from pynamodb.transactions import TransactWrite
 
 from matcher.index import validate_conditions, validate_tags
 
-from . import clock
+from . import clock, settling
 from . import validation as v
 from .auth import Principal, authorize, client_or_404, topic_or_404
 from .errors import BadRequest, Forbidden, NotFound, StaleReceipt
@@ -39,8 +39,10 @@ from .models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from .names import check_name, check_topic, covers, is_name
 from .receipts import Receipt, subscription_field
 from .receipts import parse as parse_receipt
-from .repos import LogRepo, OffsetRepo, transact, transact_if_first
+from .repos import LogRepo, transact, transact_if_first
 from .selection import lock_until
+from .settlement import Outcomes
+from .settling import Policy
 
 log = logging.getLogger("lakeq.subscriptions")
 
@@ -74,6 +76,10 @@ class SubscriptionModel(Model):
     # JSON {"<topic>": [head of queue 0, head of queue 1, ...]}: where each covered queue's log
     # ended when the subscription was created (only topics with messages then); see Start
     starts = UnicodeAttribute(null=True)
+    # dead letters (issue 9, lakeq.settling.Policy): deliveries before a message is dead-lettered
+    # (absent: unlimited) and where copies go (absent: dropped and counted)
+    max_deliveries = NumberAttribute(null=True)
+    dead_letter_topic = UnicodeAttribute(null=True)
     by_subscriber = BySubscriber()
 
 
@@ -230,9 +236,18 @@ class SubscriptionRepo:
 
 # --- views ------------------------------------------------------------------------------------
 def view(s: SubscriptionModel) -> dict:
-    return {"id": s.id, "subscriber": s.subscriber, "topic": s.topic,
-            "conditions": json.loads(s.conditions or "[]"), "tags": list(s.tags or []),
-            "created_at": int(s.created_at or 0), "parked": _parked_view(s.parked)}
+    out = {"id": s.id, "subscriber": s.subscriber, "topic": s.topic,
+           "conditions": json.loads(s.conditions or "[]"), "tags": list(s.tags or []),
+           "created_at": int(s.created_at or 0), "parked": _parked_view(s.parked)}
+    if s.max_deliveries is not None:  # issue 9: shown when set
+        out["max_deliveries"] = int(s.max_deliveries)
+    if s.dead_letter_topic is not None:
+        out["dead_letter_topic"] = s.dead_letter_topic
+    return out
+
+
+def policy(s: SubscriptionModel) -> Policy:
+    return Policy(None if s.max_deliveries is None else int(s.max_deliveries), s.dead_letter_topic, s.subscriber)
 
 
 def _parked_view(raw: str | None) -> list[dict]:
@@ -279,13 +294,17 @@ def create(p: Principal, raw: str | None) -> dict:
     topic = check_topic(body.get("topic"))
     levels = _conditions(body.get("conditions"))
     tags = _tags(body.get("tags"))
+    dl = v.dead_letter_settings(body)
     topic_or_404(topic)
     client = client_or_404(subscriber, "consumer")
+    if dl.get("dead_letter_topic") is not None:
+        topic_or_404(dl["dead_letter_topic"])
     authorize(p, client, topic)
     now = clock.now()
     sub = SubscriptionModel(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
                             conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
-                            created_at=now, starts=Start.read(topic).dump())
+                            created_at=now, starts=Start.read(topic).dump(), max_deliveries=dl.get("max_deliveries"),
+                            dead_letter_topic=dl.get("dead_letter_topic"))
     SubscriptionRepo.create(sub)
     return view(sub)
 
@@ -361,17 +380,18 @@ def _list_receipt(s: SubscriptionModel, receipt: Receipt) -> str:
     return list_owner(s.id)
 
 
-def _ack(s: SubscriptionModel, receipt: Receipt) -> dict:
-    if not OffsetRepo.ack(_list_receipt(s, receipt), 0, receipt, clock.now()):
-        raise StaleReceipt(STALE)
-    return {"subscription": s.id, "queue": 0, "committed_offset": receipt.next_offset}
+def _ack(s: SubscriptionModel, receipt: Receipt, outcomes: Outcomes = Outcomes()) -> dict:
+    owner = _list_receipt(s, receipt)
+    out = settling.settle(owner, 0, receipt, outcomes, policy(s), list_reader(list_topic(s.id)), clock.now(), STALE)
+    return {"subscription": s.id, "queue": 0, **out}
 
 
-def ack(p: Principal, sub_id: str, receipt: Receipt) -> dict:
-    """``POST /v1/acks {"subscription", "receipt"}`` (dispatched by the ack route, :mod:`lakeq.api.queue`)."""
+def ack(p: Principal, sub_id: str, receipt: Receipt, outcomes: Outcomes = Outcomes()) -> dict:
+    """``POST /v1/acks {"subscription", "receipt", ["accept"], ["release"], ["reject"]}`` (dispatched
+    by the ack route, :mod:`lakeq.api.queue`)."""
     s = _sub_or_404(sub_id)
     _may_act(p, s)
-    return _ack(s, receipt)
+    return _ack(s, receipt, outcomes)
 
 
 def visibility(p: Principal, sub_id: str, receipt: Receipt, visibility_ms: int) -> dict:
@@ -381,7 +401,7 @@ def visibility(p: Principal, sub_id: str, receipt: Receipt, visibility_ms: int) 
     owner = _list_receipt(s, receipt)
     now = clock.now()
     until = lock_until(now, visibility_ms)
-    if not OffsetRepo.set_visibility(owner, 0, receipt, until, now):
+    if not settling.visibility(owner, 0, receipt, until, now):
         raise StaleReceipt(STALE)
     return {"subscription": s.id, "queue": 0, "locked_until": until}
 
@@ -395,6 +415,8 @@ def pull(p: Principal, sub_id: str, params: dict) -> dict:
     check_name(sub_id, "subscription id")
     max_ = v.int_param(params, "max", 1, v.MAX_PULL, v.DEFAULT_PULL)
     wait_ms = v.int_param(params, "wait_ms", 0, v.MAX_WAIT_MS, 0)
+    vis = (v.int_param(params, "visibility_timeout_ms", v.VISIBILITY_MIN, v.VISIBILITY_MAX, 0)
+           if params.get("visibility_timeout_ms") is not None else None)
     raw_ack = params.get("ack")
     if raw_ack is not None and not raw_ack:
         raise BadRequest("'ack' must be a receipt")
@@ -408,5 +430,5 @@ def pull(p: Principal, sub_id: str, params: dict) -> dict:
     req = v.PullRequest(group=None, client_id=None, member_id=None, max=max_, wait_ms=wait_ms, tags=None, ack=None)
     field = subscription_field(sub_id)
     return consume(owner, lt, {"group": s.subscriber, "topic": lt}, lambda _v: field,
-                   lambda: views(lt, owner), int(client.visibility_timeout_ms), req, None, "-",
-                   reader=list_reader(lt))
+                   lambda: views(lt, owner), vis or int(client.visibility_timeout_ms), req, None, "-",
+                   reader=list_reader(lt), policy=policy(s))

@@ -14,6 +14,7 @@ from typing import Any
 
 from .errors import BadRequest
 from .names import check_name, check_topic, is_name
+from .settlement import Outcomes
 
 MAX_MESSAGES = 100
 MAX_BODY_BYTES = 256 * 1024
@@ -39,6 +40,7 @@ DEFAULT_PULL = 32
 MAX_WAIT_MS = 20_000
 QUEUES_MIN, QUEUES_MAX, QUEUES_DEFAULT = 1, 64, 4
 VISIBILITY_MIN, VISIBILITY_MAX, VISIBILITY_DEFAULT = 1_000, 43_200_000, 30_000
+MAX_DELAY_MS = 900_000  # produce "delay_ms" (lakeq.delay_plan.MAX_DELAY_MS, as SQS's DelaySeconds 900)
 
 # a surrogate code point, raw or as a JSON escape (\ud800-\udfff); json.loads joins valid pairs
 _SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
@@ -140,6 +142,7 @@ class MessageIn:
     key: str | None
     tags: list[str]
     properties: dict
+    delay_ms: int = 0  # > 0: kept until due (lakeq.delayed), at most MAX_DELAY_MS
 
 
 def message_bytes(m: MessageIn) -> int:
@@ -186,6 +189,7 @@ def produce(body: dict) -> ProduceRequest:
                 key=str_field(m, "key", MAX_KEY_LEN, allow_empty=True),
                 tags=tag_list(m.get("tags")),
                 properties=flat_properties(m.get("properties")),
+                delay_ms=int_field(m, "delay_ms", 0, MAX_DELAY_MS, default=0),
             ))
         except BadRequest as e:
             raise BadRequest(f"messages[{i}]: {e.message}") from None
@@ -201,6 +205,7 @@ class PullRequest:
     wait_ms: int
     tags: list[str] | None
     ack: str | None
+    visibility_timeout_ms: int | None = None  # this batch's lock, instead of the consumer's
 
 
 def pull(params: dict, group_required: bool = True) -> PullRequest:
@@ -230,6 +235,8 @@ def pull(params: dict, group_required: bool = True) -> PullRequest:
         max=int_param(params, "max", 1, MAX_PULL, DEFAULT_PULL),
         wait_ms=int_param(params, "wait_ms", 0, MAX_WAIT_MS, 0),
         tags=tags, ack=ack,
+        visibility_timeout_ms=(int_param(params, "visibility_timeout_ms", VISIBILITY_MIN, VISIBILITY_MAX, 0)
+                               if params.get("visibility_timeout_ms") is not None else None),
     )
 
 
@@ -245,6 +252,26 @@ class ClientIn:
     topics: list[str]
     mode: str
     visibility_timeout_ms: int
+    max_deliveries: int | None = None
+    dead_letter_topic: str | None = None
+
+
+MAX_DELIVERIES_MAX = 100
+
+
+def dead_letter_settings(body: dict) -> dict:
+    """``max_deliveries`` (1-100) and ``dead_letter_topic`` (a topic name) as given (None: absent
+    or null, which a PATCH reads as "clear")."""
+    out: dict = {}
+    if "max_deliveries" in body:
+        md = body["max_deliveries"]
+        if md is not None and not (is_int(md) and 1 <= md <= MAX_DELIVERIES_MAX):
+            raise BadRequest(f"'max_deliveries' must be an integer from 1 to {MAX_DELIVERIES_MAX} (or null)")
+        out["max_deliveries"] = md
+    if "dead_letter_topic" in body:
+        t = body["dead_letter_topic"]
+        out["dead_letter_topic"] = None if t is None else check_topic(t, "dead_letter_topic")
+    return out
 
 
 def create_client(body: dict) -> ClientIn:
@@ -263,7 +290,22 @@ def create_client(body: dict) -> ClientIn:
     if mode not in ("clustering", "broadcasting"):
         raise BadRequest("'mode' must be 'clustering' or 'broadcasting'")
     vis = int_field(body, "visibility_timeout_ms", VISIBILITY_MIN, VISIBILITY_MAX, VISIBILITY_DEFAULT)
-    return ClientIn(name, role, list(dict.fromkeys(topics)), mode, vis)
+    dl = dead_letter_settings(body)
+    if role != "consumer" and any(x is not None for x in dl.values()):
+        raise BadRequest("'max_deliveries' and 'dead_letter_topic' are for consumers")
+    return ClientIn(name, role, list(dict.fromkeys(topics)), mode, vis, dl.get("max_deliveries"),
+                    dl.get("dead_letter_topic"))
+
+
+def patch_client(body: dict) -> dict:
+    """``PATCH /v1/clients/{name}``: ``max_deliveries`` and/or ``dead_letter_topic`` (null clears)."""
+    unknown = sorted(set(body) - {"max_deliveries", "dead_letter_topic"})
+    if unknown:
+        raise BadRequest(f"unknown field '{unknown[0]}': a PATCH takes 'max_deliveries' and/or 'dead_letter_topic'")
+    dl = dead_letter_settings(body)
+    if not dl:
+        raise BadRequest("give 'max_deliveries' and/or 'dead_letter_topic' (null clears)")
+    return dl
 
 
 @dataclass
@@ -272,9 +314,14 @@ class AckIn:
     subscription: str | None
     client_id: str | None
     receipt: str
+    outcomes: Outcomes = Outcomes()
 
 
-def ack(body: dict) -> AckIn:
+MAX_ACKS = 100  # entries of a batch ack
+MAX_OFFSET = 2**53
+
+
+def _consumer(body: dict) -> tuple[str | None, str | None, str | None]:
     group = body.get("group")
     sub = body.get("subscription")
     if (group is None) == (sub is None):
@@ -286,10 +333,73 @@ def ack(body: dict) -> AckIn:
     client_id = body.get("client_id")
     if client_id is not None:
         check_name(client_id, "client_id")
-    receipt = body.get("receipt")
+    return group, sub, client_id
+
+
+def outcomes(entry: dict) -> Outcomes:
+    """``accept`` / ``release`` / ``reject``: optional lists of offsets (at most MAX_PULL each, no
+    offset in two lists). None of them: the whole batch is accepted.
+
+    >>> outcomes({}), outcomes({"reject": [3]})
+    (Outcomes(accept=None, release=(), reject=()), Outcomes(accept=(), release=(), reject=(3,)))
+    """
+    lists: dict[str, tuple[int, ...]] = {}
+    for name in ("accept", "release", "reject"):
+        raw = entry.get(name)
+        if raw is None:
+            continue
+        if not isinstance(raw, list) or len(raw) > MAX_PULL or not all(is_int(o) and 0 <= o <= MAX_OFFSET for o in raw):
+            raise BadRequest(f"'{name}' must be a list of at most {MAX_PULL} offsets (integers >= 0)")
+        lists[name] = tuple(dict.fromkeys(raw))
+    if not lists:
+        return Outcomes()
+    seen: set[int] = set()
+    for offs in lists.values():
+        if seen & set(offs):
+            raise BadRequest(f"offset {min(seen & set(offs))} is in more than one of 'accept', 'release', 'reject'")
+        seen |= set(offs)
+    return Outcomes(lists.get("accept", ()), lists.get("release", ()), lists.get("reject", ()))
+
+
+def _receipt(entry: dict) -> str:
+    receipt = entry.get("receipt")
     if not isinstance(receipt, str) or not receipt:
         raise BadRequest("'receipt' is required")
-    return AckIn(group, sub, client_id, receipt)
+    return receipt
+
+
+def ack(body: dict) -> AckIn:
+    group, sub, client_id = _consumer(body)
+    receipt = _receipt(body)
+    return AckIn(group, sub, client_id, receipt, outcomes(body))
+
+
+@dataclass
+class AckBatchIn:
+    group: str | None
+    subscription: str | None
+    client_id: str | None
+    entries: list  # each an AckIn or the BadRequest that entry is answered with
+
+
+def ack_batch(body: dict) -> AckBatchIn:
+    """``{"group" | "subscription", ["client_id"], "acks": [{"receipt", outcomes...}, ...]}``: the
+    envelope is checked here (400 for the request); each entry on its own (its own error)."""
+    if "receipt" in body:
+        raise BadRequest("an ack has either 'receipt' or 'acks', not both")
+    group, sub, client_id = _consumer(body)
+    raw = body.get("acks")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ACKS:
+        raise BadRequest(f"'acks' must be a list of 1-{MAX_ACKS} entries")
+    entries: list = []
+    for i, e in enumerate(raw):
+        try:
+            if not isinstance(e, dict):
+                raise BadRequest("must be an object {\"receipt\", [\"accept\"], [\"release\"], [\"reject\"]}")
+            entries.append(AckIn(group, sub, client_id, _receipt(e), outcomes(e)))
+        except BadRequest as err:
+            entries.append(BadRequest(f"acks[{i}]: {err.message}"))
+    return AckBatchIn(group, sub, client_id, entries)
 
 
 @dataclass

@@ -6,7 +6,7 @@ import os
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from .. import service
+from .. import service, sqs_keys
 from ..http import body, check_query, json_response, path, principal
 
 router = APIGatewayHttpRouter()
@@ -49,6 +49,12 @@ def create_client():
     return json_response(service.create_client(p, body(router)), 201)
 
 
+@router.patch("/v1/clients/<name>")
+def patch_client(name: str):
+    p = principal(router)
+    return json_response(service.patch_client(p, path(name), body(router)))
+
+
 @router.put("/v1/groups/<group>/offsets")
 def reset_offset(group: str):
     p = principal(router)
@@ -72,3 +78,29 @@ def revoke_key(name: str, key_id: str):
     p = principal(router)
     service.revoke_key(p, path(name), path(key_id))
     return json_response(None, 204)
+
+
+# --- SQS credentials (issue 9, lakeq.sqs_keys) -------------------------------------------------
+@router.get("/v1/clients/<name>/sqs-credentials")
+def list_sqs_credentials(name: str):
+    p = principal(router)
+    return json_response(sqs_keys.list_credentials(p, path(name)))
+
+
+@router.post("/v1/clients/<name>/sqs-credentials")
+def issue_sqs_credential(name: str):
+    p = principal(router)
+    return json_response(sqs_keys.issue_credential(p, path(name)), 201)
+
+
+@router.delete("/v1/clients/<name>/sqs-credentials/<access_key_id>")
+def revoke_sqs_credential(name: str, access_key_id: str):
+    p = principal(router)
+    sqs_keys.revoke_credential(p, path(name), path(access_key_id))
+    return json_response(None, 204)
+
+
+@router.get("/v1/sqs-credentials/admin")
+def admin_sqs_credential():
+    p = principal(router)
+    return json_response(sqs_keys.admin_credential(p))
