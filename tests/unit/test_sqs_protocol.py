@@ -102,9 +102,9 @@ def test_attribute_validation():
     for attrs, name in [({"Bogus": "1"}, "InvalidAttributeName"), ({"DelaySeconds": "901"}, "InvalidAttributeValue"),
                         ({"MaximumMessageSize": "1023"}, "InvalidAttributeValue"),
                         ({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
-                        ({"RedrivePolicy": "{}"}, "InvalidAttributeValue"),
+                        ({"RedrivePolicy": "{}"}, "InvalidParameterValue"),  # (SQS's code for a bad policy)
                         ({"RedrivePolicy": json.dumps({"deadLetterTargetArn": "arn:aws:sqs:r:1:d",
-                                                       "maxReceiveCount": 0})}, "InvalidAttributeValue")]:
+                                                       "maxReceiveCount": 0})}, "InvalidParameterValue")]:
         with pytest.raises(sp.SqsError) as e:
             sp.check_attributes(attrs, False, True)
         assert e.value.name == name, attrs

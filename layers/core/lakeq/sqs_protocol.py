@@ -251,22 +251,29 @@ def check_attributes(attrs: object, fifo: bool, creating: bool) -> dict[str, str
 
 
 def parse_redrive(value: str) -> tuple[str, int]:
-    """``RedrivePolicy`` → (dead-letter queue name, maxReceiveCount 1-1000)."""
+    """``RedrivePolicy`` → (dead-letter queue name, maxReceiveCount 1-1000). A bad policy is
+    InvalidParameterValue (as SQS answers it, unlike the other attributes' InvalidAttributeValue)."""
+    def bad(why: str) -> SqsError:
+        return invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: {why}")
     try:
         doc = json.loads(value)
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
-        raise _bad_value("RedrivePolicy", "Redrive policy is not a valid JSON map.")
+        raise bad("Redrive policy is not a valid JSON map.")
+    if "deadLetterTargetArn" not in doc:
+        raise bad("Redrive policy does not contain mandatory attribute: deadLetterTargetArn.")
+    if "maxReceiveCount" not in doc:
+        raise bad("Redrive policy does not contain mandatory attribute: maxReceiveCount.")
     target = name_of_arn(doc.get("deadLetterTargetArn"))
     if target is None:
-        raise _bad_value("RedrivePolicy", "Invalid value for deadLetterTargetArn.")
+        raise bad("Invalid value for deadLetterTargetArn.")
     count = doc.get("maxReceiveCount")
     if isinstance(count, str) and count.isdigit():
         count = int(count)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_RECEIVE_COUNT:
-        raise _bad_value("RedrivePolicy", f"Value {count} for parameter maxReceiveCount is invalid. "
-                         f"Reason: must be an integer from 1 to {MAX_RECEIVE_COUNT}.")
+        raise bad(f"Invalid value for maxReceiveCount: {doc.get('maxReceiveCount')}, valid values are from 1 to "
+                  f"{MAX_RECEIVE_COUNT} both inclusive.")
     return target, count
 
 

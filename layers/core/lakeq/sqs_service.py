@@ -437,7 +437,7 @@ def set_queue_attributes(ctx: Ctx, req: dict) -> dict:
 
 def tag_queue(ctx: Ctx, req: dict) -> dict:
     q = _queue(req)
-    if req.get("Tags") is None:
+    if not req.get("Tags"):  # (an empty map too: the query protocol cannot tell it from a missing one)
         raise sp.missing("Tags")
     tags = _check_tags(req.get("Tags"))
     if not ctx.principal.admin:
@@ -459,6 +459,8 @@ def untag_queue(ctx: Ctx, req: dict) -> dict:
         raise sp.missing("TagKeys")
     if not isinstance(keys, list):
         raise sp.invalid("TagKeys must be a list.")
+    if not keys:
+        raise sp.invalid("Tag keys must be between 1 and 128 characters in length.")
     if not ctx.principal.admin:
         raise sp.access_denied("UntagQueue")
 
@@ -471,8 +473,7 @@ def untag_queue(ctx: Ctx, req: dict) -> dict:
 def list_queue_tags(ctx: Ctx, req: dict) -> dict:
     q = _queue(req)
     _allow(ctx, "ListQueueTags", q.name)
-    tags = q.doc.get("tags") or {}
-    return {"Tags": tags} if tags else {}
+    return {"Tags": q.doc.get("tags") or {}}  # (an empty map when untagged, as moto's JSON answer)
 
 
 def list_dead_letter_source_queues(ctx: Ctx, req: dict) -> dict:
@@ -517,7 +518,7 @@ def _prepare(ctx: Ctx, q: Queue, e: dict) -> Prepared:
     if size > limit:
         raise sp.invalid(f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes.")
     delay = sp.int_param(e, "DelaySeconds", 0, 900)
-    if delay is not None and q.fifo:
+    if delay and q.fifo:  # (an explicit 0 is accepted, as SQS does: SDKs that always send the field)
         raise sp.invalid(f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request include "
                          "parameter that is not valid for this queue type.")
     if delay is None:
