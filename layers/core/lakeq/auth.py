@@ -17,7 +17,7 @@ from typing import Callable
 
 from .errors import Forbidden, NotFound, Unauthorized
 from .models import ClientModel, TopicModel
-from .names import covers
+from .names import check_name, covers
 from .repos import ClientRepo, TopicRepo
 
 # --- small per-container caches ---------------------------------------------------------------
@@ -135,6 +135,20 @@ def client_or_404(name: str, role: str) -> ClientModel:
     if c is None or c.role != role:
         what = "consumer group" if role == "consumer" else "producer"
         raise NotFound(f"{what} '{name}' does not exist")
+    return c
+
+
+def admin_client(p: Principal, name: str, item_id: str | None = None,
+                 live: Callable[[ClientModel], object] | None = None, what: str = "key") -> ClientModel:
+    """The client an admin route about its keys or credentials names, in API.md's order: 400 (the
+    name) → 404 (the client; with ``item_id``, one of its ``live(client)`` ids) → 403 (admin only)."""
+    check_name(name, "client name")
+    c = ClientRepo.get(name)
+    if c is None:
+        raise NotFound(f"client '{name}' does not exist")
+    if item_id is not None and live is not None and item_id not in live(c):  # type: ignore[operator]
+        raise NotFound(f"client '{name}' has no live {what} '{item_id}'")
+    require_admin(p)
     return c
 
 

@@ -22,6 +22,7 @@ from .auth import (  # noqa: F401
     KEY_CACHE_MAX,
     KEY_CACHE_TTL_S,
     Principal,
+    admin_client,
     authenticate,
     authorize,
     clear_caches,
@@ -176,14 +177,7 @@ def _live_keys(c: ClientModel) -> dict[str, str]:
 
 def _client_for_keys(name: str, p: Principal, key_id: str | None = None) -> ClientModel:
     """400 (name) → 404 (client, key) → 403 (admin only), as API.md orders them."""
-    check_name(name, "client name")
-    c = ClientRepo.get(name)
-    if c is None:
-        raise NotFound(f"client '{name}' does not exist")
-    if key_id is not None and key_id not in _live_keys(c):
-        raise NotFound(f"client '{name}' has no live key '{key_id}'")
-    require_admin(p)
-    return c
+    return admin_client(p, name, key_id, _live_keys, "key")
 
 
 def list_keys(p: Principal, name: str) -> dict:

@@ -26,7 +26,7 @@ from pynamodb.exceptions import DoesNotExist
 
 from . import clock as _clock
 from . import sqs_credentials as cred
-from .auth import Principal, require_admin
+from .auth import Principal, admin_client, require_admin
 from .errors import BadRequest, Conflict, NotFound, Unavailable
 from .models import ClientModel, KeyModel
 from .names import check_name
@@ -124,13 +124,7 @@ def _client(name: str, p: Principal, access_key_id: str | None = None) -> Client
     check_name(name, "client name")
     if access_key_id is not None and not cred.is_access_key_id(access_key_id):
         raise BadRequest("'access_key_id' must be 'LQAK' followed by 16 characters of A-Z and 2-7")
-    c = ClientRepo.get(name)
-    if c is None:
-        raise NotFound(f"client '{name}' does not exist")
-    if access_key_id is not None and access_key_id not in _live(c):
-        raise NotFound(f"client '{name}' has no live SQS credential '{access_key_id}'")
-    require_admin(p)
-    return c
+    return admin_client(p, name, access_key_id, _live, "SQS credential")
 
 
 def list_credentials(p: Principal, name: str) -> dict:
