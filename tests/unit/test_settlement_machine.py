@@ -207,3 +207,17 @@ def test_simple_form_is_the_old_record():
     assert S.to_settle(s) is None and (s.committed, s.lock_next) == (4, 7)
     skipped = S.lock(S.State(4), 9, 100, [], [4, 6], 7)  # a filter skipped 5
     assert S.to_settle(skipped) is not None
+
+
+def test_backlog_counts_only_unsettled_offsets():
+    """Offsets settled above the lowest unsettled one are not backlog (seen in the README session:
+    a partial settle left 1 message waiting and offsets said 2)."""
+    from lakeq.selection import QueueView
+    st = S.State(3, pend={1: 2}, due={})  # offset 0 settled, 1 released, 2 dead-lettered; frontier 3
+    raw = S.to_settle(st)
+    assert raw is not None
+    v = QueueView(0, 0, 5, st.committed, settle=raw)
+    assert v.start == 1 and v.backlog == 1 + 2  # offset 1, then 3 and 4 past the frontier
+    assert QueueView(0, 0, 5, 1).backlog == 4  # the simple form: everything from the committed offset
+    due = S.State(4, pend={}, due={2: ("rejected", 1)})
+    assert QueueView(0, 0, 4, due.committed, settle=S.to_settle(due)).backlog == 1  # still to dead-letter

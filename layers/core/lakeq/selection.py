@@ -41,7 +41,13 @@ class QueueView:
 
     @property
     def backlog(self) -> int:
-        return max(0, self.max_offset - self.start)
+        """Messages not settled yet: ``max_offset - start`` for a record in the simple form; with
+        per-message settlement state, the offsets past the frontier plus the pending and due ones
+        below it (offsets settled above the lowest unsettled one do not count)."""
+        if self.settle is None:
+            return max(0, self.max_offset - self.start)
+        s = self.state()
+        return max(0, self.max_offset - s.frontier) + len(set(s.pend) | set(s.due))
 
     def locked(self, now: int) -> bool:
         return self.lock_until > now
