@@ -99,7 +99,7 @@ def test_never_early_then_in_due_order(api, setup, clock):
     clock.t = t0 + 3000
     s, got = pull(api, setup["risk"])
     msgs = got["messages"]
-    assert [(m["id"], m["offset"]) for m in msgs] == [("a", 3), ("b", 4)]  # due order, then id
+    assert [(m["id"], m["offset"]) for m in msgs] == [("b", 3), ("a", 4)]  # due order, then request order
     assert all(m["produced_at"] == t0 for m in msgs)  # produced_at: the produce time
     ack(api, setup["risk"], got["receipt"])
     clock.t = t0 + 4999
@@ -383,15 +383,16 @@ def test_a_long_poll_wakes_when_a_delayed_message_is_due(api, setup, clock, monk
 
 def test_big_delayed_messages_join_in_several_transactions(api, setup, clock):
     """28 messages of ~200 KB (5.6 MB) due together: the produce and the promotion each need several
-    transactions under DynamoDB's 4 MB (enforced here by aws_rules); all join, in id order."""
+    transactions under DynamoDB's 4 MB (enforced here by aws_rules); all join, in due then request order."""
     t0 = clock.t
     big = "x" * 200_000
     for r in range(2):
         s, b = produce(api, setup["feed"], [{"id": f"big{r}{j:02d}", "body": f"{j}{big}", "key": "k", "delay_ms": 10}
                                             for j in range(14)])
         assert s == 200, b
+        clock.t += 1  # the second request a millisecond later (due 1 ms later)
     assert detail(api)["delayed"] == 28
-    clock.t = t0 + 10
+    clock.t = t0 + 12
     log = drain(api, T, "probe", probe_key(api))
     (ms,) = log.values()
     assert [m["id"] for m in ms] == sorted(f"big{r}{j:02d}" for r in range(2) for j in range(14))

@@ -221,3 +221,12 @@ def test_backlog_counts_only_unsettled_offsets():
     assert QueueView(0, 0, 5, 1).backlog == 4  # the simple form: everything from the committed offset
     due = S.State(4, pend={}, due={2: ("rejected", 1)})
     assert QueueView(0, 0, 4, due.committed, settle=S.to_settle(due)).backlog == 1  # still to dead-letter
+
+
+def test_a_lowered_max_deliveries_makes_pending_ones_due():
+    """max_deliveries lowered (PATCH) while a released message waits: due at the next pull, not
+    delivered once more than max_deliveries."""
+    s = S.State(3, pend={0: 2, 1: 1})
+    p = S.plan(s, 0, 32, 2)
+    assert p.upkeep and p.state.due == {0: (S.MAX_DELIVERIES, 2)} and p.state.pend == {1: 1}
+    assert S.plan(s, 0, 32, 3).redeliver == (0, 1) and S.plan(s, 0, 32, None).redeliver == (0, 1)

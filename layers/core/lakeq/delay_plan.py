@@ -16,15 +16,19 @@ MAX_DELAY_MS = 900_000  # 15 minutes, as SQS's DelaySeconds
 DUE_DIGITS = 13  # epoch milliseconds have 13 digits until the year 2286
 
 
-def due_key(deliver_at: int, mid: str) -> str:
-    """DelayedTable's sort key: due order, then id (string order).
+def due_key(deliver_at: int, mid: str, seq: int | None = None) -> str:
+    """DelayedTable's sort key: due order, then ``seq`` (the message's index in its produce
+    request: a request's messages due at the same millisecond keep their order, as a key's or an
+    SQS FIFO group's must), then id (string order). Without ``seq``: a Query bound.
 
     >>> due_key(1_800_000_000_000, "a") < due_key(1_800_000_000_000, "b") < due_key(1_800_000_000_001, "a")
     True
-    >>> due_key(5, "x")
-    '0000000000005#x'
+    >>> due_key(5, "x"), due_key(5, "x", 7)
+    ('0000000000005#x', '0000000000005007#x')
+    >>> due_key(5, "", None) < due_key(5, "b", 0) < due_key(5, "a", 1) < due_key(6, "")
+    True
     """
-    return f"{deliver_at:0{DUE_DIGITS}d}#{mid}"
+    return f"{deliver_at:0{DUE_DIGITS}d}{'' if seq is None else f'{seq:03d}'}#{mid}"
 
 
 def encode_message(m: seg.Message) -> str:

@@ -9,7 +9,7 @@ whether anything is due at no extra cost; only then it Queries the due items and
 (:func:`promote_due`, called from :func:`lakeq.logread.views`). The scheduled PromoterFunction does
 the same once a minute for queues nobody pulls (:func:`sweep`).
 
-Promotion appends the due messages to their queue exactly once, in due order then id, keeping
+Promotion appends the due messages to their queue exactly once, in due order then request order then id, keeping
 their id, body, key, tags, properties and ``produced_at`` (the produce time): one transaction per
 part moves the head, puts the segments, records the client ids' offsets and deletes the promoted
 delayed items (:meth:`lakeq.repos.DelayedRepo.promote`), conditioned on the queue item's ``dver``,

@@ -190,7 +190,11 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
                     progressed = True
                 continue
             budget = ByteBudget()
-            again, complete = redeliver(reader, view.queue, p.redeliver, budget)
+            offer = p.redeliver
+            if req.tags and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
+                found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
+                offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
+            again, complete = redeliver(reader, view.queue, offer, budget)
             frontier, fresh = p.state.frontier, []
             if p.fresh and complete and frontier < view.max_offset:
                 read, frontier = reader(view.queue, frontier, p.fresh, view.max_offset)

@@ -467,8 +467,8 @@ class DelayedRepo:
         def build(t: TransactWrite) -> None:
             t.update(QueueModel(topic, queue), actions=actions, condition=cond)
             for d in part:
-                t.save(DelayedModel(pq_, due_key(d.deliver_at, d.message.id), deliver_at=d.deliver_at, cid=d.cid,
-                                    msg=encode_message(d.message)),
+                t.save(DelayedModel(pq_, due_key(d.deliver_at, d.message.id, d.index), deliver_at=d.deliver_at,
+                                    cid=d.cid, msg=encode_message(d.message)),
                        condition=DelayedModel.pq.does_not_exist())
             for d in part:
                 if d.cid:

@@ -185,6 +185,11 @@ def plan(s: State, now: int, limit: int, max_deliveries: int | None) -> Plan:
     (False, (1,), 31)
     """
     n = normalize(s, now, max_deliveries)
+    if max_deliveries is not None and any(c >= max_deliveries for o, c in n.pend.items() if o not in n.held):
+        # pending ones already delivered max_deliveries times (it was lowered since): due, not served again
+        over = {o: (MAX_DELIVERIES, c) for o, c in n.pend.items() if c >= max_deliveries and o not in n.held}
+        due = {**n.due, **over}
+        n = replace(n, due=due, pend={o: c for o, c in n.pend.items() if o not in due})
     if n.due:
         return Plan(n, True)
     if n.isolate and max_deliveries is not None:  # unlimited deliveries: nothing to isolate it for
