@@ -140,6 +140,18 @@ def transact(build) -> None:
         raise TransactionFailed(recorder.in_call_order(reasons) if recorder else reasons) from e
 
 
+def update_if(item, actions: list, condition) -> bool:
+    """One conditional UpdateItem of ``item``: True when written, False when ``condition``
+    refused it; any other error raises."""
+    try:
+        item.update(actions=actions, condition=condition)
+        return True
+    except UpdateError as e:
+        if conditional_failed(e):
+            return False
+        raise
+
+
 def transact_if_first(build) -> bool:
     """:func:`transact`, answering False when the first item ``build`` added failed its condition
     (the usual "it changed meanwhile / it is gone" outcome); any other cancellation raises."""
@@ -245,13 +257,7 @@ class ClientRepo:
         actions = [getattr(ClientModel, k).remove() if val is None else getattr(ClientModel, k).set(val)
                    for k, val in changes.items()]
         c = ClientModel(name)
-        try:
-            c.update(actions=actions, condition=ClientModel.name.exists() & (ClientModel.role == "consumer"))
-        except UpdateError as e:
-            if conditional_failed(e):
-                return None
-            raise
-        return c
+        return c if update_if(c, actions, ClientModel.name.exists() & (ClientModel.role == "consumer")) else None
 
 
 class LogRepo:
@@ -612,72 +618,43 @@ class OffsetRepo:
             actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
         if view.committed is None and meta:
             actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
-        try:
-            OffsetModel(owner, view.queue).update(actions=actions, condition=cls._expect(view))
-            return True
-        except UpdateError as e:
-            if conditional_failed(e):
-                return False
-            raise
+        return update_if(OffsetModel(owner, view.queue), actions, cls._expect(view))
 
     ACKS_KEPT = 8  # acknowledged receipts remembered per record (a retry window of 8 batches)
 
-    @classmethod
-    def ack(cls, owner: str, queue: int, receipt: Receipt, now: int) -> bool:
-        """Commit ``receipt.next_offset`` and unlock, if the lock still carries the receipt's
-        timestamp and batch and the committed offset is still the receipt's offset; the receipt is
-        appended to the record's ``acks``. One conditional UpdateItem.
-
-        Idempotent: when the condition fails, one consistent GetItem tells a retry of an
-        acknowledgement that already succeeded (its receipt is among ``acks``: True again, nothing
-        written) from a stale receipt (False). A lock trims ``acks`` to the newest
-        :attr:`ACKS_KEPT`; each lock is acknowledged at most once, so the list stays that short."""
-        key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
-        rec = cls.ack_fast(owner, queue, receipt, now)
-        return rec is True or (rec is not None and key in (rec.acks or []))
+    @staticmethod
+    def _receipt_lock(receipt: Receipt):
+        """Condition: the record's lock is still ``receipt``'s, in the simple form (``lock_ts`` is
+        unique per record; an acknowledged lock has no ``lock_next``)."""
+        return ((OffsetModel.lock_ts == receipt.timestamp) & (OffsetModel.committed_offset == receipt.offset)
+                & (OffsetModel.lock_next == receipt.next_offset) & OffsetModel.settle.does_not_exist())
 
     @classmethod
     def ack_fast(cls, owner: str, queue: int, receipt: Receipt, now: int) -> bool | OffsetModel | None:
-        """:meth:`ack`'s one UpdateItem for a whole batch in the simple form (issue 9's fast path).
-        True: acknowledged. Otherwise the record as one consistent GetItem found it (None: absent),
-        for the caller to decide (a retry found in ``acks``, a settle of the general form, stale)."""
+        """A whole batch in the simple form acknowledged with one conditional UpdateItem (issue 9's
+        fast path): commit ``receipt.next_offset``, unlock, and append the receipt to ``acks`` (the
+        newest :attr:`ACKS_KEPT` are kept by each lock, so a retried acknowledgement can be told
+        from a stale receipt). True: acknowledged. Otherwise the record as one consistent GetItem
+        found it (None: absent), for the caller to decide (a retry found in ``acks``, a settle of
+        the general form, stale)."""
         key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
-        try:
-            OffsetModel(owner, queue).update(
-                actions=[OffsetModel.committed_offset.set(receipt.next_offset), OffsetModel.lock_until.set(0),
-                         OffsetModel.lock_next.remove(), OffsetModel.last_consumed_at.set(now),
-                         OffsetModel.updated_at.set(now), OffsetModel.acks.set((OffsetModel.acks | []).append([key])),
-                         OffsetModel.sv.add(1)],
-                condition=(OffsetModel.lock_ts == receipt.timestamp)
-                & (OffsetModel.committed_offset == receipt.offset)
-                & (OffsetModel.lock_next == receipt.next_offset)
-                & OffsetModel.settle.does_not_exist(),
-            )
+        actions = [OffsetModel.committed_offset.set(receipt.next_offset), OffsetModel.lock_until.set(0),
+                   OffsetModel.lock_next.remove(), OffsetModel.last_consumed_at.set(now),
+                   OffsetModel.updated_at.set(now), OffsetModel.acks.set((OffsetModel.acks | []).append([key])),
+                   OffsetModel.sv.add(1)]
+        if update_if(OffsetModel(owner, queue), actions, cls._receipt_lock(receipt)):
             return True
-        except UpdateError as e:
-            if not conditional_failed(e):
-                raise
         return cls.get(owner, queue)
 
-    @staticmethod
-    def set_visibility(owner: str, queue: int, receipt: Receipt, lock_until: int, now: int) -> bool:
+    @classmethod
+    def set_visibility(cls, owner: str, queue: int, receipt: Receipt, lock_until: int, now: int) -> bool:
         """Set the lock's ``lock_until`` (0: unlocked now), if the lock still is the receipt's
-        (same condition as :meth:`ack`; an acknowledged lock has no ``lock_next``). One conditional
-        UpdateItem; a plain re-set, so a retry answers the same or a later expiry. False: stale."""
-        try:
-            OffsetModel(owner, queue).update(
-                actions=[OffsetModel.lock_until.set(lock_until), OffsetModel.updated_at.set(now),
-                         OffsetModel.sv.add(1)],
-                condition=(OffsetModel.lock_ts == receipt.timestamp)
-                & (OffsetModel.committed_offset == receipt.offset)
-                & (OffsetModel.lock_next == receipt.next_offset)
-                & OffsetModel.settle.does_not_exist(),
-            )
-            return True
-        except UpdateError as e:
-            if conditional_failed(e):
-                return False
-            raise
+        (:meth:`_receipt_lock`, as :meth:`ack_fast`). One conditional UpdateItem; a plain re-set, so
+        a retry answers the same or a later expiry. False: stale."""
+        return update_if(OffsetModel(owner, queue),
+                         [OffsetModel.lock_until.set(lock_until), OffsetModel.updated_at.set(now),
+                          OffsetModel.sv.add(1)],
+                         cls._receipt_lock(receipt))
 
     @staticmethod
     def reset(owner: str, queue: int, offset: int, meta: dict, now: int) -> None:

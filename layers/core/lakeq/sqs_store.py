@@ -8,11 +8,10 @@ import hashlib
 import json
 import secrets
 
-from pynamodb.exceptions import UpdateError
 from pynamodb.transactions import TransactWrite
 
 from .models import ClientModel, KeyModel, OffsetModel, QueueModel, SegmentModel, TopicModel, queue_key
-from .repos import ClientRepo, TopicRepo, TransactionFailed, conditional_failed, transact
+from .repos import ClientRepo, TopicRepo, TransactionFailed, transact, transact_if_first, update_if
 
 GROUP_PREFIX = "sqs."
 PRODUCER_SUFFIX = ".send"
@@ -111,13 +110,7 @@ class SqsRepo:
         """Replace the topic's ``sqs`` JSON if it is still ``old`` (compare-and-set). One conditional
         UpdateItem; False when it changed meanwhile or the topic is gone."""
         cond = TopicModel.name.exists() & (TopicModel.sqs.does_not_exist() if old is None else TopicModel.sqs == old)
-        try:
-            TopicModel(name).update(actions=[TopicModel.sqs.set(new)], condition=cond)
-            return True
-        except UpdateError as e:
-            if conditional_failed(e):
-                return False
-            raise
+        return update_if(TopicModel(name), [TopicModel.sqs.set(new)], cond)
 
     @staticmethod
     def delete(name: str, queues: int) -> bool:
@@ -145,10 +138,4 @@ class SqsRepo:
                 t.delete(ClientModel(cname))
             for h in dict.fromkeys(keys):
                 t.delete(KeyModel(h))
-        try:
-            transact(build)
-        except TransactionFailed as e:
-            if e.failed(0):
-                return False
-            raise
-        return True
+        return transact_if_first(build)

@@ -5,7 +5,7 @@ queue item ``topic="~<id>", queue=0`` in QueuesTable, segments under ``pq="~<id>
 SegmentsTable, the offsets record ``owner="s|<id>", queue=0`` in OffsetsTable, and dedup items
 under ``topic="~<id>"`` in DedupTable keyed ``<source topic>@<source queue>:<source segment base>``.
 Pulls run :func:`lakeq.logread.consume` over that one queue (receipt queue field ``~<id>``); acks
-run :meth:`OffsetRepo.ack`. The stream-triggered fan-out (:mod:`lakeq.fanout`) appends to the
+run :mod:`lakeq.settling` (as a group's do). The stream-triggered fan-out (:mod:`lakeq.fanout`) appends to the
 lists with :meth:`LogRepo.append`.
 
 A list entry keeps its *source* coordinates: a pulled subscription message carries the topic,
