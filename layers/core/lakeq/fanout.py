@@ -79,6 +79,7 @@ from .fanout_plan import (  # noqa: F401
     plan,
 )
 from .models import SegmentModel
+from .names import topic_of_log
 from .repos import Append, LogRepo, TransactionFailed, transact_if_first
 from .subscriptions import (
     VERSION_ID,
@@ -134,10 +135,13 @@ class Matcher:
                 parked[s.id] = entries
         self.index, self.created, self.parked = idx, created, parked
 
-    def match(self, topic: str, msg: dict, queue: int = 0) -> list[str]:
+    def match(self, source: str, msg: dict, queue: int = 0) -> list[str]:
+        """The subscriptions that keep ``msg`` of queue ``queue`` of ``source`` (a topic's log name:
+        subscriptions match its topic name; their starts are per log)."""
         created = self.created
-        return [sid for sid in self.index.match(topic, msg.get("properties") or {}, msg.get("tags") or ())
-                if created[sid].delivers(topic, queue, msg)]
+        return [sid for sid in self.index.match(topic_of_log(source), msg.get("properties") or {},
+                                                msg.get("tags") or ())
+                if created[sid].delivers(source, queue, msg)]
 
 
 matcher = Matcher()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import segments as seg
+from .names import topic_of_log
 
 log = logging.getLogger("lakeq.fanout")
 
@@ -21,7 +22,7 @@ CHUNK_BYTES = 1_500_000  # raw message bytes per transaction (DynamoDB: 4 MB per
 class Matches(Protocol):
     """What the planner needs of the subscription index (:class:`lakeq.fanout.Matcher`)."""
 
-    def match(self, topic: str, msg: dict, queue: int = 0) -> list[str]: ...
+    def match(self, source: str, msg: dict, queue: int = 0) -> list[str]: ...  # source: a log name
 
 
 @dataclass
@@ -64,8 +65,8 @@ def parked_view(raw: str | None) -> list[dict]:
     """A subscription's park entries as the API shows them (``GET /v1/subscriptions``)."""
     out = []
     for pq, e in sorted(parse_parked(raw).items()):
-        topic, _, q = pq.rpartition("#")
-        out.append({"topic": topic, "queue": int(q), "from_offset": int(e.get("from", 0)),
+        log, _, q = pq.rpartition("#")
+        out.append({"topic": topic_of_log(log), "queue": int(q), "from_offset": int(e.get("from", 0)),
                     "reason": str(e.get("reason", "")), "since": int(e.get("since", 0)),
                     "attempts": int(e.get("attempts", 0))})
     return out
@@ -77,7 +78,10 @@ def _b(attr: dict) -> bytes:
 
 
 def decode_record(record: dict) -> tuple[str, int, seg.Segment] | None:
-    """A stream record → (source topic, queue, segment), or None when it is not a new topic segment."""
+    """A stream record → (source log, queue, segment), or None when it is not a new topic segment. The
+    log is the topic's log name (lakeq.names.log_name: the topic name, or ``<topic>!<incarnation>``
+    for a topic created again after a deletion): keys (group keys, park entries) use it, so two
+    incarnations never share them; matching and the list's messages use the topic name."""
     if record.get("eventName") != "INSERT":
         return None
     img = (record.get("dynamodb") or {}).get("NewImage") or {}
@@ -105,8 +109,9 @@ def group_messages(topic: str, q: int, s: seg.Segment, m: Matches, record: int,
                    only: str | None = None) -> dict[str, Group]:
     """The messages of one source segment kept per matching subscription (or just ``only``)."""
     per_sub: dict[str, Group] = {}
+    log, topic = topic, topic_of_log(topic)  # ``topic`` here is the source's log name
     for msg in seg.all_headers(s):
-        sids = m.match(topic, msg, q)
+        sids = m.match(log, msg, q)
         if only is not None:
             sids = [x for x in sids if x == only]
         if not sids:
@@ -117,7 +122,7 @@ def group_messages(topic: str, q: int, s: seg.Segment, m: Matches, record: int,
         for sid in sids:
             g = per_sub.get(sid)
             if g is None:
-                g = per_sub[sid] = Group(f"{topic}@{q}:{s.base}", record)
+                g = per_sub[sid] = Group(f"{log}@{q}:{s.base}", record)
             g.messages.append(lm)
     return per_sub
 

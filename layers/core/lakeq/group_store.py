@@ -93,7 +93,8 @@ def queue_counts(topics: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in range(0, len(names), 100):
         for t in TopicModel.batch_get(names[i:i + 100], consistent_read=True):
-            out[t.name] = int(t.queues)
+            if t.deleted_at is None:  # (a tombstone: the topic was deleted)
+                out[t.name] = int(t.queues)
     return out
 
 
@@ -101,7 +102,8 @@ def children(topic: str) -> list[str]:
     """Every descendant of ``topic``: a Scan of TopicsTable filtered by ``begins_with(name, topic/)``.
     The filter does not reduce the read units: the whole table is read (``size / 4 KB`` RRU,
     eventually consistent: half that). Fine for a topics table of a few thousand items."""
-    return sorted(t.name for t in TopicModel.scan(TopicModel.name.startswith(topic + "/")))
+    return sorted(t.name for t in TopicModel.scan(TopicModel.name.startswith(topic + "/")
+                                                  & TopicModel.deleted_at.does_not_exist()))
 
 
 def expand_topics(topics: Iterable[str], all_topics: Iterable[str] | None = None) -> list[str]:
@@ -110,7 +112,8 @@ def expand_topics(topics: Iterable[str], all_topics: Iterable[str] | None = None
     topics = list(topics)
     names = None if all_topics is None else sorted(all_topics)
     if names is None and len(topics) > 1:  # one Scan for all (a Scan costs the whole table anyway)
-        names = sorted(t.name for t in TopicModel.scan(attributes_to_get=["name"]))
+        names = sorted(t.name for t in TopicModel.scan(TopicModel.deleted_at.does_not_exist(),
+                                                       attributes_to_get=["name"]))
     for t in topics:
         out.add(t)
         if names is None:
@@ -392,7 +395,7 @@ def sweep(now_ms: int | None = None, max_member_topics: int = MAX_MEMBER_TOPICS)
     (one Scan of TopicsTable per sweep), then write back conditionally (retrying that group on a
     conflict) when anything changed. A group whose write is refused by a limit is skipped (counted
     in ``refused``). Returns counts for the log."""
-    all_topics = {t.name: int(t.queues) for t in TopicModel.scan()}
+    all_topics = {t.name: int(t.queues) for t in TopicModel.scan() if t.deleted_at is None}
     stats = {"groups": 0, "expired": 0, "changed": 0}
     for header in GroupModel.scan():
         stats["groups"] += 1

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import segments as seg
+from .names import topic_of_log
 
 RAW = "raw"
 KINDS = ("messages", "offsets", "members")
@@ -97,9 +98,10 @@ def message_rows(record: Mapping[str, Any]) -> list[dict]:
     item = image(record, "NewImage")
     if not item or "pq" not in item or "#" not in str(item["pq"]):
         return []
-    topic, _, q = str(item["pq"]).rpartition("#")
-    if not q.isdigit() or topic.startswith("~"):
+    log, _, q = str(item["pq"]).rpartition("#")
+    if not q.isdigit() or log.startswith("~"):
         return []  # a subscription's list (``~<id>#0``) holds copies, not produced messages
+    topic = topic_of_log(log)  # (a topic made again after a deletion: its log name is ``<topic>!<inc>``)
     s = seg.Segment(int(item["base"]), int(item["count"]), bytes(item["idx"]), bytes(item["data"]),
                     bool(item.get("z", False)))
     sq = seq_of(record)
@@ -119,9 +121,10 @@ def parse_owner(owner: str) -> dict:
     """``g|group|topic``, ``b|group|client_id|topic`` or ``s|sub_id`` → fields."""
     parts = owner.split("|")
     if parts[0] == "g" and len(parts) >= 3:
-        return {"group": parts[1], "client_id": None, "subscription": None, "topic": "|".join(parts[2:])}
+        return {"group": parts[1], "client_id": None, "subscription": None, "topic": topic_of_log("|".join(parts[2:]))}
     if parts[0] == "b" and len(parts) >= 4:
-        return {"group": parts[1], "client_id": parts[2], "subscription": None, "topic": "|".join(parts[3:])}
+        return {"group": parts[1], "client_id": parts[2], "subscription": None,
+                "topic": topic_of_log("|".join(parts[3:]))}
     if parts[0] == "s" and len(parts) >= 2:
         return {"group": None, "client_id": None, "subscription": "|".join(parts[1:]), "topic": None}
     return {"group": None, "client_id": None, "subscription": None, "topic": None}

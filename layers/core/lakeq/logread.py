@@ -17,6 +17,7 @@ from . import clock, settlement
 from . import segments as seg
 from . import validation as v
 from .auth import topic_or_404
+from .names import topic_of_log
 from .payload import ByteBudget
 from .receipts import Receipt
 from .repos import LogRepo, OffsetRepo
@@ -113,13 +114,16 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
     return out, nxt
 
 
-def topic_reader(topic: str, tags: list[str] | None) -> LogReader:
-    """A topic's queues, filtered by ``tags`` (any of; skipped messages count as read)."""
+def topic_reader(log: str, tags: list[str] | None) -> LogReader:
+    """A topic's queues (``log``: its log name, lakeq.names.log_name), filtered by ``tags`` (any
+    of; skipped messages count as read). Messages name the topic itself."""
+    topic = topic_of_log(log)
+
     def read(queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
         def shape_q(msg: dict, off: int) -> None:
             msg["topic"], msg["queue"] = topic, queue
         scan = limit if not tags else max(1000, limit * SCAN_FACTOR)
-        return read_log(topic, queue, start, limit, max_offset, shape_q, tags, scan)
+        return read_log(log, queue, start, limit, max_offset, shape_q, tags, scan)
     return read
 
 

@@ -43,6 +43,17 @@ class TopicModel(Model):
     # the SQS face of the topic (lakeq.sqs_store): JSON {"attributes", "tags", "modified"}; absent
     # on topics never touched through the SQS endpoint (then SQS's defaults apply)
     sqs = UnicodeAttribute(null=True)
+    # the topic's incarnation (absent = 0): a topic created over a deleted one's tombstone is the next
+    # one, and every key derived from it uses its log name (lakeq.names.log_name). ``deleted_at``
+    # set = a tombstone: the topic does not exist (docs/design.md "Queue lifecycle").
+    inc = NumberAttribute(null=True)
+    deleted_at = NumberAttribute(null=True)
+
+
+def log_of(t: TopicModel) -> str:
+    """The log name of topic item ``t`` (lakeq.names.log_name of its name and incarnation)."""
+    from .names import log_name
+    return log_name(t.name, None if t.inc is None else int(t.inc))
 
 
 class ClientModel(Model):

@@ -10,7 +10,7 @@ import os
 
 from . import service
 from .errors import Forbidden, NotFound
-from .models import ClientModel
+from .models import ClientModel, log_of
 from .names import check_name, check_topic, covers
 from .repos import ClientRepo, LogRepo, OffsetRepo
 
@@ -60,7 +60,7 @@ def topic_detail(p: service.Principal, name: str) -> dict:
     qs = [{"queue": int(m.queue), "min_offset": int(m.min_offset), "max_offset": int(m.max_offset),
            "last_produced_at": int(m.last_produced_at or 0),
            "delayed": int(m.delayed or 0), "next_due": None if m.next_due is None else int(m.next_due)}
-          for m in LogRepo.queues(name, int(t.queues))]
+          for m in LogRepo.queues(log_of(t), int(t.queues))]
     return {**service.topic_view(t), "produced": sum(q["max_offset"] for q in qs),
             "delayed": sum(q["delayed"] for q in qs), "queue_offsets": qs}
 

@@ -1,7 +1,9 @@
 """Receipts ``broker:queue:offset:next_offset:timestamp`` (SPEC §1). Pure.
 
 ``broker`` is the store instance name; ``queue`` identifies the queue in the server's own encoding:
-``<topic>@<queue number>`` for a topic queue (topic names never contain ``@`` or ``:``), ``~<id>``
+``<log>@<queue number>`` for a topic queue (``<log>``: the topic's log name, the topic name or
+``<topic>!<incarnation>`` for a topic created again after a deletion, lakeq.names.log_name; topic
+names never contain ``@``, ``:`` or ``!``), ``~<id>``
 for a subscription's list (topic names never start with ``~``). ``offset`` is the first offset
 delivered, ``next_offset`` the offset after the batch, ``timestamp`` the lock timestamp (epoch ms).
 """
@@ -11,21 +13,21 @@ import re
 from dataclasses import dataclass
 
 from .errors import BadRequest
-from .names import is_name, is_topic
+from .names import is_log_name, is_name, topic_of_log
 
 _QUEUE_NUMBER = re.compile(r"[0-9]{1,4}")
 
 
 def _queue_field_ok(queue: str) -> bool:
-    """``<topic>@<queue>`` or ``~<subscription id>``, names by :mod:`lakeq.names`' rule.
+    """``<log>@<queue>`` or ``~<subscription id>``, names by :mod:`lakeq.names`' rule.
 
-    >>> [_queue_field_ok(q) for q in ("quotes/sh@3", "~ab12", "a//b@1", "~a/b", "t@", "t@12345")]
-    [True, True, False, False, False, False]
+    >>> [_queue_field_ok(q) for q in ("quotes/sh@3", "~ab12", "a//b@1", "~a/b", "t@", "t@12345", "t!2@1", "t!0@1")]
+    [True, True, False, False, False, False, True, False]
     """
     if queue.startswith("~"):
         return is_name(queue[1:])
-    topic, at, q = queue.rpartition("@")
-    return bool(at) and is_topic(topic) and _QUEUE_NUMBER.fullmatch(q) is not None
+    log, at, q = queue.rpartition("@")
+    return bool(at) and is_log_name(log) and _QUEUE_NUMBER.fullmatch(q) is not None
 _MAX = 2**63 - 1
 
 
@@ -47,15 +49,25 @@ class Receipt:
 
     @property
     def topic_queue(self) -> tuple[str, int]:
-        """``(topic, queue)`` for a topic queue's receipt; BadRequest for a subscription's."""
+        """``(topic, queue)`` for a topic queue's receipt; BadRequest for a subscription's.
+
+        >>> parse("b:t!2@1:0:5:9").topic_queue, parse("b:t!2@1:0:5:9").log, parse("b:t@1:0:5:9").log
+        (('t', 1), 't!2', 't')
+        """
         if self.subscription is not None:
             raise BadRequest("receipt is for a subscription, not a topic queue")
-        topic, _, q = self.queue.rpartition("@")
-        return topic, int(q)
+        log, _, q = self.queue.rpartition("@")
+        return topic_of_log(log), int(q)
+
+    @property
+    def log(self) -> str:
+        """The log name of a topic queue's receipt (its topic's incarnation when it was issued)."""
+        return self.queue.rpartition("@")[0]
 
 
-def topic_queue_field(topic: str, queue: int) -> str:
-    return f"{topic}@{queue}"
+def topic_queue_field(log: str, queue: int) -> str:
+    """The queue field of a receipt for queue ``queue`` of log ``log`` (a topic's log name)."""
+    return f"{log}@{queue}"
 
 
 def subscription_field(sub_id: str) -> str:

@@ -29,6 +29,7 @@ from .models import (
     TopicModel,
     queue_key,
 )
+from .names import log_name
 from .produce_plan import (  # noqa: F401
     QUEUE_ITEM_BYTES,
     TRANSACT_BYTES,
@@ -164,43 +165,89 @@ def transact_if_first(build) -> bool:
     return True
 
 
+def topic_live():
+    """Condition: the topic item exists and is no tombstone (docs/design.md "Queue lifecycle")."""
+    return TopicModel.name.exists() & TopicModel.deleted_at.does_not_exist()
+
+
+def topic_inc_is(inc: int):
+    """Condition: the topic item's incarnation is ``inc`` (absent = 0)."""
+    return TopicModel.inc.does_not_exist() if not inc else TopicModel.inc == inc
+
+
+def inc_of(t: TopicModel | None) -> int:
+    """A topic item's (or tombstone's) incarnation; 0 for none."""
+    return 0 if t is None or t.inc is None else int(t.inc)
+
+
 class TopicRepo:
     @staticmethod
     def get(name: str) -> TopicModel | None:
+        """The topic item; None when there is none or it is a tombstone (a deleted topic)."""
+        t = TopicRepo.get_any(name)
+        return None if t is None or t.deleted_at is not None else t
+
+    @staticmethod
+    def get_any(name: str) -> TopicModel | None:
+        """The topic item or its tombstone (consistent GetItem)."""
         try:
             return TopicModel.get(name, consistent_read=True)
         except DoesNotExist:
             return None
 
     @staticmethod
+    def create_condition(old: TopicModel | None):
+        """Condition of a topic item put over ``old`` (what a read found): absent then, or the same
+        tombstone (a live topic fails it)."""
+        if old is None:
+            return TopicModel.name.does_not_exist()
+        return TopicModel.deleted_at.exists() & topic_inc_is(inc_of(old))
+
+    @staticmethod
+    def next_inc(old: TopicModel | None) -> int | None:
+        """The incarnation of a topic created over ``old``: 0 (absent) when there was none, else
+        the tombstone's + 1."""
+        return None if old is None else inc_of(old) + 1
+
+    @staticmethod
     def create(name: str, queues: int, parent: str | None, now: int) -> None:
-        """Topic item + one queue item per queue, atomically; the parent must exist.
-        Raises TransactionFailed: reason index 0 = topic exists, 1 = parent missing."""
+        """Topic item + one queue item per queue, atomically; the parent must exist. Over a
+        tombstone (a deleted topic of this name) the topic is its next incarnation: new keys, so
+        nothing of the deleted one is seen. Raises TransactionFailed: reason index 0 = topic exists
+        (or was deleted or created meanwhile), 1 = parent missing."""
+        old = TopicRepo.get_any(name)
+        inc = TopicRepo.next_inc(old)
+        log = log_name(name, inc)
+
         def build(t: TransactWrite) -> None:
-            t.save(TopicModel(name, queues=queues, parent=parent, created_at=now),
-                   condition=TopicModel.name.does_not_exist())
+            t.save(TopicModel(name, queues=queues, parent=parent, created_at=now, inc=inc),
+                   condition=TopicRepo.create_condition(old))
             if parent is not None:
-                t.condition_check(TopicModel, parent, condition=TopicModel.name.exists())
+                t.condition_check(TopicModel, parent, condition=topic_live())
             for q in range(queues):
-                t.save(QueueModel(name, q, max_offset=0, min_offset=0, last_produced_at=0),
+                t.save(QueueModel(log, q, max_offset=0, min_offset=0, last_produced_at=0),
                        condition=QueueModel.pq.does_not_exist())
         transact(build)
 
     @staticmethod
-    def grow(name: str, old: int, new: int) -> None:
-        """Queue count ``old`` → ``new`` and the new queue items, atomically. Raises
-        TransactionFailed: reason index 0 = the count is no longer ``old``."""
+    def grow(name: str, old: int, new: int, inc: int = 0) -> None:
+        """Queue count ``old`` → ``new`` and the new queue items, atomically, in incarnation
+        ``inc`` (the one read). Raises TransactionFailed: reason index 0 = the count is no longer
+        ``old`` or the topic is no longer that incarnation."""
+        log = log_name(name, inc)
+
         def build(t: TransactWrite) -> None:
             t.update(TopicModel(name), actions=[TopicModel.queues.set(new)],
-                     condition=TopicModel.queues == old)
+                     condition=topic_live() & topic_inc_is(inc) & (TopicModel.queues == old))
             for q in range(old, new):
-                t.save(QueueModel(name, q, max_offset=0, min_offset=0, last_produced_at=0),
+                t.save(QueueModel(log, q, max_offset=0, min_offset=0, last_produced_at=0),
                        condition=QueueModel.pq.does_not_exist())
         transact(build)
 
     @staticmethod
     def all() -> list[TopicModel]:
-        return sorted(TopicModel.scan(), key=lambda t: t.name)
+        """Every topic (tombstones left out), by name."""
+        return sorted((t for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
 
 
 class ClientRepo:

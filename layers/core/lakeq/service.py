@@ -36,13 +36,13 @@ from .auth import (  # noqa: F401
 from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge, StaleReceipt, Unavailable
 from .logread import SCAN_FACTOR, broker, consume, topic_reader  # noqa: F401
 from .logread import views as _views
-from .models import ClientModel, KeyModel, TopicModel
-from .names import check_name, check_topic, parent_of
+from .models import ClientModel, KeyModel, TopicModel, log_of
+from .names import check_name, check_topic, parent_of, topic_of_log
 from .produce_plan import plan_parts as _plan_parts  # noqa: F401
 from .produce_plan import queue_for_key
 from .receipts import Receipt, topic_queue_field
 from .receipts import parse as parse_receipt
-from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed
+from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, inc_of
 from .selection import lock_until
 from .settlement import Outcomes
 
@@ -95,7 +95,7 @@ def grow_topic(p: Principal, name: str, raw: str | None) -> dict:
         if queues <= old:
             raise BadRequest(f"queues can only grow: topic '{name}' has {old}; ask for {old + 1}-{v.QUEUES_MAX}")
         try:
-            TopicRepo.grow(name, old, queues)
+            TopicRepo.grow(name, old, queues, inc_of(t))
             return {"name": name, "queues": queues, "parent": t.parent}
         except TransactionFailed as e:
             if not e.failed(0):
@@ -252,8 +252,9 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
 
     now = clock()
     n_queues = int(t.queues)
+    log = log_of(t)  # the keys of this incarnation of the topic (lakeq.names.log_name)
     results: list[dict | None] = [None] * len(req.messages)
-    known = _delayed.known_results(topic, [m.id for m in req.messages if m.id])  # delayed ids too
+    known = _delayed.known_results(log, [m.id for m in req.messages if m.id])  # delayed ids too
     first_index: dict[str, int] = {}
     copies: list[tuple[int, int]] = []
     pending: dict[int, list[tuple[int, seg.Message, bool]]] = {}
@@ -276,23 +277,24 @@ def produce(p: Principal, topic: str, raw: str | None) -> dict:
         else:
             pending.setdefault(q, []).append((i, msg, m.id is not None))
     for q, items in sorted(pending.items()):
-        _append_queue(topic, q, items, results, now)
+        _append_queue(log, q, items, results, now)
     for q, ditems in sorted(delayed.items()):
-        _delayed.produce_delayed(topic, q, ditems, results, now)
+        _delayed.produce_delayed(log, q, ditems, results, now)
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}
 
 
 def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:
-    """Append ``items`` to queue ``q`` write by write (``_plan_parts``), at the queue's head.
+    """Append ``items`` to queue ``q`` of log ``topic`` (a topic's log name) write by write
+    (``_plan_parts``), at the queue's head.
     A write that loses a race (someone appended at that head first) is planned again at the
     fresh head; ids another request recorded meanwhile are answered with that request's result."""
     attempt = 0
     while items:
         base = LogRepo.head(topic, q, fresh=attempt > 0)
         if base is None:
-            raise NotFound(f"queue {q} of topic '{topic}' does not exist")
+            raise NotFound(f"queue {q} of topic '{topic_of_log(topic)}' does not exist")
         parts = _plan_parts(topic, q, items, base)
         part, placed = parts[0]
         try:
@@ -363,11 +365,12 @@ def _group_receipt(p: Principal, group: ClientModel, client_id: str | None, rece
     if receipt.subscription is not None:
         raise BadRequest(f"this receipt is for a subscription; {use} it with 'subscription'")
     topic, q = receipt.topic_queue
-    if TopicRepo.get(topic) is None:
+    t = TopicRepo.get(topic)
+    if t is None:
         raise NotFound(f"topic '{topic}' of the receipt does not exist")
     authorize(p, group, topic)
-    owner = OffsetRepo.owner(group.name, topic, _instance(group, client_id))
-    if receipt.broker != broker():
+    owner = OffsetRepo.owner(group.name, log_of(t), _instance(group, client_id))
+    if receipt.broker != broker() or receipt.log != log_of(t):  # (a receipt of a deleted incarnation)
         raise StaleReceipt(STALE)
     return topic, q, owner
 
@@ -377,8 +380,8 @@ def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt:
     """Settle a group's receipt (:func:`lakeq.settling.settle`): the whole batch (one UpdateItem
     in the common case) or the offsets ``outcomes`` names."""
     topic, q, owner = _group_receipt(p, group, client_id, receipt, "acknowledge")
-    out = settling.settle(owner, q, receipt, outcomes, settling.policy_of(group), topic_reader(topic, None), clock(),
-                          STALE)
+    out = settling.settle(owner, q, receipt, outcomes, settling.policy_of(group), topic_reader(receipt.log, None),
+                          clock(), STALE)
     return {"topic": topic, "queue": q, **out}
 
 
@@ -458,11 +461,12 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     client_id = _instance(group, req.client_id)
     if ack_receipt is not None:
         _ack_group(p, group, client_id, ack_receipt)
-    owner = OffsetRepo.owner(group.name, topic, client_id)
+    log = log_of(t)
+    owner = OffsetRepo.owner(group.name, log, client_id)
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
     lock_owner = req.member_id or client_id or "-"
-    return consume(owner, topic, meta, lambda v_: topic_queue_field(topic, v_.queue),
-                   lambda: _views(topic, owner, int(t.queues), promote=True),  # due delayed messages join first
+    return consume(owner, log, meta, lambda v_: topic_queue_field(log, v_.queue),
+                   lambda: _views(log, owner, int(t.queues), promote=True),  # due delayed messages join first
                    req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
                    lock_owner, policy=settling.policy_of(group))
 
@@ -478,11 +482,11 @@ def offsets(p: Principal, group_name: str, params: dict) -> dict:
     t = topic_or_404(topic)
     group = client_or_404(group_name, "consumer")
     authorize(p, group, topic)
-    owner = OffsetRepo.owner(group.name, topic, _instance(group, client_id))
+    owner = OffsetRepo.owner(group.name, log_of(t), _instance(group, client_id))
     now = clock()
     queues = []
     recs = OffsetRepo.records(owner)
-    for view in sorted(_views(topic, owner, int(t.queues), recs=recs), key=lambda x: x.queue):
+    for view in sorted(_views(log_of(t), owner, int(t.queues), recs=recs), key=lambda x: x.queue):
         r = recs.get(view.queue)  # lock_owner: the member_id / client_id holding the lock, "-" for none
         queues.append({"queue": view.queue, "min_offset": view.min_offset, "max_offset": view.max_offset,
                        "committed_offset": view.start,
@@ -501,11 +505,11 @@ def reset_offset(p: Principal, group_name: str, raw: str | None) -> dict:
     client_id = _instance(group, req.client_id)
     if req.queue >= int(t.queues):
         raise BadRequest(f"topic '{req.topic}' has queues 0-{int(t.queues) - 1}")
-    meta = LogRepo.queue(req.topic, req.queue)
+    meta = LogRepo.queue(log_of(t), req.queue)
     lo, hi = int(meta.min_offset), int(meta.max_offset)  # type: ignore[union-attr]
     if not lo <= req.offset <= hi:
         raise BadRequest(f"offset must be within [{lo}, {hi}] for queue {req.queue}")
-    owner = OffsetRepo.owner(group.name, req.topic, client_id)
+    owner = OffsetRepo.owner(group.name, log_of(t), client_id)
     OffsetRepo.reset(owner, req.queue, req.offset, {"group": group.name, "client_id": client_id, "topic": req.topic},
                      clock())
     return {"group": group.name, "topic": req.topic, "queue": req.queue, "committed_offset": req.offset}

@@ -29,6 +29,7 @@ from typing import Callable
 from . import segments as seg
 from . import settlement as S
 from .errors import BadRequest, StaleReceipt, Unavailable
+from .models import log_of
 from .produce_plan import plan_parts, queue_for_key
 from .receipts import Receipt
 from .repos import LogRepo, OffsetRepo, TopicRepo, TransactionFailed
@@ -149,6 +150,7 @@ def append_copy(topic: str, m: seg.Message, now: int) -> bool:
     t = TopicRepo.get(topic)
     if t is None:
         return False
+    topic = log_of(t)  # its current incarnation's keys (docs/design.md "Queue lifecycle")
     n = int(t.queues)
     q = queue_for_key(m.key, n) if m.key is not None else zlib.crc32(m.id.encode()) % n
     if LogRepo.dedup_lookup(topic, [m.id]):

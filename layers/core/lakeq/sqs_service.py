@@ -23,9 +23,9 @@ from . import sqs_protocol as sp
 from .auth import Principal
 from .errors import ApiError, Conflict, Forbidden, NotFound, Unavailable
 from .logread import views as _views
-from .models import TopicModel
+from .models import TopicModel, log_of
 from .names import covers
-from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed
+from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, inc_of
 from .sqs_store import SqsRepo, group_name, producer_name
 
 ADMIN = Principal(admin=True)
@@ -158,21 +158,22 @@ def _may_see(ctx: Ctx, topic: str) -> bool:
         return False
 
 
-_CLIENTS_SEEN: dict[str, float] = {}  # queue name -> monotonic s until which its SQS clients are known
+_CLIENTS_SEEN: dict[str, float] = {}  # queue's log name -> monotonic s until which its SQS clients are known
 CLIENTS_SEEN_TTL_S = 60.0
 
 
 def _ensure_clients(q: Queue) -> None:
     """A topic made by lakeq's API gets its SQS clients on first SQS use. Known clients are remembered
-    per container for a minute (two GetItems saved per send and receive)."""
+    per container for a minute (two GetItems saved per send and receive), per incarnation of the
+    topic (its log name): a queue deleted and made again in another container is checked again."""
     now = time.monotonic()
-    if _CLIENTS_SEEN.get(q.name, 0.0) > now:
+    if _CLIENTS_SEEN.get(log_of(q.topic), 0.0) > now:
         return
     if ClientRepo.get(group_name(q.name)) is None or ClientRepo.get(producer_name(q.name)) is None:
         SqsRepo.ensure_clients(q.name, now_ms())
     if len(_CLIENTS_SEEN) > 10_000:
         _CLIENTS_SEEN.clear()
-    _CLIENTS_SEEN[q.name] = now + CLIENTS_SEEN_TTL_S
+    _CLIENTS_SEEN[log_of(q.topic)] = now + CLIENTS_SEEN_TTL_S
 
 
 def _sqs_error(e: ApiError) -> sp.SqsError:
@@ -282,7 +283,7 @@ def create_queue(ctx: Ctx, req: dict) -> dict:
         stored = {k: v for k, v in attrs.items() if k != "FifoQueue"}
         doc = json.dumps({"attributes": stored, "tags": tags, "modified": now // 1000}, sort_keys=True)
         try:
-            SqsRepo.create(name, LAKEQ_QUEUES, doc, now, SqsRepo.log_ends(name, LAKEQ_QUEUES), _redrive(stored))
+            SqsRepo.create(name, LAKEQ_QUEUES, doc, now, _redrive(stored))
         except TransactionFailed as e:
             if e.failed(0):
                 continue  # created meanwhile: compare with it
@@ -333,11 +334,23 @@ def list_queues(ctx: Ctx, req: dict) -> dict:
 
 
 def delete_queue(ctx: Ctx, req: dict) -> dict:
-    q = _queue(req)
+    """The topic item becomes a tombstone (its incarnation kept: a queue made again is the next one,
+    with keys of its own), its queue items and SQS clients go, then its delayed items (best effort;
+    a retry after a crash there finishes them, then answers QueueDoesNotExist). docs/design.md
+    "Queue lifecycle: deletion and incarnations"."""
+    name = sp.queue_name_of_url(req.get("QueueUrl"))
+    t = TopicRepo.get_any(name)
+    if t is not None and t.deleted_at is not None:
+        if ctx.principal.admin:
+            SqsRepo.purge_delayed(log_of(t), int(t.queues))
+        t = None
+    q = _load(t, name)
     if not ctx.principal.admin:
         raise sp.access_denied("DeleteQueue")
-    _CLIENTS_SEEN.pop(q.name, None)
-    SqsRepo.delete(q.name, int(q.topic.queues))
+    _CLIENTS_SEEN.pop(log_of(q.topic), None)
+    SqsRepo.delete(q.topic, now_ms())
+    for c in (group_name(q.name), producer_name(q.name)):
+        lq_auth.forget_client(c)
     return {}
 
 
@@ -350,9 +363,9 @@ def purge_queue(ctx: Ctx, req: dict) -> dict:
         raise sp.access_denied("PurgeQueue")
     _ensure_clients(q)
     g = group_name(q.name)
-    owner = OffsetRepo.owner(g, q.name)
+    owner = OffsetRepo.owner(g, log_of(q.topic))
     now = now_ms()
-    for meta in LogRepo.queues(q.name, int(q.topic.queues)):
+    for meta in LogRepo.queues(log_of(q.topic), int(q.topic.queues)):
         OffsetRepo.reset(owner, int(meta.queue), int(meta.max_offset),
                          {"group": g, "client_id": None, "topic": q.name}, now)
     return {}
@@ -361,12 +374,13 @@ def purge_queue(ctx: Ctx, req: dict) -> dict:
 def _counts(q: Queue) -> dict[str, str]:
     """Approximate counts from the SQS group's offsets: visible = backlog outside live locks,
     not visible = messages under a live lock, delayed = the queues' delayed items (lakeq.delayed)."""
-    owner = OffsetRepo.owner(group_name(q.name), q.name)
+    log = log_of(q.topic)
+    owner = OffsetRepo.owner(group_name(q.name), log)
     now = now_ms()
     recs = OffsetRepo.records(owner)
     n = int(q.topic.queues)
     visible = inflight = 0
-    for v in _views(q.name, owner, n, recs=recs):
+    for v in _views(log, owner, n, recs=recs):
         r = recs.get(v.queue)
         if v.locked(now) and r is not None and r.lock_next is not None:
             held = max(0, min(int(r.lock_next), v.max_offset) - v.start)
@@ -374,7 +388,7 @@ def _counts(q: Queue) -> dict[str, str]:
             visible += max(0, v.backlog - held)
         else:
             visible += v.backlog
-    delayed = sum(int(getattr(m, "delayed", 0) or 0) for m in LogRepo.queues(q.name, n))
+    delayed = sum(int(getattr(m, "delayed", 0) or 0) for m in LogRepo.queues(log, n))
     return {"ApproximateNumberOfMessages": str(visible), "ApproximateNumberOfMessagesNotVisible": str(inflight),
             "ApproximateNumberOfMessagesDelayed": str(delayed)}
 
@@ -410,7 +424,7 @@ def _update_doc(q: Queue, change: Callable[[dict], None]) -> None:
         doc = json.loads(json.dumps(q.doc))
         change(doc)
         doc["modified"] = now_ms() // 1000
-        if SqsRepo.set_sqs(q.name, q.raw, json.dumps(doc, sort_keys=True)):
+        if SqsRepo.set_sqs(q.name, q.raw, json.dumps(doc, sort_keys=True), inc_of(q.topic)):
             return
         q = _load(TopicRepo.get(q.name), q.name)
     raise sp.SqsError("ServiceUnavailable", "the queue is too contended; retry", status=503, sender=False)
@@ -552,7 +566,8 @@ def _prepare(ctx: Ctx, q: Queue, e: dict) -> Prepared:
         else:
             sp.check_group_id(dedup, "MessageDeduplicationId")
         scope = group if q.attributes.get("DeduplicationScope") == "messageGroup" else ""
-        msg["id"] = str(uuid.uuid5(FIFO_NS, f"{scope}\n{dedup}"))
+        seed = f"{scope}\n{dedup}" if not inc_of(q.topic) else f"{log_of(q.topic)}\n{scope}\n{dedup}"
+        msg["id"] = str(uuid.uuid5(FIFO_NS, seed))  # (a queue made again: other MessageIds)
         props["sqs.dedup"] = dedup
     elif dedup is not None:
         raise sp.invalid(f"Value {dedup} for parameter MessageDeduplicationId is invalid. Reason: The request "
@@ -722,7 +737,7 @@ def _handle(q: Queue, handle: object) -> tuple[str, str, int]:
     if handle is None or handle == "":
         raise sp.missing("ReceiptHandle")
     group, receipt, offset = sp.decode_handle(handle)
-    if group != group_name(q.name) or f":{q.name}@" not in receipt:
+    if group != group_name(q.name) or f":{log_of(q.topic)}@" not in receipt:  # (this incarnation's)
         raise sp.SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid receipt '
                           "handle.")
     return group, receipt, offset

@@ -10,8 +10,19 @@ import secrets
 
 from pynamodb.transactions import TransactWrite
 
-from .models import ClientModel, KeyModel, OffsetModel, QueueModel, SegmentModel, TopicModel, queue_key
-from .repos import ClientRepo, TopicRepo, TransactionFailed, transact, transact_if_first, update_if
+from .models import ClientModel, DelayedModel, KeyModel, QueueModel, TopicModel, queue_key
+from .names import log_name
+from .repos import (
+    ClientRepo,
+    TopicRepo,
+    TransactionFailed,
+    inc_of,
+    topic_inc_is,
+    topic_live,
+    transact,
+    transact_if_first,
+    update_if,
+)
 
 GROUP_PREFIX = "sqs."
 PRODUCER_SUFFIX = ".send"
@@ -51,39 +62,33 @@ def _clients(queue: str, now: int, redrive: tuple[str, int] | None = None) -> li
     return out
 
 
+DELAYED_CLEANUP_MAX = 250  # delayed items of a deleted queue deleted by one DeleteQueue (best effort)
+
+
 class SqsRepo:
     @staticmethod
     def get(name: str) -> TopicModel | None:
         return TopicRepo.get(name)
 
     @staticmethod
-    def log_ends(name: str, queues: int) -> list[int]:
-        """Where each queue's log of an earlier topic of this name ended (0: none): a queue created
-        again starts there, so the segments of a deleted queue (kept) are never read again. One
-        consistent Query (newest segment) per queue."""
-        ends = []
-        for q in range(queues):
-            end = 0
-            for item in SegmentModel.query(queue_key(name, q), scan_index_forward=False, limit=1,
-                                           consistent_read=True):
-                end = int(item.end)
-            ends.append(end)
-        return ends
-
-    @staticmethod
-    def create(name: str, queues: int, sqs: str, now: int, ends: list[int],
+    def create(name: str, queues: int, sqs: str, now: int,
                redrive: tuple[str, int] | None = None) -> None:
-        """One transaction: the topic item (with its ``sqs`` JSON), its queue items (starting at
-        ``ends``), the queue's consumer group (with its dead-letter settings) and producer client and
-        their key items. Raises TransactionFailed: index 0 = the topic exists, 1 + queues / +2 = a
-        client of that name exists."""
+        """One transaction: the topic item (with its ``sqs`` JSON), its queue items, the queue's
+        consumer group (with its dead-letter settings) and producer client and their key items.
+        Over a tombstone (a deleted queue of this name) the topic is its next incarnation
+        (TopicRepo.create's rule): new keys, so the deleted queue's messages, delayed messages and
+        deduplication ids are never seen. Raises TransactionFailed: index 0 = the topic exists (or
+        changed meanwhile), 1 + queues / +2 = a client of that name exists."""
+        old = TopicRepo.get_any(name)
+        inc = TopicRepo.next_inc(old)
+        log = log_name(name, inc)
         clients = _clients(name, now, redrive)
 
         def build(t: TransactWrite) -> None:
-            t.save(TopicModel(name, queues=queues, parent=None, created_at=now, sqs=sqs),
-                   condition=TopicModel.name.does_not_exist())
+            t.save(TopicModel(name, queues=queues, parent=None, created_at=now, sqs=sqs, inc=inc),
+                   condition=TopicRepo.create_condition(old))
             for q in range(queues):
-                t.save(QueueModel(name, q, max_offset=ends[q], min_offset=ends[q], last_produced_at=0),
+                t.save(QueueModel(log, q, max_offset=0, min_offset=0, last_produced_at=0),
                        condition=QueueModel.pq.does_not_exist())
             for c in clients:
                 t.save(c, condition=ClientModel.name.does_not_exist())
@@ -106,21 +111,25 @@ class SqsRepo:
                     raise
 
     @staticmethod
-    def set_sqs(name: str, old: str | None, new: str) -> bool:
-        """Replace the topic's ``sqs`` JSON if it is still ``old`` (compare-and-set). One conditional
-        UpdateItem; False when it changed meanwhile or the topic is gone."""
-        cond = TopicModel.name.exists() & (TopicModel.sqs.does_not_exist() if old is None else TopicModel.sqs == old)
+    def set_sqs(name: str, old: str | None, new: str, inc: int = 0) -> bool:
+        """Replace the topic's ``sqs`` JSON if it is still ``old`` in incarnation ``inc``
+        (compare-and-set). One conditional UpdateItem; False when it changed meanwhile or the topic
+        is gone."""
+        cond = topic_live() & topic_inc_is(inc) & (TopicModel.sqs.does_not_exist() if old is None
+                                                   else TopicModel.sqs == old)
         return update_if(TopicModel(name), [TopicModel.sqs.set(new)], cond)
 
     @staticmethod
-    def delete(name: str, queues: int) -> bool:
-        """Delete the queue: first the SQS group's offset records (Query + a DeleteItem each: a crash
-        after them leaves the queue in place with its messages to be served again), then one
-        transaction: the topic item (condition: it exists), its queue items, the SQS clients and their
-        key items. Segments, dedup items and other groups' offset records stay (see docs/design.md).
-        False when the topic was already gone."""
-        for r in OffsetModel.query(f"g|{group_name(name)}|{name}", consistent_read=True):
-            r.delete()
+    def delete(t: TopicModel, now: int) -> bool:
+        """Delete the queue ``t`` (the topic item read): one transaction replaces the topic item by
+        its tombstone (condition: still that live incarnation; the tombstone keeps ``inc`` and the
+        queue count) and deletes its queue items, the SQS clients and their key items. Then its
+        delayed items go, best effort (:meth:`purge_delayed`). Everything else of the incarnation
+        (segments, dedup items, offset records) is unreachable from here on — a topic created
+        again is the next incarnation, with other keys — and goes by TTL or stays as a few orphaned
+        bytes (docs/design.md "Queue lifecycle"). False when the topic was already gone."""
+        name, inc, queues = t.name, inc_of(t), int(t.queues)
+        log = log_name(name, inc)
         keys = []
         for cname in (group_name(name), producer_name(name)):
             c = ClientRepo.get(cname)
@@ -130,12 +139,32 @@ class SqsRepo:
                 # SQS credentials the admin may have issued to it (lakeq.sqs_keys: "sqs:<access key id>")
                 keys.extend("sqs:" + k for k in json.loads(getattr(c, "sqs_keys", None) or "[]"))
 
-        def build(t: TransactWrite) -> None:
-            t.delete(TopicModel(name), condition=TopicModel.name.exists())
+        def build(tw: TransactWrite) -> None:
+            tw.save(TopicModel(name, queues=queues, parent=t.parent, created_at=int(t.created_at), inc=inc or None,
+                               deleted_at=now),
+                    condition=topic_live() & topic_inc_is(inc))
             for q in range(queues):
-                t.delete(QueueModel(name, q))
+                tw.delete(QueueModel(log, q))
             for cname in (group_name(name), producer_name(name)):
-                t.delete(ClientModel(cname))
+                tw.delete(ClientModel(cname))
             for h in dict.fromkeys(keys):
-                t.delete(KeyModel(h))
-        return transact_if_first(build)
+                tw.delete(KeyModel(h))
+        if not transact_if_first(build):
+            return False
+        SqsRepo.purge_delayed(log, queues)
+        return True
+
+    @staticmethod
+    def purge_delayed(log: str, queues: int, limit: int = DELAYED_CLEANUP_MAX) -> int:
+        """Delete the delayed items of a deleted incarnation's queues (log name ``log``), at most
+        ``limit``: they are unreachable (no queue item points at them, no later incarnation shares
+        their keys), this only frees their space. A consistent Query per queue + a DeleteItem each.
+        Returns how many were deleted."""
+        n = 0
+        for q in range(queues):
+            for item in DelayedModel.query(queue_key(log, q), consistent_read=True, attributes_to_get=["pq", "due"]):
+                if n >= limit:
+                    return n
+                item.delete()
+                n += 1
+        return n

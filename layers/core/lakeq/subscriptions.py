@@ -125,18 +125,18 @@ class Start:
         """The heads of every queue of ``topic`` and its descendants: a consistent Scan of the
         topics and a consistent BatchGet of each covered topic's queue items (creation only:
         1 RCU per covered queue plus the Scan's 1 RCU per 4 KB of topics)."""
-        from .models import TopicModel
+        from .models import TopicModel, log_of
         heads: dict[str, list[int]] = {}
         for t in TopicModel.scan(consistent_read=True):
-            if not covers(topic, t.name):
-                continue
+            if t.deleted_at is not None or not covers(topic, t.name):
+                continue  # (a deleted topic's tombstone: a topic made again later starts at 0)
             per_queue = {int(q.queue): int(q.max_offset)
-                         for q in LogRepo.queues(t.name, int(t.queues), consistent=True)}
+                         for q in LogRepo.queues(log_of(t), int(t.queues), consistent=True)}
             if any(per_queue.values()):
                 hs = [per_queue.get(i, 0) for i in range(max(per_queue) + 1)]
                 while hs and hs[-1] == 0:
                     hs.pop()
-                heads[t.name] = hs
+                heads[log_of(t)] = hs  # per log name: another incarnation of the topic starts at 0
         return cls(heads)
 
     def dump(self) -> str:
@@ -155,7 +155,7 @@ class Start:
 
     def delivers(self, topic: str, queue: int, msg: dict) -> bool:
         """Keep source message ``msg`` (its ``offset``; ``produced_at`` for old subscriptions)
-        of ``topic``'s queue ``queue`` for this subscription?"""
+        of ``topic``'s queue ``queue`` for this subscription? (``topic``: the source's log name.)"""
         heads = self.heads
         if heads is None:
             return msg["produced_at"] > self.created_at

@@ -1,0 +1,221 @@
+"""Issue 14 item 1: a deleted queue leaves nothing behind. After SQS ``DeleteQueue``, the name made
+again through SQS ``CreateQueue`` or ``POST /v1/topics`` (and grown with ``PATCH /v1/topics``) starts
+empty: no old message, delayed message, deduplication id or receipt of the deleted queue reaches the
+new one (docs/design.md "Queue lifecycle: deletion and incarnations")."""
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+
+from lakeq import delayed, sqs_service
+from lakeq.produce_plan import queue_for_key
+from tests.history import path
+from tests.integration.sqs_harness import Harness, fake_auth
+
+Q = "jobs"
+
+
+@pytest.fixture
+def sqs(aws, api, monkeypatch):
+    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
+    monkeypatch.setattr(sqs_service, "_CLIENTS_SEEN", {})
+    return Harness().client("admin")
+
+
+def client(api, name, role, topic=Q):
+    s, b = api.call("POST", "/v1/clients", {"name": name, "role": role, "topics": [topic],
+                                            "visibility_timeout_ms": 30_000})
+    assert s == 201, b
+    return b["api_key"]
+
+
+def keys_per_queue(n):
+    """A message key landing on each of queues 0..n-1."""
+    out, i = {}, 0
+    while len(out) < n:
+        out.setdefault(queue_for_key(f"k{i}", n), f"k{i}")
+        i += 1
+    return [out[q] for q in range(n)]
+
+
+def produce(api, key, messages, topic=Q):
+    s, b = api.call("POST", path(topic), {"producer": "feed", "messages": messages}, key=key)
+    assert s == 200, b
+    return b["results"]
+
+
+def pull(api, key, group, topic=Q, **q):
+    s, b = api.call("GET", path(topic), query={"group": group, "max": 100, **q}, key=key)
+    assert s == 200, b
+    return b
+
+
+def drain_native(api, key, group, topic=Q):
+    """Every message a group is served (acknowledged as it goes)."""
+    out = []
+    for _ in range(20):
+        b = pull(api, key, group, topic)
+        if not b["messages"]:
+            return out
+        out += [m["body"] for m in b["messages"]]
+        s, r = api.call("POST", "/v1/acks", {"group": group, "receipt": b["receipt"]}, key=key)
+        assert s == 200, r
+    return out
+
+
+def drain_sqs(sqs, url):
+    out = []
+    for _ in range(20):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        for m in got:
+            out.append(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return out
+
+
+def recreate(how, api, sqs, queues=4, name=Q, attributes=None):
+    if how == "sqs":
+        return sqs.create_queue(QueueName=name, Attributes=attributes or {})["QueueUrl"]
+    s, b = api.call("POST", "/v1/topics", {"name": name, "queues": queues})
+    assert s == 201, b
+    return sqs.get_queue_url(QueueName=name)["QueueUrl"]
+
+
+@pytest.mark.parametrize("how", ["sqs", "native"])
+def test_recreated_queue_serves_no_old_message(api, sqs, how):
+    url = sqs.create_queue(QueueName=Q)["QueueUrl"]
+    feed = client(api, "feed", "producer")
+    old = client(api, "old", "consumer")  # a group that outlives the queue (its offset record too)
+    produce(api, feed, [{"body": f"old{i}", "key": k} for i, k in enumerate(keys_per_queue(4))])
+    b = pull(api, old, "old")  # the old group read part of the log: its record survives the delete
+    assert b["messages"]
+    assert api.call("POST", "/v1/acks", {"group": "old", "receipt": b["receipt"]}, key=old)[0] == 200
+    sqs.send_message(QueueUrl=url, MessageBody="old-sqs")
+    sqs.delete_queue(QueueUrl=url)
+
+    url = recreate(how, api, sqs)
+    fresh = client(api, "fresh", "consumer")
+    assert drain_native(api, fresh, "fresh") == []
+    assert drain_native(api, old, "old") == []
+    assert drain_sqs(sqs, url) == []
+    produce(api, feed, [{"body": "new", "key": "k0"}])
+    assert drain_native(api, fresh, "fresh") == ["new"]
+    assert drain_native(api, old, "old") == ["new"]
+    assert drain_sqs(sqs, url) == ["new"]
+    s, d = api.call("GET", f"/v1/topics/{Q}")
+    assert s == 200 and d["produced"] == 1, d
+
+
+def test_grow_after_delete_starts_empty(api, sqs):
+    url = sqs.create_queue(QueueName=Q)["QueueUrl"]  # 4 lakeq queues
+    feed = client(api, "feed", "producer")
+    produce(api, feed, [{"body": f"old{q}", "key": k} for q, k in enumerate(keys_per_queue(4))])
+    sqs.delete_queue(QueueUrl=url)
+    assert api.call("POST", "/v1/topics", {"name": Q, "queues": 1})[0] == 201
+    assert api.call("PATCH", f"/v1/topics/{Q}", {"queues": 4})[0] == 200
+    g = client(api, "g", "consumer")
+    assert drain_native(api, g, "g") == []
+    s, d = api.call("GET", f"/v1/topics/{Q}")
+    assert s == 200 and [q["max_offset"] for q in d["queue_offsets"]] == [0, 0, 0, 0], d
+    results = produce(api, feed, [{"body": f"new{q}", "key": k} for q, k in enumerate(keys_per_queue(4))])
+    assert [(r["queue"], r["offset"]) for r in results] == [(0, 0), (1, 0), (2, 0), (3, 0)]
+    assert sorted(drain_native(api, g, "g")) == ["new0", "new1", "new2", "new3"]
+
+
+@pytest.mark.parametrize("how", ["sqs", "native"])
+@pytest.mark.parametrize("promoter", ["pull", "sweep"])
+def test_delayed_messages_of_a_deleted_queue_are_never_delivered(api, sqs, clock, how, promoter):
+    url = sqs.create_queue(QueueName=Q)["QueueUrl"]
+    feed = client(api, "feed", "producer")
+    keys = keys_per_queue(4)
+    produce(api, feed, [{"body": f"old{q}", "key": k, "delay_ms": 60_000} for q, k in enumerate(keys)])
+    sqs.send_message(QueueUrl=url, MessageBody="old-sqs", DelaySeconds=60)
+    sqs.delete_queue(QueueUrl=url)
+    url = recreate(how, api, sqs)
+    produce(api, feed, [{"body": f"new{q}", "key": k, "delay_ms": 60_000} for q, k in enumerate(keys)])
+    clock.t += 60_000
+    if promoter == "sweep":
+        delayed.sweep()
+    g = client(api, "g", "consumer")
+    assert sorted(drain_native(api, g, "g")) == ["new0", "new1", "new2", "new3"]
+    assert sorted(drain_sqs(sqs, url)) == ["new0", "new1", "new2", "new3"]
+
+
+@pytest.mark.parametrize("how", ["sqs", "native"])
+def test_fifo_dedup_ids_of_a_deleted_queue_do_not_count(api, sqs, how):
+    name = "f.fifo"
+    attrs = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    url = sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+    a = sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", MessageDeduplicationId="d1")
+    b = sqs.send_message(QueueUrl=url, MessageBody="b", MessageGroupId="g")  # content-based
+    sqs.delete_queue(QueueUrl=url)
+    if how == "sqs":
+        url = sqs.create_queue(QueueName=name, Attributes=attrs)["QueueUrl"]
+    else:
+        assert api.call("POST", "/v1/topics", {"name": name, "queues": 4})[0] == 201
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"ContentBasedDeduplication": "true"})
+    a2 = sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g", MessageDeduplicationId="d1")
+    b2 = sqs.send_message(QueueUrl=url, MessageBody="b", MessageGroupId="g")
+    assert a2["MessageId"] != a["MessageId"] and b2["MessageId"] != b["MessageId"]
+    assert drain_sqs(sqs, url) == ["a", "b"]
+
+
+def test_native_message_id_seen_before_deletion_is_stored(api, sqs):
+    assert api.call("POST", "/v1/topics", {"name": Q, "queues": 2})[0] == 201
+    feed = client(api, "feed", "producer")
+    first = produce(api, feed, [{"id": "m1", "body": "before"}])[0]
+    assert first["offset"] is not None
+    sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=Q)["QueueUrl"])
+    assert api.call("POST", "/v1/topics", {"name": Q, "queues": 2})[0] == 201
+    again = produce(api, feed, [{"id": "m1", "body": "after"}])[0]
+    assert again["offset"] == 0
+    g = client(api, "g", "consumer")
+    assert drain_native(api, g, "g") == ["after"]
+
+
+@pytest.mark.parametrize("how", ["sqs", "native"])
+def test_old_receipts_do_not_touch_the_new_incarnation(api, sqs, clock, how):
+    """A receipt (native) or receipt handle (SQS) from before the deletion acknowledges, settles or
+    changes the visibility of nothing in the queue made again (the clock stands still, so the new
+    locks have the very timestamps, offsets and lengths the old ones had)."""
+    url = sqs.create_queue(QueueName=Q)["QueueUrl"]
+    feed = client(api, "feed", "producer")
+    old = client(api, "old", "consumer")
+    k0 = keys_per_queue(4)[0]
+    produce(api, feed, [{"body": "old", "key": k0}])
+    r_old = pull(api, old, "old")["receipt"]
+    sqs.send_message(QueueUrl=url, MessageBody="old-sqs")
+    h_old = [m["ReceiptHandle"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]]
+    sqs.delete_queue(QueueUrl=url)
+
+    url = recreate(how, api, sqs)
+    produce(api, feed, [{"body": "new", "key": k0}])
+    r_new = pull(api, old, "old")["receipt"]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in got] == ["new"]
+    # native: ack, settle, visibility with the old receipt: refused, nothing moves
+    for body in ({"group": "old", "receipt": r_old}, {"group": "old", "receipt": r_old, "accept": [0]},
+                 {"group": "old", "receipt": r_old, "release": [0]}):
+        s, _ = api.call("POST", "/v1/acks", body, key=old)
+        assert s in (404, 409), (body, s)
+    s, _ = api.call("POST", "/v1/visibility", {"group": "old", "receipt": r_old, "visibility_timeout_ms": 0}, key=old)
+    assert s in (404, 409), s
+    s, off = api.call("GET", "/v1/groups/old/offsets", query={"topic": Q}, key=old)
+    assert s == 200 and off["backlog"] == 1 and sum(q["committed_offset"] for q in off["queues"]) == 0, off
+    assert pull(api, old, "old")["messages"] == []  # still locked by r_new
+    assert api.call("POST", "/v1/acks", {"group": "old", "receipt": r_new}, key=old)[0] == 200
+    # SQS: delete / change visibility with the old handle: nothing happens to the new message
+    for h in h_old:
+        for call in (lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=h),
+                     lambda: sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=h, VisibilityTimeout=0)):
+            try:
+                call()
+            except ClientError:
+                pass
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)  # still in flight
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    clock.t += 60_000
+    assert drain_sqs(sqs, url) == []
