@@ -219,3 +219,45 @@ def test_old_receipts_do_not_touch_the_new_incarnation(api, sqs, clock, how):
     sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
     clock.t += 60_000
     assert drain_sqs(sqs, url) == []
+
+
+def test_delete_queue_crash_anywhere_then_retry_never_serves_old_data(api, sqs, clock):
+    """A crash right after any store call of DeleteQueue (tests/crash.py): the queue is either still
+    there whole (its messages and delayed messages served as before) or deleted, and the client's
+    retry finishes the deletion (the deleted queue's delayed items go too); the queue made again
+    (POST /v1/topics here; its next incarnation) serves nothing of the old one, to an old group
+    either, also once the old delayed messages are due."""
+    from lakeq.models import DelayedModel
+    from tests.crash import CrashAfter
+
+    sqs.create_queue(QueueName=Q)
+    feed = client(api, "feed", "producer")
+    old = client(api, "old", "consumer")
+    keys = keys_per_queue(4)
+    for k in range(1, 40):
+        clock.t += 1_000_000
+        url = sqs.create_queue(QueueName=Q)["QueueUrl"]  # (made again through the API at the end of the last round)
+        produce(api, feed, [{"body": f"old{q}", "key": key} for q, key in enumerate(keys)]
+                + [{"body": f"late{q}", "key": key, "delay_ms": 60_000} for q, key in enumerate(keys)])
+        with CrashAfter(k, {"SqsFunction"}) as hook:
+            fired, _ = hook.run(lambda: sqs.delete_queue(QueueUrl=url))
+        s, _ = api.call("GET", f"/v1/topics/{Q}")
+        if s == 200:  # died before the deletion's transaction: the queue is whole
+            b = pull(api, old, "old")
+            assert b["messages"], k
+            assert api.call("POST", "/v1/visibility", {"group": "old", "receipt": b["receipt"],
+                                                       "visibility_timeout_ms": 0}, key=old)[0] == 200
+        try:
+            sqs.delete_queue(QueueUrl=url)  # the client's retry
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue", k
+        assert not list(DelayedModel.scan()), k  # the retry finished what the crash left
+        assert api.call("POST", "/v1/topics", {"name": Q, "queues": 4})[0] == 201
+        clock.t += 120_000
+        assert drain_native(api, old, "old") == [], k
+        produce(api, feed, [{"body": "new", "key": keys[0]}])
+        assert drain_native(api, old, "old") == ["new"], k
+        assert drain_sqs(sqs, url) == ["new"], k
+        if not fired:
+            break
+    assert k >= 5
