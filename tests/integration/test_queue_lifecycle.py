@@ -261,3 +261,76 @@ def test_delete_queue_crash_anywhere_then_retry_never_serves_old_data(api, sqs, 
         if not fired:
             break
     assert k >= 5
+
+
+@pytest.mark.usefixtures("fresh_matcher")
+@pytest.mark.parametrize("before", [True, False])
+def test_subscription_gets_the_recreated_topics_messages(api, sqs, aws, before):
+    """Sibling: a subscription made while the deleted topic had messages recorded that topic's
+    heads (its start); the fan-out's list entries are keyed by source queue and base. Neither may
+    make the subscription skip the new incarnation's messages (which start again at offset 0)."""
+    from infra.local.streams import StreamPump
+    from tests.handlers import load_function
+
+    def pump():
+        p = StreamPump(stack_name="lakeq-local", dynamodb_client=aws["dynamodb"],
+                       streams_client_=aws["dynamodbstreams"],
+                       handlers={"FanoutFunction": load_function("FanoutFunction")})
+        p.mappings = [m for m in p.mappings if m.spec.logical_id == "FanoutFunction"]
+        assert p.drain(30)[0]
+
+    def drain_sub(sid, key):
+        got, receipt = [], None
+        for _ in range(20):
+            s, b = api.call("GET", f"/v1/subscriptions/{sid}/messages",
+                            query={"max": 100, **({"ack": receipt} if receipt else {})}, key=key)
+            assert s == 200, b
+            if not b["messages"]:
+                return got
+            got += [(m["body"], m["topic"]) for m in b["messages"]]
+            receipt = b["receipt"]
+        return got
+
+    url = sqs.create_queue(QueueName=Q)["QueueUrl"]
+    feed = client(api, "feed", "producer")
+    risk = client(api, "risk", "consumer")
+    keys = keys_per_queue(4)
+    if before:  # the subscription's start records these queues' heads
+        produce(api, feed, [{"body": f"before{q}", "key": k} for q, k in enumerate(keys)])
+    s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": Q}, key=risk)
+    assert s == 201, sub
+    produce(api, feed, [{"body": f"old{q}", "key": k} for q, k in enumerate(keys)])
+    pump()
+    assert sorted(drain_sub(sub["id"], risk)) == [(f"old{q}", Q) for q in range(4)]
+    sqs.delete_queue(QueueUrl=url)
+    assert api.call("POST", "/v1/topics", {"name": Q, "queues": 4})[0] == 201
+    produce(api, feed, [{"body": f"new{q}", "key": k} for q, k in enumerate(keys)])  # offsets 0 again
+    pump()
+    assert sorted(drain_sub(sub["id"], risk)) == [(f"new{q}", Q) for q in range(4)]
+
+
+def test_a_deleted_topic_is_absent_everywhere(api, sqs):
+    """Sibling: every check that a topic exists treats the deleted topic's tombstone as absent."""
+    assert api.call("POST", "/v1/topics", {"name": Q, "queues": 2})[0] == 201
+    sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=Q)["QueueUrl"])
+    assert api.call("GET", f"/v1/topics/{Q}")[0] == 404
+    assert Q not in [t["name"] for t in api.call("GET", "/v1/topics")[1]["topics"]]
+    assert api.call("PATCH", f"/v1/topics/{Q}", {"queues": 4})[0] == 404
+    assert api.call("POST", "/v1/topics", {"name": f"{Q}/child", "queues": 1})[0] == 404
+    s, _ = api.call("POST", "/v1/clients", {"name": "c", "role": "consumer", "topics": [Q]})
+    assert s == 404
+    assert "QueueUrls" not in sqs.list_queues()
+    with pytest.raises(ClientError):
+        sqs.get_queue_url(QueueName=Q)
+    with pytest.raises(ClientError):
+        sqs.delete_queue(QueueUrl=url_of(Q))
+    # made again: one topic, listed once, with a child allowed again
+    assert api.call("POST", "/v1/topics", {"name": Q, "queues": 2})[0] == 201
+    assert api.call("POST", "/v1/topics", {"name": Q, "queues": 2})[0] == 409
+    assert [t["name"] for t in api.call("GET", "/v1/topics")[1]["topics"]] == [Q]
+    assert api.call("POST", "/v1/topics", {"name": f"{Q}/child", "queues": 1})[0] == 201
+
+
+def url_of(name):
+    from tests.integration.sqs_harness import BASE
+    return f"{BASE}/123456789012/{name}"
