@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Callable, Iterable
 
 from . import clock, settlement
@@ -171,8 +172,9 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
     lock with a conditional write, answer; long-poll until ``wait_ms`` passes.
 
     Per queue (issue 9, :mod:`lakeq.settlement`): pending messages (released, or whose lock
-    ended) are served first, lowest offset first, then fresh ones from the frontier; after a lock
-    that ended unsettled, one message alone; entries due for the dead-letter path are finished
+    ended) are served first, lowest offset first, then fresh ones from the frontier; with
+    ``max_deliveries``, the suspects of a lock that ended unsettled one at a time (poison
+    isolation, :mod:`lakeq.settlement`); entries due for the dead-letter path are finished
     first (:func:`lakeq.settling.flush_due`). ``policy``: the consumer's dead-letter settings."""
     policy = policy or Policy()
     whole = reader or topic_reader(topic, None)  # unfiltered: the dead-letter path copies any message
@@ -190,8 +192,14 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
                     progressed = True
                 continue
             budget = ByteBudget()
+            if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone
+                found, _ = redeliver(reader, view.queue, sorted(p.state.suspect), ByteBudget())
+                if found:
+                    p = replace(p, redeliver=(found[0]["_log_offset"],))
+                else:  # it matches none of them: a batch of the rest (the suspects wait for their pulls)
+                    p = settlement.plan(view.state(), now, req.max, policy.max_deliveries, isolate=False)
             offer = p.redeliver
-            if req.tags and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
+            if req.tags and not p.alone and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
                 found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
                 offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
             again, complete = redeliver(reader, view.queue, offer, budget)
