@@ -108,3 +108,24 @@ def test_broadcasting_clients(api, setup, clock, dlq):  # noqa: F811
         assert accepted == Counter({o: 1 for o in range(N) if o != POISON}), cid
     got = dlq_messages(api, dlq)
     assert sorted(m["dead_letter"]["offset"] for m in got) == [POISON, POISON]
+
+
+def test_store_calls_of_a_poisoned_batch(api, setup, clock, dlq):  # noqa: F811
+    """The busy path is unchanged (a healthy batch: pull + one-UpdateItem ack); what a batch of 10
+    that dies on its poison costs, max_deliveries 3, until everything is settled (docs/design.md)."""
+    from collections import Counter as C
+
+    from tests.crash import CountCalls
+    assert patch(api, "risk", {"max_deliveries": 3, "dead_letter_topic": "dlq"})[0] == 200
+    produce_tagged(api, setup["feed"])
+    b = pull(api, setup["risk"], max=1)  # m0 alone: a healthy batch (fresh, simple form)
+    with CountCalls() as c:
+        s, _ = api.call("POST", ACKS, {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])
+    assert s == 200
+    ops = C(x.operation for x in c.calls)
+    assert ops["UpdateItem"] == 1 and not ops["TransactWriteItems"], ops  # the ack: one conditional UpdateItem
+    with CountCalls() as c:
+        accepted, _ = run(api, clock, setup["risk"], "crasher", 3)
+    assert sorted(accepted) == [o for o in range(1, N) if o != POISON]
+    print("poisoned batch of 9 (incl. dead-lettering):", len(c.calls), C(x.operation for x in c.calls))
+    assert len(c.calls) < 200

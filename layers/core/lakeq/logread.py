@@ -121,6 +121,7 @@ def topic_reader(topic: str, tags: list[str] | None) -> LogReader:
             msg["topic"], msg["queue"] = topic, queue
         scan = limit if not tags else max(1000, limit * SCAN_FACTOR)
         return read_log(topic, queue, start, limit, max_offset, shape_q, tags, scan)
+    read.min_offset = lambda queue: min_offset(topic, queue)  # type: ignore[attr-defined]
     return read
 
 
@@ -132,7 +133,15 @@ def list_reader(log: str) -> LogReader:
 
     def read(queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
         return read_log(log, 0, start, limit, max_offset, shape)
+    read.min_offset = lambda _queue: min_offset(log, 0)  # type: ignore[attr-defined]
     return read
+
+
+def min_offset(log: str, queue: int) -> int | None:
+    """The log's ``min_offset`` (consistent GetItem of its queue item): offsets below it are gone.
+    None when the queue item is gone too (the log was deleted: every offset is)."""
+    m = LogRepo.queue(log, queue)
+    return None if m is None else int(m.min_offset)
 
 
 def _runs(offsets: Iterable[int]) -> list[list[int]]:
@@ -187,9 +196,11 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
         for view in candidates(load_views(), now, allowed):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
-                if OffsetRepo.write_state(owner, view, p.state, meta, now):
-                    flush_due(owner, view.queue, policy, whole, now)
-                    progressed = True
+                moved = p.state != view.state()
+                if not moved or OffsetRepo.write_state(owner, view, p.state, meta, now):
+                    after = flush_due(owner, view.queue, policy, whole, now)
+                    # a due message not readable yet stays due: look again at the next poll, not now
+                    progressed |= moved or after is None or after.due != p.state.due
                 continue
             budget = ByteBudget()
             if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone

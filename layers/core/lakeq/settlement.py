@@ -330,8 +330,9 @@ def visibility(s: State, lock_ts: int, offset: int, next_offset: int, lock_until
     return replace(s, lock_until=lock_until)
 
 
-def dead_lettered(s: State, offsets: Iterable[int]) -> State:
-    """The due ``offsets`` are in the dead-letter topic (or dropped): settled and counted."""
+def dead_lettered(s: State, offsets: Iterable[int], count: bool = True) -> State:
+    """The due ``offsets`` are in the dead-letter topic (or dropped): settled and counted
+    (``count`` False: gone with retention, nothing was dead-lettered; see :func:`gone`)."""
     due = dict(s.due)
     n = 0
     for o in offsets:
@@ -339,7 +340,18 @@ def dead_lettered(s: State, offsets: Iterable[int]) -> State:
             n += 1
     if not n:
         return s
-    out = replace(s, due=due, dead_lettered=s.dead_lettered + n)
+    out = replace(s, due=due, dead_lettered=s.dead_lettered + (n if count else 0))
     if out.lock_next is not None and not out.held and not out.pend and not out.due:
         out = replace(out, lock_next=None, batch=(), lock_from=out.frontier)
     return out
+
+
+def gone(s: State, offsets: Iterable[int]) -> State:
+    """The due ``offsets`` are below the log's ``min_offset`` (or the log is gone): settled, not
+    counted as dead-lettered (no copy could be written).
+
+    >>> g = gone(State(5, due={1: ("rejected", 1), 3: ("rejected", 2)}), [1])
+    >>> g.due, g.dead_lettered, g.committed
+    ({3: ('rejected', 2)}, 0, 3)
+    """
+    return dead_lettered(s, offsets, count=False)
