@@ -323,3 +323,20 @@ def test_a_whole_batch_crasher_loses_no_neighbour_of_its_poison():
     assert sim.dead == {4: S.MAX_DELIVERIES} and sim.served[4] == 3
     assert sim.accepts == Counter({o: 1 for o in range(10) if o != 4})
     assert max(c for o, c in sim.served.items() if o != 4) == 2  # the failed batch, then alone
+
+
+def test_suspects_in_the_record_and_records_of_before():
+    s = S.normalize(S.lock(S.State(0), 5, 100, [], [0, 1, 2], 3), 200, 3)  # expired: all three suspects
+    assert s.suspect == {0, 1, 2} and not S.simple(s)
+    assert S.from_record(s.committed, s.lock_ts, s.lock_until, s.lock_next, S.to_settle(s)) == s
+    old = '{"f":3,"lf":0,"p":{"0":1,"1":1,"2":2},"i":1}'  # an issue-9 record: the isolate flag
+    assert S.from_record(0, 6, 0, 3, old).suspect == {0, 1, 2}
+    done = S.settle(S.lock(s, 7, 300, [0], [], 3), 7, 0, 3)  # accepted alone: no longer a suspect
+    assert done.state.suspect == {1, 2}
+    assert S.plan(done.state, 400, 10, 3).redeliver == (1,)
+    assert S.plan(done.state, 400, 10, None).redeliver == (1, 2)  # unlimited deliveries: no isolation
+
+
+def test_max_deliveries_1_serves_one_message_at_a_time():
+    assert S.plan(S.State(0), 0, 10, 1).fresh == 1
+    assert S.plan(S.State(0), 0, 10, 2).fresh == 10
