@@ -240,7 +240,7 @@ def test_a_lowered_max_deliveries_makes_pending_ones_due():
     assert S.plan(s, 0, 32, 3).redeliver == (0, 1) and S.plan(s, 0, 32, None).redeliver == (0, 1)
 
 
-KINDS = ["crasher", "settler", "rejecter", "releaser", "stepper"]
+KINDS = ["crasher", "settler", "rejecter", "releaser", "stepper", "slow"]
 
 
 def consume_once(sim: Sim, kind: str, limit: int, poison: set[int], rnd) -> None:
@@ -252,7 +252,10 @@ def consume_once(sim: Sim, kind: str, limit: int, poison: set[int], rnd) -> None
     - ``settler``: per message: accepts the others, releases the poisons (in random pieces and
       order, one settle call each);
     - ``rejecter``: as ``settler``, rejecting the poisons;
-    - ``stepper``: accepts message by message in batch order and dies at the first poison."""
+    - ``stepper``: accepts message by message in batch order and dies at the first poison;
+    - ``slow``: as ``settler``, but the lock of a batch of several expires after a random number
+      of its settle calls and another ``settler`` pulls meanwhile: the slow one's later settle
+      calls are stale, and the messages they named are served again."""
     batch = sim.pull(limit)
     if not batch:
         sim.now += VIS
@@ -266,12 +269,18 @@ def consume_once(sim: Sim, kind: str, limit: int, poison: set[int], rnd) -> None
             sim.s = S.visibility(sim.s, ts, off, nxt, 0)
         else:
             sim.now += VIS
-    elif kind in ("settler", "rejecter"):
+    elif kind in ("settler", "rejecter", "slow"):
         good = [o for o in batch if o not in poison]
         rnd.shuffle(good)
-        pieces = [("accept", [o]) for o in good] + [("release" if kind == "settler" else "reject", [o]) for o in bad]
+        pieces = [("accept", [o]) for o in good] + [("reject" if kind == "rejecter" else "release", [o]) for o in bad]
         rnd.shuffle(pieces)
-        for what, offs in pieces:
+        cut = rnd.randrange(len(pieces) + 1) if kind == "slow" and len(batch) > 1 else None
+        for i, (what, offs) in enumerate(pieces):
+            if i == cut:
+                mine = sim.receipt
+                sim.now += VIS  # too slow: the lock expired, another consumer pulls
+                consume_once(sim, "settler", limit, poison, rnd)
+                sim.receipt = mine
             sim.settle(**{"accept": offs} if what == "accept" else {"accept": [], what: offs})
             sim.check()
     else:
