@@ -92,3 +92,35 @@ def test_only_an_offset_below_min_offset_is_gone(api, setup, clock, dlq, empty):
     rec = OffsetModel.get("g|risk|quotes/sh", q, consistent_read=True)
     assert int(rec.committed_offset) == 3 and '"d"' not in (rec.settle or ""), rec.settle  # settled in the record
     assert dlq_messages(api, dlq) == []
+
+
+class HiddenSegment:
+    """``LogRepo.read`` of ``topic`` does not see the segment holding offset ``hide`` while ``on``
+    (an eventually consistent Query that sees a later segment but not that one)."""
+
+    def __init__(self, monkeypatch, topic: str, hide: int):
+        self.on, self.topic, self.hide = False, topic, hide
+        real = LogRepo.read.__func__
+
+        def read(cls, topic, queue, start, max_offsets):
+            segs = real(cls, topic, queue, start, max_offsets)
+            if not (self.on and topic == self.topic):
+                return segs
+            return (s for s in segs if not s.base <= self.hide < s.end)
+        monkeypatch.setattr(LogRepo, "read", classmethod(read))
+
+
+@pytest.mark.parametrize("tags", [None, "t"])
+def test_a_pull_whose_read_misses_a_segment_skips_nothing(api, setup, clock, monkeypatch, tags):
+    """Siblings: a pull (unfiltered, or tag-filtered: skipped messages move its frontier) whose
+    read misses the first segment but sees the next one neither delivers past the gap nor marks
+    the missing messages as read."""
+    produce(api, setup["feed"], 2)  # segment [0, 2)
+    produce(api, setup["feed"], 2, start=2)  # segment [2, 4)
+    hidden = HiddenSegment(monkeypatch, "quotes/sh", 0)
+    hidden.on = True
+    q = {"tags": tags} if tags else {}
+    assert pull(api, setup["risk"], **q)["messages"] == []
+    hidden.on = False
+    b = pull(api, setup["risk"], **q)
+    assert [m["offset"] for m in b["messages"]] == [0, 1, 2, 3]
