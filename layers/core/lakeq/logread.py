@@ -214,6 +214,10 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
                 found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
                 offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
             again, complete = redeliver(reader, view.queue, offer, budget)
+            if not p.alone and p.state.suspect and policy.max_deliveries is not None:
+                # a filtered batch's fallback: a suspect that was not readable a moment ago is never
+                # served with others (it waits for a pull of its own)
+                again = [m for m in again if m["_log_offset"] not in p.state.suspect]
             frontier, fresh = p.state.frontier, []
             if p.fresh and complete and frontier < view.max_offset:
                 read, frontier = reader(view.queue, frontier, p.fresh, view.max_offset)
