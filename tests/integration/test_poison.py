@@ -129,3 +129,44 @@ def test_store_calls_of_a_poisoned_batch(api, setup, clock, dlq):  # noqa: F811
     assert sorted(accepted) == [o for o in range(1, N) if o != POISON]
     print("poisoned batch of 9 (incl. dead-lettering):", len(c.calls), C(x.operation for x in c.calls))
     assert len(c.calls) < 200
+
+
+def test_a_subscription_consumer(api, setup, clock, dlq, fanout_handler):  # noqa: F811
+    """A subscription's list, read by a whole-batch-acking consumer that crashes on one entry."""
+    from tests.handlers import Context, sample
+    from tests.integration.test_subscriptions_handlers import T_SAMPLE
+    clock.t = T_SAMPLE - 1000
+    api.routes.sort(key=lambda r: r[1].count("{"))  # as test_settlement's subscription test
+    s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", "max_deliveries": 2,
+                                                    "dead_letter_topic": "dlq"}, key=setup["risk"])
+    assert s == 201, sub
+    assert fanout_handler(sample("fanout_segments_stream.json"), Context()) == {"batchItemFailures": []}
+    path = f"/v1/subscriptions/{sub['id']}/messages"
+    ids, poison = None, None
+    accepted, served = Counter(), Counter()
+    for _ in range(40):
+        s, b = api.call("GET", path, key=setup["risk"])
+        assert s == 200, b
+        if ids is None:
+            ids = [m["id"] for m in b["messages"]]
+            assert len(ids) >= 3, ids
+            poison = ids[1]
+        if not b["messages"]:
+            clock.t += 3_600_000
+            s, b2 = api.call("GET", path, key=setup["risk"])
+            if not b2["messages"]:
+                break
+            clock.t += 3_600_000
+            continue
+        for m in b["messages"]:
+            served[m["id"]] += 1
+            assert m["deliveries"] == served[m["id"]] <= 2
+        if poison in [m["id"] for m in b["messages"]]:
+            clock.t += 3_600_000  # crashed: the lock expires
+            continue
+        s, out = api.call("POST", ACKS, {"subscription": sub["id"], "receipt": b["receipt"]}, key=setup["risk"])
+        assert s == 200, out
+        accepted.update(m["id"] for m in b["messages"])
+    assert accepted == Counter({i: 1 for i in ids if i != poison}), (accepted, served)
+    got = dlq_messages(api, dlq)
+    assert [m["dead_letter"]["id"] for m in got] == [poison]
