@@ -1,4 +1,5 @@
-"""Issue 9 settlement over the local stack, as a client sees it: poison isolation, renew, release
+"""Issue 9 settlement over the local stack, as a client sees it: poison isolation (also for a
+whole-batch acking consumer, issue 14), renew, release
 order, the dead-letter copy exactly once under a retried reject, batch acks. Real time: each
 consumer's visibility timeout is 1000 ms."""
 from __future__ import annotations
@@ -95,6 +96,43 @@ def test_poison_isolation(w):
     got = dlq_all(w)
     assert [(m["body"], m["dead_letter"]["id"], m["dead_letter"]["reason"], m["dead_letter"]["deliveries"])
             for m in got] == [("b3", "m3", "max_deliveries", 3)]
+
+
+def test_poison_isolation_for_a_whole_batch_acking_consumer(w):
+    """Issue 14: the default consumer acks whole batches (POST /v1/acks, or ``ack=`` on its next
+    pull) and crashes whenever its batch holds m4 (acks nothing; the lock expires). Only m4 is
+    dead-lettered (after 3 deliveries); every other message is accepted exactly once and never
+    delivered more than twice (in the failed batch, then alone)."""
+    produce(w, 10)
+    accepted: list[int] = []
+    served: dict[int, int] = {}
+    piggy, turn = None, 0
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        q = {"max": 10, "wait_ms": VIS + 500, **({"ack": piggy} if piggy else {})}
+        b, piggy = pull(w, **q), None
+        for m in b["messages"]:
+            served[m["offset"]] = served.get(m["offset"], 0) + 1
+            assert m["deliveries"] == served[m["offset"]] <= 3
+        offs = [m["offset"] for m in b["messages"]]
+        if offs and 4 not in offs:
+            turn += 1
+            if turn % 2:
+                r = ack(w, {"receipt": b["receipt"]})
+                assert r.status_code == 200, r.text
+            else:
+                piggy = b["receipt"]
+            accepted += offs
+        o = requests.get(f"{w['url']}/v1/groups/{w['group']}/offsets", params={"topic": w["topic"]},
+                         headers=H(w["ckey"])).json()
+        if o["backlog"] == 0 and not piggy:
+            break
+    assert sorted(accepted) == [0, 1, 2, 3, 5, 6, 7, 8, 9], (accepted, served)
+    assert max(n for off, n in served.items() if off != 4) == 2 and served[4] == 3
+    assert o["queues"][0]["dead_lettered"] == 1
+    got = dlq_all(w)
+    assert [(m["body"], m["dead_letter"]["id"], m["dead_letter"]["reason"], m["dead_letter"]["deliveries"])
+            for m in got] == [("b4", "m4", "max_deliveries", 3)]
 
 
 def test_renew_release_order_reject_retried_and_batch(w):

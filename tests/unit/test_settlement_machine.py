@@ -28,6 +28,7 @@ class Sim:
         self.now = 1_000_000
         self.served: Counter[int] = Counter()
         self.accepted: set[int] = set()
+        self.accepts: Counter[int] = Counter()  # accept events that settled the offset
         self.dead: dict[int, str] = {}
         self.receipt: tuple[int, int, int] | None = None
         self.old_receipts: list[tuple[int, int, int]] = []
@@ -51,14 +52,19 @@ class Sim:
             self.s = p.state
             return []
         ts = max(self.now, self.s.lock_ts + 1)
-        ended_unsettled = bool(self.s.held) or self.s.isolate
         self.s = S.lock(p.state, ts, self.now + VIS, p.redeliver, fresh, f + len(fresh))
         batch = [*p.redeliver, *fresh]
-        # pending (released / expired) messages first, lowest first; fresh ones only after all of them
-        assert list(p.redeliver) == sorted(p.state.pend)[:len(p.redeliver)]
-        assert not fresh or set(p.redeliver) == set(p.state.pend)
-        if ended_unsettled and self.maxd is not None:
-            assert len(batch) == 1  # isolation after a lock that ended unsettled
+        if self.maxd is not None and p.state.suspect:
+            # poison isolation: the suspects of locks that ended unsettled, one at a time, lowest first
+            assert p.alone and batch == [min(p.state.suspect)]
+        else:
+            # pending (released) messages first, lowest first; fresh ones only after all of them
+            assert list(p.redeliver) == sorted(p.state.pend)[:len(p.redeliver)]
+            assert not fresh or set(p.redeliver) == set(p.state.pend)
+        if self.maxd is not None and len(batch) > 1:
+            # a message is delivered with others only fresh or released (never as a suspect), and
+            # with max_deliveries 1 only alone
+            assert self.maxd > 1 and not set(batch) & p.state.suspect
         for o in batch:
             assert o not in self.accepted, f"{o} accepted, served again"
             assert o not in self.dead, f"{o} dead-lettered, served again"
@@ -81,6 +87,7 @@ class Sim:
         held = set(before.held) if before.lock_next == nxt else set()
         acc = held if accept is None else set(accept) & held
         self.accepted |= acc
+        self.accepts.update(acc)
         for o in set(reject) & held:
             assert out.state.due[o][0] == S.REJECTED
         for o in out.new_due:
@@ -100,6 +107,7 @@ class Sim:
         assert set(s.pend) | set(s.due) == {o for o in range(s.frontier) if o not in settled}
         assert not (set(s.pend) & set(s.due))
         assert s.held <= set(s.batch) and s.held <= set(s.pend)
+        assert s.suspect <= set(s.pend)
         assert s.dead_lettered == len(self.dead)
         back = S.from_record(s.committed, s.lock_ts, s.lock_until, s.lock_next, S.to_settle(s), s.dead_lettered)
         assert back == s, (back, s)
@@ -230,3 +238,114 @@ def test_a_lowered_max_deliveries_makes_pending_ones_due():
     p = S.plan(s, 0, 32, 2)
     assert p.upkeep and p.state.due == {0: (S.MAX_DELIVERIES, 2)} and p.state.pend == {1: 1}
     assert S.plan(s, 0, 32, 3).redeliver == (0, 1) and S.plan(s, 0, 32, None).redeliver == (0, 1)
+
+
+KINDS = ["crasher", "settler", "rejecter", "releaser", "stepper", "slow"]
+
+
+def consume_once(sim: Sim, kind: str, limit: int, poison: set[int], rnd) -> None:
+    """One pull by a consumer of ``kind`` that fails on every poison message, then what it does:
+
+    - ``crasher``: the default whole-batch ack; dies (acks nothing, the lock expires) when the
+      batch holds a poison message;
+    - ``releaser``: whole-batch ack, or visibility 0 on the whole batch when it holds a poison;
+    - ``settler``: per message: accepts the others, releases the poisons (in random pieces and
+      order, one settle call each);
+    - ``rejecter``: as ``settler``, rejecting the poisons;
+    - ``stepper``: accepts message by message in batch order and dies at the first poison;
+    - ``slow``: as ``settler``, but the lock of a batch of several expires after a random number
+      of its settle calls and another ``settler`` pulls meanwhile: the slow one's later settle
+      calls are stale, and the messages they named are served again."""
+    batch = sim.pull(limit)
+    if not batch:
+        sim.now += VIS
+        return
+    bad = [o for o in batch if o in poison]
+    if kind in ("crasher", "releaser"):
+        if not bad:
+            sim.settle()
+        elif kind == "releaser":
+            off, nxt, ts = sim.receipt
+            sim.s = S.visibility(sim.s, ts, off, nxt, 0)
+        else:
+            sim.now += VIS
+    elif kind in ("settler", "rejecter", "slow"):
+        good = [o for o in batch if o not in poison]
+        rnd.shuffle(good)
+        pieces = [("accept", [o]) for o in good] + [("reject" if kind == "rejecter" else "release", [o]) for o in bad]
+        rnd.shuffle(pieces)
+        cut = rnd.randrange(len(pieces) + 1) if kind == "slow" and len(batch) > 1 else None
+        for i, (what, offs) in enumerate(pieces):
+            if i == cut:
+                mine = sim.receipt
+                sim.now += VIS  # too slow: the lock expired, another consumer pulls
+                consume_once(sim, "settler", limit, poison, rnd)
+                sim.receipt = mine
+            sim.settle(**{"accept": offs} if what == "accept" else {"accept": [], what: offs})
+            sim.check()
+    else:
+        for o in batch:
+            if o in poison:
+                sim.now += VIS
+                break
+            sim.settle(accept=[o])
+            sim.check()
+    sim.check()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 45), data=st.data(), maxd=st.integers(1, 5),
+       kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=3),
+       limits=st.lists(st.integers(1, 30), min_size=1, max_size=4))
+def test_poison_isolation_for_every_consumer(n, data, maxd, kinds, limits):
+    """Random poison positions, batch sizes, max_deliveries and consumers taking turns in a random
+    order (one kind alone, or a mix): only poison messages are ever dead-lettered, no message is
+    delivered more than max_deliveries times, every other message is accepted exactly once and
+    nothing accepted is served again (Sim.pull asserts that)."""
+    poison = set(data.draw(st.sets(st.integers(0, n - 1), max_size=max(1, n // 5)), label="poison"))
+    rnd = data.draw(st.randoms(use_true_random=False), label="rnd")
+    sim = Sim(n, maxd)
+    for _ in range(60 * n + 60):
+        if sim.s.committed >= n and not sim.s.held:
+            break
+        consume_once(sim, rnd.choice(kinds), rnd.choice(limits), poison, rnd)
+        assert set(sim.dead) <= poison, (sim.dead, poison)
+        assert all(c <= maxd for c in sim.served.values()), sim.served
+    else:
+        raise AssertionError("never drained")
+    sim.pull(1)  # nothing left to deliver; dead-letters anything still due
+    assert set(sim.dead) == poison
+    assert sim.accepts == Counter({o: 1 for o in range(n) if o not in poison})
+    for o in poison:
+        if sim.dead[o] == S.MAX_DELIVERIES:
+            assert sim.served[o] == maxd
+
+
+def test_a_whole_batch_crasher_loses_no_neighbour_of_its_poison():
+    """Issue 14's report: max_deliveries 3, one poison in a batch of 10, a consumer that acks the
+    whole batch and crashes whenever the poison is in it: 7 neighbours were dead-lettered."""
+    sim = Sim(10, 3)
+    for _ in range(100):
+        if sim.s.committed >= 10 and not sim.s.held:
+            break
+        consume_once(sim, "crasher", 10, {4}, None)
+    assert sim.dead == {4: S.MAX_DELIVERIES} and sim.served[4] == 3
+    assert sim.accepts == Counter({o: 1 for o in range(10) if o != 4})
+    assert max(c for o, c in sim.served.items() if o != 4) == 2  # the failed batch, then alone
+
+
+def test_suspects_in_the_record_and_records_of_before():
+    s = S.normalize(S.lock(S.State(0), 5, 100, [], [0, 1, 2], 3), 200, 3)  # expired: all three suspects
+    assert s.suspect == {0, 1, 2} and not S.simple(s)
+    assert S.from_record(s.committed, s.lock_ts, s.lock_until, s.lock_next, S.to_settle(s)) == s
+    old = '{"f":3,"lf":0,"p":{"0":1,"1":1,"2":2},"i":1}'  # an issue-9 record: the isolate flag
+    assert S.from_record(0, 6, 0, 3, old).suspect == {0, 1, 2}
+    done = S.settle(S.lock(s, 7, 300, [0], [], 3), 7, 0, 3)  # accepted alone: no longer a suspect
+    assert done.state.suspect == {1, 2}
+    assert S.plan(done.state, 400, 10, 3).redeliver == (1,)
+    assert S.plan(done.state, 400, 10, None).redeliver == (1, 2)  # unlimited deliveries: no isolation
+
+
+def test_max_deliveries_1_serves_one_message_at_a_time():
+    assert S.plan(S.State(0), 0, 10, 1).fresh == 1
+    assert S.plan(S.State(0), 0, 10, 2).fresh == 10

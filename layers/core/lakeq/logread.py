@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Callable, Iterable
 
 from . import clock, settlement
@@ -124,6 +125,7 @@ def topic_reader(log: str, tags: list[str] | None) -> LogReader:
             msg["topic"], msg["queue"] = topic, queue
         scan = limit if not tags else max(1000, limit * SCAN_FACTOR)
         return read_log(log, queue, start, limit, max_offset, shape_q, tags, scan)
+    read.min_offset = lambda queue: min_offset(log, queue)  # type: ignore[attr-defined]
     return read
 
 
@@ -135,7 +137,15 @@ def list_reader(log: str) -> LogReader:
 
     def read(queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
         return read_log(log, 0, start, limit, max_offset, shape)
+    read.min_offset = lambda _queue: min_offset(log, 0)  # type: ignore[attr-defined]
     return read
+
+
+def min_offset(log: str, queue: int) -> int | None:
+    """The log's ``min_offset`` (consistent GetItem of its queue item): offsets below it are gone.
+    None when the queue item is gone too (the log was deleted: every offset is)."""
+    m = LogRepo.queue(log, queue)
+    return None if m is None else int(m.min_offset)
 
 
 def _runs(offsets: Iterable[int]) -> list[list[int]]:
@@ -175,8 +185,9 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
     lock with a conditional write, answer; long-poll until ``wait_ms`` passes.
 
     Per queue (issue 9, :mod:`lakeq.settlement`): pending messages (released, or whose lock
-    ended) are served first, lowest offset first, then fresh ones from the frontier; after a lock
-    that ended unsettled, one message alone; entries due for the dead-letter path are finished
+    ended) are served first, lowest offset first, then fresh ones from the frontier; with
+    ``max_deliveries``, the suspects of a lock that ended unsettled one at a time (poison
+    isolation, :mod:`lakeq.settlement`); entries due for the dead-letter path are finished
     first (:func:`lakeq.settling.flush_due`). ``policy``: the consumer's dead-letter settings."""
     policy = policy or Policy()
     whole = reader or topic_reader(topic, None)  # unfiltered: the dead-letter path copies any message
@@ -189,16 +200,28 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
         for view in candidates(load_views(), now, allowed):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
-                if OffsetRepo.write_state(owner, view, p.state, meta, now):
-                    flush_due(owner, view.queue, policy, whole, now)
-                    progressed = True
+                moved = p.state != view.state()
+                if not moved or OffsetRepo.write_state(owner, view, p.state, meta, now):
+                    after = flush_due(owner, view.queue, policy, whole, now)
+                    # a due message not readable yet stays due: look again at the next poll, not now
+                    progressed |= moved or after is None or after.due != p.state.due
                 continue
             budget = ByteBudget()
+            if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone
+                found, _ = redeliver(reader, view.queue, sorted(p.state.suspect), ByteBudget())
+                if found:
+                    p = replace(p, redeliver=(found[0]["_log_offset"],))
+                else:  # it matches none of them: a batch of the rest (the suspects wait for their pulls)
+                    p = settlement.plan(view.state(), now, req.max, policy.max_deliveries, isolate=False)
             offer = p.redeliver
-            if req.tags and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
+            if req.tags and not p.alone and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
                 found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
                 offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
             again, complete = redeliver(reader, view.queue, offer, budget)
+            if not p.alone and p.state.suspect and policy.max_deliveries is not None:
+                # a filtered batch's fallback: a suspect that was not readable a moment ago is never
+                # served with others (it waits for a pull of its own)
+                again = [m for m in again if m["_log_offset"] not in p.state.suspect]
             frontier, fresh = p.state.frontier, []
             if p.fresh and complete and frontier < view.max_offset:
                 read, frontier = reader(view.queue, frontier, p.fresh, view.max_offset)

@@ -14,9 +14,15 @@ settlement state (:class:`State`):
   ``lock_from`` / ``lock_next`` (the receipt's offset / next_offset; ``lock_next`` None: the
   last lock ended with everything settled and nothing is pending), ``batch`` (the offsets that
   lock delivered) and ``held`` (those of them not settled yet);
-- ``isolate``: the last lock ended with messages unsettled (expired, visibility 0): with a
-  ``max_deliveries``, the next batch is one message alone, so a message that kills its consumer
-  every time is found and dead-lettered on its own (poison isolation);
+- ``suspect``: pending offsets whose last lock ended with them unsettled (expired, visibility 0),
+  so nothing tells which of that batch killed its consumer. With a ``max_deliveries`` they are
+  served one at a time, lowest first, each until it is settled (poison isolation, issue 14): a
+  message that kills its consumer every time then fails alone and reaches ``max_deliveries`` on
+  its own, while its neighbours, delivered once in the failed batch and once alone, are accepted.
+  A message is therefore delivered in a batch of several at most once (fresh), so with
+  ``max_deliveries`` >= 2 an innocent neighbour is never at its limit when a batch fails; with
+  ``max_deliveries`` 1 (no second delivery to find the culprit with) every batch is one message.
+  Explicitly released messages are the consumer's own verdict and are not suspects;
 - ``dead_lettered``: how many messages were dead-lettered (copied, or dropped without a topic).
 
 The committed offset is derived: the lowest unsettled offset, ``min(pend ∪ due ∪ {F})``.
@@ -56,7 +62,7 @@ class State:
     lock_next: int | None = None
     batch: tuple[int, ...] = ()
     held: frozenset[int] = frozenset()
-    isolate: bool = False
+    suspect: frozenset[int] = frozenset()
     dead_lettered: int = 0
 
     @property
@@ -91,19 +97,23 @@ def from_record(committed: int, lock_ts: int, lock_until: int, lock_next: int | 
                          lock_from=committed, dead_lettered=dead_lettered)
         rng = tuple(range(committed, lock_next))
         return State(lock_next, {o: 1 for o in rng}, {}, lock_ts, lock_until, committed, lock_next, rng,
-                     frozenset(rng), False, dead_lettered)
+                     frozenset(rng), frozenset(), dead_lettered)
     d = json.loads(settle)
+    held = frozenset(d.get("h", ()))
+    pend = {int(k): int(n) for k, n in d.get("p", {}).items()}
+    # "i" (before issue 14): the last lock ended unsettled; its pending messages are the suspects
+    sus = frozenset(d["s"]) if "s" in d else frozenset(o for o in pend if o not in held) if d.get("i") else frozenset()
     return State(
-        frontier=int(d["f"]), pend={int(k): int(n) for k, n in d.get("p", {}).items()},
+        frontier=int(d["f"]), pend=pend,
         due={int(k): (str(r), int(n)) for k, (r, n) in d.get("d", {}).items()},
         lock_ts=lock_ts, lock_until=lock_until, lock_from=int(d.get("lf", committed)), lock_next=lock_next,
-        batch=tuple(d.get("b", ())), held=frozenset(d.get("h", ())), isolate=bool(d.get("i")),
+        batch=tuple(d.get("b", ())), held=held, suspect=sus,
         dead_lettered=dead_lettered)
 
 
 def simple(s: State) -> bool:
     """Can ``s`` be stored in the simple form (no ``settle`` attribute)?"""
-    if s.due or s.isolate:
+    if s.due or s.suspect:
         return False
     if s.lock_next is None:
         return not s.pend and not s.held and s.lock_from == s.frontier
@@ -127,8 +137,8 @@ def to_settle(s: State) -> str | None:
         d["b"] = list(s.batch)
     if s.held:
         d["h"] = sorted(s.held)
-    if s.isolate:
-        d["i"] = 1
+    if s.suspect:
+        d["s"] = sorted(s.suspect)
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -143,21 +153,23 @@ def floor(s: State, min_offset: int) -> State:
     return replace(s, frontier=max(s.frontier, min_offset),
                    pend={o: n for o, n in s.pend.items() if o >= min_offset},
                    due={o: d for o, d in s.due.items() if o >= min_offset},
-                   held=frozenset(o for o in s.held if o >= min_offset))
+                   held=frozenset(o for o in s.held if o >= min_offset),
+                   suspect=frozenset(o for o in s.suspect if o >= min_offset))
 
 
 # --- pulls ---------------------------------------------------------------------------------------
 def normalize(s: State, now: int, max_deliveries: int | None) -> State:
     """End a lock that expired (or whose visibility was set to 0) with messages unsettled: they
-    are pending again, those delivered ``max_deliveries`` times become due (``max_deliveries``),
-    the next batch is isolated, and ``lock_ts`` moves on (the old receipt is stale from here)."""
+    are pending again and suspects (served alone from here), those delivered ``max_deliveries``
+    times become due (``max_deliveries``), and ``lock_ts`` moves on (the old receipt is stale)."""
     if not s.held or s.lock_until > now:
         return s
     pend, due = dict(s.pend), dict(s.due)
     for o in s.held:
         if max_deliveries is not None and pend[o] >= max_deliveries:
             due[o] = (MAX_DELIVERIES, pend.pop(o))
-    return replace(s, pend=pend, due=due, held=frozenset(), lock_until=0, lock_ts=s.lock_ts + 1, isolate=True)
+    suspect = frozenset(o for o in s.suspect | s.held if o in pend)
+    return replace(s, pend=pend, due=due, held=frozenset(), lock_until=0, lock_ts=s.lock_ts + 1, suspect=suspect)
 
 
 @dataclass(frozen=True)
@@ -170,14 +182,19 @@ class Plan:
     upkeep: bool
     redeliver: tuple[int, ...] = ()
     fresh: int = 0
+    alone: bool = False  # poison isolation: ``redeliver`` is the lowest suspect, served alone
 
 
-def plan(s: State, now: int, limit: int, max_deliveries: int | None) -> Plan:
+def plan(s: State, now: int, limit: int, max_deliveries: int | None, isolate: bool = True) -> Plan:
     """A pull's plan for a record whose lock is not live (the caller only pulls from those).
+    ``isolate`` False: a batch even while there are suspects (a tag-filtered pull that matches
+    none of them: they wait for a pull that does).
 
-    >>> p = plan(from_record(0, 5, 10, 3, None), 20, 32, 5)   # expired [0, 3): redeliver alone
-    >>> p.upkeep, p.redeliver, p.fresh, p.state.isolate
-    (False, (0,), 0, True)
+    >>> p = plan(from_record(0, 5, 10, 3, None), 20, 32, 5)   # expired [0, 3): each served alone
+    >>> p.upkeep, p.redeliver, p.fresh, p.alone, sorted(p.state.suspect)
+    (False, (0,), 0, True, [0, 1, 2])
+    >>> plan(replace(p.state, pend={1: 2, 2: 1}, suspect=frozenset({1, 2})), 20, 32, 5).redeliver
+    (1,)
     >>> plan(from_record(0, 5, 10, 3, None), 20, 32, None).redeliver  # no max_deliveries: as before
     (0, 1, 2)
     >>> q = plan(State(3, pend={1: 2}), 0, 32, None)
@@ -189,11 +206,15 @@ def plan(s: State, now: int, limit: int, max_deliveries: int | None) -> Plan:
         # pending ones already delivered max_deliveries times (it was lowered since): due, not served again
         over = {o: (MAX_DELIVERIES, c) for o, c in n.pend.items() if c >= max_deliveries and o not in n.held}
         due = {**n.due, **over}
-        n = replace(n, due=due, pend={o: c for o, c in n.pend.items() if o not in due})
+        n = replace(n, due=due, pend={o: c for o, c in n.pend.items() if o not in due},
+                    suspect=frozenset(o for o in n.suspect if o not in due))
     if n.due:
         return Plan(n, True)
-    if n.isolate and max_deliveries is not None:  # unlimited deliveries: nothing to isolate it for
-        limit = 1
+    if max_deliveries is not None:  # unlimited deliveries: nothing to isolate a poison for
+        if n.suspect and isolate:
+            return Plan(n, False, (min(n.suspect),), 0, True)
+        if max_deliveries == 1:  # no second delivery to tell a poison from its neighbours with
+            limit = 1
     redeliver = tuple(sorted(n.pend)[:limit])
     fresh = limit - len(n.pend) if len(n.pend) < limit else 0
     return Plan(n, False, redeliver, fresh)
@@ -211,7 +232,7 @@ def lock(s: State, lock_ts: int, lock_until: int, served: Iterable[int], fresh: 
         pend[o] = 1
     batch = tuple(sorted(served + fresh))
     out = replace(s, frontier=max(s.frontier, frontier), pend=pend, lock_ts=lock_ts, lock_until=lock_until,
-                  batch=batch, held=frozenset(batch), isolate=False, lock_next=max(s.frontier, frontier))
+                  batch=batch, held=frozenset(batch), lock_next=max(s.frontier, frontier))
     return replace(out, lock_from=out.committed)
 
 
@@ -293,7 +314,7 @@ def settle(s: State, lock_ts: int, offset: int, next_offset: int, accept: Iterab
             new_due.append(o)
     if len(held) == len(s.held):
         return Outcome(s, (), False)
-    out = replace(s, held=frozenset(held), pend=pend, due=due)
+    out = replace(s, held=frozenset(held), pend=pend, due=due, suspect=frozenset(o for o in s.suspect if o in pend))
     if not held:
         out = replace(out, lock_until=0)
         if not pend and not due:
@@ -309,8 +330,9 @@ def visibility(s: State, lock_ts: int, offset: int, next_offset: int, lock_until
     return replace(s, lock_until=lock_until)
 
 
-def dead_lettered(s: State, offsets: Iterable[int]) -> State:
-    """The due ``offsets`` are in the dead-letter topic (or dropped): settled and counted."""
+def dead_lettered(s: State, offsets: Iterable[int], count: bool = True) -> State:
+    """The due ``offsets`` are in the dead-letter topic (or dropped): settled and counted
+    (``count`` False: gone with retention, nothing was dead-lettered; see :func:`gone`)."""
     due = dict(s.due)
     n = 0
     for o in offsets:
@@ -318,7 +340,18 @@ def dead_lettered(s: State, offsets: Iterable[int]) -> State:
             n += 1
     if not n:
         return s
-    out = replace(s, due=due, dead_lettered=s.dead_lettered + n)
+    out = replace(s, due=due, dead_lettered=s.dead_lettered + (n if count else 0))
     if out.lock_next is not None and not out.held and not out.pend and not out.due:
         out = replace(out, lock_next=None, batch=(), lock_from=out.frontier)
     return out
+
+
+def gone(s: State, offsets: Iterable[int]) -> State:
+    """The due ``offsets`` are below the log's ``min_offset`` (or the log is gone): settled, not
+    counted as dead-lettered (no copy could be written).
+
+    >>> g = gone(State(5, due={1: ("rejected", 1), 3: ("rejected", 2)}), [1])
+    >>> g.due, g.dead_lettered, g.committed
+    ({3: ('rejected', 2)}, 0, 3)
+    """
+    return dead_lettered(s, offsets, count=False)

@@ -37,7 +37,8 @@ from .selection import ack_key
 from .settlement import Outcomes
 
 ATTEMPTS = 40
-# (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.logread.LogReader
+# (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.logread.LogReader (whose
+# ``min_offset(queue)`` attribute tells the log's min_offset: below it a due message is gone)
 Reader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
 
 
@@ -172,7 +173,12 @@ def append_copy(topic: str, m: seg.Message, now: int) -> bool:
 
 def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) -> S.State | None:
     """Dead-letter the record's due entries: copy each to the dead-letter topic (or drop it), then
-    settle them with a conditional write. Returns the record's new state (None: no record)."""
+    settle them with a conditional write. Returns the record's new state (None: no record).
+
+    A due message whose read comes back empty (an eventually consistent Query that does not see
+    its segment yet) stays due, uncounted, for the next settle or pull to retry: it is settled
+    without a copy only when its offset is below the log's ``min_offset`` (gone with retention;
+    ``reader.min_offset(queue)``, a consistent GetItem, asked only then), and not counted."""
     for attempt in range(ATTEMPTS):
         rec = OffsetRepo.get(owner, queue)
         if rec is None:
@@ -181,14 +187,26 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
         st = view.state()
         if not st.due:
             return st
+        done: list[int] = []
+        missing: list[int] = []
         for off, (reason, n) in sorted(st.due.items()):
             if policy.dead_letter_topic is None:
+                done.append(off)
                 continue
-            msgs, _ = reader(queue, off, 1, off + 1)  # exactly that offset (absent: gone with retention)
+            msgs, _ = reader(queue, off, 1, off + 1)  # exactly that offset
             if msgs:
                 append_copy(policy.dead_letter_topic,
                             dead_letter_copy(owner, queue, off, msgs[0], reason, n, policy, now), now)
-        new = S.dead_lettered(st, list(st.due))
+                done.append(off)
+            else:
+                missing.append(off)
+        gone: list[int] = []
+        if missing and getattr(reader, "min_offset", None) is not None:
+            lo = reader.min_offset(queue)  # type: ignore[attr-defined]
+            gone = [o for o in missing if lo is None or o < lo]  # None: the log itself is gone
+        new = S.gone(S.dead_lettered(st, done), gone)
+        if new == st:
+            return st  # nothing readable yet: left due
         if OffsetRepo.write_state(owner, view, new, None, now):
             return new
         _backoff(attempt)
