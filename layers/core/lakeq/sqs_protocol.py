@@ -462,6 +462,26 @@ def sequence_number(queue: int, offset: int) -> str:
     return f"{offset * 64 + queue:020d}"
 
 
+def delayed_sequence_number(produced_at: int, index: int, message_id: str) -> str:
+    """A delayed FIFO message's SequenceNumber, known when it is sent (its offset is not: it gets one when
+    promoted): its send time (ms), its index in the send request, its id's first 4 hex digits — the
+    order in which lakeq promotes messages due together (due time, request index, id), so increasing
+    within a MessageGroupId while the queue's DelaySeconds stays the same; 20 digits, above every
+    :func:`sequence_number` of an undelayed message.
+
+    >>> delayed_sequence_number(1_800_000_000_000, 3, "00ff-x")
+    '18000000000003000255'
+    >>> d = delayed_sequence_number
+    >>> d(1, 0, "ffff") < d(1, 1, "0000") < d(2, 0, "0")
+    True
+    """
+    try:
+        tie = int(message_id[:4], 16)
+    except ValueError:
+        tie = 0
+    return f"{produced_at * 10**7 + min(index, 9) * 10**6 + tie:020d}"
+
+
 # --- receipt handles ------------------------------------------------------------------------------
 def encode_handle(group: str, receipt: str, offset: int) -> str:
     """An opaque ReceiptHandle for one message of a lakeq batch: base64url of group, receipt, offset.

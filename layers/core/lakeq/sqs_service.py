@@ -572,13 +572,23 @@ def _producer(ctx: Ctx, q: Queue) -> str:
     return ctx.principal.client  # type: ignore[return-value]
 
 
+SEQ_INDEX_PROP = "sqs.seqi"  # a delayed FIFO message's index in its send request (its SequenceNumber)
+
+
 def _produce(ctx: Ctx, q: Queue, prepared: list[Prepared]) -> list[dict]:
     producer = _producer(ctx, q)
+    if q.fifo:
+        for i, p in enumerate(prepared):
+            if p.message.get("delay_ms"):
+                p.message["properties"][SEQ_INDEX_PROP] = str(i)
     raw = json.dumps({"producer": producer, "messages": [p.message for p in prepared]}, ensure_ascii=False)
     return _native(lambda: service.produce(ADMIN, q.name, raw))["results"]
 
 
 def _sent(q: Queue, p: Prepared, r: dict) -> dict:
+    """A send's answer. A FIFO SequenceNumber is the one the message will be received with: from its
+    offset, or, delayed (no offset until promoted), from its send time, index and id
+    (:func:`lakeq.sqs_protocol.delayed_sequence_number`)."""
     out = {"MessageId": r["id"], "MD5OfMessageBody": p.md5_body}
     if p.md5_attrs:
         out["MD5OfMessageAttributes"] = p.md5_attrs
@@ -588,7 +598,9 @@ def _sent(q: Queue, p: Prepared, r: dict) -> dict:
         if r.get("offset") is not None:
             out["SequenceNumber"] = sp.sequence_number(int(r["queue"]), int(r["offset"]))
         else:
-            out["SequenceNumber"] = f"{int(r.get('deliver_at') or 0):020d}"
+            sent_at = int(r.get("deliver_at") or 0) - int(p.message.get("delay_ms") or 0)
+            index = int(p.message["properties"].get(SEQ_INDEX_PROP) or 0)
+            out["SequenceNumber"] = sp.delayed_sequence_number(sent_at, index, r["id"])
     return out
 
 
@@ -670,7 +682,12 @@ def _message_out(ctx: Ctx, q: Queue, m: dict, receipt: str, system: set[str], at
         if "MessageDeduplicationId" in system and props.get("sqs.dedup"):
             sa["MessageDeduplicationId"] = props["sqs.dedup"]
         if "SequenceNumber" in system:
-            sa["SequenceNumber"] = sp.sequence_number(int(m["queue"]), int(m["offset"]))
+            index = str(props.get(SEQ_INDEX_PROP))
+            if index.isdigit():  # sent delayed: the number its send answered
+                sa["SequenceNumber"] = sp.delayed_sequence_number(int(m.get("produced_at") or 0), int(index),
+                                                                  m["id"])
+            else:
+                sa["SequenceNumber"] = sp.sequence_number(int(m["queue"]), int(m["offset"]))
     if "AWSTraceHeader" in system and props.get("sqs.trace"):
         sa["AWSTraceHeader"] = props["sqs.trace"]
     dl = m.get("dead_letter")
@@ -706,15 +723,37 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
     _ensure_clients(q)
     wait = q.attr_int("ReceiveMessageWaitTimeSeconds") if wait is None else wait
     vis = q.attr_int("VisibilityTimeout") if vis is None else vis
-    params = {"group": group_name(q.name), "max": str(max_n), "wait_ms": str(wait * 1000),
-              "visibility_timeout_ms": str(max(1000, vis * 1000))}
-    got = _native(lambda: service.pull(ADMIN, q.name, params))
-    if vis == 0 and got["receipt"]:  # visible again at once (lakeq's shortest lock is 1 s: end it now)
-        end = json.dumps({"group": group_name(q.name), "receipt": got["receipt"], "visibility_timeout_ms": 0})
-        _native(lambda: service.visibility(ADMIN, end), stale=lambda: None)
+    batches = _gather(q, max_n, wait, vis)
+    if vis == 0:  # visible again at once (lakeq's shortest lock is 1 s: end them now, once all are gathered)
+        for got in batches:
+            end = json.dumps({"group": group_name(q.name), "receipt": got["receipt"], "visibility_timeout_ms": 0})
+            _native(lambda: service.visibility(ADMIN, end), stale=lambda: None)
     now = now_ms()
-    msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now) for m in got["messages"]]
+    msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now) for got in batches
+            for m in got["messages"]]
     return {"Messages": msgs} if msgs else {}
+
+
+def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
+    """Up to ``max_n`` messages over the queue's lakeq queues, as SQS answers whatever its internals:
+    native pulls, each locking one more lakeq queue's batch with its conditional write (each message's
+    handle names its batch), until ``max_n`` are held, a pull finds nothing, or every lakeq queue was
+    locked. Only the first pull long-polls (it returns as soon as anything is available; the next ones
+    do not wait). A FIFO group lives in one lakeq queue, so its messages come in one batch, in order,
+    and a group with messages in flight is under a lock no other receive takes."""
+    batches: list[dict] = []
+    held = 0
+    for i in range(max(1, int(q.topic.queues))):
+        params = {"group": group_name(q.name), "max": str(max_n - held), "wait_ms": str(wait * 1000 if i == 0 else 0),
+                  "visibility_timeout_ms": str(max(1000, vis * 1000))}
+        got = _native(lambda: service.pull(ADMIN, q.name, params))
+        if not got["messages"]:
+            break
+        batches.append(got)
+        held += len(got["messages"])
+        if held >= max_n:
+            break
+    return batches
 
 
 # --- messages: settle -----------------------------------------------------------------------------
