@@ -149,16 +149,19 @@ def queue_url(base: str, account: str, name: str) -> str:
 
 def queue_name_of_url(url: object) -> str:
     """The queue name of a queue URL on any host: its last path segment (the account before it is
-    not checked). QueueDoesNotExist when it cannot name a queue.
+    not checked), or a bare queue name (SQS and moto accept one). QueueDoesNotExist when it cannot
+    name a queue.
 
     >>> queue_name_of_url("http://127.0.0.1:3000/123456789012/jobs"), queue_name_of_url("https://x/1/q.fifo")
     ('jobs', 'q.fifo')
+    >>> queue_name_of_url("jobs"), queue_name_of_url("http://localhost:4566/queue/jobs"), queue_name_of_url("https://x/j")
+    ('jobs', 'jobs', 'j')
     """
     if not isinstance(url, str) or not url:
         raise missing("QueueUrl")
     path = urlsplit(url).path if "://" in url else url
     parts = [p for p in path.split("/") if p]
-    if len(parts) < 2 or not is_queue_name(parts[-1]):
+    if not parts or not is_queue_name(parts[-1]):
         raise no_queue()
     return parts[-1]
 
@@ -352,8 +355,8 @@ def check_message_attributes(attrs: object) -> dict[str, dict]:
         if not dt:
             raise invalid(f"The message attribute '{name}' must contain non-empty message attribute type.")
         if not isinstance(dt, str) or not _DATA_TYPE.fullmatch(dt):
-            raise invalid(f"The type of message (user) attribute '{name}' is invalid. You must use only the "
-                          "following supported type prefixes: Binary, Number, String.")
+            raise invalid(f"The message attribute '{name}' has an invalid message attribute type, the set of "
+                          "supported type prefixes is Binary, Number, and String.")
         if a.get("StringListValues") or a.get("BinaryListValues"):
             raise invalid(f"The message attribute '{name}' uses list values, which are not supported.")
         if dt.startswith("Binary"):
@@ -362,11 +365,12 @@ def check_message_attributes(attrs: object) -> dict[str, dict]:
             out[name] = {"DataType": dt, "BinaryValue": _b64(a["BinaryValue"], name)}
         else:
             sv = a.get("StringValue")
-            if sv is None or not isinstance(sv, str):
+            if sv is None or sv == "":
+                raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value for "
+                              f"message attribute type '{dt}'.")
+            if not isinstance(sv, str):
                 raise invalid(f"The message attribute '{name}' with type '{dt.split('.')[0]}' must use field "
                               "'String'.")
-            if sv == "":
-                raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value.")
             if dt.startswith("Number") and not _is_number(sv):
                 raise invalid(f"Can't cast the value of message (user) attribute '{name}' to a number.")
             if _BAD_BODY.search(sv):

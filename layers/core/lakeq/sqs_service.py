@@ -605,6 +605,7 @@ def _sent(q: Queue, p: Prepared, r: dict) -> dict:
 
 
 def send_message(ctx: Ctx, req: dict) -> dict:
+    sp.int_param(req, "DelaySeconds", 0, 900)  # SQS checks the request before the queue exists
     q = _queue(req)
     p = _prepare(ctx, q, req)
     _allow(ctx, "SendMessage", q.name)
@@ -703,10 +704,10 @@ def _message_out(ctx: Ctx, q: Queue, m: dict, receipt: str, system: set[str], at
 
 
 def receive_message(ctx: Ctx, req: dict) -> dict:
-    q = _queue(req)
-    max_n = sp.int_param(req, "MaxNumberOfMessages", 1, 10, 1)
+    max_n = sp.int_param(req, "MaxNumberOfMessages", 1, 10, 1)  # (the request before the queue, as SQS)
     wait = sp.int_param(req, "WaitTimeSeconds", 0, 20)
     vis = sp.int_param(req, "VisibilityTimeout", 0, 43200)
+    q = _queue(req)
     system: set[str] = set()
     for key in ("AttributeNames", "MessageSystemAttributeNames"):
         names = req.get(key) or []
