@@ -348,7 +348,8 @@ def check_message_attributes(attrs: object) -> dict[str, dict]:
     for name, a in attrs.items():
         if (not isinstance(name, str) or not _ATTR_NAME.fullmatch(name) or name.startswith(".")
                 or name.endswith(".") or ".." in name or name.lower().startswith(("aws.", "amazon."))):
-            raise invalid(f"Message attribute name '{name}' is invalid.")
+            raise invalid(f"The message attribute name '{name}' is invalid. Attribute name can contain A-Z, a-z, "
+                          "0-9, underscore (_), hyphen (-), and period (.) characters.")
         if not isinstance(a, dict):
             raise invalid(f"The message attribute '{name}' must be a structure.")
         dt = a.get("DataType")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import json
 import os
 import time
@@ -612,10 +613,26 @@ def send_message(ctx: Ctx, req: dict) -> dict:
     return _sent(q, p, _produce(ctx, q, [p])[0])
 
 
+def _entry_size(e: dict) -> int:
+    """An entry's size as SQS counts it for BatchRequestTooLong (body + attributes; the body alone when
+    its attributes are invalid: that entry fails on its own)."""
+    body = e.get("MessageBody")
+    if not isinstance(body, str):
+        return 0
+    try:
+        return sp.message_size(body, sp.check_message_attributes(e.get("MessageAttributes")))
+    except (sp.SqsError, UnicodeEncodeError):  # (a lone surrogate: the entry fails on its own)
+        return len(body.encode("utf-8", "surrogatepass"))
+
+
 def send_message_batch(ctx: Ctx, req: dict) -> dict:
     q = _queue(req)
     entries = sp.check_batch(req.get("Entries"), "SendMessage")
     _allow(ctx, "SendMessageBatch", q.name)
+    total = sum(_entry_size(e) for e in entries)  # the whole request's, before any entry is judged (SQS)
+    if total > MAX_BATCH_PAYLOAD:
+        raise sp.SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_PAYLOAD} bytes. "
+                          f"You have sent {total} bytes.")
     ok: list[tuple[str, Prepared]] = []
     failed = []
     for e in entries:
@@ -623,10 +640,6 @@ def send_message_batch(ctx: Ctx, req: dict) -> dict:
             ok.append((e["Id"], _prepare(ctx, q, e)))
         except sp.SqsError as err:
             failed.append(sp.batch_error(e["Id"], err))
-    total = sum(p.size for _, p in ok)
-    if total > MAX_BATCH_PAYLOAD:
-        raise sp.SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_PAYLOAD} bytes. "
-                          f"You have sent {total} bytes.")
     successful = []
     if ok:
         results = _produce(ctx, q, [p for _, p in ok])
@@ -730,8 +743,9 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
             end = json.dumps({"group": group_name(q.name), "receipt": got["receipt"], "visibility_timeout_ms": 0})
             _native(lambda: service.visibility(ADMIN, end), stale=lambda: None)
     now = now_ms()
-    msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now) for got in batches
-            for m in got["messages"]]
+    msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now)
+            for m, got in heapq.merge(*[[(m, got) for m in got["messages"]] for got in batches],
+                                      key=lambda mg: int(mg[0].get("produced_at") or 0))]
     return {"Messages": msgs} if msgs else {}
 
 
@@ -739,7 +753,8 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
     """Up to ``max_n`` messages over the queue's lakeq queues, as SQS answers whatever its internals:
     native pulls, each locking one more lakeq queue's batch with its conditional write (each message's
     handle names its batch), until ``max_n`` are held, a pull finds nothing, or every lakeq queue was
-    locked. Only the first pull long-polls (it returns as soon as anything is available; the next ones
+    locked (the answer merges the batches by send time, each batch's order kept). Only the first pull
+    long-polls (it returns as soon as anything is available; the next ones
     do not wait). A FIFO group lives in one lakeq queue, so its messages come in one batch, in order,
     and a group with messages in flight is under a lock no other receive takes."""
     batches: list[dict] = []
