@@ -579,6 +579,13 @@ def test_fifo_receive_gathers_groups_in_order(pair):
         q.note("every group, each in the order sent", _by_group(got))
         # a group with messages in flight is served to no other receiver
         q.note("groups in flight", _bodies(_quiet(q, "receive_message", QueueUrl=u, MaxNumberOfMessages=10)))
+        q("create_queue", QueueName="gs.fifo", Attributes={"FifoQueue": "true"})
+        u = q.url("gs.fifo")
+        q("send_message_batch", QueueUrl=u, Entries=[
+            {"Id": f"e{i}", "MessageBody": f"b{i}", "MessageGroupId": f"g{i}", "MessageDeduplicationId": f"d{i}"}
+            for i in range(6)])
+        # one request's messages of several groups, received together: in the order sent
+        q.note("one request, one receive", _bodies(_quiet(q, "receive_message", QueueUrl=u, MaxNumberOfMessages=10)))
     differential(pair, s)
 
 

@@ -574,14 +574,14 @@ def _producer(ctx: Ctx, q: Queue) -> str:
 
 
 SEQ_INDEX_PROP = "sqs.seqi"  # a delayed FIFO message's index in its send request (its SequenceNumber)
+ORDER_PROP = "sqs.ix"  # any other SQS message's index in its send request (one receive's order)
 
 
 def _produce(ctx: Ctx, q: Queue, prepared: list[Prepared]) -> list[dict]:
     producer = _producer(ctx, q)
-    if q.fifo:
-        for i, p in enumerate(prepared):
-            if p.message.get("delay_ms"):
-                p.message["properties"][SEQ_INDEX_PROP] = str(i)
+    for i, p in enumerate(prepared):
+        delayed_fifo = q.fifo and p.message.get("delay_ms")
+        p.message["properties"][SEQ_INDEX_PROP if delayed_fifo else ORDER_PROP] = str(i)
     raw = json.dumps({"producer": producer, "messages": [p.message for p in prepared]}, ensure_ascii=False)
     return _native(lambda: service.produce(ADMIN, q.name, raw))["results"]
 
@@ -744,16 +744,24 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
             _native(lambda: service.visibility(ADMIN, end), stale=lambda: None)
     now = now_ms()
     msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now)
-            for m, got in heapq.merge(*[[(m, got) for m in got["messages"]] for got in batches],
-                                      key=lambda mg: int(mg[0].get("produced_at") or 0))]
+            for m, got in heapq.merge(*[[(m, got) for m in got["messages"]] for got in batches], key=_send_order)]
     return {"Messages": msgs} if msgs else {}
+
+
+def _send_order(mg: tuple[dict, dict]) -> tuple[int, int]:
+    """A received message's place in send order: its send time, then its index in its send request."""
+    m = mg[0]
+    props = m.get("properties") or {}
+    index = str(props.get(SEQ_INDEX_PROP, props.get(ORDER_PROP, "0")))
+    return int(m.get("produced_at") or 0), int(index) if index.isdigit() else 0
 
 
 def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
     """Up to ``max_n`` messages over the queue's lakeq queues, as SQS answers whatever its internals:
     native pulls, each locking one more lakeq queue's batch with its conditional write (each message's
     handle names its batch), until ``max_n`` are held, a pull finds nothing, or every lakeq queue was
-    locked (the answer merges the batches by send time, each batch's order kept). Only the first pull
+    locked (the answer merges the batches by send time and index in the send request, each batch's
+    order kept). Only the first pull
     long-polls (it returns as soon as anything is available; the next ones
     do not wait). A FIFO group lives in one lakeq queue, so its messages come in one batch, in order,
     and a group with messages in flight is under a lock no other receive takes."""
