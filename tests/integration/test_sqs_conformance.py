@@ -743,8 +743,9 @@ def test_settle_after_receiving_again(pair):
                                                                    "VisibilityTimeout": 50}])
         q("delete_message", QueueUrl=u, ReceiptHandle=first)  # an earlier receive's handle
         q("get_queue_attributes", QueueUrl=u, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
-    # AWS DeleteMessage: "you must provide the most recently received ReceiptHandle for the message
-    # (otherwise, the request succeeds, but the message will not be deleted)"; moto deletes it. lakeq
+    # AWS DeleteMessage: "you must use the ReceiptHandle from the most recent time you received the
+    # message. If you use an old ReceiptHandle, the request will succeed, but the message might not be
+    # deleted"; moto deletes it. lakeq
     # keeps it (docs/api.md, deliberate differences): the receiver holding the newest handle settles it.
     differential(pair, s, aws={5: ("get_queue_attributes", "ok",
                                    {"Attributes": {"ApproximateNumberOfMessagesNotVisible": "1"}})})
