@@ -85,7 +85,9 @@ class Sim:
             assert before.lock_ts != ts  # only after normalize moved the lock on
             return
         held = set(before.held) if before.lock_next == nxt else set()
-        acc = held if accept is None else set(accept) & held
+        # an explicit accept also settles what this same lock released (not delivered again since)
+        released = (set(before.batch) & set(before.pend)) - held if before.lock_next == nxt else set()
+        acc = held if accept is None else set(accept) & (held | released)
         self.accepted |= acc
         self.accepts.update(acc)
         for o in set(reject) & held:

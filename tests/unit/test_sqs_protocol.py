@@ -87,9 +87,11 @@ def test_error_shapes_xml():
 def test_queue_names_and_urls():
     assert sp.queue_name_of_url("http://127.0.0.1:3000/123456789012/jobs") == "jobs"
     assert sp.queue_name_of_url("https://sqs.us-east-1.amazonaws.com/1/a.fifo") == "a.fifo"
-    with pytest.raises(sp.SqsError) as e:
-        sp.queue_name_of_url("http://h/only")
-    assert e.value.name == "QueueDoesNotExist"
+    assert sp.queue_name_of_url("http://h/only") == sp.queue_name_of_url("only") == "only"  # (as SQS and moto)
+    for url in ("http://h/", "http://h/1/bad name", "/"):
+        with pytest.raises(sp.SqsError) as e:
+            sp.queue_name_of_url(url)
+        assert e.value.name == "QueueDoesNotExist"
     with pytest.raises(sp.SqsError) as e:
         sp.queue_name_of_url(None)
     assert e.value.name == "MissingParameter"

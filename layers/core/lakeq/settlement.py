@@ -279,6 +279,9 @@ def settle(s: State, lock_ts: int, offset: int, next_offset: int, accept: Iterab
     >>> o = settle(s, 9, 0, 3, accept=[1], reject=[2])
     >>> o.unsettled, o.new_due, o.state.committed, o.state.due
     ([0], (2,), 0, {2: ('rejected', 1)})
+    >>> r = settle(s, 9, 0, 3, accept=[], release=[0]).state  # released, then accepted, same receipt
+    >>> sorted(r.pend), sorted(settle(r, 9, 0, 3, accept=[0]).state.pend)
+    ([0, 1, 2], [1, 2])
     """
     if s.lock_ts != lock_ts:
         raise Stale()
@@ -297,10 +300,14 @@ def settle(s: State, lock_ts: int, offset: int, next_offset: int, accept: Iterab
         raise NotInBatch()
     held, pend, due = set(s.held), dict(s.pend), dict(s.due)
     new_due: list[int] = []
+    accepted_released = False
     for o in acc:
         if o in held:
             held.discard(o)
             pend.pop(o, None)
+        elif not full and o in pend:  # released by this lock and not delivered again since (that would be a
+            pend.pop(o)               # new lock): its receipt is still the newest, so it settles it (SQS:
+            accepted_released = True  # DeleteMessage after ChangeMessageVisibility 0 deletes)
     for o in rel:
         if o in held:
             held.discard(o)
@@ -312,7 +319,7 @@ def settle(s: State, lock_ts: int, offset: int, next_offset: int, accept: Iterab
             held.discard(o)
             due[o] = (REJECTED, pend.pop(o))
             new_due.append(o)
-    if len(held) == len(s.held):
+    if len(held) == len(s.held) and not accepted_released:
         return Outcome(s, (), False)
     out = replace(s, held=frozenset(held), pend=pend, due=due, suspect=frozenset(o for o in s.suspect if o in pend))
     if not held:

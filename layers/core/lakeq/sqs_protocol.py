@@ -149,16 +149,19 @@ def queue_url(base: str, account: str, name: str) -> str:
 
 def queue_name_of_url(url: object) -> str:
     """The queue name of a queue URL on any host: its last path segment (the account before it is
-    not checked). QueueDoesNotExist when it cannot name a queue.
+    not checked), or a bare queue name (SQS and moto accept one). QueueDoesNotExist when it cannot
+    name a queue.
 
     >>> queue_name_of_url("http://127.0.0.1:3000/123456789012/jobs"), queue_name_of_url("https://x/1/q.fifo")
     ('jobs', 'q.fifo')
+    >>> queue_name_of_url("jobs"), queue_name_of_url("http://localhost:4566/queue/jobs"), queue_name_of_url("https://x/j")
+    ('jobs', 'jobs', 'j')
     """
     if not isinstance(url, str) or not url:
         raise missing("QueueUrl")
     path = urlsplit(url).path if "://" in url else url
     parts = [p for p in path.split("/") if p]
-    if len(parts) < 2 or not is_queue_name(parts[-1]):
+    if not parts or not is_queue_name(parts[-1]):
         raise no_queue()
     return parts[-1]
 
@@ -345,15 +348,16 @@ def check_message_attributes(attrs: object) -> dict[str, dict]:
     for name, a in attrs.items():
         if (not isinstance(name, str) or not _ATTR_NAME.fullmatch(name) or name.startswith(".")
                 or name.endswith(".") or ".." in name or name.lower().startswith(("aws.", "amazon."))):
-            raise invalid(f"Message attribute name '{name}' is invalid.")
+            raise invalid(f"The message attribute name '{name}' is invalid. Attribute name can contain A-Z, a-z, "
+                          "0-9, underscore (_), hyphen (-), and period (.) characters.")
         if not isinstance(a, dict):
             raise invalid(f"The message attribute '{name}' must be a structure.")
         dt = a.get("DataType")
         if not dt:
             raise invalid(f"The message attribute '{name}' must contain non-empty message attribute type.")
         if not isinstance(dt, str) or not _DATA_TYPE.fullmatch(dt):
-            raise invalid(f"The type of message (user) attribute '{name}' is invalid. You must use only the "
-                          "following supported type prefixes: Binary, Number, String.")
+            raise invalid(f"The message attribute '{name}' has an invalid message attribute type, the set of "
+                          "supported type prefixes is Binary, Number, and String.")
         if a.get("StringListValues") or a.get("BinaryListValues"):
             raise invalid(f"The message attribute '{name}' uses list values, which are not supported.")
         if dt.startswith("Binary"):
@@ -362,11 +366,12 @@ def check_message_attributes(attrs: object) -> dict[str, dict]:
             out[name] = {"DataType": dt, "BinaryValue": _b64(a["BinaryValue"], name)}
         else:
             sv = a.get("StringValue")
-            if sv is None or not isinstance(sv, str):
+            if sv is None or sv == "":
+                raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value for "
+                              f"message attribute type '{dt}'.")
+            if not isinstance(sv, str):
                 raise invalid(f"The message attribute '{name}' with type '{dt.split('.')[0]}' must use field "
                               "'String'.")
-            if sv == "":
-                raise invalid(f"The message attribute '{name}' must contain non-empty message attribute value.")
             if dt.startswith("Number") and not _is_number(sv):
                 raise invalid(f"Can't cast the value of message (user) attribute '{name}' to a number.")
             if _BAD_BODY.search(sv):
@@ -460,6 +465,26 @@ def sequence_number(queue: int, offset: int) -> str:
     '00000000000000000643'
     """
     return f"{offset * 64 + queue:020d}"
+
+
+def delayed_sequence_number(produced_at: int, index: int, message_id: str) -> str:
+    """A delayed FIFO message's SequenceNumber, known when it is sent (its offset is not: it gets one when
+    promoted): its send time (ms), its index in the send request, its id's first 4 hex digits — the
+    order in which lakeq promotes messages due together (due time, request index, id), so increasing
+    within a MessageGroupId while the queue's DelaySeconds stays the same; 20 digits, above every
+    :func:`sequence_number` of an undelayed message.
+
+    >>> delayed_sequence_number(1_800_000_000_000, 3, "00ff-x")
+    '18000000000003000255'
+    >>> d = delayed_sequence_number
+    >>> d(1, 0, "ffff") < d(1, 1, "0000") < d(2, 0, "0")
+    True
+    """
+    try:
+        tie = int(message_id[:4], 16)
+    except ValueError:
+        tie = 0
+    return f"{produced_at * 10**7 + min(index, 9) * 10**6 + tie:020d}"
 
 
 # --- receipt handles ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import json
 import os
 import time
@@ -587,13 +588,23 @@ def _producer(ctx: Ctx, q: Queue) -> str:
     return ctx.principal.client  # type: ignore[return-value]
 
 
+SEQ_INDEX_PROP = "sqs.seqi"  # a delayed FIFO message's index in its send request (its SequenceNumber)
+ORDER_PROP = "sqs.ix"  # any other SQS message's index in its send request (one receive's order)
+
+
 def _produce(ctx: Ctx, q: Queue, prepared: list[Prepared]) -> list[dict]:
     producer = _producer(ctx, q)
+    for i, p in enumerate(prepared):
+        delayed_fifo = q.fifo and p.message.get("delay_ms")
+        p.message["properties"][SEQ_INDEX_PROP if delayed_fifo else ORDER_PROP] = str(i)
     raw = json.dumps({"producer": producer, "messages": [p.message for p in prepared]}, ensure_ascii=False)
     return _native(lambda: service.produce(ADMIN, q.name, raw))["results"]
 
 
 def _sent(q: Queue, p: Prepared, r: dict) -> dict:
+    """A send's answer. A FIFO SequenceNumber is the one the message will be received with: from its
+    offset, or, delayed (no offset until promoted), from its send time, index and id
+    (:func:`lakeq.sqs_protocol.delayed_sequence_number`)."""
     out = {"MessageId": r["id"], "MD5OfMessageBody": p.md5_body}
     if p.md5_attrs:
         out["MD5OfMessageAttributes"] = p.md5_attrs
@@ -603,21 +614,40 @@ def _sent(q: Queue, p: Prepared, r: dict) -> dict:
         if r.get("offset") is not None:
             out["SequenceNumber"] = sp.sequence_number(int(r["queue"]), int(r["offset"]))
         else:
-            out["SequenceNumber"] = f"{int(r.get('deliver_at') or 0):020d}"
+            sent_at = int(r.get("deliver_at") or 0) - int(p.message.get("delay_ms") or 0)
+            index = int(p.message["properties"].get(SEQ_INDEX_PROP) or 0)
+            out["SequenceNumber"] = sp.delayed_sequence_number(sent_at, index, r["id"])
     return out
 
 
 def send_message(ctx: Ctx, req: dict) -> dict:
+    sp.int_param(req, "DelaySeconds", 0, 900)  # SQS checks the request before the queue exists
     q = _queue(req)
     p = _prepare(ctx, q, req)
     _allow(ctx, "SendMessage", q.name)
     return _sent(q, p, _produce(ctx, q, [p])[0])
 
 
+def _entry_size(e: dict) -> int:
+    """An entry's size as SQS counts it for BatchRequestTooLong (body + attributes; the body alone when
+    its attributes are invalid: that entry fails on its own)."""
+    body = e.get("MessageBody")
+    if not isinstance(body, str):
+        return 0
+    try:
+        return sp.message_size(body, sp.check_message_attributes(e.get("MessageAttributes")))
+    except (sp.SqsError, UnicodeEncodeError):  # (a lone surrogate: the entry fails on its own)
+        return len(body.encode("utf-8", "surrogatepass"))
+
+
 def send_message_batch(ctx: Ctx, req: dict) -> dict:
     q = _queue(req)
     entries = sp.check_batch(req.get("Entries"), "SendMessage")
     _allow(ctx, "SendMessageBatch", q.name)
+    total = sum(_entry_size(e) for e in entries)  # the whole request's, before any entry is judged (SQS)
+    if total > MAX_BATCH_PAYLOAD:
+        raise sp.SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_PAYLOAD} bytes. "
+                          f"You have sent {total} bytes.")
     ok: list[tuple[str, Prepared]] = []
     failed = []
     for e in entries:
@@ -625,10 +655,6 @@ def send_message_batch(ctx: Ctx, req: dict) -> dict:
             ok.append((e["Id"], _prepare(ctx, q, e)))
         except sp.SqsError as err:
             failed.append(sp.batch_error(e["Id"], err))
-    total = sum(p.size for _, p in ok)
-    if total > MAX_BATCH_PAYLOAD:
-        raise sp.SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_PAYLOAD} bytes. "
-                          f"You have sent {total} bytes.")
     successful = []
     if ok:
         results = _produce(ctx, q, [p for _, p in ok])
@@ -685,7 +711,12 @@ def _message_out(ctx: Ctx, q: Queue, m: dict, receipt: str, system: set[str], at
         if "MessageDeduplicationId" in system and props.get("sqs.dedup"):
             sa["MessageDeduplicationId"] = props["sqs.dedup"]
         if "SequenceNumber" in system:
-            sa["SequenceNumber"] = sp.sequence_number(int(m["queue"]), int(m["offset"]))
+            index = str(props.get(SEQ_INDEX_PROP))
+            if index.isdigit():  # sent delayed: the number its send answered
+                sa["SequenceNumber"] = sp.delayed_sequence_number(int(m.get("produced_at") or 0), int(index),
+                                                                  m["id"])
+            else:
+                sa["SequenceNumber"] = sp.sequence_number(int(m["queue"]), int(m["offset"]))
     if "AWSTraceHeader" in system and props.get("sqs.trace"):
         sa["AWSTraceHeader"] = props["sqs.trace"]
     dl = m.get("dead_letter")
@@ -701,10 +732,10 @@ def _message_out(ctx: Ctx, q: Queue, m: dict, receipt: str, system: set[str], at
 
 
 def receive_message(ctx: Ctx, req: dict) -> dict:
-    q = _queue(req)
-    max_n = sp.int_param(req, "MaxNumberOfMessages", 1, 10, 1)
+    max_n = sp.int_param(req, "MaxNumberOfMessages", 1, 10, 1)  # (the request before the queue, as SQS)
     wait = sp.int_param(req, "WaitTimeSeconds", 0, 20)
     vis = sp.int_param(req, "VisibilityTimeout", 0, 43200)
+    q = _queue(req)
     system: set[str] = set()
     for key in ("AttributeNames", "MessageSystemAttributeNames"):
         names = req.get(key) or []
@@ -721,15 +752,47 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
     _ensure_clients(q)
     wait = q.attr_int("ReceiveMessageWaitTimeSeconds") if wait is None else wait
     vis = q.attr_int("VisibilityTimeout") if vis is None else vis
-    params = {"group": group_name(q.name), "max": str(max_n), "wait_ms": str(wait * 1000),
-              "visibility_timeout_ms": str(max(1000, vis * 1000))}
-    got = _native(lambda: service.pull(ADMIN, q.name, params))
-    if vis == 0 and got["receipt"]:  # visible again at once (lakeq's shortest lock is 1 s: end it now)
-        end = json.dumps({"group": group_name(q.name), "receipt": got["receipt"], "visibility_timeout_ms": 0})
-        _native(lambda: service.visibility(ADMIN, end), stale=lambda: None)
+    batches = _gather(q, max_n, wait, vis)
+    if vis == 0:  # visible again at once (lakeq's shortest lock is 1 s: end them now, once all are gathered)
+        for got in batches:
+            end = json.dumps({"group": group_name(q.name), "receipt": got["receipt"], "visibility_timeout_ms": 0})
+            _native(lambda: service.visibility(ADMIN, end), stale=lambda: None)
     now = now_ms()
-    msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now) for m in got["messages"]]
+    msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now)
+            for m, got in heapq.merge(*[[(m, got) for m in got["messages"]] for got in batches], key=_send_order)]
     return {"Messages": msgs} if msgs else {}
+
+
+def _send_order(mg: tuple[dict, dict]) -> tuple[int, int]:
+    """A received message's place in send order: its send time, then its index in its send request."""
+    m = mg[0]
+    props = m.get("properties") or {}
+    index = str(props.get(SEQ_INDEX_PROP, props.get(ORDER_PROP, "0")))
+    return int(m.get("produced_at") or 0), int(index) if index.isdigit() else 0
+
+
+def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
+    """Up to ``max_n`` messages over the queue's lakeq queues, as SQS answers whatever its internals:
+    native pulls, each locking one more lakeq queue's batch with its conditional write (each message's
+    handle names its batch), until ``max_n`` are held, a pull finds nothing, or every lakeq queue was
+    locked (the answer merges the batches by send time and index in the send request, each batch's
+    order kept). Only the first pull
+    long-polls (it returns as soon as anything is available; the next ones
+    do not wait). A FIFO group lives in one lakeq queue, so its messages come in one batch, in order,
+    and a group with messages in flight is under a lock no other receive takes."""
+    batches: list[dict] = []
+    held = 0
+    for i in range(max(1, int(q.topic.queues))):
+        params = {"group": group_name(q.name), "max": str(max_n - held), "wait_ms": str(wait * 1000 if i == 0 else 0),
+                  "visibility_timeout_ms": str(max(1000, vis * 1000))}
+        got = _native(lambda: service.pull(ADMIN, q.name, params))
+        if not got["messages"]:
+            break
+        batches.append(got)
+        held += len(got["messages"])
+        if held >= max_n:
+            break
+    return batches
 
 
 # --- messages: settle -----------------------------------------------------------------------------
