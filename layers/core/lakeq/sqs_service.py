@@ -575,7 +575,7 @@ def _producer(ctx: Ctx, q: Queue) -> str:
 def _produce(ctx: Ctx, q: Queue, prepared: list[Prepared]) -> list[dict]:
     producer = _producer(ctx, q)
     raw = json.dumps({"producer": producer, "messages": [p.message for p in prepared]}, ensure_ascii=False)
-    return _native(lambda: service.produce(ADMIN, q.name, raw))["results"]
+    return _native(lambda: service.produce(ADMIN, q.name, raw, reserved_ok=True))["results"]
 
 
 def _sent(q: Queue, p: Prepared, r: dict) -> dict:
