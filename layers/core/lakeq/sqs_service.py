@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import auth as lq_auth
+from . import delayed as _delayed
 from . import service
 from . import sqs_protocol as sp
 from .auth import Principal
@@ -343,8 +344,9 @@ def delete_queue(ctx: Ctx, req: dict) -> dict:
 
 def purge_queue(ctx: Ctx, req: dict) -> dict:
     """Every queue's committed offset for the SQS group moves to the log's head (one UpdateItem per
-    lakeq queue: OffsetRepo.reset, which also ends any lock, so in-flight messages go too).
-    Delayed messages not yet due are not purged (they join the queue when due)."""
+    lakeq queue: OffsetRepo.reset, which also ends any lock, so in-flight messages go too). Delayed
+    messages already due are promoted first (lakeq.delayed.promote), so they are purged too; those
+    not yet due are kept (they belong to the topic, which other lakeq groups read too; docs/api.md)."""
     q = _queue(req)
     if not ctx.principal.admin:
         raise sp.access_denied("PurgeQueue")
@@ -353,7 +355,8 @@ def purge_queue(ctx: Ctx, req: dict) -> dict:
     owner = OffsetRepo.owner(g, q.name)
     now = now_ms()
     for meta in LogRepo.queues(q.name, int(q.topic.queues)):
-        OffsetRepo.reset(owner, int(meta.queue), int(meta.max_offset),
+        head = _delayed.promote(q.name, int(meta.queue), now) if meta.next_due is not None else None
+        OffsetRepo.reset(owner, int(meta.queue), int(meta.max_offset) if head is None else head,
                          {"group": g, "client_id": None, "topic": q.name}, now)
     return {}
 
