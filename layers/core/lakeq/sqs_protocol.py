@@ -659,8 +659,50 @@ def query_request(form: str, path_queue_url: str | None = None) -> tuple[str, di
     return action, req
 
 
+def xml_text(value: Any) -> str:
+    r"""``value`` as XML 1.0 character data that parses back to itself where XML can carry it: ``&``,
+    ``<``, ``>`` escaped, CR as ``&#xD;`` (a parser turns a literal CR into LF: boto3's MD5 check of
+    the body would fail); a character XML 1.0 cannot carry at all (C0 controls but TAB/LF/CR,
+    U+FFFE/U+FFFF, lone surrogates; SendMessage refuses them, lakeq's own API may store them) becomes
+    U+FFFD.
+
+    >>> xml_text('a<b&"\r\x00') == 'a&lt;b&amp;"&#xD;\ufffd'
+    True
+    """
+    return escape(xml_clean(str(value))).replace("\r", "&#xD;")
+
+
+def xml_clean(text: str) -> str:
+    r"""``text`` with every character XML 1.0 cannot carry replaced by U+FFFD.
+
+    >>> xml_clean("ok\x01\ufffe\t") == "ok\ufffd\ufffd\t"
+    True
+    """
+    return _BAD_BODY.sub("\ufffd", text) if _BAD_BODY.search(text) else text
+
+
 def _xml(value: Any, tag: str) -> str:
-    return f"<{tag}>{escape(str(value))}</{tag}>"
+    return f"<{tag}>{xml_text(value)}</{tag}>"
+
+
+def _xml_message(m: dict) -> dict:
+    """A received message as the query protocol delivers it: a body or message attribute holding
+    characters XML cannot carry (only a message from lakeq's own API can) is delivered with them
+    replaced by U+FFFD, and MD5OfBody / MD5OfMessageAttributes are those of what is delivered, so
+    an SDK's MD5 check holds (the JSON protocol delivers the exact text)."""
+    body = m.get("Body")
+    if isinstance(body, str) and _BAD_BODY.search(body):
+        m = {**m, "Body": xml_clean(body), "MD5OfBody": md5_hex(xml_clean(body))}
+    attrs = m.get("MessageAttributes")
+    if attrs and any(_BAD_BODY.search(k) or _BAD_BODY.search(a.get("StringValue") or "") for k, a in attrs.items()):
+        clean: dict[str, dict] = {}
+        for k, a in attrs.items():
+            if "BinaryValue" in a:
+                clean[xml_clean(k)] = {"DataType": a["DataType"], "BinaryValue": base64.b64decode(a["BinaryValue"])}
+            else:
+                clean[xml_clean(k)] = {"DataType": a["DataType"], "StringValue": xml_clean(a["StringValue"])}
+        m = {**m, "MessageAttributes": attributes_out(clean), "MD5OfMessageAttributes": md5_attributes(clean)}
+    return m
 
 
 def _xml_attrs_map(attrs: dict, entry: str, key: str, val: str) -> str:
@@ -691,6 +733,7 @@ def xml_response(action: str, result: dict, request_id: str) -> str:
             body += _xml_attrs_map(v, "Tag", "Key", "Value")
         elif k == "Messages":
             for m in v:
+                m = _xml_message(m)
                 inner = ""
                 for mk in ("MessageId", "ReceiptHandle", "MD5OfBody", "Body", "MD5OfMessageAttributes"):
                     if mk in m:
