@@ -222,7 +222,7 @@ def check_attributes(attrs: object, fifo: bool, creating: bool) -> dict[str, str
             raise _bad_value(name)
         if name in _INT_RANGES:
             lo, hi = _INT_RANGES[name]
-            if not (value.isascii() and value.lstrip("-").isdigit()) or not lo <= int(value) <= hi:
+            if int_text(value) is None or not lo <= int(value) <= hi:
                 raise _bad_value(name, f"must be an integer from {lo} to {hi}.")
             value = str(int(value))
         elif name in ("FifoQueue", "ContentBasedDeduplication", "SqsManagedSseEnabled"):
@@ -525,7 +525,7 @@ def int_param(req: dict, name: str, lo: int, hi: int, default: int | None = None
     v = req.get(name)
     if v is None:
         return default
-    if isinstance(v, str) and v.lstrip("-").isdigit():
+    if isinstance(v, str) and int_text(v) is not None:
         v = int(v)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
         raise invalid(f"Value {req.get(name)} for parameter {name} is invalid. Reason: Must be between {lo} and "
@@ -573,62 +573,72 @@ _ENTRIES = {"SendMessageBatch": "SendMessageBatchRequestEntry", "DeleteMessageBa
 _INTS = {"DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds", "MaxResults"}
 
 
-def _attr_value(flat: dict[str, str], prefix: str) -> dict:
+_INDEXED = re.compile(r"([A-Za-z]+)\.([1-9][0-9]{0,8})(?:\.(.+))?", re.S)  # Wire.N[.rest]; N < 10^9
+_LIST_WIRES = {w: m for m, w in _LISTS.items()}
+_MAP_WIRES: dict[str, list[str]] = {}
+for _member, (_wire, _k, _v) in _MAPS.items():
+    _MAP_WIRES.setdefault(_wire, []).append(_member)
+
+
+def int_text(v: str) -> int | None:
+    """The integer an ASCII decimal of at most 18 digits (optionally negative) spells, else None
+    (no 500 for "²", "٣" or 5000 digits, which ``int()`` refuses or takes quadratic time on).
+
+    >>> int_text("12"), int_text("-3"), int_text("²"), int_text("9" * 19), int_text("1e3")
+    (12, -3, None, None, None)
+    """
+    return int(v) if _INT_TEXT.fullmatch(v) else None
+
+
+_INT_TEXT = re.compile(r"-?[0-9]{1,18}")
+
+
+def _unflatten(params: dict[str, str], entries_wire: str | None = None) -> tuple[dict, dict[int, dict]]:
+    """One pass over the flat members: scalars, lists (``Wire.N``), maps (``Wire.N.Name/Value``,
+    message attributes' ``Value.DataType|StringValue|BinaryValue``) and, for a batch action, the
+    raw members of each entry (``Entry.N.rest``), returned apart and not built yet. Each key is
+    looked at once (linear); indices are kept in a dict (a huge N allocates nothing), taken in
+    index order; a key with an index of more than 9 digits or without one is ignored."""
     out: dict[str, Any] = {}
-    for k, v in flat.items():
-        if k.startswith(prefix):
-            field = k[len(prefix):]
-            if field in ("DataType", "StringValue", "BinaryValue"):
-                out[field] = v
-    return out
-
-
-def _collect_map(params: dict[str, str], prefix: str, entry: str, key: str, value: str) -> dict | None:
-    out: dict[str, Any] = {}
-    found = False
-    n = 1
-    while True:
-        base = f"{prefix}{entry}.{n}."
-        if base + key not in params:
-            break
-        found = True
-        name = params[base + key]
-        if entry in ("MessageAttribute", "MessageSystemAttribute"):
-            out[name] = _attr_value(params, base + value + ".")
-        else:
-            out[name] = params.get(base + value, "")
-        n += 1
-    if not found:  # "Attribute.Name" without an index is not used by SDKs; ignore
-        return None
-    return out
-
-
-def _collect_list(params: dict[str, str], name: str) -> list[str] | None:
-    vals = []
-    n = 1
-    while f"{name}.{n}" in params:
-        vals.append(params[f"{name}.{n}"])
-        n += 1
-    if not vals and name in params:
-        vals.append(params[name])
-    return vals or None
-
-
-def _unflatten(params: dict[str, str], prefix: str = "") -> dict:
-    out: dict[str, Any] = {}
+    lists: dict[str, dict[int, str]] = {}
+    maps: dict[str, dict[int, dict[str, str]]] = {}
+    entries: dict[int, dict[str, str]] = {}
     for k, v in params.items():
-        if k.startswith(prefix) and "." not in k[len(prefix):]:
-            name = k[len(prefix):]
-            out[name] = int(v) if name in _INTS and v.lstrip("-").isdigit() else v
-    for member, wire in _LISTS.items():
-        got = _collect_list(params, prefix + wire)
-        if got is not None:
-            out[member] = got
-    for member, (entry, key, value) in _MAPS.items():
-        got = _collect_map(params, prefix, entry, key, value)
-        if got is not None:
-            out[member] = got
-    return out
+        if "." not in k:
+            out[k] = (int_text(v) if int_text(v) is not None else v) if k in _INTS else v
+            continue
+        m = _INDEXED.fullmatch(k)
+        if m is None:
+            continue
+        wire, n, rest = m.group(1), int(m.group(2)), m.group(3)
+        if rest is not None and wire == entries_wire:
+            entries.setdefault(n, {})[rest] = v
+        elif rest is None and wire in _LIST_WIRES:
+            lists.setdefault(_LIST_WIRES[wire], {})[n] = v
+        elif rest is not None and wire in _MAP_WIRES:
+            maps.setdefault(wire, {}).setdefault(n, {})[rest] = v
+    for member, got in lists.items():
+        out[member] = [got[n] for n in sorted(got)]
+    for wire, member in _LIST_WIRES.items():
+        if member not in out and wire in params:
+            out[member] = [params[wire]]
+    for wire, by_n in maps.items():
+        built: dict[str, Any] = {}
+        for n in sorted(by_n):
+            d = by_n[n]
+            for member in _MAP_WIRES[wire]:
+                key, value = _MAPS[member][1], _MAPS[member][2]
+                if key not in d:
+                    continue
+                if wire in ("MessageAttribute", "MessageSystemAttribute"):
+                    built[d[key]] = {f: d[f"{value}.{f}"] for f in ("DataType", "StringValue", "BinaryValue")
+                                     if f"{value}.{f}" in d}
+                else:
+                    built[d[key]] = d.get(value, "")
+                break
+        if built:
+            out[_MAP_WIRES[wire][0]] = built
+    return out, entries
 
 
 def query_request(form: str, path_queue_url: str | None = None) -> tuple[str, dict]:
@@ -639,18 +649,16 @@ def query_request(form: str, path_queue_url: str | None = None) -> tuple[str, di
     if not action:
         raise SqsError("MissingAction", "No action specified (the Action parameter is missing).", status=400,
                        code="MissingAction")
-    req = _unflatten(params)
+    req, raw_entries = _unflatten(params, _ENTRIES.get(action))
     # an Attribute.N map is called "Attributes" in every action but CreateQueue's tags ("Tag.N")
     if action == "CreateQueue" and "Tags" in req:
         req["tags"] = req.pop("Tags")
     req.pop("tags", None) if action != "CreateQueue" else None
     if action in _ENTRIES:
-        entries = []
-        n = 1
-        while any(k.startswith(f"{_ENTRIES[action]}.{n}.") for k in params):
-            entries.append(_unflatten(params, f"{_ENTRIES[action]}.{n}."))
-            n += 1
-        req["Entries"] = entries
+        if len(raw_entries) > MAX_BATCH:  # counted before any entry is built
+            raise SqsError("TooManyEntriesInBatchRequest", f"Maximum number of entries per request are {MAX_BATCH}. "
+                           f"You have sent {len(raw_entries)}.")
+        req["Entries"] = [_unflatten(raw_entries[n])[0] for n in sorted(raw_entries)]
     for k in ("Version", "Expires", "Timestamp", "SignatureVersion", "SignatureMethod", "AWSAccessKeyId",
               "Signature"):
         req.pop(k, None)
