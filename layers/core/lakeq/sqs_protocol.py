@@ -550,7 +550,90 @@ def json_request(target: str | None, body: str) -> tuple[str, dict]:
     if not isinstance(req, dict):
         raise SqsError("SerializationException", "The request body is not a JSON object.",
                        json_type="com.amazon.coral.service#SerializationException")
-    return target[len(TARGET_PREFIX):], req
+    return target[len(TARGET_PREFIX):], check_types(req)
+
+
+# the members of botocore's SQS model by type (the JSON protocol's shapes); "attr": a
+# MessageAttributeValue structure; "entry": a batch entry (its members typed by this same table)
+_STR, _INT, _STRS, _STRMAP, _ATTRS, _ENTRY_LIST = "string", "integer", "list of strings", "map of strings", \
+    "map of message attribute values", "list of batch entries"
+MEMBER_TYPES: dict[str, str] = {
+    **{m: _STR for m in ("QueueUrl", "QueueName", "QueueNamePrefix", "NextToken", "MessageBody", "MessageGroupId",
+                         "MessageDeduplicationId", "ReceiptHandle", "ReceiveRequestAttemptId", "Id", "Label",
+                         "SourceArn", "DestinationArn", "TaskHandle")},
+    **{m: _INT for m in ("MaxResults", "DelaySeconds", "VisibilityTimeout", "MaxNumberOfMessages", "WaitTimeSeconds",
+                         "MaxNumberOfMessagesPerSecond")},
+    **{m: _STRS for m in ("AttributeNames", "MessageSystemAttributeNames", "MessageAttributeNames", "TagKeys",
+                          "AWSAccountIds", "Actions")},
+    **{m: _STRMAP for m in ("Attributes", "Tags", "tags")},
+    "MessageAttributes": _ATTRS, "MessageSystemAttributes": _ATTRS, "Entries": _ENTRY_LIST,
+}
+_ATTR_MEMBERS = {"DataType": _STR, "StringValue": _STR, "BinaryValue": _STR, "StringListValues": _STRS,
+                 "BinaryListValues": _STRS}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_FREE_TEXT = {"MessageBody", "StringValue"}  # checked later (InvalidMessageContents, as SQS answers)
+
+
+def _type_error(name: str, want: str, v: Any) -> SqsError:
+    shown = json.dumps(v, allow_nan=True, default=str)[:100] if not isinstance(v, str) else v[:100]
+    return SqsError("InvalidParameterValue", f"Value {shown} for parameter {name} is invalid. Reason: must be a {want}.")
+
+
+def _check_str(name: str, v: Any) -> None:
+    if not isinstance(v, str):
+        raise _type_error(name, _STR, v)
+    if name not in _FREE_TEXT and _SURROGATE.search(v):
+        raise SqsError("InvalidParameterValue", f"Value for parameter {name} is invalid. Reason: not valid Unicode "
+                       "text (a lone surrogate).")
+
+
+def check_types(req: dict, members: dict[str, str] = MEMBER_TYPES) -> dict:
+    """A JSON-protocol request with every known member of the type botocore's model gives it
+    (InvalidParameterValue otherwise, never a crash further on); a ``null`` member is absent (as
+    SQS's JSON protocol reads it). Unknown members are left alone (the actions ignore them).
+
+    >>> check_types({"QueueUrl": "u", "NextToken": None, "MaxResults": 5})
+    {'QueueUrl': 'u', 'MaxResults': 5}
+    >>> check_types({"NextToken": 5})
+    Traceback (most recent call last):
+    ...
+    lakeq.sqs_protocol.SqsError: Value 5 for parameter NextToken is invalid. Reason: must be a string.
+    """
+    out = {}
+    for name, v in req.items():
+        if v is None:
+            continue
+        want = members.get(name) if isinstance(name, str) else None
+        if want == _STR:
+            _check_str(name, v)
+        elif want == _INT:
+            if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and abs(v) > 2**63):
+                raise _type_error(name, _INT, v)
+        elif want == _STRS:
+            if not isinstance(v, list):
+                raise _type_error(name, _STRS, v)
+            for x in v:
+                _check_str(name, x)
+        elif want == _STRMAP:
+            if not isinstance(v, dict):
+                raise _type_error(name, _STRMAP, v)
+            for k, x in v.items():
+                _check_str(name, k)
+                _check_str(f"{name}.{k}", x)
+        elif want == _ATTRS:
+            if not isinstance(v, dict):
+                raise _type_error(name, _ATTRS, v)
+            for k, a in v.items():
+                _check_str(name, k)
+                if not isinstance(a, dict):
+                    raise _type_error(f"{name}.{k}", "message attribute value structure", a)
+                check_types(a, _ATTR_MEMBERS)
+        elif want == _ENTRY_LIST:
+            if not isinstance(v, list):
+                raise _type_error(name, _ENTRY_LIST, v)
+            v = [check_types(e) if isinstance(e, dict) else e for e in v]  # (a non-structure: check_batch)
+        out[name] = v
+    return out
 
 
 def json_error(e: Any) -> tuple[int, dict[str, str], str]:

@@ -309,8 +309,8 @@ def _page(names: list[str], req: dict) -> tuple[list[str], str | None]:
     token = req.get("NextToken")
     if token:
         try:
-            after = base64.urlsafe_b64decode(token.encode()).decode()
-        except (ValueError, UnicodeDecodeError):
+            after = base64.b64decode(token, altchars=b"-_", validate=True).decode()
+        except (ValueError, TypeError, UnicodeDecodeError):
             raise sp.invalid("Invalid NextToken value.") from None
         names = [n for n in names if n > after]
     if max_results is None:
