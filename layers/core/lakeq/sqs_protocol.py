@@ -576,7 +576,8 @@ _FREE_TEXT = {"MessageBody", "StringValue"}  # checked later (InvalidMessageCont
 
 def _type_error(name: str, want: str, v: Any) -> SqsError:
     shown = json.dumps(v, allow_nan=True, default=str)[:100] if not isinstance(v, str) else v[:100]
-    return SqsError("InvalidParameterValue", f"Value {shown} for parameter {name} is invalid. Reason: must be a {want}.")
+    return SqsError("InvalidParameterValue",
+                    f"Value {shown} for parameter {name} is invalid. Reason: must be a {want}.")
 
 
 def _check_str(name: str, v: Any) -> None:
