@@ -70,3 +70,18 @@ def test_sqs_send_still_sets_its_own_properties(api, monkeypatch):
     m = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"])[
         "Messages"][0]
     assert m["Attributes"]["SenderId"] != "forged" and m["Attributes"]["AWSTraceHeader"] == "Root=1-a"
+
+
+def test_native_properties_with_sqs_reserved_attribute_prefixes_are_not_shown_as_attributes(api, monkeypatch):
+    """SQS reserves message attribute names starting with AWS. / Amazon. (any case) for AWS: a lakeq
+    property so named is not shown to SQS consumers as an attribute (it stays a lakeq property)."""
+    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
+    sqs = Harness().client("admin")
+    url = sqs.create_queue(QueueName="jobs")["QueueUrl"]
+    s, feed = api.call("POST", "/v1/clients", {"name": "p", "role": "producer", "topics": ["jobs"]})
+    props = {"AWS.TraceHeader": "forged", "amazon.x": "y", "ok": "v"}
+    s, b = api.call("POST", path("jobs"), {"producer": "p", "messages": [{"body": "hi", "properties": props}]},
+                    key=feed["api_key"])
+    assert s == 200, b
+    m = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"][0]
+    assert m["MessageAttributes"] == {"ok": {"DataType": "String", "StringValue": "v"}}

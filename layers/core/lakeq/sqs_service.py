@@ -640,7 +640,7 @@ def _message_attributes(props: dict) -> dict[str, dict]:
             return {}
     out = {}
     for k, v in props.items():
-        if k.startswith("sqs."):
+        if k.startswith("sqs.") or k.lower().startswith(("aws.", "amazon.")):  # (SQS reserves AWS./Amazon.)
             continue
         if isinstance(v, bool):
             out[k] = {"DataType": "String", "StringValue": "true" if v else "false"}
