@@ -178,3 +178,67 @@ def test_query_protocol_xml():
     assert root.find("q:ReceiveMessageResult/q:Message/q:Body", ns).text == "<b>&"
     assert root.find("q:ReceiveMessageResult/q:Message/q:Attribute/q:Name", ns).text == "SentTimestamp"
     assert ET.fromstring(sp.xml_response("DeleteQueue", {}, "r")).find("q:ResponseMetadata/q:RequestId", ns).text == "r"
+
+
+# --- issue 14: the query-protocol parser is linear and counts entries before building them ----------------
+def _timed(fn):
+    import time
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+    except sp.SqsError as e:
+        out = e
+    return out, time.perf_counter() - t0
+
+
+def test_query_parser_refuses_too_many_entries_before_building_them():
+    n = 100_000
+    form = "Action=SendMessageBatch&QueueUrl=q&" + "&".join(
+        f"SendMessageBatchRequestEntry.{i}.Id=a{i}&SendMessageBatchRequestEntry.{i}.MessageBody=b" for i in range(1, n))
+    out, secs = _timed(lambda: sp.query_request(form))
+    assert isinstance(out, sp.SqsError) and out.name == "TooManyEntriesInBatchRequest", out
+    assert secs < 5, secs
+
+
+def test_query_parser_is_linear_in_attributes_and_lists():
+    n = 30_000
+    parts = ["Action=SendMessage", "QueueUrl=q", "MessageBody=x"]
+    parts += [f"MessageAttribute.{i}.Name=n{i}&MessageAttribute.{i}.Value.DataType=String&"
+              f"MessageAttribute.{i}.Value.StringValue=v" for i in range(1, n)]
+    parts += [f"Attribute.{i}.Name=a{i}&Attribute.{i}.Value=v" for i in range(1, n)]
+    parts += [f"AttributeName.{i}=All" for i in range(1, n)]
+    out, secs = _timed(lambda: sp.query_request("&".join(parts)))
+    assert secs < 5, secs
+    _, req = out
+    assert len(req["MessageAttributes"]) == n - 1 and len(req["Attributes"]) == n - 1
+    assert req["MessageAttributes"]["n7"] == {"DataType": "String", "StringValue": "v"}
+
+
+def test_query_parser_huge_indices_do_not_allocate():
+    big = "9" * 5000
+    out, secs = _timed(lambda: sp.query_request(
+        f"Action=DeleteMessageBatch&QueueUrl=q&DeleteMessageBatchRequestEntry.{big}.Id=a&"
+        f"DeleteMessageBatchRequestEntry.{big}.ReceiptHandle=h&DeleteMessageBatchRequestEntry.1.Id=b&"
+        f"DeleteMessageBatchRequestEntry.1.ReceiptHandle=h&AttributeName.{big}=All&MaxNumberOfMessages={big}"))
+    assert secs < 1
+    assert not isinstance(out, Exception) or out.status < 500
+    if not isinstance(out, Exception):
+        assert len(out[1]["Entries"]) <= 2
+
+
+def test_query_parser_entries_in_index_order_with_gaps():
+    _, req = sp.query_request("Action=DeleteMessageBatch&DeleteMessageBatchRequestEntry.3.Id=c&"
+                              "DeleteMessageBatchRequestEntry.1.Id=a&DeleteMessageBatchRequestEntry.1.ReceiptHandle=h")
+    assert [e["Id"] for e in req["Entries"]] == ["a", "c"]
+    assert req["Entries"][0] == {"Id": "a", "ReceiptHandle": "h"}
+
+
+@pytest.mark.parametrize("text", ["²", "9" * 5000, "-", "1e3", "٣"])
+def test_non_ascii_or_huge_digit_strings_are_400_not_crashes(text):
+    with pytest.raises(sp.SqsError) as e:
+        sp.int_param({"X": text}, "X", 0, 10)
+    assert e.value.status == 400
+    with pytest.raises(sp.SqsError):
+        sp.check_attributes({"DelaySeconds": text}, False, True)
+    _, req = sp.query_request(f"Action=ReceiveMessage&MaxNumberOfMessages={text}&WaitTimeSeconds=20")
+    assert req["WaitTimeSeconds"] == 20

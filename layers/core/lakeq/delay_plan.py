@@ -6,6 +6,8 @@ item's ``next_due`` after a promotion. No AWS imports; :mod:`lakeq.delayed` runs
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,26 +33,51 @@ def due_key(deliver_at: int, mid: str, seq: int | None = None) -> str:
     return f"{deliver_at:0{DUE_DIGITS}d}{'' if seq is None else f'{seq:03d}'}#{mid}"
 
 
-def encode_message(m: seg.Message) -> str:
-    """A delayed message as DelayedTable keeps it (compact JSON of the segment header and body)."""
-    return json.dumps({"id": m.id, "body": m.body, "key": m.key, "tags": m.tags, "properties": m.properties,
-                       "produced_at": m.produced_at}, separators=(",", ":"), ensure_ascii=False)
+def encode_message(m: seg.Message) -> bytes:
+    """A delayed message as DelayedTable keeps it (binary attribute ``data``): a flag byte (``r``
+    raw, ``z`` zlib), then the segment form of one message: u32 header length, the compact JSON
+    header (as :meth:`lakeq.segments.Message.header`), the UTF-8 body unescaped. So the item's size
+    is bounded as a segment's is (``validation.MAX_MESSAGE_BYTES``): a body of quotes, backslashes or
+    control characters costs its UTF-8 bytes, not its JSON escapes (issue 14, item 5).
+
+    >>> encode_message(seg.Message(id="a", body='"'))[:1]
+    b'r'
+    """
+    header = m.header()
+    raw = struct.pack("<I", len(header)) + header + m.body.encode("utf-8")
+    if len(raw) > seg.COMPRESS_OVER:
+        packed = zlib.compress(raw, 1)
+        if len(packed) < len(raw):
+            return b"z" + packed
+    return b"r" + raw
 
 
-def decode_message(text: str) -> seg.Message:
-    """Inverse of :func:`encode_message`.
+def decode_message(data: bytes | str) -> seg.Message:
+    """Inverse of :func:`encode_message`; also reads the JSON text items written before it (``msg``).
 
-    >>> m = seg.Message(id="a", body="é", key=None, tags=["t"], properties={"n": 1}, produced_at=5)
+    >>> m = seg.Message(id="a", body="é\\x00\\"" * 300, key=None, tags=["t"], properties={"n": 1}, produced_at=5)
     >>> decode_message(encode_message(m)) == m
     True
+    >>> decode_message('{"id":"a","body":"x","key":null,"tags":[],"properties":{},"produced_at":5}').body
+    'x'
     """
-    d = json.loads(text)
-    return seg.Message(id=d["id"], body=d["body"], key=d.get("key"), tags=list(d.get("tags") or []),
-                       properties=dict(d.get("properties") or {}), produced_at=int(d.get("produced_at") or 0))
+    if isinstance(data, str):
+        d = json.loads(data)
+        body = d["body"]
+    else:
+        raw = zlib.decompress(data[1:]) if data[:1] == b"z" else bytes(data[1:])
+        (hlen,) = struct.unpack_from("<I", raw, 0)
+        d = json.loads(raw[4:4 + hlen])
+        body = raw[4 + hlen:].decode("utf-8")
+    return seg.Message(id=d["id"], body=body, key=d.get("key"), tags=list(d.get("tags") or []),
+                       properties=dict(d.get("properties") or {}), produced_at=int(d.get("produced_at") or 0),
+                       dead_letter=d.get("dead_letter"))
 
 
 def delayed_item_bytes(pq_: str, m: seg.Message) -> int:
-    """Upper bound of a DelayedTable item's size (attribute names + values)."""
+    """Upper bound of a DelayedTable item's size as DynamoDB counts it (attribute names + values):
+    ``data`` is at most the segment form's bytes (:meth:`lakeq.segments.Message.encoded_size`
+    counts them plus a 20-byte index entry, more than the 5 bytes of flag and length)."""
     return len(pq_.encode("utf-8")) + DUE_DIGITS + 1 + len(m.id.encode("utf-8")) + m.encoded_size() + 100
 
 

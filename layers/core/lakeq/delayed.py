@@ -142,7 +142,8 @@ def promote(topic: str, q: int, now: int, meta: QueueModel | None = None) -> int
             base = head if attempt == 0 else LogRepo.head(topic, q, fresh=True)
             if base is None:
                 return head
-            items = [(k, decode_message(e.msg), bool(e.cid)) for k, e in enumerate(entries)]
+            items = [(k, decode_message(e.data if e.data is not None else e.msg), bool(e.cid))
+                     for k, e in enumerate(entries)]
             part, placed = plan_parts(topic, q, items, base, extra=promotion_extra(topic, q))[0]
             n = len(placed)
             promoted = entries[:n]

@@ -153,14 +153,17 @@ class DedupModel(Model):
 class DelayedModel(Model):
     """A delayed message waiting for its ``deliver_at`` (lakeq.delayed): ``pq`` = the queue chosen at
     produce time, ``due`` = ``"<deliver_at, 13 digits>#<id>"`` (due order, then id). ``msg`` is the
-    message's segment encoding (one message at offset 0: header and body, as a segment stores it)."""
+    message's segment encoding (header and unescaped body, as a segment stores it; see ``data``)."""
 
     Meta = _meta("DELAYED_TABLE", "lakeq-delayed")
     pq = UnicodeAttribute(hash_key=True)  # "<topic>#<queue>"
     due = UnicodeAttribute(range_key=True)
     deliver_at = NumberAttribute()
     cid = BooleanAttribute(default=False)  # the id is the client's (its dedup item gets the offset)
-    msg = UnicodeAttribute()  # JSON {"id","body","key","tags","properties","produced_at"}
+    # the message (lakeq.delay_plan.encode_message: header JSON + unescaped body, maybe zlib);
+    # items written before it keep the JSON text in ``msg`` (read by decode_message either way)
+    data = BinaryAttribute(null=True, legacy_encoding=False)
+    msg = UnicodeAttribute(null=True)  # (old items) JSON {"id","body","key","tags","properties","produced_at"}
 
 
 class OffsetModel(Model):

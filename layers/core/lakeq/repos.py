@@ -521,7 +521,7 @@ class DelayedRepo:
             t.update(QueueModel(topic, queue), actions=actions, condition=cond)
             for d in part:
                 t.save(DelayedModel(pq_, due_key(d.deliver_at, d.message.id, d.index), deliver_at=d.deliver_at,
-                                    cid=d.cid, msg=encode_message(d.message)),
+                                    cid=d.cid, data=encode_message(d.message)),
                        condition=DelayedModel.pq.does_not_exist())
             for d in part:
                 if d.cid:
@@ -539,7 +539,7 @@ class DelayedRepo:
         for item in DelayedModel.query(pq(topic, queue), DelayedModel.due < due_key(now + 1, ""), consistent_read=True,
                                        limit=limit):
             out.append(item)
-            size += len(item.msg.encode("utf-8"))
+            size += len(item.data) if item.data is not None else len((item.msg or "").encode("utf-8"))
             if size > max_bytes:
                 break
         return out

@@ -240,9 +240,10 @@ def revoke_key(p: Principal, name: str, key_id: str) -> None:
 
 
 # --- produce --------------------------------------------------------------------------------
-def produce(p: Principal, topic: str, raw: str | None) -> dict:
+def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False) -> dict:
+    """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends)."""
     check_topic(topic)
-    req = v.produce(v.json_body(raw))
+    req = v.produce(v.json_body(raw), reserved_ok)
     t = topic_or_404(topic)
     producer = client_or_404(req.producer, "producer")
     authorize(p, producer, topic)

@@ -225,7 +225,7 @@ def check_attributes(attrs: object, fifo: bool, creating: bool) -> dict[str, str
             raise _bad_value(name)
         if name in _INT_RANGES:
             lo, hi = _INT_RANGES[name]
-            if not (value.isascii() and value.lstrip("-").isdigit()) or not lo <= int(value) <= hi:
+            if int_text(value) is None or not lo <= int(value) <= hi:
                 raise _bad_value(name, f"must be an integer from {lo} to {hi}.")
             value = str(int(value))
         elif name in ("FifoQueue", "ContentBasedDeduplication", "SqsManagedSseEnabled"):
@@ -550,7 +550,7 @@ def int_param(req: dict, name: str, lo: int, hi: int, default: int | None = None
     v = req.get(name)
     if v is None:
         return default
-    if isinstance(v, str) and v.lstrip("-").isdigit():
+    if isinstance(v, str) and int_text(v) is not None:
         v = int(v)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
         raise invalid(f"Value {req.get(name)} for parameter {name} is invalid. Reason: Must be between {lo} and "
@@ -575,7 +575,91 @@ def json_request(target: str | None, body: str) -> tuple[str, dict]:
     if not isinstance(req, dict):
         raise SqsError("SerializationException", "The request body is not a JSON object.",
                        json_type="com.amazon.coral.service#SerializationException")
-    return target[len(TARGET_PREFIX):], req
+    return target[len(TARGET_PREFIX):], check_types(req)
+
+
+# the members of botocore's SQS model by type (the JSON protocol's shapes); "attr": a
+# MessageAttributeValue structure; "entry": a batch entry (its members typed by this same table)
+_STR, _INT, _STRS, _STRMAP, _ATTRS, _ENTRY_LIST = "string", "integer", "list of strings", "map of strings", \
+    "map of message attribute values", "list of batch entries"
+MEMBER_TYPES: dict[str, str] = {
+    **{m: _STR for m in ("QueueUrl", "QueueName", "QueueNamePrefix", "NextToken", "MessageBody", "MessageGroupId",
+                         "MessageDeduplicationId", "ReceiptHandle", "ReceiveRequestAttemptId", "Id", "Label",
+                         "SourceArn", "DestinationArn", "TaskHandle")},
+    **{m: _INT for m in ("MaxResults", "DelaySeconds", "VisibilityTimeout", "MaxNumberOfMessages", "WaitTimeSeconds",
+                         "MaxNumberOfMessagesPerSecond")},
+    **{m: _STRS for m in ("AttributeNames", "MessageSystemAttributeNames", "MessageAttributeNames", "TagKeys",
+                          "AWSAccountIds", "Actions")},
+    **{m: _STRMAP for m in ("Attributes", "Tags", "tags")},
+    "MessageAttributes": _ATTRS, "MessageSystemAttributes": _ATTRS, "Entries": _ENTRY_LIST,
+}
+_ATTR_MEMBERS = {"DataType": _STR, "StringValue": _STR, "BinaryValue": _STR, "StringListValues": _STRS,
+                 "BinaryListValues": _STRS}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_FREE_TEXT = {"MessageBody", "StringValue"}  # checked later (InvalidMessageContents, as SQS answers)
+
+
+def _type_error(name: str, want: str, v: Any) -> SqsError:
+    shown = json.dumps(v, allow_nan=True, default=str)[:100] if not isinstance(v, str) else v[:100]
+    return SqsError("InvalidParameterValue",
+                    f"Value {shown} for parameter {name} is invalid. Reason: must be a {want}.")
+
+
+def _check_str(name: str, v: Any) -> None:
+    if not isinstance(v, str):
+        raise _type_error(name, _STR, v)
+    if name not in _FREE_TEXT and _SURROGATE.search(v):
+        raise SqsError("InvalidParameterValue", f"Value for parameter {name} is invalid. Reason: not valid Unicode "
+                       "text (a lone surrogate).")
+
+
+def check_types(req: dict, members: dict[str, str] = MEMBER_TYPES) -> dict:
+    """A JSON-protocol request with every known member of the type botocore's model gives it
+    (InvalidParameterValue otherwise, never a crash further on); a ``null`` member is absent (as
+    SQS's JSON protocol reads it). Unknown members are left alone (the actions ignore them).
+
+    >>> check_types({"QueueUrl": "u", "NextToken": None, "MaxResults": 5})
+    {'QueueUrl': 'u', 'MaxResults': 5}
+    >>> check_types({"NextToken": 5})
+    Traceback (most recent call last):
+    ...
+    lakeq.sqs_protocol.SqsError: Value 5 for parameter NextToken is invalid. Reason: must be a string.
+    """
+    out = {}
+    for name, v in req.items():
+        if v is None:
+            continue
+        want = members.get(name) if isinstance(name, str) else None
+        if want == _STR:
+            _check_str(name, v)
+        elif want == _INT:
+            if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, int) and abs(v) > 2**63):
+                raise _type_error(name, _INT, v)
+        elif want == _STRS:
+            if not isinstance(v, list):
+                raise _type_error(name, _STRS, v)
+            for x in v:
+                _check_str(name, x)
+        elif want == _STRMAP:
+            if not isinstance(v, dict):
+                raise _type_error(name, _STRMAP, v)
+            for k, x in v.items():
+                _check_str(name, k)
+                _check_str(f"{name}.{k}", x)
+        elif want == _ATTRS:
+            if not isinstance(v, dict):
+                raise _type_error(name, _ATTRS, v)
+            for k, a in v.items():
+                _check_str(name, k)
+                if not isinstance(a, dict):
+                    raise _type_error(f"{name}.{k}", "message attribute value structure", a)
+                check_types(a, _ATTR_MEMBERS)
+        elif want == _ENTRY_LIST:
+            if not isinstance(v, list):
+                raise _type_error(name, _ENTRY_LIST, v)
+            v = [check_types(e) if isinstance(e, dict) else e for e in v]  # (a non-structure: check_batch)
+        out[name] = v
+    return out
 
 
 def json_error(e: Any) -> tuple[int, dict[str, str], str]:
@@ -598,62 +682,72 @@ _ENTRIES = {"SendMessageBatch": "SendMessageBatchRequestEntry", "DeleteMessageBa
 _INTS = {"DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds", "MaxResults"}
 
 
-def _attr_value(flat: dict[str, str], prefix: str) -> dict:
+_INDEXED = re.compile(r"([A-Za-z]+)\.([1-9][0-9]{0,8})(?:\.(.+))?", re.S)  # Wire.N[.rest]; N < 10^9
+_LIST_WIRES = {w: m for m, w in _LISTS.items()}
+_MAP_WIRES: dict[str, list[str]] = {}
+for _member, (_wire, _k, _v) in _MAPS.items():
+    _MAP_WIRES.setdefault(_wire, []).append(_member)
+
+
+def int_text(v: str) -> int | None:
+    """The integer an ASCII decimal of at most 18 digits (optionally negative) spells, else None
+    (no 500 for "²", "٣" or 5000 digits, which ``int()`` refuses or takes quadratic time on).
+
+    >>> int_text("12"), int_text("-3"), int_text("²"), int_text("9" * 19), int_text("1e3")
+    (12, -3, None, None, None)
+    """
+    return int(v) if _INT_TEXT.fullmatch(v) else None
+
+
+_INT_TEXT = re.compile(r"-?[0-9]{1,18}")
+
+
+def _unflatten(params: dict[str, str], entries_wire: str | None = None) -> tuple[dict, dict[int, dict]]:
+    """One pass over the flat members: scalars, lists (``Wire.N``), maps (``Wire.N.Name/Value``,
+    message attributes' ``Value.DataType|StringValue|BinaryValue``) and, for a batch action, the
+    raw members of each entry (``Entry.N.rest``), returned apart and not built yet. Each key is
+    looked at once (linear); indices are kept in a dict (a huge N allocates nothing), taken in
+    index order; a key with an index of more than 9 digits or without one is ignored."""
     out: dict[str, Any] = {}
-    for k, v in flat.items():
-        if k.startswith(prefix):
-            field = k[len(prefix):]
-            if field in ("DataType", "StringValue", "BinaryValue"):
-                out[field] = v
-    return out
-
-
-def _collect_map(params: dict[str, str], prefix: str, entry: str, key: str, value: str) -> dict | None:
-    out: dict[str, Any] = {}
-    found = False
-    n = 1
-    while True:
-        base = f"{prefix}{entry}.{n}."
-        if base + key not in params:
-            break
-        found = True
-        name = params[base + key]
-        if entry in ("MessageAttribute", "MessageSystemAttribute"):
-            out[name] = _attr_value(params, base + value + ".")
-        else:
-            out[name] = params.get(base + value, "")
-        n += 1
-    if not found:  # "Attribute.Name" without an index is not used by SDKs; ignore
-        return None
-    return out
-
-
-def _collect_list(params: dict[str, str], name: str) -> list[str] | None:
-    vals = []
-    n = 1
-    while f"{name}.{n}" in params:
-        vals.append(params[f"{name}.{n}"])
-        n += 1
-    if not vals and name in params:
-        vals.append(params[name])
-    return vals or None
-
-
-def _unflatten(params: dict[str, str], prefix: str = "") -> dict:
-    out: dict[str, Any] = {}
+    lists: dict[str, dict[int, str]] = {}
+    maps: dict[str, dict[int, dict[str, str]]] = {}
+    entries: dict[int, dict[str, str]] = {}
     for k, v in params.items():
-        if k.startswith(prefix) and "." not in k[len(prefix):]:
-            name = k[len(prefix):]
-            out[name] = int(v) if name in _INTS and v.lstrip("-").isdigit() else v
-    for member, wire in _LISTS.items():
-        got = _collect_list(params, prefix + wire)
-        if got is not None:
-            out[member] = got
-    for member, (entry, key, value) in _MAPS.items():
-        got = _collect_map(params, prefix, entry, key, value)
-        if got is not None:
-            out[member] = got
-    return out
+        if "." not in k:
+            out[k] = (int_text(v) if int_text(v) is not None else v) if k in _INTS else v
+            continue
+        m = _INDEXED.fullmatch(k)
+        if m is None:
+            continue
+        wire, n, rest = m.group(1), int(m.group(2)), m.group(3)
+        if rest is not None and wire == entries_wire:
+            entries.setdefault(n, {})[rest] = v
+        elif rest is None and wire in _LIST_WIRES:
+            lists.setdefault(_LIST_WIRES[wire], {})[n] = v
+        elif rest is not None and wire in _MAP_WIRES:
+            maps.setdefault(wire, {}).setdefault(n, {})[rest] = v
+    for member, got in lists.items():
+        out[member] = [got[n] for n in sorted(got)]
+    for wire, member in _LIST_WIRES.items():
+        if member not in out and wire in params:
+            out[member] = [params[wire]]
+    for wire, by_n in maps.items():
+        built: dict[str, Any] = {}
+        for n in sorted(by_n):
+            d = by_n[n]
+            for member in _MAP_WIRES[wire]:
+                key, value = _MAPS[member][1], _MAPS[member][2]
+                if key not in d:
+                    continue
+                if wire in ("MessageAttribute", "MessageSystemAttribute"):
+                    built[d[key]] = {f: d[f"{value}.{f}"] for f in ("DataType", "StringValue", "BinaryValue")
+                                     if f"{value}.{f}" in d}
+                else:
+                    built[d[key]] = d.get(value, "")
+                break
+        if built:
+            out[_MAP_WIRES[wire][0]] = built
+    return out, entries
 
 
 def query_request(form: str, path_queue_url: str | None = None) -> tuple[str, dict]:
@@ -664,18 +758,16 @@ def query_request(form: str, path_queue_url: str | None = None) -> tuple[str, di
     if not action:
         raise SqsError("MissingAction", "No action specified (the Action parameter is missing).", status=400,
                        code="MissingAction")
-    req = _unflatten(params)
+    req, raw_entries = _unflatten(params, _ENTRIES.get(action))
     # an Attribute.N map is called "Attributes" in every action but CreateQueue's tags ("Tag.N")
     if action == "CreateQueue" and "Tags" in req:
         req["tags"] = req.pop("Tags")
     req.pop("tags", None) if action != "CreateQueue" else None
     if action in _ENTRIES:
-        entries = []
-        n = 1
-        while any(k.startswith(f"{_ENTRIES[action]}.{n}.") for k in params):
-            entries.append(_unflatten(params, f"{_ENTRIES[action]}.{n}."))
-            n += 1
-        req["Entries"] = entries
+        if len(raw_entries) > MAX_BATCH:  # counted before any entry is built
+            raise SqsError("TooManyEntriesInBatchRequest", f"Maximum number of entries per request are {MAX_BATCH}. "
+                           f"You have sent {len(raw_entries)}.")
+        req["Entries"] = [_unflatten(raw_entries[n])[0] for n in sorted(raw_entries)]
     for k in ("Version", "Expires", "Timestamp", "SignatureVersion", "SignatureMethod", "AWSAccessKeyId",
               "Signature"):
         req.pop(k, None)
@@ -684,8 +776,50 @@ def query_request(form: str, path_queue_url: str | None = None) -> tuple[str, di
     return action, req
 
 
+def xml_text(value: Any) -> str:
+    r"""``value`` as XML 1.0 character data that parses back to itself where XML can carry it: ``&``,
+    ``<``, ``>`` escaped, CR as ``&#xD;`` (a parser turns a literal CR into LF: boto3's MD5 check of
+    the body would fail); a character XML 1.0 cannot carry at all (C0 controls but TAB/LF/CR,
+    U+FFFE/U+FFFF, lone surrogates; SendMessage refuses them, lakeq's own API may store them) becomes
+    U+FFFD.
+
+    >>> xml_text('a<b&"\r\x00') == 'a&lt;b&amp;"&#xD;\ufffd'
+    True
+    """
+    return escape(xml_clean(str(value))).replace("\r", "&#xD;")
+
+
+def xml_clean(text: str) -> str:
+    r"""``text`` with every character XML 1.0 cannot carry replaced by U+FFFD.
+
+    >>> xml_clean("ok\x01\ufffe\t") == "ok\ufffd\ufffd\t"
+    True
+    """
+    return _BAD_BODY.sub("\ufffd", text) if _BAD_BODY.search(text) else text
+
+
 def _xml(value: Any, tag: str) -> str:
-    return f"<{tag}>{escape(str(value))}</{tag}>"
+    return f"<{tag}>{xml_text(value)}</{tag}>"
+
+
+def _xml_message(m: dict) -> dict:
+    """A received message as the query protocol delivers it: a body or message attribute holding
+    characters XML cannot carry (only a message from lakeq's own API can) is delivered with them
+    replaced by U+FFFD, and MD5OfBody / MD5OfMessageAttributes are those of what is delivered, so
+    an SDK's MD5 check holds (the JSON protocol delivers the exact text)."""
+    body = m.get("Body")
+    if isinstance(body, str) and _BAD_BODY.search(body):
+        m = {**m, "Body": xml_clean(body), "MD5OfBody": md5_hex(xml_clean(body))}
+    attrs = m.get("MessageAttributes")
+    if attrs and any(_BAD_BODY.search(k) or _BAD_BODY.search(a.get("StringValue") or "") for k, a in attrs.items()):
+        clean: dict[str, dict] = {}
+        for k, a in attrs.items():
+            if "BinaryValue" in a:
+                clean[xml_clean(k)] = {"DataType": a["DataType"], "BinaryValue": base64.b64decode(a["BinaryValue"])}
+            else:
+                clean[xml_clean(k)] = {"DataType": a["DataType"], "StringValue": xml_clean(a["StringValue"])}
+        m = {**m, "MessageAttributes": attributes_out(clean), "MD5OfMessageAttributes": md5_attributes(clean)}
+    return m
 
 
 def _xml_attrs_map(attrs: dict, entry: str, key: str, val: str) -> str:
@@ -716,6 +850,7 @@ def xml_response(action: str, result: dict, request_id: str) -> str:
             body += _xml_attrs_map(v, "Tag", "Key", "Value")
         elif k == "Messages":
             for m in v:
+                m = _xml_message(m)
                 inner = ""
                 for mk in ("MessageId", "ReceiptHandle", "MD5OfBody", "Body", "MD5OfMessageAttributes"):
                     if mk in m:

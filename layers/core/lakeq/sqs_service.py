@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import auth as lq_auth
+from . import delayed as _delayed
 from . import service
 from . import sqs_protocol as sp
 from .auth import Principal
@@ -310,8 +311,8 @@ def _page(names: list[str], req: dict) -> tuple[list[str], str | None]:
     token = req.get("NextToken")
     if token:
         try:
-            after = base64.urlsafe_b64decode(token.encode()).decode()
-        except (ValueError, UnicodeDecodeError):
+            after = base64.b64decode(token, altchars=b"-_", validate=True).decode()
+        except (ValueError, TypeError, UnicodeDecodeError):
             raise sp.invalid("Invalid NextToken value.") from None
         names = [n for n in names if n > after]
     if max_results is None:
@@ -357,8 +358,9 @@ def delete_queue(ctx: Ctx, req: dict) -> dict:
 
 def purge_queue(ctx: Ctx, req: dict) -> dict:
     """Every queue's committed offset for the SQS group moves to the log's head (one UpdateItem per
-    lakeq queue: OffsetRepo.reset, which also ends any lock, so in-flight messages go too).
-    Delayed messages not yet due are not purged (they join the queue when due)."""
+    lakeq queue: OffsetRepo.reset, which also ends any lock, so in-flight messages go too). Delayed
+    messages already due are promoted first (lakeq.delayed.promote), so they are purged too; those
+    not yet due are kept (they belong to the topic, which other lakeq groups read too; docs/api.md)."""
     q = _queue(req)
     if not ctx.principal.admin:
         raise sp.access_denied("PurgeQueue")
@@ -366,8 +368,10 @@ def purge_queue(ctx: Ctx, req: dict) -> dict:
     g = group_name(q.name)
     owner = OffsetRepo.owner(g, log_of(q.topic))
     now = now_ms()
-    for meta in LogRepo.queues(log_of(q.topic), int(q.topic.queues)):
-        OffsetRepo.reset(owner, int(meta.queue), int(meta.max_offset),
+    log = log_of(q.topic)
+    for meta in LogRepo.queues(log, int(q.topic.queues)):
+        head = _delayed.promote(log, int(meta.queue), now) if meta.next_due is not None else None
+        OffsetRepo.reset(owner, int(meta.queue), int(meta.max_offset) if head is None else head,
                          {"group": g, "client_id": None, "topic": q.name}, now)
     return {}
 
@@ -598,7 +602,7 @@ def _produce(ctx: Ctx, q: Queue, prepared: list[Prepared]) -> list[dict]:
         delayed_fifo = q.fifo and p.message.get("delay_ms")
         p.message["properties"][SEQ_INDEX_PROP if delayed_fifo else ORDER_PROP] = str(i)
     raw = json.dumps({"producer": producer, "messages": [p.message for p in prepared]}, ensure_ascii=False)
-    return _native(lambda: service.produce(ADMIN, q.name, raw))["results"]
+    return _native(lambda: service.produce(ADMIN, q.name, raw, reserved_ok=True))["results"]
 
 
 def _sent(q: Queue, p: Prepared, r: dict) -> dict:
@@ -678,7 +682,7 @@ def _message_attributes(props: dict) -> dict[str, dict]:
             return {}
     out = {}
     for k, v in props.items():
-        if k.startswith("sqs."):
+        if k.startswith("sqs.") or k.lower().startswith(("aws.", "amazon.")):  # (SQS reserves AWS./Amazon.)
             continue
         if isinstance(v, bool):
             out[k] = {"DataType": "String", "StringValue": "true" if v else "false"}

@@ -116,7 +116,18 @@ def tag_list(v: Any, what: str = "tags") -> list[str]:
     return list(v)
 
 
-def flat_properties(v: Any) -> dict:
+# property names only lakeq itself sets (and later trusts): the SQS endpoint's sender, exact message
+# attributes, trace header and deduplication id (lakeq.sqs_service); docs/api.md "Reserved names"
+RESERVED_PROPERTY_PREFIXES = ("sqs.",)
+
+
+def flat_properties(v: Any, reserved_ok: bool = False) -> dict:
+    """A message's ``properties``: flat, bounded; names with a reserved prefix only when
+    ``reserved_ok`` (the SQS endpoint's own produce).
+
+    >>> flat_properties({"sqs.sender": "x"}, reserved_ok=True), flat_properties({"sqs": 1})
+    ({'sqs.sender': 'x'}, {'sqs': 1})
+    """
     if v is None:
         return {}
     if not isinstance(v, dict) or len(v) > MAX_PROPERTIES:
@@ -124,6 +135,8 @@ def flat_properties(v: Any) -> dict:
     for k, val in v.items():
         if not 1 <= len(k) <= MAX_PROPERTY_KEY:
             raise BadRequest(f"property names must have 1-{MAX_PROPERTY_KEY} characters")
+        if not reserved_ok and k.startswith(RESERVED_PROPERTY_PREFIXES):
+            raise BadRequest(f"property '{k}' is reserved: names starting with 'sqs.' are set by lakeq's SQS endpoint")
         if isinstance(val, str):
             if len(val) > MAX_PROPERTY_VALUE:
                 raise BadRequest(f"property '{k}' is longer than {MAX_PROPERTY_VALUE} characters")
@@ -172,7 +185,7 @@ class ProduceRequest:
         return None
 
 
-def produce(body: dict) -> ProduceRequest:
+def produce(body: dict, reserved_ok: bool = False) -> ProduceRequest:
     producer = check_name(body.get("producer"), "producer")
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not 1 <= len(msgs) <= MAX_MESSAGES:
@@ -188,7 +201,7 @@ def produce(body: dict) -> ProduceRequest:
                 body=body_text or "",
                 key=str_field(m, "key", MAX_KEY_LEN, allow_empty=True),
                 tags=tag_list(m.get("tags")),
-                properties=flat_properties(m.get("properties")),
+                properties=flat_properties(m.get("properties"), reserved_ok),
                 delay_ms=int_field(m, "delay_ms", 0, MAX_DELAY_MS, default=0),
             ))
         except BadRequest as e:
