@@ -152,11 +152,135 @@ def price_month(r: dict, mem_mb: int, arch: str) -> dict:
             "gbs": gbs, "sqs": sqs, "pubsub": pubsub, "x_sqs": total / sqs}
 
 
+# --- latency from produce to delivery for a waiting consumer -------------------------------------
+def start_local_stack(admin_key: str):
+    """``python -m infra.local --port <free port>`` as tests/e2e/conftest.py's start_stack does."""
+    import subprocess
+
+    import requests
+
+    from infra.local.__main__ import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "AWS_PROFILE")}
+    env.update({"LAKEQ_ADMIN_KEY": admin_key, "LAKEQ_PORT": str(port), "PYTHONUNBUFFERED": "1"})
+    log = open(f"/tmp/lakeq-bench-idle-stack-{port}.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "infra.local", "--port", str(port)], cwd=ROOT, env=env,
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if requests.get(f"{url}/v1/health", timeout=5).status_code == 200:
+                return proc, url
+        except requests.RequestException:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.terminate()
+            raise RuntimeError(f"the local stack did not start: see {log.name}")
+        time.sleep(0.2)
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))]
+
+
+def latency_run(n: int, produce, receive, seed: int) -> list[float]:
+    """One consumer thread long-polls (``receive()`` -> list of bodies) while this thread sends ``n``
+    messages one at a time (``produce(body)``) at random intervals of 0.2-1.0 s; latency = from
+    just before the produce request to the moment the poll returning it came back. A first message
+    (not counted) warms both sides."""
+    import random
+    import threading
+
+    rng = random.Random(seed)
+    sent: dict[str, float] = {}
+    got: dict[str, float] = {}
+    stop = time.monotonic() + 30 + 2 * n
+
+    def consumer():
+        while len(got) < n + 1 and time.monotonic() < stop:
+            for body in receive():
+                got.setdefault(body, time.perf_counter())
+    t = threading.Thread(target=consumer, daemon=True)
+    t.start()
+    for i in range(n + 1):
+        time.sleep(rng.uniform(0.2, 1.0) if i else 1.0)
+        body = f"m{i}"
+        sent[body] = time.perf_counter()
+        produce(body)
+    t.join(timeout=max(1.0, stop - time.monotonic()))
+    missing = [b for b in sent if b not in got]
+    assert not missing, f"not delivered: {missing}"
+    return [(got[b] - sent[b]) * 1000 for b in sent if b != "m0"]
+
+
+def latency(n: int) -> tuple[list[float], list[float]]:
+    import boto3
+    import requests
+
+    admin = "bench-idle-admin"
+    proc, url = start_local_stack(admin)
+    sqs_proc, sqs_url = bq.start_sqs_server()
+    try:
+        hdr = {"Authorization": f"Bearer {admin}"}
+        requests.post(f"{url}/v1/topics", json={"name": "lat", "queues": 4}, headers=hdr).raise_for_status()
+        prod = requests.post(f"{url}/v1/clients", json={"name": "lp", "role": "producer", "topics": ["lat"]},
+                             headers=hdr).json()["api_key"]
+        cons = requests.post(f"{url}/v1/clients", json={"name": "lc", "role": "consumer", "topics": ["lat"]},
+                             headers=hdr).json()["api_key"]
+        ps, cs = requests.Session(), requests.Session()
+        receipt = [None]
+
+        def produce(body):
+            ps.post(f"{url}/v1/topics/lat/messages", json={"producer": "lp", "messages": [{"body": body}]},
+                    headers={"Authorization": f"Bearer {prod}"}, timeout=30).raise_for_status()
+
+        def receive():
+            q = {"group": "lc", "wait_ms": 20000, "max": 10}
+            if receipt[0]:
+                q["ack"] = receipt[0]
+            r = cs.get(f"{url}/v1/topics/lat/messages", params=q, headers={"Authorization": f"Bearer {cons}"},
+                       timeout=40)
+            r.raise_for_status()
+            b = r.json()
+            receipt[0] = b["receipt"]
+            return [m["body"] for m in b["messages"]]
+        lq = latency_run(n, produce, receive, seed=1)
+
+        sqs = boto3.client("sqs", endpoint_url=sqs_url, region_name="us-east-1")
+        sqs_recv = boto3.client("sqs", endpoint_url=sqs_url, region_name="us-east-1",
+                                config=__import__("botocore.config").config.Config(read_timeout=40))
+        qurl = sqs.create_queue(QueueName="lat")["QueueUrl"]
+
+        def sqs_produce(body):
+            sqs.send_message(QueueUrl=qurl, MessageBody=body)
+
+        def sqs_receive():
+            msgs = sqs_recv.receive_message(QueueUrl=qurl, MaxNumberOfMessages=10,
+                                            WaitTimeSeconds=20).get("Messages", [])
+            if msgs:
+                sqs_recv.delete_message_batch(QueueUrl=qurl, Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
+            return [m["Body"] for m in msgs]
+        sq = latency_run(n, sqs_produce, sqs_receive, seed=1)
+    finally:
+        proc.terminate()
+        sqs_proc.terminate()
+        for p in (proc, sqs_proc):
+            try:
+                p.wait(timeout=20)
+            except Exception:
+                p.kill()
+    return lq, sq
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer polls per scenario (under a minute)")
     args = ap.parse_args()
-    polls = 2 if args.quick else 10
+    polls = 1 if args.quick else 10
 
     meter = bq.Meter()
     bq.install_hooks(meter)  # before any botocore client exists
@@ -183,7 +307,8 @@ def main() -> None:
     scenarios = []
     for n in (4, 64):
         ok(api.call("POST", "/v1/topics", {"name": f"idle{n}", "queues": n}))
-        key = ok(api.call("POST", "/v1/clients", {"name": f"c{n}", "role": "consumer", "topics": [f"idle{n}"]}))["api_key"]
+        key = ok(api.call("POST", "/v1/clients", {"name": f"c{n}", "role": "consumer",
+                                                  "topics": [f"idle{n}"]}))["api_key"]
 
         def pull(n=n, key=key, wait=WAIT_MS):
             return ok(api.call("GET", f"/v1/topics/idle{n}/messages", query={"group": f"c{n}", "wait_ms": wait},
@@ -230,6 +355,8 @@ def main() -> None:
         mem, arch = function_config(fn)
         rows.append((name, fn, mem, arch, r, price_month(r, mem, arch)))
     mock.stop()
+    print("# running: latency on the local stack and SQS-on-moto...", file=sys.stderr, flush=True)
+    lq, sq = latency(10 if args.quick else 60)
 
     print()
     print("## per 20-s idle poll (counted)")
@@ -250,6 +377,14 @@ def main() -> None:
     print("* requests: API Gateway HTTP API ($1.00/M) + Lambda ($0.20/M), one each per poll; "
           "SQS: one ReceiveMessage per 20 s at $0.40/M; Pub/Sub: 0 (StreamingPull) to the 1 KB minimum "
           "per empty unary pull every 20 s at $40/TiB (assumption, see the source)")
+    print()
+    print(f"## produce -> delivery for a waiting consumer (ms; {len(lq)} messages each side, one at a time "
+          "at random 0.2-1.0 s intervals; local stack vs SQS on moto's server)")
+    print(f"{'':<28} {'p50':>7} {'p99':>7} {'max':>7} {'mean':>7}")
+    for name, xs in (("lakeq pull wait_ms=20000", lq), ("SQS-on-moto WaitTimeSeconds=20", sq)):
+        print(f"{name:<28} {pct(xs, 50):>7.0f} {pct(xs, 99):>7.0f} {max(xs):>7.0f} {sum(xs) / len(xs):>7.0f}")
+    print(f"{'ratio lakeq / SQS-on-moto':<28} {pct(lq, 50) / pct(sq, 50):>7.2f} {pct(lq, 99) / pct(sq, 99):>7.2f} "
+          f"{max(lq) / max(sq):>7.2f} {sum(lq) / sum(sq):>7.2f}")
 
 
 if __name__ == "__main__":
