@@ -10,7 +10,7 @@ For every function of ``template.yaml`` (its CodeUri, Handler, MemorySize; the l
   their modules' own ("self") time;
 - in the same process: the handler module's import timed with ``perf_counter``, then it is invoked
   once (the first invocation: clients created, service models loaded, caches cold) and
-  once more (warm), with one sample event from ``events/`` (or a minimal event, listed) against
+  once more (warm), and its peak RSS read, with one sample event from ``events/`` (or a minimal event, listed) against
   moto's server (started once, tables of ``template.yaml``; loopback, ~ms a call: the invocation
   times include moto's latency, not DynamoDB's).
 The baseline, side by side: a handler that is only ``APIGatewayHttpResolver`` with one route,
@@ -93,7 +93,9 @@ s1 = status(handler(json.loads(json.dumps(event)), Ctx()))
 t3 = time.perf_counter()
 s2 = status(handler(json.loads(json.dumps(event)), Ctx()))
 t4 = time.perf_counter()
-print("BENCH" + json.dumps({"import_ms": (t1 - t0) * 1000, "first_ms": (t3 - t2) * 1000,
+import resource
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print("BENCH" + json.dumps({"maxrss_mb": rss, "import_ms": (t1 - t0) * 1000, "first_ms": (t3 - t2) * 1000,
                             "second_ms": (t4 - t3) * 1000, "status": [s1, s2]}))
 '''
 
@@ -231,7 +233,7 @@ def main() -> None:
                 fenv = dict(env)
                 samples = [sample(cwd, module, attr, event, fenv) for _ in range(n)]
                 med = {k: statistics.median(x[k] for x in samples)
-                       for k in ("importtime_ms", "import_ms", "first_ms", "second_ms", "process_ms")}
+                       for k in ("importtime_ms", "import_ms", "first_ms", "second_ms", "process_ms", "maxrss_mb")}
                 rows.append((name, ev_name, mem, med, samples[0], samples[0]["status"]))
     finally:
         moto.terminate()
@@ -241,15 +243,16 @@ def main() -> None:
     print()
     print("## cold start per function (ms; fresh process each)")
     print(f"{'function':<28} {'importtime':>10} {'import':>7} {'x min':>6} {'1st inv':>8} {'2nd inv':>8} "
-          f"{'process':>8} {'x min':>6}  status  event")
+          f"{'process':>8} {'x min':>6} {'RSS MB':>6}  status  event")
     for name, ev_name, mem, m, _first, status in rows:
         print(f"{name:<28} {m['importtime_ms']:>10.0f} {m['import_ms']:>7.0f} "
               f"{m['import_ms'] / base['import_ms']:>6.1f} "
               f"{m['first_ms']:>8.0f} {m['second_ms']:>8.1f} {m['process_ms']:>8.0f} "
-              f"{m['process_ms'] / base['process_ms']:>6.1f}  {status}  {ev_name}")
+              f"{m['process_ms'] / base['process_ms']:>6.1f} {m['maxrss_mb']:>6.0f}  {status}  {ev_name}")
     print("importtime: the cumulative of `import app` under -X importtime; import: the handler module's import "
           "timed in that process (under -X importtime); 1st/2nd inv: first and second invocation in that "
-          "process; process: the whole worker process (interpreter start, import, 2 invocations, exit)")
+          "process; process: the whole worker process (interpreter start, import, 2 invocations, exit); RSS: the "
+          "process's peak resident memory (Linux ru_maxrss, -X importtime's bookkeeping included)")
     print()
     print("## heaviest imports per function (first sample; ms under -X importtime)")
     for name, ev_name, mem, m, first, status in rows:
