@@ -6,8 +6,9 @@ For every function of ``template.yaml`` (its CodeUri, Handler, MemorySize; the l
 - one fresh worker process per sample, from the function's folder, under ``python -X importtime``
   (as ``python -X importtime -c "import app"``; its small overhead is in every column): the total (``app``'s
   cumulative), the 5 heaviest imports under it by cumulative time (inclusive of what they import
-  first: a module is charged to whoever imports it first) and the 5 heaviest packages by the sum of
-  their modules' own ("self") time;
+  first: a module is charged to whoever imports it first) and the 5 heaviest top-level packages
+  other than lakeq (inclusive: the largest cumulative of its modules; own: the sum of its modules'
+  "self" time);
 - in the same process: the handler module's import timed with ``perf_counter``, then it is invoked
   once (the first invocation: clients created, service models loaded, caches cold) and
   once more (warm), and its peak RSS read, with one sample event from ``events/`` (or a minimal event, listed) against
@@ -122,12 +123,17 @@ def parse_importtime(stderr: str, module: str = "app") -> tuple[float, list, lis
             block = []
     else:
         raise ValueError(f"{module} not in the importtime output")
-    cumulative = sorted(((n, c / 1000) for n, _, c in block), key=lambda kv: -kv[1])
-    packages: dict[str, int] = {}
-    for n, s_us, _ in block:
-        packages[n.split(".")[0]] = packages.get(n.split(".")[0], 0) + s_us
-    by_self = sorted(((k, v / 1000) for k, v in packages.items()), key=lambda kv: -kv[1])
-    return total / 1000, cumulative, by_self
+    seen: dict[str, int] = {}
+    for n, _, c in block:  # a module printed twice (an import cycle) counts once, at its larger figure
+        seen[n] = max(seen.get(n, 0), c)
+    cumulative = sorted(((n, c / 1000) for n, c in seen.items()), key=lambda kv: -kv[1])
+    packages: dict[str, list[int]] = {}  # top-level package -> [largest cumulative of its modules, summed self]
+    for n, s_us, c in block:
+        agg = packages.setdefault(n.split(".")[0], [0, 0])
+        agg[0], agg[1] = max(agg[0], c), agg[1] + s_us
+    by_package = sorted(((k, v[0] / 1000, v[1] / 1000) for k, v in packages.items() if k not in ("lakeq",)),
+                        key=lambda kv: -kv[1])
+    return total / 1000, cumulative, by_package
 
 
 def event_for(logical_id: str, tmp: Path) -> Path:
@@ -257,7 +263,8 @@ def main() -> None:
     print("## heaviest imports per function (first sample; ms under -X importtime)")
     for name, ev_name, mem, m, first, status in rows:
         print(f"{name:<28} top 5 by cumulative: " + ", ".join(f"{k} {v:.0f}" for k, v in first["top"][:5]))
-        print(f"{'':<28} top 5 packages by self: " + ", ".join(f"{k} {v:.0f}" for k, v in first["by_self"][:5]))
+        print(f"{'':<28} top 5 packages (inclusive / own): "
+              + ", ".join(f"{k} {c:.0f} / {o:.0f}" for k, c, o in first["by_self"][:5]))
 
 
 if __name__ == "__main__":
