@@ -94,8 +94,8 @@ s1 = status(handler(json.loads(json.dumps(event)), Ctx()))
 t3 = time.perf_counter()
 s2 = status(handler(json.loads(json.dumps(event)), Ctx()))
 t4 = time.perf_counter()
-import resource
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# peak RSS of this process image: VmHWM (ru_maxrss would keep the forking parent's peak across exec)
+rss = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
 print("BENCH" + json.dumps({"maxrss_mb": rss, "import_ms": (t1 - t0) * 1000, "first_ms": (t3 - t2) * 1000,
                             "second_ms": (t4 - t3) * 1000, "status": [s1, s2]}))
 '''
@@ -258,7 +258,7 @@ def main() -> None:
     print("importtime: the cumulative of `import app` under -X importtime; import: the handler module's import "
           "timed in that process (under -X importtime); 1st/2nd inv: first and second invocation in that "
           "process; process: the whole worker process (interpreter start, import, 2 invocations, exit); RSS: the "
-          "process's peak resident memory (Linux ru_maxrss, -X importtime's bookkeeping included)")
+          "process's peak resident memory (Linux VmHWM, -X importtime's bookkeeping included)")
     print()
     print("## heaviest imports per function (first sample; ms under -X importtime)")
     for name, ev_name, mem, m, first, status in rows:
