@@ -65,10 +65,10 @@ PRICE_WRU, PRICE_RRU = bq.PRICE_WRU, bq.PRICE_RRU
 PRICE_SQS_REQUEST = bq.PRICE_SQS_REQUEST            # $0.40 per million (first 1M free ignored)
 PRICE_HTTP_API_REQUEST = bq.PRICE_HTTP_API_REQUEST  # $1.00 per million
 PRICE_LAMBDA_REQUEST = bq.PRICE_LAMBDA_REQUEST      # $0.20 per million
-PRICE_LAMBDA_GBS = {"arm64": bq.PRICE_LAMBDA_GBS_ARM, "x86_64": 0.0000166667}
+PRICE_LAMBDA_GBS = {"arm64": bq.PRICE_LAMBDA_GBS_ARM}  # template.yaml's functions are all arm64
 # Google Cloud Pub/Sub (https://cloud.google.com/pubsub/pricing, as we know it; not re-read from this
-# machine): message delivery throughput $40 per TiB, first 10 GiB a month free (ignored here), and
-# "a minimum of 1,000 bytes per publish, push or pull request" billed. Assumption: an empty unary
+# machine): message delivery throughput $40 per TiB, first 10 GiB a month free (ignored here), and a
+# minimum of 1,000 bytes billed per publish, push or pull request (our reading of that page). Assumption: an empty unary
 # Pull that waits is billed that 1 KB minimum (upper bound); a StreamingPull stream that delivers
 # nothing bills no throughput (lower bound: $0).
 PRICE_PUBSUB_TIB = 40.0
