@@ -66,6 +66,8 @@ bench: $(VENV)/.stamp
 	$(PY) bench/bitmap.py --quick
 	$(PY) bench/matcher.py --quick
 	$(PY) bench/rebalance.py --quick
+	$(PY) bench/idle.py --quick
+	$(PY) bench/coldstart.py --quick
 
 # the data-lake jobs once, on local[2], against the stack `make run` serves on LAKEQ_PORT
 jobs: $(VENV)/.stamp
