@@ -9,6 +9,7 @@ import copy
 from urllib.parse import urlsplit
 
 import boto3
+import pytest
 from botocore.awsrequest import AWSResponse
 from moto.core.botocore_stubber import MockRawResponse
 
@@ -63,3 +64,16 @@ class Harness:
                          aws_secret_access_key="unused")
         c.meta.events.register_first("before-send.sqs", self.send)
         return c
+
+
+# the fixtures most SQS test modules share (import them by name: ``from tests.integration.sqs_harness
+# import h, sqs``): a harness whose SigV4 seam is fake_auth, and boto3's client as the admin
+@pytest.fixture
+def h(aws, monkeypatch):
+    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
+    return Harness()
+
+
+@pytest.fixture
+def sqs(h):
+    return h.client("admin")

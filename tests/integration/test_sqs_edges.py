@@ -7,18 +7,7 @@ import pytest
 
 from lakeq import sqs_service
 from tests.history import path
-from tests.integration.sqs_harness import Harness, fake_auth
-
-
-@pytest.fixture
-def h(aws, monkeypatch):
-    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
-    return Harness()
-
-
-@pytest.fixture
-def sqs(h):
-    return h.client("admin")
+from tests.integration.sqs_harness import Harness, fake_auth, h, sqs  # noqa: F401 (h, sqs: fixtures)
 
 
 def receive_all(sqs, url, rounds=6):

@@ -10,18 +10,7 @@ from botocore.exceptions import ClientError
 
 from lakeq import sqs_service
 from tests.handlers import Api
-from tests.integration.sqs_harness import BASE, Harness, fake_auth
-
-
-@pytest.fixture
-def h(aws, monkeypatch):
-    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
-    return Harness()
-
-
-@pytest.fixture
-def sqs(h):
-    return h.client("admin")
+from tests.integration.sqs_harness import BASE, Harness, fake_auth, h, sqs  # noqa: F401 (h, sqs: fixtures)
 
 
 def err(exc_info) -> tuple[str, int]:

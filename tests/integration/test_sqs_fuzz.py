@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lakeq import sqs_service
 from tests.handlers import Context
-from tests.integration.sqs_harness import Harness, fake_auth
+from tests.integration.sqs_harness import Harness, fake_auth, h  # noqa: F401 (h, sqs: fixtures)
 from tests.integration.test_sqs_edges import raw_event
 
 MODEL = botocore.session.get_session().get_service_model("sqs")
@@ -25,12 +25,6 @@ ACTIONS = sorted(MODEL.operation_names)
 MEMBERS = {a: sorted(MODEL.operation_model(a).input_shape.members) if MODEL.operation_model(a).input_shape else []
            for a in ACTIONS}
 MEMBERS_ALL = sorted({m for ms in MEMBERS.values() for m in ms} | {"Entries", "Id", "ReceiptHandle", "MessageBody"})
-
-
-@pytest.fixture
-def h(aws, monkeypatch):
-    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
-    return Harness()
 
 
 @pytest.fixture
