@@ -652,6 +652,13 @@ def send_message_batch(ctx: Ctx, req: dict) -> dict:
     if total > MAX_BATCH_PAYLOAD:
         raise sp.SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_PAYLOAD} bytes. "
                           f"You have sent {total} bytes.")
+    if q.fifo:  # SQS refuses these for the whole request, not entry by entry (as moto does)
+        if any(e.get("MessageGroupId") is None for e in entries):
+            raise sp.missing("MessageGroupId")
+        if (q.attributes.get("ContentBasedDeduplication") != "true"
+                and any(e.get("MessageDeduplicationId") is None for e in entries)):
+            raise sp.invalid("The queue should either have ContentBasedDeduplication enabled or "
+                             "MessageDeduplicationId provided explicitly")
     ok: list[tuple[str, Prepared]] = []
     failed = []
     for e in entries:
