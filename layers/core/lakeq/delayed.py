@@ -20,11 +20,9 @@ promotion try again (``next_due`` is never raised past a waiting message: no los
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 
-from . import clock
+from . import backoff, clock
 from .delay_plan import Delayed, decode_message, due_count, plan_delayed, promotion_extra
 from .errors import NotFound, Unavailable
 from .models import QueueModel
@@ -55,10 +53,6 @@ def take_wake_hint() -> int | None:
     at = getattr(_hint, "at", None)
     _hint.at = None
     return at
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
 
 
 def result(mid: str, queue: int, offset: int | None, deliver_at: int | None) -> dict:
@@ -106,7 +100,7 @@ def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> No
                     else:
                         keep.append(d)
                 part = keep
-            _backoff(attempt)
+            backoff.sleep(attempt)
             continue
         for d in part:
             results[d.index] = result(d.message.id, q, None, d.deliver_at)
@@ -154,7 +148,7 @@ def promote(topic: str, q: int, now: int, meta: QueueModel | None = None) -> int
             if attempt >= ATTEMPTS:
                 log.warning("promotion of %s#%d gave up after %d lost races", topic, q, attempt)
                 return head
-            _backoff(attempt)
+            backoff.sleep(attempt)
             continue
         head = part.segments[-1].end
         attempt = 0

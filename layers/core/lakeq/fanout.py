@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -62,6 +61,7 @@ from pynamodb.transactions import TransactWrite
 
 from matcher.index import SubscriptionIndex
 
+from . import backoff
 from . import segments as seg
 from .fanout_plan import (  # noqa: F401
     CHUNK_BYTES,
@@ -188,7 +188,7 @@ class ParkRepo:
                 return cur
             if cls.write(sub_id, raw, json.dumps(new, sort_keys=True, separators=(",", ":")) if new else None):
                 return new
-            time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
+            backoff.sleep(attempt)
         raise RuntimeError(f"could not update the park entries of subscription {sub_id}")
 
 
@@ -240,7 +240,7 @@ def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
             if dup:
                 groups = [g for g in groups if g.key not in dup]
             else:
-                time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
+                backoff.sleep(attempt)
             continue
         except Exception as e:  # noqa: BLE001 - throttled, too large…: the caller parks
             raise AppendFailed(groups, e) from e

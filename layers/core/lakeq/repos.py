@@ -8,14 +8,13 @@ in ``docs/design.md``.
 from __future__ import annotations
 
 import itertools
-import random
-import time
 from datetime import datetime, timezone
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
+from . import backoff
 from . import segments as seg
 from .delay_plan import Delayed, due_key, encode_message
 from .models import (
@@ -334,7 +333,7 @@ class LogRepo:
                 page = [{"pq": k["pq"]["S"]} for k in left]
                 if page:
                     attempt += 1
-                    time.sleep(random.uniform(0, min(1.0, 0.01 * 2 ** attempt)))
+                    backoff.sleep(attempt, base=0.01, cap=1.0)  # throttled: longer waits
         return sorted(out, key=lambda m: int(m.queue))
 
     @staticmethod
@@ -458,7 +457,7 @@ class LogRepo:
                     return
                 if getattr(e, "cause_response_code", None) != "TransactionConflictException" or attempt == 7:
                     raise
-                time.sleep(0.005 * 2 ** attempt)
+                backoff.sleep(attempt, base=0.005, cap=0.32)
 
     @classmethod
     def read(cls, topic: str, queue: int, start: int, max_offsets: int):

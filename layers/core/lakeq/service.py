@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import random
 import secrets
-import time
 import uuid
 from typing import Callable
 
+from . import backoff, settling
 from . import clock as _clock
 from . import delayed as _delayed
 from . import segments as seg
-from . import settling
 from . import validation as v
 from .auth import (  # noqa: F401
     KEY_CACHE_MAX,
@@ -316,7 +315,7 @@ def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]]
                     else:
                         keep.append((i, m, cid))
                 items = keep
-            time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
+            backoff.sleep(attempt)
             continue
         done = {i for i, _ in placed}
         ids = {i: m.id for i, m, _ in items}

@@ -20,12 +20,11 @@ Store calls:
 from __future__ import annotations
 
 import hashlib
-import random
-import time
 import zlib
 from dataclasses import dataclass
 from typing import Callable
 
+from . import backoff
 from . import segments as seg
 from . import settlement as S
 from .errors import BadRequest, StaleReceipt, Unavailable
@@ -56,10 +55,6 @@ class Policy:
 def policy_of(client, group: str | None = None) -> Policy:
     md = getattr(client, "max_deliveries", None)
     return Policy(None if md is None else int(md), getattr(client, "dead_letter_topic", None), group or client.name)
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
 
 
 def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy: Policy, reader: Reader,
@@ -93,7 +88,7 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
         new = out.state
         if out.changed and not OffsetRepo.write_state(owner, view, new, None, now, consumed=True,
                                                       ack=key if full else None):
-            _backoff(attempt)
+            backoff.sleep(attempt)
             rec = OffsetRepo.get(owner, queue)
             continue
         if new.due:
@@ -118,7 +113,7 @@ def visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -
             return False
         if OffsetRepo.write_state(owner, view, new, None, now):
             return True
-        _backoff(attempt)
+        backoff.sleep(attempt)
     raise Unavailable("the queue's offsets are too contended; retry")
 
 
@@ -167,7 +162,7 @@ def append_copy(topic: str, m: seg.Message, now: int) -> bool:
         except TransactionFailed as e:
             if e.failed(len(e.reasons) - 1):  # the id was recorded meanwhile: appended by someone else
                 return True
-        _backoff(attempt)
+        backoff.sleep(attempt)
     raise Unavailable("the dead-letter topic's queue is too contended; retry")
 
 
@@ -209,5 +204,5 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
             return st  # nothing readable yet: left due
         if OffsetRepo.write_state(owner, view, new, None, now):
             return new
-        _backoff(attempt)
+        backoff.sleep(attempt)
     raise Unavailable("the queue's offsets are too contended; retry")
