@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from . import backoff
+from .errors import LakeqError
 from .repos import Append, LogRepo, TransactionFailed
 
 ATTEMPTS = 40
@@ -29,7 +30,7 @@ ATTEMPTS = 40
 T = TypeVar("T")
 
 
-class Contended(Exception):
+class Contended(LakeqError):
     """The queue's head moved under every one of :data:`ATTEMPTS` writes in a row.
     ``remaining``: the items not appended (in order); ``cause``: the last ``TransactionFailed``."""
 

@@ -64,6 +64,7 @@ from matcher.index import SubscriptionIndex
 from . import backoff
 from . import segments as seg
 from .append import Contended, append_at_head
+from .errors import LakeqError
 from .fanout_plan import (  # noqa: F401
     CHUNK_BYTES,
     CHUNK_GROUPS,
@@ -192,7 +193,7 @@ class ParkRepo:
         raise RuntimeError(f"could not update the park entries of subscription {sub_id}")
 
 
-class AppendFailed(Exception):
+class AppendFailed(LakeqError):
     """Appending stopped: ``remaining`` groups (in order) are not in the list."""
 
     def __init__(self, remaining: list[Group], cause: BaseException):
@@ -264,7 +265,7 @@ class Outcome:
         self.failed_at = i if self.failed_at is None else min(self.failed_at, i)
 
 
-class PoisonBatch(Exception):
+class PoisonBatch(LakeqError):
     """The first record of a batch of several cannot be fanned out: fail the invocation so that
     ``BisectBatchOnFunctionError`` splits the batch (free) until the record is alone."""
 

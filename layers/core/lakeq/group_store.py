@@ -60,7 +60,7 @@ from . import backoff
 from . import clock as _clock
 from . import group_codec as codec
 from . import groups as g
-from .errors import ApiError, NotFound, Unavailable
+from .errors import ApiError, LakeqError, NotFound, Unavailable
 from .models import GroupMemberModel, GroupModel, TopicModel
 from .repos import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
 
@@ -127,7 +127,7 @@ def _member_topics(st: g.GroupState) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------------- store
-class Conflict(Exception):
+class Conflict(LakeqError):
     """A conditional write lost against a concurrent one."""
 
 

@@ -17,6 +17,7 @@ from pynamodb.transactions import TransactWrite
 from . import backoff
 from . import segments as seg
 from .delay_plan import Delayed, due_key, encode_message
+from .errors import LakeqError
 from .models import (
     ClientModel,
     DedupModel,
@@ -57,7 +58,7 @@ def _reasons(e: TransactWriteError) -> list[str | None]:
     return [r.code if r is not None else None for r in (e.cancellation_reasons or [])]
 
 
-class TransactionFailed(Exception):
+class TransactionFailed(LakeqError):
     """A transaction was cancelled; ``reasons`` lists each item's cancellation code (or None)."""
 
     def __init__(self, reasons: list[str | None]):
