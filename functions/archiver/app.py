@@ -19,14 +19,12 @@ from __future__ import annotations
 import os
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq import lake
 from lakeq.errors import LakeqError
+from lakeq.obs import logger, metrics
 
-logger = Logger(service="lakeq")
-metrics = Metrics(namespace="lakeq", service="lakeq")
 _s3 = None
 
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from urllib.parse import unquote, unquote_plus
 
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
 from .errors import ApiError, BadRequest, http_error
+from .obs import logger
 from .payload import dumps
 from .service import Principal, authenticate
-
-logger = Logger(service="lakeq", child=True)
 
 JSON = "application/json"
 # Bodies are compact JSON with UTF-8 kept as is (``ensure_ascii=False``): a non-ASCII character
