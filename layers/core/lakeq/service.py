@@ -34,13 +34,13 @@ from .auth import (  # noqa: F401
     topic_or_404,
 )
 from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge, StaleReceipt, Unavailable
-from .logread import SCAN_FACTOR, broker, consume, topic_reader  # noqa: F401
+from .logread import SCAN_FACTOR, TopicLog, broker, consume, topic_reader  # noqa: F401
 from .logread import views as _views
 from .models import ClientModel, KeyModel, TopicModel, log_of
 from .names import check_name, check_topic, parent_of, topic_of_log
 from .produce_plan import plan_parts as _plan_parts  # noqa: F401
 from .produce_plan import queue_for_key
-from .receipts import Receipt, topic_queue_field
+from .receipts import Receipt
 from .receipts import parse as parse_receipt
 from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, inc_of
 from .selection import lock_until
@@ -458,10 +458,9 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     owner = OffsetRepo.owner(group.name, log, client_id)
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
     lock_owner = req.member_id or client_id or "-"
-    return consume(owner, log, meta, lambda v_: topic_queue_field(log, v_.queue),
-                   lambda: _views(log, owner, int(t.queues), promote=True),  # due delayed messages join first
+    return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner),
                    req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
-                   lock_owner, policy=settling.policy_of(group))
+                   policy=settling.policy_of(group))
 
 
 # --- offsets --------------------------------------------------------------------------------
