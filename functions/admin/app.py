@@ -1,11 +1,11 @@
 """Admin function: health, topics, clients, offset reset, OpenAPI (routes in lakeq.api.admin)."""
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
+
 from lakeq.api.admin import router
 from lakeq.api.console import router as console_router
 from lakeq.http import make_app
+from lakeq.obs import logger
 
-logger = Logger(service="lakeq")
 app = make_app(router, console_router)
 
 

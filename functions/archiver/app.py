@@ -19,13 +19,12 @@ from __future__ import annotations
 import os
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq import lake
+from lakeq.errors import LakeqError
+from lakeq.obs import logger, metrics
 
-logger = Logger(service="lakeq")
-metrics = Metrics(namespace="lakeq", service="lakeq")
 _s3 = None
 
 
@@ -44,7 +43,7 @@ def s3():
     return _s3
 
 
-class PoisonBatch(Exception):
+class PoisonBatch(LakeqError):
     """The first record of a batch of several cannot be read: a function error, so the event
     source mapping bisects the batch (without spending retries) until the record is alone."""
 

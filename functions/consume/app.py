@@ -1,12 +1,10 @@
 """Consume function: pull, ack, offsets (routes in lakeq.api.queue)."""
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.queue import consume_router
 from lakeq.http import make_app
+from lakeq.obs import logger, metrics
 
-logger = Logger(service="lakeq")
-metrics = Metrics(namespace="lakeq", service="lakeq")
 app = make_app(consume_router)
 
 

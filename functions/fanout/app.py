@@ -8,13 +8,10 @@ record after it. A poison record first in a batch of several raises (a function 
 event source mapping's ``BisectBatchOnFunctionError`` isolates it; alone, it is reported failed,
 retried ``MaximumRetryAttempts`` times and sent to the on-failure queue (template.yaml).
 """
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq import clock, fanout
-
-logger = Logger(service="lakeq")
-metrics = Metrics(namespace="lakeq", service="lakeq")
+from lakeq.obs import logger, metrics
 
 
 @logger.inject_lambda_context

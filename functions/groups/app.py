@@ -1,11 +1,10 @@
 """Groups function: consumer-group membership (routes in lakeq.api.groups)."""
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.groups import router
 from lakeq.http import make_app
+from lakeq.obs import logger
 
-logger = Logger(service="lakeq")
 app = make_app(router)
 
 

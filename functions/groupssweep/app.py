@@ -1,11 +1,9 @@
 """Groups sweep function (EventBridge schedule, rate(1 minute)): expires silent members of every
 consumer group and picks up child topics created under a member's subscribed topics
 (lakeq.group_store.sweep). Requests to a group expire its silent members too; this covers idle groups."""
-from aws_lambda_powertools import Logger
 
 from lakeq.group_store import sweep
-
-logger = Logger(service="lakeq")
+from lakeq.obs import logger
 
 
 @logger.inject_lambda_context

@@ -1,12 +1,10 @@
 """Produce function: POST /v1/topics/{topic}/messages (routes in lakeq.api.queue)."""
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.queue import produce_router
 from lakeq.http import make_app
+from lakeq.obs import logger, metrics
 
-logger = Logger(service="lakeq")
-metrics = Metrics(namespace="lakeq", service="lakeq")
 app = make_app(produce_router)
 
 

@@ -1,11 +1,9 @@
 """Promoter function (EventBridge schedule, rate(1 minute)): due delayed messages (produce
 ``delay_ms``) of queues nobody pulls join their queues (lakeq.delayed.sweep). A pull promotes its own
 topic's due messages at once; this covers idle queues, so a message joins within about a minute."""
-from aws_lambda_powertools import Logger
 
 from lakeq.delayed import sweep
-
-logger = Logger(service="lakeq")
+from lakeq.obs import logger
 
 
 @logger.inject_lambda_context

@@ -1,11 +1,10 @@
 """Reports function: the data-lake jobs' reports (routes in lakeq.api.reports)."""
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.reports import reports_router
 from lakeq.http import make_app
+from lakeq.obs import logger
 
-logger = Logger(service="lakeq")
 app = make_app(reports_router)
 
 

@@ -1,10 +1,8 @@
 """SQS function: the SQS-compatible endpoint, POST / and POST /{account}/{queue} (lakeq.sqs_service)."""
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 
+from lakeq.obs import logger
 from lakeq.sqs_service import handle
-
-logger = Logger(service="lakeq")
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

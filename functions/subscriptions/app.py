@@ -1,12 +1,11 @@
 """Subscriptions function: create, list, delete, pull (routes in lakeq.api.subscriptions)."""
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
+
 from lakeq.api.console import subscriptions_router
 from lakeq.api.subscriptions import router
 from lakeq.http import make_app
+from lakeq.obs import logger, metrics
 
-logger = Logger(service="lakeq")
-metrics = Metrics(namespace="lakeq", service="lakeq")
 app = make_app(router, subscriptions_router)
 
 

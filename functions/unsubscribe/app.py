@@ -7,13 +7,11 @@ the delete transaction committed, and the event source mapping retries until the
 """
 import time
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
+from lakeq.obs import logger, metrics
 from lakeq.subscriptions import purge_removed
 
-logger = Logger(service="lakeq")
-metrics = Metrics(namespace="lakeq", service="lakeq")
 MARGIN_S = 5.0  # stop purging this long before the function's timeout, and report the rest
 
 

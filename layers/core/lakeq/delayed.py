@@ -6,8 +6,8 @@ DelayedTable (``pq`` = ``<topic>#<queue>``, sort key ``<deliver_at>#<id>``) unti
 the answer is ``{"id", "queue", "offset": null, "deliver_at"}``. The queue item's ``next_due`` (the
 earliest ``deliver_at`` there) tells a pull, which reads every queue item of its topic anyway,
 whether anything is due at no extra cost; only then it Queries the due items and promotes them
-(:func:`promote_due`, called from :func:`lakeq.logread.views`). The scheduled PromoterFunction does
-the same once a minute for queues nobody pulls (:func:`sweep`).
+(:func:`promote_due`, the pull's promotion step: :meth:`lakeq.logread.TopicLog.promote`). The
+scheduled PromoterFunction does the same once a minute for queues nobody pulls (:func:`sweep`).
 
 Promotion appends the due messages to their queue exactly once, in due order then request order then id, keeping
 their id, body, key, tags, properties and ``produced_at`` (the produce time): one transaction per
@@ -20,11 +20,9 @@ promotion try again (``next_due`` is never raised past a waiting message: no los
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 
-from . import clock
+from . import backoff, clock
 from .delay_plan import Delayed, decode_message, due_count, plan_delayed, promotion_extra
 from .errors import NotFound, Unavailable
 from .models import QueueModel
@@ -49,16 +47,13 @@ def _note_due(at: int | None, now: int) -> None:
 
 
 def take_wake_hint() -> int | None:
-    """The earliest ``deliver_at`` still ahead that the current thread's last pull saw (then
-    forgotten): :func:`lakeq.logread.consume` sleeps no longer than that, so a long-polling consumer
-    is served a delayed message as soon as it is due rather than at its next poll."""
+    """The earliest ``deliver_at`` still ahead that the current thread's promotions saw (then
+    forgotten); :func:`promote_due` returns it to the pull, whose long poll sleeps no longer than
+    that, so a long-polling consumer is served a delayed message as soon as it is due rather than
+    at its next poll."""
     at = getattr(_hint, "at", None)
     _hint.at = None
     return at
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
 
 
 def result(mid: str, queue: int, offset: int | None, deliver_at: int | None) -> dict:
@@ -106,7 +101,7 @@ def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> No
                     else:
                         keep.append(d)
                 part = keep
-            _backoff(attempt)
+            backoff.sleep(attempt)
             continue
         for d in part:
             results[d.index] = result(d.message.id, q, None, d.deliver_at)
@@ -154,7 +149,7 @@ def promote(topic: str, q: int, now: int, meta: QueueModel | None = None) -> int
             if attempt >= ATTEMPTS:
                 log.warning("promotion of %s#%d gave up after %d lost races", topic, q, attempt)
                 return head
-            _backoff(attempt)
+            backoff.sleep(attempt)
             continue
         head = part.segments[-1].end
         attempt = 0
@@ -164,10 +159,11 @@ def promote(topic: str, q: int, now: int, meta: QueueModel | None = None) -> int
             return head
 
 
-def promote_due(topic: str, metas: list[QueueModel], now: int | None = None) -> None:
-    """The pull's hook: promote the due messages of every queue item in ``metas`` whose
-    ``next_due`` has come (free: the pull read these items anyway), and move each item's
-    ``max_offset`` in memory to the head after promotion, so this very poll reads them."""
+def promote_due(topic: str, metas: list[QueueModel], now: int | None = None) -> int | None:
+    """A pull's promotion step (:meth:`lakeq.logread.TopicLog.promote`): promote the due messages
+    of every queue item in ``metas`` whose ``next_due`` has come (free: the pull read these items
+    anyway), and move each item's ``max_offset`` in memory to the head after promotion, so this
+    very poll reads them. Returns the earliest ``deliver_at`` still ahead (the long poll's wake-up)."""
     now = clock.now() if now is None else now
     _hint.at = None
     for m in metas:
@@ -178,6 +174,7 @@ def promote_due(topic: str, metas: list[QueueModel], now: int | None = None) -> 
         elif m.next_due is not None:
             _note_due(int(m.next_due), now)
             warm_transactions()  # the promotion at its due time will need it
+    return take_wake_hint()
 
 
 def sweep(now: int | None = None) -> dict:

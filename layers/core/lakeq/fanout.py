@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -62,7 +61,10 @@ from pynamodb.transactions import TransactWrite
 
 from matcher.index import SubscriptionIndex
 
+from . import backoff
 from . import segments as seg
+from .append import Contended, append_at_head
+from .errors import LakeqError
 from .fanout_plan import (  # noqa: F401
     CHUNK_BYTES,
     CHUNK_GROUPS,
@@ -80,7 +82,7 @@ from .fanout_plan import (  # noqa: F401
 )
 from .models import SegmentModel
 from .names import topic_of_log
-from .repos import Append, LogRepo, TransactionFailed, transact_if_first
+from .repos import Append, LogRepo, transact_if_first
 from .subscriptions import (
     VERSION_ID,
     Start,
@@ -91,7 +93,6 @@ from .subscriptions import (
 
 log = logging.getLogger("lakeq.fanout")
 
-APPEND_ATTEMPTS = 40
 PARK_ATTEMPTS = 20  # optimistic writes of a subscription's park entries before giving up
 CATCH_UP_ROUNDS = 3  # catch-up + un-park rounds per parked source queue and batch
 
@@ -188,11 +189,11 @@ class ParkRepo:
                 return cur
             if cls.write(sub_id, raw, json.dumps(new, sort_keys=True, separators=(",", ":")) if new else None):
                 return new
-            time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
+            backoff.sleep(attempt)
         raise RuntimeError(f"could not update the park entries of subscription {sub_id}")
 
 
-class AppendFailed(Exception):
+class AppendFailed(LakeqError):
     """Appending stopped: ``remaining`` groups (in order) are not in the list."""
 
     def __init__(self, remaining: list[Group], cause: BaseException):
@@ -202,24 +203,19 @@ class AppendFailed(Exception):
 
 
 def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
-    """Append ``groups`` to the subscription's list in order, idempotently. Returns the messages
-    actually added (0 for groups already there, or when the subscription was deleted). Raises
+    """Append ``groups`` to the subscription's list in order, idempotently (each group's key is
+    its dedup key), with :func:`lakeq.append.append_at_head`. Returns the messages actually
+    added (0 for groups already there, or when the subscription was deleted). Raises
     :class:`AppendFailed` with the groups not known to be in the list."""
     lt = list_topic(sub_id)
     added = 0
-    attempt = 0
-    while groups:
-        try:
-            base = _head(lt, attempt > 0)
-        except Exception as e:  # noqa: BLE001
-            raise AppendFailed(groups, e) from e
-        if base is None:  # unsubscribed: the list is gone
-            return added
-        chunk = _chunk(groups)
-        msgs = [x for g in chunk for x in g.messages]
+    left = groups
+
+    def plan(items: list[Group], base: int) -> tuple[Append, int]:
+        chunk = _chunk(items)
         segments = []
         offset = base
-        for run in seg.split(msgs):
+        for run in seg.split([x for g in chunk for x in g.messages]):
             segments.append(seg.encode(run, offset))
             offset += len(run)
         dedup = []
@@ -227,41 +223,32 @@ def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
         for g in chunk:
             dedup.append((g.key, offset))
             offset += len(g.messages)
-        try:
-            LogRepo.append(lt, 0, base, Append(segments, dedup), now)
-        except TransactionFailed as e:
-            attempt += 1
-            if attempt >= APPEND_ATTEMPTS:
-                raise AppendFailed(groups, e) from e
-            # reasons: one per item — the segments (after the queue item, in logs that CAS it), then dedup
-            first = len(e.reasons) - len(dedup)
-            dup = {dedup[k][0] for k in range(len(dedup))
-                   if e.failed(first + k)}
-            if dup:
-                groups = [g for g in groups if g.key not in dup]
-            else:
-                time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
-            continue
-        except Exception as e:  # noqa: BLE001 - throttled, too large…: the caller parks
-            raise AppendFailed(groups, e) from e
-        added += len(msgs)
-        groups = groups[len(chunk):]
-        attempt = 0
+        return Append(segments, dedup), len(chunk)
+
+    def written(done: list[Group], _part: Append) -> None:
+        nonlocal added, left
+        added += sum(len(g.messages) for g in done)
+        left = left[len(done):]
+
+    def recorded(items: list[Group], keys: list[str]) -> list[Group]:
+        nonlocal left
+        dup = set(keys)
+        left = [g for g in items if g.key not in dup]
+        return left
+
+    try:
+        if not append_at_head(lt, 0, groups, now, plan, written, recorded):
+            return added  # unsubscribed: the list is gone
+    except Contended as e:
+        raise AppendFailed(e.remaining, e.cause) from e.cause
+    except Exception as e:  # noqa: BLE001 - throttled, too large…: the caller parks
+        raise AppendFailed(left, e) from e
     if added and LogRepo.queue(lt, 0) is None:
         # Unsubscribed while we appended: the delete's purge may have run before our put. Purge
         # again; any put that came later than this read saw no head and wrote nothing.
         SubscriptionRepo.purge_list(sub_id)
         return 0
     return added
-
-
-def _head(lt: str, fresh: bool) -> int | None:
-    """The list's next offset (None when the list does not exist)."""
-    head = getattr(LogRepo, "head", None)
-    if head is not None:
-        return head(lt, 0, fresh=fresh)
-    meta = LogRepo.queue(lt, 0)
-    return None if meta is None else int(meta.max_offset)
 
 
 @dataclass
@@ -278,7 +265,7 @@ class Outcome:
         self.failed_at = i if self.failed_at is None else min(self.failed_at, i)
 
 
-class PoisonBatch(Exception):
+class PoisonBatch(LakeqError):
     """The first record of a batch of several cannot be fanned out: fail the invocation so that
     ``BisectBatchOnFunctionError`` splits the batch (free) until the record is alone."""
 

@@ -49,8 +49,6 @@ from __future__ import annotations
 
 import copy
 import json
-import random
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -58,10 +56,11 @@ from typing import Any
 
 from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
 
+from . import backoff
 from . import clock as _clock
 from . import group_codec as codec
 from . import groups as g
-from .errors import ApiError, NotFound, Unavailable
+from .errors import ApiError, LakeqError, NotFound, Unavailable
 from .models import GroupMemberModel, GroupModel, TopicModel
 from .repos import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
 
@@ -128,7 +127,7 @@ def _member_topics(st: g.GroupState) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------------- store
-class Conflict(Exception):
+class Conflict(LakeqError):
     """A conditional write lost against a concurrent one."""
 
 
@@ -341,7 +340,7 @@ class GroupRepo:
                     try:
                         cls.save(v, e.state, v.subs, now)
                     except Conflict:
-                        _backoff(attempt)
+                        backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
                         continue
                 raise
             subs = v.subs
@@ -353,14 +352,10 @@ class GroupRepo:
             try:
                 cls.save(v, new, subs, now)
             except Conflict:
-                _backoff(attempt)
+                backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
                 continue
             return resp
         raise Unavailable("the group is too contended; retry the request")
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** attempt)))
 
 
 # ------------------------------------------------------------------------------------ member pulls
@@ -419,7 +414,7 @@ def sweep(now_ms: int | None = None, max_member_topics: int = MAX_MEMBER_TOPICS)
             try:
                 GroupRepo.save(v, st, v.subs, now)
             except Conflict:
-                _backoff(attempt)
+                backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
                 continue
             except ApiError:
                 stats["refused"] = stats.get("refused", 0) + 1

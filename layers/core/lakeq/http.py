@@ -1,20 +1,19 @@
 """HTTP glue shared by every function: the resolver factory, error mapping, request helpers.
 
-Errors are mapped in one place: :class:`~lakeq.errors.ApiError` → its status and API.md's body;
-anything unexpected → 500 ``internal_error`` (logged with its traceback). Unknown routes → 404.
+Errors are mapped in one place, :func:`lakeq.errors.http_error`: an :class:`~lakeq.errors.ApiError`
+→ its status and API.md's body; anything else (an internal :class:`~lakeq.errors.LakeqError` or an
+unexpected exception) → 500 ``internal_error`` (logged with its traceback). Unknown routes → 404.
 """
 from __future__ import annotations
 
 from urllib.parse import unquote, unquote_plus
 
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
-from .errors import ApiError, BadRequest
+from .errors import ApiError, BadRequest, http_error
+from .obs import logger
 from .payload import dumps
 from .service import Principal, authenticate
-
-logger = Logger(service="lakeq", child=True)
 
 JSON = "application/json"
 # Bodies are compact JSON with UTF-8 kept as is (``ensure_ascii=False``): a non-ASCII character
@@ -39,18 +38,15 @@ def make_app(*routers) -> APIGatewayHttpResolver:
     for r in routers:
         app.include_router(r)
 
-    @app.exception_handler(ApiError)
-    def _api_error(e: ApiError) -> Response:
-        return error_response(e.status, e.code, e.message)
-
     @app.not_found
     def _not_found(_e) -> Response:
         return error_response(404, "not_found", "no such route")
 
     @app.exception_handler(Exception)
-    def _unexpected(e: Exception) -> Response:
-        logger.exception("unhandled error")
-        return error_response(500, "internal_error", "internal error")
+    def _error(e: Exception) -> Response:
+        if not isinstance(e, ApiError):
+            logger.exception("unhandled error")
+        return error_response(*http_error(e))
 
     return app
 

@@ -20,7 +20,7 @@ from . import validation as v
 from .auth import topic_or_404
 from .names import topic_of_log
 from .payload import ByteBudget
-from .receipts import Receipt
+from .receipts import Receipt, topic_queue_field
 from .repos import LogRepo, OffsetRepo
 from .selection import QueueView, candidates, next_lock_ts
 from .settling import Policy, flush_due
@@ -52,19 +52,19 @@ def message_out(m: dict) -> dict:
     return out
 
 
-def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None = None,
-          promote: bool = False) -> list[QueueView]:
+def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None = None) -> list[QueueView]:
     """Each queue's log offsets and ``owner``'s record: BatchGetItem of the ``n_queues`` queue
     items (a subscription's list ``~<id>`` has one; a topic's count is read when not given) and
     one Query of the owner's records (``recs``: those records when the caller already read them).
-    ``promote`` (a pull): due delayed messages join their queues first (:func:`lakeq.delayed.promote_due`)."""
+    Reads only."""
     if n_queues is None:
         n_queues = 1 if topic.startswith("~") else int(topic_or_404(topic).queues)
-    metas = LogRepo.queues(topic, n_queues)
-    if promote and not topic.startswith("~"):  # delayed delivery's hook (issue 9, engineer B)
-        from .delayed import promote_due
-        promote_due(topic, metas)
-    recs = OffsetRepo.records(owner) if recs is None else recs
+    return views_of(LogRepo.queues(topic, n_queues), OffsetRepo.records(owner) if recs is None else recs)
+
+
+def views_of(metas: list, recs: dict) -> list[QueueView]:
+    """The :class:`~lakeq.selection.QueueView` of each queue item in ``metas`` with its record in
+    ``recs`` (queue → offset record)."""
     out = []
     for m in metas:
         r = recs.get(int(m.queue))
@@ -75,12 +75,84 @@ def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None
     return out
 
 
-def _sleep_ms(ms: int) -> int:
-    """Delayed delivery's hook in the long poll (issue 9, engineer B): sleep no longer than until the
-    earliest delayed message the last :func:`views` saw ahead is due (:func:`lakeq.delayed.take_wake_hint`)."""
-    from .delayed import take_wake_hint
-    at = take_wake_hint()
-    return ms if at is None else min(ms, max(at - clock.now(), 0) + 5)
+class Log:
+    """What the pull loop (:func:`consume`) reads and locks: consumer ``owner``'s log ``name``
+    with ``n_queues`` queues; ``meta``: what its offset records keep (``group``, ``topic``…);
+    ``lock_owner``: who a lock names. The kinds differ in the receipt's queue field, the reader,
+    and whether a poll first promotes delayed messages (:meth:`promote`): :class:`TopicLog`,
+    :class:`ListLog`."""
+
+    def __init__(self, name: str, owner: str, meta: dict, n_queues: int, lock_owner: str = "-"):
+        self.name, self.owner, self.meta, self.n_queues, self.lock_owner = name, owner, meta, n_queues, lock_owner
+
+    def queue_field(self, queue: int) -> str:
+        """The receipt's queue field for ``queue``."""
+        raise NotImplementedError
+
+    def reader(self, tags: list[str] | None) -> LogReader:
+        """A reader of this log's queues, filtered by ``tags`` where the kind allows it."""
+        raise NotImplementedError
+
+    def queues(self) -> list:
+        """The queue items (one BatchGetItem): offsets, and delayed messages' ``next_due``."""
+        return LogRepo.queues(self.name, self.n_queues)
+
+    def promote(self, metas: list) -> None:
+        """A poll's write step before it reads: nothing for this kind."""
+
+    def views(self, metas: list) -> list[QueueView]:
+        """The queues' views with the owner's records (one Query)."""
+        return views_of(metas, OffsetRepo.records(self.owner))
+
+    def wake_at(self) -> int | None:
+        """When the long poll should look again at the latest (None: its own backoff)."""
+        return None
+
+
+class TopicLog(Log):
+    """A topic's queues (``name``: its log name): receipts name ``<topic>@<queue>``, a pull may
+    filter by tags, and each poll first promotes the delayed messages that are due
+    (:func:`lakeq.delayed.promote_due`: free to find, the poll reads the queue items anyway)."""
+
+    _wake: int | None = None
+
+    def queue_field(self, queue: int) -> str:
+        return topic_queue_field(self.name, queue)
+
+    def reader(self, tags: list[str] | None) -> LogReader:
+        return topic_reader(self.name, tags)
+
+    def promote(self, metas: list) -> None:
+        """Due delayed messages join their queues (a write), and ``metas``' heads move past them
+        in memory so this very poll reads them; remembers the earliest ``deliver_at`` still ahead
+        (:meth:`wake_at`)."""
+        from .delayed import promote_due
+        self._wake = promote_due(self.name, metas)
+
+    def wake_at(self) -> int | None:
+        at, self._wake = self._wake, None
+        return at
+
+
+class ListLog(Log):
+    """A subscription's message list ``~<id>`` (one queue): receipts name ``field``, no tag filter,
+    nothing delayed."""
+
+    def __init__(self, name: str, owner: str, meta: dict, field: str):
+        super().__init__(name, owner, meta, 1)
+        self.field = field
+
+    def queue_field(self, queue: int) -> str:
+        return self.field
+
+    def reader(self, tags: list[str] | None) -> LogReader:
+        return list_reader(self.name)
+
+
+def _sleep_ms(ms: int, wake_at: int | None) -> int:
+    """The long poll's sleep: no longer than until ``wake_at`` (the earliest delayed message the
+    last poll saw ahead), so a long-polling consumer is served it as soon as it is due."""
+    return ms if wake_at is None else min(ms, max(wake_at - clock.now(), 0) + 5)
 
 
 def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shape: Callable[[dict, int], None],
@@ -178,11 +250,11 @@ def redeliver(reader: LogReader, queue: int, offsets: Iterable[int], budget: Byt
     return out, True
 
 
-def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibility_ms: int,
-            req: v.PullRequest, allowed: set[int] | None, lock_owner: str,
-            reader: LogReader | None = None, policy: Policy | None = None) -> dict:
-    """The pull loop shared by topic queues and subscription lists (SPEC §1): choose, read,
-    lock with a conditional write, answer; long-poll until ``wait_ms`` passes.
+def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
+            policy: Policy | None = None) -> dict:
+    """The pull loop shared by topic queues and subscription lists (SPEC §1): per poll, promote
+    (:meth:`Log.promote`), choose, read, lock with a conditional write, answer; long-poll until
+    ``wait_ms`` passes.
 
     Per queue (issue 9, :mod:`lakeq.settlement`): pending messages (released, or whose lock
     ended) are served first, lowest offset first, then fresh ones from the frontier; with
@@ -190,14 +262,17 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
     isolation, :mod:`lakeq.settlement`); entries due for the dead-letter path are finished
     first (:func:`lakeq.settling.flush_due`). ``policy``: the consumer's dead-letter settings."""
     policy = policy or Policy()
-    whole = reader or topic_reader(topic, None)  # unfiltered: the dead-letter path copies any message
-    reader = reader or topic_reader(topic, req.tags)
+    owner, meta = log.owner, log.meta
+    whole = log.reader(None)  # unfiltered: the dead-letter path copies any message
+    reader = log.reader(req.tags)
     deadline = clock.now() + req.wait_ms
     poll = POLL_MIN_MS
     while True:
         now = clock.now()
         progressed = False
-        for view in candidates(load_views(), now, allowed):
+        metas = log.queues()
+        log.promote(metas)  # the poll's write step: due delayed messages join their queues first
+        for view in candidates(log.views(metas), now, allowed):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
                 moved = p.state != view.state()
@@ -238,17 +313,17 @@ def consume(owner: str, topic: str, meta: dict, queue_field, load_views, visibil
             ts = next_lock_ts(now, p.state.lock_ts)
             new = settlement.lock(p.state, ts, now + visibility_ms, [m["_log_offset"] for m in again],
                                   [m["_log_offset"] for m in fresh], frontier)
-            if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=lock_owner):
+            if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner):
                 continue
             batch = again + fresh
             for m in batch:
                 m["deliveries"] = new.pend[m["_log_offset"]]
-            receipt = Receipt(broker(), queue_field(view), new.lock_from, new.lock_next, ts)
+            receipt = Receipt(broker(), log.queue_field(view.queue), new.lock_from, new.lock_next, ts)
             return {"messages": [message_out(m) for m in batch], "receipt": str(receipt)}
         if progressed:
             continue
         remaining = deadline - clock.now()
         if remaining <= 0:
             return {"messages": [], "receipt": None}
-        time.sleep(_sleep_ms(min(poll, remaining)) / 1000)  # delayed delivery: wake when one is due
+        time.sleep(_sleep_ms(min(poll, remaining), log.wake_at()) / 1000)  # delayed delivery: wake when one is due
         poll = min(POLL_MAX_MS, poll * 2)

@@ -8,16 +8,16 @@ in ``docs/design.md``.
 from __future__ import annotations
 
 import itertools
-import random
-import time
 from datetime import datetime, timezone
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
+from . import backoff
 from . import segments as seg
 from .delay_plan import Delayed, due_key, encode_message
+from .errors import LakeqError
 from .models import (
     ClientModel,
     DedupModel,
@@ -58,7 +58,7 @@ def _reasons(e: TransactWriteError) -> list[str | None]:
     return [r.code if r is not None else None for r in (e.cancellation_reasons or [])]
 
 
-class TransactionFailed(Exception):
+class TransactionFailed(LakeqError):
     """A transaction was cancelled; ``reasons`` lists each item's cancellation code (or None)."""
 
     def __init__(self, reasons: list[str | None]):
@@ -334,7 +334,7 @@ class LogRepo:
                 page = [{"pq": k["pq"]["S"]} for k in left]
                 if page:
                     attempt += 1
-                    time.sleep(random.uniform(0, min(1.0, 0.01 * 2 ** attempt)))
+                    backoff.sleep(attempt, base=0.01, cap=1.0)  # throttled: longer waits
         return sorted(out, key=lambda m: int(m.queue))
 
     @staticmethod
@@ -458,7 +458,7 @@ class LogRepo:
                     return
                 if getattr(e, "cause_response_code", None) != "TransactionConflictException" or attempt == 7:
                     raise
-                time.sleep(0.005 * 2 ** attempt)
+                backoff.sleep(attempt, base=0.005, cap=0.32)
 
     @classmethod
     def read(cls, topic: str, queue: int, start: int, max_offsets: int):

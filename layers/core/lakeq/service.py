@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 import secrets
-import time
 import uuid
 from typing import Callable
 
@@ -18,6 +17,7 @@ from . import delayed as _delayed
 from . import segments as seg
 from . import settling
 from . import validation as v
+from .append import Contended, append_at_head
 from .auth import (  # noqa: F401
     KEY_CACHE_MAX,
     KEY_CACHE_TTL_S,
@@ -34,13 +34,13 @@ from .auth import (  # noqa: F401
     topic_or_404,
 )
 from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge, StaleReceipt, Unavailable
-from .logread import SCAN_FACTOR, broker, consume, topic_reader  # noqa: F401
+from .logread import SCAN_FACTOR, TopicLog, broker, consume, topic_reader  # noqa: F401
 from .logread import views as _views
 from .models import ClientModel, KeyModel, TopicModel, log_of
 from .names import check_name, check_topic, parent_of, topic_of_log
 from .produce_plan import plan_parts as _plan_parts  # noqa: F401
 from .produce_plan import queue_for_key
-from .receipts import Receipt, topic_queue_field
+from .receipts import Receipt
 from .receipts import parse as parse_receipt
 from .repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, inc_of
 from .selection import lock_until
@@ -288,42 +288,34 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
 
 def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:
     """Append ``items`` to queue ``q`` of log ``topic`` (a topic's log name) write by write
-    (``_plan_parts``), at the queue's head.
-    A write that loses a race (someone appended at that head first) is planned again at the
-    fresh head; ids another request recorded meanwhile are answered with that request's result."""
-    attempt = 0
-    while items:
-        base = LogRepo.head(topic, q, fresh=attempt > 0)
-        if base is None:
+    (``_plan_parts``) with :func:`lakeq.append.append_at_head`; ids another request recorded
+    meanwhile are answered with that request's result."""
+    offsets: dict[int, int] = {}
+
+    def plan(left: list, base: int) -> tuple:
+        part, placed = _plan_parts(topic, q, left, base)[0]
+        offsets.update(placed)
+        return part, len(placed)
+
+    def written(done: list, _part) -> None:
+        for i, m, _ in done:
+            results[i] = {"id": m.id, "queue": q, "offset": offsets[i]}
+
+    def recorded(left: list, dup_ids: list[str]) -> list:
+        found = _delayed.known_results(topic, dup_ids)  # (a delayed one: offset null, deliver_at)
+        keep = []
+        for i, m, cid in left:
+            if cid and m.id in found:
+                results[i] = dict(found[m.id])
+            else:
+                keep.append((i, m, cid))
+        return keep
+
+    try:
+        if not append_at_head(topic, q, items, now, plan, written, recorded):
             raise NotFound(f"queue {q} of topic '{topic_of_log(topic)}' does not exist")
-        parts = _plan_parts(topic, q, items, base)
-        part, placed = parts[0]
-        try:
-            LogRepo.append(topic, q, base, part, now)
-        except TransactionFailed as e:
-            attempt += 1
-            if attempt >= APPEND_ATTEMPTS:
-                raise Unavailable("the queue is too contended; retry the request with the same message ids") from None
-            first = len(e.reasons) - len(part.dedup)  # the dedup items' reasons come last
-            dup_ids = [mid for k, (mid, _) in enumerate(part.dedup)
-                       if e.failed(first + k)] if part.dedup else []
-            if dup_ids:  # another request recorded these ids meanwhile: answer with its result
-                found = _delayed.known_results(topic, dup_ids)  # (a delayed one: offset null, deliver_at)
-                keep = []
-                for i, m, cid in items:
-                    if cid and m.id in found:
-                        results[i] = dict(found[m.id])
-                    else:
-                        keep.append((i, m, cid))
-                items = keep
-            time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
-            continue
-        done = {i for i, _ in placed}
-        ids = {i: m.id for i, m, _ in items}
-        for i, off in placed:
-            results[i] = {"id": ids[i], "queue": q, "offset": off}
-        items = [it for it in items if it[0] not in done]
-        attempt = 0
+    except Contended:
+        raise Unavailable("the queue is too contended; retry the request with the same message ids") from None
 
 
 # --- pull / ack -----------------------------------------------------------------------------
@@ -466,10 +458,9 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     owner = OffsetRepo.owner(group.name, log, client_id)
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
     lock_owner = req.member_id or client_id or "-"
-    return consume(owner, log, meta, lambda v_: topic_queue_field(log, v_.queue),
-                   lambda: _views(log, owner, int(t.queues), promote=True),  # due delayed messages join first
+    return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner),
                    req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
-                   lock_owner, policy=settling.policy_of(group))
+                   policy=settling.policy_of(group))
 
 
 # --- offsets --------------------------------------------------------------------------------

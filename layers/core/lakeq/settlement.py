@@ -40,14 +40,16 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
+from .errors import LakeqError
+
 REJECTED, MAX_DELIVERIES = "rejected", "max_deliveries"
 
 
-class Stale(Exception):
+class Stale(LakeqError):
     """The receipt is not the record's lock (locked again, reset, or ended by expiry)."""
 
 
-class NotInBatch(Exception):
+class NotInBatch(LakeqError):
     """An outcome names an offset the receipt's batch did not deliver (400)."""
 
 

@@ -20,19 +20,19 @@ Store calls:
 from __future__ import annotations
 
 import hashlib
-import random
-import time
 import zlib
 from dataclasses import dataclass
 from typing import Callable
 
+from . import backoff
 from . import segments as seg
 from . import settlement as S
+from .append import Contended, append_at_head
 from .errors import BadRequest, StaleReceipt, Unavailable
 from .models import log_of
 from .produce_plan import plan_parts, queue_for_key
 from .receipts import Receipt
-from .repos import LogRepo, OffsetRepo, TopicRepo, TransactionFailed
+from .repos import LogRepo, OffsetRepo, TopicRepo
 from .selection import ack_key
 from .settlement import Outcomes
 
@@ -56,10 +56,6 @@ class Policy:
 def policy_of(client, group: str | None = None) -> Policy:
     md = getattr(client, "max_deliveries", None)
     return Policy(None if md is None else int(md), getattr(client, "dead_letter_topic", None), group or client.name)
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.05, 0.002 * 2 ** min(attempt, 6))))
 
 
 def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy: Policy, reader: Reader,
@@ -93,7 +89,7 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
         new = out.state
         if out.changed and not OffsetRepo.write_state(owner, view, new, None, now, consumed=True,
                                                       ack=key if full else None):
-            _backoff(attempt)
+            backoff.sleep(attempt)
             rec = OffsetRepo.get(owner, queue)
             continue
         if new.due:
@@ -118,7 +114,7 @@ def visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -
             return False
         if OffsetRepo.write_state(owner, view, new, None, now):
             return True
-        _backoff(attempt)
+        backoff.sleep(attempt)
     raise Unavailable("the queue's offsets are too contended; retry")
 
 
@@ -156,19 +152,15 @@ def append_copy(topic: str, m: seg.Message, now: int) -> bool:
     q = queue_for_key(m.key, n) if m.key is not None else zlib.crc32(m.id.encode()) % n
     if LogRepo.dedup_lookup(topic, [m.id]):
         return True
-    for attempt in range(ATTEMPTS):
-        base = LogRepo.head(topic, q, fresh=attempt > 0)
-        if base is None:
-            return False
-        part, _ = plan_parts(topic, q, [(0, m, True)], base)[0]
-        try:
-            LogRepo.append(topic, q, base, part, now)
-            return True
-        except TransactionFailed as e:
-            if e.failed(len(e.reasons) - 1):  # the id was recorded meanwhile: appended by someone else
-                return True
-        _backoff(attempt)
-    raise Unavailable("the dead-letter topic's queue is too contended; retry")
+
+    def plan(items: list, base: int) -> tuple:
+        part, placed = plan_parts(topic, q, items, base)[0]
+        return part, len(placed)
+
+    try:  # an id recorded meanwhile: appended by someone else (nothing left to do)
+        return append_at_head(topic, q, [(0, m, True)], now, plan, on_recorded=lambda _items, _ids: [])
+    except Contended:
+        raise Unavailable("the dead-letter topic's queue is too contended; retry") from None
 
 
 def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) -> S.State | None:
@@ -209,5 +201,5 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
             return st  # nothing readable yet: left due
         if OffsetRepo.write_state(owner, view, new, None, now):
             return new
-        _backoff(attempt)
+        backoff.sleep(attempt)
     raise Unavailable("the queue's offsets are too contended; retry")

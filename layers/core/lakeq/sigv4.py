@@ -40,6 +40,8 @@ from email.utils import parsedate_to_datetime
 from typing import Mapping
 from urllib.parse import quote, unquote_plus
 
+from .errors import LakeqError
+
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW_S = 15 * 60  # AWS: a request time more than 15 minutes from the server's clock expires
 MAX_EXPIRES_S = 7 * 24 * 3600  # presigned URLs: X-Amz-Expires at most 7 days
@@ -50,7 +52,7 @@ _AMZ_DATE = re.compile(r"^\d{8}T\d{6}Z$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class SigV4Error(Exception):
+class SigV4Error(LakeqError):
     """A request whose signature is missing, malformed, wrong or too old (``code``: AWS's)."""
 
     def __init__(self, code: str, message: str):

@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 from . import sigv4, sqs_keys
 from . import sqs_credentials as cred
 from .auth import Principal
+from .errors import LakeqError
 
 ANY_SIGNATURE_ENV = "LAKEQ_SQS_ANY_SIGNATURE"
 wall_clock: Callable[[], float] = time.time  # seconds; tests patch it
@@ -38,7 +39,7 @@ _STATUS = {
 }
 
 
-class SqsAuthError(Exception):
+class SqsAuthError(LakeqError):
     """An SQS request that is not authenticated. ``code``: the legacy (query) code botocore reports;
     ``status``: the HTTP status; ``json_type``: the JSON protocol's ``__type``."""
 

@@ -17,6 +17,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 from xml.sax.saxutils import escape
 
+from .errors import LakeqError
+
 # --- errors ----------------------------------------------------------------------------------------
 # modeled error (shape name) -> (query-compatible code, HTTP status); others use their own name, 400
 MODELED = {
@@ -48,7 +50,7 @@ COMMON = {"InvalidParameterValue": 400, "MissingParameter": 400, "AccessDenied":
           "MalformedQueryString": 404, "UnknownOperationException": 400}
 
 
-class SqsError(Exception):
+class SqsError(LakeqError):
     """An SQS error. ``name``: the JSON ``__type`` suffix (the model's shape name, or a common
     code); ``code``: the query-compatible code botocore reports; ``status``: the HTTP status.
 

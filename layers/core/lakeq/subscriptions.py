@@ -34,7 +34,7 @@ from . import validation as v
 from .auth import Principal, authorize, client_or_404, topic_or_404
 from .errors import BadRequest, Forbidden, NotFound, StaleReceipt
 from .fanout_plan import parked_view
-from .logread import broker, consume, list_reader, views
+from .logread import ListLog, broker, consume, list_reader
 from .models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from .names import check_name, check_topic, covers, is_name
 from .receipts import Receipt, subscription_field
@@ -428,7 +428,5 @@ def pull(p: Principal, sub_id: str, params: dict) -> dict:
         _ack(s, ack_receipt)
     lt, owner = list_topic(sub_id), list_owner(sub_id)
     req = v.PullRequest(group=None, client_id=None, member_id=None, max=max_, wait_ms=wait_ms, tags=None, ack=None)
-    field = subscription_field(sub_id)
-    return consume(owner, lt, {"group": s.subscriber, "topic": lt}, lambda _v: field,
-                   lambda: views(lt, owner), vis or int(client.visibility_timeout_ms), req, None, "-",
-                   reader=list_reader(lt), policy=policy(s))
+    return consume(ListLog(lt, owner, {"group": s.subscriber, "topic": lt}, subscription_field(sub_id)),
+                   vis or int(client.visibility_timeout_ms), req, None, policy=policy(s))

@@ -1,16 +1,15 @@
 """Queue routes: produce, pull, ack, offsets."""
 from __future__ import annotations
 
-from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
 from .. import service, subscriptions
 from ..http import body, json_response, path, principal, query
+from ..obs import metrics
 
 produce_router = APIGatewayHttpRouter()
 consume_router = APIGatewayHttpRouter()
-metrics = Metrics(namespace="lakeq", service="lakeq")
 
 
 @produce_router.post("/v1/topics/<topic>/messages")

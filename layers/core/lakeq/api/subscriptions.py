@@ -1,15 +1,14 @@
 """Subscription routes: create, list, delete, pull (ack goes through POST /v1/acks)."""
 from __future__ import annotations
 
-from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
 from .. import subscriptions
 from ..http import body, json_response, path, principal, query
+from ..obs import metrics
 
 router = APIGatewayHttpRouter()
-metrics = Metrics(namespace="lakeq", service="lakeq")
 
 
 @router.post("/v1/subscriptions")

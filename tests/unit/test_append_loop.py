@@ -1,0 +1,78 @@
+"""Issue 15 item 3 (one append-with-retry loop): :func:`lakeq.append.append_at_head` against a fake
+LogRepo — lost races plan again at the fresh head, recorded ids are answered, the queue gone stops,
+40 lost races in a row give up with the items left."""
+from __future__ import annotations
+
+import pytest
+
+from lakeq import append as A
+from lakeq import backoff
+from lakeq.repos import CONDITION_FAILED, Append, TransactionFailed
+
+
+class FakeLog:
+    def __init__(self, head, failures):
+        self.head_at, self.failures, self.calls = head, list(failures), []
+
+    def head(self, log, queue, fresh=False):
+        self.calls.append(("head", fresh))
+        return self.head_at
+
+    def append(self, log, queue, base, part, now):
+        self.calls.append(("append", base, [k for k, _ in part.dedup]))
+        if self.failures:
+            reasons = self.failures.pop(0)
+            self.head_at += 1  # someone else appended
+            raise TransactionFailed(reasons)
+        self.head_at = base + len(part.dedup)
+
+
+def plan_two(items, base):
+    """Up to two items per write, each with its dedup key."""
+    chunk = items[:2]
+    return Append([], [(k, base + i) for i, k in enumerate(chunk)]), len(chunk)
+
+
+@pytest.fixture(autouse=True)
+def no_sleep(monkeypatch):
+    slept = []
+    monkeypatch.setattr(backoff.time, "sleep", slept.append)
+    return slept
+
+
+def test_writes_in_order_and_retries_a_lost_race_at_the_fresh_head(monkeypatch, no_sleep):
+    fake = FakeLog(5, [[CONDITION_FAILED, None, None]])
+    monkeypatch.setattr(A, "LogRepo", fake)
+    written = []
+    assert A.append_at_head("t", 0, ["a", "b", "c"], 0, plan_two, lambda done, _p: written.append(done))
+    assert written == [["a", "b"], ["c"]]
+    assert fake.calls == [("head", False), ("append", 5, ["a", "b"]), ("head", True), ("append", 6, ["a", "b"]),
+                          ("head", False), ("append", 8, ["c"])]
+    assert len(no_sleep) == 1
+
+
+def test_ids_recorded_meanwhile_are_answered_and_not_written_again(monkeypatch, no_sleep):
+    fake = FakeLog(0, [[CONDITION_FAILED, None, CONDITION_FAILED]])  # head moved and "b" was recorded
+    monkeypatch.setattr(A, "LogRepo", fake)
+    answered = []
+
+    def recorded(items, keys):
+        answered.extend(keys)
+        return [i for i in items if i not in keys]
+    assert A.append_at_head("t", 0, ["a", "b"], 0, plan_two, on_recorded=recorded)
+    assert answered == ["b"] and fake.calls[-1] == ("append", 1, ["a"]) and no_sleep == []
+
+
+def test_a_gone_queue_stops(monkeypatch):
+    fake = FakeLog(None, [])
+    monkeypatch.setattr(A, "LogRepo", fake)
+    assert A.append_at_head("t", 0, ["a"], 0, plan_two) is False
+
+
+def test_gives_up_after_the_attempts_with_the_items_left(monkeypatch):
+    fake = FakeLog(0, [[CONDITION_FAILED]] * 100)
+    monkeypatch.setattr(A, "LogRepo", fake)
+    with pytest.raises(A.Contended) as e:
+        A.append_at_head("t", 0, ["a", "b", "c"], 0, plan_two)
+    assert e.value.remaining == ["a", "b", "c"] and isinstance(e.value.cause, TransactionFailed)
+    assert sum(1 for c in fake.calls if c[0] == "append") == A.ATTEMPTS

@@ -1,0 +1,34 @@
+"""Issue 15 item 3 (one Metrics/Logger set-up): the powertools logger and metrics are made once, in
+:mod:`lakeq.obs`, with their service and namespace read from ``POWERTOOLS_*`` (template.yaml)."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOURCES = sorted([*(ROOT / "functions").glob("*/app.py"), *(ROOT / "layers" / "core" / "lakeq").rglob("*.py")])
+
+
+def test_no_module_but_obs_makes_a_logger_or_metrics():
+    makers = re.compile(r"\b(Logger|Metrics|Tracer)\(")
+    found = [str(p.relative_to(ROOT)) for p in SOURCES
+             if p.name != "obs.py" and makers.search(p.read_text())]
+    assert found == []
+
+
+def test_template_globals_set_the_powertools_names():
+    class Loader(yaml.SafeLoader):
+        pass
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    tpl = yaml.load((ROOT / "template.yaml").read_text(), Loader=Loader)
+    env = tpl["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["POWERTOOLS_SERVICE_NAME"] == "lakeq" and env["POWERTOOLS_METRICS_NAMESPACE"] == "lakeq"
+
+
+def test_obs_reads_the_environment():
+    """tests/conftest.py puts template.yaml's environment in os.environ, as the local stack does."""
+    from lakeq import obs
+    assert obs.logger.service == "lakeq"
+    assert obs.metrics.namespace == "lakeq" and obs.metrics.service == "lakeq"
