@@ -2,7 +2,7 @@
 changes / generation moved / expiring another member), sync, leave and the sweep.
 
 For each path the handler is killed right after its k-th store call (``tests.crash.CrashAfter``;
-every call whose operation writes, plus seeded read points), then the client retries as the README's
+every call whose operation writes, plus seeded read points), then the client retries as docs/guide-groups.md's
 member loop does (the same request again; then heartbeat → re-join / sync as told, a 404 → join
 again) until the group is stable. Checked after every request and at the end:
 
@@ -41,7 +41,7 @@ def wire(qs):
 
 
 class Member:
-    """A client running the README's member loop."""
+    """A client running docs/guide-groups.md's member loop."""
 
     def __init__(self, api, key, mid):
         self.api, self.key, self.mid = api, key, mid

@@ -37,7 +37,7 @@ from .http import (
 )
 
 MAX_MESSAGES = 100          # API.md: 1-100 messages a produce request
-MAX_REQUEST_BYTES = 3_000_000  # README "Limits": a produce request body (UTF-8)
+MAX_REQUEST_BYTES = 3_000_000  # docs/api.md "Limits": a produce request body (UTF-8)
 MAX_WAIT_MS = 20_000
 
 

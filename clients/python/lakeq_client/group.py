@@ -1,5 +1,5 @@
-"""A consumer-group member: join / heartbeat / sync in a background thread (README "Consumer
-groups"), pulls restricted to its own queues, leave on close."""
+"""A consumer-group member: join / heartbeat / sync in a background thread (the member loop of
+docs/guide-groups.md), pulls restricted to its own queues, leave on close."""
 from __future__ import annotations
 
 import threading
