@@ -122,6 +122,11 @@ class Queue:
     def attr_int(self, name: str) -> int:
         return int(self.attributes[name])
 
+    @property
+    def log(self) -> str:
+        """The log name of this incarnation of the queue's topic: every storage key uses it."""
+        return log_of(self.topic)
+
 
 def _load(t: TopicModel | None, name: str) -> Queue:
     if t is None or not sp.is_queue_name(name):
@@ -169,13 +174,13 @@ def _ensure_clients(q: Queue) -> None:
     per container for a minute (two GetItems saved per send and receive), per incarnation of the
     topic (its log name): a queue deleted and made again in another container is checked again."""
     now = time.monotonic()
-    if _CLIENTS_SEEN.get(log_of(q.topic), 0.0) > now:
+    if _CLIENTS_SEEN.get(q.log, 0.0) > now:
         return
     if ClientRepo.get(group_name(q.name)) is None or ClientRepo.get(producer_name(q.name)) is None:
         SqsRepo.ensure_clients(q.name, now_ms())
     if len(_CLIENTS_SEEN) > 10_000:
         _CLIENTS_SEEN.clear()
-    _CLIENTS_SEEN[log_of(q.topic)] = now + CLIENTS_SEEN_TTL_S
+    _CLIENTS_SEEN[q.log] = now + CLIENTS_SEEN_TTL_S
 
 
 def _sqs_error(e: ApiError) -> sp.SqsError:
@@ -349,7 +354,7 @@ def delete_queue(ctx: Ctx, req: dict) -> dict:
     q = _load(t, name)
     if not ctx.principal.admin:
         raise sp.access_denied("DeleteQueue")
-    _CLIENTS_SEEN.pop(log_of(q.topic), None)
+    _CLIENTS_SEEN.pop(q.log, None)
     SqsRepo.delete(q.topic, now_ms())
     for c in (group_name(q.name), producer_name(q.name)):
         lq_auth.forget_client(c)
@@ -366,11 +371,10 @@ def purge_queue(ctx: Ctx, req: dict) -> dict:
         raise sp.access_denied("PurgeQueue")
     _ensure_clients(q)
     g = group_name(q.name)
-    owner = OffsetRepo.owner(g, log_of(q.topic))
+    owner = OffsetRepo.owner(g, q.log)
     now = now_ms()
-    log = log_of(q.topic)
-    for meta in LogRepo.queues(log, int(q.topic.queues)):
-        head = _delayed.promote(log, int(meta.queue), now) if meta.next_due is not None else None
+    for meta in LogRepo.queues(q.log, int(q.topic.queues)):
+        head = _delayed.promote(q.log, int(meta.queue), now) if meta.next_due is not None else None
         OffsetRepo.reset(owner, int(meta.queue), int(meta.max_offset) if head is None else head,
                          {"group": g, "client_id": None, "topic": q.name}, now)
     return {}
@@ -379,7 +383,7 @@ def purge_queue(ctx: Ctx, req: dict) -> dict:
 def _counts(q: Queue) -> dict[str, str]:
     """Approximate counts from the SQS group's offsets: visible = backlog outside live locks,
     not visible = messages under a live lock, delayed = the queues' delayed items (lakeq.delayed)."""
-    log = log_of(q.topic)
+    log = q.log
     owner = OffsetRepo.owner(group_name(q.name), log)
     now = now_ms()
     recs = OffsetRepo.records(owner)
@@ -571,7 +575,7 @@ def _prepare(ctx: Ctx, q: Queue, e: dict) -> Prepared:
         else:
             sp.check_group_id(dedup, "MessageDeduplicationId")
         scope = group if q.attributes.get("DeduplicationScope") == "messageGroup" else ""
-        seed = f"{scope}\n{dedup}" if not inc_of(q.topic) else f"{log_of(q.topic)}\n{scope}\n{dedup}"
+        seed = f"{scope}\n{dedup}" if not inc_of(q.topic) else f"{q.log}\n{scope}\n{dedup}"
         msg["id"] = str(uuid.uuid5(FIFO_NS, seed))  # (a queue made again: other MessageIds)
         props["sqs.dedup"] = dedup
     elif dedup is not None:
@@ -811,7 +815,7 @@ def _handle(q: Queue, handle: object) -> tuple[str, str, int]:
     if handle is None or handle == "":
         raise sp.missing("ReceiptHandle")
     group, receipt, offset = sp.decode_handle(handle)
-    if group != group_name(q.name) or f":{log_of(q.topic)}@" not in receipt:  # (this incarnation's)
+    if group != group_name(q.name) or f":{q.log}@" not in receipt:  # (this incarnation's)
         raise sp.SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid receipt '
                           "handle.")
     return group, receipt, offset
