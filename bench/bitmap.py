@@ -49,7 +49,7 @@ def fp_table(trials: int, rng: random.Random) -> list[tuple[int, int, float, flo
 
 
 def filter_speed(n_msgs: int, rng: random.Random) -> tuple[float, float, int]:
-    from lakeq import segments as seg
+    from lakeq.log import segments as seg
 
     vocab = [rand_tag(rng) for _ in range(200)]
     msgs = [seg.Message(id=str(i), body="x" * 200, tags=rng.sample(vocab, 3), properties={"n": i})

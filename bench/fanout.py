@@ -1,7 +1,7 @@
 """Fan-out index rebuild benchmark (SPEC §3 delivery): how long a FanoutFunction container takes to
 rebuild its cached ``SubscriptionIndex`` after the subscriptions' version moved.
 
-Measures the in-process part of :meth:`lakeq.fanout.Matcher.load` — JSON-decode each stored
+Measures the in-process part of :meth:`lakeq.fanout.worker.Matcher.load` — JSON-decode each stored
 subscription's conditions and ``add`` it — over stored-item stand-ins at 1k, 10k and 100k
 subscriptions (a stock-quote workload: two stock codes per subscription, a few percent with range /
 prefix / anything-but / tags), plus the time to plan one 100-record stream batch of 10 messages each
@@ -28,8 +28,8 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
-from lakeq import fanout  # noqa: E402
-from lakeq import segments as seg  # noqa: E402
+from lakeq.fanout import worker as fanout  # noqa: E402
+from lakeq.log import segments as seg  # noqa: E402
 
 
 def subscriptions(n: int, rnd: random.Random) -> list[SimpleNamespace]:

@@ -98,14 +98,19 @@ class Units:
 
 
 def measure(n: int) -> dict:
-    from lakeq import clock, group_service, group_store, groups as g, service
-    from lakeq.models import ClientModel, GroupModel, TopicModel
+    from lakeq.admin import auth as lq_auth
+    from lakeq.common import clock
+    from lakeq.consume import service
+    from lakeq.groups import service as group_service
+    from lakeq.rebalance import state as g
+    from lakeq.store import groups as group_store
+    from lakeq.store.models import ClientModel, GroupModel, TopicModel
 
     names = [f"{'t' * 60}{i}" for i in range(3)]
     for t in names:
         TopicModel(t, queues=64, created_at=1).save()
     ClientModel("big", role="consumer", topics=names, key_hash="0" * 64, created_at=1).save()
-    service.clear_caches()
+    lq_auth.clear_caches()
     now = 1_800_000_000_000
     clock.now = lambda: now
     st = g.new_group("big")
@@ -131,7 +136,7 @@ def measure(n: int) -> dict:
         out[label] = {"rru": u.rru, "wru": u.wru, "writes": u.writes, "ms": round((time.perf_counter() - t0) * 1000)}
         return r
 
-    from lakeq.models import GroupMemberModel
+    from lakeq.store.models import GroupMemberModel
     gen = st.generation
     # every header lease lapsed (45 s after the seed) while everyone heartbeated into its liveness
     # item: the next request reads them all and renews the leases (one header write)

@@ -10,8 +10,8 @@ botocore hooks of ``bench/queue.py`` (``Meter``); request units come from the it
 (moto is not size-aware): strongly consistent reads 1 RRU per 4 KB, eventually consistent 0.5,
 BatchGetItem per item, Query on the sum of the items returned.
 
-The clock: ``lakeq.clock.now`` is a fake clock, and the long poll's ``time.sleep``
-(``lakeq.logread.time``) advances it instead of sleeping, so a 20-s poll runs in a fraction of a
+The clock: ``lakeq.common.clock.now`` is a fake clock, and the long poll's ``time.sleep``
+(``lakeq.consume.reader.time``) advances it instead of sleeping, so a 20-s poll runs in a fraction of a
 second with exactly the rounds the code schedules in 20 s (50, 100, 200, 400, then 500 ms apart).
 On AWS each round also takes the store calls' own latency (a few ms), so a real 20-s poll makes
 at most as many rounds as counted here: the figures are an upper bound on rounds by that margin
@@ -288,10 +288,13 @@ def main() -> None:
     meter = bq.Meter()
     bq.install_hooks(meter)  # before any botocore client exists
     mock = setup_aws()
-    from lakeq import clock as lakeq_clock
-    from lakeq import logread, service, sqs_keys, sqs_service
+    from lakeq.admin import auth as lq_auth
+    from lakeq.common import clock as lakeq_clock
+    from lakeq.consume import reader as logread
+    from lakeq.sqs import keys as sqs_keys
+    from lakeq.sqs import service as sqs_service
 
-    service.clear_caches()
+    lq_auth.clear_caches()
     sqs_keys.clear_caches()
     clock = FakeClock()
     lakeq_clock.now = clock

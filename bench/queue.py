@@ -156,8 +156,8 @@ def install_hooks(meter: Meter) -> None:
 
 # --- the stack ------------------------------------------------------------------------------------
 def start_stack():
-    from infra.local.__main__ import free_port, start_moto, wait_for_moto
     from infra.local import template as tpl
+    from infra.local.__main__ import free_port, start_moto, wait_for_moto
 
     port = free_port()
     moto = start_moto(port, os.path.join("/tmp", f"lakeq-bench-moto-{port}.log"))
@@ -173,6 +173,7 @@ def start_stack():
     os.environ.update(tpl.environment(ctx))
     import boto3
     from werkzeug.serving import make_server
+
     from infra.local.gateway import Gateway
 
     tpl.create_tables(boto3.client("dynamodb"), ctx)

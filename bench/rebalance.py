@@ -12,7 +12,7 @@ assignor we measure
 * max-min — balance: largest minus smallest queue count;
 * ms      — compute time of the assignor (cooperative-sticky: its two rounds together);
 * disturbed — members that have to act: under lakeq's protocol only members whose assignment
-  changed (+ the joining member), counted by running lakeq.groups' transitions; under Kafka's eager
+  changed (+ the joining member), counted by running lakeq.rebalance.state' transitions; under Kafka's eager
   protocol every member re-joins (and stops consuming) on every rebalance; under Kafka's cooperative
   protocol every member re-joins once per round (two rounds when something moves).
 
@@ -34,8 +34,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "layers", "core"))
 
-from lakeq import groups  # noqa: E402
-from lakeq.assignors import Subscription, imbalance, moved_queues, range_assignor, round_robin, sticky  # noqa: E402
+from lakeq.rebalance import state as groups  # noqa: E402
+from lakeq.rebalance.assignors import Subscription, imbalance, moved_queues, range_assignor, round_robin, sticky  # noqa: E402
 
 QUEUES_PER_TOPIC = 50
 
@@ -174,7 +174,7 @@ def call(fn, subs, counts, gen):
 
 
 def protocol_run(n_members, n_queues, n_events, seed=7):
-    """The same churn through lakeq.groups' transitions: members disturbed per rebalance
+    """The same churn through lakeq.rebalance.state' transitions: members disturbed per rebalance
     (moved to preparing_rebalance, plus the joiner) and the time of one transition."""
     rng = random.Random(seed + 1)
     n_topics = max(1, n_queues // QUEUES_PER_TOPIC)

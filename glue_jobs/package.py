@@ -65,7 +65,7 @@ _lakeq_bundle()
 
 
 def _module_file(name: str) -> Path | None:
-    """The source file of a local module (``lakeq.groups`` → layers/core/lakeq/groups.py), if local."""
+    """The source file of a local module (``lakeq.rebalance.state`` → layers/core/lakeq/groups.py), if local."""
     parts = name.split(".")
     for root in ROOTS:
         base = root.joinpath(*parts)

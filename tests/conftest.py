@@ -108,7 +108,7 @@ def aws(template, aws_rules_spec):
         }
         _tpl.create_tables(clients["dynamodb"], template, _tpl.LOCAL_STACK)
         _tpl.create_secrets(clients["secretsmanager"], template, _tpl.LOCAL_STACK)  # a fresh master per test
-        from lakeq import sqs_keys
+        from lakeq.sqs import keys as sqs_keys
 
         sqs_keys.clear_caches()
         _tpl.create_buckets(clients["s3"], template, _tpl.LOCAL_STACK)

@@ -3,8 +3,8 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.admin import router
 from lakeq.api.console import router as console_router
-from lakeq.http import make_app
-from lakeq.obs import logger
+from lakeq.api.http import make_app
+from lakeq.common.obs import logger
 
 app = make_app(router, console_router)
 

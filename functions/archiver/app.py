@@ -3,7 +3,7 @@
 One invocation = one batch from one shard (``BatchSize`` / ``MaximumBatchingWindowInSeconds`` in
 template.yaml): its records become gzipped JSON Lines objects under
 ``raw/kind=<messages|offsets|members>/dt=…/hour=…/``, one per partition, keyed by the batch's shard
-and first/last sequence numbers (lakeq.lake). An S3 error raises: the event source mapping retries
+and first/last sequence numbers (lakeq.lake.archive). An S3 error raises: the event source mapping retries
 the same batch, which rewrites the same keys with the same bytes, so nothing is duplicated (a batch
 bisected by ``BisectBatchOnFunctionError`` gets other keys: the jobs drop duplicate rows by ``seq``).
 
@@ -21,9 +21,9 @@ import os
 import boto3
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq import lake
-from lakeq.errors import LakeqError
-from lakeq.obs import logger, metrics
+from lakeq.common.errors import LakeqError
+from lakeq.common.obs import logger, metrics
+from lakeq.lake import archive as lake
 
 _s3 = None
 

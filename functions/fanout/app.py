@@ -1,4 +1,4 @@
-"""Fan-out function: SegmentsTable stream → subscription message lists (logic in lakeq.fanout).
+"""Fan-out function: SegmentsTable stream → subscription message lists (logic in lakeq.fanout.worker).
 
 Not powertools' BatchProcessor: it handles records one at a time, while the fan-out groups a whole
 batch per subscription (one list append per subscription and batch, not per record), parks a
@@ -10,8 +10,9 @@ retried ``MaximumRetryAttempts`` times and sent to the on-failure queue (templat
 """
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq import clock, fanout
-from lakeq.obs import logger, metrics
+from lakeq.common import clock
+from lakeq.common.obs import logger, metrics
+from lakeq.fanout import worker as fanout
 
 
 @logger.inject_lambda_context

@@ -2,8 +2,8 @@
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.groups import router
-from lakeq.http import make_app
-from lakeq.obs import logger
+from lakeq.api.http import make_app
+from lakeq.common.obs import logger
 
 app = make_app(router)
 

@@ -1,9 +1,9 @@
 """Groups sweep function (EventBridge schedule, rate(1 minute)): expires silent members of every
 consumer group and picks up child topics created under a member's subscribed topics
-(lakeq.group_store.sweep). Requests to a group expire its silent members too; this covers idle groups."""
+(lakeq.store.groups.sweep). Requests to a group expire its silent members too; this covers idle groups."""
 
-from lakeq.group_store import sweep
-from lakeq.obs import logger
+from lakeq.common.obs import logger
+from lakeq.store.groups import sweep
 
 
 @logger.inject_lambda_context

@@ -1,9 +1,9 @@
-"""Produce function: POST /v1/topics/{topic}/messages (routes in lakeq.api.queue)."""
+"""Produce function: POST /v1/topics/{topic}/messages (routes in lakeq.api.produce)."""
 from aws_lambda_powertools.logging import correlation_paths
 
-from lakeq.api.queue import produce_router
-from lakeq.http import make_app
-from lakeq.obs import logger, metrics
+from lakeq.api.http import make_app
+from lakeq.api.produce import produce_router
+from lakeq.common.obs import logger, metrics
 
 app = make_app(produce_router)
 

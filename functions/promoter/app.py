@@ -1,9 +1,9 @@
 """Promoter function (EventBridge schedule, rate(1 minute)): due delayed messages (produce
-``delay_ms``) of queues nobody pulls join their queues (lakeq.delayed.sweep). A pull promotes its own
+``delay_ms``) of queues nobody pulls join their queues (lakeq.produce.delayed.sweep). A pull promotes its own
 topic's due messages at once; this covers idle queues, so a message joins within about a minute."""
 
-from lakeq.delayed import sweep
-from lakeq.obs import logger
+from lakeq.common.obs import logger
+from lakeq.produce.delayed import sweep
 
 
 @logger.inject_lambda_context

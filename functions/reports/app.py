@@ -1,9 +1,9 @@
 """Reports function: the data-lake jobs' reports (routes in lakeq.api.reports)."""
 from aws_lambda_powertools.logging import correlation_paths
 
+from lakeq.api.http import make_app
 from lakeq.api.reports import reports_router
-from lakeq.http import make_app
-from lakeq.obs import logger
+from lakeq.common.obs import logger
 
 app = make_app(reports_router)
 

@@ -2,9 +2,9 @@
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.console import subscriptions_router
+from lakeq.api.http import make_app
 from lakeq.api.subscriptions import router
-from lakeq.http import make_app
-from lakeq.obs import logger, metrics
+from lakeq.common.obs import logger, metrics
 
 app = make_app(router, subscriptions_router)
 

@@ -1,5 +1,5 @@
 """Unsubscribe function: SubscriptionsTable stream REMOVE records → purge the deleted
-subscription's message list (logic in lakeq.subscriptions.purge_removed).
+subscription's message list (logic in lakeq.subscriptions.purge.purge_removed).
 
 ``DELETE /v1/subscriptions/{id}`` already purges inline; this is what makes the purge survive a
 crash of that request (or finish a list too long to purge inline): the REMOVE record exists iff
@@ -9,8 +9,8 @@ import time
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.obs import logger, metrics
-from lakeq.subscriptions import purge_removed
+from lakeq.common.obs import logger, metrics
+from lakeq.subscriptions.purge import purge_removed
 
 MARGIN_S = 5.0  # stop purging this long before the function's timeout, and report the rest
 

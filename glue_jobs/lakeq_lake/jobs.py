@@ -1,6 +1,6 @@
 """The two job bodies, shared by the Glue entry points and ``make jobs``: read the lake, run the
 pure transforms, write the reports (and publish the plans). The reports' keys are the API's own
-(:mod:`lakeq.report_keys`, from the core layer: on Glue it is in the job's bundle, locally
+(:mod:`lakeq.lake.report_keys`, from the core layer: on Glue it is in the job's bundle, locally
 :func:`lakeq_lake.local_paths` puts the layer on ``sys.path``)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections import defaultdict
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakeq.report_keys import BACKLOG as BACKLOG_PREFIX
-from lakeq.report_keys import PLANS as PLANS_PREFIX
-from lakeq.report_keys import history_prefix, plan_key, run_key, summary_key
+from lakeq.lake.report_keys import BACKLOG as BACKLOG_PREFIX
+from lakeq.lake.report_keys import PLANS as PLANS_PREFIX
+from lakeq.lake.report_keys import history_prefix, plan_key, run_key, summary_key
 
 from . import transforms as T
 from .store import Lake
@@ -111,7 +111,7 @@ def run_rebalance_plan(spark: SparkSession, lake: Lake, as_of_ms: int | None = N
         if publish:
             p = plans.publish(group, w)
         else:
-            from lakeq.group_store import GroupRepo
+            from lakeq.store.groups import GroupRepo
 
             p = plans.plan(GroupRepo.load(group), w, {})
             if p is not None:

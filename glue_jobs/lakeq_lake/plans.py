@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lakeq import assignors as A
-from lakeq import groups as G
+from lakeq.rebalance import assignors as A
+from lakeq.rebalance import state as G
 
 Queue = tuple[str, int]
 
@@ -53,7 +53,7 @@ def publish(group: str, weights: Mapping[Queue, float], now_ms: int | None = Non
     """Publish into the group's state through the groups repository (read → ``set_plan`` →
     conditional write, retried on conflicts). The plan is computed inside the transition on the
     state actually written. Returns the plan published (``None``: no members, nothing published)."""
-    from lakeq.group_store import GroupRepo
+    from lakeq.store.groups import GroupRepo
 
     out: dict = {}
 

@@ -1,6 +1,12 @@
-"""Explicit schemas of the raw log rows (lakeq.lake): the jobs never infer a schema from the lake."""
+"""Explicit schemas of the raw log rows (lakeq.lake.archive): the jobs never infer a schema from the lake."""
 from pyspark.sql.types import (
-    ArrayType, DoubleType, LongType, MapType, StringType, StructField, StructType,
+    ArrayType,
+    DoubleType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
 )
 
 MESSAGES = StructType([

@@ -1,6 +1,6 @@
 """Pure DataFrame transforms of the data-lake jobs (no I/O: DataFrames in, DataFrames out).
 
-Inputs are the raw log rows of :mod:`lakeq.lake` (schemas in :mod:`.schemas`). Times are epoch ms.
+Inputs are the raw log rows of :mod:`lakeq.lake.archive` (schemas in :mod:`.schemas`). Times are epoch ms.
 
 * :func:`backlog` — per group (and client, for broadcasting groups), topic, queue and time bucket:
   ``produced`` (the queue's log end offset at the bucket's end), ``committed``, ``backlog``,

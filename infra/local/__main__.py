@@ -88,8 +88,8 @@ def _print_sqs(base: str, secrets: dict[str, str], any_signature: bool) -> None:
         return
     import boto3
 
-    from lakeq import sqs_credentials as cred  # the gateway put the layers on sys.path
-    from lakeq.auth import hash_key
+    from lakeq.admin.auth import hash_key
+    from lakeq.sqs import credentials as cred  # the gateway put the layers on sys.path
 
     master = boto3.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].encode()
     akid = cred.admin_access_key_id(master, hash_key(tpl_mod.admin_key()))

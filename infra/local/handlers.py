@@ -9,8 +9,8 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .template import DEFAULT_ACCOUNT, DEFAULT_REGION, FunctionSpec

@@ -16,9 +16,8 @@ import signal
 import sys
 import threading
 
-from werkzeug.serving import run_simple
-
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import run_simple
 
 
 class Serialised:

@@ -78,7 +78,7 @@ def world(stack):
     # a lake report, as the backlog job writes it (the jobs themselves need Spark: test_lake_e2e)
     info = requests.get(f"{url}/_local/info", timeout=T).json()
     offsets = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
-    from lakeq.reports import summary_key
+    from lakeq.lake.reports import summary_key
     report = {"group": GROUP, "topic": TOPIC, "computed_at": int(time.time() * 1000) - 60_000, "as_of": 0,
               "bucket_minutes": 60, "backlog": offsets["backlog"] + 2,
               "queues": [{"queue": q["queue"], "produced": q["max_offset"], "committed": q["committed_offset"],

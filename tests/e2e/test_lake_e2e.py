@@ -13,7 +13,7 @@ import boto3
 import pytest
 import requests
 
-from lakeq import groups as G
+from lakeq.rebalance import state as G
 
 pytest.importorskip("pyspark")
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ def test_lake_jobs_end_to_end(stack, tmp_path):
                        aws_access_key_id="testing", aws_secret_access_key="testing")
     item = ddb.get_item(TableName=info["environment"]["GROUPS_TABLE"], Key={"group": {"S": GROUP}},
                         ConsistentRead=True)["Item"]
-    from lakeq.group_codec import unpack  # the header's stored form (JSON text or zlib bytes)
+    from lakeq.rebalance.codec import unpack  # the header's stored form (JSON text or zlib bytes)
     st, _ = unpack(item.get("state", {}).get("S"), item.get("state_z", {}).get("B"))
     assert st.plan is not None and st.plan.assignment is not None
     after, _ = G.force_rebalance(st, st.plan.published_at + 1, {TOPIC: 4})

@@ -1,15 +1,15 @@
 import pytest
 
-from lakeq import clock as lakeq_clock
-from lakeq import service
+from lakeq.admin import auth as lq_auth
+from lakeq.common import clock as lakeq_clock
 from tests.handlers import Api
 
 
 @pytest.fixture
 def api(aws):
-    service.clear_caches()
+    lq_auth.clear_caches()
     yield Api()
-    service.clear_caches()
+    lq_auth.clear_caches()
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def setup(api):
 
 
 class Clock:
-    """A fake ``lakeq.clock.now``: stands still; tests move it by setting ``t`` (epoch ms)."""
+    """A fake ``lakeq.common.clock.now``: stands still; tests move it by setting ``t`` (epoch ms)."""
 
     def __init__(self, t=1_800_000_000_000):
         self.t = t
@@ -45,7 +45,7 @@ def clock(monkeypatch):
 @pytest.fixture
 def fresh_matcher():
     """A fresh fan-out index cache (one per container on AWS; here one per test's moto tables)."""
-    from lakeq import fanout
+    from lakeq.fanout import worker as fanout
     fanout.matcher = fanout.Matcher()
     yield
     fanout.matcher = fanout.Matcher()

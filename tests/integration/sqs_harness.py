@@ -13,8 +13,8 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from moto.core.botocore_stubber import MockRawResponse
 
-from lakeq import sqs_service
-from lakeq.auth import Principal
+from lakeq.admin.auth import Principal
+from lakeq.sqs import service as sqs_service
 from tests.handlers import Api, Context, sample
 
 BASE = "http://lakeq.test:3000"

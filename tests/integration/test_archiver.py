@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lakeq import lake
+from lakeq.lake import archive as lake
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = os.environ["LAKE_BUCKET"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq import service
+from lakeq.admin import auth as lq_auth
+from lakeq.produce import service as produce_service
 from tests.crash import CrashAfter, count_calls
 
 ATTEMPTS = 5
@@ -38,7 +39,7 @@ def works_as_producer(api, topic: str, key: str, queues: int) -> None:
     keys = {}
     i = 0
     while len(keys) < queues and i < 500:  # find one message key per queue
-        q = service.queue_for_key(str(i), queues)
+        q = produce_service.queue_for_key(str(i), queues)
         keys.setdefault(q, str(i))
         i += 1
     msgs = [{"body": f"m{q}", "key": k} for q, k in sorted(keys.items())]
@@ -109,11 +110,11 @@ def test_create_client_every_prefix(api, root, clients):
 
 
 def original(clients) -> str:
-    return service.hash_key(clients["feed"])[:16]
+    return lq_auth.hash_key(clients["feed"])[:16]
 
 
 def authenticates(api, key: str) -> bool:
-    service.clear_caches()  # a fresh container: no cached key
+    lq_auth.clear_caches()  # a fresh container: no cached key
     return api.call("GET", "/v1/groups/risk/offsets", query={"topic": "quotes"}, key=key)[0] != 401
 
 

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lakeq import clock as lakeq_clock
-
+from lakeq.common import clock as lakeq_clock
 from tests.crash import CrashAfter, count_calls
 
 PARENT = "crash"

@@ -27,7 +27,7 @@ def env(api, aws, clock, monkeypatch):
     # the per-container key/client caches expire on real time (5 s); on a loaded machine a probe run
     # and the crashed runs then made different numbers of store calls. Freeze their clock: every run
     # here counts the same calls.
-    from lakeq import auth
+    from lakeq.admin import auth
     monkeypatch.setattr(auth, "monotonic", lambda: 1_000.0)
     assert api.call("POST", "/v1/topics", {"name": PARENT, "queues": 1})[0] == 201
     s, feed = api.call("POST", "/v1/clients", {"name": "feed", "role": "producer", "topics": [PARENT]})

@@ -19,8 +19,9 @@ import random
 import pytest
 
 from infra.local import interceptor
-from lakeq import group_store, groups as g
-from lakeq.models import GroupMemberModel, GroupModel, TopicModel
+from lakeq.rebalance import state as g
+from lakeq.store import groups as group_store
+from lakeq.store.models import GroupMemberModel, GroupModel, TopicModel
 from tests.crash import CountCalls, CrashAfter, seeded_points
 from tests.integration.test_groups_handlers import _history
 

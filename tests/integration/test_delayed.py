@@ -1,5 +1,5 @@
 """Delayed delivery (issue 9, ``delay_ms``) through the real handlers on moto, with the clock seam
-``lakeq.clock.now``: never delivered before ``deliver_at``, joins its queue when due (a pull or the
+``lakeq.common.clock.now``: never delivered before ``deliver_at``, joins its queue when due (a pull or the
 scheduled PromoterFunction), in due order then id, exactly once (retries, dedup, racing promoters,
 concurrent delayed produces), and ``delayed`` counts in ``GET /v1/topics/{topic}``."""
 from __future__ import annotations
@@ -8,9 +8,11 @@ import json
 import threading
 
 from infra.local import interceptor
-from lakeq import delayed, service
-from lakeq.auth import Principal
-from lakeq.models import QueueModel
+from lakeq.admin.auth import Principal
+from lakeq.consume import service
+from lakeq.produce import delayed
+from lakeq.produce import service as produce_service
+from lakeq.store.models import QueueModel
 from tests.handlers import Context, load_function
 from tests.history import drain, path
 
@@ -39,7 +41,7 @@ def as_function(function, fn, *args, **kw):
 
 
 def core_produce(client, messages, topic=T):
-    return as_function("ProduceFunction", service.produce, Principal(False, client), topic,
+    return as_function("ProduceFunction", produce_service.produce, Principal(False, client), topic,
                        json.dumps({"producer": client, "messages": messages}))
 
 
@@ -276,7 +278,7 @@ def test_iam_least_privilege_roles(template):
 def test_promoted_messages_fan_out_like_any(api, setup, clock):
     """A promoted message is a segment like any other: its segment item is in SegmentsTable (the
     stream the fan-out and the archiver read) with the produce's fields."""
-    from lakeq.models import SegmentModel
+    from lakeq.store.models import SegmentModel
     t0 = clock.t
     produce(api, setup["feed"], [{"id": "f", "body": "F", "key": "k", "delay_ms": 50}])
     assert not [s for s in SegmentModel.scan() if s.pq.startswith(T + "#")]
@@ -367,7 +369,7 @@ def test_a_long_poll_wakes_when_a_delayed_message_is_due(api, setup, clock, monk
     """The long poll sleeps until the earliest ``deliver_at`` it saw ahead, not until its next
     backed-off poll (50, 100, 200, 400, 500 ms...: a message due at +800 ms would wait for the poll at
     +1250). Deterministic: the fake clock moves only by the long poll's own sleeps."""
-    from lakeq import logread
+    from lakeq.consume import reader as logread
     slept = []
 
     def sleep(seconds):

@@ -7,12 +7,14 @@ names + values), so these tests fail on moto, which enforces no item limit, exac
 """
 from __future__ import annotations
 
-
 import pytest
 
 from infra.local import interceptor
-from lakeq import group_service, group_store, groups as g, lake
-from lakeq.models import GroupMemberModel, GroupModel, TopicModel
+from lakeq.groups import service as group_service
+from lakeq.lake import archive as lake
+from lakeq.rebalance import state as g
+from lakeq.store import groups as group_store
+from lakeq.store.models import GroupMemberModel, GroupModel, TopicModel
 
 ITEM_LIMIT = 400 * 1024
 TOPIC_LEN = 180  # long topic names (the limit is 200 characters per level... and in all)

@@ -8,10 +8,10 @@ import json
 import random
 import threading
 
-import pytest
-
-from lakeq import group_service, group_store, groups as g, service
-from lakeq.models import GroupModel, QueueModel
+from lakeq.consume import service
+from lakeq.groups import service as group_service
+from lakeq.store import groups as group_store
+from lakeq.store.models import GroupModel, QueueModel
 from tests.handlers import sample
 
 QUOTES = [("quotes", i) for i in range(4)] + [("quotes/sh", i) for i in range(2)]

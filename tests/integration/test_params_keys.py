@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq import auth, service
-from lakeq.models import KeyModel
+from lakeq.admin import auth
+from lakeq.admin import auth as lq_auth
+from lakeq.admin import service as admin_service
+from lakeq.store.models import KeyModel
 from tests.handlers import Context
 
 T = "/v1/topics/quotes%2Fsh/messages"
@@ -141,7 +143,7 @@ def test_key_routes_check_order(api, setup):
 
 
 def test_key_limit_per_client(api, setup):
-    for _ in range(service.MAX_KEYS - 1):
+    for _ in range(admin_service.MAX_KEYS - 1):
         assert api.call("POST", "/v1/clients/feed/keys")[0] == 201
     s, b = api.call("POST", "/v1/clients/feed/keys")
     assert s == 409 and b["error"]["code"] == "too_many_keys"
@@ -158,7 +160,7 @@ def test_revoked_key_cached_by_another_container_expires_within_the_ttl(api, set
     assert api.call("DELETE", f"/v1/clients/risk/keys/{kid}")[0] == 204
     auth._key_cache.update(cached)
     assert _can_read(api, key) == 200  # stale, within the TTL
-    now[0] += service.KEY_CACHE_TTL_S + 0.001
+    now[0] += lq_auth.KEY_CACHE_TTL_S + 0.001
     assert _can_read(api, key) == 401
 
 

@@ -14,8 +14,8 @@ import json
 import pytest
 
 from infra.local import interceptor
-from lakeq import validation as v
-from lakeq.models import DedupModel, QueueModel, SegmentModel
+from lakeq.contract import validation as v
+from lakeq.store.models import DedupModel, QueueModel, SegmentModel
 from tests.crash import CountCalls, CrashAfter
 
 T = "/v1/topics/quotes%2Fsh/messages"

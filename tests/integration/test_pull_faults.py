@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 
-from lakeq import fanout
+from lakeq.fanout import worker as fanout
 from tests.handlers import Context
 
 T = "/v1/topics/quotes%2Fsh/messages"
@@ -139,8 +139,8 @@ def test_a_retried_pull_with_ack_after_a_lost_response(api, setup):
 
 
 def test_remembered_acks_stay_bounded(api, setup):
-    from lakeq.models import OffsetModel
-    from lakeq.repos import OffsetRepo
+    from lakeq.store.models import OffsetModel
+    from lakeq.store.repos import OffsetRepo
     produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(12)])
     receipts = []
     for _ in range(12):
@@ -178,7 +178,7 @@ def test_stale_receipts_stay_409(api, setup):
 def test_subscription_list_ack_is_idempotent_and_its_pull_fits_the_limit(api, setup, monkeypatch):
     import itertools
 
-    from lakeq import clock
+    from lakeq.common import clock
     ticks = itertools.count(1_000)
     monkeypatch.setattr(clock, "now", lambda: next(ticks))
     fanout.matcher = fanout.Matcher()
@@ -210,7 +210,7 @@ def test_subscription_list_ack_is_idempotent_and_its_pull_fits_the_limit(api, se
 def _fan_out_everything(api):
     """Feed every segment of the topic's queues to the fan-out handler, as the stream would."""
     from infra.local import template as tpl
-    from lakeq.models import SegmentModel
+    from lakeq.store.models import SegmentModel
     from tests.handlers import _load
     spec = next(s for s in tpl.functions(tpl.load_template()) if s.logical_id == "FanoutFunction")
     handler = _load(spec)
@@ -255,7 +255,7 @@ class _Unprocessed:
 
 def test_pull_and_offsets_see_every_queue_when_batchget_leaves_keys_unprocessed(api, setup):
     from infra.local import interceptor
-    from lakeq.repos import LogRepo
+    from lakeq.store.repos import LogRepo
     s, _ = api.call("POST", "/v1/topics", {"name": "quotes/wide", "queues": 64})
     assert s == 201
     keys: dict[int, str] = {}

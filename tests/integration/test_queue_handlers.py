@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from lakeq.models import KeyModel, QueueModel, SegmentModel
+from lakeq.store.models import KeyModel, QueueModel, SegmentModel
 from tests.handlers import ADMIN, sample
 
 T = "/v1/topics/quotes%2Fsh/messages"
@@ -368,13 +368,13 @@ def test_lagging_head_after_a_producer_crash(api, setup):
     """A producer that died between its segment put and the queue item's update leaves
     ``max_offset`` behind: the next append's conditional put fails, it finds the real head and
     the log stays contiguous (no hole, no overlap)."""
-    from lakeq import segments as seg
-    from lakeq.repos import Append, LogRepo
+    from lakeq.log import segments as seg
+    from lakeq.store.repos import Append, LogRepo
 
     s, b = produce(api, setup["feed"], [{"body": "a", "key": "k"}])
     q = b["results"][0]["queue"]
     crashed = seg.encode([seg.Message(id="lost-update", body="b")], 1)
-    from lakeq.models import SegmentModel
+    from lakeq.store.models import SegmentModel
     SegmentModel(f"quotes/sh#{q}", 1, end=2, count=1, idx=crashed.idx, data=crashed.data, z=crashed.compressed,
                  produced_at=1).save()  # the segment landed, the queue item was never moved
     assert LogRepo.head("quotes/sh", q) == 1 and LogRepo.head("quotes/sh", q, fresh=True) == 2

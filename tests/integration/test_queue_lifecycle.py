@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from lakeq import delayed, sqs_service
-from lakeq.produce_plan import queue_for_key
+from lakeq.log.produce_plan import queue_for_key
+from lakeq.produce import delayed
+from lakeq.sqs import service as sqs_service
 from tests.history import path
 from tests.integration.sqs_harness import Harness, fake_auth
 
@@ -227,7 +228,7 @@ def test_delete_queue_crash_anywhere_then_retry_never_serves_old_data(api, sqs, 
     retry finishes the deletion (the deleted queue's delayed items go too); the queue made again
     (POST /v1/topics here; its next incarnation) serves nothing of the old one, to an old group
     either, also once the old delayed messages are due."""
-    from lakeq.models import DelayedModel
+    from lakeq.store.models import DelayedModel
     from tests.crash import CrashAfter
 
     sqs.create_queue(QueueName=Q)

@@ -12,7 +12,7 @@ from infra.local import interceptor
 from infra.local.gateway import Gateway
 from infra.local.handlers import HandlerCache
 from infra.local.schedules import Cron, Rate, Scheduler, glue_script, sources
-from lakeq import service
+from lakeq.admin import auth as lq_auth
 from tests.handlers import Api
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -75,7 +75,7 @@ def test_functions_are_invoked_under_their_own_role(template):
 
 def test_sweep_on_schedule_expires_a_silent_member(aws):
     """The real handler, in-process, with IAM enforced: the sweep alone removes a silent member."""
-    service.clear_caches()
+    lq_auth.clear_caches()
     api = Api()
     assert api.call("POST", "/v1/topics", {"name": "quotes", "queues": 2})[0] == 201
     s, risk = api.call("POST", "/v1/clients", {"name": "risk", "role": "consumer", "topics": ["quotes"]})
@@ -94,7 +94,7 @@ def test_sweep_on_schedule_expires_a_silent_member(aws):
     # the header is read without expiring anything (GET expires too; the sweep did it first)
     assert sched.runs["GroupsSweepFunction.Sweep"] == 1
     assert api.call("GET", "/v1/groups/risk")[1]["members"] == []
-    service.clear_caches()
+    lq_auth.clear_caches()
 
 
 def test_time_compression_fires_rate_schedules_on_the_virtual_clock(template):

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from lakeq.models import OffsetModel
+from lakeq.store.models import OffsetModel
 
 T = "/v1/topics/quotes%2Fsh/messages"
 DLQ = "/v1/topics/dlq/messages"
@@ -217,11 +217,11 @@ def test_patch_client(api, setup, clock, dlq):
 
 
 def test_patch_reaches_other_containers_within_the_cache_ttl(api, setup, clock, monkeypatch):
-    from lakeq import auth
+    from lakeq.admin import auth
     t = [1000.0]
     monkeypatch.setattr(auth, "monotonic", lambda: t[0])
     assert auth.client_or_404("risk", "consumer").max_deliveries is None
-    from lakeq.repos import ClientRepo
+    from lakeq.store.repos import ClientRepo
     ClientRepo.set_settings("risk", {"max_deliveries": 4})  # as another container's PATCH
     assert auth.client_or_404("risk", "consumer").max_deliveries is None  # cached
     t[0] += auth.CLIENT_CACHE_TTL_S
@@ -337,7 +337,7 @@ def test_store_calls_per_settle(api, setup, clock, dlq):
 
 @pytest.mark.usefixtures("fresh_matcher")
 def test_a_subscription_to_the_dead_letter_topic_sees_dead_letter(api, setup, clock, dlq):
-    from lakeq.models import SegmentModel
+    from lakeq.store.models import SegmentModel
     from tests.handlers import Context, load_function
     assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "dlqc", "topic": "dlq"}, key=dlq)

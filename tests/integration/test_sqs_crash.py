@@ -8,7 +8,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from lakeq import sqs_service
+from lakeq.sqs import service as sqs_service
 from tests.crash import CountCalls, CrashAfter
 from tests.handlers import Api
 from tests.integration.sqs_harness import Harness, fake_auth

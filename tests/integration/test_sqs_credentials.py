@@ -1,5 +1,5 @@
 """Issue 9: SQS credentials (admin routes, storage without secrets) and SigV4 authentication of
-SQS requests (lakeq.sqs_auth), in-process against moto with the template's tables, secret and
+SQS requests (lakeq.sqs.auth), in-process against moto with the template's tables, secret and
 IAM roles."""
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from botocore.exceptions import ClientError
 
 from infra.local import interceptor
 from infra.local import template as tpl
-from lakeq import sqs_auth, sqs_keys
+from lakeq.sqs import auth as sqs_auth
+from lakeq.sqs import keys as sqs_keys
 from tests.handlers import Api
 
 pytestmark = pytest.mark.usefixtures("aws")
@@ -149,8 +150,8 @@ def test_revocation_reaches_other_containers_within_the_cache_ttl(api, client_ke
     now = [1000.0]
     monkeypatch.setattr(sqs_keys, "monotonic", lambda: now[0])
     assert auth(*req).client == "worker"  # cached for CACHE_TTL_S
-    from lakeq.models import KeyModel
-    from lakeq.sqs_credentials import item_key
+    from lakeq.sqs.credentials import item_key
+    from lakeq.store.models import KeyModel
     KeyModel(item_key(b["access_key_id"])).delete()  # revoked by "another container"
     assert auth(*req).client == "worker"
     now[0] += sqs_keys.CACHE_TTL_S + 0.1

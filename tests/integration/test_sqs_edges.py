@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq import sqs_service
 from tests.history import path
 from tests.integration.sqs_harness import Harness, fake_auth, h, sqs  # noqa: F401 (h, sqs: fixtures)
 
@@ -92,7 +91,7 @@ def test_xml_receive_of_any_native_body_is_well_formed_and_md5_checks(h, sqs, ap
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from lakeq.sqs_protocol import md5_attributes
+    from lakeq.sqs.protocol import md5_attributes
     url = sqs.create_queue(QueueName="x")["QueueUrl"]
     s, feed = api.call("POST", "/v1/clients", {"name": "feed", "role": "producer", "topics": ["x"]})
     assert s == 201

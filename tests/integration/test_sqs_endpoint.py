@@ -8,7 +8,6 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from lakeq import sqs_service
 from tests.handlers import Api
 from tests.integration.sqs_harness import BASE, Harness, fake_auth, h, sqs  # noqa: F401 (h, sqs: fixtures)
 
@@ -330,7 +329,7 @@ def test_binary_attributes_and_selection(sqs):
     time.sleep(1.1)
     m = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["app.*"], WaitTimeSeconds=2)["Messages"][0]
     assert set(m["MessageAttributes"]) == {"app.a", "app.b"}
-    from lakeq import sqs_protocol as sp
+    from lakeq.sqs import protocol as sp
     assert m["MD5OfMessageAttributes"] == sp.md5_attributes({k: attrs[k] for k in ("app.a", "app.b")})
 
 

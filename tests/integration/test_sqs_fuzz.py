@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakeq import sqs_service
 from tests.handlers import Context
 from tests.integration.sqs_harness import Harness, fake_auth, h  # noqa: F401 (h, sqs: fixtures)
 from tests.integration.test_sqs_edges import raw_event

@@ -17,8 +17,8 @@ from botocore.exceptions import ClientError
 from infra.local import interceptor
 from infra.local import template as tpl
 from infra.local.streams import StreamPump
-from lakeq import clock as lakeq_clock
-from lakeq import fanout
+from lakeq.common import clock as lakeq_clock
+from lakeq.fanout import worker as fanout
 from tests.handlers import Context, sample, sqs_messages
 
 T_SAMPLE = 1795312800123  # produced_at of the messages in events/fanout_*stream.json

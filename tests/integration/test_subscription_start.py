@@ -1,11 +1,11 @@
 """Issue 8 item 8 (e): a subscription gets the messages produced after it was created, decided
-without comparing clocks of different Lambda hosts (lakeq.subscriptions.Start)."""
+without comparing clocks of different Lambda hosts (lakeq.store.subscriptions.Start)."""
 from __future__ import annotations
 
 import pytest
 
-from lakeq import clock
-from lakeq.subscriptions import SubscriptionModel
+from lakeq.common import clock
+from lakeq.store.subscriptions import SubscriptionModel
 
 H = 3_600_000
 T0 = 1_800_000_000_000
@@ -75,7 +75,7 @@ def test_start_is_clock_free(api, setup, aws, monkeypatch):
 
 
 def test_start_pure_rule():
-    from lakeq.subscriptions import Start
+    from lakeq.store.subscriptions import Start
     s = Start({"t": [3, 0, 5]})
     assert not s.delivers("t", 0, {"offset": 2, "produced_at": 10 ** 15})
     assert s.delivers("t", 0, {"offset": 3, "produced_at": 0})

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from lakeq import clock, fanout
-from lakeq.subscriptions import SubscriptionModel
+from lakeq.common import clock
+from lakeq.fanout import worker as fanout
+from lakeq.store.subscriptions import SubscriptionModel
 from tests.handlers import Context, sample
 
 SID = "0123456789abcdef0123456789abcdef"  # the id used in events/subscriptions_*.json
@@ -38,7 +39,7 @@ def rows(table):
 
 
 def snapshot():
-    from lakeq.models import DedupModel, OffsetModel, QueueModel, SegmentModel
+    from lakeq.store.models import DedupModel, OffsetModel, QueueModel, SegmentModel
     return {m.__name__: sorted(json.dumps(i.attribute_values, default=str, sort_keys=True) for i in m.scan())
             for m in (SubscriptionModel, QueueModel, SegmentModel, DedupModel, OffsetModel)}
 
@@ -143,7 +144,7 @@ def test_unsubscribe_deletes_the_list(api, setup, early_clock, fanout_handler):
     b = pull(api, sub["id"], setup["risk"])[1]
     s, _ = api.call("DELETE", f"/v1/subscriptions/{sub['id']}", key=setup["risk"])
     assert s == 204
-    from lakeq.models import DedupModel, OffsetModel, QueueModel, SegmentModel
+    from lakeq.store.models import DedupModel, OffsetModel, QueueModel, SegmentModel
     lt = f"~{sub['id']}"
     assert list(SegmentModel.query(f"{lt}#0")) == [] and [q for q in QueueModel.scan() if q.topic == lt] == []
     assert list(OffsetModel.query(f"s|{sub['id']}")) == [] and list(DedupModel.query(lt)) == []
@@ -167,7 +168,7 @@ def test_fanout_to_a_subscription_deleted_after_the_index_was_built(api, setup, 
     assert s == 204
     m.refresh = lambda: False  # stale index: still has the deleted subscription
     assert fanout.handle(sample("fanout_segments_stream.json"), clock.now(), m) == {"batchItemFailures": []}
-    from lakeq.models import SegmentModel
+    from lakeq.store.models import SegmentModel
     assert list(SegmentModel.query(f"~{sub['id']}#0")) == []
 
 

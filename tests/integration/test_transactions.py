@@ -1,5 +1,5 @@
 """Cancellation reasons come back in the order the items were added (pynamodb reorders them)."""
-from lakeq.repos import TopicRepo, TransactionFailed
+from lakeq.store.repos import TopicRepo, TransactionFailed
 
 
 def test_existing_child_topic_is_409_not_404(api):

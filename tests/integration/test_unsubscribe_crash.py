@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq.models import DedupModel, OffsetModel, SegmentModel
-from lakeq.repos import LogRepo
-from lakeq.subscriptions import SubscriptionModel
+from lakeq.store.models import DedupModel, OffsetModel, SegmentModel
+from lakeq.store.repos import LogRepo
+from lakeq.store.subscriptions import SubscriptionModel
 from tests.crash import CrashAfter, count_calls, seeded_points
 
 SEED = 8
@@ -81,7 +81,7 @@ def drain_with_purge_crash(pump, j: int) -> bool:
 
 
 def test_unsubscribe_survives_a_crash_after_each_store_call(api, setup, pump, monkeypatch):
-    from lakeq import auth
+    from lakeq.admin import auth
     monkeypatch.setattr(auth, "KEY_CACHE_TTL_S", 3600.0)  # the same calls in every run
     keep = subscribed_with_a_list(api, setup, pump, topic="quotes/sh")  # not covering the others' topic
     kept = left_of(keep)
@@ -116,7 +116,7 @@ def test_unsubscribe_survives_a_crash_after_each_store_call(api, setup, pump, mo
 
 def test_purge_of_a_long_list_finishes_through_the_stream(api, setup, pump, monkeypatch):
     """An inline purge stopped by its time budget leaves the rest to the UnsubscribeFunction."""
-    from lakeq import subscriptions
+    from lakeq.subscriptions import service as subscriptions
     sid = subscribed_with_a_list(api, setup, pump, n=30)
     monkeypatch.setattr(subscriptions, "PURGE_INLINE_S", -1.0)  # the inline purge stops at once
     assert delete(api, setup, sid)[0] == 204
@@ -126,7 +126,7 @@ def test_purge_of_a_long_list_finishes_through_the_stream(api, setup, pump, monk
 
 
 def test_purge_removed_ignores_other_records():
-    from lakeq.subscriptions import purge_removed
+    from lakeq.subscriptions.purge import purge_removed
     rec = {"eventName": "MODIFY", "dynamodb": {"Keys": {"id": {"S": "~version"}}, "SequenceNumber": "1"}}
     assert purge_removed({"Records": [rec]}) == {"batchItemFailures": []}
     rec2 = {"eventName": "REMOVE", "dynamodb": {"Keys": {"id": {"S": "~version"}}, "SequenceNumber": "2"}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq.models import OffsetModel
+from lakeq.store.models import OffsetModel
 from tests.crash import CrashAfter, count_calls
 from tests.handlers import Context, sample
 from tests.integration.test_subscriptions_handlers import T_SAMPLE

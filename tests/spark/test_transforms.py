@@ -8,8 +8,8 @@ from pathlib import Path
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from lakeq import groups as G
-from lakeq import lake
+from lakeq.lake import archive as lake
+from lakeq.rebalance import state as G
 from lakeq_lake import plans, schemas
 from lakeq_lake import transforms as T
 from lakeq_lake.jobs import run_backlog, summary_key

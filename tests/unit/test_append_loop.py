@@ -1,13 +1,13 @@
-"""Issue 15 item 3 (one append-with-retry loop): :func:`lakeq.append.append_at_head` against a fake
+"""Issue 15 item 3 (one append-with-retry loop): :func:`lakeq.store.append.append_at_head` against a fake
 LogRepo — lost races plan again at the fresh head, recorded ids are answered, the queue gone stops,
 40 lost races in a row give up with the items left."""
 from __future__ import annotations
 
 import pytest
 
-from lakeq import append as A
-from lakeq import backoff
-from lakeq.repos import CONDITION_FAILED, Append, TransactionFailed
+from lakeq.common import backoff
+from lakeq.store import append as A
+from lakeq.store.repos import CONDITION_FAILED, Append, TransactionFailed
 
 
 class FakeLog:

@@ -6,8 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakeq.assignors import (
+from lakeq.rebalance.assignors import (
     Subscription as S,
+)
+from lakeq.rebalance.assignors import (
     assign,
     imbalance,
     is_balanced,

@@ -5,8 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeq import names, receipts, segments as seg, selection
-from lakeq.errors import BadRequest
+from lakeq.common import names
+from lakeq.common.errors import BadRequest
+from lakeq.log import receipts, selection
+from lakeq.log import segments as seg
 
 topic_seg = st.text(alphabet="abcXYZ019._-", min_size=1, max_size=8)
 topics = st.lists(topic_seg, min_size=1, max_size=4).map("/".join)

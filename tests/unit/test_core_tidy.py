@@ -7,8 +7,9 @@ import pathlib
 
 import pytest
 
-from lakeq import errors, names, receipts
-from lakeq import groups as g
+from lakeq.common import errors, names
+from lakeq.log import receipts
+from lakeq.rebalance import state as g
 
 
 @pytest.mark.parametrize("cls,status,code", [(g.BadRequest, 400, "bad_request"),
@@ -78,9 +79,9 @@ def _reaches(graph, a: str, b: str) -> bool:
 
 def test_service_and_subscriptions_do_not_import_each_other():
     graph = _graph()
-    assert "lakeq.auth" in graph["lakeq.service"] and "lakeq.auth" in graph["lakeq.subscriptions"]
-    assert not _reaches(graph, "lakeq.service", "lakeq.subscriptions")
-    assert not _reaches(graph, "lakeq.subscriptions", "lakeq.service")
+    assert "lakeq.admin.auth" in graph["lakeq.consume.service"] and "lakeq.admin.auth" in graph["lakeq.subscriptions.service"]
+    assert not _reaches(graph, "lakeq.consume.service", "lakeq.subscriptions.service")
+    assert not _reaches(graph, "lakeq.subscriptions.service", "lakeq.consume.service")
 
 
 def test_no_import_cycles_in_the_core():
@@ -90,8 +91,8 @@ def test_no_import_cycles_in_the_core():
 
 
 # ------------------------------------------------------------------------------- pure planning
-PURE = ["lakeq.produce_plan", "lakeq.fanout_plan", "lakeq.names", "lakeq.clock", "lakeq.errors", "lakeq.groups",
-        "lakeq.segments", "lakeq.selection", "lakeq.receipts", "lakeq.payload", "lakeq.validation"]
+PURE = ["lakeq.log.produce_plan", "lakeq.log.fanout_plan", "lakeq.common.names", "lakeq.common.clock", "lakeq.common.errors", "lakeq.rebalance.state",
+        "lakeq.log.segments", "lakeq.log.selection", "lakeq.log.receipts", "lakeq.common.payload", "lakeq.contract.validation"]
 
 
 @pytest.mark.parametrize("mod", PURE)
@@ -114,7 +115,7 @@ def test_planning_modules_import_no_aws(mod):
 def _segment_record(topic: str, q: int, bodies: list[str], tags: list[list[str]]) -> dict:
     import base64
 
-    from lakeq import segments as seg
+    from lakeq.log import segments as seg
     s = seg.encode([seg.Message(id=f"m{i}", body=b, tags=t, properties={"n": i}, produced_at=5)
                     for i, (b, t) in enumerate(zip(bodies, tags))], 10)
     img = {"pq": {"S": f"{topic}#{q}"}, "base": {"N": str(s.base)}, "count": {"N": str(s.count)},
@@ -131,7 +132,7 @@ class _TagMatcher:
 
 
 def test_fanout_plan_groups_per_subscription_and_source_segment_without_aws():
-    from lakeq import fanout_plan as fp
+    from lakeq.log import fanout_plan as fp
     recs = [_segment_record("quotes", 2, ["a", "b", "c"], [["A"], ["B"], ["A", "B"]]),
             {"eventName": "REMOVE"},
             _segment_record("~sub", 0, ["x"], [["A"]])]  # list segments never fan out again
@@ -144,7 +145,7 @@ def test_fanout_plan_groups_per_subscription_and_source_segment_without_aws():
 
 
 def test_fanout_plan_stops_at_a_poison_record():
-    from lakeq import fanout_plan as fp
+    from lakeq.log import fanout_plan as fp
     bad = {"eventName": "INSERT", "dynamodb": {"NewImage": {"pq": {"S": "t#0"}}}}
     p = fp.plan([_segment_record("t", 0, ["a"], [["A"]]), bad, _segment_record("t", 0, ["b"], [["A"]])],
                 _TagMatcher())
@@ -152,7 +153,7 @@ def test_fanout_plan_stops_at_a_poison_record():
 
 
 def test_parked_view_is_pure():
-    from lakeq.fanout_plan import parked_view
+    from lakeq.log.fanout_plan import parked_view
     assert parked_view('{"t/a#3": {"from": 7, "reason": "r", "since": 1, "attempts": 2}}') == [
         {"topic": "t/a", "queue": 3, "from_offset": 7, "reason": "r", "since": 1, "attempts": 2}]
     assert parked_view("not json") == [] and parked_view(None) == []
@@ -199,7 +200,7 @@ def test_the_name_rule_accepts_what_api_md_allows():
 
 @pytest.mark.parametrize("bad", BAD_NAMES)
 def test_ack_subscription_ids_follow_the_name_rule(bad):
-    from lakeq import validation as v
+    from lakeq.contract import validation as v
     with pytest.raises(errors.BadRequest):
         v.ack({"subscription": bad, "receipt": "r"})
 
@@ -210,9 +211,9 @@ GLUE = CORE.parents[2] / "glue_jobs"
 
 def test_report_keys_are_defined_once_and_imported_by_the_jobs():
     """The API and the Glue jobs use the same functions (no copy that could drift)."""
-    from lakeq import report_keys, reports
+    from lakeq.lake import report_keys, reports
     jobs_src = (GLUE / "lakeq_lake" / "jobs.py").read_text()
-    assert "from lakeq.report_keys import" in jobs_src and "def summary_key" not in jobs_src
+    assert "from lakeq.lake.report_keys import" in jobs_src and "def summary_key" not in jobs_src
     assert "def plan_key" not in jobs_src and '"reports/' not in jobs_src
     assert reports.summary_key is report_keys.summary_key and reports.plan_key is report_keys.plan_key
     for py in [*GLUE.glob("*.py"), *(GLUE / "lakeq_lake").glob("*.py"), *CORE.glob("*.py")]:

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeq import segments as seg
-from lakeq import validation as v
-from lakeq.delay_plan import (
+from lakeq.common.errors import BadRequest
+from lakeq.contract import validation as v
+from lakeq.log import segments as seg
+from lakeq.log.delay_plan import (
     MAX_DELAY_MS,
     Delayed,
     decode_message,
@@ -21,8 +22,7 @@ from lakeq.delay_plan import (
     plan_delayed,
     promotion_extra,
 )
-from lakeq.errors import BadRequest
-from lakeq.produce_plan import (
+from lakeq.log.produce_plan import (
     QUEUE_ITEM_BYTES,
     TRANSACT_BYTES,
     TRANSACT_ITEMS,

@@ -1,5 +1,5 @@
 """Issue 15 item 3 (one error root): every exception class of the core and the functions derives
-from :class:`lakeq.errors.LakeqError`, and the API's HTTP mapping is one function."""
+from :class:`lakeq.common.errors.LakeqError`, and the API's HTTP mapping is one function."""
 from __future__ import annotations
 
 import ast
@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from lakeq import errors
+from lakeq.common import errors
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CORE = ROOT / "layers" / "core" / "lakeq"
@@ -41,7 +41,7 @@ def test_the_scan_finds_the_errors():
 @pytest.mark.parametrize("mod,name", CLASSES, ids=[f"{m}.{c}" for m, c in CLASSES])
 def test_every_core_error_derives_from_the_root(mod, name):
     cls = getattr(importlib.import_module(mod), name)
-    assert issubclass(cls, errors.LakeqError), f"{mod}.{name} does not derive from lakeq.errors.LakeqError"
+    assert issubclass(cls, errors.LakeqError), f"{mod}.{name} does not derive from lakeq.common.errors.LakeqError"
 
 
 def test_the_archivers_poison_batch_derives_from_the_root():

@@ -1,4 +1,4 @@
-"""The group header's stored form (lakeq.group_codec): lossless, compact, reads the old form."""
+"""The group header's stored form (lakeq.rebalance.codec): lossless, compact, reads the old form."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeq import group_codec as codec
-from lakeq import groups as g
+from lakeq.rebalance import codec
+from lakeq.rebalance import state as g
 
 TOPICS = ["quotes", "quotes/sh", "quotes/sz", "orders", "x" * 200]
 

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lakeq import groups as g
-from lakeq.assignors import Subscription, validate_assignment
+from lakeq.rebalance import state as g
+from lakeq.rebalance.assignors import Subscription, validate_assignment
 
 COUNTS = {"t0": 1, "t1": 2, "t2": 3}
 TOPICS = ["t0", "t1", "t2"]

@@ -1,4 +1,4 @@
-"""Topic incarnations (issue 14 item 1, lakeq.names.log_name): a log name never collides with another
+"""Topic incarnations (issue 14 item 1, lakeq.common.names.log_name): a log name never collides with another
 topic's or incarnation's, the topic and incarnation come back out of it, and receipts carry it."""
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakeq import names, receipts
-from lakeq.errors import BadRequest
-from lakeq.fanout_plan import parked_view
-from lakeq.lake import parse_owner
-from lakeq.models import queue_key
+from lakeq.common import names
+from lakeq.common.errors import BadRequest
+from lakeq.lake.archive import parse_owner
+from lakeq.log import receipts
+from lakeq.log.fanout_plan import parked_view
+from lakeq.store.models import queue_key
 
 topic_seg = st.text(alphabet="abcXYZ019._-", min_size=1, max_size=8)
 topics = st.lists(topic_seg, min_size=1, max_size=4).map("/".join)

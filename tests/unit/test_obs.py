@@ -1,5 +1,5 @@
 """Issue 15 item 3 (one Metrics/Logger set-up): the powertools logger and metrics are made once, in
-:mod:`lakeq.obs`, with their service and namespace read from ``POWERTOOLS_*`` (template.yaml)."""
+:mod:`lakeq.common.obs`, with their service and namespace read from ``POWERTOOLS_*`` (template.yaml)."""
 from __future__ import annotations
 
 import pathlib
@@ -29,6 +29,6 @@ def test_template_globals_set_the_powertools_names():
 
 def test_obs_reads_the_environment():
     """tests/conftest.py puts template.yaml's environment in os.environ, as the local stack does."""
-    from lakeq import obs
+    from lakeq.common import obs
     assert obs.logger.service == "lakeq"
     assert obs.metrics.namespace == "lakeq" and obs.metrics.service == "lakeq"

@@ -96,7 +96,8 @@ def test_every_operation_documents_its_errors(spec):
 
 
 def test_names_and_limits_match_the_code(spec):
-    from lakeq import names, validation as v
+    from lakeq.common import names
+    from lakeq.contract import validation as v
 
     schemas = spec["components"]["schemas"]
     name = re.compile(schemas["Name"]["pattern"])
@@ -127,7 +128,7 @@ def test_names_and_limits_match_the_code(spec):
 
 
 def test_receipt_format_matches_the_code(spec):
-    from lakeq.receipts import Receipt, parse, topic_queue_field
+    from lakeq.log.receipts import Receipt, parse, topic_queue_field
 
     pattern = re.compile(spec["components"]["schemas"]["PullOut"]["properties"]["receipt"]["pattern"])
     r = str(Receipt("lakeq-local", topic_queue_field("quotes/sh", 3), 5, 9, 1_700_000_000_000))

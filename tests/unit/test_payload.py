@@ -1,4 +1,4 @@
-"""lakeq.payload (pure): the response encoding and the byte budget of a pull's batch."""
+"""lakeq.common.payload (pure): the response encoding and the byte budget of a pull's batch."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeq.payload import BATCH_BYTES, LAMBDA_RESPONSE_LIMIT, ByteBudget, dumps, lambda_bytes
-from lakeq.selection import ack_key, kept_acks
+from lakeq.common.payload import BATCH_BYTES, LAMBDA_RESPONSE_LIMIT, ByteBudget, dumps, lambda_bytes
+from lakeq.log.selection import ack_key, kept_acks
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
 message = st.fixed_dictionaries({"id": text, "body": text, "key": st.none() | text,

@@ -4,10 +4,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeq import segments as seg
-from lakeq import validation as v
-from lakeq.produce_plan import TRANSACT_BYTES, TRANSACT_ITEMS, dedup_item_bytes, segment_item_bytes
-from lakeq.produce_plan import plan_parts as _plan_parts
+from lakeq.contract import validation as v
+from lakeq.log import segments as seg
+from lakeq.log.produce_plan import TRANSACT_BYTES, TRANSACT_ITEMS, dedup_item_bytes, segment_item_bytes
+from lakeq.log.produce_plan import plan_parts as _plan_parts
 
 DDB_ITEM = 400 * 1024
 TOPIC = "t/" + "x" * 198  # the longest topic name: the keys are the largest

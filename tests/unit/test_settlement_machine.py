@@ -1,4 +1,4 @@
-"""The settlement state machine (lakeq.settlement, issue 9) against a simple reference.
+"""The settlement state machine (lakeq.log.settlement, issue 9) against a simple reference.
 
 A simulated consumer drives random sequences of pull / accept / release / reject / whole-batch
 ack / expiry / visibility 0 / stale receipts over a log of ``n`` messages; the reference tracks,
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakeq import settlement as S
+from lakeq.log import settlement as S
 
 VIS = 1_000
 MAX_PULL = 100
@@ -33,7 +33,7 @@ class Sim:
         self.receipt: tuple[int, int, int] | None = None
         self.old_receipts: list[tuple[int, int, int]] = []
 
-    # the pull loop of lakeq.logread.consume, without the store
+    # the pull loop of lakeq.consume.reader.consume, without the store
     def pull(self, limit: int) -> list[int]:
         if self.s.live(self.now):
             return []
@@ -222,7 +222,7 @@ def test_simple_form_is_the_old_record():
 def test_backlog_counts_only_unsettled_offsets():
     """Offsets settled above the lowest unsettled one are not backlog (seen in the README session:
     a partial settle left 1 message waiting and offsets said 2)."""
-    from lakeq.selection import QueueView
+    from lakeq.log.selection import QueueView
     st = S.State(3, pend={1: 2}, due={})  # offset 0 settled, 1 released, 2 dead-lettered; frontier 3
     raw = S.to_settle(st)
     assert raw is not None

@@ -1,4 +1,4 @@
-"""Issue 9 (SQS endpoint): lakeq.sigv4 verifies what botocore's own SigV4 signer signs.
+"""Issue 9 (SQS endpoint): lakeq.sqs.sigv4 verifies what botocore's own SigV4 signer signs.
 
 Random methods, paths, queries, headers and bodies are signed by ``botocore.auth.SigV4Auth``
 (header form) and ``SigV4QueryAuth`` (presigned form) and must verify; any single-character change
@@ -19,7 +19,7 @@ from botocore.credentials import Credentials
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from lakeq import sigv4
+from lakeq.sqs import sigv4
 
 AKID = "LQAKTESTTESTTEST1234"
 SECRET = "s3cr3t-Secret_value-with-some-length-0123"

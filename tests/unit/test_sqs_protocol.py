@@ -1,4 +1,4 @@
-"""lakeq.sqs_protocol (pure): MD5 digests against a reference, receipt handles, attribute checks,
+"""lakeq.sqs.protocol (pure): MD5 digests against a reference, receipt handles, attribute checks,
 error shapes, the query protocol's parsing and XML."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakeq import sqs_protocol as sp
+from lakeq.sqs import protocol as sp
 
 
 def reference_md5(attrs: dict) -> str:

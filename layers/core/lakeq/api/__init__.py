@@ -1,1 +1,3 @@
-"""powertools Routers, one module per concern; each function's app.py includes its routers."""
+"""The HTTP API: powertools routers per function and the request/response plumbing; it calls use cases
+only, never the store.
+"""

@@ -6,8 +6,10 @@ import os
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from .. import service, sqs_keys
-from ..http import body, check_query, json_response, path, principal
+from lakeq.admin import service as admin_service
+from lakeq.api.http import body, check_query, json_response, path, principal
+from lakeq.consume import service
+from lakeq.sqs import keys as sqs_keys
 
 router = APIGatewayHttpRouter()
 
@@ -29,30 +31,30 @@ def openapi():
 @router.post("/v1/topics")
 def create_topic():
     p = principal(router)
-    return json_response(service.create_topic(p, body(router)), 201)
+    return json_response(admin_service.create_topic(p, body(router)), 201)
 
 
 @router.get("/v1/topics")
 def list_topics():
-    return json_response(service.list_topics(principal(router)))
+    return json_response(admin_service.list_topics(principal(router)))
 
 
 @router.patch("/v1/topics/<topic>")
 def grow_topic(topic: str):
     p = principal(router)
-    return json_response(service.grow_topic(p, path(topic), body(router)))
+    return json_response(admin_service.grow_topic(p, path(topic), body(router)))
 
 
 @router.post("/v1/clients")
 def create_client():
     p = principal(router)
-    return json_response(service.create_client(p, body(router)), 201)
+    return json_response(admin_service.create_client(p, body(router)), 201)
 
 
 @router.patch("/v1/clients/<name>")
 def patch_client(name: str):
     p = principal(router)
-    return json_response(service.patch_client(p, path(name), body(router)))
+    return json_response(admin_service.patch_client(p, path(name), body(router)))
 
 
 @router.put("/v1/groups/<group>/offsets")
@@ -64,23 +66,23 @@ def reset_offset(group: str):
 @router.get("/v1/clients/<name>/keys")
 def list_keys(name: str):
     p = principal(router)
-    return json_response(service.list_keys(p, path(name)))
+    return json_response(admin_service.list_keys(p, path(name)))
 
 
 @router.post("/v1/clients/<name>/keys")
 def issue_key(name: str):
     p = principal(router)
-    return json_response(service.issue_key(p, path(name)), 201)
+    return json_response(admin_service.issue_key(p, path(name)), 201)
 
 
 @router.delete("/v1/clients/<name>/keys/<key_id>")
 def revoke_key(name: str, key_id: str):
     p = principal(router)
-    service.revoke_key(p, path(name), path(key_id))
+    admin_service.revoke_key(p, path(name), path(key_id))
     return json_response(None, 204)
 
 
-# --- SQS credentials (issue 9, lakeq.sqs_keys) -------------------------------------------------
+# --- SQS credentials (issue 9, lakeq.sqs.keys) -------------------------------------------------
 @router.get("/v1/clients/<name>/sqs-credentials")
 def list_sqs_credentials(name: str):
     p = principal(router)

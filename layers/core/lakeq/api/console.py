@@ -8,8 +8,8 @@ from __future__ import annotations
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from .. import monitor
-from ..http import check_query, json_response, path, principal
+from lakeq.api.http import check_query, json_response, path, principal
+from lakeq.console import monitor
 
 router = APIGatewayHttpRouter()
 subscriptions_router = APIGatewayHttpRouter()

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from .. import group_service
-from ..http import body, json_response, path, principal
+from lakeq.api.http import body, json_response, path, principal
+from lakeq.groups import service as group_service
 
 router = APIGatewayHttpRouter()
 

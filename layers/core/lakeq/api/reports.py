@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from .. import reports
-from ..http import json_response, principal, query
+from lakeq.api.http import json_response, principal, query
+from lakeq.lake import reports
 
 reports_router = APIGatewayHttpRouter()
 

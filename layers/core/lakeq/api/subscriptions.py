@@ -4,9 +4,9 @@ from __future__ import annotations
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
-from .. import subscriptions
-from ..http import body, json_response, path, principal, query
-from ..obs import metrics
+from lakeq.api.http import body, json_response, path, principal, query
+from lakeq.common.obs import metrics
+from lakeq.subscriptions import service as subscriptions
 
 router = APIGatewayHttpRouter()
 

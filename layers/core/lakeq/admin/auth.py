@@ -1,0 +1,159 @@
+"""Who is calling and what they may touch: API keys, the admin key, grants (API.md "Auth").
+
+:func:`authenticate` turns an ``Authorization: Bearer <key>`` header into a :class:`Principal`
+(401 otherwise); :func:`require_admin` and :func:`authorize` are the 403 checks; the ``*_or_404``
+lookups are the 404 checks every use case makes before its 403 (API.md's order). Keys are stored
+as sha-256 hashes only. Both :mod:`lakeq.consume.service` and :mod:`lakeq.subscriptions.service` import this
+module (neither imports the other).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from lakeq.common.errors import Forbidden, NotFound, Unauthorized
+from lakeq.common.names import check_name, covers
+from lakeq.store.models import ClientModel, TopicModel
+from lakeq.store.repos import ClientRepo, TopicRepo
+
+# --- small per-container caches ---------------------------------------------------------------
+# A client's dead-letter settings can change (PATCH /v1/clients/{name}, issue 9): a container
+# trusts a client item it read for CLIENT_CACHE_TTL_S at most (at once in the container that
+# patched it). The client cache holds no key. A key can be revoked: a container trusts a key it
+# has looked up for KEY_CACHE_TTL_S at most, so a revoked key answers 401 everywhere within that
+# bound (at once in the container that revoked it, and at once on a cold container: the lookup is
+# strongly consistent).
+KEY_CACHE_TTL_S = 5.0
+KEY_CACHE_MAX = 10_000
+monotonic: Callable[[], float] = time.monotonic
+_key_cache: dict[str, tuple[str, float]] = {}  # key hash -> (client name, trusted until, monotonic s)
+CLIENT_CACHE_TTL_S = 5.0
+# name -> (client, trusted until, monotonic s)
+_client_cache: dict[str, tuple[ClientModel, float]] = {}
+
+
+def clear_caches() -> None:
+    _key_cache.clear()
+    _client_cache.clear()
+
+
+def forget_client(name: str) -> None:
+    """Read a patched client again on its next use in this container."""
+    _client_cache.pop(name, None)
+
+
+def forget_key(key_hash: str) -> None:
+    """Stop trusting a revoked key in this container at once."""
+    _key_cache.pop(key_hash, None)
+
+
+def hash_key(key: str) -> str:
+    """The stored form of a key.
+
+    >>> hash_key("local-admin-key")[:16]
+    '4ab7b7cd7a009307'
+    """
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _admin_hash() -> str | None:
+    h = os.environ.get("LAKEQ_ADMIN_KEY_SHA256")
+    if h:
+        return h.lower()
+    raw = os.environ.get("LAKEQ_ADMIN_KEY")
+    return hash_key(raw) if raw else None
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: the admin, or the client a key was issued to.
+
+    >>> Principal(admin=False, client="risk").may_act_as("risk"), Principal(admin=True).may_act_as("x")
+    (True, True)
+    """
+
+    admin: bool
+    client: str | None = None
+
+    def may_act_as(self, name: str) -> bool:
+        return self.admin or self.client == name
+
+
+def authenticate(authorization: str | None) -> Principal:
+    """401 unless the header carries the admin key or a key issued to a client."""
+    if not authorization:
+        raise Unauthorized("missing Authorization: Bearer <key> header")
+    scheme, _, key = authorization.strip().partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise Unauthorized("Authorization header must be 'Bearer <key>'")
+    h = hash_key(key)
+    admin = _admin_hash()
+    if admin is not None and hmac.compare_digest(h, admin):
+        return Principal(admin=True)
+    now = monotonic()
+    hit = _key_cache.get(h)
+    if hit is not None and hit[1] > now:
+        return Principal(admin=False, client=hit[0])
+    name = ClientRepo.client_for_key(h)
+    if name is None:
+        _key_cache.pop(h, None)
+        raise Unauthorized("unknown API key")
+    if len(_key_cache) >= KEY_CACHE_MAX:
+        for k in [k for k, (_, until) in _key_cache.items() if until <= now] or list(_key_cache):
+            del _key_cache[k]
+    _key_cache[h] = (name, now + KEY_CACHE_TTL_S)
+    return Principal(admin=False, client=name)
+
+
+def require_admin(p: Principal) -> None:
+    if not p.admin:
+        raise Forbidden("this route takes the admin key")
+
+
+def topic_or_404(name: str) -> TopicModel:
+    t = TopicRepo.get(name)
+    if t is None:
+        raise NotFound(f"topic '{name}' does not exist")
+    return t
+
+
+def client_or_404(name: str, role: str) -> ClientModel:
+    now = monotonic()
+    hit = _client_cache.get(name)
+    c = hit[0] if hit is not None and hit[1] > now else None
+    if c is None:
+        c = ClientRepo.get(name)
+        if c is not None:
+            if len(_client_cache) >= KEY_CACHE_MAX:
+                _client_cache.clear()
+            _client_cache[name] = (c, now + CLIENT_CACHE_TTL_S)
+    if c is None or c.role != role:
+        what = "consumer group" if role == "consumer" else "producer"
+        raise NotFound(f"{what} '{name}' does not exist")
+    return c
+
+
+def admin_client(p: Principal, name: str, item_id: str | None = None,
+                 live: Callable[[ClientModel], object] | None = None, what: str = "key") -> ClientModel:
+    """The client an admin route about its keys or credentials names, in API.md's order: 400 (the
+    name) → 404 (the client; with ``item_id``, one of its ``live(client)`` ids) → 403 (admin only)."""
+    check_name(name, "client name")
+    c = ClientRepo.get(name)
+    if c is None:
+        raise NotFound(f"client '{name}' does not exist")
+    if item_id is not None and live is not None and item_id not in live(c):  # type: ignore[operator]
+        raise NotFound(f"client '{name}' has no live {what} '{item_id}'")
+    require_admin(p)
+    return c
+
+
+def authorize(p: Principal, client: ClientModel, topic: str) -> None:
+    if not p.may_act_as(client.name):
+        raise Forbidden(f"this key may not act for '{client.name}'")
+    if not any(covers(g, topic) for g in client.topics):
+        raise Forbidden(f"'{client.name}' is not granted topic '{topic}'")

@@ -1,0 +1,330 @@
+"""Reading logs: the one pull loop over topic queues and subscription lists (SPEC §1).
+
+A *log* is a topic queue (``topic``, ``queue``) or a subscription's message list (pseudo-topic
+``~<id>``, queue 0): segments in SegmentsTable, head and tail offsets in QueuesTable, the consumer's
+record in OffsetsTable. A :data:`LogReader` reads one log from an offset; :func:`topic_reader` and
+:func:`list_reader` are the two kinds, both built on :func:`read_log` (contiguous offsets, a tag
+filter, at most one Lambda response of messages). :func:`consume` chooses a log, reads, locks it
+with a conditional write and answers, long-polling until ``wait_ms`` passes.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from typing import Callable, Iterable
+
+from lakeq.admin.auth import topic_or_404
+from lakeq.common import clock
+from lakeq.common.names import topic_of_log
+from lakeq.common.payload import ByteBudget
+from lakeq.consume.settle import Policy, flush_due
+from lakeq.contract import validation as v
+from lakeq.log import segments as seg
+from lakeq.log import settlement
+from lakeq.log.receipts import Receipt, topic_queue_field
+from lakeq.log.selection import QueueView, candidates, next_lock_ts
+from lakeq.store.repos import LogRepo, OffsetRepo
+
+SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
+POLL_MIN_MS, POLL_MAX_MS = 50, 500
+
+# (queue, start, limit, max_offset) -> (messages, next_offset)
+LogReader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
+
+
+def broker() -> str:
+    return os.environ.get("LAKEQ_BROKER") or "lakeq"
+
+
+def message_out(m: dict) -> dict:
+    """A delivered message as API.md shows it (field order fixed).
+
+    >>> list(message_out({"offset": 3, "id": "a", "extra": 1}))
+    ['id', 'topic', 'queue', 'offset', 'body', 'key', 'tags', 'properties', 'produced_at', 'deliveries']
+    >>> list(message_out({"dead_letter": {}}))[-1]
+    'dead_letter'
+    """
+    out = {k: m.get(k) for k in ("id", "topic", "queue", "offset", "body", "key", "tags", "properties",
+                                 "produced_at")}
+    out["deliveries"] = m.get("deliveries", 1)
+    if m.get("dead_letter") is not None:  # a dead-lettered copy (issue 9)
+        out["dead_letter"] = m["dead_letter"]
+    return out
+
+
+def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None = None) -> list[QueueView]:
+    """Each queue's log offsets and ``owner``'s record: BatchGetItem of the ``n_queues`` queue
+    items (a subscription's list ``~<id>`` has one; a topic's count is read when not given) and
+    one Query of the owner's records (``recs``: those records when the caller already read them).
+    Reads only."""
+    if n_queues is None:
+        n_queues = 1 if topic.startswith("~") else int(topic_or_404(topic).queues)
+    return views_of(LogRepo.queues(topic, n_queues), OffsetRepo.records(owner) if recs is None else recs)
+
+
+def views_of(metas: list, recs: dict) -> list[QueueView]:
+    """The :class:`~lakeq.log.selection.QueueView` of each queue item in ``metas`` with its record in
+    ``recs`` (queue → offset record)."""
+    out = []
+    for m in metas:
+        r = recs.get(int(m.queue))
+        if r is None:
+            out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset)))
+        else:
+            out.append(OffsetRepo.view_of(r, int(m.min_offset), int(m.max_offset)))
+    return out
+
+
+class Log:
+    """What the pull loop (:func:`consume`) reads and locks: consumer ``owner``'s log ``name``
+    with ``n_queues`` queues; ``meta``: what its offset records keep (``group``, ``topic``…);
+    ``lock_owner``: who a lock names. The kinds differ in the receipt's queue field, the reader,
+    and whether a poll first promotes delayed messages (:meth:`promote`): :class:`TopicLog`,
+    :class:`ListLog`."""
+
+    def __init__(self, name: str, owner: str, meta: dict, n_queues: int, lock_owner: str = "-"):
+        self.name, self.owner, self.meta, self.n_queues, self.lock_owner = name, owner, meta, n_queues, lock_owner
+
+    def queue_field(self, queue: int) -> str:
+        """The receipt's queue field for ``queue``."""
+        raise NotImplementedError
+
+    def reader(self, tags: list[str] | None) -> LogReader:
+        """A reader of this log's queues, filtered by ``tags`` where the kind allows it."""
+        raise NotImplementedError
+
+    def queues(self) -> list:
+        """The queue items (one BatchGetItem): offsets, and delayed messages' ``next_due``."""
+        return LogRepo.queues(self.name, self.n_queues)
+
+    def promote(self, metas: list) -> None:
+        """A poll's write step before it reads: nothing for this kind."""
+
+    def views(self, metas: list) -> list[QueueView]:
+        """The queues' views with the owner's records (one Query)."""
+        return views_of(metas, OffsetRepo.records(self.owner))
+
+    def wake_at(self) -> int | None:
+        """When the long poll should look again at the latest (None: its own backoff)."""
+        return None
+
+
+class TopicLog(Log):
+    """A topic's queues (``name``: its log name): receipts name ``<topic>@<queue>``, a pull may
+    filter by tags, and each poll first promotes the delayed messages that are due
+    (:func:`lakeq.produce.delayed.promote_due`: free to find, the poll reads the queue items anyway)."""
+
+    _wake: int | None = None
+
+    def queue_field(self, queue: int) -> str:
+        return topic_queue_field(self.name, queue)
+
+    def reader(self, tags: list[str] | None) -> LogReader:
+        return topic_reader(self.name, tags)
+
+    def promote(self, metas: list) -> None:
+        """Due delayed messages join their queues (a write), and ``metas``' heads move past them
+        in memory so this very poll reads them; remembers the earliest ``deliver_at`` still ahead
+        (:meth:`wake_at`)."""
+        from lakeq.produce.delayed import promote_due
+        self._wake = promote_due(self.name, metas)
+
+    def wake_at(self) -> int | None:
+        at, self._wake = self._wake, None
+        return at
+
+
+class ListLog(Log):
+    """A subscription's message list ``~<id>`` (one queue): receipts name ``field``, no tag filter,
+    nothing delayed."""
+
+    def __init__(self, name: str, owner: str, meta: dict, field: str):
+        super().__init__(name, owner, meta, 1)
+        self.field = field
+
+    def queue_field(self, queue: int) -> str:
+        return self.field
+
+    def reader(self, tags: list[str] | None) -> LogReader:
+        return list_reader(self.name)
+
+
+def _sleep_ms(ms: int, wake_at: int | None) -> int:
+    """The long poll's sleep: no longer than until ``wake_at`` (the earliest delayed message the
+    last poll saw ahead), so a long-polling consumer is served it as soon as it is due."""
+    return ms if wake_at is None else min(ms, max(wake_at - clock.now(), 0) + 5)
+
+
+def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shape: Callable[[dict, int], None],
+             tags: list[str] | None = None, scan: int | None = None) -> tuple[list[dict], int]:
+    """Read log (``log``, ``queue``) from ``start``: up to ``limit`` deliverable messages among at
+    most ``scan`` offsets (default ``limit``), contiguous offsets only (stop at a gap: never deliver
+    n+1 before n), and no more than fit one Lambda response (:class:`lakeq.common.payload.ByteBudget`;
+    always at least one). ``shape(message, offset)`` fills in the delivered fields in place.
+    Returns (messages, next_offset): ``next_offset`` is after the last offset examined (skipped
+    ones included); when the byte budget cuts the batch, right after the last message returned,
+    so the lock covers exactly what the response carries. ``next_offset == start``: nothing yet."""
+    budget = min(scan or limit, max_offset - start)
+    size = ByteBudget()
+    out: list[dict] = []
+    nxt = after = start
+    for s in LogRepo.read(log, queue, start, budget):
+        if s.base > nxt:
+            break
+        for off, msg in seg.read(s, nxt, budget - (nxt - start), tags):
+            if msg is not None:
+                msg["_log_offset"] = off  # the message's offset in this log (a list entry's "offset" is its source's)
+                shape(msg, off)
+                if not size.take(message_out(msg)):
+                    return out, after
+                out.append(msg)
+                after = off + 1
+            nxt = off + 1
+            if msg is not None and len(out) >= limit:
+                return out, nxt
+        if nxt - start >= budget:
+            break
+    return out, nxt
+
+
+def topic_reader(log: str, tags: list[str] | None) -> LogReader:
+    """A topic's queues (``log``: its log name, lakeq.common.names.log_name), filtered by ``tags`` (any
+    of; skipped messages count as read). Messages name the topic itself."""
+    topic = topic_of_log(log)
+
+    def read(queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
+        def shape_q(msg: dict, off: int) -> None:
+            msg["topic"], msg["queue"] = topic, queue
+        scan = limit if not tags else max(1000, limit * SCAN_FACTOR)
+        return read_log(log, queue, start, limit, max_offset, shape_q, tags, scan)
+    read.min_offset = lambda queue: min_offset(log, queue)  # type: ignore[attr-defined]
+    return read
+
+
+def list_reader(log: str) -> LogReader:
+    """A subscription's message list ``~<id>`` (queue 0): each entry keeps its source ``topic``,
+    ``queue`` and ``offset`` (= the source offset)."""
+    def shape(msg: dict, _off: int) -> None:
+        msg["offset"] = msg.pop("source_offset")
+
+    def read(queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
+        return read_log(log, 0, start, limit, max_offset, shape)
+    read.min_offset = lambda _queue: min_offset(log, 0)  # type: ignore[attr-defined]
+    return read
+
+
+def min_offset(log: str, queue: int) -> int | None:
+    """The log's ``min_offset`` (consistent GetItem of its queue item): offsets below it are gone.
+    None when the queue item is gone too (the log was deleted: every offset is)."""
+    m = LogRepo.queue(log, queue)
+    return None if m is None else int(m.min_offset)
+
+
+def _runs(offsets: Iterable[int]) -> list[list[int]]:
+    """Runs of consecutive offsets.
+
+    >>> _runs([1, 2, 3, 7, 9, 10])
+    [[1, 2, 3], [7], [9, 10]]
+    """
+    out: list[list[int]] = []
+    for o in offsets:
+        if out and out[-1][-1] + 1 == o:
+            out[-1].append(o)
+        else:
+            out.append([o])
+    return out
+
+
+def redeliver(reader: LogReader, queue: int, offsets: Iterable[int], budget: ByteBudget) -> tuple[list[dict], bool]:
+    """The pending ``offsets`` (ascending) read again: one read per run of consecutive offsets
+    (usually one: a batch). A message the pull's tag filter skips is not served (it stays pending).
+    Returns (messages in offset order, whether every offset was read: False when the byte budget
+    ran out)."""
+    out: list[dict] = []
+    for run in _runs(offsets):
+        msgs, _ = reader(queue, run[0], len(run), run[-1] + 1)
+        for m in msgs:
+            if not budget.take(message_out(m)):
+                return out, False
+            out.append(m)
+    return out, True
+
+
+def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
+            policy: Policy | None = None) -> dict:
+    """The pull loop shared by topic queues and subscription lists (SPEC §1): per poll, promote
+    (:meth:`Log.promote`), choose, read, lock with a conditional write, answer; long-poll until
+    ``wait_ms`` passes.
+
+    Per queue (issue 9, :mod:`lakeq.log.settlement`): pending messages (released, or whose lock
+    ended) are served first, lowest offset first, then fresh ones from the frontier; with
+    ``max_deliveries``, the suspects of a lock that ended unsettled one at a time (poison
+    isolation, :mod:`lakeq.log.settlement`); entries due for the dead-letter path are finished
+    first (:func:`lakeq.consume.settle.flush_due`). ``policy``: the consumer's dead-letter settings."""
+    policy = policy or Policy()
+    owner, meta = log.owner, log.meta
+    whole = log.reader(None)  # unfiltered: the dead-letter path copies any message
+    reader = log.reader(req.tags)
+    deadline = clock.now() + req.wait_ms
+    poll = POLL_MIN_MS
+    while True:
+        now = clock.now()
+        progressed = False
+        metas = log.queues()
+        log.promote(metas)  # the poll's write step: due delayed messages join their queues first
+        for view in candidates(log.views(metas), now, allowed):
+            p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
+            if p.upkeep:  # dead-letter what is due first, then look again
+                moved = p.state != view.state()
+                if not moved or OffsetRepo.write_state(owner, view, p.state, meta, now):
+                    after = flush_due(owner, view.queue, policy, whole, now)
+                    # a due message not readable yet stays due: look again at the next poll, not now
+                    progressed |= moved or after is None or after.due != p.state.due
+                continue
+            budget = ByteBudget()
+            if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone
+                found, _ = redeliver(reader, view.queue, sorted(p.state.suspect), ByteBudget())
+                if found:
+                    p = replace(p, redeliver=(found[0]["_log_offset"],))
+                else:  # it matches none of them: a batch of the rest (the suspects wait for their pulls)
+                    p = settlement.plan(view.state(), now, req.max, policy.max_deliveries, isolate=False)
+            offer = p.redeliver
+            if req.tags and not p.alone and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
+                found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
+                offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
+            again, complete = redeliver(reader, view.queue, offer, budget)
+            if not p.alone and p.state.suspect and policy.max_deliveries is not None:
+                # a filtered batch's fallback: a suspect that was not readable a moment ago is never
+                # served with others (it waits for a pull of its own)
+                again = [m for m in again if m["_log_offset"] not in p.state.suspect]
+            frontier, fresh = p.state.frontier, []
+            if p.fresh and complete and frontier < view.max_offset:
+                read, frontier = reader(view.queue, frontier, p.fresh, view.max_offset)
+                for m in read:
+                    if not budget.take(message_out(m)):
+                        frontier = m["_log_offset"]  # the lock covers exactly what the response carries
+                        break
+                    fresh.append(m)
+            if not again and not fresh:
+                if frontier > p.state.frontier:  # only skipped messages: move past them ourselves
+                    progressed |= OffsetRepo.write_state(owner, view, settlement.advance(p.state, frontier), meta,
+                                                         now, consumed=True)
+                continue
+            ts = next_lock_ts(now, p.state.lock_ts)
+            new = settlement.lock(p.state, ts, now + visibility_ms, [m["_log_offset"] for m in again],
+                                  [m["_log_offset"] for m in fresh], frontier)
+            if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner):
+                continue
+            batch = again + fresh
+            for m in batch:
+                m["deliveries"] = new.pend[m["_log_offset"]]
+            receipt = Receipt(broker(), log.queue_field(view.queue), new.lock_from, new.lock_next, ts)
+            return {"messages": [message_out(m) for m in batch], "receipt": str(receipt)}
+        if progressed:
+            continue
+        remaining = deadline - clock.now()
+        if remaining <= 0:
+            return {"messages": [], "receipt": None}
+        time.sleep(_sleep_ms(min(poll, remaining), log.wake_at()) / 1000)  # delayed delivery: wake when one is due
+        poll = min(POLL_MAX_MS, poll * 2)

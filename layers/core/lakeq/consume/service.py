@@ -1,0 +1,220 @@
+"""Consume use cases behind the HTTP routes: pull (with a piggybacked ack), ack, visibility, a
+group's offsets and their reset. The pull loop itself is :func:`lakeq.consume.reader.consume`; the
+settlement of a receipt is :mod:`lakeq.consume.settle`.
+
+Check order (API.md): 401 → 400 (syntax) → 404 (named things) → 403 (the key may not act) →
+state-dependent answers (400/409). Handlers parse nothing themselves beyond handing over the
+raw body and parameters.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from lakeq.admin.auth import (
+    Principal,
+    authorize,
+    client_or_404,
+    require_admin,
+    topic_or_404,
+)
+from lakeq.common import clock as _clock
+from lakeq.common.errors import ApiError, BadRequest, NotFound, StaleReceipt
+from lakeq.common.names import check_name, check_topic
+from lakeq.consume import settle as settling
+from lakeq.consume.reader import TopicLog, broker, consume, topic_reader
+from lakeq.consume.reader import views as _views
+from lakeq.contract import validation as v
+from lakeq.log.receipts import Receipt
+from lakeq.log.receipts import parse as parse_receipt
+from lakeq.log.selection import lock_until
+from lakeq.log.settlement import Outcomes
+from lakeq.store.models import ClientModel, log_of
+from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo
+
+# --- pull / ack -----------------------------------------------------------------------------
+MemberQueues = Callable[[ClientModel, str, str], "set[int]"]
+
+
+def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[int]:
+    """The member's servable queues of ``topic`` (404 ``unknown_member``); reads, never writes."""
+    from lakeq.store.groups import member_queues as served
+    return served(group, member_id, topic)
+
+
+member_queues: MemberQueues = _group_member_queues
+
+
+def read_batch(topic: str, queue: int, start: int, limit: int, tags: list[str] | None,
+               max_offset: int) -> tuple[list[dict], int]:
+    """A topic queue's batch from ``start`` (:func:`lakeq.consume.reader.topic_reader`)."""
+    return topic_reader(topic, tags)(queue, start, limit, max_offset)
+
+
+def _instance(group: ClientModel, client_id: str | None) -> str | None:
+    """Whose offsets a request uses: its ``client_id`` in broadcasting mode (400 without one),
+    None in clustering mode (the group's own)."""
+    if group.mode != "broadcasting":
+        return None
+    if client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    return client_id
+
+
+STALE = "the receipt is stale: the queue was locked again, acknowledged or reset since"
+
+
+def _group_receipt(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+                   use: str) -> tuple[str, int, str]:
+    """The checks every use of a group's receipt makes (ack, visibility), in API.md's order:
+    not a subscription's (400), its topic exists (404), the key may act (403), the instance (400).
+    Returns (topic, queue, offsets owner); 409 ``stale_receipt`` for another broker's receipt."""
+    if receipt.subscription is not None:
+        raise BadRequest(f"this receipt is for a subscription; {use} it with 'subscription'")
+    topic, q = receipt.topic_queue
+    t = TopicRepo.get(topic)
+    if t is None:
+        raise NotFound(f"topic '{topic}' of the receipt does not exist")
+    authorize(p, group, topic)
+    owner = OffsetRepo.owner(group.name, log_of(t), _instance(group, client_id))
+    if receipt.broker != broker() or receipt.log != log_of(t):  # (a receipt of a deleted incarnation)
+        raise StaleReceipt(STALE)
+    return topic, q, owner
+
+
+def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+               outcomes: Outcomes = Outcomes()) -> dict:
+    """Settle a group's receipt (:func:`lakeq.consume.settle.settle`): the whole batch (one UpdateItem
+    in the common case) or the offsets ``outcomes`` names."""
+    topic, q, owner = _group_receipt(p, group, client_id, receipt, "acknowledge")
+    out = settling.settle(owner, q, receipt, outcomes, settling.policy_of(group), topic_reader(receipt.log, None),
+                          _clock.now(), STALE)
+    return {"topic": topic, "queue": q, **out}
+
+
+def ack(p: Principal, raw: str | None,
+        subscription_ack: Callable[..., dict] | None = None) -> dict:
+    """``POST /v1/acks``: a group's receipt here; a subscription's goes to ``subscription_ack``
+    (:func:`lakeq.subscriptions.service.ack`, passed in by the route: this module does not import it).
+    With ``"acks": [...]`` a batch: ``{"results": [...]}`` in order, each entry's body or error."""
+    body = v.json_body(raw)
+    if "acks" in body:
+        return _ack_batch(p, v.ack_batch(body), subscription_ack)
+    req = v.ack(body)
+    receipt = parse_receipt(req.receipt)
+    return _ack_one(p, req, receipt, subscription_ack)
+
+
+def _ack_one(p: Principal, req: v.AckIn, receipt: Receipt, subscription_ack) -> dict:
+    if req.subscription is not None:
+        if subscription_ack is None:
+            raise BadRequest("subscription receipts are acknowledged on the consume routes")
+        return subscription_ack(p, req.subscription, receipt, req.outcomes)
+    group = client_or_404(req.group, "consumer")  # type: ignore[arg-type]
+    return _ack_group(p, group, req.client_id, receipt, req.outcomes)
+
+
+def _ack_batch(p: Principal, req: v.AckBatchIn, subscription_ack) -> dict:
+    """Each entry on its own: a refused entry (4xx) is answered with its error and changes
+    nothing; the others go on. The consumer named by the envelope must exist (404 for all)."""
+    if req.group is not None:
+        client_or_404(req.group, "consumer")
+    results: list[dict] = []
+    for e in req.entries:
+        if isinstance(e, ApiError):
+            results.append(e.body())
+            continue
+        try:
+            results.append(_ack_one(p, e, parse_receipt(e.receipt), subscription_ack))
+        except ApiError as err:
+            if err.status >= 500:
+                raise
+            results.append(err.body())
+    return {"results": results}
+
+
+def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+                      visibility_ms: int) -> dict:
+    topic, q, owner = _group_receipt(p, group, client_id, receipt, "name")
+    now = _clock.now()
+    until = lock_until(now, visibility_ms)
+    if not settling.visibility(owner, q, receipt, until, now):
+        raise StaleReceipt(STALE)
+    return {"topic": topic, "queue": q, "locked_until": until}
+
+
+def visibility(p: Principal, raw: str | None,
+               subscription_visibility: Callable[[Principal, str, Receipt, int], dict] | None = None) -> dict:
+    """``POST /v1/visibility``: extend or end (0) a receipt's lock; checks as :func:`ack`. A
+    subscription's receipt goes to ``subscription_visibility`` (:func:`lakeq.subscriptions.service.visibility`)."""
+    req = v.visibility(v.json_body(raw))
+    receipt = parse_receipt(req.ack.receipt)
+    if req.ack.subscription is not None:
+        if subscription_visibility is None:
+            raise BadRequest("subscription receipts are handled on the consume routes")
+        return subscription_visibility(p, req.ack.subscription, receipt, req.visibility_timeout_ms)
+    group = client_or_404(req.ack.group, "consumer")  # type: ignore[arg-type]
+    return _visibility_group(p, group, req.ack.client_id, receipt, req.visibility_timeout_ms)
+
+
+def pull(p: Principal, topic: str, params: dict) -> dict:
+    check_topic(topic)
+    req = v.pull(params)
+    ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
+    t = topic_or_404(topic)
+    group = client_or_404(req.group, "consumer")
+    allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
+    authorize(p, group, topic)
+    client_id = _instance(group, req.client_id)
+    if ack_receipt is not None:
+        _ack_group(p, group, client_id, ack_receipt)
+    log = log_of(t)
+    owner = OffsetRepo.owner(group.name, log, client_id)
+    meta = {"group": group.name, "client_id": client_id, "topic": topic}
+    lock_owner = req.member_id or client_id or "-"
+    return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner),
+                   req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
+                   policy=settling.policy_of(group))
+
+
+# --- offsets --------------------------------------------------------------------------------
+def offsets(p: Principal, group_name: str, params: dict) -> dict:
+    check_name(group_name, "group")
+    topic = params.get("topic")
+    check_topic(topic)
+    client_id = params.get("client_id")
+    if client_id is not None:
+        check_name(client_id, "client_id")
+    t = topic_or_404(topic)
+    group = client_or_404(group_name, "consumer")
+    authorize(p, group, topic)
+    owner = OffsetRepo.owner(group.name, log_of(t), _instance(group, client_id))
+    now = _clock.now()
+    queues = []
+    recs = OffsetRepo.records(owner)
+    for view in sorted(_views(log_of(t), owner, int(t.queues), recs=recs), key=lambda x: x.queue):
+        r = recs.get(view.queue)  # lock_owner: the member_id / client_id holding the lock, "-" for none
+        queues.append({"queue": view.queue, "min_offset": view.min_offset, "max_offset": view.max_offset,
+                       "committed_offset": view.start,
+                       "locked_until": view.lock_until if view.locked(now) else 0,
+                       "lock_owner": r.lock_owner if r is not None and view.locked(now) else None,
+                       "backlog": view.backlog, "dead_lettered": view.dead_lettered})
+    return {"group": group.name, "topic": topic, "backlog": sum(q["backlog"] for q in queues), "queues": queues}
+
+
+def reset_offset(p: Principal, group_name: str, raw: str | None) -> dict:
+    check_name(group_name, "group")
+    req = v.reset_offset(v.json_body(raw))
+    t = topic_or_404(req.topic)
+    group = client_or_404(group_name, "consumer")
+    require_admin(p)
+    client_id = _instance(group, req.client_id)
+    if req.queue >= int(t.queues):
+        raise BadRequest(f"topic '{req.topic}' has queues 0-{int(t.queues) - 1}")
+    meta = LogRepo.queue(log_of(t), req.queue)
+    lo, hi = int(meta.min_offset), int(meta.max_offset)  # type: ignore[union-attr]
+    if not lo <= req.offset <= hi:
+        raise BadRequest(f"offset must be within [{lo}, {hi}] for queue {req.queue}")
+    owner = OffsetRepo.owner(group.name, log_of(t), client_id)
+    OffsetRepo.reset(owner, req.queue, req.offset, {"group": group.name, "client_id": client_id, "topic": req.topic},
+                     _clock.now())
+    return {"group": group.name, "topic": req.topic, "queue": req.queue, "committed_offset": req.offset}

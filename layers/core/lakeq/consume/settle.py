@@ -1,0 +1,205 @@
+"""Settling receipts and dead-lettering, over the store (issue 9). The rules are
+:mod:`lakeq.log.settlement` (pure); this module reads a record, applies them and writes the result
+with a conditional write, for group receipts (:mod:`lakeq.consume.service`) and subscription receipts
+(:mod:`lakeq.subscriptions.service`) alike, and by the pull loop (:func:`lakeq.consume.reader.consume`) for
+entries due for the dead-letter path.
+
+Store calls:
+
+- whole-batch ack of a simple-form batch: one conditional UpdateItem (as before issue 9);
+- any other settle: one consistent GetItem + one conditional UpdateItem (compare-and-set on the
+  record's ``sv``; a concurrent write — another settle of the same batch, a renew — makes it read
+  again and re-apply, so concurrent settles of different offsets all land);
+- dead-lettering (rejected, or ``max_deliveries`` reached): the settle above records the offsets
+  as *due* first; then, per due message, a GetItem of the dead-letter topic, a BatchGetItem of
+  its dedup items, the segment Query, and the append (one transaction with the copy's dedup item)
+  — unless its deterministic id is already there; then one conditional UpdateItem settles them.
+  A crash anywhere leaves them due on the record: the next settle or pull of that log finishes
+  the job, and the copy's id (:func:`copy_id`) makes the second append a no-op.
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+from lakeq.common import backoff
+from lakeq.common.errors import BadRequest, StaleReceipt, Unavailable
+from lakeq.log import segments as seg
+from lakeq.log import settlement as S
+from lakeq.log.produce_plan import plan_parts, queue_for_key
+from lakeq.log.receipts import Receipt
+from lakeq.log.selection import ack_key
+from lakeq.log.settlement import Outcomes
+from lakeq.store.append import Contended, append_at_head
+from lakeq.store.models import log_of
+from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo
+
+ATTEMPTS = 40
+# (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.consume.reader.LogReader (whose
+# ``min_offset(queue)`` attribute tells the log's min_offset: below it a due message is gone)
+Reader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A consumer's dead-letter settings: ``max_deliveries`` (None: unlimited), the
+    ``dead_letter_topic`` (None: dead-lettered messages are dropped and counted) and the
+    consumer's name as the copy's ``dead_letter.group`` shows it."""
+
+    max_deliveries: int | None = None
+    dead_letter_topic: str | None = None
+    group: str | None = None
+
+
+def policy_of(client, group: str | None = None) -> Policy:
+    md = getattr(client, "max_deliveries", None)
+    return Policy(None if md is None else int(md), getattr(client, "dead_letter_topic", None), group or client.name)
+
+
+def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy: Policy, reader: Reader,
+           now: int, stale: str) -> dict:
+    """Settle ``outcomes`` of ``receipt``'s batch; ``{"committed_offset", "unsettled"}``.
+    409 ``stale_receipt`` (message ``stale``) when the receipt is not the record's lock (a retried
+    whole-batch ack found in the record's ``acks`` is a 200); 400 for an offset not in the batch."""
+    full = outcomes.accept is None
+    key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+    if full:
+        rec = OffsetRepo.ack_fast(owner, queue, receipt, now)
+        if rec is True:
+            return {"committed_offset": receipt.next_offset, "unsettled": []}
+    else:
+        rec = OffsetRepo.get(owner, queue)
+    for attempt in range(ATTEMPTS):
+        if rec is None:
+            raise StaleReceipt(stale)
+        view = OffsetRepo.view_of(rec)
+        st = view.state()
+        try:
+            out = S.settle(st, receipt.timestamp, receipt.offset, receipt.next_offset, outcomes.accept,
+                           outcomes.release, outcomes.reject, policy.max_deliveries)
+        except S.Stale:
+            if full and key in (rec.acks or []):  # a retry after the lock ended: the same answer
+                return {"committed_offset": receipt.next_offset, "unsettled": []}
+            raise StaleReceipt(stale) from None
+        except S.NotInBatch:
+            raise BadRequest("an offset in 'accept', 'release' or 'reject' was not delivered with this "
+                             f"receipt (its batch: {list(st.batch)})") from None
+        new = out.state
+        if out.changed and not OffsetRepo.write_state(owner, view, new, None, now, consumed=True,
+                                                      ack=key if full else None):
+            backoff.sleep(attempt)
+            rec = OffsetRepo.get(owner, queue)
+            continue
+        if new.due:
+            new = flush_due(owner, queue, policy, reader, now) or new
+        return {"committed_offset": new.committed, "unsettled": out.unsettled}
+    raise Unavailable("the queue's offsets are too contended; retry")
+
+
+def visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -> bool:
+    """Set the receipt's lock expiry. Simple form: one conditional UpdateItem; otherwise GetItem +
+    conditional UpdateItem. False: stale (the lock is another's, or holds nothing any more)."""
+    if OffsetRepo.set_visibility(owner, queue, receipt, until, now):
+        return True
+    for attempt in range(ATTEMPTS):
+        rec = OffsetRepo.get(owner, queue)
+        if rec is None or rec.settle is None:
+            return False
+        view = OffsetRepo.view_of(rec)
+        try:
+            new = S.visibility(view.state(), receipt.timestamp, receipt.offset, receipt.next_offset, until)
+        except S.Stale:
+            return False
+        if OffsetRepo.write_state(owner, view, new, None, now):
+            return True
+        backoff.sleep(attempt)
+    raise Unavailable("the queue's offsets are too contended; retry")
+
+
+# --- dead letters ---------------------------------------------------------------------------------
+def copy_id(owner: str, queue: int, offset: int, message_id: str) -> str:
+    """The dead-lettered copy's message id: the same for every attempt to dead-letter that
+    delivery of that message by that consumer, so the dedup table keeps one copy.
+
+    >>> copy_id("g|risk|t", 0, 5, "m1") == copy_id("g|risk|t", 0, 5, "m1") != copy_id("g|risk|t", 0, 6, "m1")
+    True
+    """
+    h = hashlib.sha256(f"{owner}\n{queue}\n{offset}\n{message_id}".encode("utf-8")).hexdigest()
+    return f"dl-{h[:40]}"
+
+
+def dead_letter_copy(owner: str, queue: int, log_offset: int, msg: dict, reason: str, deliveries: int,
+                     policy: Policy, now: int) -> seg.Message:
+    """The copy of delivered message ``msg`` (its ``topic``, ``queue``, ``offset`` as consumers
+    saw them; ``log_offset``: its offset in the consumer's log) for the dead-letter topic."""
+    info = {"topic": msg["topic"], "queue": msg["queue"], "offset": msg["offset"], "id": msg["id"],
+            "group": policy.group, "deliveries": deliveries, "reason": reason, "at": now}
+    return seg.Message(id=copy_id(owner, queue, log_offset, msg["id"]), body=msg["body"], key=msg.get("key"),
+                       tags=list(msg.get("tags") or []), properties=dict(msg.get("properties") or {}),
+                       produced_at=now, dead_letter=info)
+
+
+def append_copy(topic: str, m: seg.Message, now: int) -> bool:
+    """Append ``m`` to ``topic`` once (its id recorded in the dedup table in the same transaction).
+    False when the topic does not exist (the copy is dropped)."""
+    t = TopicRepo.get(topic)
+    if t is None:
+        return False
+    topic = log_of(t)  # its current incarnation's keys (docs/design.md "Queue lifecycle")
+    n = int(t.queues)
+    q = queue_for_key(m.key, n) if m.key is not None else zlib.crc32(m.id.encode()) % n
+    if LogRepo.dedup_lookup(topic, [m.id]):
+        return True
+
+    def plan(items: list, base: int) -> tuple:
+        part, placed = plan_parts(topic, q, items, base)[0]
+        return part, len(placed)
+
+    try:  # an id recorded meanwhile: appended by someone else (nothing left to do)
+        return append_at_head(topic, q, [(0, m, True)], now, plan, on_recorded=lambda _items, _ids: [])
+    except Contended:
+        raise Unavailable("the dead-letter topic's queue is too contended; retry") from None
+
+
+def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) -> S.State | None:
+    """Dead-letter the record's due entries: copy each to the dead-letter topic (or drop it), then
+    settle them with a conditional write. Returns the record's new state (None: no record).
+
+    A due message whose read comes back empty (an eventually consistent Query that does not see
+    its segment yet) stays due, uncounted, for the next settle or pull to retry: it is settled
+    without a copy only when its offset is below the log's ``min_offset`` (gone with retention;
+    ``reader.min_offset(queue)``, a consistent GetItem, asked only then), and not counted."""
+    for attempt in range(ATTEMPTS):
+        rec = OffsetRepo.get(owner, queue)
+        if rec is None:
+            return None
+        view = OffsetRepo.view_of(rec)
+        st = view.state()
+        if not st.due:
+            return st
+        done: list[int] = []
+        missing: list[int] = []
+        for off, (reason, n) in sorted(st.due.items()):
+            if policy.dead_letter_topic is None:
+                done.append(off)
+                continue
+            msgs, _ = reader(queue, off, 1, off + 1)  # exactly that offset
+            if msgs:
+                append_copy(policy.dead_letter_topic,
+                            dead_letter_copy(owner, queue, off, msgs[0], reason, n, policy, now), now)
+                done.append(off)
+            else:
+                missing.append(off)
+        gone: list[int] = []
+        if missing and getattr(reader, "min_offset", None) is not None:
+            lo = reader.min_offset(queue)  # type: ignore[attr-defined]
+            gone = [o for o in missing if lo is None or o < lo]  # None: the log itself is gone
+        new = S.gone(S.dead_lettered(st, done), gone)
+        if new == st:
+            return st  # nothing readable yet: left due
+        if OffsetRepo.write_state(owner, view, new, None, now):
+            return new
+        backoff.sleep(attempt)
+    raise Unavailable("the queue's offsets are too contended; retry")

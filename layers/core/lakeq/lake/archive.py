@@ -1,0 +1,327 @@
+"""The data lake's raw log layout (SPEC §5): DynamoDB-stream records → rows → gzipped JSON Lines
+objects. Pure apart from :func:`put_objects` (boto3), so the archiver, the jobs, the tests and the
+benchmark share one definition of the layout.
+
+Layout (Hive-partitioned, one object per stream batch and partition, never one per message)::
+
+    raw/kind=<messages|offsets|members>/dt=YYYY-MM-DD/hour=HH/<shard>-<first seq>-<last seq>.jsonl.gz
+
+* ``<shard>``: Lambda's DynamoDB event carries no shard id, but one invocation's batch comes from one
+  shard of one stream, and sequence numbers are unique within a stream; ``<shard>`` is the table's
+  kind plus a short hash of the stream ARN, so ``(shard, first, last)`` names the batch. A batch
+  that is redelivered (a retry after an error) gets the same keys and the same bytes (gzip ``mtime``
+  0, rows in stream order) and so overwrites its object instead of adding one.
+* every row carries ``seq`` (the record's stream sequence number): the jobs drop duplicate rows
+  by it (messages by ``topic, queue, offset``), which also covers a batch redelivered with other
+  boundaries.
+* the partition (``dt``, ``hour``, UTC) is the row's own event time: ``produced_at`` for messages,
+  ``at`` for offsets and members. A batch spanning an hour boundary becomes one object per hour.
+
+Row schemas (JSON, times epoch ms) — ``kind=messages``: ``topic, queue, offset, id, key, size``
+(body bytes), ``tags, properties, produced_at, seq`` (no body); ``kind=offsets``: ``group,
+client_id, subscription, topic, queue, committed_offset, prev_committed_offset, lock_ts,
+lock_until, last_consumed_at, event`` (``INSERT``/``MODIFY``/``REMOVE``), ``change``
+(``commit``/``lock``/``reset``/``other``), ``at, seq``; ``kind=members``: ``group, generation,
+member_id, change`` (``joined``/``left``/``changed``), ``state, topics, assignment``
+(``["topic#queue", …]``), ``at, seq``.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import gzip
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lakeq.common.names import topic_of_log
+from lakeq.log import segments as seg
+
+RAW = "raw"
+KINDS = ("messages", "offsets", "members")
+
+
+# ------------------------------------------------------------------------------ stream attributes
+def attr(v: Mapping[str, Any]) -> Any:
+    """A DynamoDB AttributeValue in Lambda's JSON form (binary = base64 text) → Python."""
+    (t, x), = v.items()
+    if t == "S":
+        return x
+    if t == "N":
+        return int(x) if x.lstrip("-").isdigit() else float(x)
+    if t == "B":
+        return base64.b64decode(x) if isinstance(x, str) else bytes(x)
+    if t == "BOOL":
+        return bool(x)
+    if t == "NULL":
+        return None
+    if t == "M":
+        return {k: attr(y) for k, y in x.items()}
+    if t == "L":
+        return [attr(y) for y in x]
+    if t == "SS":
+        return list(x)
+    if t == "NS":
+        return [int(n) if n.lstrip("-").isdigit() else float(n) for n in x]
+    if t == "BS":
+        return [base64.b64decode(b) for b in x]
+    raise ValueError(f"unknown attribute type {t}")
+
+
+def image(record: Mapping[str, Any], which: str) -> dict | None:
+    img = (record.get("dynamodb") or {}).get(which)
+    return None if img is None else {k: attr(v) for k, v in img.items()}
+
+
+def seq_of(record: Mapping[str, Any]) -> str:
+    return str((record.get("dynamodb") or {}).get("SequenceNumber", ""))
+
+
+def approx_ms(record: Mapping[str, Any]) -> int:
+    t = (record.get("dynamodb") or {}).get("ApproximateCreationDateTime") or 0
+    return int(float(t) * 1000)
+
+
+def table_of(stream_arn: str) -> str:
+    """``arn:aws:dynamodb:r:a:table/<name>/stream/<label>`` → ``<name>``."""
+    part = stream_arn.split(":table/", 1)[-1]
+    return part.split("/stream/", 1)[0]
+
+
+# ------------------------------------------------------------------------------ rows per kind
+def message_rows(record: Mapping[str, Any]) -> list[dict]:
+    """A segment item (INSERT, NEW_IMAGE) → one row per message, without bodies."""
+    if record.get("eventName") == "REMOVE":
+        return []  # TTL expiry of a segment: the lake keeps what was produced
+    item = image(record, "NewImage")
+    if not item or "pq" not in item or "#" not in str(item["pq"]):
+        return []
+    log, _, q = str(item["pq"]).rpartition("#")
+    if not q.isdigit() or log.startswith("~"):
+        return []  # a subscription's list (``~<id>#0``) holds copies, not produced messages
+    topic = topic_of_log(log)  # (a topic made again after a deletion: its log name is ``<topic>!<inc>``)
+    s = seg.Segment(int(item["base"]), int(item["count"]), bytes(item["idx"]), bytes(item["data"]),
+                    bool(item.get("z", False)))
+    sq = seq_of(record)
+    rows = []
+    for m in seg.all_headers(s):
+        rows.append({
+            "topic": topic, "queue": int(q), "offset": m["offset"], "id": m.get("id"),
+            "key": m.get("key"), "size": len(m["body"].encode("utf-8")), "tags": m.get("tags") or [],
+            "properties": m.get("properties") or {},
+            "produced_at": int(m.get("produced_at") or item.get("produced_at") or 0),
+            "seq": sq,
+        })
+    return rows
+
+
+def parse_owner(owner: str) -> dict:
+    """``g|group|topic``, ``b|group|client_id|topic`` or ``s|sub_id`` → fields."""
+    parts = owner.split("|")
+    if parts[0] == "g" and len(parts) >= 3:
+        return {"group": parts[1], "client_id": None, "subscription": None, "topic": topic_of_log("|".join(parts[2:]))}
+    if parts[0] == "b" and len(parts) >= 4:
+        return {"group": parts[1], "client_id": parts[2], "subscription": None,
+                "topic": topic_of_log("|".join(parts[3:]))}
+    if parts[0] == "s" and len(parts) >= 2:
+        return {"group": None, "client_id": None, "subscription": "|".join(parts[1:]), "topic": None}
+    return {"group": None, "client_id": None, "subscription": None, "topic": None}
+
+
+def _num(d: Mapping | None, k: str) -> int | None:
+    if not d or d.get(k) is None:
+        return None
+    return int(d[k])
+
+
+def offset_rows(record: Mapping[str, Any]) -> list[dict]:
+    """An offset record change (NEW_AND_OLD_IMAGES) → one row: the state after the change."""
+    new, old = image(record, "NewImage"), image(record, "OldImage")
+    cur = new or old
+    if not cur or "owner" not in cur:
+        return []
+    who = parse_owner(str(cur["owner"]))
+    if who["topic"] is None and cur.get("topic"):
+        who["topic"] = cur["topic"]
+    committed, prev = _num(new, "committed_offset"), _num(old, "committed_offset")
+    lock_ts, prev_lock = _num(new, "lock_ts"), _num(old, "lock_ts")
+    if new is None:
+        change = "other"
+    elif committed != prev and lock_ts == prev_lock:
+        change = "commit"
+    elif lock_ts != prev_lock and (new.get("lock_until") or 0) > 0:
+        change = "lock"
+    elif lock_ts != prev_lock:
+        change = "reset"
+    else:
+        change = "commit" if committed != prev else "other"
+    at = _num(new, "updated_at") or approx_ms(record)
+    return [{
+        **who, "queue": int(cur["queue"]), "committed_offset": committed, "prev_committed_offset": prev,
+        "lock_ts": lock_ts, "lock_until": _num(new, "lock_until"),
+        "last_consumed_at": _num(new, "last_consumed_at"), "event": record.get("eventName"),
+        "change": change, "at": at, "seq": seq_of(record),
+    }]
+
+
+def _group_state(img: Mapping | None) -> dict | None:
+    """The group header's state as ``GroupState.to_dict``: the compact form of
+    :mod:`lakeq.rebalance.codec` (``state`` JSON text or ``state_z`` zlib bytes), or a version-1 JSON
+    state, whatever the attribute is called."""
+    if not img:
+        return None
+    if img.get("state_z") or (isinstance(img.get("state"), str) and img["state"].startswith('{"')
+                              and '"v":2' in img["state"]):
+        from lakeq.rebalance.codec import legacy_dict
+        return legacy_dict(img.get("state"), img.get("state_z"))
+    for v in img.values():
+        if isinstance(v, str) and v.startswith("{") and '"members"' in v:
+            try:
+                d = json.loads(v)
+            except ValueError:
+                continue
+            if isinstance(d, dict) and "members" in d:
+                return d
+    if "members" in img and isinstance(img["members"], list):
+        return dict(img)
+    return None
+
+
+def _wire_queues(d: Mapping | None) -> list[str]:
+    return sorted(f"{t}#{int(i)}" for t, ids in (d or {}).items() for i in ids)
+
+
+def member_rows(record: Mapping[str, Any]) -> list[dict]:
+    """A group item change → one row per member that joined, left, or changed state/assignment."""
+    new, old = _group_state(image(record, "NewImage")), _group_state(image(record, "OldImage"))
+    cur = new or old
+    if cur is None:
+        return []
+    at = 0
+    for img in (image(record, "NewImage"), image(record, "OldImage")):
+        if img and isinstance(img.get("updated_at"), int):
+            at = img["updated_at"]
+            break
+    at = at or approx_ms(record) or int(cur.get("last_rebalance_at") or 0)
+    before = {m["member_id"]: m for m in (old or {}).get("members", [])}
+    after = {m["member_id"]: m for m in (new or {}).get("members", [])}
+    rows = []
+    for mid in sorted(set(before) | set(after)):
+        b, a = before.get(mid), after.get(mid)
+        m = a or b
+        if b is None:
+            change = "joined"
+        elif a is None:
+            change = "left"
+        elif (b.get("state"), b.get("target"), b.get("topics")) != (a.get("state"), a.get("target"), a.get("topics")):
+            change = "changed"
+        else:
+            continue
+        rows.append({
+            "group": cur.get("group"), "generation": int((new or old or {}).get("generation") or 0),
+            "member_id": mid, "change": change, "state": None if a is None else a.get("state"),
+            "topics": list(m.get("topics") or []), "assignment": [] if a is None else _wire_queues(a.get("target")),
+            "at": at, "seq": seq_of(record),
+        })
+    return rows
+
+
+# ------------------------------------------------------------------------------ objects
+def shard_label(kind: str, stream_arn: str) -> str:
+    return f"{kind}-{hashlib.sha1(stream_arn.encode('utf-8')).hexdigest()[:12]}"
+
+
+def partition(ms: int) -> tuple[str, str]:
+    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return t.strftime("%Y-%m-%d"), t.strftime("%H")
+
+
+def object_key(kind: str, day: str, hour: str, shard: str, first_seq: str, last_seq: str) -> str:
+    return f"{RAW}/kind={kind}/dt={day}/hour={hour}/{shard}-{first_seq}-{last_seq}.jsonl.gz"
+
+
+def encode_rows(rows: Iterable[Mapping[str, Any]]) -> bytes:
+    """JSON Lines, gzip level 6, ``mtime=0``: the same rows always give the same bytes."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz:
+        for r in rows:
+            gz.write(json.dumps(r, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode("utf-8"))
+            gz.write(b"\n")
+    return buf.getvalue()
+
+
+def decode_rows(blob: bytes) -> list[dict]:
+    return [json.loads(line) for line in gzip.decompress(blob).splitlines() if line.strip()]
+
+
+def time_of(kind: str, row: Mapping[str, Any]) -> int:
+    return int(row["produced_at"] if kind == "messages" else row["at"])
+
+
+def objects(kind: str, stream_arn: str, rows: list[dict]) -> dict[str, bytes]:
+    """Rows of one stream batch (in stream order) → ``{key: gzipped JSONL}``, one per partition.
+    O(rows)."""
+    shard = shard_label(kind, stream_arn)
+    parts: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        parts.setdefault(partition(time_of(kind, r)), []).append(r)
+    out = {}
+    for (day, hour), rs in sorted(parts.items()):
+        out[object_key(kind, day, hour, shard, rs[0]["seq"], rs[-1]["seq"])] = encode_rows(rs)
+    return out
+
+
+EXTRACT = {"messages": message_rows, "offsets": offset_rows, "members": member_rows}
+
+
+def record_rows(record: Mapping[str, Any], kinds_by_table: Mapping[str, str]) -> tuple[str, str, list[dict]] | None:
+    """One stream record → ``(kind, stream ARN, rows)``, None for a table not archived. Raises on a
+    record that cannot be read (a poison record: see :func:`split_batch`)."""
+    arn = record.get("eventSourceARN") or ""
+    kind = kinds_by_table.get(table_of(arn))
+    if kind is None:
+        return None
+    return kind, arn, EXTRACT[kind](record)
+
+
+def split_batch(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, str]
+                ) -> tuple[dict[str, bytes], int | None, str]:
+    """The objects for the records before the first one that cannot be read, that record's index
+    (None when all are fine) and the error. Records after a poison record are not archived in
+    this invocation: a shard's rows stay in order, and the retry starts at the poison record."""
+    per: list[tuple[str, str, list[dict]] | None] = []
+    bad, error = None, ""
+    for i, r in enumerate(records):
+        try:
+            per.append(record_rows(r, kinds_by_table))
+        except Exception as e:  # noqa: BLE001 - one malformed record must not stop the others
+            bad, error = i, f"{type(e).__name__}: {e}"
+            break
+    return _objects_of(per), bad, error
+
+
+def batch_objects(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, str]) -> dict[str, bytes]:
+    """A Lambda DynamoDB-stream batch → the objects to put. ``kinds_by_table``: table name → kind.
+    Records of unknown tables are ignored."""
+    return _objects_of([record_rows(r, kinds_by_table) for r in records])
+
+
+def _objects_of(per_record: list[tuple[str, str, list[dict]] | None]) -> dict[str, bytes]:
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for x in per_record:
+        if x is not None:
+            kind, arn, rs = x
+            rows.setdefault((kind, arn), []).extend(rs)
+    out: dict[str, bytes] = {}
+    for (kind, arn), rs in rows.items():
+        if rs:
+            out.update(objects(kind, arn, rs))
+    return out
+
+
+def put_objects(s3, bucket: str, objs: Mapping[str, bytes]) -> None:
+    for key, blob in objs.items():
+        # no Content-Encoding: readers (Spark, boto3) decompress by the .gz suffix themselves
+        s3.put_object(Bucket=bucket, Key=key, Body=blob, ContentType="application/gzip")

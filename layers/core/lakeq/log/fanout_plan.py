@@ -1,0 +1,171 @@
+"""Fan-out planning: decode the SegmentsTable stream's records, match their messages, group them
+per subscription and source segment, cut the groups into transactions, read park entries. Pure
+(no AWS imports): :mod:`lakeq.fanout.worker` runs the plans against the store.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from lakeq.common.names import topic_of_log
+from lakeq.log import segments as seg
+
+log = logging.getLogger("lakeq.fanout.worker")
+
+CHUNK_GROUPS = 40  # source segments per transaction: 1 + segments + groups <= 100 items
+CHUNK_BYTES = 1_500_000  # raw message bytes per transaction (DynamoDB: 4 MB per transaction)
+
+
+class Matches(Protocol):
+    """What the planner needs of the subscription index (:class:`lakeq.fanout.worker.Matcher`)."""
+
+    def match(self, source: str, msg: dict, queue: int = 0) -> list[str]: ...  # source: a log name
+
+
+@dataclass
+class ListMessage(seg.Message):
+    """A list entry: the source message plus where it was published."""
+
+    topic: str = ""
+    queue: int = 0
+    source_offset: int = 0
+
+    def header(self) -> bytes:
+        h = {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
+             "produced_at": self.produced_at, "topic": self.topic, "queue": self.queue,
+             "source_offset": self.source_offset}
+        if self.dead_letter is not None:  # a dead-lettered copy keeps its origin (issue 9)
+            h["dead_letter"] = self.dead_letter
+        return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass
+class Group:
+    """The messages of one source segment kept for one subscription."""
+
+    key: str  # dedup id: <topic>@<queue>:<segment base>
+    record: int  # index of the stream record in the batch
+    messages: list[ListMessage] = field(default_factory=list)
+
+
+def parse_parked(raw: str | None) -> dict[str, dict]:
+    if not raw:
+        return {}
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def parked_view(raw: str | None) -> list[dict]:
+    """A subscription's park entries as the API shows them (``GET /v1/subscriptions``)."""
+    out = []
+    for pq, e in sorted(parse_parked(raw).items()):
+        log, _, q = pq.rpartition("#")
+        out.append({"topic": topic_of_log(log), "queue": int(q), "from_offset": int(e.get("from", 0)),
+                    "reason": str(e.get("reason", "")), "since": int(e.get("since", 0)),
+                    "attempts": int(e.get("attempts", 0))})
+    return out
+
+
+def _b(attr: dict) -> bytes:
+    v = attr["B"]
+    return v if isinstance(v, (bytes, bytearray)) else base64.b64decode(v)
+
+
+def decode_record(record: dict) -> tuple[str, int, seg.Segment] | None:
+    """A stream record → (source log, queue, segment), or None when it is not a new topic segment. The
+    log is the topic's log name (lakeq.common.names.log_name: the topic name, or ``<topic>!<incarnation>``
+    for a topic created again after a deletion): keys (group keys, park entries) use it, so two
+    incarnations never share them; matching and the list's messages use the topic name."""
+    if record.get("eventName") != "INSERT":
+        return None
+    img = (record.get("dynamodb") or {}).get("NewImage") or {}
+    pq = img.get("pq", {}).get("S")
+    if not pq or pq.startswith("~"):
+        return None
+    topic, _, q = pq.rpartition("#")
+    z = img.get("z", {}).get("BOOL", False)
+    s = seg.Segment(int(img["base"]["N"]), int(img["count"]["N"]), _b(img["idx"]), _b(img["data"]), bool(z))
+    return topic, int(q), s
+
+
+@dataclass
+class Plan:
+    """What a batch holds: per subscription its groups in record order; per source queue the
+    records (index, segment base) it has; where the first poison record is (None: none)."""
+
+    pending: dict[str, list[Group]] = field(default_factory=dict)
+    queues: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # "<topic>#<q>" -> [(i, base)]
+    poison: int | None = None
+    error: str = ""
+
+
+def group_messages(topic: str, q: int, s: seg.Segment, m: Matches, record: int,
+                   only: str | None = None) -> dict[str, Group]:
+    """The messages of one source segment kept per matching subscription (or just ``only``)."""
+    per_sub: dict[str, Group] = {}
+    log, topic = topic, topic_of_log(topic)  # ``topic`` here is the source's log name
+    for msg in seg.all_headers(s):
+        sids = m.match(log, msg, q)
+        if only is not None:
+            sids = [x for x in sids if x == only]
+        if not sids:
+            continue
+        lm = ListMessage(id=msg["id"], body=msg["body"], key=msg.get("key"), tags=msg.get("tags") or [],
+                         properties=msg.get("properties") or {}, produced_at=msg["produced_at"],
+                         topic=topic, queue=q, source_offset=msg["offset"], dead_letter=msg.get("dead_letter"))
+        for sid in sids:
+            g = per_sub.get(sid)
+            if g is None:
+                g = per_sub[sid] = Group(f"{log}@{q}:{s.base}", record)
+            g.messages.append(lm)
+    return per_sub
+
+
+def plan(records: list[dict], m: Matches) -> Plan:
+    """Match every message of the batch up to the first record that cannot be decoded or matched."""
+    out = Plan()
+    for i, r in enumerate(records):
+        try:
+            decoded = decode_record(r)
+            if decoded is None:
+                continue
+            topic, q, s = decoded
+            per_sub = group_messages(topic, q, s, m, i)
+        except Exception as e:  # noqa: BLE001 - a malformed record must not stop the others
+            log.exception("poison record %s (index %d): not fanned out",
+                          (r.get("dynamodb") or {}).get("SequenceNumber"), i)
+            out.poison, out.error = i, f"{type(e).__name__}: {e}"
+            break
+        out.queues.setdefault(f"{topic}#{q}", []).append((i, s.base))
+        for sid, g in per_sub.items():
+            out.pending.setdefault(sid, []).append(g)
+    return out
+
+
+def _chunk(groups: list[Group]) -> list[Group]:
+    out: list[Group] = []
+    size = 0
+    for g in groups:
+        gs = sum(x.encoded_size() for x in g.messages)
+        if out and (len(out) >= CHUNK_GROUPS or size + gs > CHUNK_BYTES):
+            break
+        out.append(g)
+        size += gs
+    return out
+
+
+def _source_pq(group_key: str) -> str:
+    """``<topic>@<queue>:<base>`` → ``<topic>#<queue>``."""
+    tq, _, _ = group_key.rpartition(":")
+    topic, _, q = tq.rpartition("@")
+    return f"{topic}#{q}"
+
+
+def _source_base(group_key: str) -> int:
+    return int(group_key.rpartition(":")[2])

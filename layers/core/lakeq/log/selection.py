@@ -1,0 +1,102 @@
+"""Queue choice, lock and ack rules for the queue-offset records (SPEC §1). Pure.
+
+A queue-offset record exists per (group, topic, queue) — per (group, client_id, topic, queue) in
+broadcasting mode, per subscription for a subscription's list. Its lock is the pair
+``lock_ts`` (the timestamp of the newest lock, strictly increasing per record) and ``lock_until``
+(0 when unlocked). Receipts carry ``lock_ts``; a newer lock therefore invalidates older receipts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What a pull knows of one queue: the log's offsets and the group's record (if any)."""
+
+    queue: int
+    min_offset: int
+    max_offset: int
+    committed: int | None = None  # None: the group has no record yet
+    lock_ts: int = 0
+    lock_until: int = 0
+    last_consumed_at: int = 0
+    acks: tuple[str, ...] = ()  # the record's recently acknowledged receipts (see ack_key)
+    lock_next: int | None = None
+    settle: str | None = None  # the record's settlement state beyond the simple form (lakeq.log.settlement)
+    sv: int | None = None  # the record's write counter (None: never written by issue 9's code)
+    dead_lettered: int = 0
+
+    def state(self):
+        """The record's :class:`lakeq.log.settlement.State` (a queue the owner never read: from ``start``)."""
+        from lakeq.log.settlement import floor, from_record
+        return floor(from_record(self.start if self.committed is None else self.committed, self.lock_ts,
+                                 self.lock_until, self.lock_next, self.settle, self.dead_lettered), self.min_offset)
+
+    @property
+    def start(self) -> int:
+        """Where reading starts: the committed offset, never below ``min_offset``."""
+        return self.min_offset if self.committed is None else max(self.committed, self.min_offset)
+
+    @property
+    def backlog(self) -> int:
+        """Messages not settled yet: ``max_offset - start`` for a record in the simple form; with
+        per-message settlement state, the offsets past the frontier plus the pending and due ones
+        below it (offsets settled above the lowest unsettled one do not count)."""
+        if self.settle is None:
+            return max(0, self.max_offset - self.start)
+        s = self.state()
+        return max(0, self.max_offset - s.frontier) + len(set(s.pend) | set(s.due))
+
+    def locked(self, now: int) -> bool:
+        return self.lock_until > now
+
+
+def candidates(views: Iterable[QueueView], now: int, allowed: set[int] | None = None) -> list[QueueView]:
+    """Queues a pull may lock, best first. O(q log q) for q queues.
+
+    A queue qualifies when it is not locked (or its lock has expired), has unconsumed messages
+    and, when ``allowed`` is given (a member pull), is one of the allowed queues. Order: most
+    backlog first; on a tie the one consumed longest ago; then the lowest queue number.
+    """
+    out = [
+        v
+        for v in views
+        if v.backlog > 0 and not v.locked(now) and (allowed is None or v.queue in allowed)
+    ]
+    out.sort(key=lambda v: (-v.backlog, v.last_consumed_at, v.queue))
+    return out
+
+
+def next_lock_ts(now: int, previous_lock_ts: int) -> int:
+    """The new lock timestamp: ``now``, but strictly greater than the previous one."""
+    return max(now, previous_lock_ts + 1)
+
+
+def lock_until(now: int, visibility_ms: int) -> int:
+    """A lock's new expiry when its visibility is set to ``visibility_ms``: 0 ends it now.
+
+    >>> lock_until(1_000, 30_000), lock_until(1_000, 0)
+    (31000, 0)
+    """
+    return now + visibility_ms if visibility_ms > 0 else 0
+
+
+def ack_key(offset: int, next_offset: int, timestamp: int) -> str:
+    """How an acknowledged receipt is remembered on its queue-offset record: a lock's timestamp is
+    unique per record (strictly increasing), so this names one lock's batch exactly."""
+    return f"{offset}:{next_offset}:{timestamp}"
+
+
+def kept_acks(acks: tuple[str, ...] | list[str], keep: int) -> list[str] | None:
+    """The acknowledgements a new lock keeps (the newest ``keep``), or None when nothing needs
+    dropping. With one ack per lock at most, a record never holds more than ``keep + 1``."""
+    return list(acks[-keep:]) if len(acks) > keep else None
+
+
+def may_ack(lock_ts: int, committed: int, receipt_ts: int, receipt_offset: int) -> bool:
+    """An ack succeeds only if the lock still carries the receipt's timestamp and the committed
+    offset is still the receipt's offset (also after the visibility timeout, while no newer
+    pull has re-locked the queue)."""
+    return lock_ts == receipt_ts and committed == receipt_offset

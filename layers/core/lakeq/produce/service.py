@@ -1,0 +1,106 @@
+"""The produce use case (``POST /v1/topics/{topic}/messages``): check, plan each message's queue,
+append per queue with the one append-with-retry loop (:func:`lakeq.store.append.append_at_head`);
+delayed messages go to :mod:`lakeq.produce.delayed`.
+
+Check order (API.md): 401 → 400 (syntax) → 404 (named things) → 403 (the key may not act) → 413.
+"""
+from __future__ import annotations
+
+import random
+import uuid
+
+from lakeq.admin.auth import (
+    Principal,
+    authorize,
+    client_or_404,
+    topic_or_404,
+)
+from lakeq.common import clock as _clock
+from lakeq.common.errors import NotFound, PayloadTooLarge, Unavailable
+from lakeq.common.names import check_topic, topic_of_log
+from lakeq.contract import validation as v
+from lakeq.log import segments as seg
+from lakeq.log.produce_plan import plan_parts as _plan_parts
+from lakeq.log.produce_plan import queue_for_key
+from lakeq.produce import delayed as _delayed
+from lakeq.store.append import Contended, append_at_head
+from lakeq.store.models import log_of
+
+
+# --- produce --------------------------------------------------------------------------------
+def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False) -> dict:
+    """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends)."""
+    check_topic(topic)
+    req = v.produce(v.json_body(raw), reserved_ok)
+    t = topic_or_404(topic)
+    producer = client_or_404(req.producer, "producer")
+    authorize(p, producer, topic)
+    reason = req.too_large(len(raw.encode("utf-8")) if raw else 0)
+    if reason:
+        raise PayloadTooLarge(reason)
+
+    now = _clock.now()
+    n_queues = int(t.queues)
+    log = log_of(t)  # the keys of this incarnation of the topic (lakeq.common.names.log_name)
+    results: list[dict | None] = [None] * len(req.messages)
+    known = _delayed.known_results(log, [m.id for m in req.messages if m.id])  # delayed ids too
+    first_index: dict[str, int] = {}
+    copies: list[tuple[int, int]] = []
+    pending: dict[int, list[tuple[int, seg.Message, bool]]] = {}
+    delayed: dict[int, list[_delayed.Delayed]] = {}  # delay_ms > 0: kept until due (lakeq.produce.delayed)
+    spread = random.randrange(n_queues)
+    for i, m in enumerate(req.messages):
+        if m.id is not None:
+            if m.id in known:
+                results[i] = dict(known[m.id])
+                continue
+            if m.id in first_index:
+                copies.append((i, first_index[m.id]))
+                continue
+            first_index[m.id] = i
+        q = queue_for_key(m.key, n_queues) if m.key is not None else spread
+        msg = seg.Message(id=m.id or str(uuid.uuid4()), body=m.body, key=m.key, tags=m.tags,
+                          properties=m.properties, produced_at=now)
+        if m.delay_ms:
+            delayed.setdefault(q, []).append(_delayed.Delayed(i, msg, m.id is not None, now + m.delay_ms))
+        else:
+            pending.setdefault(q, []).append((i, msg, m.id is not None))
+    for q, items in sorted(pending.items()):
+        _append_queue(log, q, items, results, now)
+    for q, ditems in sorted(delayed.items()):
+        _delayed.produce_delayed(log, q, ditems, results, now)
+    for i, j in copies:
+        results[i] = dict(results[j])  # type: ignore[arg-type]
+    return {"results": results}
+
+
+def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:
+    """Append ``items`` to queue ``q`` of log ``topic`` (a topic's log name) write by write
+    (``_plan_parts``) with :func:`lakeq.store.append.append_at_head`; ids another request recorded
+    meanwhile are answered with that request's result."""
+    offsets: dict[int, int] = {}
+
+    def plan(left: list, base: int) -> tuple:
+        part, placed = _plan_parts(topic, q, left, base)[0]
+        offsets.update(placed)
+        return part, len(placed)
+
+    def written(done: list, _part) -> None:
+        for i, m, _ in done:
+            results[i] = {"id": m.id, "queue": q, "offset": offsets[i]}
+
+    def recorded(left: list, dup_ids: list[str]) -> list:
+        found = _delayed.known_results(topic, dup_ids)  # (a delayed one: offset null, deliver_at)
+        keep = []
+        for i, m, cid in left:
+            if cid and m.id in found:
+                results[i] = dict(found[m.id])
+            else:
+                keep.append((i, m, cid))
+        return keep
+
+    try:
+        if not append_at_head(topic, q, items, now, plan, written, recorded):
+            raise NotFound(f"queue {q} of topic '{topic_of_log(topic)}' does not exist")
+    except Contended:
+        raise Unavailable("the queue is too contended; retry the request with the same message ids") from None

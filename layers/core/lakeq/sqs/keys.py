@@ -1,0 +1,201 @@
+"""SQS credentials (issue 9): the admin routes, their storage, the master secret, the lookup.
+
+- ``POST /v1/clients/{name}/sqs-credentials`` (admin) → 201 ``{"name", "access_key_id",
+  "secret_access_key"}``: the secret is shown only here (derived, :mod:`lakeq.sqs.credentials`);
+- ``GET /v1/clients/{name}/sqs-credentials`` (admin) → ``{"name", "sqs_credentials":
+  [{"access_key_id"}]}``;
+- ``DELETE /v1/clients/{name}/sqs-credentials/{access_key_id}`` (admin) → 204;
+- ``GET /v1/sqs-credentials/admin`` (admin) → the admin's own credential (derived from the admin
+  key and the master, nothing stored).
+
+Storage: the client item's ``sqs_keys`` (JSON list of live ids, at most :data:`MAX_SQS_KEYS`,
+changed under the client's ``key_version`` compare-and-set) and one KeysTable item per id
+(``key_hash = "sqs:<id>"``, ``client``), written in the same transaction; no secret or secret
+material is in any table. The master secret is read from Secrets Manager (``$LAKEQ_SQS_SECRET``,
+the secret's ARN) once per container.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Callable
+
+from lakeq.admin.auth import Principal, admin_client, require_admin
+from lakeq.common import clock as _clock
+from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
+from lakeq.common.names import check_name
+from lakeq.sqs import credentials as cred
+from lakeq.store.models import ClientModel, KeyModel
+from lakeq.store.repos import ClientRepo, TransactionFailed, transact
+from lakeq.store.sqs import key_owner
+
+MAX_SQS_KEYS = 10  # live SQS credentials per client (as MAX_KEYS for API keys)
+ATTEMPTS = 40
+SECRET_ENV = "LAKEQ_SQS_SECRET"
+
+# --- the master secret (Secrets Manager), once per container -------------------------------------
+_master: bytes | None = None
+_master_lock = threading.Lock()
+
+
+def master_secret() -> bytes:
+    """The master secret's bytes (``SecretString``), fetched once per container (GetSecretValue on
+    ``$LAKEQ_SQS_SECRET``). 503 when the deployment has none configured."""
+    global _master
+    if _master is not None:
+        return _master
+    with _master_lock:
+        if _master is None:
+            arn = os.environ.get(SECRET_ENV)
+            if not arn:
+                raise Unavailable(f"SQS credentials are not configured (${SECRET_ENV} is not set)",
+                                  code="internal_error")
+            import boto3  # lazily: only the functions that verify or issue SQS credentials need it
+
+            value = boto3.client("secretsmanager").get_secret_value(SecretId=arn)
+            text = value.get("SecretString")
+            if not text:
+                raise Unavailable("the SQS master secret is empty", code="internal_error")
+            _master = text.encode("utf-8")
+    return _master
+
+
+# --- access key id → client, cached briefly (as API keys: lakeq.admin.auth.KEY_CACHE_TTL_S) ------------
+CACHE_TTL_S = 5.0
+CACHE_MAX = 10_000
+monotonic: Callable[[], float] = time.monotonic
+_cache: dict[str, tuple[str, float]] = {}
+
+
+def clear_caches() -> None:
+    global _master
+    _cache.clear()
+    _master = None
+
+
+def client_for(access_key_id: str) -> str | None:
+    """The client a live credential was issued to (None: unknown or revoked). One strongly
+    consistent GetItem per id and container per :data:`CACHE_TTL_S`."""
+    now = monotonic()
+    hit = _cache.get(access_key_id)
+    if hit is not None and hit[1] > now:
+        return hit[0]
+    name = key_owner(cred.item_key(access_key_id))
+    if name is None:
+        _cache.pop(access_key_id, None)
+        return None
+    if len(_cache) >= CACHE_MAX:
+        _cache.clear()
+    _cache[access_key_id] = (name, now + CACHE_TTL_S)
+    return name
+
+
+# --- storage -------------------------------------------------------------------------------------
+def _live(c: ClientModel) -> list[str]:
+    return list(json.loads(c.sqs_keys)) if c.sqs_keys else []
+
+
+def _set(c: ClientModel, version: int | None, live: list[str], add: str | None = None,
+         remove: str | None = None, now: int = 0) -> None:
+    """The client's ``sqs_keys`` (CAS on ``key_version``) and the credential item added or removed,
+    in one transaction. TransactionFailed index 0: the client is gone or its keys moved meanwhile."""
+    cond = ClientModel.name.exists() & (ClientModel.key_version.does_not_exist() if version is None
+                                        else ClientModel.key_version == version)
+
+    def build(t) -> None:
+        t.update(c, actions=[ClientModel.sqs_keys.set(json.dumps(live)),
+                             ClientModel.key_version.set((version or 0) + 1)], condition=cond)
+        if add is not None:
+            t.save(KeyModel(cred.item_key(add), client=c.name, key_id=add, created_at=now),
+                   condition=KeyModel.key_hash.does_not_exist())
+        if remove is not None:
+            t.delete(KeyModel(cred.item_key(remove)),
+                     condition=KeyModel.key_hash.does_not_exist() | (KeyModel.client == c.name))
+    transact(build)
+
+
+# --- use cases -----------------------------------------------------------------------------------
+def _client(name: str, p: Principal, access_key_id: str | None = None) -> ClientModel:
+    """400 (name, id) → 404 (client, credential) → 403 (admin only), API.md's order."""
+    check_name(name, "client name")
+    if access_key_id is not None and not cred.is_access_key_id(access_key_id):
+        raise BadRequest("'access_key_id' must be 'LQAK' followed by 16 characters of A-Z and 2-7")
+    return admin_client(p, name, access_key_id, _live, "SQS credential")
+
+
+def list_credentials(p: Principal, name: str) -> dict:
+    c = _client(name, p)
+    return {"name": c.name, "sqs_credentials": [{"access_key_id": k} for k in sorted(_live(c))]}
+
+
+def issue_credential(p: Principal, name: str) -> dict:
+    """One more live credential for the client (at most MAX_SQS_KEYS, else 409
+    ``too_many_sqs_credentials``); its secret is returned only here."""
+    c = _client(name, p)
+    master = master_secret()
+    akid = cred.new_access_key_id()
+    for _ in range(ATTEMPTS):
+        live = _live(c)
+        if len(live) >= MAX_SQS_KEYS:
+            raise Conflict(f"client '{name}' has {len(live)} live SQS credentials (at most {MAX_SQS_KEYS}); "
+                           "revoke one first", code="too_many_sqs_credentials")
+        version = None if c.key_version is None else int(c.key_version)
+        try:
+            _set(c, version, live + [akid], add=akid, now=_clock.now())
+            return {"name": c.name, "access_key_id": akid, "secret_access_key": cred.derive_secret(master, akid)}
+        except TransactionFailed as e:
+            if e.failed(1):  # the random id exists (never in practice): draw another
+                akid = cred.new_access_key_id()
+            elif not e.failed(0):
+                raise
+        c = ClientRepo.get(name)
+        if c is None:
+            raise NotFound(f"client '{name}' does not exist")
+    raise Unavailable("the client's keys are too contended; retry")
+
+
+def revoke_credential(p: Principal, name: str, access_key_id: str) -> None:
+    """Delete the credential: requests signed with it answer InvalidClientTokenId at once in this
+    container, within CACHE_TTL_S in other warm ones (the lookup is strongly consistent)."""
+    c = _client(name, p, access_key_id)
+    for _ in range(ATTEMPTS):
+        live = _live(c)
+        if access_key_id not in live:
+            raise NotFound(f"client '{name}' has no live SQS credential '{access_key_id}'")
+        live.remove(access_key_id)
+        version = None if c.key_version is None else int(c.key_version)
+        try:
+            _set(c, version, live, remove=access_key_id)
+            _cache.pop(access_key_id, None)
+            return
+        except TransactionFailed as e:
+            if not e.failed(0):
+                raise
+        c = ClientRepo.get(name)
+        if c is None:
+            raise NotFound(f"client '{name}' does not exist")
+    raise Unavailable("the client's keys are too contended; retry")
+
+
+def admin_hash() -> str | None:
+    from lakeq.admin.auth import _admin_hash  # the one place that knows where the admin key's hash comes from
+
+    return _admin_hash()
+
+
+def admin_credential_id(master: bytes) -> str | None:
+    h = admin_hash()
+    return cred.admin_access_key_id(master, h) if h else None
+
+
+def admin_credential(p: Principal) -> dict:
+    """``GET /v1/sqs-credentials/admin`` (admin): the admin's SQS credential. Derived, not stored:
+    it changes when the admin key or the master secret changes."""
+    require_admin(p)
+    master = master_secret()
+    akid = admin_credential_id(master)
+    if akid is None:
+        raise Unavailable("no admin key is configured", code="internal_error")
+    return {"admin": True, "access_key_id": akid, "secret_access_key": cred.derive_secret(master, akid)}

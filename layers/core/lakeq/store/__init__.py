@@ -1,0 +1,25 @@
+"""pynamodb models and repositories: the only package that imports pynamodb (every lock, ack, offset
+move and generation change is a conditional write or a transaction here).
+"""
+from lakeq import exports
+
+__getattr__, __dir__, __all__ = exports(__name__, {
+    "append": ("ATTEMPTS", "Contended", "append_at_head",),
+    "groups": (
+        "GroupFull", "GroupRepo", "MAX_MEMBERS", "MAX_MEMBER_TOPICS", "View", "expand_topics",
+        "member_queues", "queue_counts", "servable", "sweep",
+    ),
+    "models": (
+        "ClientModel", "DedupModel", "DelayedModel", "GroupMemberModel", "GroupModel", "KeyModel",
+        "OffsetModel", "QueueModel", "SegmentModel", "TopicModel", "log_of", "queue_key",
+    ),
+    "repos": (
+        "CONDITION_FAILED", "ClientRepo", "DelayedRepo", "LogRepo", "OffsetRepo", "TopicRepo",
+        "TransactionFailed", "inc_of", "transact", "warm_transactions",
+    ),
+    "sqs": ("SqsRepo", "group_name", "key_owner", "producer_name",),
+    "subscriptions": (
+        "ParkRepo", "Start", "SubscriptionModel", "SubscriptionRepo", "VERSION_ID", "is_subscription_id",
+        "list_owner", "list_topic",
+    ),
+})

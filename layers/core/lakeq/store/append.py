@@ -1,0 +1,87 @@
+"""The one append-with-retry loop: put items at a log queue's head, write by write, exactly once.
+
+Used by the produce path (:func:`lakeq.consume.service.produce`), dead-lettering
+(:func:`lakeq.consume.settle.append_copy`) and the fan-out to subscription lists
+(:func:`lakeq.fanout.worker.append_groups`); each says how its items become writes (``plan``) and what a
+recorded id means to it (``on_recorded``), this module does the racing.
+
+One round: read the queue's head (:meth:`lakeq.store.repos.LogRepo.head`; after a lost race, fresh:
+the newest segment's end), plan the next write there, :meth:`lakeq.store.repos.LogRepo.append` it.
+A write that loses a race (someone appended at that head first) raises ``TransactionFailed``:
+
+- if dedup keys of the write were recorded meanwhile (their conditions are the last reasons),
+  ``on_recorded(items, keys)`` answers those items its own way and returns the items still to
+  append; when it answered some, the next round starts at once (progress was made);
+- otherwise the round waits (:func:`lakeq.common.backoff.sleep`) and plans again at the fresh head.
+
+After :data:`ATTEMPTS` lost races in a row :class:`Contended` is raised with the items not
+appended. Store calls per round are those of ``LogRepo.head`` and ``LogRepo.append``: nothing more.
+"""
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+from lakeq.common import backoff
+from lakeq.common.errors import LakeqError
+from lakeq.store.repos import Append, LogRepo, TransactionFailed
+
+ATTEMPTS = 40
+
+T = TypeVar("T")
+
+
+class Contended(LakeqError):
+    """The queue's head moved under every one of :data:`ATTEMPTS` writes in a row.
+    ``remaining``: the items not appended (in order); ``cause``: the last ``TransactionFailed``."""
+
+    def __init__(self, remaining: list, cause: TransactionFailed):
+        super().__init__(f"{len(remaining)} item(s) not appended after {ATTEMPTS} lost races")
+        self.remaining = remaining
+        self.cause = cause
+
+
+def recorded_keys(e: TransactionFailed, part: Append) -> list[str]:
+    """The dedup keys of ``part`` whose write failed in ``e`` (their reasons come last)."""
+    if not part.dedup:
+        return []
+    first = len(e.reasons) - len(part.dedup)
+    return [key for k, (key, _) in enumerate(part.dedup) if e.failed(first + k)]
+
+
+def append_at_head(log: str, queue: int, items: list[T], now: int,
+                   plan: Callable[[list[T], int], "tuple[Append, int]"],
+                   on_written: Callable[[list[T], Append], None] | None = None,
+                   on_recorded: Callable[[list[T], list[str]], list[T]] | None = None,
+                   attempts: int = ATTEMPTS) -> bool:
+    """Append ``items`` to queue ``queue`` of log ``log`` (a topic's log name or a list's).
+
+    ``plan(items, base)`` → ``(part, n)``: the next write at offset ``base``, holding the first
+    ``n`` items. ``on_written(done, part)`` after each write. ``on_recorded(items, keys)`` →
+    the items still to append, when a write failed because ``keys`` were recorded meanwhile
+    (default: drop nothing). False when the queue does not exist (the items left were not
+    appended), True when every item is appended or answered. Raises :class:`Contended`."""
+    attempt = 0
+    while items:
+        base = LogRepo.head(log, queue, fresh=attempt > 0)
+        if base is None:
+            return False
+        part, n = plan(items, base)
+        try:
+            LogRepo.append(log, queue, base, part, now)
+        except TransactionFailed as e:
+            attempt += 1
+            if attempt >= attempts:
+                raise Contended(items, e) from e
+            keys = recorded_keys(e, part)
+            if keys and on_recorded is not None:
+                left = on_recorded(items, keys)
+                if len(left) < len(items):  # answered some: progress, go on at once
+                    items = left
+                    continue
+            backoff.sleep(attempt)
+            continue
+        if on_written is not None:
+            on_written(items[:n], part)
+        items = items[n:]
+        attempt = 0
+    return True

@@ -1,0 +1,718 @@
+"""Repositories: the only code that talks to DynamoDB. Small classes over the pynamodb models.
+
+Every lock, ack and offset move is a conditional write; every append to a queue's log is a
+conditional put of a segment item keyed by its first offset (with the client-chosen message ids in
+the same transaction when there are any), so the log is a contiguous chain by construction. Costs per call are listed
+in ``docs/design.md``.
+"""
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timezone
+
+from pynamodb.connection import Connection
+from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
+
+from lakeq.common import backoff
+from lakeq.common.errors import LakeqError
+from lakeq.common.names import log_name
+from lakeq.log import segments as seg
+from lakeq.log.delay_plan import Delayed, due_key, encode_message
+from lakeq.log.produce_plan import (  # noqa: F401
+    QUEUE_ITEM_BYTES,
+    TRANSACT_BYTES,
+    TRANSACT_ITEMS,
+    Append,
+    dedup_item_bytes,
+    pq,
+    segment_item_bytes,
+)
+from lakeq.log.receipts import Receipt
+from lakeq.log.selection import QueueView, ack_key, kept_acks
+from lakeq.store.models import (
+    ClientModel,
+    DedupModel,
+    DelayedModel,
+    KeyModel,
+    OffsetModel,
+    QueueModel,
+    SegmentModel,
+    TopicModel,
+    queue_key,
+)
+
+DEDUP_TTL_S = 24 * 3600
+CONDITION_FAILED = "ConditionalCheckFailed"
+BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
+# the store's write limits and item-size bounds live with the (pure) produce planner
+
+
+def conditional_failed(e: Exception) -> bool:
+    """A single-item write (PutError / UpdateError / DeleteError) refused by its condition."""
+    cause = getattr(e, "cause_response_code", None)
+    return cause == "ConditionalCheckFailedException"
+
+
+def _reasons(e: TransactWriteError) -> list[str | None]:
+    return [r.code if r is not None else None for r in (e.cancellation_reasons or [])]
+
+
+class TransactionFailed(LakeqError):
+    """A transaction was cancelled; ``reasons`` lists each item's cancellation code (or None)."""
+
+    def __init__(self, reasons: list[str | None]):
+        super().__init__(f"transaction cancelled: {reasons}")
+        self.reasons = reasons
+
+    def failed(self, i: int) -> bool:
+        """Whether item ``i`` (in the order ``build`` added the items) failed its condition.
+
+        >>> e = TransactionFailed(["None", CONDITION_FAILED])
+        >>> e.failed(1), e.failed(0), e.failed(2), e.failed(-1)
+        (True, False, False, False)
+        """
+        return 0 <= i < len(self.reasons) and self.reasons[i] == CONDITION_FAILED
+
+
+_connections: dict[str, Connection] = {}
+
+
+def _connection() -> Connection:
+    """One pynamodb Connection (one botocore client) per region and container, made on first
+    use: a new client per transaction loaded botocore's service model each time (~0.5 s on the
+    test machine, tens of ms on Lambda) on produce's hot path."""
+    region = TopicModel.Meta.region
+    conn = _connections.get(region)
+    if conn is None:
+        conn = _connections[region] = Connection(region=region)
+    return conn
+
+
+def warm_transactions() -> None:
+    """Create the transaction client now (its botocore client, made on first use, loads the service
+    model): a pull that sees a delayed message ahead calls this so the promotion at its due time
+    does not pay that on the consumer's clock (lakeq.produce.delayed)."""
+    _ = _connection().client
+
+
+_KIND_ORDER = {"condition_check": 0, "delete": 1, "save": 2, "update": 3}
+
+
+class _Recorder:
+    """Wraps a TransactWrite and remembers the kind of each item in call order: pynamodb sends
+    condition checks first, then deletes, puts and updates, and DynamoDB's cancellation reasons
+    follow that order, not ours."""
+
+    def __init__(self, t: TransactWrite):
+        self._t = t
+        self.kinds: list[str] = []
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._t, name)
+        if name not in _KIND_ORDER:
+            return attr
+
+        def call(*args, **kwargs):
+            self.kinds.append(name)
+            return attr(*args, **kwargs)
+        return call
+
+    def in_call_order(self, reasons: list) -> list:
+        sent = sorted(range(len(self.kinds)), key=lambda i: (_KIND_ORDER[self.kinds[i]], i))
+        out: list = [None] * len(self.kinds)
+        for position, i in enumerate(sent):
+            out[i] = reasons[position] if position < len(reasons) else None
+        return out
+
+
+def transact(build) -> None:
+    """Run ``build(t)`` inside one TransactWrite; raise :class:`TransactionFailed` with the
+    cancellation reasons listed in the order ``build`` added the items."""
+    recorder = None
+    try:
+        with TransactWrite(connection=_connection()) as t:
+            recorder = _Recorder(t)
+            build(recorder)
+    except TransactWriteError as e:
+        reasons = _reasons(e)
+        if not reasons:
+            raise
+        raise TransactionFailed(recorder.in_call_order(reasons) if recorder else reasons) from e
+
+
+def update_if(item, actions: list, condition) -> bool:
+    """One conditional UpdateItem of ``item``: True when written, False when ``condition``
+    refused it; any other error raises."""
+    try:
+        item.update(actions=actions, condition=condition)
+        return True
+    except UpdateError as e:
+        if conditional_failed(e):
+            return False
+        raise
+
+
+def transact_if_first(build) -> bool:
+    """:func:`transact`, answering False when the first item ``build`` added failed its condition
+    (the usual "it changed meanwhile / it is gone" outcome); any other cancellation raises."""
+    try:
+        transact(build)
+    except TransactionFailed as e:
+        if e.failed(0):
+            return False
+        raise
+    return True
+
+
+def topic_live():
+    """Condition: the topic item exists and is no tombstone (docs/design.md "Queue lifecycle")."""
+    return TopicModel.name.exists() & TopicModel.deleted_at.does_not_exist()
+
+
+def topic_inc_is(inc: int):
+    """Condition: the topic item's incarnation is ``inc`` (absent = 0)."""
+    return TopicModel.inc.does_not_exist() if not inc else TopicModel.inc == inc
+
+
+def inc_of(t: TopicModel | None) -> int:
+    """A topic item's (or tombstone's) incarnation; 0 for none."""
+    return 0 if t is None or t.inc is None else int(t.inc)
+
+
+class TopicRepo:
+    @staticmethod
+    def get(name: str) -> TopicModel | None:
+        """The topic item; None when there is none or it is a tombstone (a deleted topic)."""
+        t = TopicRepo.get_any(name)
+        return None if t is None or t.deleted_at is not None else t
+
+    @staticmethod
+    def get_any(name: str) -> TopicModel | None:
+        """The topic item or its tombstone (consistent GetItem)."""
+        try:
+            return TopicModel.get(name, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def create_condition(old: TopicModel | None):
+        """Condition of a topic item put over ``old`` (what a read found): absent then, or the same
+        tombstone (a live topic fails it)."""
+        if old is None:
+            return TopicModel.name.does_not_exist()
+        return TopicModel.deleted_at.exists() & topic_inc_is(inc_of(old))
+
+    @staticmethod
+    def next_inc(old: TopicModel | None) -> int | None:
+        """The incarnation of a topic created over ``old``: 0 (absent) when there was none, else
+        the tombstone's + 1."""
+        return None if old is None else inc_of(old) + 1
+
+    @staticmethod
+    def create(name: str, queues: int, parent: str | None, now: int) -> None:
+        """Topic item + one queue item per queue, atomically; the parent must exist. Over a
+        tombstone (a deleted topic of this name) the topic is its next incarnation: new keys, so
+        nothing of the deleted one is seen. Raises TransactionFailed: reason index 0 = topic exists
+        (or was deleted or created meanwhile), 1 = parent missing."""
+        old = TopicRepo.get_any(name)
+        inc = TopicRepo.next_inc(old)
+        log = log_name(name, inc)
+
+        def build(t: TransactWrite) -> None:
+            t.save(TopicModel(name, queues=queues, parent=parent, created_at=now, inc=inc),
+                   condition=TopicRepo.create_condition(old))
+            if parent is not None:
+                t.condition_check(TopicModel, parent, condition=topic_live())
+            for q in range(queues):
+                t.save(QueueModel(log, q, max_offset=0, min_offset=0, last_produced_at=0),
+                       condition=QueueModel.pq.does_not_exist())
+        transact(build)
+
+    @staticmethod
+    def grow(name: str, old: int, new: int, inc: int = 0) -> None:
+        """Queue count ``old`` → ``new`` and the new queue items, atomically, in incarnation
+        ``inc`` (the one read). Raises TransactionFailed: reason index 0 = the count is no longer
+        ``old`` or the topic is no longer that incarnation."""
+        log = log_name(name, inc)
+
+        def build(t: TransactWrite) -> None:
+            t.update(TopicModel(name), actions=[TopicModel.queues.set(new)],
+                     condition=topic_live() & topic_inc_is(inc) & (TopicModel.queues == old))
+            for q in range(old, new):
+                t.save(QueueModel(log, q, max_offset=0, min_offset=0, last_produced_at=0),
+                       condition=QueueModel.pq.does_not_exist())
+        transact(build)
+
+    @staticmethod
+    def all() -> list[TopicModel]:
+        """Every topic (tombstones left out), by name."""
+        return sorted((t for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
+
+
+class ClientRepo:
+    @staticmethod
+    def get(name: str) -> ClientModel | None:
+        try:
+            return ClientModel.get(name, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def create(client: ClientModel) -> None:
+        """Client and its key item, atomically; index 0 failing = the name exists."""
+        def build(t: TransactWrite) -> None:
+            t.save(client, condition=ClientModel.name.does_not_exist())
+            t.save(KeyModel(client.key_hash, client=client.name, key_id=client.key_hash[:16],
+                            created_at=client.created_at),
+                   condition=KeyModel.key_hash.does_not_exist())
+        transact(build)
+
+    @staticmethod
+    def client_for_key(key_hash: str) -> str | None:
+        """Strongly consistent: a key revoked a moment ago is not found (0.5 RCU more than an
+        eventually consistent read, paid once per key and container per cache TTL)."""
+        try:
+            return KeyModel.get(key_hash, consistent_read=True).client
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def set_keys(client: ClientModel, version: int | None, key_map: str, add: KeyModel | None = None,
+                 remove: str | None = None) -> None:
+        """The client's key set ``key_map`` (conditioned on ``key_version`` still being ``version``)
+        and the key item added or removed, in one transaction. Raises TransactionFailed: reason
+        index 0 = the client is gone or its keys changed meanwhile (read again)."""
+        cond = ClientModel.name.exists() & (ClientModel.key_version.does_not_exist() if version is None
+                                            else ClientModel.key_version == version)
+
+        def build(t: TransactWrite) -> None:
+            t.update(client, actions=[ClientModel.key_map.set(key_map),
+                                      ClientModel.key_version.set((version or 0) + 1)], condition=cond)
+            if add is not None:
+                t.save(add, condition=KeyModel.key_hash.does_not_exist())
+            if remove is not None:
+                t.delete(KeyModel(remove),
+                         condition=KeyModel.key_hash.does_not_exist() | (KeyModel.client == client.name))
+        transact(build)
+
+
+    @staticmethod
+    def set_settings(name: str, changes: dict) -> ClientModel | None:
+        """A consumer's ``max_deliveries`` / ``dead_letter_topic`` (None removes): one conditional
+        UpdateItem (the client exists and is a consumer). None when it is not (any more)."""
+        actions = [getattr(ClientModel, k).remove() if val is None else getattr(ClientModel, k).set(val)
+                   for k, val in changes.items()]
+        c = ClientModel(name)
+        return c if update_if(c, actions, ClientModel.name.exists() & (ClientModel.role == "consumer")) else None
+
+
+class LogRepo:
+    @staticmethod
+    def pq(topic: str, queue: int) -> str:
+        return pq(topic, queue)
+
+    @staticmethod
+    def queues(topic: str, n: int, consistent: bool = False) -> list[QueueModel]:
+        """The queue items ``0..n-1`` of a topic (``n`` = the topic item's ``queues``), ordered by
+        queue: BatchGetItem, at most 100 keys a call, UnprocessedKeys asked again after a jittered
+        exponential backoff. A missing item (not created yet) is left out. Eventually consistent by
+        default: a lagging ``max_offset`` only delays a pull's view of the newest messages.
+        Cost: 0.5 RCU per queue item eventually consistent (1 RCU strongly), against one Query's
+        0.5 RCU per 4 KB when the table was keyed by topic (see docs/design.md)."""
+        keys = [{"pq": queue_key(topic, q)} for q in range(n)]
+        conn = QueueModel._get_connection()
+        table = QueueModel.Meta.table_name
+        out: list[QueueModel] = []
+        for i in range(0, len(keys), BATCH_GET_KEYS):
+            page: list[dict] = keys[i:i + BATCH_GET_KEYS]
+            attempt = 0
+            while page:
+                data = conn.batch_get_item(page, consistent_read=consistent)
+                out.extend(QueueModel.from_raw_data(item) for item in data.get("Responses", {}).get(table, []))
+                left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
+                page = [{"pq": k["pq"]["S"]} for k in left]
+                if page:
+                    attempt += 1
+                    backoff.sleep(attempt, base=0.01, cap=1.0)  # throttled: longer waits
+        return sorted(out, key=lambda m: int(m.queue))
+
+    @staticmethod
+    def queue(topic: str, queue: int, consistent: bool = True) -> QueueModel | None:
+        try:
+            return QueueModel.get(queue_key(topic, queue), consistent_read=consistent)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def dedup_lookup(topic: str, ids: list[str]) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        if not ids:
+            return out
+        for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
+            if item.offset is not None:  # a delayed message's id has no offset yet (dedup_entries)
+                out[item.id] = (int(item.queue), int(item.offset))
+        return out
+
+    @staticmethod
+    def dedup_entries(topic: str, ids: list[str]) -> dict[str, tuple[int, int | None, int | None]]:
+        """As :meth:`dedup_lookup`, delayed messages included: id → (queue, offset or None while the
+        message is delayed, deliver_at or None)."""
+        out: dict[str, tuple[int, int | None, int | None]] = {}
+        if not ids:
+            return out
+        for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
+            out[item.id] = (int(item.queue), None if item.offset is None else int(item.offset),
+                            None if item.deliver_at is None else int(item.deliver_at))
+        return out
+
+    @classmethod
+    def head(cls, topic: str, queue: int, fresh: bool = False) -> int | None:
+        """Where the next segment goes: the end of the queue's last segment.
+
+        Cheap path: the queue item's ``max_offset`` (eventually consistent GetItem). It can lag
+        (a producer that died between its segment put and the queue item's update), never lead:
+        a put at a lagging head fails its condition, and the caller asks again with ``fresh``,
+        which reads the last segment itself (strongly consistent Query, newest first, one item).
+        None when the queue does not exist."""
+        meta = cls.queue(topic, queue, consistent=fresh)
+        if meta is None:
+            return None
+        head = int(meta.max_offset)
+        if fresh:
+            for item in SegmentModel.query(cls.pq(topic, queue), scan_index_forward=False, limit=1,
+                                           consistent_read=True):
+                head = max(head, int(item.end))
+        return head
+
+    @classmethod
+    def append(cls, topic: str, queue: int, base: int, part: Append, now: int) -> None:
+        """Put ``part``'s segments at ``base`` (which must be the queue's head).
+
+        Each segment item is keyed by its first offset and written only if no segment starts
+        there (``attribute_not_exists``): since every segment starts where an existing one ends,
+        the log stays one contiguous chain — no hole, no overlap — without a lock or a counter.
+        A part without client-chosen ids and with one segment is one conditional PutItem, then
+        the queue item's ``max_offset`` moves forward (UpdateItem, conditioned on being behind): a
+        crash in between leaves the head lagging behind messages nobody acknowledged; the next
+        append to the queue (a retry, or any producer) finds the real head and moves it past them.
+
+        A part with ids (or several segments) is one transaction: the queue item's head move
+        (``max_offset <= base`` → the part's end), the segments, then the dedup items (each
+        conditioned on its absence). The head moves atomically with the messages, so a message id
+        found in the dedup table is always below the head: a retry answered from the dedup items
+        is readable (issue 8, defect 2). Raises :class:`TransactionFailed` with reasons in that
+        order: index 0 = the head is past ``base`` or the queue is gone, 1..len(segments) = a
+        segment already starts there (someone appended first), the last ``len(part.dedup)`` =
+        the corresponding message id was recorded meanwhile.
+        At most :data:`TRANSACT_ITEMS` items: ``1 + len(segments) + len(dedup)``."""
+        assert part.segments[0].base == base
+        assert 1 + len(part.segments) + len(part.dedup) <= TRANSACT_ITEMS
+        pq = cls.pq(topic, queue)
+        end = part.segments[-1].end
+
+        def seg_item(s: seg.Segment) -> SegmentModel:
+            return SegmentModel(pq, s.base, end=s.end, count=s.count, idx=s.idx, data=s.data, z=s.compressed,
+                                produced_at=now)
+
+        if not part.dedup and len(part.segments) == 1:
+            try:
+                seg_item(part.segments[0]).save(condition=SegmentModel.pq.does_not_exist())
+            except PutError as e:
+                if conditional_failed(e):
+                    raise TransactionFailed([CONDITION_FAILED]) from None
+                raise
+            cls.advance_head(topic, queue, end, now)
+        else:
+            def build(t: TransactWrite) -> None:
+                t.update(cls._queue_item(topic, queue),
+                         actions=[QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now)],
+                         condition=QueueModel.topic.exists() & (QueueModel.max_offset <= base))
+                for s in part.segments:
+                    t.save(seg_item(s), condition=SegmentModel.pq.does_not_exist())
+                for mid, off in part.dedup:
+                    t.save(DedupModel(topic, mid, queue=queue, offset=off,
+                                      expires_at=datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)),
+                           condition=DedupModel.id.does_not_exist())
+            transact(build)
+
+    @staticmethod
+    def _queue_item(topic: str, queue: int) -> QueueModel:
+        """The queue item's key (the one place that builds it)."""
+        return QueueModel(topic, queue)
+
+    @classmethod
+    def advance_head(cls, topic: str, queue: int, end: int, now: int) -> None:
+        """``max_offset`` := ``end`` unless it is already there or past. A write that meets a
+        transaction in flight on the queue item (``TransactionConflictException``, which the SDK
+        does not retry) is retried: the caller's messages must be below the head before it
+        answers."""
+        for attempt in range(8):
+            try:
+                cls._queue_item(topic, queue).update(
+                    actions=[QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now)],
+                    condition=QueueModel.topic.exists() & (QueueModel.max_offset < end))
+                return
+            except UpdateError as e:
+                if conditional_failed(e):
+                    return
+                if getattr(e, "cause_response_code", None) != "TransactionConflictException" or attempt == 7:
+                    raise
+                backoff.sleep(attempt, base=0.005, cap=0.32)
+
+    @classmethod
+    def read(cls, topic: str, queue: int, start: int, max_offsets: int):
+        """Yield the segments holding offsets ``start..`` in order, until ``max_offsets`` offsets
+        are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
+        previous batch ended mid-segment), one more Query, newest first, for the segment that
+        contains it. Eventually consistent: a segment not yet visible only shortens the batch
+        (the caller stops at the first gap)."""
+        pq = cls.pq(topic, queue)
+        forward = SegmentModel.query(pq, SegmentModel.base >= start, page_size=8)
+        first = next(forward, None)
+        if first is None or int(first.base) > start:
+            for item in SegmentModel.query(pq, SegmentModel.base < start, scan_index_forward=False, limit=1):
+                if int(item.end) > start:
+                    yield cls._segment(item)
+                    max_offsets -= int(item.end) - start
+                    start = int(item.end)
+                break
+            if max_offsets <= 0:
+                return
+        covered = 0
+        items = [first] if first is not None else []
+        for item in itertools.chain(items, forward):
+            s = cls._segment(item)
+            yield s
+            covered += s.end - max(start, s.base)
+            if covered >= max_offsets:
+                return
+
+    @staticmethod
+    def _segment(item: SegmentModel) -> seg.Segment:
+        return seg.Segment(int(item.base), int(item.count), item.idx, item.data, bool(item.z))
+
+
+class DelayedRepo:
+    """Delayed messages (``delay_ms``, :mod:`lakeq.produce.delayed`): DelayedTable items and the queue item's
+    ``next_due`` / ``delayed`` / ``dver``. Invariant: a queue with a delayed item has ``next_due`` at
+    or before that item's ``deliver_at``; every write here moves ``dver``."""
+
+    @staticmethod
+    def add(topic: str, queue: int, part: list[Delayed], now: int, lower: bool) -> None:
+        """Store ``part`` (one queue's delayed messages) in one transaction: the queue item
+        (``delayed`` += n, ``dver`` += 1, and — ``lower`` — ``next_due`` := the part's earliest
+        ``deliver_at`` if it is not earlier already; else conditioned on ``next_due`` being at or
+        before it), each message's DelayedTable item (absent before), each client id's dedup item
+        (absent before; no offset, its ``deliver_at``). Raises :class:`TransactionFailed`: index 0 =
+        the queue is gone or ``next_due`` is on the other side (read again), 1..len(part) = a
+        delayed item exists, then one per client id (in ``part`` order) = the id was recorded."""
+        dmin = min(d.deliver_at for d in part)
+        actions = [QueueModel.delayed.add(len(part)), QueueModel.dver.add(1)]
+        if lower:
+            actions.append(QueueModel.next_due.set(dmin))
+            cond = QueueModel.topic.exists() & (QueueModel.next_due.does_not_exist() | (QueueModel.next_due >= dmin))
+        else:
+            cond = QueueModel.topic.exists() & (QueueModel.next_due <= dmin)
+        pq_ = pq(topic, queue)
+        expires = datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)
+
+        def build(t: TransactWrite) -> None:
+            t.update(QueueModel(topic, queue), actions=actions, condition=cond)
+            for d in part:
+                t.save(DelayedModel(pq_, due_key(d.deliver_at, d.message.id, d.index), deliver_at=d.deliver_at,
+                                    cid=d.cid, data=encode_message(d.message)),
+                       condition=DelayedModel.pq.does_not_exist())
+            for d in part:
+                if d.cid:
+                    t.save(DedupModel(topic, d.message.id, queue=queue, deliver_at=d.deliver_at, expires_at=expires),
+                           condition=DedupModel.id.does_not_exist())
+        transact(build)
+
+    @staticmethod
+    def due(topic: str, queue: int, now: int, limit: int, max_bytes: int = TRANSACT_BYTES) -> list[DelayedModel]:
+        """The queue's first delayed items due at ``now``, in due order (a consistent Query from the
+        partition's start): at most ``limit``, and no more once their messages pass ``max_bytes``
+        (one transaction could not carry more; the Query reads at most one 1 MB page beyond)."""
+        out: list[DelayedModel] = []
+        size = 0
+        for item in DelayedModel.query(pq(topic, queue), DelayedModel.due < due_key(now + 1, ""), consistent_read=True,
+                                       limit=limit):
+            out.append(item)
+            size += len(item.data) if item.data is not None else len((item.msg or "").encode("utf-8"))
+            if size > max_bytes:
+                break
+        return out
+
+    @staticmethod
+    def after(topic: str, queue: int, due: str | None) -> int | None:
+        """``deliver_at`` of the queue's first delayed item after sort key ``due`` (from the start
+        when None); None when there is none. One consistent Query of one item."""
+        cond = DelayedModel.due > due if due is not None else None
+        for item in DelayedModel.query(pq(topic, queue), cond, consistent_read=True, limit=1):
+            return int(item.deliver_at)
+        return None
+
+    @staticmethod
+    def _dver_is(seen: int | None):
+        return QueueModel.dver.does_not_exist() if seen is None else QueueModel.dver == seen
+
+    @classmethod
+    def set_next_due(cls, topic: str, queue: int, seen: int | None, next_due: int | None) -> bool:
+        """Repair ``next_due`` (it was earlier than every delayed item), if ``dver`` is still ``seen``."""
+        action = QueueModel.next_due.set(next_due) if next_due is not None else QueueModel.next_due.remove()
+        try:
+            QueueModel(topic, queue).update(actions=[action, QueueModel.dver.add(1)],
+                                            condition=QueueModel.topic.exists() & cls._dver_is(seen))
+            return True
+        except UpdateError as e:  # changed meanwhile, or a transaction in flight on it: read again
+            if conditional_failed(e) or getattr(e, "cause_response_code", None) == "TransactionConflictException":
+                return False
+            raise
+
+    @classmethod
+    def promote(cls, topic: str, queue: int, base: int, part: Append, entries: list[DelayedModel],
+                seen: int | None, next_due: int | None, now: int) -> None:
+        """Append ``entries`` (due delayed items, in due order: ``part`` holds their segments at
+        ``base``, the queue's head) in one transaction: the queue item (head to the part's end,
+        ``delayed`` -= n, ``dver`` += 1, ``next_due`` := ``next_due``; conditioned on the head being at
+        or before ``base`` and ``dver`` still ``seen``: nobody promoted nor delayed a message on this
+        queue since it was read), the segments (absent before), each client id's offset (its dedup
+        item, conditioned on having no offset yet) and the deletes of the delayed items
+        (conditioned on existing). Two promoters racing: one transaction wins, the other is
+        cancelled (TransactionFailed) and nothing of it is written."""
+        assert part.segments[0].base == base
+        pq_ = pq(topic, queue)
+        end = part.segments[-1].end
+        actions = [QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now),
+                   QueueModel.delayed.add(-len(entries)), QueueModel.dver.add(1),
+                   QueueModel.next_due.set(next_due) if next_due is not None else QueueModel.next_due.remove()]
+        at = {e.due.split("#", 1)[1]: int(e.deliver_at) for e in entries}
+        expires = datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)
+
+        def build(t: TransactWrite) -> None:
+            t.update(QueueModel(topic, queue), actions=actions,
+                     condition=QueueModel.topic.exists() & (QueueModel.max_offset <= base) & cls._dver_is(seen))
+            for s in part.segments:
+                t.save(SegmentModel(pq_, s.base, end=s.end, count=s.count, idx=s.idx, data=s.data, z=s.compressed,
+                                    produced_at=now), condition=SegmentModel.pq.does_not_exist())
+            for mid, off in part.dedup:
+                t.save(DedupModel(topic, mid, queue=queue, offset=off, deliver_at=at.get(mid), expires_at=expires),
+                       condition=DedupModel.offset.does_not_exist())
+            for e in entries:
+                t.delete(DelayedModel(pq_, e.due), condition=DelayedModel.pq.exists())
+        transact(build)
+
+
+class OffsetRepo:
+    @staticmethod
+    def owner(group: str, topic: str, client_id: str | None = None) -> str:
+        return f"b|{group}|{client_id}|{topic}" if client_id is not None else f"g|{group}|{topic}"
+
+    @staticmethod
+    def records(owner: str) -> dict[int, OffsetModel]:
+        return {int(r.queue): r for r in OffsetModel.query(owner, consistent_read=True)}
+
+    @staticmethod
+    def get(owner: str, queue: int) -> OffsetModel | None:
+        try:
+            return OffsetModel.get(owner, queue, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def _expect(view: QueueView):
+        """Condition: the record is still exactly as the pull saw it (``sv``: every write moves it)."""
+        if view.committed is None:
+            return OffsetModel.owner.does_not_exist()
+        same = (OffsetModel.lock_ts == view.lock_ts) & (OffsetModel.committed_offset == view.committed)
+        return same & (OffsetModel.sv.does_not_exist() if view.sv is None else OffsetModel.sv == view.sv)
+
+    @staticmethod
+    def view_of(rec: OffsetModel, min_offset: int = 0, max_offset: int = 0) -> QueueView:
+        """A record as a :class:`QueueView` (the log's offsets when known)."""
+        return QueueView(int(rec.queue), min_offset, max_offset, int(rec.committed_offset), int(rec.lock_ts),
+                         int(rec.lock_until), int(rec.last_consumed_at), tuple(rec.acks or ()),
+                         None if rec.lock_next is None else int(rec.lock_next), rec.settle,
+                         None if rec.sv is None else int(rec.sv), int(rec.dead_lettered or 0))
+
+    @classmethod
+    def write_state(cls, owner: str, view: QueueView, state, meta: dict | None, now: int, *,
+                    lock_owner: str | None = None, consumed: bool = False, ack: str | None = None) -> bool:
+        """Store a :class:`lakeq.log.settlement.State` on the record ``view`` was read from, if it is
+        still exactly that (:meth:`_expect`): committed offset, lock, ``settle`` (removed in the
+        simple form), ``dead_lettered``; ``lock_owner`` for a new lock (which also trims ``acks``),
+        ``ack`` appended to ``acks`` (a whole-batch ack). One conditional UpdateItem; False when the
+        record moved meanwhile."""
+        from lakeq.log.settlement import to_settle
+        raw = to_settle(state)
+        actions = [OffsetModel.committed_offset.set(state.committed), OffsetModel.lock_ts.set(state.lock_ts),
+                   OffsetModel.lock_until.set(state.lock_until), OffsetModel.updated_at.set(now),
+                   OffsetModel.sv.add(1),
+                   (OffsetModel.lock_next.remove() if state.lock_next is None
+                    else OffsetModel.lock_next.set(state.lock_next)),
+                   OffsetModel.settle.remove() if raw is None else OffsetModel.settle.set(raw)]
+        if state.dead_lettered or view.dead_lettered:
+            actions.append(OffsetModel.dead_lettered.set(state.dead_lettered))
+        if lock_owner is not None:
+            actions.append(OffsetModel.lock_owner.set(lock_owner))
+            kept = kept_acks(view.acks, cls.ACKS_KEPT)
+            if kept is not None:
+                actions.append(OffsetModel.acks.set(kept))
+        if consumed:
+            actions.append(OffsetModel.last_consumed_at.set(now))
+        if ack is not None:
+            actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
+        if view.committed is None and meta:
+            actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
+        return update_if(OffsetModel(owner, view.queue), actions, cls._expect(view))
+
+    ACKS_KEPT = 8  # acknowledged receipts remembered per record (a retry window of 8 batches)
+
+    @staticmethod
+    def _receipt_lock(receipt: Receipt):
+        """Condition: the record's lock is still ``receipt``'s, in the simple form (``lock_ts`` is
+        unique per record; an acknowledged lock has no ``lock_next``)."""
+        return ((OffsetModel.lock_ts == receipt.timestamp) & (OffsetModel.committed_offset == receipt.offset)
+                & (OffsetModel.lock_next == receipt.next_offset) & OffsetModel.settle.does_not_exist())
+
+    @classmethod
+    def ack_fast(cls, owner: str, queue: int, receipt: Receipt, now: int) -> bool | OffsetModel | None:
+        """A whole batch in the simple form acknowledged with one conditional UpdateItem (issue 9's
+        fast path): commit ``receipt.next_offset``, unlock, and append the receipt to ``acks`` (the
+        newest :attr:`ACKS_KEPT` are kept by each lock, so a retried acknowledgement can be told
+        from a stale receipt). True: acknowledged. Otherwise the record as one consistent GetItem
+        found it (None: absent), for the caller to decide (a retry found in ``acks``, a settle of
+        the general form, stale)."""
+        key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+        actions = [OffsetModel.committed_offset.set(receipt.next_offset), OffsetModel.lock_until.set(0),
+                   OffsetModel.lock_next.remove(), OffsetModel.last_consumed_at.set(now),
+                   OffsetModel.updated_at.set(now), OffsetModel.acks.set((OffsetModel.acks | []).append([key])),
+                   OffsetModel.sv.add(1)]
+        if update_if(OffsetModel(owner, queue), actions, cls._receipt_lock(receipt)):
+            return True
+        return cls.get(owner, queue)
+
+    @classmethod
+    def set_visibility(cls, owner: str, queue: int, receipt: Receipt, lock_until: int, now: int) -> bool:
+        """Set the lock's ``lock_until`` (0: unlocked now), if the lock still is the receipt's
+        (:meth:`_receipt_lock`, as :meth:`ack_fast`). One conditional UpdateItem; a plain re-set, so
+        a retry answers the same or a later expiry. False: stale."""
+        return update_if(OffsetModel(owner, queue),
+                         [OffsetModel.lock_until.set(lock_until), OffsetModel.updated_at.set(now),
+                          OffsetModel.sv.add(1)],
+                         cls._receipt_lock(receipt))
+
+    @staticmethod
+    def reset(owner: str, queue: int, offset: int, meta: dict, now: int) -> None:
+        """Set the committed offset, drop any lock and invalidate outstanding receipts
+        (``lock_ts`` moves on). One unconditional UpdateItem."""
+        actions = [OffsetModel.committed_offset.set(offset), OffsetModel.lock_until.set(0),
+                   OffsetModel.lock_next.remove(), OffsetModel.lock_ts.add(1), OffsetModel.updated_at.set(now),
+                   OffsetModel.settle.remove(), OffsetModel.sv.add(1)]
+        actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
+        OffsetModel(owner, queue).update(actions=actions)
+
+
+__all__ = ["TopicRepo", "ClientRepo", "LogRepo", "DelayedRepo", "OffsetRepo", "Append", "TransactionFailed", "transact",
+           "PutError"]

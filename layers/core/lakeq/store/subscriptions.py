@@ -1,0 +1,237 @@
+"""Subscription storage: the subscription items (and the ``~version`` counter the fan-out's index
+cache follows), their message lists' lifecycle, and :class:`Start` (where a new subscription's
+delivery begins). The use cases are in :mod:`lakeq.subscriptions.service`; the fan-out
+(:mod:`lakeq.fanout.worker`) reads and parks through this module."""
+from __future__ import annotations
+
+import json
+import time
+
+from pynamodb.attributes import ListAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.exceptions import DoesNotExist
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+from pynamodb.transactions import TransactWrite
+
+from lakeq.common.errors import BadRequest
+from lakeq.common.names import covers
+from lakeq.store.models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
+from lakeq.store.repos import LogRepo, transact, transact_if_first
+
+VERSION_ID = "~version"
+
+
+class BySubscriber(GlobalSecondaryIndex):
+    class Meta:
+        index_name = "by-subscriber"
+        projection = AllProjection()
+
+    subscriber = UnicodeAttribute(hash_key=True)
+    created_at = NumberAttribute(range_key=True)
+
+
+class SubscriptionModel(Model):
+    """A subscription (``id`` = 32 hex digits), or the version counter item ``id="~version"``."""
+
+    Meta = _meta("SUBSCRIPTIONS_TABLE", "lakeq-subscriptions")
+    id = UnicodeAttribute(hash_key=True)
+    subscriber = UnicodeAttribute(null=True)
+    topic = UnicodeAttribute(null=True)
+    conditions = UnicodeAttribute(null=True)  # JSON: the normalised levels, in the caller's order
+    tags = ListAttribute(of=UnicodeAttribute, null=True)
+    created_at = NumberAttribute(null=True)
+    version = NumberAttribute(null=True)
+    # JSON {"<topic>#<queue>": {...}}: source queues the fan-out could not deliver from (lakeq.fanout.worker)
+    parked = UnicodeAttribute(null=True)
+    # JSON {"<topic>": [head of queue 0, head of queue 1, ...]}: where each covered queue's log
+    # ended when the subscription was created (only topics with messages then); see Start
+    starts = UnicodeAttribute(null=True)
+    # dead letters (issue 9, lakeq.consume.settle.Policy): deliveries before a message is dead-lettered
+    # (absent: unlimited) and where copies go (absent: dropped and counted)
+    max_deliveries = NumberAttribute(null=True)
+    dead_letter_topic = UnicodeAttribute(null=True)
+    by_subscriber = BySubscriber()
+
+
+def list_topic(sub_id: str) -> str:
+    """The pseudo-queue topic of a subscription's message list (topic names never start with ``~``)."""
+    return f"~{sub_id}"
+
+
+def list_owner(sub_id: str) -> str:
+    return f"s|{sub_id}"
+
+
+MAX_STARTS_BYTES = 256 * 1024
+
+
+class Start:
+    """Where a subscription starts, without comparing clocks of different hosts (API.md: "the
+    messages published after the subscription was created").
+
+    At creation, each covered queue's head (``max_offset``, strongly consistent: a produce
+    answers 2xx only after its head moved) is recorded; the fan-out keeps a message for the
+    subscription iff its offset is at or past its queue's recorded head. A message acknowledged
+    before the create began is below the head read during it; a message produced after the
+    create answered is at or past it. Topics (and queues) that did not exist or had no messages
+    at creation start at 0. Subscriptions stored before this rule (no ``starts``) keep the old
+    one, ``produced_at > created_at``."""
+
+    __slots__ = ("_heads", "_raw", "created_at")
+
+    def __init__(self, heads: dict[str, list[int]] | None, created_at: int = 0, raw: str | None = None):
+        self._heads = heads
+        self._raw = raw  # parsed on first use: the fan-out's index rebuild stays one JSON decode a subscription
+        self.created_at = created_at
+
+    @property
+    def heads(self) -> dict[str, list[int]] | None:
+        if self._raw is not None:
+            self._heads, self._raw = json.loads(self._raw), None
+        return self._heads
+
+    @classmethod
+    def read(cls, topic: str) -> "Start":
+        """The heads of every queue of ``topic`` and its descendants: a consistent Scan of the
+        topics and a consistent BatchGet of each covered topic's queue items (creation only:
+        1 RCU per covered queue plus the Scan's 1 RCU per 4 KB of topics)."""
+        from lakeq.store.models import TopicModel, log_of
+        heads: dict[str, list[int]] = {}
+        for t in TopicModel.scan(consistent_read=True):
+            if t.deleted_at is not None or not covers(topic, t.name):
+                continue  # (a deleted topic's tombstone: a topic made again later starts at 0)
+            per_queue = {int(q.queue): int(q.max_offset)
+                         for q in LogRepo.queues(log_of(t), int(t.queues), consistent=True)}
+            if any(per_queue.values()):
+                hs = [per_queue.get(i, 0) for i in range(max(per_queue) + 1)]
+                while hs and hs[-1] == 0:
+                    hs.pop()
+                heads[log_of(t)] = hs  # per log name: another incarnation of the topic starts at 0
+        return cls(heads)
+
+    def dump(self) -> str:
+        raw = json.dumps(self.heads, separators=(",", ":"), sort_keys=True)
+        if len(raw) > MAX_STARTS_BYTES:
+            raise BadRequest(f"the topic covers too many queues with messages to subscribe to at once "
+                             f"({len(self.heads or {})} topics); subscribe to narrower topics")
+        return raw
+
+    @classmethod
+    def of(cls, s: SubscriptionModel) -> "Start":
+        raw = getattr(s, "starts", None)
+        if raw is None:
+            return cls(None, int(s.created_at or 0))
+        return cls(None, raw=raw)
+
+    def delivers(self, topic: str, queue: int, msg: dict) -> bool:
+        """Keep source message ``msg`` (its ``offset``; ``produced_at`` for old subscriptions)
+        of ``topic``'s queue ``queue`` for this subscription? (``topic``: the source's log name.)"""
+        heads = self.heads
+        if heads is None:
+            return msg["produced_at"] > self.created_at
+        hs = heads.get(topic)
+        return hs is None or queue >= len(hs) or msg["offset"] >= hs[queue]
+
+
+class SubscriptionRepo:
+    @staticmethod
+    def get(sub_id: str) -> SubscriptionModel | None:
+        if sub_id == VERSION_ID:
+            return None
+        try:
+            return SubscriptionModel.get(sub_id, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def create(sub: SubscriptionModel) -> None:
+        """Subscription item + its list's queue item + version bump: one transaction (4 WCU x2)."""
+        def build(t: TransactWrite) -> None:
+            t.save(sub, condition=SubscriptionModel.id.does_not_exist())
+            t.save(QueueModel(list_topic(sub.id), 0, max_offset=0, min_offset=0, last_produced_at=0),
+                   condition=QueueModel.topic.does_not_exist())
+            t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
+        transact(build)
+
+    @staticmethod
+    def delete(sub_id: str) -> bool:
+        """Delete the subscription, its list's queue item (no append can succeed afterwards: appends
+        are conditioned on it) and bump the version, atomically. False when it did not exist."""
+        def build(t: TransactWrite) -> None:
+            t.delete(SubscriptionModel(sub_id), condition=SubscriptionModel.id.exists())
+            t.delete(QueueModel(list_topic(sub_id), 0))
+            t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
+        return transact_if_first(build)
+
+    @staticmethod
+    def purge_list(sub_id: str, deadline: float | None = None) -> bool:
+        """Delete the list's segments, offsets record and dedup items (after :meth:`delete`).
+        Consistent queries + batch deletes (25 items a call). Idempotent: every step deletes what
+        is still there, so a crash anywhere and a re-run (the unsubscribe stream consumer's retry,
+        a retried DELETE) finish the job. Stops early once ``time.monotonic()`` passes
+        ``deadline``: True when nothing of the list is left, False when stopped early."""
+        lt = list_topic(sub_id)
+        keys = [SegmentModel._hash_key_attribute().attr_name, SegmentModel._range_key_attribute().attr_name]
+        sources = [
+            (SegmentModel, lambda: SegmentModel.query(LogRepo.pq(lt, 0), consistent_read=True, attributes_to_get=keys)),
+            (OffsetModel, lambda: OffsetModel.query(list_owner(sub_id), consistent_read=True)),
+            (DedupModel, lambda: DedupModel.query(lt, consistent_read=True, attributes_to_get=["topic", "id"])),
+        ]
+        for model, items in sources:
+            with model.batch_write() as b:
+                for n, item in enumerate(items(), 1):
+                    b.delete(item)
+                    if n % 25 == 0 and deadline is not None and time.monotonic() > deadline:
+                        return False
+        return True
+
+    @staticmethod
+    def of_subscriber(subscriber: str) -> list[SubscriptionModel]:
+        """Through the ``by-subscriber`` GSI (eventually consistent), oldest first."""
+        return list(SubscriptionModel.by_subscriber.query(subscriber))
+
+    @staticmethod
+    def version() -> int:
+        try:
+            item = SubscriptionModel.get(VERSION_ID, consistent_read=True)
+        except DoesNotExist:
+            return 0
+        return int(item.version or 0)
+
+    @staticmethod
+    def all() -> list[SubscriptionModel]:
+        """Every subscription: a consistent paginated Scan (the fan-out's index rebuild)."""
+        return [s for s in SubscriptionModel.scan(consistent_read=True) if s.id != VERSION_ID]
+
+
+class ParkRepo:
+    """The ``parked`` attribute of a subscription item: optimistic read-modify-write, each write
+    one transaction with the version bump (so every fan-out container rebuilds its index and sees
+    it). 2 items: 4 WCU; a consistent GetItem before: 1 RCU."""
+
+    @staticmethod
+    def read(sub_id: str) -> tuple[bool, str | None]:
+        try:
+            item = SubscriptionModel.get(sub_id, consistent_read=True,
+                                         attributes_to_get=["id", "parked"])
+        except DoesNotExist:
+            return False, None
+        return True, getattr(item, "parked", None)
+
+    @staticmethod
+    def write(sub_id: str, old: str | None, new: str | None) -> bool:
+        """``parked``: ``old`` → ``new`` (None: removed) if the subscription exists and still has
+        ``old``. False when it changed meanwhile or the subscription is gone."""
+        attr = SubscriptionModel.parked
+        cond = SubscriptionModel.id.exists() & (attr.does_not_exist() if old is None else attr == old)
+        action = attr.remove() if new is None else attr.set(new)
+
+        def build(t: TransactWrite) -> None:
+            t.update(SubscriptionModel(sub_id), actions=[action], condition=cond)
+            t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
+        return transact_if_first(build)
+
+
+def is_subscription_id(sub_id: str) -> bool:
+    """32 lowercase hex digits: the ids ``POST /v1/subscriptions`` makes (``~version`` is not one)."""
+    return len(sub_id) == 32 and all(c in "0123456789abcdef" for c in sub_id)

@@ -1,0 +1,222 @@
+"""Subscriptions (SPEC §3, API.md "Subscriptions"): storage, the routes' use cases, message lists.
+
+A subscription's message list is a *pseudo-queue* of the topic-queue machinery, not a second one:
+queue item ``topic="~<id>", queue=0`` in QueuesTable, segments under ``pq="~<id>#0"`` in
+SegmentsTable, the offsets record ``owner="s|<id>", queue=0`` in OffsetsTable, and dedup items
+under ``topic="~<id>"`` in DedupTable keyed ``<source topic>@<source queue>:<source segment base>``.
+Pulls run :func:`lakeq.consume.reader.consume` over that one queue (receipt queue field ``~<id>``); acks
+run :mod:`lakeq.consume.settle` (as a group's do). The stream-triggered fan-out
+(:mod:`lakeq.fanout.worker`) appends to the lists with :meth:`LogRepo.append`.
+
+A list entry keeps its *source* coordinates: a pulled subscription message carries the topic,
+queue and offset it was published at (``offset`` = the source offset); the receipt carries the
+list's own offsets. ``SubscriptionsTable`` also holds one counter item ``id="~version"``
+(attribute ``version``) bumped by every create and delete, so the fan-out knows when to rebuild
+its cached index.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+
+from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
+from lakeq.common import clock
+from lakeq.common.errors import BadRequest, Forbidden, NotFound, StaleReceipt
+from lakeq.common.names import check_name, check_topic, is_name
+from lakeq.consume import settle as settling
+from lakeq.consume.reader import ListLog, broker, consume, list_reader
+from lakeq.consume.settle import Policy
+from lakeq.contract import validation as v
+from lakeq.log.fanout_plan import parked_view
+from lakeq.log.receipts import Receipt, subscription_field
+from lakeq.log.receipts import parse as parse_receipt
+from lakeq.log.selection import lock_until
+from lakeq.log.settlement import Outcomes
+from lakeq.store.subscriptions import (
+    Start,
+    SubscriptionModel,
+    SubscriptionRepo,
+    is_subscription_id,
+    list_owner,
+    list_topic,
+)
+from matcher.index import validate_conditions, validate_tags
+
+log = logging.getLogger("lakeq.subscriptions.service")
+
+MAX_LEVELS = 64
+MAX_CONDITIONS_BYTES = 64 * 1024
+
+
+# --- views ------------------------------------------------------------------------------------
+def view(s: SubscriptionModel) -> dict:
+    out = {"id": s.id, "subscriber": s.subscriber, "topic": s.topic,
+           "conditions": json.loads(s.conditions or "[]"), "tags": list(s.tags or []),
+           "created_at": int(s.created_at or 0), "parked": _parked_view(s.parked)}
+    if s.max_deliveries is not None:  # issue 9: shown when set
+        out["max_deliveries"] = int(s.max_deliveries)
+    if s.dead_letter_topic is not None:
+        out["dead_letter_topic"] = s.dead_letter_topic
+    return out
+
+
+def policy(s: SubscriptionModel) -> Policy:
+    return Policy(None if s.max_deliveries is None else int(s.max_deliveries), s.dead_letter_topic, s.subscriber)
+
+
+def _parked_view(raw: str | None) -> list[dict]:
+    """Source queues the fan-out parked this subscription on (empty when all is delivered)."""
+    return parked_view(raw) if raw else []
+
+
+def _conditions(raw) -> list[dict]:
+    if raw is not None and isinstance(raw, list) and len(raw) > MAX_LEVELS:
+        raise BadRequest(f"'conditions' may have at most {MAX_LEVELS} levels")
+    try:
+        levels = validate_conditions(raw)
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
+    if len(json.dumps(levels)) > MAX_CONDITIONS_BYTES:
+        raise BadRequest(f"'conditions' is larger than {MAX_CONDITIONS_BYTES} bytes of JSON")
+    return levels
+
+
+def _tags(raw) -> list[str]:
+    tags = v.tag_list(raw, "tags")
+    try:
+        return list(validate_tags(tags))
+    except ValueError as e:  # pragma: no cover - tag_list is stricter
+        raise BadRequest(str(e)) from None
+
+
+def _sub_or_404(sub_id: str) -> SubscriptionModel:
+    s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
+    if s is None:
+        raise NotFound(f"subscription '{sub_id}' does not exist")
+    return s
+
+
+def _may_act(p: Principal, s: SubscriptionModel) -> None:
+    if not p.may_act_as(s.subscriber):
+        raise Forbidden(f"this key may not act for '{s.subscriber}'")
+
+
+# --- use cases --------------------------------------------------------------------------------
+def create(p: Principal, raw: str | None) -> dict:
+    body = v.json_body(raw)
+    subscriber = check_name(body.get("subscriber"), "subscriber")
+    topic = check_topic(body.get("topic"))
+    levels = _conditions(body.get("conditions"))
+    tags = _tags(body.get("tags"))
+    dl = v.dead_letter_settings(body)
+    topic_or_404(topic)
+    client = client_or_404(subscriber, "consumer")
+    if dl.get("dead_letter_topic") is not None:
+        topic_or_404(dl["dead_letter_topic"])
+    authorize(p, client, topic)
+    now = clock.now()
+    sub = SubscriptionModel(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
+                            conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
+                            created_at=now, starts=Start.read(topic).dump(), max_deliveries=dl.get("max_deliveries"),
+                            dead_letter_topic=dl.get("dead_letter_topic"))
+    SubscriptionRepo.create(sub)
+    return view(sub)
+
+
+def list_(p: Principal, params: dict) -> dict:
+    subscriber = check_name(params.get("subscriber"), "subscriber")
+    client_or_404(subscriber, "consumer")
+    if not p.may_act_as(subscriber):
+        raise Forbidden(f"this key may not act for '{subscriber}'")
+    return {"subscriptions": [view(s) for s in SubscriptionRepo.of_subscriber(subscriber)]}
+
+
+PURGE_INLINE_S = 3.0  # a DELETE purges inline for this long; the rest is the stream consumer's
+
+
+def delete(p: Principal, sub_id: str) -> None:
+    """``DELETE /v1/subscriptions/{id}``: one transaction (subscription item, list queue item,
+    version bump), then the list's items are purged inline for up to PURGE_INLINE_S.
+
+    Crash-safe: the subscription item's REMOVE record on SubscriptionsTable's stream makes
+    :func:`lakeq.subscriptions.purge.purge_removed` (UnsubscribeFunction) purge the list again, with the event source
+    mapping's retries, so a crash after the transaction (or a list too long to purge inline)
+    leaves nothing behind. A retried DELETE after a lost 204 answers 404 (the subscription is
+    gone, as API.md says of unknown ids); it also purges whatever of that id's list is left."""
+    check_name(sub_id, "subscription id")
+    s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
+    if s is None:
+        if is_subscription_id(sub_id):
+            SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
+        raise NotFound(f"subscription '{sub_id}' does not exist")
+    _may_act(p, s)
+    if not SubscriptionRepo.delete(sub_id):
+        raise NotFound(f"subscription '{sub_id}' does not exist")
+    SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
+
+
+STALE = "the receipt is stale: the list was locked again or acknowledged since"
+
+
+def _list_receipt(s: SubscriptionModel, receipt: Receipt) -> str:
+    """The checks every use of a list's receipt makes (ack, visibility): this subscription's (400),
+    this broker's (409 ``stale_receipt``). Returns the list's offsets owner."""
+    if receipt.subscription != s.id:
+        raise BadRequest("this receipt is not for this subscription's message list")
+    if receipt.broker != broker():
+        raise StaleReceipt(STALE)
+    return list_owner(s.id)
+
+
+def _ack(s: SubscriptionModel, receipt: Receipt, outcomes: Outcomes = Outcomes()) -> dict:
+    owner = _list_receipt(s, receipt)
+    out = settling.settle(owner, 0, receipt, outcomes, policy(s), list_reader(list_topic(s.id)), clock.now(), STALE)
+    return {"subscription": s.id, "queue": 0, **out}
+
+
+def ack(p: Principal, sub_id: str, receipt: Receipt, outcomes: Outcomes = Outcomes()) -> dict:
+    """``POST /v1/acks {"subscription", "receipt", ["accept"], ["release"], ["reject"]}`` (dispatched
+    by the ack route, :mod:`lakeq.api.consume`)."""
+    s = _sub_or_404(sub_id)
+    _may_act(p, s)
+    return _ack(s, receipt, outcomes)
+
+
+def visibility(p: Principal, sub_id: str, receipt: Receipt, visibility_ms: int) -> dict:
+    """``POST /v1/visibility {"subscription", "receipt", "visibility_timeout_ms"}`` (dispatched by the route)."""
+    s = _sub_or_404(sub_id)
+    _may_act(p, s)
+    owner = _list_receipt(s, receipt)
+    now = clock.now()
+    until = lock_until(now, visibility_ms)
+    if not settling.visibility(owner, 0, receipt, until, now):
+        raise StaleReceipt(STALE)
+    return {"subscription": s.id, "queue": 0, "locked_until": until}
+
+
+def read_list(sub_id: str, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
+    """Up to ``limit`` list entries from list offset ``start`` (:func:`lakeq.consume.reader.list_reader`)."""
+    return list_reader(list_topic(sub_id))(0, start, limit, max_offset)
+
+
+def pull(p: Principal, sub_id: str, params: dict) -> dict:
+    check_name(sub_id, "subscription id")
+    max_ = v.int_param(params, "max", 1, v.MAX_PULL, v.DEFAULT_PULL)
+    wait_ms = v.int_param(params, "wait_ms", 0, v.MAX_WAIT_MS, 0)
+    vis = (v.int_param(params, "visibility_timeout_ms", v.VISIBILITY_MIN, v.VISIBILITY_MAX, 0)
+           if params.get("visibility_timeout_ms") is not None else None)
+    raw_ack = params.get("ack")
+    if raw_ack is not None and not raw_ack:
+        raise BadRequest("'ack' must be a receipt")
+    ack_receipt = parse_receipt(raw_ack) if raw_ack is not None else None
+    s = _sub_or_404(sub_id)
+    _may_act(p, s)
+    client = client_or_404(s.subscriber, "consumer")
+    if ack_receipt is not None:
+        _ack(s, ack_receipt)
+    lt, owner = list_topic(sub_id), list_owner(sub_id)
+    req = v.PullRequest(group=None, client_id=None, member_id=None, max=max_, wait_ms=wait_ms, tags=None, ack=None)
+    return consume(ListLog(lt, owner, {"group": s.subscriber, "topic": lt}, subscription_field(sub_id)),
+                   vis or int(client.visibility_timeout_ms), req, None, policy=policy(s))

@@ -1,0 +1,167 @@
+"""Issue 15: the core's packages and who may import whom.
+
+The allowed imports are the table in docs/design.md ("The core's packages", between the
+``allowed-imports`` markers); this test reads it, so the page and the rule cannot drift apart.
+Every import of every module counts, lazy ones (inside functions) included."""
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CORE = ROOT / "layers" / "core" / "lakeq"
+DESIGN = ROOT / "docs" / "design.md"
+AWS = {"boto3", "botocore", "pynamodb"}
+
+
+def table(text: str | None = None) -> dict[str, tuple[bool, set[str]]]:
+    """package -> (pure, the core packages it may import), from design.md's table."""
+    text = DESIGN.read_text() if text is None else text
+    body = text.split("<!-- allowed-imports: begin -->")[1].split("<!-- allowed-imports: end -->")[0]
+    out = {}
+    for line in body.strip().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        pkg = cells[0].strip("`")
+        may = set() if cells[2] in ("—", "-", "") else {p.strip() for p in cells[2].split(",")}
+        out[pkg] = (cells[1] == "yes", may)
+    return out
+
+
+def imports(source: str) -> set[str]:
+    """Every module name ``source`` imports (absolute imports; the core uses no relative ones)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import in the core: use the full module path"
+            out.add(node.module or "")
+            out.update(f"{node.module}.{a.name}" for a in node.names if node.module == "lakeq")
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def violations(pkg: str, module: str, source: str, rules: dict[str, tuple[bool, set[str]]]) -> list[str]:
+    """What ``module`` of ``pkg`` imports that the rules forbid (empty when it keeps to them)."""
+    pure, may = rules[pkg]
+    bad = []
+    for name in sorted(imports(source)):
+        parts = name.split(".")
+        if parts[0] == "lakeq" and len(parts) > 1 and parts[1] != pkg and parts[1] != "exports":
+            if parts[1] not in may:
+                bad.append(f"{module} imports {name}: {pkg} may not import {parts[1]}")
+        elif parts[0] in AWS:
+            if pure:
+                bad.append(f"{module} imports {name}: {pkg} is pure")
+            elif parts[0] == "pynamodb" and pkg != "store":
+                bad.append(f"{module} imports {name}: only store imports pynamodb")
+    if pkg != "store" and re.search(r"""(client|resource)\(\s*["']dynamodb["']""", source):
+        bad.append(f"{module} makes a DynamoDB client: only store talks to DynamoDB")
+    return bad
+
+
+def modules():
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE)
+        if len(rel.parts) > 1:
+            yield rel.parts[0], ".".join(("lakeq", *rel.with_suffix("").parts)), path
+
+
+def test_every_package_is_in_the_table_and_the_table_has_no_other():
+    pkgs = {p.name for p in CORE.iterdir() if (p / "__init__.py").is_file()}
+    assert pkgs == set(table())
+    for pkg, (_, may) in table().items():
+        assert may <= set(table()), (pkg, may - set(table()))
+    # nothing but the package helper at the top: every module belongs to a concern
+    assert sorted(p.name for p in CORE.glob("*.py")) == ["__init__.py"]
+
+
+def test_no_module_imports_what_its_package_may_not():
+    rules = table()
+    bad = [v for pkg, mod, path in modules() for v in violations(pkg, mod, path.read_text(), rules)]
+    assert bad == []
+
+
+def test_the_allowed_imports_have_no_cycle_and_pure_packages_import_only_pure_ones():
+    rules = table()
+
+    def reaches(a, b, seen=()):
+        return any(n == b or (n not in seen and reaches(n, b, (*seen, n))) for n in rules[a][1])
+    assert [p for p in rules if reaches(p, p)] == []
+    for pkg, (pure, may) in rules.items():
+        if pure:
+            assert all(rules[m][0] for m in may), pkg
+    assert "store" not in rules["api"][1]
+
+
+def test_the_checker_catches_what_it_should():
+    """The rules above can fail: forbidden imports written in each way are reported."""
+    rules = table()
+    assert violations("api", "lakeq.api.x", "from lakeq.store.repos import LogRepo", rules)
+    assert violations("api", "lakeq.api.x", "def f():\n    from lakeq.store import repos\n", rules)
+    assert violations("log", "lakeq.log.x", "import pynamodb.models", rules)
+    assert violations("log", "lakeq.log.x", "import boto3", rules)
+    assert violations("admin", "lakeq.admin.x", "from pynamodb.exceptions import DoesNotExist", rules)
+    assert violations("lake", "lakeq.lake.x", "import boto3\nboto3.client('dynamodb')", rules)
+    assert violations("fanout", "lakeq.fanout.x", "from lakeq import subscriptions", rules)
+    assert not violations("lake", "lakeq.lake.x", "import boto3\nboto3.client('s3')", rules)
+    assert not violations("api", "lakeq.api.x", "from lakeq.consume import service", rules)
+    with pytest.raises(AssertionError):
+        imports("from .repos import LogRepo")
+    cyclic = table("<!-- allowed-imports: begin -->\n| p | pure | may | what |\n|---|---|---|---|\n"
+                   "| `a` | no | b | |\n| `b` | no | a | |\n<!-- allowed-imports: end -->")
+    assert cyclic == {"a": (False, {"b"}), "b": (False, {"a"})}
+
+
+def test_every_package_names_its_public_api_and_each_name_resolves():
+    import importlib
+    for pkg in table():
+        mod = importlib.import_module(f"lakeq.{pkg}")
+        assert mod.__doc__, pkg
+        for name in getattr(mod, "__all__", ()):
+            assert getattr(mod, name) is not None, (pkg, name)
+
+
+# --------------------------------------------------------------- what each function loads (issue 15.4)
+FUNCTIONS = ROOT / "functions"
+# stream- and schedule-triggered functions: none of the HTTP use cases, no powertools event handler
+BACKGROUND = ["archiver", "fanout", "groupssweep", "promoter", "unsubscribe"]
+
+
+def loaded_modules(function: str) -> set[str]:
+    """The modules ``functions/<function>/app.py`` loads, imported in a fresh interpreter."""
+    import json
+    import os
+    import subprocess
+    import sys
+    app = FUNCTIONS / function / "app.py"
+    code = ("import importlib.util as u, json, sys\n"
+            f"sys.path[:0] = [{str(app.parent)!r}, {str(ROOT / 'layers/core')!r}, {str(ROOT / 'layers/matcher')!r}]\n"
+            f"s = u.spec_from_file_location('app', {str(app)!r}); m = u.module_from_spec(s); s.loader.exec_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1", "POWERTOOLS_SERVICE_NAME": "t",
+           "POWERTOOLS_METRICS_NAMESPACE": "t"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return set(json.loads(out.stdout))
+
+
+def http_use_cases(mods: set[str]) -> list[str]:
+    return sorted(m for m in mods if m.startswith("lakeq.") and (
+        m.endswith(".service") or m.startswith("lakeq.api.") or m in ("lakeq.lake.reports", "lakeq.console.monitor")))
+
+
+@pytest.mark.parametrize("function", BACKGROUND)
+def test_background_functions_load_no_http_use_case(function):
+    mods = loaded_modules(function)
+    assert http_use_cases(mods) == []
+    assert "aws_lambda_powertools.event_handler" not in mods
+
+
+def test_the_http_functions_load_their_own_use_cases_only():
+    assert http_use_cases(loaded_modules("produce")) == ["lakeq.api.http", "lakeq.api.produce",
+                                                         "lakeq.produce.service"]
+    assert "lakeq.consume.service" not in loaded_modules("groups")
+    assert "lakeq.subscriptions.service" in loaded_modules("consume")  # the ack route settles lists too
+    assert not {"pynamodb", "lakeq.store"} & loaded_modules("archiver")
