@@ -240,11 +240,13 @@ def revoke_key(p: Principal, name: str, key_id: str) -> None:
 
 
 # --- produce --------------------------------------------------------------------------------
-def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False) -> dict:
-    """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends)."""
+def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False,
+            t: TopicModel | None = None) -> dict:
+    """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends);
+    ``t``: the topic's item when the caller has just read it (the SQS endpoint: one read an action)."""
     check_topic(topic)
     req = v.produce(v.json_body(raw), reserved_ok)
-    t = topic_or_404(topic)
+    t = t if t is not None and t.name == topic else topic_or_404(topic)
     producer = client_or_404(req.producer, "producer")
     authorize(p, producer, topic)
     reason = req.too_large(len(raw.encode("utf-8")) if raw else 0)
@@ -443,11 +445,12 @@ def visibility(p: Principal, raw: str | None,
     return _visibility_group(p, group, req.ack.client_id, receipt, req.visibility_timeout_ms)
 
 
-def pull(p: Principal, topic: str, params: dict) -> dict:
+def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None) -> dict:
+    """``t``: the topic's item when the caller has just read it (as :func:`produce`)."""
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
-    t = topic_or_404(topic)
+    t = t if t is not None and t.name == topic else topic_or_404(topic)
     group = client_or_404(req.group, "consumer")
     allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
     authorize(p, group, topic)
