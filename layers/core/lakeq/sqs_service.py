@@ -903,19 +903,15 @@ def _delete(q: Queue, handles: list[object]) -> list[sp.SqsError | None]:
             _native(lambda: _settle_lock(q, r, lq, offsets))
         except sp.SqsError as e:
             if e.name != "InvalidParameterValue":
-                raise
-            if len(idx) == 1:  # an offset this lakeq batch did not deliver
-                raise _invalid_handle(handles[idx[0]]) from None
-            for i in idx:  # which of them: one by one (nothing was written)
-                settle([i], (parsed[i][2],))
-            return
-    for idx in locks.values():
-        try:
-            settle(idx, tuple(sorted({parsed[i][2] for i in idx})))
-        except sp.SqsError as e:
-            for i in idx:
-                if out[i] is None:
+                for i in idx:
                     out[i] = e
+            elif len(idx) == 1:  # an offset this lakeq batch did not deliver
+                out[idx[0]] = _invalid_handle(handles[idx[0]])
+            else:  # which of them: one by one (nothing was written)
+                for i in idx:
+                    settle([i], (parsed[i][2],))
+    for idx in locks.values():
+        settle(idx, tuple(sorted({parsed[i][2] for i in idx})))
     return out
 
 
