@@ -259,7 +259,8 @@ def main() -> None:
 
     print()
     print("## DynamoDB calls and request units per request, by SQS action (counted; caches warm)")
-    print(f"{'batch':>5} {'action':<20} {'requests':>8} {'calls/req':>9} {'RRU/req':>8} {'WRU/req':>8}  calls per request")
+    print(f"{'batch':>5} {'action':<20} {'requests':>8} {'calls/req':>9} {'RRU/req':>8} {'WRU/req':>8}  "
+          "calls per request")
     for batch, n, by, *_ in rows:
         for action, a in sorted(by.items(), key=lambda kv: kv[0]):
             r = max(1, a["requests"])
