@@ -107,7 +107,15 @@ class Meter:
     def after(self, http_response, parsed, model, context, **_):
         op = model.name
         service = model.service_model.service_name
-        params = context.get("lakeq_params") or {}
+        wru, rru = self.units(service, op, context.get("lakeq_params") or {}, parsed)
+        with self.lock:
+            self.calls[f"{service}.{op}"] += 1
+            self.wru += wru
+            self.rru += rru
+
+    @staticmethod
+    def units(service: str, op: str, params: dict, parsed: dict) -> tuple[float, float]:
+        """(WRU, RRU) of one call, from the items' sizes (see the module docstring)."""
         wru = rru = 0.0
         if service == "dynamodb":
             consistent = 1.0 if params.get("ConsistentRead") else 0.5
@@ -134,10 +142,7 @@ class Meter:
                     found = parsed.get("Responses", {}).get(table, [])
                     rru += c * sum(max(1, math.ceil(item_size(i) / 4096)) for i in found)
                     rru += c * (len(req.get("Keys", [])) - len(found))
-        with self.lock:
-            self.calls[f"{service}.{op}"] += 1
-            self.wru += wru
-            self.rru += rru
+        return wru, rru
 
 
 def install_hooks(meter: Meter) -> None:
@@ -155,7 +160,9 @@ def install_hooks(meter: Meter) -> None:
 
 
 # --- the stack ------------------------------------------------------------------------------------
-def start_stack():
+def start_stack(wrap=None):
+    """moto's server + lakeq's gateway on loopback ports; ``wrap``: a WSGI middleware put around the
+    gateway, inside the one-invocation-at-a-time lock."""
     from infra.local import template as tpl
     from infra.local.__main__ import free_port, start_moto, wait_for_moto
 
@@ -186,7 +193,7 @@ def start_stack():
     # Lambda): in this one process, handler invocations run one at a time
     from infra.local.moto_serial import Serialised
 
-    server = make_server("127.0.0.1", 0, Serialised(gateway), threaded=True)
+    server = make_server("127.0.0.1", 0, Serialised(wrap(gateway) if wrap else gateway), threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return moto, server, f"http://127.0.0.1:{server.server_port}"
 

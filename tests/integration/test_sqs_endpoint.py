@@ -587,9 +587,11 @@ def test_store_calls_per_action(sqs, capsys):
         for k, v in counts.items():
             print(f"\n{k}: {len(v)} calls: {', '.join(v)}", end="")
         print()
-    # bounds: the hot paths stay a handful of calls
-    assert len(counts["SendMessage"]) <= 6 and len(counts["ReceiveMessage 10"]) <= 8
-    assert len(counts["DeleteMessage"]) <= 5 and len(counts["GetQueueUrl"]) == 1
+    # bounds: the hot paths stay a handful of calls (+1 when the container's 5-s client cache is
+    # refreshed on the way; exact counts with the caches held: tests/integration/test_sqs_cost.py)
+    assert len(counts["SendMessage"]) <= 5 and len(counts["ReceiveMessage 10"]) <= 6
+    assert len(counts["DeleteMessage"]) <= 4 and len(counts["GetQueueUrl"]) == 1
+    assert len(counts["DeleteMessageBatch 9"]) <= 4  # the 9 handles of one lakeq lock: one compare-and-set
 
 
 def test_receive_with_visibility_timeout_zero_leaves_the_message_visible(sqs):

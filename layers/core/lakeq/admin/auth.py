@@ -122,7 +122,9 @@ def topic_or_404(name: str) -> TopicModel:
     return t
 
 
-def client_or_404(name: str, role: str) -> ClientModel:
+def cached_client(name: str) -> ClientModel | None:
+    """The client item, trusted for :data:`CLIENT_CACHE_TTL_S` per container (None: no such client,
+    not cached)."""
     now = monotonic()
     hit = _client_cache.get(name)
     c = hit[0] if hit is not None and hit[1] > now else None
@@ -132,6 +134,11 @@ def client_or_404(name: str, role: str) -> ClientModel:
             if len(_client_cache) >= KEY_CACHE_MAX:
                 _client_cache.clear()
             _client_cache[name] = (c, now + CLIENT_CACHE_TTL_S)
+    return c
+
+
+def client_or_404(name: str, role: str) -> ClientModel:
+    c = cached_client(name)
     if c is None or c.role != role:
         what = "consumer group" if role == "consumer" else "producer"
         raise NotFound(f"{what} '{name}' does not exist")

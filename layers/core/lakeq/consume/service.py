@@ -28,7 +28,7 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
-from lakeq.store.models import ClientModel, log_of
+from lakeq.store.models import ClientModel, TopicModel, log_of
 from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo
 
 # --- pull / ack -----------------------------------------------------------------------------
@@ -156,11 +156,12 @@ def visibility(p: Principal, raw: str | None,
     return _visibility_group(p, group, req.ack.client_id, receipt, req.visibility_timeout_ms)
 
 
-def pull(p: Principal, topic: str, params: dict) -> dict:
+def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None) -> dict:
+    """``t``: the topic's item when the caller has just read it (as :func:`lakeq.produce.service.produce`)."""
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
-    t = topic_or_404(topic)
+    t = t if t is not None and t.name == topic else topic_or_404(topic)
     group = client_or_404(req.group, "consumer")
     allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
     authorize(p, group, topic)

@@ -24,15 +24,17 @@ from lakeq.log.produce_plan import plan_parts as _plan_parts
 from lakeq.log.produce_plan import queue_for_key
 from lakeq.produce import delayed as _delayed
 from lakeq.store.append import Contended, append_at_head
-from lakeq.store.models import log_of
+from lakeq.store.models import TopicModel, log_of
 
 
 # --- produce --------------------------------------------------------------------------------
-def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False) -> dict:
-    """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends)."""
+def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False,
+            t: TopicModel | None = None) -> dict:
+    """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends);
+    ``t``: the topic's item when the caller has just read it (the SQS endpoint: one read an action)."""
     check_topic(topic)
     req = v.produce(v.json_body(raw), reserved_ok)
-    t = topic_or_404(topic)
+    t = t if t is not None and t.name == topic else topic_or_404(topic)
     producer = client_or_404(req.producer, "producer")
     authorize(p, producer, topic)
     reason = req.too_large(len(raw.encode("utf-8")) if raw else 0)

@@ -15,21 +15,27 @@ import json
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from lakeq.admin import auth as lq_auth
 from lakeq.admin import service as admin_service
 from lakeq.admin.auth import Principal
 from lakeq.common import clock as _clock
-from lakeq.common.errors import ApiError, Conflict, Forbidden, NotFound, Unavailable
+from lakeq.common.errors import ApiError, Forbidden, NotFound, StaleReceipt, Unavailable
 from lakeq.common.names import covers
 from lakeq.consume import service
+from lakeq.consume import settle as settling
+from lakeq.consume.reader import broker, topic_reader
 from lakeq.consume.reader import views as _views
+from lakeq.log.receipts import Receipt
+from lakeq.log.receipts import parse as parse_receipt
+from lakeq.log.selection import lock_until
+from lakeq.log.settlement import Outcomes
 from lakeq.produce import delayed as _delayed
 from lakeq.produce import service as produce_service
 from lakeq.sqs import protocol as sp
-from lakeq.store.models import TopicModel, log_of
+from lakeq.store.models import ClientModel, TopicModel, log_of
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo, TransactionFailed, inc_of
 from lakeq.store.sqs import SqsRepo, group_name, producer_name
 
@@ -85,7 +91,6 @@ class Ctx:
     base: str
     account: str
     region: str
-    _clients: dict = field(default_factory=dict)
 
     def url(self, name: str) -> str:
         return sp.queue_url(self.base, self.account, name)
@@ -150,9 +155,7 @@ def _allow(ctx: Ctx, action: str, topic: str) -> None:
     p = ctx.principal
     if p.admin:
         return
-    if p.client not in ctx._clients:
-        ctx._clients[p.client] = ClientRepo.get(p.client or "")
-    c = ctx._clients[p.client]
+    c = lq_auth.cached_client(p.client or "")  # (trusted for auth.CLIENT_CACHE_TTL_S, as the native routes do)
     if c is not None and any(covers(g, topic) for g in c.topics):
         if action in READ_ONLY or (action in PRODUCE and c.role == "producer") or \
                 (action in CONSUME and c.role == "consumer"):
@@ -199,14 +202,10 @@ def _sqs_error(e: ApiError) -> sp.SqsError:
     return sp.invalid(e.message)
 
 
-def _native(fn: Callable[[], Any], stale: Callable[[], Any] | None = None) -> Any:
-    """Call a native use case, mapping its errors to SQS's (``stale``: what a stale receipt means)."""
+def _native(fn: Callable[[], Any]) -> Any:
+    """Call a native use case, mapping its errors to SQS's."""
     try:
         return fn()
-    except Conflict as e:
-        if stale is not None and e.code == "stale_receipt":
-            return stale()
-        raise _sqs_error(e) from None
     except ApiError as e:
         raise _sqs_error(e) from None
 
@@ -609,7 +608,7 @@ def _produce(ctx: Ctx, q: Queue, prepared: list[Prepared]) -> list[dict]:
         delayed_fifo = q.fifo and p.message.get("delay_ms")
         p.message["properties"][SEQ_INDEX_PROP if delayed_fifo else ORDER_PROP] = str(i)
     raw = json.dumps({"producer": producer, "messages": [p.message for p in prepared]}, ensure_ascii=False)
-    return _native(lambda: produce_service.produce(ADMIN, q.name, raw, reserved_ok=True))["results"]
+    return _native(lambda: produce_service.produce(ADMIN, q.name, raw, reserved_ok=True, t=q.topic))["results"]
 
 
 def _sent(q: Queue, p: Prepared, r: dict) -> dict:
@@ -773,8 +772,8 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
     batches = _gather(q, max_n, wait, vis)
     if vis == 0:  # visible again at once (lakeq's shortest lock is 1 s: end them now, once all are gathered)
         for got in batches:
-            end = json.dumps({"group": group_name(q.name), "receipt": got["receipt"], "visibility_timeout_ms": 0})
-            _native(lambda: service.visibility(ADMIN, end), stale=lambda: None)
+            r = parse_receipt(got["receipt"])
+            _native(lambda: _set_visibility(q, r, r.topic_queue[1], 0))  # (False: ended meanwhile)
     now = now_ms()
     msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now)
             for m, got in heapq.merge(*[[(m, got) for m in got["messages"]] for got in batches], key=_send_order)]
@@ -803,7 +802,7 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
     for i in range(max(1, int(q.topic.queues))):
         params = {"group": group_name(q.name), "max": str(max_n - held), "wait_ms": str(wait * 1000 if i == 0 else 0),
                   "visibility_timeout_ms": str(max(1000, vis * 1000))}
-        got = _native(lambda: service.pull(ADMIN, q.name, params))
+        got = _native(lambda: service.pull(ADMIN, q.name, params, t=q.topic))
         if not got["messages"]:
             break
         batches.append(got)
@@ -814,28 +813,110 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
 
 
 # --- messages: settle -----------------------------------------------------------------------------
+# A handle names its lakeq batch (the receipt of one lakeq queue's lock) and the message's offset in
+# it. Settling goes straight to lakeq.consume.settle with the topic item this action already read, making
+# the checks service._group_receipt makes (the SQS group, the broker, this incarnation's log): one
+# read of the topic item per action. docs/design.md "SQS endpoint: store calls per action".
+def _invalid_handle(handle: object) -> sp.SqsError:
+    return sp.SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid receipt handle.')
+
+
 def _handle(q: Queue, handle: object) -> tuple[str, str, int]:
     if handle is None or handle == "":
         raise sp.missing("ReceiptHandle")
     group, receipt, offset = sp.decode_handle(handle)
     if group != group_name(q.name) or f":{q.log}@" not in receipt:  # (this incarnation's)
-        raise sp.SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid receipt '
-                          "handle.")
+        raise _invalid_handle(handle)
     return group, receipt, offset
 
 
-def _delete(q: Queue, handle: object) -> None:
-    group, receipt, offset = _handle(q, handle)
-    body = json.dumps({"group": group, "receipt": receipt, "accept": [offset]})
-    # a stale handle (the message was received again, or already deleted) succeeds and deletes
-    # nothing, as SQS's DeleteMessage does
+def _receipt_of(q: Queue, handle: object) -> tuple[Receipt, int, int]:
+    """(receipt, its lakeq queue, the message's offset) of one of this queue's handles;
+    ReceiptHandleIsInvalid for anything else (MissingParameter without one)."""
+    _, text, offset = _handle(q, handle)
     try:
-        _native(lambda: service.ack(ADMIN, body), stale=lambda: None)
-    except sp.SqsError as e:
-        if e.name == "InvalidParameterValue":
-            raise sp.SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid '
-                              "receipt handle.") from None
-        raise
+        r = parse_receipt(text)
+        _, lq = r.topic_queue
+    except ApiError:
+        raise _invalid_handle(handle) from None
+    if r.log != q.log:
+        raise _invalid_handle(handle)
+    return r, lq, offset
+
+
+def _lock_owner(q: Queue, r: Receipt) -> tuple[ClientModel, str] | None:
+    """The SQS group and its offsets owner for ``r`` (None: another broker's receipt, stale)."""
+    group = lq_auth.client_or_404(group_name(q.name), "consumer")  # (cached per container)
+    if r.broker != broker():
+        return None
+    return group, OffsetRepo.owner(group.name, q.log)
+
+
+def _settle_lock(q: Queue, r: Receipt, lq: int, accept: tuple[int, ...], release: tuple[int, ...] = ()) -> bool:
+    """Settle offsets of one lakeq lock: ``accept`` (deleted) and ``release`` (visible again). When
+    ``accept`` is the lock's whole range ``[offset, next_offset)`` (a batch's every handle, or the
+    one message of a batch of one) the lock in the simple form is acknowledged with one conditional
+    UpdateItem (:meth:`OffsetRepo.ack_fast`); otherwise :func:`lakeq.consume.settle.settle` (consistent
+    GetItem + conditional UpdateItem, compare-and-set). False: stale (locked again, settled, reset);
+    BadRequest for an offset the batch did not deliver."""
+    found = _lock_owner(q, r)
+    if found is None:
+        return False
+    group, owner = found
+    now = now_ms()
+    if not release and accept == tuple(range(r.offset, r.next_offset)) \
+            and OffsetRepo.ack_fast(owner, lq, r, now) is True:
+        return True
+    try:
+        settling.settle(owner, lq, r, Outcomes(accept=accept, release=release), settling.policy_of(group),
+                        topic_reader(q.log, None), now, service.STALE)
+    except StaleReceipt:
+        return False
+    return True
+
+
+def _set_visibility(q: Queue, r: Receipt, lq: int, visibility_ms: int) -> bool:
+    """The lock's expiry (0: ends now), one conditional UpdateItem (:func:`lakeq.consume.settle.visibility`).
+    False: stale."""
+    found = _lock_owner(q, r)
+    if found is None:
+        return False
+    now = now_ms()
+    return settling.visibility(found[1], lq, r, lock_until(now, visibility_ms), now)
+
+
+def _delete(q: Queue, handles: list[object]) -> list[sp.SqsError | None]:
+    """Delete the messages of ``handles`` (DeleteMessage: one; DeleteMessageBatch: up to 10): the
+    handles of one lakeq lock are settled together, so a batch deleted whole is one conditional
+    write. A stale handle (received again since, or already deleted) succeeds and deletes nothing,
+    as SQS's DeleteMessage does. The error of each handle (None: deleted)."""
+    out: list[sp.SqsError | None] = [None] * len(handles)
+    parsed: dict[int, tuple[Receipt, int, int]] = {}
+    locks: dict[str, list[int]] = {}
+    for i, h in enumerate(handles):
+        try:
+            parsed[i] = _receipt_of(q, h)
+        except sp.SqsError as e:
+            out[i] = e
+            continue
+        locks.setdefault(str(parsed[i][0]), []).append(i)
+
+    def settle(idx: list[int], offsets: tuple[int, ...]) -> None:
+        r, lq, _ = parsed[idx[0]]
+        try:
+            _native(lambda: _settle_lock(q, r, lq, offsets))
+        except sp.SqsError as e:
+            if e.name != "InvalidParameterValue":
+                for i in idx:
+                    out[i] = e
+            elif len(idx) == 1:  # an offset this lakeq batch did not deliver
+                out[idx[0]] = _invalid_handle(handles[idx[0]])
+            else:  # which of them: one by one (nothing was written)
+                for i in idx:
+                    settle([i], (parsed[i][2],))
+    for idx in locks.values():
+        settle(idx, tuple(sorted({parsed[i][2] for i in idx})))
+    return out
 
 
 def _not_inflight(handle: object) -> sp.SqsError:
@@ -844,26 +925,25 @@ def _not_inflight(handle: object) -> sp.SqsError:
 
 
 def _change_visibility(q: Queue, handle: object, timeout: object) -> None:
-    group, receipt, offset = _handle(q, handle)
+    r, lq, offset = _receipt_of(q, handle)
     if timeout is None:
         raise sp.missing("VisibilityTimeout")
     secs = sp.int_param({"VisibilityTimeout": timeout}, "VisibilityTimeout", 0, 43200)
-
-    def stale() -> None:
-        raise _not_inflight(handle)
     if secs == 0:  # this message only: released, served again first
-        body = json.dumps({"group": group, "receipt": receipt, "release": [offset]})
-        _native(lambda: service.ack(ADMIN, body), stale=stale)
+        done = _native(lambda: _settle_lock(q, r, lq, (), (offset,)))
     else:  # the lock of the message's whole lakeq batch
-        body = json.dumps({"group": group, "receipt": receipt, "visibility_timeout_ms": secs * 1000})  # type: ignore[operator]
-        _native(lambda: service.visibility(ADMIN, body), stale=stale)
+        done = _native(lambda: _set_visibility(q, r, lq, secs * 1000))  # type: ignore[operator]
+    if not done:
+        raise _not_inflight(handle)
 
 
 def delete_message(ctx: Ctx, req: dict) -> dict:
     q = _queue(req)
     _handle(q, req.get("ReceiptHandle"))
     _allow(ctx, "DeleteMessage", q.name)
-    _delete(q, req.get("ReceiptHandle"))
+    err = _delete(q, [req.get("ReceiptHandle")])[0]
+    if err is not None:
+        raise err
     return {}
 
 
@@ -874,27 +954,30 @@ def change_message_visibility(ctx: Ctx, req: dict) -> dict:
     return {}
 
 
-def _batch(ctx: Ctx, req: dict, what: str, one: Callable[[Queue, dict], None]) -> dict:
-    q = _queue(req)
-    entries = sp.check_batch(req.get("Entries"), what)
-    _allow(ctx, what + "Batch", q.name)
-    ok, failed = [], []
-    for e in entries:
-        try:
-            one(q, e)
-            ok.append({"Id": e["Id"]})
-        except sp.SqsError as err:
-            failed.append(sp.batch_error(e["Id"], err))
-    return {"Successful": ok, "Failed": failed}
+def _batch_result(entries: list[dict], errors: list[sp.SqsError | None]) -> dict:
+    return {"Successful": [{"Id": e["Id"]} for e, err in zip(entries, errors) if err is None],
+            "Failed": [sp.batch_error(e["Id"], err) for e, err in zip(entries, errors) if err is not None]}
 
 
 def delete_message_batch(ctx: Ctx, req: dict) -> dict:
-    return _batch(ctx, req, "DeleteMessage", lambda q, e: _delete(q, e.get("ReceiptHandle")))
+    q = _queue(req)
+    entries = sp.check_batch(req.get("Entries"), "DeleteMessage")
+    _allow(ctx, "DeleteMessageBatch", q.name)
+    return _batch_result(entries, _delete(q, [e.get("ReceiptHandle") for e in entries]))
 
 
 def change_message_visibility_batch(ctx: Ctx, req: dict) -> dict:
-    return _batch(ctx, req, "ChangeMessageVisibility",
-                  lambda q, e: _change_visibility(q, e.get("ReceiptHandle"), e.get("VisibilityTimeout")))
+    q = _queue(req)
+    entries = sp.check_batch(req.get("Entries"), "ChangeMessageVisibility")
+    _allow(ctx, "ChangeMessageVisibilityBatch", q.name)
+    errors: list[sp.SqsError | None] = []
+    for e in entries:
+        try:
+            _change_visibility(q, e.get("ReceiptHandle"), e.get("VisibilityTimeout"))
+            errors.append(None)
+        except sp.SqsError as err:
+            errors.append(err)
+    return _batch_result(entries, errors)
 
 
 ACTIONS: dict[str, Callable[[Ctx, dict], dict]] = {

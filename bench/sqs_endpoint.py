@@ -1,0 +1,298 @@
+"""SQS endpoint benchmark (issue 16 item 4): send-receive-delete through lakeq's SQS-compatible
+endpoint with boto3's real ``sqs`` client, DynamoDB calls and request units per action and per
+message, dollars per million messages next to Amazon SQS's price, throughput next to SQS on moto.
+
+What runs (as ``bench/queue.py``, whose stack, meter and prices this reuses):
+- moto's server as a child process with ``template.yaml``'s tables and the SQS master secret;
+- lakeq's real gateway and handlers in this process on a loopback port (one invocation at a time,
+  as one warm Lambda container per function), called by boto3 ``sqs`` clients over HTTP, signed
+  with SigV4 by lakeq-issued SQS credentials: a producer client's for the sends, a consumer
+  client's for receives and deletes (the least-privilege setup; nothing runs as the admin);
+- every DynamoDB call the handlers make is counted through botocore event hooks and converted to
+  request units from the items' sizes (``bench/queue.py``'s :class:`Meter`; never moto's
+  ConsumedCapacity); a WSGI middleware inside the gateway's lock labels each call with the SQS
+  action being served (``X-Amz-Target``), so the figures are per action;
+- two workloads on one queue (= a lakeq topic of 4 queues): single messages (SendMessage;
+  ReceiveMessage MaxNumberOfMessages=1 then DeleteMessage of its handle) and batches of 10
+  (SendMessageBatch of 10; ReceiveMessage 10 then DeleteMessageBatch of what it returned);
+  receivers loop receive → delete (a lakeq lock holds one batch per lakeq queue, so in-flight
+  messages are bounded by the queue's lakeq queues, not by SQS's 120,000);
+- every message body is unique: each is checked received exactly once and none lost (on lakeq;
+  moto's own SQS server, whose threads race, sometimes delivers one twice: counted), and after
+  the run the queue's approximate counts (visible, in flight) must both be 0 (a delete that did
+  nothing would leave one in flight);
+- the baseline, side by side in the same run: the same messages, the same calls, through SQS on
+  moto's own server, for throughput; and SQS's price (standard queue, $0.40 per million requests,
+  64 KB chunks, one request per send / receive / delete call).
+
+Dollars: DynamoDB from the counted request units; *all-in* adds, per HTTP request actually made
+(empty receives included), API Gateway HTTP API + Lambda requests and an estimated (not measured)
+Lambda duration, priced as ``bench/queue.py`` does.
+
+    python bench/sqs_endpoint.py [--quick]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher")]
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections import Counter, defaultdict  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+
+def _bench_queue():
+    spec = importlib.util.spec_from_file_location("bench_queue", ROOT / "bench" / "queue.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+bq = _bench_queue()
+PER_REQUEST = (bq.PRICE_HTTP_API_REQUEST + bq.PRICE_LAMBDA_REQUEST
+               + bq.LAMBDA_MB / 1024 * bq.LAMBDA_MS_ESTIMATE / 1000 * bq.PRICE_LAMBDA_GBS_ARM)
+
+
+class ActionMeter(bq.Meter):
+    """:class:`bench.queue.Meter` that also files each call under the SQS action being served
+    (``label``: set by :class:`Label` while the gateway serves one request at a time)."""
+
+    def reset(self):
+        super().reset()
+        with self.lock:
+            self.label: str | None = None
+            self.by: dict[str, dict] = defaultdict(lambda: {"requests": 0, "calls": Counter(), "wru": 0.0,
+                                                             "rru": 0.0, "empty": 0})
+
+    def after(self, http_response, parsed, model, context, **_):
+        super().after(http_response, parsed, model, context)
+        service, op = model.service_model.service_name, model.name
+        if service != "dynamodb":
+            return
+        wru, rru = self.units(service, op, context.get("lakeq_params") or {}, parsed)
+        with self.lock:
+            a = self.by[self.label or "?"]
+            a["calls"][op] += 1
+            a["wru"] += wru
+            a["rru"] += rru
+
+
+class Label:
+    """WSGI middleware: names the SQS action each request is (JSON protocol's ``X-Amz-Target``)."""
+
+    def __init__(self, app, meter: ActionMeter):
+        self.app, self.meter = app, meter
+
+    def __call__(self, environ, start_response):
+        target = environ.get("HTTP_X_AMZ_TARGET") or ""
+        label = target.rsplit(".", 1)[-1] if target else environ.get("PATH_INFO", "?")
+        with self.meter.lock:
+            self.meter.label = label
+            self.meter.by[label]["requests"] += 1
+        try:
+            body = self.app(environ, start_response)
+            try:
+                return [b"".join(body)]  # the handler runs inside, labelled
+            finally:
+                if hasattr(body, "close"):
+                    body.close()
+        finally:
+            self.meter.label = None
+
+
+def body_of(tag: str, i: int) -> str:
+    return f"{tag}-{i:07d}-" + bq.BODY[: 100 - len(tag) - 9]
+
+
+# --- the workload, the same for both sides -----------------------------------------------------
+def run(send_c, recv_c, url: str, batch: int, total: int, threads: int, tag: str, empty: Counter,
+        strict: bool = True) -> tuple:
+    """Send ``total`` messages (``batch`` a call), then receive and delete them all; returns
+    (send seconds, receive+delete seconds, messages received twice). Checks: none lost, and with
+    ``strict`` each received once (moto's own SQS server is not: its threads race)."""
+    n_calls = total // batch
+
+    def send(k):
+        if batch == 1:
+            send_c.send_message(QueueUrl=url, MessageBody=body_of(tag, k))
+        else:
+            out = send_c.send_message_batch(QueueUrl=url, Entries=[
+                {"Id": str(j), "MessageBody": body_of(tag, k * batch + j)} for j in range(batch)])
+            assert len(out.get("Successful", [])) == batch and not out.get("Failed"), out
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(send, range(n_calls)))
+    t_send = time.perf_counter() - t0
+    got: Counter = Counter()
+    lock = threading.Lock()
+    stop = time.monotonic() + 600  # (moto's own SQS server slows down as a queue grows)
+
+    def consume(_):
+        while time.monotonic() < stop:
+            with lock:
+                if len(got) >= total:
+                    return
+            msgs = recv_c.receive_message(QueueUrl=url, MaxNumberOfMessages=batch, VisibilityTimeout=60,
+                                          WaitTimeSeconds=0).get("Messages", [])
+            if not msgs:
+                with lock:
+                    empty[tag] += 1
+                time.sleep(0.005)
+                continue
+            if batch == 1:
+                recv_c.delete_message(QueueUrl=url, ReceiptHandle=msgs[0]["ReceiptHandle"])
+            else:
+                out = recv_c.delete_message_batch(QueueUrl=url, Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
+                assert len(out.get("Successful", [])) == len(msgs) and not out.get("Failed"), out
+            with lock:
+                got.update(m["Body"] for m in msgs)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(consume, range(threads)))
+    t_recv = time.perf_counter() - t0
+    want = {body_of(tag, i) for i in range(n_calls * batch)}
+    assert set(got) == want, f"{tag}: {len(want - set(got))} lost, {len(set(got) - want)} unknown"
+    twice = sum(1 for v in got.values() if v > 1)
+    assert not (strict and twice), f"{tag}: {twice} messages were received twice"
+    return t_send, t_recv, twice
+
+
+def setup_lakeq(base: str, admin_key: str, queue: str):
+    """The queue (CreateQueue as the admin's SQS credential) and the two clients with their SQS
+    credentials: (sender sqs client, receiver sqs client, queue URL)."""
+    import boto3
+    import requests
+
+    hdr = {"Authorization": f"Bearer {admin_key}"}
+    admin = requests.get(f"{base}/v1/sqs-credentials/admin", headers=hdr)
+    admin.raise_for_status()
+
+    def client(akid, secret):
+        return boto3.client("sqs", endpoint_url=base, region_name="us-east-1", aws_access_key_id=akid,
+                            aws_secret_access_key=secret)
+    a = admin.json()
+    url = client(a["access_key_id"], a["secret_access_key"]).create_queue(QueueName=queue)["QueueUrl"]
+    out = []
+    for role in ("producer", "consumer"):
+        name = f"{queue}-{role[0]}"
+        requests.post(f"{base}/v1/clients", json={"name": name, "role": role, "topics": [queue]},
+                      headers=hdr).raise_for_status()
+        c = requests.post(f"{base}/v1/clients/{name}/sqs-credentials", headers=hdr)
+        c.raise_for_status()
+        out.append(client(c.json()["access_key_id"], c.json()["secret_access_key"]))
+    return out[0], out[1], url
+
+
+def check_empty(base: str, admin_key: str, url: str) -> None:
+    import boto3
+    import requests
+
+    a = requests.get(f"{base}/v1/sqs-credentials/admin", headers={"Authorization": f"Bearer {admin_key}"}).json()
+    c = boto3.client("sqs", endpoint_url=base, region_name="us-east-1", aws_access_key_id=a["access_key_id"],
+                     aws_secret_access_key=a["secret_access_key"])
+    attrs = c.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    left = (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"])
+    assert left == ("0", "0"), f"after deleting every message: visible, in flight = {left}"
+
+
+def sqs_price_per_million(batch: int) -> float:
+    return 3 * math.ceil(batch / 10) / batch * bq.PRICE_SQS_REQUEST * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small runs, under a minute")
+    ap.add_argument("--threads", type=int, default=2, help="client threads per phase (default 2)")
+    args = ap.parse_args()
+    import faulthandler
+    faulthandler.dump_traceback_later(170 if args.quick else 900, exit=True)
+    plan = [(1, 40), (10, 200)] if args.quick else [(1, 200), (10, 1000)]
+    threads = args.threads
+    meter = ActionMeter()
+    bq.install_hooks(meter)
+    moto, server, base = bq.start_stack(wrap=lambda app: Label(app, meter))
+    import boto3
+
+    from infra.local import template as tpl
+    tpl.create_secrets(boto3.client("secretsmanager"), tpl.load_template(), tpl.LOCAL_STACK)
+    admin_key = os.environ["LAKEQ_ADMIN_KEY"]
+    sqs_proc, sqs_url = bq.start_sqs_server()
+    print(f"# machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}, "
+          f"{platform.platform()}")
+    print(f"# SQS endpoint on the local stack (moto server, serialised) vs SQS on moto's own server; "
+          f"{threads} client threads a phase, one queue (a lakeq topic of 4 queues), 100-byte bodies, "
+          "SigV4 with a producer's and a consumer's lakeq SQS credentials")
+    rows = []
+    try:
+        for batch, total in plan:
+            tag = f"b{batch}"
+            print(f"# running batch {batch} ({total} messages)...", file=sys.stderr, flush=True)
+            send_c, recv_c, url = setup_lakeq(base, admin_key, f"sqsbench{batch}")
+            empty: Counter = Counter()
+            # warm: the containers' caches (credentials, clients, the queue's SQS clients) as a warm Lambda
+            run(send_c, recv_c, url, batch, batch, 1, f"w{batch}", empty)
+            meter.reset()
+            t_send, t_recv, _ = run(send_c, recv_c, url, batch, total, threads, tag, empty)
+            by = {k: dict(v, calls=Counter(v["calls"])) for k, v in meter.by.items()}
+            check_empty(base, admin_key, url)
+            s = boto3.client("sqs", endpoint_url=sqs_url, region_name="us-east-1")
+            surl = s.create_queue(QueueName=f"sqsbench{batch}")["QueueUrl"]
+            run(s, s, surl, batch, batch, 1, f"sw{batch}", Counter(), strict=False)
+            s_send, s_recv, s_twice = run(s, s, surl, batch, total, threads, f"s{batch}", empty, strict=False)
+            rows.append((batch, total, by, empty[tag], (empty[f"s{batch}"], s_twice), t_send, t_recv, s_send,
+                         s_recv))
+    finally:
+        server.shutdown()
+        moto.terminate()
+        sqs_proc.terminate()
+
+    print()
+    print("## DynamoDB calls and request units per request, by SQS action (counted; caches warm)")
+    print(f"{'batch':>5} {'action':<20} {'requests':>8} {'calls/req':>9} {'RRU/req':>8} {'WRU/req':>8}  "
+          "calls per request")
+    for batch, n, by, *_ in rows:
+        for action, a in sorted(by.items(), key=lambda kv: kv[0]):
+            r = max(1, a["requests"])
+            detail = ", ".join(f"{k} {v / r:g}" for k, v in sorted(a["calls"].items()))
+            print(f"{batch:>5} {action:<20} {a['requests']:>8} {sum(a['calls'].values()) / r:>9.2f} "
+                  f"{a['rru'] / r:>8.2f} {a['wru'] / r:>8.2f}  {detail}")
+    print()
+    print("## per message (send + receive + delete), us-east-1 list prices, $ per million messages")
+    print(f"{'batch':>5} {'msgs':>6} {'empty recv':>10} {'calls':>6} {'RRU':>6} {'WRU':>6} {'DynamoDB':>9} "
+          f"{'requests':>8} {'all-in*':>8} {'SQS':>6} {'DDB/SQS':>8} {'all-in/SQS':>10}")
+    for batch, n, by, emp, _, *_t in rows:
+        calls = sum(sum(a["calls"].values()) for a in by.values()) / n
+        rru = sum(a["rru"] for a in by.values()) / n
+        wru = sum(a["wru"] for a in by.values()) / n
+        reqs = sum(a["requests"] for a in by.values()) / n
+        ddb = (rru * bq.PRICE_RRU + wru * bq.PRICE_WRU) * 1e6
+        allin = ddb + reqs * PER_REQUEST * 1e6
+        sqs = sqs_price_per_million(batch)
+        print(f"{batch:>5} {n:>6} {emp:>10} {calls:>6.2f} {rru:>6.2f} {wru:>6.2f} {ddb:>9.3f} {reqs:>8.2f} "
+              f"{allin:>8.3f} {sqs:>6.3f} {ddb / sqs:>8.2f} {allin / sqs:>10.2f}")
+    print(f"* all-in: DynamoDB + per HTTP request API Gateway HTTP API ${bq.PRICE_HTTP_API_REQUEST * 1e6:.2f}/M, "
+          f"Lambda ${bq.PRICE_LAMBDA_REQUEST * 1e6:.2f}/M and an estimated {bq.LAMBDA_MS_ESTIMATE} ms x "
+          f"{bq.LAMBDA_MB} MB arm64 (${PER_REQUEST * 1e6:.3f}/M requests in all); SQS: one request per "
+          f"call at ${bq.PRICE_SQS_REQUEST * 1e6:.2f}/M")
+    print()
+    print("## throughput (messages/s), lakeq's SQS endpoint vs SQS on moto (read the ratio)")
+    print(f"{'batch':>5} {'msgs':>6} {'lakeq send':>10} {'SQS send':>9} {'ratio':>6} {'lakeq recv+del':>14} "
+          f"{'SQS recv+del':>12} {'ratio':>6} {'SQS empty recv':>14} {'SQS twice':>9}")
+    for batch, n, by, emp, semp, ts, tr, ss, sr in rows:
+        print(f"{batch:>5} {n:>6} {n / ts:>10.0f} {n / ss:>9.0f} {ss / ts:>6.2f} {n / tr:>14.0f} {n / sr:>12.0f} "
+              f"{sr / tr:>6.2f} {semp[0]:>14} {semp[1]:>9}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""What the SQS endpoint's hot actions cost in store calls (issue 16 item 4), and the behaviour of
+settling a lakeq lock's handles together. Each call is named by operation and table, so a second
+read of the topic item, a client lookup per request or a write per deleted message shows here
+(docs/design.md "SQS endpoint: store calls per action"; bench/sqs_endpoint.py prices them)."""
+from __future__ import annotations
+
+import pytest
+
+from lakeq.admin import auth as lq_auth
+from lakeq.sqs import protocol as sp
+from lakeq.log.produce_plan import queue_for_key
+from tests.crash import CountCalls
+from tests.integration.sqs_harness import h, sqs  # noqa: F401 (fixtures)
+from tests.integration.test_sqs_endpoint import make_client
+
+
+@pytest.fixture
+def frozen_caches(monkeypatch):
+    """The container's client and key caches never expire during the test (a slow machine would
+    otherwise see an occasional refresh read and make the exact counts flaky)."""
+    monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
+
+
+def calls_of(fn) -> tuple[list[tuple[str, str]], object]:
+    """(operation, table) of each DynamoDB call SqsFunction makes in ``fn()``, in order; conditional
+    writes are marked ``?``."""
+    with CountCalls({"SqsFunction"}) as c:
+        out = fn()
+    got = []
+    for x in c.calls:
+        p = x.params
+        table = p.get("TableName") or ",".join(p.get("RequestItems") or {})
+        cond = "?" if p.get("ConditionExpression") else ""
+        got.append((x.operation + cond, table.rsplit("-", 1)[-1]))
+    return got, out
+
+
+SEND = [("GetItem", "topics"), ("GetItem", "queues"), ("PutItem?", "segments"), ("UpdateItem?", "queues")]
+RECEIVE = [("GetItem", "topics"), ("BatchGetItem", "queues"), ("Query", "offsets"), ("Query", "segments"),
+           ("UpdateItem?", "offsets")]
+SETTLE_ONE = [("GetItem", "topics"), ("UpdateItem?", "offsets")]
+
+
+@pytest.mark.parametrize("who", ["admin", "clients"])
+def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who):
+    """One topic read per action (not one in the endpoint and one in the use case), no client
+    lookup per request, and deleting the one message of a batch of one is one conditional write."""
+    if who == "admin":
+        sender = receiver = h.client("admin")
+        url = sender.create_queue(QueueName="single")["QueueUrl"]
+    else:
+        url = h.client("admin").create_queue(QueueName="single")["QueueUrl"]
+        make_client("single-p", "producer", ["single"])
+        make_client("single-c", "consumer", ["single"])
+        sender, receiver = h.client("single-p"), h.client("single-c")
+    for _ in range(2):  # warm: the container's caches (clients, the queue's SQS clients)
+        sender.send_message(QueueUrl=url, MessageBody="warm")
+        m = receiver.receive_message(QueueUrl=url)["Messages"][0]
+        receiver.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    calls, _ = calls_of(lambda: sender.send_message(QueueUrl=url, MessageBody="x"))
+    assert calls == SEND
+    calls, got = calls_of(lambda: receiver.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"])
+    assert calls == RECEIVE and [m["Body"] for m in got] == ["x"]
+    calls, _ = calls_of(lambda: receiver.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"],
+                                                                   VisibilityTimeout=60))
+    assert calls == SETTLE_ONE
+    calls, _ = calls_of(lambda: receiver.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"]))
+    assert calls == SETTLE_ONE
+    assert "Messages" not in receiver.receive_message(QueueUrl=url)
+    # deleted, not merely hidden
+    attrs = h.client("admin").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
+
+
+def counts(sqs, url) -> tuple[str, str]:
+    a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return a["ApproximateNumberOfMessages"], a["ApproximateNumberOfMessagesNotVisible"]
+
+
+def test_delete_batch_of_a_whole_lakeq_batch_is_one_write(sqs, frozen_caches):
+    url = sqs.create_queue(QueueName="whole")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(10)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert len(got) == 10  # one send request: one lakeq queue, one lakeq batch
+    calls, out = calls_of(lambda: sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]))
+    assert calls == SETTLE_ONE
+    assert len(out["Successful"]) == 10 and not out["Failed"]
+    assert counts(sqs, url) == ("0", "0")
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+
+
+def test_delete_batch_over_two_lakeq_batches_writes_once_per_lock(sqs, frozen_caches):
+    url = sqs.create_queue(QueueName="twolocks")["QueueUrl"]
+    a, b = "ka", next(k for k in (f"k{i}" for i in range(100)) if queue_for_key(k, 4) != queue_for_key("ka", 4))
+    for key in (a, b):
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"{key}{i}", "MessageGroupId": key}
+                                                      for i in range(3)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(m["Body"] for m in got) == sorted(f"{k}{i}" for k in (a, b) for i in range(3))
+    calls, out = calls_of(lambda: sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]))
+    assert calls == [("GetItem", "topics"), ("UpdateItem?", "offsets"), ("UpdateItem?", "offsets")]
+    assert len(out["Successful"]) == 6 and not out["Failed"]
+    assert counts(sqs, url) == ("0", "0")
+
+
+def test_delete_batch_of_part_of_a_lakeq_batch_then_the_rest(sqs, frozen_caches):
+    """Part of a batch: one compare-and-set for all of them (read + conditional write); then the
+    rest, an invalid handle and the same handle twice in one request."""
+    url = sqs.create_queue(QueueName="part")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(6)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert len(got) == 6
+    calls, out = calls_of(lambda: sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got[:3])]))
+    assert calls == [("GetItem", "topics"), ("GetItem", "offsets"), ("UpdateItem?", "offsets")]
+    assert len(out["Successful"]) == 3
+    assert counts(sqs, url) == ("0", "3")
+    entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got[3:])]
+    entries += [{"Id": "junk", "ReceiptHandle": "junk"}, {"Id": "again", "ReceiptHandle": got[5]["ReceiptHandle"]}]
+    out = sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+    assert sorted(s["Id"] for s in out["Successful"]) == ["0", "1", "2", "again"]
+    assert [(f["Id"], f["Code"]) for f in out["Failed"]] == [("junk", "ReceiptHandleIsInvalid")]
+    assert counts(sqs, url) == ("0", "0")
+
+
+def test_delete_batch_after_visibility_zero_deletes_the_released_message_too(sqs):
+    """A batch whose every handle is deleted, one of them released before (ChangeMessageVisibility
+    0): both are deleted, as SQS deletes a message by its latest handle (a whole-batch ack would
+    have settled only the one still held and left the released one to be received again)."""
+    url = sqs.create_queue(QueueName="released")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(2)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert len(got) == 2
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"], VisibilityTimeout=0)
+    out = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                          for i, m in enumerate(got)])
+    assert len(out["Successful"]) == 2 and not out["Failed"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+    assert counts(sqs, url) == ("0", "0")
+
+
+def test_delete_batch_with_a_handle_outside_its_lakeq_batch(sqs):
+    """A handle naming a real lock but an offset that lock did not deliver fails on its own
+    (ReceiptHandleIsInvalid); the others of that lock are deleted."""
+    url = sqs.create_queue(QueueName="forged")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    group, receipt, offset = sp.decode_handle(got[0]["ReceiptHandle"])
+    forged = sp.encode_handle(group, receipt, offset + 50)
+    out = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        *({"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)),
+        {"Id": "forged", "ReceiptHandle": forged}])
+    assert sorted(s["Id"] for s in out["Successful"]) == ["0", "1", "2"], out
+    assert [(f["Id"], f["Code"]) for f in out["Failed"]] == [("forged", "ReceiptHandleIsInvalid")]
+    assert counts(sqs, url) == ("0", "0")
+
+
+def test_delete_batch_with_a_stale_handle_succeeds_and_deletes_by_the_live_one(sqs):
+    """A handle whose lock expired and was taken again succeeds and deletes nothing (SQS's rule for
+    standard queues); the live handle in the same request deletes it."""
+    import time
+
+    url = sqs.create_queue(QueueName="stalebatch", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    old = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    time.sleep(1.2)
+    new = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]
+    assert new["MessageId"] == old["MessageId"]
+    out = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "old", "ReceiptHandle": old["ReceiptHandle"]}])
+    assert [s["Id"] for s in out["Successful"]] == ["old"]
+    assert counts(sqs, url) == ("0", "1")  # still in flight under the new lock
+    out = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "old", "ReceiptHandle": old["ReceiptHandle"]},
+                                                          {"Id": "new", "ReceiptHandle": new["ReceiptHandle"]}])
+    assert sorted(s["Id"] for s in out["Successful"]) == ["new", "old"]
+    assert counts(sqs, url) == ("0", "0")
