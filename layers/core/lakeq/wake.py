@@ -15,13 +15,14 @@ Nothing here moves an offset or a lock: a wake-up is a hint; a lost one costs th
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from pynamodb.exceptions import DeleteError, PutError, UpdateError
+from pynamodb.expressions.condition import size
 
 from . import wake_plan as plan
 from .auth import Principal, authenticate, authorize, client_or_404, topic_or_404
@@ -34,8 +35,8 @@ log = logging.getLogger("lakeq.wake")
 Post = Callable[[str, bytes], str]  # (connection id, data) -> "ok" | "gone" | "error"
 
 
-def _expiry(now_s: float | None = None) -> int:
-    return int((time.time() if now_s is None else now_s) + plan.ITEM_TTL_S)
+def _expiry() -> datetime.timedelta:
+    return datetime.timedelta(seconds=plan.ITEM_TTL_S)  # pynamodb's TTL: from now
 
 
 # --- $connect / watch / $disconnect ---------------------------------------------------------------
@@ -88,7 +89,7 @@ def watch(connection_id: str, body: str | None) -> dict:
             actions=[WatcherModel.watches.add({w.key})],
             condition=WatcherModel.k.exists() & (WatcherModel.watches.does_not_exist()
                                                  | (WatcherModel.watches.contains(w.key))
-                                                 | (WatcherModel.watches.size() < plan.MAX_WATCHES)))
+                                                 | (size(WatcherModel.watches) < plan.MAX_WATCHES)))
     except UpdateError as e:
         if _conditional(e):
             try:
