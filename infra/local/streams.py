@@ -166,6 +166,10 @@ class StreamPump:
             for ev in spec.stream_events:
                 if ev.enabled and ev.table in names:
                     self.mappings.append(Mapping_(spec, ev, names[ev.table]))
+        # one thread serves every mapping in turn (on AWS each polls its shards by itself): the
+        # mappings without a batching window (the wake-up notifier) go first in each pass, so
+        # they do not wait behind another function's invocation for the same records
+        self.mappings.sort(key=lambda m: m.event.batching_window_s > 0)
         add_to_sys_path(tpl_mod.layer_dirs(self.template))
 
     # ------------------------------------------------------------------ public
