@@ -12,7 +12,6 @@ import uuid
 
 import pytest
 import requests
-
 from lakeq_client import Consumer
 from lakeq_client.ws import WebSocket, WebSocketError
 
