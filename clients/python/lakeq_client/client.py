@@ -329,7 +329,7 @@ class Consumer:
                  client_id: str | None = None, member_id: str | None = None,
                  tags: Sequence[str] | None = None, max: int = 32, wait_ms: int = MAX_WAIT_MS,
                  piggyback: bool = True, connection: Connection | None = None,
-                 wake_url: str | None = None, fallback_s: float = 60.0, keepalive_s: float = 300.0,
+                 wake_url: str | None = None, fallback_s: float = 60.0, keepalive_s: float = 540.0,
                  **kw: Any):
         if subscription is None and (group is None or topic is None):
             raise ValueError("give group and topic, or subscription")

@@ -164,7 +164,7 @@ class Waker:
     ``{"subscription"}``); :meth:`wait` returns True as soon as a wake-up (or a reconnection)
     asks for a pull, False after ``timeout``. Runs a daemon thread; :meth:`close` stops it."""
 
-    def __init__(self, url: str, key: str, watch: Mapping[str, str], *, keepalive_s: float = 300.0,
+    def __init__(self, url: str, key: str, watch: Mapping[str, str], *, keepalive_s: float = 540.0,
                  reconnect_max_s: float = 30.0, header_auth: bool = True,
                  connect: Callable[..., WebSocket] = WebSocket):
         self.url, self.key, self.watch = url, key, dict(watch)
