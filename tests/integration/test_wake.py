@@ -180,3 +180,25 @@ def test_management_poster_maps_gone_and_errors():
         st.add_client_error("post_to_connection", service_error_code="GoneException", http_status_code=410)
         st.add_client_error("post_to_connection", service_error_code="LimitExceededException", http_status_code=429)
         assert [post("a", b"d"), post("b", b"d"), post("c", b"d")] == ["ok", "gone", "error"]
+
+
+def test_only_the_notifier_may_post_and_only_to_its_stage(aws):
+    """Least privilege (template.yaml, checked by infra/local/aws_rules.py): NotifyFunction may
+    execute-api:ManageConnections POST on WakeApi's stage; WakeFunction may not post at all."""
+    from infra.local import interceptor
+
+    def poster(stage):
+        c = boto3.client("apigatewaymanagementapi", region_name="us-east-1",
+                         endpoint_url=f"https://local.execute-api.us-east-1.amazonaws.com/{stage}")
+        st = Stubber(c)
+        st.add_response("post_to_connection", {}, {"ConnectionId": "a", "Data": b"d"})
+        st.activate()
+        return wake.management_poster(c)
+
+    with interceptor.acting_as("NotifyFunction"):
+        assert poster("ws")("a", b"d") == "ok"
+        assert poster("other")("a", b"d") == "error"  # another stage: denied
+    with interceptor.acting_as("WakeFunction"):
+        assert poster("ws")("a", b"d") == "error"
+    assert [(fn, p.action) for fn, p in aws["_rules"].denied] == [
+        ("NotifyFunction", "execute-api:ManageConnections"), ("WakeFunction", "execute-api:ManageConnections")]
