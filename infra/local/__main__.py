@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     scheduler = None
     handlers = None
     wsgw = None
+    fast_pump = None
     try:
         moto = start_moto(moto_port, moto_log)
         wait_for_moto(moto, moto_url)
@@ -226,8 +227,13 @@ def main(argv: list[str] | None = None) -> int:
                                 host=args.host, port=args.ws_port)
         os.environ["AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI"] = wsgw.management_url
         wsgw.start()
+        # two pumps (threads): the mappings without a batching window (the wake-up notifier,
+        # latency-bound) never wait behind a slow batch of another function (the archiver's);
+        # ``pump`` (drained by POST /_local/streams/drain) serves the others
         pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
-                          handler_cache=handlers).start()
+                          handler_cache=handlers, select=lambda ev: ev.batching_window_s > 0).start()
+        fast_pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
+                               handler_cache=handlers, select=lambda ev: ev.batching_window_s == 0).start()
         server = make_server(args.host, args.port, None, threaded=True,
                              request_handler=_QuietHandler)
         port = server.server_port
@@ -281,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             wsgw.stop()
         if pump is not None:
             pump.stop(timeout=5)
+        if fast_pump is not None:
+            fast_pump.stop(timeout=5)
         if handlers is not None and hasattr(handlers, "close"):
             handlers.close()
         if moto is not None and moto.poll() is None:
