@@ -401,6 +401,8 @@ def latency(n: int):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer polls per scenario (under a minute)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="latency samples a side (default: 10 with --quick, else 60)")
     args = ap.parse_args()
     polls = 1 if args.quick else 10
 
@@ -484,7 +486,7 @@ def main() -> None:
         ws_rows.append((n, parts))
     mock.stop()
     print("# running: latency on the local stack and SQS-on-moto...", file=sys.stderr, flush=True)
-    (lq, lq_prod), (sq, sq_prod), (lw, lw_prod) = latency(10 if args.quick else 60)
+    (lq, lq_prod), (sq, sq_prod), (lw, lw_prod) = latency(args.samples or (10 if args.quick else 60))
 
     print()
     print("## per 20-s idle poll (counted)")
