@@ -202,3 +202,24 @@ def test_only_the_notifier_may_post_and_only_to_its_stage(aws):
         assert poster("ws")("a", b"d") == "error"
     assert [(fn, p.action) for fn, p in aws["_rules"].denied] == [
         ("NotifyFunction", "execute-api:ManageConnections"), ("WakeFunction", "execute-api:ManageConnections")]
+
+
+def test_watch_a_subscription(api, setup, ws, notify):
+    s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes",
+                                                    "conditions": [{"field": "type", "values": ["A"]}]},
+                      key=setup["risk"])
+    assert s == 201, sub
+    call(ws, "$connect", conn="c1", headers={"Authorization": f"Bearer {setup['risk']}"})
+    s, b, _ = call(ws, "watch", conn="c1", body={"action": "watch", "subscription": sub["id"]})
+    assert (s, b) == (200, {"type": "watching", "subscription": sub["id"]})
+    # another consumer's key may not watch risk's subscription (as its pull would be refused)
+    s, other = api.call("POST", "/v1/clients", {"name": "other", "role": "consumer", "topics": ["quotes"]})
+    call(ws, "$connect", conn="c2", headers={"Authorization": f"Bearer {other['api_key']}"})
+    s, b, _ = call(ws, "watch", conn="c2", body={"action": "watch", "subscription": sub["id"]})
+    assert (s, b["error"]["code"]) == (403, "forbidden")
+    assert api.call("GET", f"/v1/subscriptions/{sub['id']}/messages", key=other["api_key"])[0] == 403
+    assert ("w|~" + sub["id"], "c2") not in items()
+    # the list's segments wake it; the topic's own do not (c1 watches only the list)
+    assert notify(records("quotes#0"), Context())["posted"] == 0
+    assert notify(records(f"~{sub['id']}#0"), Context())["posted"] == 1
+    assert notify.posts == [("c1", {"type": "wake", "topics": [], "subscriptions": [sub["id"]]})]
