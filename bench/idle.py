@@ -208,6 +208,19 @@ def measure_ws(meter, api, key: str, topic: str, group: str, reps: int) -> dict:
         "ping": part(lambda i: route("ping", "p", body={"action": "ping"})),
     }
 
+    # the notifier, per stream batch that touches the watched topic (one watcher: the connection
+    # c0 above watches it); posts go to a counting stand-in for the management API
+    nf = load_function("NotifyFunction")
+    posted = []
+    nf.module._post = lambda conn, data: posted.append((conn, data)) or "ok"
+    route("$connect", "n0", headers=hdr)
+    route("watch", "n0", body={"action": "watch", "topic": topic, "group": group})
+    recs = {"Records": [{"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": f"{topic}#{q}"},
+                                                                      "base": {"N": "0"}}}} for q in range(4)]}
+    out["notify"] = part(lambda i: nf(recs, Context()))
+    out["notify"]["posts"] = len(posted) / reps
+    out["notify"]["bytes"] = max(len(d) for _, d in posted)
+
     def fallback(i):
         s, b = api.call("GET", f"/v1/topics/{topic}/messages", query={"group": group, "wait_ms": 0}, key=key)
         assert s == 200 and not b["messages"], (s, b)
@@ -513,6 +526,8 @@ def main() -> None:
     for n, parts in ws_rows:
         for name, p in parts.items():
             detail = ", ".join(f"{k} {v:g}" for k, v in sorted(p["ddb"].items())) or "-"
+            if name == "notify":
+                detail += f"; posts {p['posts']:g} of {p['bytes']} B"
             print(f"{n:>2} queues  {name:<11} {detail:<40} {p['rru']:>6.2f} {p['wru']:>5.2f} {p['wall_ms']:>8.1f}")
     print()
     print("## $ per idle WebSocket consumer-month (connection-minutes, keep-alives, reconnects every 2 h, "
