@@ -121,3 +121,30 @@ def test_refused_key_and_refused_watch(wake):
         assert json.loads(ws.recv(timeout=10)) == {"type": "pong"}
     finally:
         ws.close()
+
+
+def test_cli_follows_on_wake_ups(wake):
+    """`lakeq tail <topic> --group g --follow --wake-url <url>` waits on the WebSocket (its fallback,
+    60 s, is far beyond this test's bound) and prints the message produced meanwhile."""
+    import os
+    import subprocess
+    import sys
+
+    import lakeq_client
+
+    env = dict(os.environ, LAKEQ_URL=wake["api"], LAKEQ_KEY=wake["ckey"],
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(lakeq_client.__file__)),
+                                           os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "lakeq_client.cli", "tail", wake["topic"], "--group",
+                             wake["group"], "--follow", "--count", "1", "--wake-url", wake["url"]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        time.sleep(3)  # connected, watching, first pull done: the CLI waits
+        assert proc.poll() is None, proc.stderr.read()
+        _produce(wake, "via-cli")
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert [json.loads(line)["body"] for line in out.splitlines()] == ["via-cli"]
