@@ -119,8 +119,24 @@ def test_refused_key_and_refused_watch(wake):
         assert (reply["type"], reply["status"], reply["error"]["code"]) == ("error", 403, "forbidden")
         ws.send('{"action":"ping"}')
         assert json.loads(ws.recv(timeout=10)) == {"type": "pong"}
+        assert _connection_items(wake, wake["producer"]) == 1  # stored at $connect (the refused watch: nothing)
     finally:
         ws.close()
+    deadline = time.monotonic() + 10  # the local gateway sends $disconnect: the item goes
+    while _connection_items(wake, wake["producer"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _connection_items(wake, wake["producer"]) == 0
+
+
+def _connection_items(wake, client):
+    """WatchersTable's items of ``client``'s connections, read from the stack's moto."""
+    import boto3
+
+    info = requests.get(f"{wake['api']}/_local/info", timeout=10).json()
+    ddb = boto3.client("dynamodb", endpoint_url=info["aws_endpoint_url"], region_name=info["region"],
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    items = ddb.scan(TableName=info["environment"]["WATCHERS_TABLE"], ConsistentRead=True)["Items"]
+    return sum(1 for i in items if i.get("client", {}).get("S") == client)
 
 
 def test_cli_follows_on_wake_ups(wake):
