@@ -20,6 +20,16 @@ deadline), at the function's MemorySize and architecture from ``template.yaml``.
 
 A consumer-month is 30 days of back-to-back polls (2,592,000 s / the poll's duration).
 
+The WebSocket consumer (issue 16 item 2, ``lakeq_client.Consumer(wake_url=...)``): no Lambda waits;
+its month is priced from what it does while idle — connection-minutes, one keep-alive
+``{"action":"ping"}`` (message in, ``pong`` out, one WakeFunction invocation) every ``keepalive_s``,
+a reconnection every 2 hours (API Gateway's maximum: ``$connect``, ``watch``, ``$disconnect``
+invocations and one catch-up pull), and a fallback pull with ``wait_ms=0`` every ``fallback_s``.
+Each of those is run here on moto through the real handlers and its DynamoDB calls counted; its
+billed duration is its measured wall time in this process (moto in-process included, so an upper
+bound for the store calls' share), rounded up to the next ms. API Gateway WebSocket prices:
+$1.00 per million messages (32-KB units, both directions), $0.25 per million connection-minutes.
+
     python bench/idle.py [--quick]
 """
 from __future__ import annotations
@@ -36,7 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher")]
+sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher"),
+                str(ROOT / "clients" / "python")]
 
 for _var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
              "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
@@ -71,6 +82,8 @@ PRICE_LAMBDA_GBS = {"arm64": bq.PRICE_LAMBDA_GBS_ARM}  # template.yaml's functio
 # minimum of 1,000 bytes billed per publish, push or pull request (our reading of that page). Assumption: an empty unary
 # Pull that waits is billed that 1 KB minimum (upper bound); a StreamingPull stream that delivers
 # nothing bills no throughput (lower bound: $0).
+PRICE_WS_MESSAGE = 1.00 / 1e6  # API Gateway WebSocket: per message (32-KB units), in or out
+PRICE_WS_CONNECTION_MINUTE = 0.25 / 1e6
 PRICE_PUBSUB_TIB = 40.0
 PUBSUB_MIN_BYTES = 1000
 MONTH_S = 30 * 86400
@@ -152,27 +165,126 @@ def price_month(r: dict, mem_mb: int, arch: str) -> dict:
             "gbs": gbs, "sqs": sqs, "pubsub": pubsub, "x_sqs": total / sqs}
 
 
+# --- the WebSocket consumer (issue 16 item 2) -----------------------------------------------------
+def measure_ws(meter, api, key: str, topic: str, group: str, reps: int) -> dict:
+    """The idle WebSocket consumer's parts, each run ``reps`` times through the real handlers:
+    a connection's lifecycle ($connect, watch, $disconnect), a keep-alive ping, a fallback pull
+    (wait_ms=0, nothing to serve). Counted DynamoDB calls / RRU / WRU and wall ms per part."""
+    import json as _json
+
+    from tests.handlers import Context, load_function
+
+    ws = load_function("WakeFunction")
+
+    def route(name, conn, body=None, headers=None):
+        ev = {"requestContext": {"routeKey": name, "connectionId": conn}, "isBase64Encoded": False}
+        if headers is not None:
+            ev["headers"] = headers
+        if body is not None:
+            ev["body"] = _json.dumps(body)
+        r = ws(ev, Context())
+        assert r["statusCode"] == 200, r
+        return r
+
+    def part(fn) -> dict:
+        meter.reset()
+        walls = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            fn(i)
+            walls.append((time.perf_counter() - t0) * 1000)
+        calls, wru, rru = meter.snapshot()
+        ddb = Counter({k.split(".", 1)[1]: v / reps for k, v in calls.items() if k.startswith("dynamodb.")})
+        return {"ddb": ddb, "rru": rru / reps, "wru": wru / reps, "wall_ms": sorted(walls)[len(walls) // 2]}
+
+    hdr = {"Authorization": f"Bearer {key}"}
+    route("$connect", "warm", headers=hdr)  # warm the container's caches (key, topic, client)
+    route("watch", "warm", body={"action": "watch", "topic": topic, "group": group})
+    route("$disconnect", "warm")
+    out = {
+        "connect": part(lambda i: route("$connect", f"c{i}", headers=hdr)),
+        "watch": part(lambda i: route("watch", f"c{i}", body={"action": "watch", "topic": topic, "group": group})),
+        "disconnect": part(lambda i: route("$disconnect", f"c{i}")),
+        "ping": part(lambda i: route("ping", "p", body={"action": "ping"})),
+    }
+
+    # the notifier, per stream batch that touches the watched topic (one watcher: the connection
+    # c0 above watches it); posts go to a counting stand-in for the management API
+    nf = load_function("NotifyFunction")
+    posted = []
+    nf.module._post = lambda conn, data: posted.append((conn, data)) or "ok"
+    route("$connect", "n0", headers=hdr)
+    route("watch", "n0", body={"action": "watch", "topic": topic, "group": group})
+    recs = {"Records": [{"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": f"{topic}#{q}"},
+                                                                      "base": {"N": "0"}}}} for q in range(4)]}
+    out["notify"] = part(lambda i: nf(recs, Context()))
+    out["notify"]["posts"] = len(posted) / reps
+    out["notify"]["bytes"] = max(len(d) for _, d in posted)
+
+    def fallback(i):
+        s, b = api.call("GET", f"/v1/topics/{topic}/messages", query={"group": group, "wait_ms": 0}, key=key)
+        assert s == 200 and not b["messages"], (s, b)
+    fallback(0)
+    out["pull"] = part(fallback)
+    return out
+
+
+def price_ws(parts: dict, mem_mb: int, arch: str, fallback_s: float, keepalive_s: float,
+             connection_s: float = 7200.0) -> dict:
+    """One WebSocket-waiting consumer-month from the measured parts (see the docstring)."""
+    gb = mem_mb / 1024
+
+    def lam(p, n):  # n invocations of part p: DynamoDB + Lambda request + duration (ms, rounded up)
+        ddb = n * (p["rru"] * PRICE_RRU + p["wru"] * PRICE_WRU)
+        dur = n * gb * (int(p["wall_ms"]) + 1) / 1000 * PRICE_LAMBDA_GBS[arch]
+        return ddb, n * PRICE_LAMBDA_REQUEST, dur
+
+    connects = MONTH_S / connection_s
+    pings = MONTH_S / keepalive_s
+    pulls = MONTH_S / fallback_s + connects  # the timer, plus one catch-up pull per (re)connection
+    rows = {}
+    for name, p, n in (("connect", parts["connect"], connects), ("watch", parts["watch"], connects),
+                       ("disconnect", parts["disconnect"], connects), ("ping", parts["ping"], pings)):
+        rows[name] = lam(p, n)
+    ddb, lreq, dur = lam(parts["pull"], pulls)
+    rows["pull"] = (ddb, lreq + pulls * PRICE_HTTP_API_REQUEST, dur)
+    # WebSocket messages: ping + pong, watch + its answer; connection-minutes
+    ws_msgs = 2 * pings + 2 * connects
+    ws = ws_msgs * PRICE_WS_MESSAGE + MONTH_S / 60 * PRICE_WS_CONNECTION_MINUTE
+    ddb = sum(r[0] for r in rows.values())
+    requests = sum(r[1] for r in rows.values())
+    duration = sum(r[2] for r in rows.values())
+    total = ddb + requests + duration + ws
+    sqs = MONTH_S / 20 * PRICE_SQS_REQUEST
+    return {"ddb": ddb, "requests": requests, "duration": duration, "ws": ws, "total": total, "sqs": sqs,
+            "x_sqs": total / sqs, "pulls": pulls, "pings": pings, "connects": connects, "ws_msgs": ws_msgs,
+            "pull_share": sum(rows["pull"]) / total}
+
+
 # --- latency from produce to delivery for a waiting consumer -------------------------------------
 def start_local_stack(admin_key: str):
-    """``python -m infra.local --port <free port>`` as tests/e2e/conftest.py's start_stack does."""
+    """``python -m infra.local --port <free port> --ws-port <free port>`` as tests/e2e/conftest.py's
+    start_stack does; returns (process, HTTP URL, WebSocket URL)."""
     import subprocess
 
     import requests
 
     from infra.local.__main__ import free_port
 
-    port = free_port()
+    port, ws_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "AWS_PROFILE")}
     env.update({"LAKEQ_ADMIN_KEY": admin_key, "LAKEQ_PORT": str(port), "PYTHONUNBUFFERED": "1"})
     log = open(f"/tmp/lakeq-bench-idle-stack-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "infra.local", "--port", str(port)], cwd=ROOT, env=env,
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "clients" / "python"), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen([sys.executable, "-m", "infra.local", "--port", str(port), "--ws-port", str(ws_port)],
+                            cwd=ROOT, env=env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
         try:
             if requests.get(f"{url}/v1/health", timeout=5).status_code == 200:
-                return proc, url
+                return proc, url, f"ws://127.0.0.1:{ws_port}/ws"
         except requests.RequestException:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -224,7 +336,7 @@ def latency(n: int):
     import requests
 
     admin = "bench-idle-admin"
-    proc, url = start_local_stack(admin)
+    proc, url, ws_url = start_local_stack(admin)
     sqs_proc, sqs_url = bq.start_sqs_server()
     try:
         hdr = {"Authorization": f"Bearer {admin}"}
@@ -252,6 +364,26 @@ def latency(n: int):
             return [m["body"] for m in b["messages"]]
         lq = latency_run(n, produce, receive, seed=1)
 
+        # the same, waiting on WebSocket wake-ups (a second group: same topic, its own offsets)
+        from lakeq_client import Consumer
+
+        wkey = requests.post(f"{url}/v1/clients", json={"name": "lw", "role": "consumer", "topics": ["lat"]},
+                             headers=hdr).json()["api_key"]
+        wc = Consumer(url, wkey, group="lw", topic="lat", wake_url=ws_url, max=10, fallback_s=60)
+        assert wc.waker.ready.wait(60), wc.waker.error
+        while True:  # the group starts at the topic's beginning: take the long-poll run's messages
+            b = wc.pull(wait_ms=0)
+            if not b.messages:
+                break
+            wc.ack(b)
+
+        def ws_receive():
+            b = wc.wait_pull(max=10)
+            b.settle()
+            return [m["body"] for m in b.messages]
+        lw = latency_run(n, produce, ws_receive, seed=1)
+        wc.waker.close()
+
         sqs = boto3.client("sqs", endpoint_url=sqs_url, region_name="us-east-1")
         sqs_recv = boto3.client("sqs", endpoint_url=sqs_url, region_name="us-east-1",
                                 config=__import__("botocore.config").config.Config(read_timeout=40))
@@ -276,12 +408,14 @@ def latency(n: int):
                 p.wait(timeout=20)
             except Exception:
                 p.kill()
-    return lq, sq
+    return lq, sq, lw
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer polls per scenario (under a minute)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="latency samples a side (default: 10 with --quick, else 60)")
     args = ap.parse_args()
     polls = 1 if args.quick else 10
 
@@ -311,10 +445,11 @@ def main() -> None:
         return b
 
     scenarios = []
+    keys = {}
     for n in (4, 64):
         ok(api.call("POST", "/v1/topics", {"name": f"idle{n}", "queues": n}))
-        key = ok(api.call("POST", "/v1/clients", {"name": f"c{n}", "role": "consumer",
-                                                  "topics": [f"idle{n}"]}))["api_key"]
+        key = keys[n] = ok(api.call("POST", "/v1/clients", {"name": f"c{n}", "role": "consumer",
+                                                            "topics": [f"idle{n}"]}))["api_key"]
 
         def pull(n=n, key=key, wait=WAIT_MS):
             return ok(api.call("GET", f"/v1/topics/idle{n}/messages", query={"group": f"c{n}", "wait_ms": wait},
@@ -360,9 +495,14 @@ def main() -> None:
         r = measure(meter, clock, polls, poll)
         mem, arch = function_config(fn)
         rows.append((name, fn, mem, arch, r, price_month(r, mem, arch)))
+    print("# running: the WebSocket consumer's parts...", file=sys.stderr, flush=True)
+    ws_rows = []
+    for n in (4, 64):
+        parts = measure_ws(meter, api, keys[n], f"idle{n}", f"c{n}", reps=3 if args.quick else 20)
+        ws_rows.append((n, parts))
     mock.stop()
     print("# running: latency on the local stack and SQS-on-moto...", file=sys.stderr, flush=True)
-    (lq, lq_prod), (sq, sq_prod) = latency(10 if args.quick else 60)
+    (lq, lq_prod), (sq, sq_prod), (lw, lw_prod) = latency(args.samples or (10 if args.quick else 60))
 
     print()
     print("## per 20-s idle poll (counted)")
@@ -384,14 +524,40 @@ def main() -> None:
           "SQS: one ReceiveMessage per 20 s at $0.40/M; Pub/Sub: 0 (StreamingPull) to the 1 KB minimum "
           "per empty unary pull every 20 s at $40/TiB (assumption, see the source)")
     print()
+    print("## the WebSocket-waiting consumer (issue 16 item 2): its parts, counted (per invocation)")
+    print(f"{'topic':<10} {'part':<11} {'DynamoDB calls':<40} {'RRU':>6} {'WRU':>5} {'wall ms':>8}")
+    for n, parts in ws_rows:
+        for name, p in parts.items():
+            detail = ", ".join(f"{k} {v:g}" for k, v in sorted(p["ddb"].items())) or "-"
+            if name == "notify":
+                detail += f"; posts {p['posts']:g} of {p['bytes']} B"
+            print(f"{n:>2} queues  {name:<11} {detail:<40} {p['rru']:>6.2f} {p['wru']:>5.2f} {p['wall_ms']:>8.1f}")
+    print()
+    print("## $ per idle WebSocket consumer-month (connection-minutes, keep-alives, reconnects every 2 h, "
+          "fallback pulls), us-east-1 list prices; WakeFunction / ConsumeFunction as in template.yaml")
+    print(f"{'topic':<9} {'fallback':>8} {'keepalive':>9} {'pulls':>7} {'WS msgs':>8} {'DynamoDB':>9} "
+          f"{'requests':>9} {'GB-s $':>8} {'WS $':>7} {'total':>8} {'x SQS':>6} {'pulls %':>7}")
+    mem, arch = function_config("ConsumeFunction")
+    for n, parts in ws_rows:
+        for fb, ka in ((60, 540), (20, 540), (300, 540)):
+            p = price_ws(parts, mem, arch, fb, ka)
+            print(f"{n:>2} queues {fb:>7}s {ka:>8}s {p['pulls']:>7.0f} {p['ws_msgs']:>8.0f} {p['ddb']:>9.4f} "
+                  f"{p['requests']:>9.4f} {p['duration']:>8.4f} {p['ws']:>7.4f} {p['total']:>8.4f} "
+                  f"{p['x_sqs']:>6.2f} {p['pull_share'] * 100:>6.0f}%")
+    print("* requests: Lambda ($0.20/M) for every invocation, API Gateway HTTP API ($1.00/M) for the pulls; "
+          "WS $: messages ($1.00/M) + connection-minutes ($0.25/M); SQS = one ReceiveMessage per 20 s")
+    print()
     print(f"## produce -> delivery for a waiting consumer (ms; {len(lq)} messages each side, one at a time "
           "at random 0.2-1.0 s intervals; local stack vs SQS on moto's server; under 100 samples p99 = the max)")
     print(f"{'':<30} {'p50':>7} {'p99':>7} {'max':>7} {'mean':>7} {'produce req p50':>16}")
-    for name, xs, ps in (("lakeq pull wait_ms=20000", lq, lq_prod), ("SQS-on-moto WaitTimeSeconds=20", sq, sq_prod)):
+    for name, xs, ps in (("lakeq pull wait_ms=20000", lq, lq_prod), ("lakeq WebSocket wake-up", lw, lw_prod),
+                         ("SQS-on-moto WaitTimeSeconds=20", sq, sq_prod)):
         print(f"{name:<30} {pct(xs, 50):>7.0f} {pct(xs, 99):>7.0f} {max(xs):>7.0f} {sum(xs) / len(xs):>7.0f} "
               f"{pct(ps, 50):>16.0f}")
-    print(f"{'ratio lakeq / SQS-on-moto':<30} {pct(lq, 50) / pct(sq, 50):>7.2f} {pct(lq, 99) / pct(sq, 99):>7.2f} "
-          f"{max(lq) / max(sq):>7.2f} {sum(lq) / sum(sq):>7.2f}")
+    for name, xs in (("ratio long poll / SQS-on-moto", lq), ("ratio WebSocket / SQS-on-moto", lw)):
+        print(f"{name:<30} {pct(xs, 50) / pct(sq, 50):>7.2f} {pct(xs, 99) / pct(sq, 99):>7.2f} "
+              f"{max(xs) / max(sq):>7.2f} {sum(xs) / sum(sq):>7.2f}")
+    print(f"WebSocket wake-ups within 1 s: {sum(1 for x in lw if x <= 1000)} of {len(lw)}")
 
 
 if __name__ == "__main__":

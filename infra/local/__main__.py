@@ -10,7 +10,11 @@
    on a local SparkSession; ``LAKEQ_SCHEDULE_SCALE`` compresses time, ``LAKEQ_JOBS_EVERY`` sets
    the jobs' interval in seconds; ``infra/local/schedules.py``);
 5. the gateway (the template's ``HttpApi`` routes → the functions' handlers) on
-   ``127.0.0.1:$LAKEQ_PORT`` (default 3000).
+   ``127.0.0.1:$LAKEQ_PORT`` (default 3000);
+6. the WebSocket API of the template (wake-ups for waiting consumers, ``infra/local/websocket.py``)
+   and its management API on ``--ws-port`` (default ``$LAKEQ_WS_PORT``, else any free port); the
+   functions' ``apigatewaymanagementapi`` clients are pointed at it
+   (``AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI``).
 
 Ctrl-C or SIGTERM stops everything (moto child included) and exits 0.
 """
@@ -136,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="SQS endpoint: accept any well-formed SigV4 signature (for conformance runs; "
                              "a known access key id acts as its client, an unknown one as the admin). "
                              "Never use it on a shared machine")
+    parser.add_argument("--ws-port", type=int, default=int(os.environ.get("LAKEQ_WS_PORT") or 0),
+                        help="WebSocket (wake-up) API port on the same host (default $LAKEQ_WS_PORT; "
+                             "0 = any free)")
     parser.add_argument("--moto-log", default=None,
                         help="moto server's log file (default: a file in the temp directory)")
     args = parser.parse_args(argv)
@@ -160,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     pump = None
     scheduler = None
     handlers = None
+    wsgw = None
+    fast_pump = None
     try:
         moto = start_moto(moto_port, moto_log)
         wait_for_moto(moto, moto_url)
@@ -211,8 +220,22 @@ def main(argv: list[str] | None = None) -> int:
         # Lambda execution environments: worker processes (or, with --in-process, module copies)
         handlers = (HandlerCache() if args.in_process
                     else ProcessPool(tpl_mod.layer_dirs(template), rules=rules))
+        # the WebSocket API (wake-ups) on its own port; functions post to its management API
+        from .websocket import WebSocketGateway
+
+        wsgw = WebSocketGateway(template, stack_name=args.stack_name, handler_cache=handlers,
+                                host=args.host, port=args.ws_port)
+        os.environ["AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI"] = wsgw.management_url
+        wsgw.start()
+        # two pumps (threads): the mappings without a batching window (the wake-up notifier,
+        # latency-bound) never wait behind a slow batch of another function (the archiver's);
+        # ``pump`` (drained by POST /_local/streams/drain) serves the others
         pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
-                          handler_cache=handlers).start()
+                          handler_cache=handlers, select=lambda ev: ev.batching_window_s > 0).start()
+        # (Lambda polls a DynamoDB stream's shards four times a second: 0.25 s when idle)
+        fast_pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
+                               handler_cache=handlers, select=lambda ev: ev.batching_window_s == 0,
+                               idle_interval=0.25).start()
         server = make_server(args.host, args.port, None, threaded=True,
                              request_handler=_QuietHandler)
         port = server.server_port
@@ -231,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         base = f"http://{args.host}:{port}"
         print(f"lakeq local stack: {base}", flush=True)
         print(f"admin key: {admin_key}  (LAKEQ_ADMIN_KEY)", flush=True)
+        print(f"WebSocket wake-ups: {wsgw.url}  (docs/api.md \"WebSocket wake-ups\"; "
+              f"management API {wsgw.management_url}/@connections/<id>)", flush=True)
         print("try:", flush=True)
         print(f"  curl -s {base}/v1/health", flush=True)
         print(
@@ -260,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
             scheduler.stop(timeout=5)
         if server is not None:
             server.server_close()
+        if wsgw is not None:
+            wsgw.stop()
         if pump is not None:
             pump.stop(timeout=5)
+        if fast_pump is not None:
+            fast_pump.stop(timeout=5)
         if handlers is not None and hasattr(handlers, "close"):
             handlers.close()
         if moto is not None and moto.poll() is None:

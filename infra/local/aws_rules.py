@@ -13,7 +13,8 @@ response)``) that makes every DynamoDB, DynamoDB Streams, S3 and Secrets Manager
    resource ARNs the way AWS authorises it (:func:`required_permissions`: each item of a
    TransactWriteItems on its own table, BatchGet/BatchWrite per table, Query/Scan on an index →
    the index ARN, S3 object ARNs, ListObjectsV2 → ``s3:ListBucket`` on the bucket with the
-   ``s3:prefix`` condition key, Secrets Manager calls on the secret's ARN). Wildcards in
+   ``s3:prefix`` condition key, Secrets Manager calls on the secret's ARN, API Gateway management
+   calls → ``execute-api:ManageConnections`` on ``<api>/<stage>/<VERB>/@connections/<id>``). Wildcards in
    ``Action`` / ``Resource``, ``NotAction`` / ``NotResource``, the ``String*`` condition
    operators; an explicit ``Deny`` wins. A denied call raises botocore's ``ClientError`` —
    ``AccessDeniedException`` (S3: ``AccessDenied``, 403) with AWS's message — before anything
@@ -529,6 +530,20 @@ def required_permissions(call: Call, arns: Arns) -> list[Permission]:
             if "MaxKeys" in p:
                 ctx.append(("s3:max-keys", str(p["MaxKeys"])))
         return [Permission(action, f"arn:aws:s3:::{bucket}", tuple(ctx))]
+    if call.service == "apigatewaymanagementapi":
+        # execute-api:ManageConnections on arn:aws:execute-api:<region>:<account>:<api>/<stage>/<VERB>/@connections/<id>
+        # (the endpoint names the API and the stage: https://<api>.execute-api.<region>.amazonaws.com/<stage>;
+        # the local gateway's http://127.0.0.1:<port>/<stage> is the local API)
+        from urllib.parse import urlsplit
+
+        u = urlsplit(call.endpoint or "")
+        host = u.hostname or ""
+        api = host.split(".", 1)[0] if ".execute-api." in host else tpl_mod.LOCAL_API_ID
+        stage = u.path.strip("/").split("/", 1)[0] or "$default"
+        verb = {"PostToConnection": "POST", "GetConnection": "GET", "DeleteConnection": "DELETE"}.get(op, op)
+        return [Permission("execute-api:ManageConnections",
+                           f"arn:aws:execute-api:{arns.region}:{arns.account_id}:{api}/{stage}/{verb}"
+                           f"/@connections/{p.get('ConnectionId', '')}")]
     if call.service == "secretsmanager":
         # a secret's ARN (a name is turned into the partial ARN the local stack's Ref gives)
         sid = str(p.get("SecretId") or p.get("Name") or "")
@@ -611,7 +626,7 @@ class AwsRules:
 
     # ----- the hook protocol
     def before(self, call: Call) -> None:
-        if call.service not in ("dynamodb", "dynamodbstreams", "s3", "secretsmanager"):
+        if call.service not in ("dynamodb", "dynamodbstreams", "s3", "secretsmanager", "apigatewaymanagementapi"):
             return
         if self.iam and call.function is not None:
             self.authorize(call)

@@ -40,6 +40,7 @@ class Call:
     operation: str
     params: dict
     function: str | None
+    endpoint: str | None = None  # the client's endpoint URL (the management API's names its stage)
 
 
 class Hook(Protocol):  # pragma: no cover - a protocol
@@ -80,7 +81,8 @@ def install() -> None:
             hooks = list(_hooks)
             if not hooks:
                 return _original(self, operation_name, api_params)
-            call = Call(self.meta.service_model.service_name, operation_name, api_params, _function.get())
+            call = Call(self.meta.service_model.service_name, operation_name, api_params, _function.get(),
+                        getattr(self.meta, "endpoint_url", None))
             for h in hooks:
                 h.before(call)
             response = _original(self, operation_name, api_params)

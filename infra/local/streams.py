@@ -142,6 +142,7 @@ class StreamPump:
         max_backoff: float = 5.0,
         sqs_client: Any = None,
         clock: Callable[[], float] = time.time,
+        select: Callable[[StreamEvent], bool] | None = None,
     ):
         import boto3
 
@@ -164,8 +165,13 @@ class StreamPump:
         names = tpl_mod.table_names(self.ctx)
         for spec in tpl_mod.functions(self.ctx):
             for ev in spec.stream_events:
-                if ev.enabled and ev.table in names:
+                if ev.enabled and ev.table in names and (select is None or select(ev)):
                     self.mappings.append(Mapping_(spec, ev, names[ev.table]))
+        # one thread serves its mappings in turn (on AWS each polls its shards by itself): the
+        # mappings without a batching window (the wake-up notifier) go first in each pass, so
+        # they do not wait behind another function's invocation for the same records; the local
+        # stack gives them a pump (a thread) of their own (``select``)
+        self.mappings.sort(key=lambda m: m.event.batching_window_s > 0)
         add_to_sys_path(tpl_mod.layer_dirs(self.template))
 
     # ------------------------------------------------------------------ public

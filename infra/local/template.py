@@ -169,6 +169,7 @@ class Context:
             "AWS::Glue::Job": "Name",
             "AWS::Glue::Database": "DatabaseInput",
             "AWS::SecretsManager::Secret": "Name",
+            "AWS::ApiGatewayV2::Stage": "StageName",  # a stage's Ref is its name
         }.get(rtype)
         if name_prop and name_prop in props:
             value = _resolve(props[name_prop], self, _seen | {logical_id})

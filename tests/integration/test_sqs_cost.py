@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lakeq.admin import auth as lq_auth
-from lakeq.sqs import protocol as sp
 from lakeq.log.produce_plan import queue_for_key
+from lakeq.sqs import protocol as sp
 from tests.crash import CountCalls
 from tests.integration.sqs_harness import h, sqs  # noqa: F401 (fixtures)
 from tests.integration.test_sqs_endpoint import make_client

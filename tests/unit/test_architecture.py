@@ -120,6 +120,9 @@ def test_every_package_names_its_public_api_and_each_name_resolves():
     for pkg in table():
         mod = importlib.import_module(f"lakeq.{pkg}")
         assert mod.__doc__, pkg
+        # a name equal to a submodule's would shadow it: `from lakeq.<pkg> import <module>` breaks
+        submodules = {p.stem for p in (CORE / pkg).glob("*.py")}
+        assert not set(getattr(mod, "__all__", ())) & submodules, pkg
         for name in getattr(mod, "__all__", ()):
             assert getattr(mod, name) is not None, (pkg, name)
 
@@ -127,7 +130,7 @@ def test_every_package_names_its_public_api_and_each_name_resolves():
 # --------------------------------------------------------------- what each function loads (issue 15.4)
 FUNCTIONS = ROOT / "functions"
 # stream- and schedule-triggered functions: none of the HTTP use cases, no powertools event handler
-BACKGROUND = ["archiver", "fanout", "groupssweep", "promoter", "unsubscribe"]
+BACKGROUND = ["archiver", "fanout", "groupssweep", "notify", "promoter", "unsubscribe"]
 
 
 def loaded_modules(function: str) -> set[str]:

@@ -108,12 +108,13 @@ def cmd_produce(a: argparse.Namespace, conn: Connection) -> int:
 def cmd_tail(a: argparse.Namespace, conn: Connection) -> int:
     c = Consumer(group=a.group, topic=a.topic, client_id=a.client_id, member_id=a.member_id,
                  tags=a.tags.split("||") if a.tags else None, max=a.max, wait_ms=a.wait_ms,
-                 connection=conn)
+                 connection=conn, wake_url=a.wake_url if a.follow else None)
     n = 0
     stop = threading.Event()
     try:
         while not stop.is_set():
-            b = c.pull()
+            # --follow with --wake-url: wait on WebSocket wake-ups instead of long polls
+            b = c.wait_pull() if c.waker is not None else c.pull()
             if not b.messages:
                 if not a.follow:
                     break
@@ -268,6 +269,9 @@ def parser() -> argparse.ArgumentParser:
         x.add_argument("--wait-ms", type=int, default=1000)
         x.add_argument("--count", type=int, default=0, help="stop after this many messages")
         x.add_argument("--follow", "-f", action="store_true", help="keep pulling when idle")
+        x.add_argument("--wake-url", default=os.environ.get("LAKEQ_WAKE_URL"),
+                       help="with --follow: wait on the WebSocket wake-up API at this URL instead of "
+                            "long polls (default $LAKEQ_WAKE_URL)")
         x.add_argument("--no-settle", action="store_true", help="print without acknowledging")
         x.set_defaults(func=cmd_tail)
 

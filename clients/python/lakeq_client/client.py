@@ -328,7 +328,9 @@ class Consumer:
                  topic: str | None = None, subscription: str | None = None,
                  client_id: str | None = None, member_id: str | None = None,
                  tags: Sequence[str] | None = None, max: int = 32, wait_ms: int = MAX_WAIT_MS,
-                 piggyback: bool = True, connection: Connection | None = None, **kw: Any):
+                 piggyback: bool = True, connection: Connection | None = None,
+                 wake_url: str | None = None, fallback_s: float = 60.0, keepalive_s: float = 540.0,
+                 **kw: Any):
         if subscription is None and (group is None or topic is None):
             raise ValueError("give group and topic, or subscription")
         self.conn = _connection(url, key, connection, **kw)
@@ -337,6 +339,16 @@ class Consumer:
         self.max, self.wait_ms, self.piggyback = max, wait_ms, piggyback
         self._pending: str | None = None
         self._lock = threading.Lock()
+        # waiting mode (docs/api.md "WebSocket wake-ups"): with ``wake_url`` the loops below wait on
+        # a WebSocket wake-up (or ``fallback_s``, the bound on a lost wake-up's latency) and pull
+        # with wait_ms=0, instead of holding a long poll open
+        self.fallback_s = fallback_s
+        self.waker = None
+        if wake_url is not None:
+            from .ws import Waker, consumer_watch
+
+            self.waker = Waker(wake_url, self.conn.key or "", consumer_watch(group, topic, subscription),
+                               keepalive_s=keepalive_s)
 
     def __enter__(self) -> Self:
         return self
@@ -427,14 +439,37 @@ class Consumer:
             self.ack(ack)
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            if self.waker is not None:
+                self.waker.close()
+
+    def wait_pull(self, max: int | None = None, stop: threading.Event | None = None) -> Batch:
+        """Waiting mode: pull with ``wait_ms=0``; while nothing comes, wait for a wake-up (at most
+        ``fallback_s``) and pull again. Returns the first non-empty batch (an empty one once
+        ``stop`` is set). Without ``wake_url``: one long poll (:meth:`pull`)."""
+        if self.waker is None:
+            return self.pull(max)
+        while True:
+            self.waker.arm()  # a wake-up arriving during the pull is kept: no gap
+            b = self.pull(max, wait_ms=0)
+            if b.messages or (stop is not None and stop.is_set()):
+                return b
+            deadline = time.monotonic() + self.fallback_s
+            while not self.waker.wait(min(1.0, deadline - time.monotonic())):
+                if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
+                    break
+            if stop is not None and stop.is_set():
+                return b
 
     def batches(self, stop: threading.Event | None = None, *, idle_exit: bool = False
                 ) -> Iterator[Batch]:
         """Pull in a loop, yielding non-empty batches, until ``stop`` is set (or, with
-        ``idle_exit``, until a pull comes back empty)."""
+        ``idle_exit``, until a pull comes back empty). With ``wake_url`` the pulls wait on
+        wake-ups (:meth:`wait_pull`) instead of long polls."""
         while stop is None or not stop.is_set():
-            b = self.pull()
+            b = self.pull() if self.waker is None or idle_exit else self.wait_pull(stop=stop)
             if b.messages:
                 yield b
             elif idle_exit:

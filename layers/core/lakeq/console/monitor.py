@@ -17,7 +17,7 @@ from lakeq.consume.reader import views
 from lakeq.store.models import ClientModel, log_of
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo
 
-CONSOLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console")
+CONSOLE_DIR = os.path.dirname(os.path.abspath(__file__))  # the console package holds its static files
 # the console's static files: name -> content type (nothing else under console/ is served)
 ASSETS = {"index.html": "text/html; charset=utf-8", "console.js": "text/javascript; charset=utf-8",
           "console.css": "text/css; charset=utf-8"}

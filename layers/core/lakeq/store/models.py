@@ -15,6 +15,7 @@ from pynamodb.attributes import (
     NumberAttribute,
     TTLAttribute,
     UnicodeAttribute,
+    UnicodeSetAttribute,
     VersionAttribute,
 )
 from pynamodb.models import Model
@@ -228,3 +229,19 @@ class GroupMemberModel(Model):
     gen = NumberAttribute(default=0)
     expires_at = TTLAttribute(null=True)
     v = VersionAttribute()
+
+
+class WatcherModel(Model):
+    """WebSocket wake-ups (issue 16, :mod:`lakeq.wake`): a connection (``k = "c|<id>"``,
+    ``c = "-"``: who connected and the watch keys it holds) or a watcher (``k = "w|<topic or
+    ~sub>"``, ``c = <connection id>``: one Query of ``k`` finds every connection to wake).
+    ``expires_at`` (TTL) removes what a connection that vanished without ``$disconnect`` left."""
+
+    Meta = _meta("WATCHERS_TABLE", "lakeq-watchers")
+    k = UnicodeAttribute(hash_key=True)
+    c = UnicodeAttribute(range_key=True)
+    admin = BooleanAttribute(null=True)  # connection: the admin key connected
+    client = UnicodeAttribute(null=True)  # connection: the client whose key connected
+    watches = UnicodeSetAttribute(null=True)  # connection: its watch keys
+    group = UnicodeAttribute(null=True)  # watcher: the group it watches as (informational)
+    expires_at = TTLAttribute(null=True)

@@ -1,0 +1,93 @@
+"""The wake-up notifier (NotifyFunction): SegmentsTable stream records → one small post per
+watching connection (:func:`notify`), through API Gateway's management API
+(:func:`management_poster`). A stream consumer: it loads no HTTP use case and no authentication."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from lakeq.store.watchers import WatcherRepo, WatcherStoreError
+from lakeq.wake import plan
+
+log = logging.getLogger("lakeq.wake.notify")
+
+Post = Callable[[str, bytes], str]  # (connection id, data) -> "ok" | "gone" | "error"
+
+
+def delete_watches(connection_id: str, keys: Iterable[str], with_connection: bool) -> int:
+    items = [(plan.watcher_key(k), connection_id) for k in keys]
+    if with_connection:
+        items.append((plan.connection_key(connection_id), plan.CONNECTION_SORT))
+    return WatcherRepo.delete(items)
+
+
+
+# --- the notifier ---------------------------------------------------------------------------------
+@dataclass
+class NotifyResult:
+    keys: list[str] = field(default_factory=list)  # watch keys woken
+    queries: int = 0  # WatchersTable Queries (pages)
+    posted: int = 0
+    gone: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def watchers_of(key: str, result: NotifyResult | None = None) -> list[str]:
+    """The connections watching ``key`` (one Query, paginated past 1 MB)."""
+    out = WatcherRepo.watchers(plan.watcher_key(key))
+    if result is not None:
+        result.queries += 1
+    return out
+
+
+def notify(records: list[Mapping], post: Post) -> NotifyResult:
+    """Wake every connection watching a log that got a segment in this stream batch, once."""
+    r = NotifyResult(keys=plan.woken_keys(records))
+    pairs = []
+    for key in r.keys:
+        for conn in watchers_of(key, r):
+            pairs.append((key, conn))
+    for conn, keys in plan.coalesce(pairs).items():
+        outcome = post(conn, plan.wake_message(keys))
+        if outcome == "ok":
+            r.posted += 1
+        elif outcome == "gone":  # API Gateway: the connection is closed; forget its watchers
+            r.gone.append(conn)
+            try:
+                delete_watches(conn, keys, with_connection=False)
+            except WatcherStoreError as e:  # TTL removes them anyway
+                log.warning("could not delete the watchers of gone connection %s: %s", conn, e)
+        else:
+            r.failed.append(conn)
+    return r
+
+
+def management_poster(client=None) -> Post:
+    """PostToConnection through API Gateway's management API (``$LAKEQ_WS_ENDPOINT``:
+    ``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; the standard
+    ``AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI`` wins, which is how the local stack points it at
+    its own WebSocket gateway)."""
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        endpoint = (os.environ.get("AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI")
+                    or os.environ["LAKEQ_WS_ENDPOINT"])
+        # a wake-up is a hint: fail fast instead of holding the stream batch
+        client = boto3.client("apigatewaymanagementapi", endpoint_url=endpoint,
+                              config=Config(connect_timeout=2, read_timeout=2,
+                                            retries={"max_attempts": 2, "mode": "standard"}))
+
+    def post(connection_id: str, data: bytes) -> str:
+        try:
+            client.post_to_connection(ConnectionId=connection_id, Data=data)
+            return "ok"
+        except client.exceptions.GoneException:
+            return "gone"
+        except Exception as e:  # noqa: BLE001 - a hint that failed: logged, never raised
+            log.warning("PostToConnection %s failed: %s", connection_id, e)
+            return "error"
+
+    return post

@@ -1,0 +1,148 @@
+"""The Python client's waiting mode (lakeq_client.ws.Waker, Consumer(wake_url=...)) against fakes."""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+
+from lakeq_client import Consumer
+from lakeq_client.ws import Waker, WebSocketError
+
+
+class FakeWs:
+    """A scripted server side: messages put in ``inbox`` are received; sent ones are recorded."""
+
+    instances: list["FakeWs"] = []
+
+    def __init__(self, url, headers=None, subprotocols=None):
+        self.url, self.headers, self.subprotocols = url, headers, subprotocols
+        self.inbox: queue.Queue = queue.Queue()
+        self.sent: list[dict] = []
+        self.closed = False
+        FakeWs.instances.append(self)
+
+    def send(self, text):
+        msg = json.loads(text)
+        self.sent.append(msg)
+        if msg["action"] == "watch":
+            self.inbox.put(json.dumps({"type": "watching", **{k: v for k, v in msg.items() if k != "action"}}))
+
+    def recv(self, timeout=None):
+        try:
+            m = self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(m, Exception):
+            raise m
+        return m
+
+    def close(self):
+        self.closed = True
+
+
+def _waker(**kw):
+    FakeWs.instances = []
+    return Waker("ws://x/ws", "k1", {"topic": "t", "group": "g"}, connect=FakeWs, **kw)
+
+
+def test_waker_watches_and_wakes_only_for_its_topic():
+    w = _waker()
+    try:
+        assert w.ready.wait(5)
+        ws = FakeWs.instances[0]
+        assert ws.headers == {"Authorization": "Bearer k1"}
+        assert ws.sent == [{"action": "watch", "topic": "t", "group": "g"}]
+        assert w.wait(1)  # after the watch: one pull for what came before it
+        w.arm()
+        ws.inbox.put(json.dumps({"type": "wake", "topics": ["other"], "subscriptions": []}))
+        assert not w.wait(0.5)
+        ws.inbox.put(json.dumps({"type": "wake", "topics": ["other", "t"], "subscriptions": []}))
+        assert w.wait(2) and w.stats["wakes"] == 1
+    finally:
+        w.close()
+
+
+def test_waker_reconnects_and_asks_for_a_pull_after_a_drop():
+    w = _waker()
+    try:
+        assert w.ready.wait(5)
+        w.arm()
+        FakeWs.instances[0].inbox.put(WebSocketError("closed by the server (1001 Going away)"))
+        assert w.wait(2)  # lost connection: pull once (wake-ups may have been lost)
+        deadline = time.monotonic() + 5
+        while len(FakeWs.instances) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(FakeWs.instances) == 2 and FakeWs.instances[1].sent[0]["action"] == "watch"
+        assert w.stats["connects"] == 2
+    finally:
+        w.close()
+
+
+def test_waker_keepalive_pings():
+    w = _waker(keepalive_s=0.2)
+    try:
+        assert w.ready.wait(5)
+        time.sleep(1.5)
+        assert {"action": "ping"} in FakeWs.instances[0].sent and w.stats["pings"] >= 1
+    finally:
+        w.close()
+
+
+def test_browser_form_when_asked():
+    FakeWs.instances = []
+    w = Waker("ws://x/ws", "k1", {"subscription": "s1"}, connect=FakeWs, header_auth=False)
+    try:
+        assert w.ready.wait(5)
+        assert FakeWs.instances[0].subprotocols == ["lakeq.v1", "lakeq.key.k1"]
+        assert FakeWs.instances[0].sent == [{"action": "watch", "subscription": "s1"}]
+    finally:
+        w.close()
+
+
+class FakeConn:
+    key = "k1"
+
+    def __init__(self, answers):
+        self.answers, self.calls = answers, []
+
+    def call(self, method, path, params=None, **kw):
+        self.calls.append(dict(params or {}))
+        return self.answers.pop(0) if self.answers else {"messages": []}
+
+
+def test_wait_pull_pulls_with_wait_ms_0_and_again_when_woken():
+    conn = FakeConn([{"messages": []}, {"messages": [{"body": "x", "offset": 0}], "receipt": "r"}])
+    c = Consumer(connection=conn, group="g", topic="t", fallback_s=30)
+    c.waker = w = _waker()
+    try:
+        assert w.ready.wait(5)
+        done = []
+        th = threading.Thread(target=lambda: done.append(c.wait_pull()))
+        th.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        FakeWs.instances[0].inbox.put(json.dumps({"type": "wake", "topics": ["t"], "subscriptions": []}))
+        th.join(5)
+        assert done and done[0].messages == [{"body": "x", "offset": 0}]
+        assert time.monotonic() - started < 2  # woken, not the 30-s fallback
+        assert all(p["wait_ms"] == 0 for p in conn.calls) and len(conn.calls) >= 2
+    finally:
+        w.close()
+
+
+def test_wait_pull_falls_back_to_a_timer_without_wake_ups():
+    conn = FakeConn([{"messages": []}, {"messages": []}, {"messages": [{"body": "y", "offset": 1}], "receipt": "r"}])
+    c = Consumer(connection=conn, group="g", topic="t", fallback_s=0.3)
+    c.waker = w = Waker("ws://x/ws", "k1", {"topic": "t", "group": "g"},
+                        connect=lambda *a, **k: (_ for _ in ()).throw(WebSocketError("refused", 401)),
+                        reconnect_max_s=60)
+    try:
+        time.sleep(0.2)
+        w.arm()
+        t0 = time.monotonic()
+        b = c.wait_pull()
+        assert b.messages == [{"body": "y", "offset": 1}] and time.monotonic() - t0 >= 0.3
+        assert w.error is not None and w.error.status == 401
+    finally:
+        w.close()
