@@ -201,7 +201,165 @@ def gen_dense_messages(m: int, codes: list[str], rng: random.Random) -> list:
     return msgs
 
 
-WORKLOADS = {"sparse": (gen_subscriptions, gen_messages), "dense": (gen_dense_subscriptions, gen_dense_messages)}
+# ------------------------------------------------------------------ dense6 / distractors workloads
+# Modelled on issue 16's held-out workload (we never saw it): subscriptions of 0-3 random levels
+# over six fields, ranges on the numeric fields, one-digit prefixes, anything-but, exists, ~30 % with
+# tags, no anchoring field, ~8 % of the subscriptions matching a message.
+S_TOPICS = ["m"] * 6 + ["m/a"] * 3 + ["m/b"]
+S_PUB = ["m/a"] * 5 + ["m/a/x"] * 3 + ["m/b"] * 2
+S_KINDS = [f"k{i}" for i in range(6)]
+S_ZONES = [f"z{i}" for i in range(8)]
+S_TAGS = [f"t{i}" for i in range(8)]
+S_FIELDS = ("kind", "tier", "code", "px", "vol", "zone")
+
+
+def s_level(field: str, rng: random.Random) -> dict:
+    r = rng.random()
+    if field == "kind":  # str, 6 values, always present
+        if r < 0.5:
+            return {"field": field, "values": rng.sample(S_KINDS, rng.randint(1, 3))}
+        if r < 0.8:
+            return {"field": field, "anything_but": rng.sample(S_KINDS, rng.randint(1, 2))}
+        return {"field": field, "exists": rng.random() < 0.8}
+    if field == "tier":  # int 0..9, always present
+        if r < 0.4:
+            return {"field": field, "values": rng.sample(range(10), rng.randint(1, 3))}
+        if r < 0.8:
+            lo = rng.randint(0, 9)
+            return {"field": field, "range": [lo, lo + rng.randint(0, 3)]}
+        return {"field": field, "anything_but": rng.sample(range(10), rng.randint(1, 3))}
+    if field == "code":  # 4-digit string, always present: one-digit prefixes
+        if r < 0.7:
+            return {"field": field, "prefix": str(rng.randint(0, 9))}
+        if r < 0.85:
+            return {"field": field, "anything_but": [f"{rng.randint(0, 9999):04d}"]}
+        return {"field": field, "values": [f"{rng.randint(0, 9999):04d}" for _ in range(rng.randint(1, 3))]}
+    if field == "px":  # float 0..1000, always present
+        lo = rng.randint(0, 999)
+        return {"field": field, "range": [lo, lo + rng.choice([5, 20, 100, 300])]}
+    if field == "vol":  # int 0..100000, present in 70 %
+        if r < 0.5:
+            return {"field": field, "exists": rng.random() < 0.7}
+        lo = rng.randint(0, 100_000)
+        return {"field": field, "range": [lo, lo + rng.randint(1000, 50_000)]}
+    # zone: one of 8, present in 60 %
+    if r < 0.35:
+        return {"field": field, "values": rng.sample(S_ZONES, rng.randint(1, 3))}
+    if r < 0.55:
+        return {"field": field, "prefix": rng.choice(["z", "z1", "z2", "z7"])}
+    if r < 0.8:
+        return {"field": field, "exists": rng.random() < 0.6}
+    return {"field": field, "anything_but": rng.sample(S_ZONES, rng.randint(1, 2))}
+
+
+def gen_dense6_one(i: int, rng: random.Random) -> tuple:
+    k = rng.choices([0, 1, 2, 3], [0.02, 0.2, 0.36, 0.42])[0]
+    conds = [s_level(f, rng) for f in rng.sample(S_FIELDS, k)]
+    tags = rng.sample(S_TAGS, rng.randint(1, 3)) if rng.random() < 0.3 else None
+    return (f"sub-{i}", rng.choice(S_TOPICS), conds, tags)
+
+
+def gen_dense6_subscriptions(n: int, rng: random.Random) -> tuple[list, list]:
+    return [gen_dense6_one(i, rng) for i in range(n)], []
+
+
+def gen_dense6_messages(m: int, _codes, rng: random.Random) -> list:
+    msgs = []
+    for _ in range(m):
+        props: dict = {"kind": rng.choice(S_KINDS), "tier": rng.randint(0, 9),
+                       "code": f"{rng.randint(0, 9999):04d}", "px": rng.randint(0, 100_000) / 100}
+        if rng.random() < 0.7:
+            props["vol"] = rng.randint(0, 100_000)
+        if rng.random() < 0.6:
+            props["zone"] = rng.choice(S_ZONES)
+        msgs.append((rng.choice(S_PUB), props, rng.sample(S_TAGS, rng.randint(0, 3))))
+    return msgs
+
+
+# Distractors: subscriptions that can never match a dense6 message, of the kinds issue 16 names and
+# more. Each is a list of levels (on distinct fields) plus tags; ``broad`` levels match most messages.
+def _broad(rng: random.Random) -> dict:
+    r = rng.random()
+    if r < 0.25:  # a broad multi-value set (many distinct sets over a small domain)
+        return {"field": "kind", "values": rng.sample(S_KINDS, rng.randint(3, 5))}
+    if r < 0.45:
+        return {"field": "tier", "values": rng.sample(range(10), rng.randint(4, 8))}
+    if r < 0.6:  # anything-but that excludes (almost) nothing
+        return {"field": "kind", "anything_but": [f"nope{rng.randint(0, 999)}", rng.choice(S_KINDS)]}
+    if r < 0.7:
+        return {"field": "code", "exists": True}
+    if r < 0.85:  # a wide range most messages fall in
+        lo = rng.randint(0, 50)
+        return {"field": "px", "range": [lo, lo + rng.randint(500, 2000)]}
+    return {"field": "zone", "anything_but": [rng.choice(S_ZONES)]}
+
+
+def _never(rng: random.Random, i: int) -> tuple[dict | None, list | None]:
+    """A level (or tags) no dense6 message satisfies."""
+    r = rng.random()
+    if r < 0.2:  # a numeric range far above every message's value
+        field = rng.choice(["px", "tier", "vol"])
+        lo = rng.choice([200_000, 1e6, 1e9]) + rng.randint(0, 100_000) + (0 if field == "vol" else rng.choice([0, -199_000]))
+        return {"field": field, "range": [lo, lo + rng.choice([0, 10, 1e6])]}, None
+    if r < 0.4:  # a prefix no message value has (digits on zone, letters on code), one to three chars
+        if rng.random() < 0.5:
+            return {"field": "zone", "prefix": str(rng.randint(0, 9)) + "9" * rng.randint(0, 2)}, None
+        return {"field": "code", "prefix": rng.choice("XYZQ") + str(rng.randint(0, 99))[: rng.randint(0, 2)]}, None
+    if r < 0.55:  # exists: true on a field no message carries (few or many distinct names)
+        return {"field": "ghost" if rng.random() < 0.5 else f"ghost{i % 5000}", "exists": True}, None
+    if r < 0.65:  # exists: false on a field every message carries
+        return {"field": rng.choice(["kind", "tier", "code", "px"]), "exists": False}, None
+    if r < 0.75:  # a value of the wrong JSON type: "3" is not 3
+        return {"field": "tier", "values": [str(rng.randint(0, 9))]}, None
+    if r < 0.82:  # a range on a string field
+        return {"field": "code", "range": [0, 9999]}, None
+    if r < 0.9:  # values never sent
+        return {"field": "zone", "values": [f"w{rng.randint(0, 50)}", f"w{rng.randint(51, 99)}"]}, None
+    return None, [f"never{rng.randint(0, 40)}"]  # tags no message carries
+
+
+def gen_distractor(i: int, rng: random.Random) -> tuple:
+    never, tags = _never(rng, i)
+    levels = [] if never is None else [never]
+    fields = {lv["field"] for lv in levels}
+    shape = rng.random()
+    want = 1 if shape < 0.5 else 2 if shape < 0.85 else 0  # two-level: a selective level under a broad one
+    tries = 0
+    while want and tries < 10:
+        tries += 1
+        b = _broad(rng)
+        if b["field"] not in fields:
+            fields.add(b["field"])
+            levels.append(b)
+            want -= 1
+    if not levels:
+        levels = [_broad(rng)]
+    rng.shuffle(levels)
+    if tags is None and rng.random() < 0.3:
+        tags = rng.sample(S_TAGS, rng.randint(1, 2))
+    return (f"dis-{i}", rng.choice(S_TOPICS), levels, tags)
+
+
+DISTRACTOR_BASE = 1_000
+
+
+def gen_distractor_subscriptions(n: int, rng: random.Random) -> tuple[list, list]:
+    """The same DISTRACTOR_BASE dense6 subscriptions at every size (seeded apart from ``rng``) plus
+    n - DISTRACTOR_BASE distractors: the matches per message are identical at every size."""
+    base_rng = random.Random(16)
+    subs = [gen_dense6_one(i, base_rng) for i in range(min(n, DISTRACTOR_BASE))]
+    subs += [gen_distractor(i, rng) for i in range(n - len(subs))]
+    rng.shuffle(subs)  # distractors before and after the real ones: add order matters to the index
+    return subs, []
+
+
+def gen_distractor_messages(m: int, _codes, rng: random.Random) -> list:
+    return gen_dense6_messages(m, None, random.Random(61))  # the same messages at every size
+
+
+WORKLOADS = {"sparse": (gen_subscriptions, gen_messages), "dense": (gen_dense_subscriptions, gen_dense_messages),
+             "dense6": (gen_dense6_subscriptions, gen_dense6_messages),
+             "distractors": (gen_distractor_subscriptions, gen_distractor_messages)}
 
 
 def to_policy(conds: list[dict], tags) -> dict:
@@ -365,7 +523,7 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
         mine = results[j]
         assert len(mine) == len(set(mine)), f"duplicate ids at n={n} message {msgs[j]!r}"
         mine = set(mine)
-        if workload == "dense":  # also against the plain reference of API.md's semantics
+        if workload != "sparse":  # also against the plain reference of API.md's semantics
             ref = {sub[0] for sub in subs if ref_matches(sub, topic, props, tags)}
             if ref != mine:
                 print(f"WRONG ANSWER at n={n} message {msgs[j]!r}:\n  index only: {sorted(mine - ref)[:10]}"
@@ -454,7 +612,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer messages and baseline messages (< 1 min)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--workload", choices=["sparse", "dense", "both"], default="both")
+    ap.add_argument("--workload", choices=[*WORKLOADS, "both", "all"], default="all",
+                    help="both = sparse and dense; all (default) = every workload")
     ap.add_argument("--check", action="store_true", help="also run idx._check() after each build")
     args = ap.parse_args()
     plans = {  # (subscriptions, index messages, moto baseline messages, tracemalloc)
@@ -462,8 +621,14 @@ def main() -> None:
         ("sparse", False): [(1_000, 50_000, 500, True), (10_000, 50_000, 50, True), (100_000, 50_000, 10, True)],
         ("dense", True): [(1_000, 2_000, 10, True), (10_000, 2_000, 4, False), (100_000, 2_000, 1, False)],
         ("dense", False): [(1_000, 20_000, 200, True), (10_000, 20_000, 30, True), (100_000, 20_000, 5, True)],
+        ("dense6", True): [(1_000, 1_000, 10, False), (10_000, 1_000, 4, False)],
+        ("dense6", False): [(1_000, 10_000, 200, True), (10_000, 10_000, 30, True), (100_000, 5_000, 3, True)],
+        ("distractors", True): [(1_000, 1_000, 10, False), (10_000, 1_000, 3, False), (100_000, 1_000, 1, False)],
+        ("distractors", False): [(1_000, 10_000, 200, True), (10_000, 10_000, 30, True),
+                                 (100_000, 10_000, 5, True)],
     }
-    workloads = ["sparse", "dense"] if args.workload == "both" else [args.workload]
+    workloads = (["sparse", "dense"] if args.workload == "both" else list(WORKLOADS) if args.workload == "all"
+                 else [args.workload])
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
           f"mode={'quick' if args.quick else 'full'} seed={args.seed}")
     t0 = time.perf_counter()

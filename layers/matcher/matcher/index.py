@@ -82,6 +82,7 @@ __all__ = ["SubscriptionIndex", "validate_conditions", "validate_tags", "validat
 
 KINDS = ("values", "range", "prefix", "anything_but", "exists")
 _INF = math.inf
+_SMALL = 8  # up to this many ranges per node and field: a plain scan
 
 
 class _BoolKey:
@@ -304,19 +305,19 @@ def _canonical(levels: list[dict], seen: dict | None = None) -> list[tuple]:
                 est = 1 / (len(known) + (label[2] not in known))
             else:
                 est = width / (len(known) + sum(1 for k in keys if k not in known))
-            order: tuple = (est, 0, field)
+            order: tuple = (width > 1, est, 0, field)
         elif kind == "anything_but":
             label = (_A, field, frozenset([value_key(v) for v in arg]))
-            order = (_EST_A, 4, field)
+            order = (True, _EST_A, 4, field)
         elif kind == "range":
             label = (_R, field, (arg[0], arg[1]))
-            order = (_EST_R, 2, field)
+            order = (True, _EST_R, 2, field)
         elif kind == "prefix":
             label = (_P, field, arg)
-            order = (_EST_P ** len(arg), 1, field)
+            order = (False, _EST_P ** len(arg), 1, field)
         else:
             label = (_E, field, arg)
-            order = (_EST_ET if arg else _EST_EF, 3, field)
+            order = (not arg, _EST_ET if arg else _EST_EF, 3, field)
         labels[label] = order  # equal levels collapse (A and A = A)
     if len(labels) < 2:
         return list(labels)
@@ -358,28 +359,47 @@ class _Node:
 
 
 class _Ranges:
-    """The range edges of one node and field: stabbing queries over inclusive intervals."""
+    """The range edges of one node and field: stabbing queries over inclusive intervals.
+
+    Up to ``_SMALL`` ranges are scanned directly (cheaper than two bisects in Python); beyond that
+    two :class:`SortedList` (by ``lo`` and by ``hi``) answer a stab by bisecting both and scanning
+    the shorter candidate side.
+    """
 
     __slots__ = ("by_lo", "by_hi", "child")
 
     def __init__(self) -> None:
-        self.by_lo = SortedList()  # (lo, hi)
-        self.by_hi = SortedList()  # (hi, lo)
+        self.by_lo: SortedList | None = None  # (lo, hi), once there are more than _SMALL ranges
+        self.by_hi: SortedList | None = None  # (hi, lo)
         self.child: dict[tuple, _Node] = {}
 
     def add(self, lo: float, hi: float, child: _Node) -> None:
         self.child[(lo, hi)] = child
-        self.by_lo.add((lo, hi))
-        self.by_hi.add((hi, lo))
+        if self.by_lo is not None:
+            self.by_lo.add((lo, hi))
+            self.by_hi.add((hi, lo))  # type: ignore[union-attr]
+        elif len(self.child) > _SMALL:
+            self.by_lo = SortedList(self.child)
+            self.by_hi = SortedList((h, l) for l, h in self.child)
 
     def discard(self, lo: float, hi: float) -> None:
         del self.child[(lo, hi)]
-        self.by_lo.remove((lo, hi))
-        self.by_hi.remove((hi, lo))
+        if self.by_lo is not None:
+            if len(self.child) <= _SMALL // 2:
+                self.by_lo = self.by_hi = None
+            else:
+                self.by_lo.remove((lo, hi))
+                self.by_hi.remove((hi, lo))  # type: ignore[union-attr]
 
     def stab(self, x: float, push) -> None:
-        """Push every child whose [lo, hi] contains x. O(log r + min(#lo<=x, #hi>=x))."""
+        """Push every child whose [lo, hi] contains x. O(r) for r <= _SMALL ranges, else
+        O(log r + min(#lo<=x, #hi>=x))."""
         by_lo, by_hi, child = self.by_lo, self.by_hi, self.child
+        if by_lo is None:
+            for (lo, hi), c in child.items():
+                if lo <= x <= hi:
+                    push(c)
+            return
         n_lo = by_lo.bisect_right((x, _INF))  # entries with lo <= x
         first_hi = by_hi.bisect_left((x, -_INF))  # first entry with hi >= x
         if n_lo <= len(by_hi) - first_hi:
@@ -390,6 +410,43 @@ class _Ranges:
             for hi, lo in by_hi.islice(first_hi):
                 if lo <= x:
                     push(child[(lo, hi)])
+
+
+class _Excluded:
+    """The anything-but edges of one node and field: excluded set → child, and per value how many
+    sets exclude it. A message value no set excludes satisfies every edge: one C-level ``extend``."""
+
+    __slots__ = ("child", "hits")
+
+    def __init__(self) -> None:
+        self.child: dict[frozenset, _Node] = {}
+        self.hits: dict[Hashable, int] = {}
+
+    def add(self, excluded: frozenset, child: _Node) -> None:
+        self.child[excluded] = child
+        hits = self.hits
+        for k in excluded:
+            hits[k] = hits.get(k, 0) + 1
+
+    def discard(self, excluded: frozenset) -> None:
+        del self.child[excluded]
+        hits = self.hits
+        for k in excluded:
+            left = hits[k] - 1
+            if left:
+                hits[k] = left
+            else:
+                del hits[k]
+
+    def satisfied(self, k: Hashable, stack: list) -> None:
+        """Push every child whose set does not contain ``k``: O(1) + output when no set contains
+        ``k``, else O(a) for ``a`` sets."""
+        if k not in self.hits:
+            stack.extend(self.child.values())
+            return
+        for excluded, c in self.child.items():
+            if k not in excluded:
+                stack.append(c)
 
 
 class _Prefixes:
@@ -424,6 +481,12 @@ class _Prefixes:
                 c = get(s[:n])
                 if c is not None:
                     push(c)
+
+
+def _pairs(per: dict, props: Mapping) -> list:
+    """The ``(field, entry)`` pairs of ``per`` for the message's fields: O(fields in the message)."""
+    get = per.get
+    return [(f, e) for f in props if (e := get(f)) is not None]
 
 
 def _bucket_add(d: dict, key: Any, item: Any) -> None:
@@ -606,10 +669,11 @@ class SubscriptionIndex:
             per = more.setdefault("a", {})
             sets = per.get(field)
             if sets is None:
-                sets = per[field] = {}
-            child = sets.get(arg)
+                sets = per[field] = _Excluded()
+            child = sets.child.get(arg)
             if child is None:
-                child = sets[arg] = _Node(node, kind, field, arg)
+                child = _Node(node, kind, field, arg)
+                sets.add(arg, child)
             return child
         # exists
         per = more.setdefault("+" if arg else "-", {})
@@ -692,8 +756,8 @@ class SubscriptionIndex:
             key = "r"
         elif kind == _A:
             per = more["a"]  # type: ignore[index]
-            del per[field][arg]
-            if not per[field]:
+            per[field].discard(arg)
+            if not per[field].child:
                 del per[field]
             key = "a"
         else:
@@ -737,6 +801,10 @@ class SubscriptionIndex:
         props = properties if properties is not None else {}
         mkeys = [(f, value_key(v)) for f, v in props.items()]
         nkeys = len(mkeys)
+        kmap = dict(mkeys)  # field → value key (anything-but)
+        nums = {f: v for f, v in props.items()  # range candidates: numbers, not bools, not NaN
+                if type(v) is not bool and isinstance(v, (int, float)) and v == v}
+        strs = {f: v for f, v in props.items() if isinstance(v, str)}  # prefix candidates
         keyset = None  # built on demand
         tag_list = tags if isinstance(tags, (list, tuple)) else list(tags) if tags else ()
 
@@ -775,47 +843,57 @@ class SubscriptionIndex:
             more = n.more
             if more is None:
                 continue
-            by_tag = more.get("t")
-            if by_tag is not None and tag_list:
-                for t in tag_list:
-                    ids = by_tag.get(t)
-                    if ids is not None:
-                        if tagged is None:
-                            tagged = set()
-                        if type(ids) is set:
-                            tagged.update(ids)
-                        else:
-                            tagged.add(ids)
-            per = more.get("+")
-            if per is not None:
-                for f, c in per.items():
-                    if f in props:
-                        push(c)
-            per = more.get("-")
-            if per is not None:
-                for f, c in per.items():
-                    if f not in props:
-                        push(c)
-            per = more.get("p")
-            if per is not None:
-                for f, pf in per.items():
-                    v = props.get(f)
-                    if isinstance(v, str):
-                        pf.prefixes_of(v, push)
-            per = more.get("r")
-            if per is not None:
-                for f, rg in per.items():
-                    v = props.get(f)
-                    if v is not None and type(v) is not bool and isinstance(v, (int, float)) and v == v:
-                        rg.stab(v, push)
-            per = more.get("a")
-            if per is not None:
-                for f, sets in per.items():
-                    if f in props:
-                        k = value_key(props[f])
-                        for excluded, c in sets.items():
-                            if k not in excluded:
+            for key, per in more.items():  # only the kinds present at this node
+                if key == "t":
+                    if tag_list:
+                        for t in tag_list:
+                            ids = per.get(t)
+                            if ids is not None:
+                                if tagged is None:
+                                    tagged = set()
+                                if type(ids) is set:
+                                    tagged.update(ids)
+                                else:
+                                    tagged.add(ids)
+                elif key == "r":
+                    if nums:
+                        for f, rg in (per.items() if len(per) <= len(nums) else _pairs(per, nums)):
+                            v = nums.get(f)
+                            if v is not None:
+                                if rg.by_lo is None:  # a few ranges: scan inline
+                                    for (lo, hi), c in rg.child.items():
+                                        if lo <= v <= hi:
+                                            push(c)
+                                else:
+                                    rg.stab(v, push)
+                elif key == "a":
+                    for f, sets in (per.items() if len(per) <= nkeys else _pairs(per, kmap)):
+                        k = kmap.get(f, kmap)
+                        if k is not kmap:
+                            if k in sets.hits:
+                                sets.satisfied(k, stack)
+                            else:  # no set excludes the value: every edge is satisfied
+                                stack.extend(sets.child.values())
+                elif key == "p":
+                    if strs:
+                        for f, pf in (per.items() if len(per) <= len(strs) else _pairs(per, strs)):
+                            v = strs.get(f)
+                            if v is not None:
+                                pf.prefixes_of(v, push)
+                elif key == "+":
+                    if len(per) <= nkeys:
+                        for f, c in per.items():
+                            if f in props:
                                 push(c)
+                    else:
+                        for f in props:
+                            c = per.get(f)
+                            if c is not None:
+                                push(c)
+                else:  # "-"
+                    for f, c in per.items():
+                        if f not in props:
+                            push(c)
         if tagged:
             out.extend(tagged)
         return out
@@ -860,7 +938,7 @@ class SubscriptionIndex:
                     elif key == "r":
                         stack.extend(x.child.values())
                     elif key == "a":
-                        stack.extend(x.values())
+                        stack.extend(x.child.values())
                     else:
                         stack.append(x)
         assert recount == self._seen, "value statistics (_seen) disagree with the trie"
@@ -920,16 +998,26 @@ class SubscriptionIndex:
                     assert c.kind == _P and c.field == field and c.arg == p
                     children.append(c)
             for field, rg in more.get("r", {}).items():
-                assert rg.child and len(rg.by_lo) == len(rg.by_hi) == len(rg.child)
-                rg.by_lo._check()
-                rg.by_hi._check()
+                assert rg.child
+                assert (rg.by_lo is None) == (rg.by_hi is None)
+                if rg.by_lo is None:
+                    assert len(rg.child) <= _SMALL, "large range set without its sorted lists"
+                else:
+                    assert len(rg.by_lo) == len(rg.by_hi) == len(rg.child) > _SMALL // 2
+                    rg.by_lo._check()
+                    rg.by_hi._check()
                 for (lo, hi), c in rg.child.items():
                     assert c.kind == _R and c.field == field and c.arg == (lo, hi) and lo <= hi
-                    assert (lo, hi) in rg.by_lo and (hi, lo) in rg.by_hi
+                    assert rg.by_lo is None or ((lo, hi) in rg.by_lo and (hi, lo) in rg.by_hi)
                     children.append(c)
             for field, sets in more.get("a", {}).items():
-                assert sets
-                for excluded, c in sets.items():
+                assert sets.child
+                hits: dict = {}
+                for excluded in sets.child:
+                    for k in excluded:
+                        hits[k] = hits.get(k, 0) + 1
+                assert hits == sets.hits, "anything-but value counts"
+                for excluded, c in sets.child.items():
                     assert c.kind == _A and c.field == field and c.arg == excluded
                     children.append(c)
             for key, flag in (("+", True), ("-", False)):
