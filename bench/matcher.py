@@ -294,32 +294,58 @@ def _broad(rng: random.Random) -> dict:
     return {"field": "zone", "anything_but": [rng.choice(S_ZONES)]}
 
 
-def _never(rng: random.Random, i: int) -> tuple[dict | None, list | None]:
-    """A level (or tags) no dense6 message satisfies."""
-    r = rng.random()
-    if r < 0.2:  # a numeric range far above every message's value
-        field = rng.choice(["px", "tier", "vol"])
-        lo = rng.choice([200_000, 1e6, 1e9]) + rng.randint(0, 100_000) + (0 if field == "vol" else rng.choice([0, -199_000]))
-        return {"field": field, "range": [lo, lo + rng.choice([0, 10, 1e6])]}, None
-    if r < 0.4:  # a prefix no message value has (digits on zone, letters on code), one to three chars
-        if rng.random() < 0.5:
-            return {"field": "zone", "prefix": str(rng.randint(0, 9)) + "9" * rng.randint(0, 2)}, None
-        return {"field": "code", "prefix": rng.choice("XYZQ") + str(rng.randint(0, 99))[: rng.randint(0, 2)]}, None
-    if r < 0.55:  # exists: true on a field no message carries (few or many distinct names)
-        return {"field": "ghost" if rng.random() < 0.5 else f"ghost{i % 5000}", "exists": True}, None
-    if r < 0.65:  # exists: false on a field every message carries
-        return {"field": rng.choice(["kind", "tier", "code", "px"]), "exists": False}, None
-    if r < 0.75:  # a value of the wrong JSON type: "3" is not 3
-        return {"field": "tier", "values": [str(rng.randint(0, 9))]}, None
-    if r < 0.82:  # a range on a string field
-        return {"field": "code", "range": [0, 9999]}, None
-    if r < 0.9:  # values never sent
-        return {"field": "zone", "values": [f"w{rng.randint(0, 50)}", f"w{rng.randint(51, 99)}"]}, None
-    return None, [f"never{rng.randint(0, 40)}"]  # tags no message carries
+def _never_range(rng: random.Random, i: int) -> tuple:  # a numeric range far above every value
+    field = rng.choice(["px", "tier", "vol"])
+    lo = rng.choice([200_000, 1e6, 1e9]) + rng.randint(0, 100_000) + (0 if field == "vol" else rng.choice([0, -199_000]))
+    return {"field": field, "range": [lo, lo + rng.choice([0, 10, 1e6])]}, None
 
 
-def gen_distractor(i: int, rng: random.Random) -> tuple:
-    never, tags = _never(rng, i)
+def _never_prefix(rng: random.Random, i: int) -> tuple:  # a prefix no value has (digits on zone, letters on code)
+    if rng.random() < 0.5:
+        return {"field": "zone", "prefix": str(rng.randint(0, 9)) + "9" * rng.randint(0, 2)}, None
+    return {"field": "code", "prefix": rng.choice("XYZQ") + str(rng.randint(0, 99))[: rng.randint(0, 2)]}, None
+
+
+def _never_exists(rng: random.Random, i: int) -> tuple:  # exists: true on a field no message carries
+    return {"field": "ghost" if rng.random() < 0.5 else f"ghost{i % 5000}", "exists": True}, None
+
+
+def _never_absent(rng: random.Random, i: int) -> tuple:  # exists: false on a field every message carries
+    return {"field": rng.choice(["kind", "tier", "code", "px"]), "exists": False}, None
+
+
+def _never_type(rng: random.Random, i: int) -> tuple:  # a value of the wrong JSON type: "3" is not 3
+    return {"field": "tier", "values": [str(rng.randint(0, 9))]}, None
+
+
+def _never_strrange(rng: random.Random, i: int) -> tuple:  # a range on a string field
+    return {"field": "code", "range": [0, 9999]}, None
+
+
+def _never_values(rng: random.Random, i: int) -> tuple:  # values never sent
+    return {"field": "zone", "values": [f"w{rng.randint(0, 50)}", f"w{rng.randint(51, 99)}"]}, None
+
+
+def _never_tags(rng: random.Random, i: int) -> tuple:  # tags no message carries
+    return None, [f"never{rng.randint(0, 40)}"]
+
+
+# (weight, generator): the first three are the kinds issue 16 names
+NEVER = {"range": (0.2, _never_range), "prefix": (0.2, _never_prefix), "exists": (0.15, _never_exists),
+         "absent": (0.1, _never_absent), "type": (0.1, _never_type), "strrange": (0.07, _never_strrange),
+         "values": (0.08, _never_values), "tags": (0.1, _never_tags)}
+ISSUE_KINDS = ("range", "prefix", "exists")
+
+
+def _never(rng: random.Random, i: int, kinds=None) -> tuple[dict | None, list | None]:
+    """A level (or tags) no dense6 message satisfies, of one of ``kinds`` (default: all)."""
+    names = list(kinds or NEVER)
+    name = rng.choices(names, [NEVER[k][0] for k in names])[0]
+    return NEVER[name][1](rng, i)
+
+
+def gen_distractor(i: int, rng: random.Random, kinds=None) -> tuple:
+    never, tags = _never(rng, i, kinds)
     levels = [] if never is None else [never]
     fields = {lv["field"] for lv in levels}
     shape = rng.random()

@@ -73,6 +73,7 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from typing import Any, Hashable, Iterable
 
@@ -83,6 +84,9 @@ __all__ = ["SubscriptionIndex", "validate_conditions", "validate_tags", "validat
 KINDS = ("values", "range", "prefix", "anything_but", "exists")
 _INF = math.inf
 _SMALL = 8  # up to this many ranges per node and field: a plain scan
+_SAMPLE = 256  # messages whose properties are kept to measure pass rates
+_MIN_SAMPLE = 32  # no re-order before this many messages
+_MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
 
 
 class _BoolKey:
@@ -272,60 +276,145 @@ _V, _P, _R, _A, _E, _ROOT = "v", "p", "r", "a", "e", "T"
 _EST_P, _EST_R, _EST_ET, _EST_EF, _EST_A = 0.2, 0.3, 0.75, 0.5, 0.9
 
 
-def _canonical(levels: list[dict], seen: dict | None = None) -> list[tuple]:
-    """Levels (normalised by :func:`validate_conditions`) as sorted, de-duplicated edge labels
-    ``(kind, field, arg)``, the most selective first. O(L log L + values).
-
-    Selectivity is estimated: ``values`` lets through ``len(values) / distinct values subscribed on
-    that field, this level's included`` (``seen``: field → {value key: subscriptions with that
-    value}, kept by the index), a prefix of length ``k`` ``0.2 ** k``, the other kinds fixed guesses
-    (``_EST_*``).
-    The order only decides how paths are shared and how many nodes a message visits, never what
-    matches: levels are ANDed in any order. Ties: kind rank, field name, then the argument.
-    """
-    labels: dict[tuple, tuple] = {}
+def _labels(levels: list[dict]) -> list[tuple]:
+    """Levels (normalised by :func:`validate_conditions`) as de-duplicated edge labels
+    ``(kind, field, arg)`` in the caller's order. O(total size)."""
+    labels: dict[tuple, None] = {}
     for level in levels:
         for kind, arg in level.items():
             if kind != "field":
                 break
         field = level["field"]
         if kind == "values":
-            if len(arg) == 1:
-                key = value_key(arg[0])
-                label = (_V, field, key)
-                width = 1
-            else:
-                keys = frozenset([value_key(v) for v in arg])
-                width = len(keys)
-                label = (_V, field, next(iter(keys)) if width == 1 else keys)
-            known = seen.get(field) if seen is not None else None
-            if known is None:  # no other subscription has values on this field (yet)
-                est = 1.0
-            elif width == 1:
-                est = 1 / (len(known) + (label[2] not in known))
-            else:
-                est = width / (len(known) + sum(1 for k in keys if k not in known))
-            order: tuple = (width > 1, est, 0, field)
+            keys = frozenset([value_key(v) for v in arg])
+            label = (_V, field, next(iter(keys)) if len(keys) == 1 else keys)
         elif kind == "anything_but":
             label = (_A, field, frozenset([value_key(v) for v in arg]))
-            order = (True, _EST_A, 4, field)
         elif kind == "range":
             label = (_R, field, (arg[0], arg[1]))
-            order = (True, _EST_R, 2, field)
         elif kind == "prefix":
             label = (_P, field, arg)
-            order = (False, _EST_P ** len(arg), 1, field)
         else:
             label = (_E, field, arg)
-            order = (not arg, _EST_ET if arg else _EST_EF, 3, field)
-        labels[label] = order  # equal levels collapse (A and A = A)
+        labels[label] = None  # equal levels collapse (A and A = A)
+    return list(labels)
+
+
+def _static_estimate(label: tuple, seen: dict | None) -> float:
+    """The guessed fraction of messages passing ``label`` (no message statistics). O(values)."""
+    kind, field, arg = label
+    if kind == _V:
+        known = seen.get(field) if seen is not None else None
+        if known is None:  # no other subscription has values on this field (yet)
+            return 1.0
+        if type(arg) is frozenset:
+            return len(arg) / (len(known) + sum(1 for k in arg if k not in known))
+        return 1 / (len(known) + (arg not in known))
+    if kind == _P:
+        return _EST_P ** len(arg)
+    if kind == _R:
+        return _EST_R
+    if kind == _E:
+        return _EST_ET if arg else _EST_EF
+    return _EST_A
+
+
+_RANK = {_V: 0, _P: 1, _R: 2, _E: 3, _A: 4}
+
+
+def _unbounded(label: tuple) -> bool:
+    """True for the kinds a message can satisfy through arbitrarily many distinct edges at one node
+    (value sets, ranges, anything-but, exists false); one value, a prefix (one edge per prefix
+    length) and exists true let a message through at most a few edges per field."""
+    kind, _, arg = label
+    return type(arg) is frozenset or kind in (_R, _A) or (kind == _E and not arg)
+
+
+def _canonical(levels: list[dict] | None, seen: dict | None = None, learned: "_Learned | None" = None,
+               labels: list[tuple] | None = None) -> list[tuple]:
+    """Levels (normalised by :func:`validate_conditions`, or ``labels`` from :func:`_labels`) as
+    sorted, de-duplicated edge labels ``(kind, field, arg)``. O(L log L + values).
+
+    Without message statistics (``learned`` None) the order is: the *bounded* kinds first (one
+    value, prefix, exists true: a message passes at most a few such edges per field at a node, so a
+    broad one costs a visit or two, shared by every subscription under it), then the unbounded
+    ones (:func:`_unbounded`); within each, the estimated selectivity: ``values`` lets through
+    ``len(values) / distinct values subscribed on that field, this level's included`` (``seen``:
+    field → {value key: subscriptions with that value}, kept by the index), a prefix of length ``k``
+    ``0.2 ** k``, the other kinds fixed guesses (``_EST_*``). With statistics learned from the
+    messages matched so far (:class:`_Learned`) the measured pass rate comes first, then the same.
+    The order only decides how paths are shared and how many nodes a message visits, never what
+    matches: levels are ANDed in any order. Ties: kind rank, field name, then the argument.
+    """
+    if labels is None:
+        labels = _labels(levels or [])
     if len(labels) < 2:
         return list(labels)
-    orders = list(labels.values())
+    keyed = []
+    for label in labels:
+        est = _static_estimate(label, seen)
+        first: tuple = (_unbounded(label),) if learned is None else (learned.rate(label, est), _unbounded(label))
+        keyed.append((first + (est, _RANK[label[0]], label[1]), label))
+    orders = [k for k, _ in keyed]
     if len(set(orders)) < len(orders):  # equal estimates on the same kind and field: order by argument
-        for label in labels:
-            labels[label] = labels[label] + (_sort_repr(label[2]),)
-    return sorted(labels, key=labels.__getitem__)
+        keyed = [(k + (_sort_repr(label[2]),), label) for k, label in keyed]
+    keyed.sort(key=lambda kl: kl[0])
+    return [label for _, label in keyed]
+
+
+class _Learned:
+    """Pass rates of edge labels measured on a sample of matched messages' properties.
+
+    Per field: how many sample messages carry it, their value keys counted, their numbers and
+    strings sorted. :meth:`rate` is ``(passing sample messages + prior) / (sample size + 1)``, so a
+    level no sampled message passes ranks by its static guess among the other never-passing ones.
+    Building: O(S x fields); :meth:`rate`: O(values + log S).
+    """
+
+    __slots__ = ("size", "present", "keys", "nums", "strs")
+
+    def __init__(self, sample: list[Mapping]) -> None:
+        self.size = len(sample)
+        self.present: dict[str, int] = {}
+        self.keys: dict[str, dict[Hashable, int]] = {}
+        nums: dict[str, list] = {}
+        strs: dict[str, list] = {}
+        for props in sample:
+            for f, v in props.items():
+                self.present[f] = self.present.get(f, 0) + 1
+                k = value_key(v)
+                per = self.keys.setdefault(f, {})
+                per[k] = per.get(k, 0) + 1
+                if isinstance(v, str):
+                    strs.setdefault(f, []).append(v)
+                elif type(v) is not bool and isinstance(v, (int, float)) and v == v:
+                    nums.setdefault(f, []).append(v)
+        self.nums = {f: sorted(v) for f, v in nums.items()}
+        self.strs = {f: sorted(v) for f, v in strs.items()}
+
+    def rate(self, label: tuple, prior: float) -> float:
+        kind, field, arg = label
+        if kind == _E:
+            have = self.present.get(field, 0)
+            hits = have if arg else self.size - have
+        elif kind == _V or kind == _A:
+            counts = self.keys.get(field, {})
+            inside = sum(counts.get(k, 0) for k in (arg if type(arg) is frozenset else (arg,)))
+            hits = inside if kind == _V else self.present.get(field, 0) - inside
+        elif kind == _R:
+            xs = self.nums.get(field, ())
+            hits = bisect_right(xs, arg[1]) - bisect_left(xs, arg[0]) if xs else 0
+        else:  # prefix
+            xs = self.strs.get(field, ())
+            if not xs:
+                hits = 0
+            elif arg:
+                last = ord(arg[-1])
+                end = bisect_left(xs, arg[:-1] + chr(last + 1)) if last < 0x10FFFF else len(xs)
+                hits = end - bisect_left(xs, arg)
+            else:
+                hits = len(xs)
+        return (hits + prior) / (self.size + 1)
 
 
 def _sort_repr(arg: Any) -> str:
@@ -380,7 +469,7 @@ class _Ranges:
             self.by_hi.add((hi, lo))  # type: ignore[union-attr]
         elif len(self.child) > _SMALL:
             self.by_lo = SortedList(self.child)
-            self.by_hi = SortedList((h, l) for l, h in self.child)
+            self.by_hi = SortedList((hi, lo) for lo, hi in self.child)
 
     def discard(self, lo: float, hi: float) -> None:
         del self.child[(lo, hi)]
@@ -562,6 +651,13 @@ class SubscriptionIndex:
         self._tags: dict[Hashable, tuple[str, ...]] = {}
         # field → {value key: number of subscriptions whose path has a ``values`` edge with it}
         self._seen: dict[str, dict[Hashable, int]] = {}
+        # learning the order from traffic (see match): the last _SAMPLE messages' properties, the
+        # pass rates measured on them at the last re-order, visits that output nothing since then
+        self._sample: list[dict] = []
+        self._matched = 0
+        self._learned: _Learned | None = None
+        self._waste = 0
+        self._reorders = 0
 
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
@@ -592,10 +688,13 @@ class SubscriptionIndex:
             hash(sub_id)
         except TypeError:
             raise ValueError(f"subscription id must be hashable, got {sub_id!r}") from None
-        labels = _canonical(levels, self._seen)
+        labels = _canonical(levels, self._seen, self._learned)
         if sub_id in self._leaf:
             self.remove(sub_id)
+        self._insert(sub_id, topic, labels, tag_tuple)
+        return levels
 
+    def _insert(self, sub_id: Hashable, topic: str, labels: list[tuple], tag_tuple: tuple) -> None:
         node = self._roots.get(topic)
         if node is None:
             node = self._roots[topic] = _Node(None, _ROOT, None, topic)
@@ -623,7 +722,27 @@ class SubscriptionIndex:
         else:
             node.ends = _ids_add(node.ends, sub_id)
         self._leaf[sub_id] = node
-        return levels
+
+    # ------------------------------------------------------------------------------ re-order
+    def reorder(self) -> None:
+        """Re-index every subscription with its levels ordered by the pass rates measured on the
+        last matched messages (:class:`_Learned`); :meth:`match` calls it by itself (see there).
+        Answers never change, only which nodes a message visits. O(n x L log L) plus O(S x fields).
+        """
+        self._learned = _Learned(self._sample) if self._sample else None
+        subs = []
+        for sid, leaf in self._leaf.items():
+            labels = []
+            node = leaf
+            while node.parent is not None:
+                labels.append((node.kind, node.field, node.arg))
+                node = node.parent
+            subs.append((sid, node.arg, labels, self._tags.get(sid, ())))
+        self._roots, self._leaf, self._tags, self._seen = {}, {}, {}, {}
+        for sid, topic, labels, tag_tuple in subs:
+            self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels), tag_tuple)
+        self._waste = 0
+        self._reorders += 1
 
     def _child(self, node: _Node, kind: str, field: str, arg: Any) -> _Node:
         """Find or create the child of ``node`` along the edge ``(kind, field, arg)``."""
@@ -812,8 +931,10 @@ class SubscriptionIndex:
         tagged: set | None = None
         stack = starts
         push = stack.append
+        visits = 0
         while stack:
             n = stack.pop()
+            visits += 1
             e = n.ends
             if e is not None:
                 if type(e) is set:
@@ -896,6 +1017,21 @@ class SubscriptionIndex:
                             push(c)
         if tagged:
             out.extend(tagged)
+        # Learn from traffic: keep the last _SAMPLE messages' properties; count visits that output
+        # nothing. When that waste exceeds a budget (proportional to n, doubling after each
+        # re-order so re-orders cost O(waste) amortised), re-order by measured pass rates.
+        self._matched += 1
+        sample = self._sample
+        if len(sample) < _SAMPLE:
+            sample.append(dict(props))
+        else:
+            sample[self._matched % _SAMPLE] = dict(props)
+        waste = visits - len(out)
+        if waste > 0:
+            self._waste += waste
+            if (self._waste > max(_MIN_WASTE, 2 * len(self._leaf)) << min(self._reorders, 30)
+                    and len(sample) >= _MIN_SAMPLE):
+                self.reorder()
         return out
 
     # ------------------------------------------------------------------------------ invariants
