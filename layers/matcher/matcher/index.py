@@ -267,7 +267,8 @@ def validate_conditions(conditions: Any) -> list[dict]:
 # Canonical order (:func:`_canonical`): estimated selectivity, then kind rank values 0, prefix 1,
 # range 2, exists 3, anything-but 4, then field name.
 # Internal edge kinds.
-_V, _P, _R, _A, _E, _ROOT = "v", "p", "r", "a", "e", "T"
+_V, _P, _R, _A, _E, _G, _ROOT = "v", "p", "r", "a", "e", "g", "T"
+_TAGF = ("tags",)  # the field of a tags edge: a tuple, so no JSON field name can equal it
 
 
 # Estimated fraction of messages a level lets through, for kinds whose value distribution the
@@ -316,10 +317,12 @@ def _static_estimate(label: tuple, seen: dict | None) -> float:
         return _EST_R
     if kind == _E:
         return _EST_ET if arg else _EST_EF
+    if kind == _G:
+        return 1.0  # unknown without traffic: after every condition, as the tag check used to be
     return _EST_A
 
 
-_RANK = {_V: 0, _P: 1, _R: 2, _E: 3, _A: 4}
+_RANK = {_V: 0, _P: 1, _R: 2, _E: 3, _A: 4, _G: 5}
 
 
 def _unbounded(label: tuple) -> bool:
@@ -327,7 +330,7 @@ def _unbounded(label: tuple) -> bool:
     (value sets, ranges, anything-but, exists false); one value, a prefix (one edge per prefix
     length) and exists true let a message through at most a few edges per field."""
     kind, _, arg = label
-    return type(arg) is frozenset or kind in (_R, _A) or (kind == _E and not arg)
+    return type(arg) is frozenset or kind in (_R, _A, _G) or (kind == _E and not arg)
 
 
 def _canonical(levels: list[dict] | None, seen: dict | None = None, learned: "_Learned | None" = None,
@@ -354,7 +357,7 @@ def _canonical(levels: list[dict] | None, seen: dict | None = None, learned: "_L
     for label in labels:
         est = _static_estimate(label, seen)
         first: tuple = (_unbounded(label),) if learned is None else (learned.rate(label, est), _unbounded(label))
-        keyed.append((first + (est, _RANK[label[0]], label[1]), label))
+        keyed.append((first + (est, _RANK[label[0]], str(label[1])), label))
     orders = [k for k, _ in keyed]
     if len(set(orders)) < len(orders):  # equal estimates on the same kind and field: order by argument
         keyed = [(k + (_sort_repr(label[2]),), label) for k, label in keyed]
@@ -371,7 +374,7 @@ class _Learned:
     Building: O(S x fields); :meth:`rate`: O(values + log S).
     """
 
-    __slots__ = ("size", "present", "keys", "nums", "strs")
+    __slots__ = ("size", "present", "keys", "nums", "strs", "tagsets")
 
     def __init__(self, sample: list[Mapping]) -> None:
         self.size = len(sample)
@@ -379,8 +382,11 @@ class _Learned:
         self.keys: dict[str, dict[Hashable, int]] = {}
         nums: dict[str, list] = {}
         strs: dict[str, list] = {}
+        self.tagsets = [props.get(_TAGF, ()) for props in sample]
         for props in sample:
             for f, v in props.items():
+                if f is _TAGF:
+                    continue
                 self.present[f] = self.present.get(f, 0) + 1
                 k = value_key(v)
                 per = self.keys.setdefault(f, {})
@@ -394,7 +400,9 @@ class _Learned:
 
     def rate(self, label: tuple, prior: float) -> float:
         kind, field, arg = label
-        if kind == _E:
+        if kind == _G:
+            hits = sum(1 for ts in self.tagsets if not arg.isdisjoint(ts))
+        elif kind == _E:
             have = self.present.get(field, 0)
             hits = have if arg else self.size - have
         elif kind == _V or kind == _A:
@@ -578,6 +586,11 @@ def _pairs(per: dict, props: Mapping) -> list:
     return [(f, e) for f in props if (e := get(f)) is not None]
 
 
+def _bucket_nodes(d: dict) -> list:
+    """The distinct nodes of a bucket dict (values: a node or a list of nodes). O(size)."""
+    return list({id(c): c for b in d.values() for c in (b if type(b) is list else [b])}.values())
+
+
 def _bucket_add(d: dict, key: Any, item: Any) -> None:
     cur = d.get(key)
     if cur is None:
@@ -648,7 +661,6 @@ class SubscriptionIndex:
     def __init__(self) -> None:
         self._roots: dict[str, _Node] = {}
         self._leaf: dict[Hashable, _Node] = {}
-        self._tags: dict[Hashable, tuple[str, ...]] = {}
         # field → {value key: number of subscriptions whose path has a ``values`` edge with it}
         self._seen: dict[str, dict[Hashable, int]] = {}
         # learning the order from traffic (see match): the last _SAMPLE messages' properties, the
@@ -688,13 +700,16 @@ class SubscriptionIndex:
             hash(sub_id)
         except TypeError:
             raise ValueError(f"subscription id must be hashable, got {sub_id!r}") from None
-        labels = _canonical(levels, self._seen, self._learned)
+        labels = _labels(levels)
+        if tag_tuple:
+            labels.append((_G, _TAGF, frozenset(tag_tuple)))
+        labels = _canonical(None, self._seen, self._learned, labels)
         if sub_id in self._leaf:
             self.remove(sub_id)
-        self._insert(sub_id, topic, labels, tag_tuple)
+        self._insert(sub_id, topic, labels)
         return levels
 
-    def _insert(self, sub_id: Hashable, topic: str, labels: list[tuple], tag_tuple: tuple) -> None:
+    def _insert(self, sub_id: Hashable, topic: str, labels: list[tuple]) -> None:
         node = self._roots.get(topic)
         if node is None:
             node = self._roots[topic] = _Node(None, _ROOT, None, topic)
@@ -709,18 +724,7 @@ class SubscriptionIndex:
                     known = seen[field] = {}
                 for k in (arg if type(arg) is frozenset else (arg,)):
                     known[k] = known.get(k, 0) + 1
-        if tag_tuple:
-            more = node.more
-            if more is None:
-                more = node.more = {}
-            by_tag = more.get("t")
-            if by_tag is None:
-                by_tag = more["t"] = {}
-            for tag in tag_tuple:
-                by_tag[tag] = _ids_add(by_tag.get(tag), sub_id)
-            self._tags[sub_id] = tag_tuple
-        else:
-            node.ends = _ids_add(node.ends, sub_id)
+        node.ends = _ids_add(node.ends, sub_id)
         self._leaf[sub_id] = node
 
     # ------------------------------------------------------------------------------ re-order
@@ -737,10 +741,10 @@ class SubscriptionIndex:
             while node.parent is not None:
                 labels.append((node.kind, node.field, node.arg))
                 node = node.parent
-            subs.append((sid, node.arg, labels, self._tags.get(sid, ())))
-        self._roots, self._leaf, self._tags, self._seen = {}, {}, {}, {}
-        for sid, topic, labels, tag_tuple in subs:
-            self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels), tag_tuple)
+            subs.append((sid, node.arg, labels))
+        self._roots, self._leaf, self._seen = {}, {}, {}
+        for sid, topic, labels in subs:
+            self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels))
         self._waste = 0
         self._reorders += 1
 
@@ -764,6 +768,18 @@ class SubscriptionIndex:
         more = node.more
         if more is None:
             more = node.more = {}
+        if kind == _G:
+            by_tag = more.get("g")
+            if by_tag is None:
+                by_tag = more["g"] = {}
+            cur = by_tag.get(next(iter(arg)))
+            for c in (cur if type(cur) is list else () if cur is None else (cur,)):
+                if c.arg == arg:
+                    return c
+            child = _Node(node, kind, field, arg)
+            for t in arg:
+                _bucket_add(by_tag, t, child)
+            return child
         if kind == _P:
             per = more.setdefault("p", {})
             pf = per.get(field)
@@ -809,21 +825,7 @@ class SubscriptionIndex:
         root through parent links and unlinks nodes that no longer carry any subscription.
         """
         leaf = self._leaf.pop(sub_id)  # KeyError for an unknown id
-        tag_tuple = self._tags.pop(sub_id, None)
-        if tag_tuple:
-            by_tag = leaf.more["t"]  # type: ignore[index]
-            for tag in tag_tuple:
-                left = _ids_remove(by_tag[tag], sub_id)
-                if left is None:
-                    del by_tag[tag]
-                else:
-                    by_tag[tag] = left
-            if not by_tag:
-                del leaf.more["t"]  # type: ignore[index]
-                if not leaf.more:
-                    leaf.more = None
-        else:
-            leaf.ends = _ids_remove(leaf.ends, sub_id)
+        leaf.ends = _ids_remove(leaf.ends, sub_id)
         node: _Node | None = leaf
         seen = self._seen
         while node is not None:
@@ -859,7 +861,12 @@ class SubscriptionIndex:
                 parent.exact = None
             return
         more = parent.more
-        if kind == _P:
+        if kind == _G:
+            per = more["g"]  # type: ignore[index]
+            for t in arg:
+                _bucket_remove(per, t, node)
+            key = "g"
+        elif kind == _P:
             per = more["p"]  # type: ignore[index]
             pf = per[field]
             pf.discard(arg)
@@ -928,7 +935,6 @@ class SubscriptionIndex:
         tag_list = tags if isinstance(tags, (list, tuple)) else list(tags) if tags else ()
 
         out: list = []
-        tagged: set | None = None
         stack = starts
         push = stack.append
         visits = 0
@@ -965,17 +971,26 @@ class SubscriptionIndex:
             if more is None:
                 continue
             for key, per in more.items():  # only the kinds present at this node
-                if key == "t":
+                if key == "g":  # tag sets: a node reachable under several of the message's tags once
                     if tag_list:
-                        for t in tag_list:
-                            ids = per.get(t)
-                            if ids is not None:
-                                if tagged is None:
-                                    tagged = set()
-                                if type(ids) is set:
-                                    tagged.update(ids)
+                        if len(tag_list) == 1:
+                            b = per.get(tag_list[0])
+                            if b is not None:
+                                if type(b) is list:
+                                    stack.extend(b)
                                 else:
-                                    tagged.add(ids)
+                                    push(b)
+                        else:
+                            found: dict = {}
+                            for t in tag_list:
+                                b = per.get(t)
+                                if b is not None:
+                                    if type(b) is list:
+                                        for c in b:
+                                            found[id(c)] = c
+                                    else:
+                                        found[id(b)] = b
+                            stack.extend(found.values())
                 elif key == "r":
                     if nums:
                         for f, rg in (per.items() if len(per) <= len(nums) else _pairs(per, nums)):
@@ -1015,17 +1030,18 @@ class SubscriptionIndex:
                     for f, c in per.items():
                         if f not in props:
                             push(c)
-        if tagged:
-            out.extend(tagged)
         # Learn from traffic: keep the last _SAMPLE messages' properties; count visits that output
         # nothing. When that waste exceeds a budget (proportional to n, doubling after each
         # re-order so re-orders cost O(waste) amortised), re-order by measured pass rates.
         self._matched += 1
         sample = self._sample
+        seen_props = dict(props)
+        if tag_list:
+            seen_props[_TAGF] = frozenset(tag_list)
         if len(sample) < _SAMPLE:
-            sample.append(dict(props))
+            sample.append(seen_props)
         else:
-            sample[self._matched % _SAMPLE] = dict(props)
+            sample[self._matched % _SAMPLE] = seen_props
         waste = visits - len(out)
         if waste > 0:
             self._waste += waste
@@ -1053,8 +1069,6 @@ class SubscriptionIndex:
         assert total == len(self._leaf) == len(seen), (total, len(self._leaf), len(seen))
         for sid, leaf in self._leaf.items():
             assert seen.get(sid) is leaf, sid
-        for sid, tag_tuple in self._tags.items():
-            assert tag_tuple and sid in self._leaf, sid
         recount: dict[str, dict[Hashable, int]] = {}
         stack = list(self._roots.values())
         while stack:
@@ -1066,7 +1080,8 @@ class SubscriptionIndex:
             if node.exact:
                 stack.extend({id(c): c for b in node.exact.values() for c in (b if type(b) is list else [b])}.values())
             for key, per_field in (node.more or {}).items():
-                if key == "t":
+                if key == "g":
+                    stack.extend(_bucket_nodes(per_field))
                     continue
                 for x in per_field.values():
                     if key == "p":
@@ -1083,7 +1098,6 @@ class SubscriptionIndex:
         own = 0
         for sid in _ids_iter(node.ends):
             assert sid not in seen, f"{sid!r} ends twice"
-            assert sid not in self._tags, f"untagged {sid!r} has tags"
             seen[sid] = node
             own += 1
         if type(node.ends) is set:
@@ -1110,20 +1124,21 @@ class SubscriptionIndex:
         if node.more is not None:
             more = node.more
             assert more, "empty more dict left"
-            assert set(more) <= {"t", "p", "r", "a", "+", "-"}, set(more)
+            assert set(more) <= {"g", "p", "r", "a", "+", "-"}, set(more)
             for key, per in more.items():
                 assert per, f"empty {key!r} index left"
-            tagged_here: dict[Hashable, set] = {}
-            for tag, ids in more.get("t", {}).items():
-                if type(ids) is set:
-                    assert len(ids) >= 2
-                for sid in _ids_iter(ids):
-                    tagged_here.setdefault(sid, set()).add(tag)
-            for sid, tags in tagged_here.items():
-                assert sid not in seen, f"{sid!r} ends twice"
-                assert set(self._tags.get(sid, ())) == tags, f"tags of {sid!r}"
-                seen[sid] = node
-                own += 1
+            by_tag = more.get("g", {})
+            for t, b in by_tag.items():
+                if type(b) is list:
+                    assert len(b) >= 2 and len(set(map(id, b))) == len(b), "bad tag bucket"
+                for c in (b if type(b) is list else [b]):
+                    assert c.kind == _G and c.field is _TAGF and t in c.arg
+            for c in {id(c): c for b in by_tag.values() for c in (b if type(b) is list else [b])}.values():
+                assert type(c.arg) is frozenset and c.arg
+                for t in c.arg:
+                    b = by_tag[t]
+                    assert c is b or (type(b) is list and any(c is x for x in b))
+                children.append(c)
             for field, pf in more.get("p", {}).items():
                 assert pf.child
                 lens: dict[int, int] = {}
