@@ -455,58 +455,80 @@ class _Node:
         self.more: dict | None = None
 
 
+def _width_class(lo: float, hi: float) -> int | None:
+    """``e`` with ``hi - lo`` in ``[2**(e-1), 2**e)``; ``None`` beyond float range (huge ints)."""
+    try:
+        return math.frexp(hi - lo)[1]
+    except OverflowError:
+        return None
+
+
 class _Ranges:
     """The range edges of one node and field: stabbing queries over inclusive intervals.
 
-    Up to ``_SMALL`` ranges are scanned directly (cheaper than two bisects in Python); beyond that
-    two :class:`SortedList` (by ``lo`` and by ``hi``) answer a stab by bisecting both and scanning
-    the shorter candidate side.
+    Up to ``_SMALL`` ranges are scanned directly. Beyond that the ranges are grouped by width class
+    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a :class:`SortedList` of
+    ``(lo, hi)``: a range of class ``e`` containing ``x`` has ``x - 2**e < lo <= x``, so a stab
+    bisects that window in each class and checks ``hi >= x`` there — at most about twice the
+    ranges it pushes per class (every range with ``lo > x - 2**(e-1)`` in the window contains
+    ``x``), plus ``O(log r)`` per class. Ranges far above (or below) every value are never scanned.
     """
 
-    __slots__ = ("by_lo", "by_hi", "child")
+    __slots__ = ("classes", "child")
 
     def __init__(self) -> None:
-        self.by_lo: SortedList | None = None  # (lo, hi), once there are more than _SMALL ranges
-        self.by_hi: SortedList | None = None  # (hi, lo)
+        self.classes: dict[int | None, SortedList] | None = None  # once there are more than _SMALL
         self.child: dict[tuple, _Node] = {}
 
     def add(self, lo: float, hi: float, child: _Node) -> None:
         self.child[(lo, hi)] = child
-        if self.by_lo is not None:
-            self.by_lo.add((lo, hi))
-            self.by_hi.add((hi, lo))  # type: ignore[union-attr]
+        if self.classes is not None:
+            self._file(lo, hi)
         elif len(self.child) > _SMALL:
-            self.by_lo = SortedList(self.child)
-            self.by_hi = SortedList((hi, lo) for lo, hi in self.child)
+            self.classes = {}
+            for lo_hi in self.child:
+                self._file(*lo_hi)
+
+    def _file(self, lo: float, hi: float) -> None:
+        e = _width_class(lo, hi)
+        sl = self.classes.get(e)  # type: ignore[union-attr]
+        if sl is None:
+            sl = self.classes[e] = SortedList()  # type: ignore[index]
+        sl.add((lo, hi))
 
     def discard(self, lo: float, hi: float) -> None:
         del self.child[(lo, hi)]
-        if self.by_lo is not None:
+        classes = self.classes
+        if classes is not None:
             if len(self.child) <= _SMALL // 2:
-                self.by_lo = self.by_hi = None
+                self.classes = None
             else:
-                self.by_lo.remove((lo, hi))
-                self.by_hi.remove((hi, lo))  # type: ignore[union-attr]
+                e = _width_class(lo, hi)
+                sl = classes[e]
+                sl.remove((lo, hi))
+                if not sl:
+                    del classes[e]
 
     def stab(self, x: float, push) -> None:
-        """Push every child whose [lo, hi] contains x. O(r) for r <= _SMALL ranges, else
-        O(log r + min(#lo<=x, #hi>=x))."""
-        by_lo, by_hi, child = self.by_lo, self.by_hi, self.child
-        if by_lo is None:
+        """Push every child whose [lo, hi] contains x: O(c log r + pushed) for c width classes."""
+        child = self.child
+        if self.classes is None:
             for (lo, hi), c in child.items():
                 if lo <= x <= hi:
                     push(c)
             return
-        n_lo = by_lo.bisect_right((x, _INF))  # entries with lo <= x
-        first_hi = by_hi.bisect_left((x, -_INF))  # first entry with hi >= x
-        if n_lo <= len(by_hi) - first_hi:
-            for lo, hi in by_lo.islice(0, n_lo):
-                if hi >= x:
-                    push(child[(lo, hi)])
-        else:
-            for hi, lo in by_hi.islice(first_hi):
-                if lo <= x:
-                    push(child[(lo, hi)])
+        for e, sl in self.classes.items():
+            end = sl.bisect_right((x, _INF))  # lo <= x
+            start = 0
+            if e is not None:
+                try:  # lo >= x - m with m >= 2**(e+1) and >= 4 ulps of x: below x - 2**e despite rounding
+                    start = sl.bisect_left((x - max(math.ldexp(1.0, e + 1), 4 * math.ulp(x)), -_INF))
+                except OverflowError:  # a huge int: scan every lo <= x
+                    pass
+            if start < end:
+                for lo, hi in sl.islice(start, end):
+                    if hi >= x:
+                        push(child[(lo, hi)])
 
 
 class _Excluded:
@@ -670,6 +692,7 @@ class SubscriptionIndex:
         self._learned: _Learned | None = None
         self._waste = 0
         self._reorders = 0
+        self._visits = 0
 
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
@@ -996,7 +1019,7 @@ class SubscriptionIndex:
                         for f, rg in (per.items() if len(per) <= len(nums) else _pairs(per, nums)):
                             v = nums.get(f)
                             if v is not None:
-                                if rg.by_lo is None:  # a few ranges: scan inline
+                                if rg.classes is None:  # a few ranges: scan inline
                                     for (lo, hi), c in rg.child.items():
                                         if lo <= v <= hi:
                                             push(c)
@@ -1034,6 +1057,7 @@ class SubscriptionIndex:
         # nothing. When that waste exceeds a budget (proportional to n, doubling after each
         # re-order so re-orders cost O(waste) amortised), re-order by measured pass rates.
         self._matched += 1
+        self._visits = visits  # nodes the last match visited (tests count work with it)
         sample = self._sample
         seen_props = dict(props)
         if tag_list:
@@ -1150,16 +1174,19 @@ class SubscriptionIndex:
                     children.append(c)
             for field, rg in more.get("r", {}).items():
                 assert rg.child
-                assert (rg.by_lo is None) == (rg.by_hi is None)
-                if rg.by_lo is None:
-                    assert len(rg.child) <= _SMALL, "large range set without its sorted lists"
+                if rg.classes is None:
+                    assert len(rg.child) <= _SMALL, "large range set without its width classes"
                 else:
-                    assert len(rg.by_lo) == len(rg.by_hi) == len(rg.child) > _SMALL // 2
-                    rg.by_lo._check()
-                    rg.by_hi._check()
+                    filed = []
+                    for e, sl in rg.classes.items():
+                        assert sl, "empty width class left"
+                        sl._check()
+                        for lo, hi in sl:
+                            assert _width_class(lo, hi) == e
+                            filed.append((lo, hi))
+                    assert sorted(filed) == sorted(rg.child) and len(filed) > _SMALL // 2
                 for (lo, hi), c in rg.child.items():
                     assert c.kind == _R and c.field == field and c.arg == (lo, hi) and lo <= hi
-                    assert rg.by_lo is None or ((lo, hi) in rg.by_lo and (hi, lo) in rg.by_hi)
                     children.append(c)
             for field, sets in more.get("a", {}).items():
                 assert sets.child
