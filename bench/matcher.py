@@ -1,7 +1,8 @@
 """Subscription matcher benchmark (SPEC §3): SubscriptionIndex vs a linear scan of moto's SNS
 filter-policy matcher, same subscriptions and messages, match sets cross-checked.
 
-Two workloads (``--workload sparse|dense|both``, default both):
+Four workloads (``--workload sparse|dense|dense6|distractors``; ``both`` = sparse and dense; default
+``all``):
 
 * **sparse** — stock quotes: each stock code has ~2 subscriptions, a few percent use prefix / range /
   anything-but / exists / tags, ~1.1 matches per message at every size.
@@ -11,6 +12,20 @@ Two workloads (``--workload sparse|dense|both``, default both):
   anchored on a stock code plus 0–2 random conditions. ~8 % of 10k subscriptions match each message
   (~800 matches). Held constant as the size grows: the number of no-condition and broad
   subscriptions (so the matches per message stay ~800); only the anchored ones grow.
+* **dense6** — modelled on issue 16's held-out workload (which we never saw): 0-3 random levels
+  over six fields (values, anything-but, exists on strings; ranges on the numeric fields; one-digit
+  prefixes on a four-digit code), 30 % with tags, no anchoring field; ~9 % of the subscriptions
+  match each message. Report: the speed-up over moto at 10k.
+* **distractors** — the same 1,000 dense6 subscriptions and the same messages at every size, plus
+  n - 1,000 subscriptions that can never match, under one or two broad levels (multi-value sets,
+  anything-but lists that exclude nothing, wide ranges, exists on an always-present field): ranges
+  far above every value, prefixes no value has, ``exists: true`` on fields no message carries (one
+  or 5,000 names), ``exists: false`` on fields every message carries, ``"3"`` where messages send
+  ``3``, ranges on a string field, values never sent, tags no message carries. Matches per message
+  are identical at every size; report: the growth of the time per message from 1k to 100k.
+  ``--no-learn`` keeps the static level order (no re-order from traffic) to show what it alone does.
+  Subscriptions are added in shuffled order. The first 200 messages (warm-up, when the index
+  learns its order and re-orders) are timed apart and printed above each table.
 
 For each size (1k, 10k, 100k subscriptions) it reports:
 
@@ -30,7 +45,8 @@ For each size (1k, 10k, 100k subscriptions) it reports:
   answer is also checked against a plain linear reference of API.md's semantics, and each moto
   difference must be explained by that deviation (counted and printed).
 
-    python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|both] [--check]
+    python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|dense6|distractors|both|all]
+                            [--check] [--no-learn]
 """
 from __future__ import annotations
 
@@ -296,7 +312,8 @@ def _broad(rng: random.Random) -> dict:
 
 def _never_range(rng: random.Random, i: int) -> tuple:  # a numeric range far above every value
     field = rng.choice(["px", "tier", "vol"])
-    lo = rng.choice([200_000, 1e6, 1e9]) + rng.randint(0, 100_000) + (0 if field == "vol" else rng.choice([0, -199_000]))
+    lo = rng.choice([200_000, 1e6, 1e9]) + rng.randint(0, 100_000)
+    lo += 0 if field == "vol" else rng.choice([0, -199_000])  # px <= 1,000, tier <= 9, vol <= 100,000
     return {"field": field, "range": [lo, lo + rng.choice([0, 10, 1e6])]}, None
 
 
@@ -512,8 +529,12 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
     results = []
     match = idx.match
     pc = time.perf_counter_ns
-    for topic, props, tags in msgs[:200]:  # warm-up, not timed
+    # warm-up, timed apart: the index learns its level order from these (a re-order included)
+    w0, reorders0 = time.thread_time_ns(), getattr(idx, "_reorders", 0)
+    for topic, props, tags in msgs[:200]:
         match(topic, props, tags)
+    warm_ms = (time.thread_time_ns() - w0) / 1e6
+    warm_reorders = getattr(idx, "_reorders", 0) - reorders0
     gc.collect()
     gc.disable()
     cpu_ns = 1 << 62
@@ -590,6 +611,9 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
         "base_mean_us": statistics.fmean(base_ns) / 1000.0 if base_ns else float("nan"),
         "idx_mean_us_same": statistics.fmean(idx_ns_same) / 1000.0 if idx_ns_same else float("nan"),
         "moto_quirks": quirks,
+        "warm_ms": warm_ms,
+        "warm_reorders": warm_reorders,
+        "reorders": getattr(idx, "_reorders", 0),
     }
 
 
@@ -603,6 +627,9 @@ def report(rows: list[dict]) -> None:
           "| p99 µs | CPU µs/msg | first pass mean / p99 µs | moto msgs | moto µs/msg | index µs/msg (same msgs) "
           "| speed-up |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"  n={r['n']:,}: first 200 messages (warm-up, not in the table) {r['warm_ms']:.0f} ms CPU, "
+              f"{r['warm_reorders']} re-order(s) in them, {r['reorders']} in all")
     for r in rows:
         speed = r["base_mean_us"] / r["idx_mean_us_same"]
         mem = "-" if r["mem_per_sub"] != r["mem_per_sub"] else format(r["mem_per_sub"], ".0f")
@@ -641,7 +668,12 @@ def main() -> None:
     ap.add_argument("--workload", choices=[*WORKLOADS, "both", "all"], default="all",
                     help="both = sparse and dense; all (default) = every workload")
     ap.add_argument("--check", action="store_true", help="also run idx._check() after each build")
+    ap.add_argument("--no-learn", action="store_true", help="static level order only: never re-order from traffic")
     args = ap.parse_args()
+    if args.no_learn:
+        import matcher.index
+
+        matcher.index._MIN_SAMPLE = 1 << 60
     plans = {  # (subscriptions, index messages, moto baseline messages, tracemalloc)
         ("sparse", True): [(1_000, 2_000, 30, True), (10_000, 2_000, 5, False), (100_000, 2_000, 1, False)],
         ("sparse", False): [(1_000, 50_000, 500, True), (10_000, 50_000, 50, True), (100_000, 50_000, 10, True)],
@@ -656,7 +688,7 @@ def main() -> None:
     workloads = (["sparse", "dense"] if args.workload == "both" else list(WORKLOADS) if args.workload == "all"
                  else [args.workload])
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
-          f"mode={'quick' if args.quick else 'full'} seed={args.seed}")
+          f"mode={'quick' if args.quick else 'full'} seed={args.seed}{' no-learn' if args.no_learn else ''}")
     t0 = time.perf_counter()
     for w in workloads:
         plan = plans[(w, args.quick)]

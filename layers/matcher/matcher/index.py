@@ -385,7 +385,7 @@ class _Learned:
         self.tagsets = [props.get(_TAGF, ()) for props in sample]
         for props in sample:
             for f, v in props.items():
-                if f is _TAGF:
+                if f == _TAGF:
                     continue
                 self.present[f] = self.present.get(f, 0) + 1
                 k = value_key(v)
@@ -1156,7 +1156,7 @@ class SubscriptionIndex:
                 if type(b) is list:
                     assert len(b) >= 2 and len(set(map(id, b))) == len(b), "bad tag bucket"
                 for c in (b if type(b) is list else [b]):
-                    assert c.kind == _G and c.field is _TAGF and t in c.arg
+                    assert c.kind == _G and c.field == _TAGF and t in c.arg
             for c in {id(c): c for b in by_tag.values() for c in (b if type(b) is list else [b])}.values():
                 assert type(c.arg) is frozenset and c.arg
                 for t in c.arg:
