@@ -22,17 +22,13 @@ A subscription to ``quotes`` covers messages published on ``quotes``, ``quotes/s
 
 Structure
 ---------
-One trie per subscribed topic. A subscription's levels are put in a canonical order — the most
-selective first, estimated when the subscription is added: an exact ``values`` level lets through
-``len(values) / distinct values subscribed on that field now``, a prefix of length ``k``
-``0.2 ** k``, a range 0.3, ``exists`` 0.75 / 0.5, ``anything_but`` 0.9; ties by kind (``values``,
-``prefix``, ``range``, ``exists``, ``anything_but``), field name, argument — and the subscription
-is one path from the topic's root: one node per level, the edge
-into a node being the level itself (field + predicate). Subscriptions with equal leading levels
-share the path, and a subscription ends at the node of its last level, so a node holds "the
-subscriptions ending here" and "the next levels" — the seed's skip-list node, where a path simply
-has no node for a field the subscription does not constrain (that is the "skip"). Each node keeps
-its outgoing edges in per-kind indexes:
+One trie per subscribed topic. A subscription's levels — and its tag list, which is one more level
+(any-of over the message's tags) — are put in a canonical order, and the subscription is one path
+from the topic's root: one node per level, the edge into a node being the level itself (field +
+predicate). Subscriptions with equal leading levels share the path, and a subscription ends at the
+node of its last level, so a node holds "the subscriptions ending here" and "the next levels" — the
+seed's skip-list node, where a path simply has no node for a field the subscription does not
+constrain (that is the "skip"). Each node keeps its outgoing edges in per-kind indexes:
 
 * exact values: one ``dict`` keyed ``(field, value_key)`` → child (or a list of children when
   several distinct value sets at that node contain the value). A level with several values is one
@@ -41,31 +37,57 @@ its outgoing edges in per-kind indexes:
   matching prefixes are one dict look-up per distinct prefix length (``O(d)``, ``d`` <= the longest
   prefix). A bisect walk over a ``SortedDict`` of prefixes was tried first; on ``bench/matcher.py``
   it made whole matches ~3x slower (~46 vs ~15 µs per message at 1k subscriptions).
-* range: per field two :class:`sortedcontainers.SortedList` (by ``lo`` and by ``hi``); a stabbing
-  query bisects both and scans the shorter candidate side.
-* exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set → child.
-* tags: a subscription with tags ends in a per-node ``dict`` tag → subscriptions, so a message only
-  looks up its own tags.
+* range: per field up to 8 ranges scanned directly, beyond that one
+  :class:`sortedcontainers.SortedList` of ``(lo, hi)`` per width class (``hi - lo`` in
+  ``[2**(e-1), 2**e)``): a range of class ``e`` holding ``x`` has ``lo`` in ``(x - 2**e, x]``,
+  so a stab bisects that window per class and scans at most about twice what it pushes;
+  ranges entirely above or below ``x`` are never touched.
+* exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set →
+  child plus, per value, how many sets exclude it (a value no set excludes: one C-level extend).
+* tags: per node a ``dict`` tag → tag-set children (like multi-value sets), so a message only looks
+  up its own tags; a child reached under two of the message's tags is pushed once.
+
+Per node and kind the scan is over the smaller of "the fields with edges of that kind" and "the
+message's fields", so ``exists: true`` on 5,000 distinct absent fields costs nothing.
 
 Matching walks the roots of the topic and its ancestors and, from each visited node, follows only
 the edges the message satisfies. A node is visited only if the message satisfies every level on the
 path to it, so the cost is ``O(T + V * F)`` hash look-ups plus the output, where ``T`` is the
-topic's depth, ``V`` the number of visited nodes (at most levels x partially matching distinct
-paths; for exact levels that is ``O(levels + matches)``) and ``F = min(fields in the message,
-edges at the node)``. It does **not** depend on the number of subscriptions: 100 000 subscriptions
-on distinct ``stock_code`` values cost one dict look-up at the root. The non-hash kinds add, per
-visited node and field: ``O(d)`` dict look-ups for ``d`` distinct prefix lengths, ``O(log r + min(#lo<=x, #hi>=x))``
-for ``r`` ranges (many *distinct*, overlapping-by-bound ranges on the same field at the same node is
-the one shape where the scan is not output-bound; canonical order puts exact levels first so ranges
-usually sit below them) and ``O(a)`` for ``a`` distinct anything-but sets / exists-false fields.
+topic's depth, ``V`` the number of visited nodes and ``F = min(fields in the message, edges at the
+node)``, plus per visited node and field ``O(d)`` for ``d`` distinct prefix lengths, ``O(c log r)``
++ pushed for ``r`` ranges in ``c`` width classes, and ``O(a)`` for ``a`` anything-but sets only
+when some set excludes the message's value. ``V`` is what the order decides.
 
-Why "most selective first" and not a fixed order by field name: ``V`` counts every node whose path
-the message satisfies. With ``[level in {1, 4}, sym in {code}]`` ordered by field name, every
-``level`` value set at the root is a node a message with ``level: 4`` visits, each holding a share
-of the ``sym`` edges; as subscriptions grow, more distinct value sets appear and ``V`` grows with
-``n`` (``bench/matcher.py --workload dense``: 12x slower per message at 100k than at 1k). With
-``sym`` first, a message visits the one ``sym`` node of its code. Which subscriptions match never
-depends on the order (levels are ANDed); only path sharing and ``V`` do.
+The order (:func:`_canonical`)
+------------------------------
+``V`` counts every node whose path the message satisfies; a subscription whose *first* level a
+message passes costs a visit even when a later level fails. So the level most messages fail should
+come first. Two sources of that estimate:
+
+1. **Before any traffic** (static): the *bounded* kinds first — one value, a prefix, ``exists:
+   true``: a message passes at most one such edge per field (a prefix: one per length) at a node,
+   so even a broad one costs one visit shared by every subscription under it — then the unbounded
+   kinds (value sets, ranges, anything-but, ``exists: false``, tag sets), each of which a message
+   can pass through arbitrarily many distinct edges at one node. Within each group: an exact
+   ``values`` level lets through ``len(values) / distinct values subscribed on that field now``, a
+   prefix of length ``k`` ``0.2 ** k``, a range 0.3, ``exists`` 0.75 / 0.5, ``anything_but`` 0.9,
+   tags 1; ties by kind, field name, argument.
+2. **From traffic** (learned): ``match`` keeps the properties and tags of the last 256 messages
+   and counts visits that output nothing ("waste"). When the waste since the last re-order exceeds
+   ``max(20 000, 2 x subscriptions) x 2**reorders`` (and at least 32 messages were seen),
+   :meth:`SubscriptionIndex.reorder` measures every level's pass rate on that sample
+   (:class:`_Learned`: per field counts, sorted numbers and strings; ``O(values + log S)`` per
+   level) and re-inserts every subscription with its levels ordered by measured pass rate (then the
+   static key). The doubling budget bounds the total re-order work by a constant times the waste it
+   removes. Subscriptions added afterwards use the learned rates too.
+
+Static guesses can be fooled: ``[px in [0, 900], vol in [10**6, 10**9]]`` (a wide range and one
+above every value) and ``[kind anything-but [x], exists: false on an always-present field]`` both
+look fine statically and cost a visit per subscription per message; learned rates put the never-
+passing level first. Why not a fixed order by field name: with ``[level in {1, 4}, sym in {code}]``
+ordered by field name, every ``level`` value set at the root is a node a message with ``level: 4``
+visits; as subscriptions grow, more distinct value sets appear and ``V`` grows with ``n``. Which
+subscriptions match never depends on the order (levels are ANDed); only path sharing and ``V`` do.
 
 Every public method states its complexity; :meth:`SubscriptionIndex._check` verifies the invariants
 (counts, back references, index consistency, no empty node or container after removals).
@@ -677,7 +699,8 @@ class SubscriptionIndex:
 
     ``add`` of an id that is already present **replaces** that subscription (validation happens
     first, so a rejected ``add`` leaves the old subscription in place). ``remove`` of an unknown id
-    raises :class:`KeyError`. Not thread-safe: guard with a lock if shared between threads.
+    raises :class:`KeyError`. Not thread-safe — ``match`` too updates state (the traffic sample it
+    learns the level order from, and now and then a re-order): guard with a lock if shared.
     """
 
     def __init__(self) -> None:
@@ -930,6 +953,9 @@ class SubscriptionIndex:
         number of message fields, E the number of exact edges at the node, and a node is visited
         only when the message satisfies every level on its path. For exact-value levels that is
         O(T + K + levels x matching paths) — independent of the number of subscriptions.
+        Also records the message's properties and tags (a 256-message sample) and, when visits
+        without output have exceeded a doubling budget, calls :meth:`reorder` (O(n) once in a
+        while, amortised against the waste it removes; see the module docstring).
         """
         roots = self._roots
         if not roots:
