@@ -1,7 +1,8 @@
 """Subscription matcher benchmark (SPEC §3): SubscriptionIndex vs a linear scan of moto's SNS
 filter-policy matcher, same subscriptions and messages, match sets cross-checked.
 
-Two workloads (``--workload sparse|dense|both``, default both):
+Four workloads (``--workload sparse|dense|dense6|distractors``; ``both`` = sparse and dense; default
+``all``):
 
 * **sparse** — stock quotes: each stock code has ~2 subscriptions, a few percent use prefix / range /
   anything-but / exists / tags, ~1.1 matches per message at every size.
@@ -11,6 +12,20 @@ Two workloads (``--workload sparse|dense|both``, default both):
   anchored on a stock code plus 0–2 random conditions. ~8 % of 10k subscriptions match each message
   (~800 matches). Held constant as the size grows: the number of no-condition and broad
   subscriptions (so the matches per message stay ~800); only the anchored ones grow.
+* **dense6** — modelled on issue 16's held-out workload (which we never saw): 0-3 random levels
+  over six fields (values, anything-but, exists on strings; ranges on the numeric fields; one-digit
+  prefixes on a four-digit code), 30 % with tags, no anchoring field; ~9 % of the subscriptions
+  match each message. Report: the speed-up over moto at 10k.
+* **distractors** — the same 1,000 dense6 subscriptions and the same messages at every size, plus
+  n - 1,000 subscriptions that can never match, under one or two broad levels (multi-value sets,
+  anything-but lists that exclude nothing, wide ranges, exists on an always-present field): ranges
+  far above every value, prefixes no value has, ``exists: true`` on fields no message carries (one
+  or 5,000 names), ``exists: false`` on fields every message carries, ``"3"`` where messages send
+  ``3``, ranges on a string field, values never sent, tags no message carries. Matches per message
+  are identical at every size; report: the growth of the time per message from 1k to 100k.
+  ``--no-learn`` keeps the static level order (no re-order from traffic) to show what it alone does.
+  Subscriptions are added in shuffled order. The first 200 messages (warm-up, when the index
+  learns its order and re-orders) are timed apart and printed above each table.
 
 For each size (1k, 10k, 100k subscriptions) it reports:
 
@@ -30,7 +45,8 @@ For each size (1k, 10k, 100k subscriptions) it reports:
   answer is also checked against a plain linear reference of API.md's semantics, and each moto
   difference must be explained by that deviation (counted and printed).
 
-    python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|both] [--check]
+    python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|dense6|distractors|both|all]
+                            [--check] [--no-learn]
 """
 from __future__ import annotations
 
@@ -201,7 +217,192 @@ def gen_dense_messages(m: int, codes: list[str], rng: random.Random) -> list:
     return msgs
 
 
-WORKLOADS = {"sparse": (gen_subscriptions, gen_messages), "dense": (gen_dense_subscriptions, gen_dense_messages)}
+# ------------------------------------------------------------------ dense6 / distractors workloads
+# Modelled on issue 16's held-out workload (we never saw it): subscriptions of 0-3 random levels
+# over six fields, ranges on the numeric fields, one-digit prefixes, anything-but, exists, ~30 % with
+# tags, no anchoring field, ~8 % of the subscriptions matching a message.
+S_TOPICS = ["m"] * 6 + ["m/a"] * 3 + ["m/b"]
+S_PUB = ["m/a"] * 5 + ["m/a/x"] * 3 + ["m/b"] * 2
+S_KINDS = [f"k{i}" for i in range(6)]
+S_ZONES = [f"z{i}" for i in range(8)]
+S_TAGS = [f"t{i}" for i in range(8)]
+S_FIELDS = ("kind", "tier", "code", "px", "vol", "zone")
+
+
+def s_level(field: str, rng: random.Random) -> dict:
+    r = rng.random()
+    if field == "kind":  # str, 6 values, always present
+        if r < 0.5:
+            return {"field": field, "values": rng.sample(S_KINDS, rng.randint(1, 3))}
+        if r < 0.8:
+            return {"field": field, "anything_but": rng.sample(S_KINDS, rng.randint(1, 2))}
+        return {"field": field, "exists": rng.random() < 0.8}
+    if field == "tier":  # int 0..9, always present
+        if r < 0.4:
+            return {"field": field, "values": rng.sample(range(10), rng.randint(1, 3))}
+        if r < 0.8:
+            lo = rng.randint(0, 9)
+            return {"field": field, "range": [lo, lo + rng.randint(0, 3)]}
+        return {"field": field, "anything_but": rng.sample(range(10), rng.randint(1, 3))}
+    if field == "code":  # 4-digit string, always present: one-digit prefixes
+        if r < 0.7:
+            return {"field": field, "prefix": str(rng.randint(0, 9))}
+        if r < 0.85:
+            return {"field": field, "anything_but": [f"{rng.randint(0, 9999):04d}"]}
+        return {"field": field, "values": [f"{rng.randint(0, 9999):04d}" for _ in range(rng.randint(1, 3))]}
+    if field == "px":  # float 0..1000, always present
+        lo = rng.randint(0, 999)
+        return {"field": field, "range": [lo, lo + rng.choice([5, 20, 100, 300])]}
+    if field == "vol":  # int 0..100000, present in 70 %
+        if r < 0.5:
+            return {"field": field, "exists": rng.random() < 0.7}
+        lo = rng.randint(0, 100_000)
+        return {"field": field, "range": [lo, lo + rng.randint(1000, 50_000)]}
+    # zone: one of 8, present in 60 %
+    if r < 0.35:
+        return {"field": field, "values": rng.sample(S_ZONES, rng.randint(1, 3))}
+    if r < 0.55:
+        return {"field": field, "prefix": rng.choice(["z", "z1", "z2", "z7"])}
+    if r < 0.8:
+        return {"field": field, "exists": rng.random() < 0.6}
+    return {"field": field, "anything_but": rng.sample(S_ZONES, rng.randint(1, 2))}
+
+
+def gen_dense6_one(i: int, rng: random.Random) -> tuple:
+    k = rng.choices([0, 1, 2, 3], [0.02, 0.2, 0.36, 0.42])[0]
+    conds = [s_level(f, rng) for f in rng.sample(S_FIELDS, k)]
+    tags = rng.sample(S_TAGS, rng.randint(1, 3)) if rng.random() < 0.3 else None
+    return (f"sub-{i}", rng.choice(S_TOPICS), conds, tags)
+
+
+def gen_dense6_subscriptions(n: int, rng: random.Random) -> tuple[list, list]:
+    return [gen_dense6_one(i, rng) for i in range(n)], []
+
+
+def gen_dense6_messages(m: int, _codes, rng: random.Random) -> list:
+    msgs = []
+    for _ in range(m):
+        props: dict = {"kind": rng.choice(S_KINDS), "tier": rng.randint(0, 9),
+                       "code": f"{rng.randint(0, 9999):04d}", "px": rng.randint(0, 100_000) / 100}
+        if rng.random() < 0.7:
+            props["vol"] = rng.randint(0, 100_000)
+        if rng.random() < 0.6:
+            props["zone"] = rng.choice(S_ZONES)
+        msgs.append((rng.choice(S_PUB), props, rng.sample(S_TAGS, rng.randint(0, 3))))
+    return msgs
+
+
+# Distractors: subscriptions that can never match a dense6 message, of the kinds issue 16 names and
+# more. Each is a list of levels (on distinct fields) plus tags; ``broad`` levels match most messages.
+def _broad(rng: random.Random) -> dict:
+    r = rng.random()
+    if r < 0.25:  # a broad multi-value set (many distinct sets over a small domain)
+        return {"field": "kind", "values": rng.sample(S_KINDS, rng.randint(3, 5))}
+    if r < 0.45:
+        return {"field": "tier", "values": rng.sample(range(10), rng.randint(4, 8))}
+    if r < 0.6:  # anything-but that excludes (almost) nothing
+        return {"field": "kind", "anything_but": [f"nope{rng.randint(0, 999)}", rng.choice(S_KINDS)]}
+    if r < 0.7:
+        return {"field": "code", "exists": True}
+    if r < 0.85:  # a wide range most messages fall in
+        lo = rng.randint(0, 50)
+        return {"field": "px", "range": [lo, lo + rng.randint(500, 2000)]}
+    return {"field": "zone", "anything_but": [rng.choice(S_ZONES)]}
+
+
+def _never_range(rng: random.Random, i: int) -> tuple:  # a numeric range far above every value
+    field = rng.choice(["px", "tier", "vol"])
+    lo = rng.choice([200_000, 1e6, 1e9]) + rng.randint(0, 100_000)
+    lo += 0 if field == "vol" else rng.choice([0, -199_000])  # px <= 1,000, tier <= 9, vol <= 100,000
+    return {"field": field, "range": [lo, lo + rng.choice([0, 10, 1e6])]}, None
+
+
+def _never_prefix(rng: random.Random, i: int) -> tuple:  # a prefix no value has (digits on zone, letters on code)
+    if rng.random() < 0.5:
+        return {"field": "zone", "prefix": str(rng.randint(0, 9)) + "9" * rng.randint(0, 2)}, None
+    return {"field": "code", "prefix": rng.choice("XYZQ") + str(rng.randint(0, 99))[: rng.randint(0, 2)]}, None
+
+
+def _never_exists(rng: random.Random, i: int) -> tuple:  # exists: true on a field no message carries
+    return {"field": "ghost" if rng.random() < 0.5 else f"ghost{i % 5000}", "exists": True}, None
+
+
+def _never_absent(rng: random.Random, i: int) -> tuple:  # exists: false on a field every message carries
+    return {"field": rng.choice(["kind", "tier", "code", "px"]), "exists": False}, None
+
+
+def _never_type(rng: random.Random, i: int) -> tuple:  # a value of the wrong JSON type: "3" is not 3
+    return {"field": "tier", "values": [str(rng.randint(0, 9))]}, None
+
+
+def _never_strrange(rng: random.Random, i: int) -> tuple:  # a range on a string field
+    return {"field": "code", "range": [0, 9999]}, None
+
+
+def _never_values(rng: random.Random, i: int) -> tuple:  # values never sent
+    return {"field": "zone", "values": [f"w{rng.randint(0, 50)}", f"w{rng.randint(51, 99)}"]}, None
+
+
+def _never_tags(rng: random.Random, i: int) -> tuple:  # tags no message carries
+    return None, [f"never{rng.randint(0, 40)}"]
+
+
+# (weight, generator): the first three are the kinds issue 16 names
+NEVER = {"range": (0.2, _never_range), "prefix": (0.2, _never_prefix), "exists": (0.15, _never_exists),
+         "absent": (0.1, _never_absent), "type": (0.1, _never_type), "strrange": (0.07, _never_strrange),
+         "values": (0.08, _never_values), "tags": (0.1, _never_tags)}
+ISSUE_KINDS = ("range", "prefix", "exists")
+
+
+def _never(rng: random.Random, i: int, kinds=None) -> tuple[dict | None, list | None]:
+    """A level (or tags) no dense6 message satisfies, of one of ``kinds`` (default: all)."""
+    names = list(kinds or NEVER)
+    name = rng.choices(names, [NEVER[k][0] for k in names])[0]
+    return NEVER[name][1](rng, i)
+
+
+def gen_distractor(i: int, rng: random.Random, kinds=None) -> tuple:
+    never, tags = _never(rng, i, kinds)
+    levels = [] if never is None else [never]
+    fields = {lv["field"] for lv in levels}
+    shape = rng.random()
+    want = 1 if shape < 0.5 else 2 if shape < 0.85 else 0  # two-level: a selective level under a broad one
+    tries = 0
+    while want and tries < 10:
+        tries += 1
+        b = _broad(rng)
+        if b["field"] not in fields:
+            fields.add(b["field"])
+            levels.append(b)
+            want -= 1
+    if not levels:
+        levels = [_broad(rng)]
+    rng.shuffle(levels)
+    if tags is None and rng.random() < 0.3:
+        tags = rng.sample(S_TAGS, rng.randint(1, 2))
+    return (f"dis-{i}", rng.choice(S_TOPICS), levels, tags)
+
+
+DISTRACTOR_BASE = 1_000
+
+
+def gen_distractor_subscriptions(n: int, rng: random.Random) -> tuple[list, list]:
+    """The same DISTRACTOR_BASE dense6 subscriptions at every size (seeded apart from ``rng``) plus
+    n - DISTRACTOR_BASE distractors: the matches per message are identical at every size."""
+    base_rng = random.Random(16)
+    subs = [gen_dense6_one(i, base_rng) for i in range(min(n, DISTRACTOR_BASE))]
+    subs += [gen_distractor(i, rng) for i in range(n - len(subs))]
+    rng.shuffle(subs)  # distractors before and after the real ones: add order matters to the index
+    return subs, []
+
+
+def gen_distractor_messages(m: int, _codes, rng: random.Random) -> list:
+    return gen_dense6_messages(m, None, random.Random(61))  # the same messages at every size
+
+
+WORKLOADS = {"sparse": (gen_subscriptions, gen_messages), "dense": (gen_dense_subscriptions, gen_dense_messages),
+             "dense6": (gen_dense6_subscriptions, gen_dense6_messages),
+             "distractors": (gen_distractor_subscriptions, gen_distractor_messages)}
 
 
 def to_policy(conds: list[dict], tags) -> dict:
@@ -328,8 +529,12 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
     results = []
     match = idx.match
     pc = time.perf_counter_ns
-    for topic, props, tags in msgs[:200]:  # warm-up, not timed
+    # warm-up, timed apart: the index learns its level order from these (a re-order included)
+    w0, reorders0 = time.thread_time_ns(), getattr(idx, "_reorders", 0)
+    for topic, props, tags in msgs[:200]:
         match(topic, props, tags)
+    warm_ms = (time.thread_time_ns() - w0) / 1e6
+    warm_reorders = getattr(idx, "_reorders", 0) - reorders0
     gc.collect()
     gc.disable()
     cpu_ns = 1 << 62
@@ -365,7 +570,7 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
         mine = results[j]
         assert len(mine) == len(set(mine)), f"duplicate ids at n={n} message {msgs[j]!r}"
         mine = set(mine)
-        if workload == "dense":  # also against the plain reference of API.md's semantics
+        if workload != "sparse":  # also against the plain reference of API.md's semantics
             ref = {sub[0] for sub in subs if ref_matches(sub, topic, props, tags)}
             if ref != mine:
                 print(f"WRONG ANSWER at n={n} message {msgs[j]!r}:\n  index only: {sorted(mine - ref)[:10]}"
@@ -406,6 +611,9 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
         "base_mean_us": statistics.fmean(base_ns) / 1000.0 if base_ns else float("nan"),
         "idx_mean_us_same": statistics.fmean(idx_ns_same) / 1000.0 if idx_ns_same else float("nan"),
         "moto_quirks": quirks,
+        "warm_ms": warm_ms,
+        "warm_reorders": warm_reorders,
+        "reorders": getattr(idx, "_reorders", 0),
     }
 
 
@@ -419,6 +627,9 @@ def report(rows: list[dict]) -> None:
           "| p99 µs | CPU µs/msg | first pass mean / p99 µs | moto msgs | moto µs/msg | index µs/msg (same msgs) "
           "| speed-up |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"  n={r['n']:,}: first 200 messages (warm-up, not in the table) {r['warm_ms']:.0f} ms CPU, "
+              f"{r['warm_reorders']} re-order(s) in them, {r['reorders']} in all")
     for r in rows:
         speed = r["base_mean_us"] / r["idx_mean_us_same"]
         mem = "-" if r["mem_per_sub"] != r["mem_per_sub"] else format(r["mem_per_sub"], ".0f")
@@ -443,7 +654,8 @@ def report(rows: list[dict]) -> None:
               f"mean matches {first['mean_matches']:.0f} vs {last['mean_matches']:.0f}")
         for r in rows:
             if r["n"] == 10_000:
-                print(f"speed-up over moto at 10,000: {r['base_mean_us'] / r['idx_mean_us_same']:,.0f}x (target >= 100x)")
+                print(f"speed-up over moto at 10,000: {r['base_mean_us'] / r['idx_mean_us_same']:,.0f}x (target >= 100x); "
+                      f"by CPU time (moto µs/msg / index CPU µs/msg): {r['base_mean_us'] / r['cpu_us']:,.0f}x")
         print("index == plain API.md reference on every baseline message: yes; moto differences, all explained by "
               f"moto's string-vs-Number quirk: {sum(r['moto_quirks'] for r in rows)} (subscription, message) pairs")
     print(f"rebuild of {last['n']:,} subscriptions (add each): {last['build_s']:.2f} s wall, "
@@ -454,18 +666,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer messages and baseline messages (< 1 min)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--workload", choices=["sparse", "dense", "both"], default="both")
+    ap.add_argument("--workload", choices=[*WORKLOADS, "both", "all"], default="all",
+                    help="both = sparse and dense; all (default) = every workload")
     ap.add_argument("--check", action="store_true", help="also run idx._check() after each build")
+    ap.add_argument("--no-learn", action="store_true", help="static level order only: never re-order from traffic")
     args = ap.parse_args()
+    if args.no_learn:
+        import matcher.index
+
+        matcher.index._MIN_SAMPLE = 1 << 60
     plans = {  # (subscriptions, index messages, moto baseline messages, tracemalloc)
         ("sparse", True): [(1_000, 2_000, 30, True), (10_000, 2_000, 5, False), (100_000, 2_000, 1, False)],
         ("sparse", False): [(1_000, 50_000, 500, True), (10_000, 50_000, 50, True), (100_000, 50_000, 10, True)],
         ("dense", True): [(1_000, 2_000, 10, True), (10_000, 2_000, 4, False), (100_000, 2_000, 1, False)],
         ("dense", False): [(1_000, 20_000, 200, True), (10_000, 20_000, 30, True), (100_000, 20_000, 5, True)],
+        ("dense6", True): [(1_000, 1_000, 10, False), (10_000, 1_000, 4, False)],
+        ("dense6", False): [(1_000, 10_000, 200, True), (10_000, 10_000, 30, True), (100_000, 5_000, 3, True)],
+        ("distractors", True): [(1_000, 1_000, 10, False), (10_000, 1_000, 3, False), (100_000, 1_000, 1, False)],
+        ("distractors", False): [(1_000, 10_000, 200, True), (10_000, 10_000, 30, True),
+                                 (100_000, 10_000, 5, True)],
     }
-    workloads = ["sparse", "dense"] if args.workload == "both" else [args.workload]
+    workloads = (["sparse", "dense"] if args.workload == "both" else list(WORKLOADS) if args.workload == "all"
+                 else [args.workload])
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
-          f"mode={'quick' if args.quick else 'full'} seed={args.seed}")
+          f"mode={'quick' if args.quick else 'full'} seed={args.seed}{' no-learn' if args.no_learn else ''}")
     t0 = time.perf_counter()
     for w in workloads:
         plan = plans[(w, args.quick)]

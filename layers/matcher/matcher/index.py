@@ -22,17 +22,13 @@ A subscription to ``quotes`` covers messages published on ``quotes``, ``quotes/s
 
 Structure
 ---------
-One trie per subscribed topic. A subscription's levels are put in a canonical order — the most
-selective first, estimated when the subscription is added: an exact ``values`` level lets through
-``len(values) / distinct values subscribed on that field now``, a prefix of length ``k``
-``0.2 ** k``, a range 0.3, ``exists`` 0.75 / 0.5, ``anything_but`` 0.9; ties by kind (``values``,
-``prefix``, ``range``, ``exists``, ``anything_but``), field name, argument — and the subscription
-is one path from the topic's root: one node per level, the edge
-into a node being the level itself (field + predicate). Subscriptions with equal leading levels
-share the path, and a subscription ends at the node of its last level, so a node holds "the
-subscriptions ending here" and "the next levels" — the seed's skip-list node, where a path simply
-has no node for a field the subscription does not constrain (that is the "skip"). Each node keeps
-its outgoing edges in per-kind indexes:
+One trie per subscribed topic. A subscription's levels — and its tag list, which is one more level
+(any-of over the message's tags) — are put in a canonical order, and the subscription is one path
+from the topic's root: one node per level, the edge into a node being the level itself (field +
+predicate). Subscriptions with equal leading levels share the path, and a subscription ends at the
+node of its last level, so a node holds "the subscriptions ending here" and "the next levels" — the
+seed's skip-list node, where a path simply has no node for a field the subscription does not
+constrain (that is the "skip"). Each node keeps its outgoing edges in per-kind indexes:
 
 * exact values: one ``dict`` keyed ``(field, value_key)`` → child (or a list of children when
   several distinct value sets at that node contain the value). A level with several values is one
@@ -41,31 +37,57 @@ its outgoing edges in per-kind indexes:
   matching prefixes are one dict look-up per distinct prefix length (``O(d)``, ``d`` <= the longest
   prefix). A bisect walk over a ``SortedDict`` of prefixes was tried first; on ``bench/matcher.py``
   it made whole matches ~3x slower (~46 vs ~15 µs per message at 1k subscriptions).
-* range: per field two :class:`sortedcontainers.SortedList` (by ``lo`` and by ``hi``); a stabbing
-  query bisects both and scans the shorter candidate side.
-* exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set → child.
-* tags: a subscription with tags ends in a per-node ``dict`` tag → subscriptions, so a message only
-  looks up its own tags.
+* range: per field up to 8 ranges scanned directly, beyond that one
+  :class:`sortedcontainers.SortedList` of ``(lo, hi)`` per width class (``hi - lo`` in
+  ``[2**(e-1), 2**e)``): a range of class ``e`` holding ``x`` has ``lo`` in ``(x - 2**e, x]``,
+  so a stab bisects that window per class and scans at most about twice what it pushes;
+  ranges entirely above or below ``x`` are never touched.
+* exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set →
+  child plus, per value, how many sets exclude it (a value no set excludes: one C-level extend).
+* tags: per node a ``dict`` tag → tag-set children (like multi-value sets), so a message only looks
+  up its own tags; a child reached under two of the message's tags is pushed once.
+
+Per node and kind the scan is over the smaller of "the fields with edges of that kind" and "the
+message's fields", so ``exists: true`` on 5,000 distinct absent fields costs nothing.
 
 Matching walks the roots of the topic and its ancestors and, from each visited node, follows only
 the edges the message satisfies. A node is visited only if the message satisfies every level on the
 path to it, so the cost is ``O(T + V * F)`` hash look-ups plus the output, where ``T`` is the
-topic's depth, ``V`` the number of visited nodes (at most levels x partially matching distinct
-paths; for exact levels that is ``O(levels + matches)``) and ``F = min(fields in the message,
-edges at the node)``. It does **not** depend on the number of subscriptions: 100 000 subscriptions
-on distinct ``stock_code`` values cost one dict look-up at the root. The non-hash kinds add, per
-visited node and field: ``O(d)`` dict look-ups for ``d`` distinct prefix lengths, ``O(log r + min(#lo<=x, #hi>=x))``
-for ``r`` ranges (many *distinct*, overlapping-by-bound ranges on the same field at the same node is
-the one shape where the scan is not output-bound; canonical order puts exact levels first so ranges
-usually sit below them) and ``O(a)`` for ``a`` distinct anything-but sets / exists-false fields.
+topic's depth, ``V`` the number of visited nodes and ``F = min(fields in the message, edges at the
+node)``, plus per visited node and field ``O(d)`` for ``d`` distinct prefix lengths, ``O(c log r)``
++ pushed for ``r`` ranges in ``c`` width classes, and ``O(a)`` for ``a`` anything-but sets only
+when some set excludes the message's value. ``V`` is what the order decides.
 
-Why "most selective first" and not a fixed order by field name: ``V`` counts every node whose path
-the message satisfies. With ``[level in {1, 4}, sym in {code}]`` ordered by field name, every
-``level`` value set at the root is a node a message with ``level: 4`` visits, each holding a share
-of the ``sym`` edges; as subscriptions grow, more distinct value sets appear and ``V`` grows with
-``n`` (``bench/matcher.py --workload dense``: 12x slower per message at 100k than at 1k). With
-``sym`` first, a message visits the one ``sym`` node of its code. Which subscriptions match never
-depends on the order (levels are ANDed); only path sharing and ``V`` do.
+The order (:func:`_canonical`)
+------------------------------
+``V`` counts every node whose path the message satisfies; a subscription whose *first* level a
+message passes costs a visit even when a later level fails. So the level most messages fail should
+come first. Two sources of that estimate:
+
+1. **Before any traffic** (static): the *bounded* kinds first — one value, a prefix, ``exists:
+   true``: a message passes at most one such edge per field (a prefix: one per length) at a node,
+   so even a broad one costs one visit shared by every subscription under it — then the unbounded
+   kinds (value sets, ranges, anything-but, ``exists: false``, tag sets), each of which a message
+   can pass through arbitrarily many distinct edges at one node. Within each group: an exact
+   ``values`` level lets through ``len(values) / distinct values subscribed on that field now``, a
+   prefix of length ``k`` ``0.2 ** k``, a range 0.3, ``exists`` 0.75 / 0.5, ``anything_but`` 0.9,
+   tags 1; ties by kind, field name, argument.
+2. **From traffic** (learned): ``match`` keeps the properties and tags of the last 256 messages
+   and counts visits that output nothing ("waste"). When the waste since the last re-order exceeds
+   ``max(20 000, 2 x subscriptions) x 2**reorders`` (and at least 32 messages were seen),
+   :meth:`SubscriptionIndex.reorder` measures every level's pass rate on that sample
+   (:class:`_Learned`: per field counts, sorted numbers and strings; ``O(values + log S)`` per
+   level) and re-inserts every subscription with its levels ordered by measured pass rate (then the
+   static key). The doubling budget bounds the total re-order work by a constant times the waste it
+   removes. Subscriptions added afterwards use the learned rates too.
+
+Static guesses can be fooled: ``[px in [0, 900], vol in [10**6, 10**9]]`` (a wide range and one
+above every value) and ``[kind anything-but [x], exists: false on an always-present field]`` both
+look fine statically and cost a visit per subscription per message; learned rates put the never-
+passing level first. Why not a fixed order by field name: with ``[level in {1, 4}, sym in {code}]``
+ordered by field name, every ``level`` value set at the root is a node a message with ``level: 4``
+visits; as subscriptions grow, more distinct value sets appear and ``V`` grows with ``n``. Which
+subscriptions match never depends on the order (levels are ANDed); only path sharing and ``V`` do.
 
 Every public method states its complexity; :meth:`SubscriptionIndex._check` verifies the invariants
 (counts, back references, index consistency, no empty node or container after removals).
@@ -73,6 +95,7 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from typing import Any, Hashable, Iterable
 
@@ -82,6 +105,10 @@ __all__ = ["SubscriptionIndex", "validate_conditions", "validate_tags", "validat
 
 KINDS = ("values", "range", "prefix", "anything_but", "exists")
 _INF = math.inf
+_SMALL = 8  # up to this many ranges per node and field: a plain scan
+_SAMPLE = 256  # messages whose properties are kept to measure pass rates
+_MIN_SAMPLE = 32  # no re-order before this many messages
+_MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
 
 
 class _BoolKey:
@@ -262,7 +289,8 @@ def validate_conditions(conditions: Any) -> list[dict]:
 # Canonical order (:func:`_canonical`): estimated selectivity, then kind rank values 0, prefix 1,
 # range 2, exists 3, anything-but 4, then field name.
 # Internal edge kinds.
-_V, _P, _R, _A, _E, _ROOT = "v", "p", "r", "a", "e", "T"
+_V, _P, _R, _A, _E, _G, _ROOT = "v", "p", "r", "a", "e", "g", "T"
+_TAGF = ("tags",)  # the field of a tags edge: a tuple, so no JSON field name can equal it
 
 
 # Estimated fraction of messages a level lets through, for kinds whose value distribution the
@@ -271,60 +299,152 @@ _V, _P, _R, _A, _E, _ROOT = "v", "p", "r", "a", "e", "T"
 _EST_P, _EST_R, _EST_ET, _EST_EF, _EST_A = 0.2, 0.3, 0.75, 0.5, 0.9
 
 
-def _canonical(levels: list[dict], seen: dict | None = None) -> list[tuple]:
-    """Levels (normalised by :func:`validate_conditions`) as sorted, de-duplicated edge labels
-    ``(kind, field, arg)``, the most selective first. O(L log L + values).
-
-    Selectivity is estimated: ``values`` lets through ``len(values) / distinct values subscribed on
-    that field, this level's included`` (``seen``: field → {value key: subscriptions with that
-    value}, kept by the index), a prefix of length ``k`` ``0.2 ** k``, the other kinds fixed guesses
-    (``_EST_*``).
-    The order only decides how paths are shared and how many nodes a message visits, never what
-    matches: levels are ANDed in any order. Ties: kind rank, field name, then the argument.
-    """
-    labels: dict[tuple, tuple] = {}
+def _labels(levels: list[dict]) -> list[tuple]:
+    """Levels (normalised by :func:`validate_conditions`) as de-duplicated edge labels
+    ``(kind, field, arg)`` in the caller's order. O(total size)."""
+    labels: dict[tuple, None] = {}
     for level in levels:
         for kind, arg in level.items():
             if kind != "field":
                 break
         field = level["field"]
         if kind == "values":
-            if len(arg) == 1:
-                key = value_key(arg[0])
-                label = (_V, field, key)
-                width = 1
-            else:
-                keys = frozenset([value_key(v) for v in arg])
-                width = len(keys)
-                label = (_V, field, next(iter(keys)) if width == 1 else keys)
-            known = seen.get(field) if seen is not None else None
-            if known is None:  # no other subscription has values on this field (yet)
-                est = 1.0
-            elif width == 1:
-                est = 1 / (len(known) + (label[2] not in known))
-            else:
-                est = width / (len(known) + sum(1 for k in keys if k not in known))
-            order: tuple = (est, 0, field)
+            keys = frozenset([value_key(v) for v in arg])
+            label = (_V, field, next(iter(keys)) if len(keys) == 1 else keys)
         elif kind == "anything_but":
             label = (_A, field, frozenset([value_key(v) for v in arg]))
-            order = (_EST_A, 4, field)
         elif kind == "range":
             label = (_R, field, (arg[0], arg[1]))
-            order = (_EST_R, 2, field)
         elif kind == "prefix":
             label = (_P, field, arg)
-            order = (_EST_P ** len(arg), 1, field)
         else:
             label = (_E, field, arg)
-            order = (_EST_ET if arg else _EST_EF, 3, field)
-        labels[label] = order  # equal levels collapse (A and A = A)
+        labels[label] = None  # equal levels collapse (A and A = A)
+    return list(labels)
+
+
+def _static_estimate(label: tuple, seen: dict | None) -> float:
+    """The guessed fraction of messages passing ``label`` (no message statistics). O(values)."""
+    kind, field, arg = label
+    if kind == _V:
+        known = seen.get(field) if seen is not None else None
+        if known is None:  # no other subscription has values on this field (yet)
+            return 1.0
+        if type(arg) is frozenset:
+            return len(arg) / (len(known) + sum(1 for k in arg if k not in known))
+        return 1 / (len(known) + (arg not in known))
+    if kind == _P:
+        return _EST_P ** len(arg)
+    if kind == _R:
+        return _EST_R
+    if kind == _E:
+        return _EST_ET if arg else _EST_EF
+    if kind == _G:
+        return 1.0  # unknown without traffic: after every condition, as the tag check used to be
+    return _EST_A
+
+
+_RANK = {_V: 0, _P: 1, _R: 2, _E: 3, _A: 4, _G: 5}
+
+
+def _unbounded(label: tuple) -> bool:
+    """True for the kinds a message can satisfy through arbitrarily many distinct edges at one node
+    (value sets, ranges, anything-but, exists false); one value, a prefix (one edge per prefix
+    length) and exists true let a message through at most a few edges per field."""
+    kind, _, arg = label
+    return type(arg) is frozenset or kind in (_R, _A, _G) or (kind == _E and not arg)
+
+
+def _canonical(levels: list[dict] | None, seen: dict | None = None, learned: "_Learned | None" = None,
+               labels: list[tuple] | None = None) -> list[tuple]:
+    """Levels (normalised by :func:`validate_conditions`, or ``labels`` from :func:`_labels`) as
+    sorted, de-duplicated edge labels ``(kind, field, arg)``. O(L log L + values).
+
+    Without message statistics (``learned`` None) the order is: the *bounded* kinds first (one
+    value, prefix, exists true: a message passes at most a few such edges per field at a node, so a
+    broad one costs a visit or two, shared by every subscription under it), then the unbounded
+    ones (:func:`_unbounded`); within each, the estimated selectivity: ``values`` lets through
+    ``len(values) / distinct values subscribed on that field, this level's included`` (``seen``:
+    field → {value key: subscriptions with that value}, kept by the index), a prefix of length ``k``
+    ``0.2 ** k``, the other kinds fixed guesses (``_EST_*``). With statistics learned from the
+    messages matched so far (:class:`_Learned`) the measured pass rate comes first, then the same.
+    The order only decides how paths are shared and how many nodes a message visits, never what
+    matches: levels are ANDed in any order. Ties: kind rank, field name, then the argument.
+    """
+    if labels is None:
+        labels = _labels(levels or [])
     if len(labels) < 2:
         return list(labels)
-    orders = list(labels.values())
+    keyed = []
+    for label in labels:
+        est = _static_estimate(label, seen)
+        first: tuple = (_unbounded(label),) if learned is None else (learned.rate(label, est), _unbounded(label))
+        keyed.append((first + (est, _RANK[label[0]], str(label[1])), label))
+    orders = [k for k, _ in keyed]
     if len(set(orders)) < len(orders):  # equal estimates on the same kind and field: order by argument
-        for label in labels:
-            labels[label] = labels[label] + (_sort_repr(label[2]),)
-    return sorted(labels, key=labels.__getitem__)
+        keyed = [(k + (_sort_repr(label[2]),), label) for k, label in keyed]
+    keyed.sort(key=lambda kl: kl[0])
+    return [label for _, label in keyed]
+
+
+class _Learned:
+    """Pass rates of edge labels measured on a sample of matched messages' properties.
+
+    Per field: how many sample messages carry it, their value keys counted, their numbers and
+    strings sorted. :meth:`rate` is ``(passing sample messages + prior) / (sample size + 1)``, so a
+    level no sampled message passes ranks by its static guess among the other never-passing ones.
+    Building: O(S x fields); :meth:`rate`: O(values + log S).
+    """
+
+    __slots__ = ("size", "present", "keys", "nums", "strs", "tagsets")
+
+    def __init__(self, sample: list[Mapping]) -> None:
+        self.size = len(sample)
+        self.present: dict[str, int] = {}
+        self.keys: dict[str, dict[Hashable, int]] = {}
+        nums: dict[str, list] = {}
+        strs: dict[str, list] = {}
+        self.tagsets = [props.get(_TAGF, ()) for props in sample]
+        for props in sample:
+            for f, v in props.items():
+                if f == _TAGF:
+                    continue
+                self.present[f] = self.present.get(f, 0) + 1
+                k = value_key(v)
+                per = self.keys.setdefault(f, {})
+                per[k] = per.get(k, 0) + 1
+                if isinstance(v, str):
+                    strs.setdefault(f, []).append(v)
+                elif type(v) is not bool and isinstance(v, (int, float)) and v == v:
+                    nums.setdefault(f, []).append(v)
+        self.nums = {f: sorted(v) for f, v in nums.items()}
+        self.strs = {f: sorted(v) for f, v in strs.items()}
+
+    def rate(self, label: tuple, prior: float) -> float:
+        kind, field, arg = label
+        if kind == _G:
+            hits = sum(1 for ts in self.tagsets if not arg.isdisjoint(ts))
+        elif kind == _E:
+            have = self.present.get(field, 0)
+            hits = have if arg else self.size - have
+        elif kind == _V or kind == _A:
+            counts = self.keys.get(field, {})
+            inside = sum(counts.get(k, 0) for k in (arg if type(arg) is frozenset else (arg,)))
+            hits = inside if kind == _V else self.present.get(field, 0) - inside
+        elif kind == _R:
+            xs = self.nums.get(field, ())
+            hits = bisect_right(xs, arg[1]) - bisect_left(xs, arg[0]) if xs else 0
+        else:  # prefix
+            xs = self.strs.get(field, ())
+            if not xs:
+                hits = 0
+            elif arg:
+                last = ord(arg[-1])
+                end = bisect_left(xs, arg[:-1] + chr(last + 1)) if last < 0x10FFFF else len(xs)
+                hits = end - bisect_left(xs, arg)
+            else:
+                hits = len(xs)
+        return (hits + prior) / (self.size + 1)
 
 
 def _sort_repr(arg: Any) -> str:
@@ -357,39 +477,117 @@ class _Node:
         self.more: dict | None = None
 
 
-class _Ranges:
-    """The range edges of one node and field: stabbing queries over inclusive intervals."""
+def _width_class(lo: float, hi: float) -> int | None:
+    """``e`` with ``hi - lo`` in ``[2**(e-1), 2**e)``; ``None`` beyond float range (huge ints)."""
+    try:
+        return math.frexp(hi - lo)[1]
+    except OverflowError:
+        return None
 
-    __slots__ = ("by_lo", "by_hi", "child")
+
+class _Ranges:
+    """The range edges of one node and field: stabbing queries over inclusive intervals.
+
+    Up to ``_SMALL`` ranges are scanned directly. Beyond that the ranges are grouped by width class
+    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a :class:`SortedList` of
+    ``(lo, hi)``: a range of class ``e`` containing ``x`` has ``x - 2**e < lo <= x``, so a stab
+    bisects that window in each class and checks ``hi >= x`` there — at most about twice the
+    ranges it pushes per class (every range with ``lo > x - 2**(e-1)`` in the window contains
+    ``x``), plus ``O(log r)`` per class. Ranges far above (or below) every value are never scanned.
+    """
+
+    __slots__ = ("classes", "child")
 
     def __init__(self) -> None:
-        self.by_lo = SortedList()  # (lo, hi)
-        self.by_hi = SortedList()  # (hi, lo)
+        self.classes: dict[int | None, SortedList] | None = None  # once there are more than _SMALL
         self.child: dict[tuple, _Node] = {}
 
     def add(self, lo: float, hi: float, child: _Node) -> None:
         self.child[(lo, hi)] = child
-        self.by_lo.add((lo, hi))
-        self.by_hi.add((hi, lo))
+        if self.classes is not None:
+            self._file(lo, hi)
+        elif len(self.child) > _SMALL:
+            self.classes = {}
+            for lo_hi in self.child:
+                self._file(*lo_hi)
+
+    def _file(self, lo: float, hi: float) -> None:
+        e = _width_class(lo, hi)
+        sl = self.classes.get(e)  # type: ignore[union-attr]
+        if sl is None:
+            sl = self.classes[e] = SortedList()  # type: ignore[index]
+        sl.add((lo, hi))
 
     def discard(self, lo: float, hi: float) -> None:
         del self.child[(lo, hi)]
-        self.by_lo.remove((lo, hi))
-        self.by_hi.remove((hi, lo))
+        classes = self.classes
+        if classes is not None:
+            if len(self.child) <= _SMALL // 2:
+                self.classes = None
+            else:
+                e = _width_class(lo, hi)
+                sl = classes[e]
+                sl.remove((lo, hi))
+                if not sl:
+                    del classes[e]
 
     def stab(self, x: float, push) -> None:
-        """Push every child whose [lo, hi] contains x. O(log r + min(#lo<=x, #hi>=x))."""
-        by_lo, by_hi, child = self.by_lo, self.by_hi, self.child
-        n_lo = by_lo.bisect_right((x, _INF))  # entries with lo <= x
-        first_hi = by_hi.bisect_left((x, -_INF))  # first entry with hi >= x
-        if n_lo <= len(by_hi) - first_hi:
-            for lo, hi in by_lo.islice(0, n_lo):
-                if hi >= x:
-                    push(child[(lo, hi)])
-        else:
-            for hi, lo in by_hi.islice(first_hi):
-                if lo <= x:
-                    push(child[(lo, hi)])
+        """Push every child whose [lo, hi] contains x: O(c log r + pushed) for c width classes."""
+        child = self.child
+        if self.classes is None:
+            for (lo, hi), c in child.items():
+                if lo <= x <= hi:
+                    push(c)
+            return
+        for e, sl in self.classes.items():
+            end = sl.bisect_right((x, _INF))  # lo <= x
+            start = 0
+            if e is not None:
+                try:  # lo >= x - m with m >= 2**(e+1) and >= 4 ulps of x: below x - 2**e despite rounding
+                    start = sl.bisect_left((x - max(math.ldexp(1.0, e + 1), 4 * math.ulp(x)), -_INF))
+                except OverflowError:  # a huge int: scan every lo <= x
+                    pass
+            if start < end:
+                for lo, hi in sl.islice(start, end):
+                    if hi >= x:
+                        push(child[(lo, hi)])
+
+
+class _Excluded:
+    """The anything-but edges of one node and field: excluded set → child, and per value how many
+    sets exclude it. A message value no set excludes satisfies every edge: one C-level ``extend``."""
+
+    __slots__ = ("child", "hits")
+
+    def __init__(self) -> None:
+        self.child: dict[frozenset, _Node] = {}
+        self.hits: dict[Hashable, int] = {}
+
+    def add(self, excluded: frozenset, child: _Node) -> None:
+        self.child[excluded] = child
+        hits = self.hits
+        for k in excluded:
+            hits[k] = hits.get(k, 0) + 1
+
+    def discard(self, excluded: frozenset) -> None:
+        del self.child[excluded]
+        hits = self.hits
+        for k in excluded:
+            left = hits[k] - 1
+            if left:
+                hits[k] = left
+            else:
+                del hits[k]
+
+    def satisfied(self, k: Hashable, stack: list) -> None:
+        """Push every child whose set does not contain ``k``: O(1) + output when no set contains
+        ``k``, else O(a) for ``a`` sets."""
+        if k not in self.hits:
+            stack.extend(self.child.values())
+            return
+        for excluded, c in self.child.items():
+            if k not in excluded:
+                stack.append(c)
 
 
 class _Prefixes:
@@ -424,6 +622,17 @@ class _Prefixes:
                 c = get(s[:n])
                 if c is not None:
                     push(c)
+
+
+def _pairs(per: dict, props: Mapping) -> list:
+    """The ``(field, entry)`` pairs of ``per`` for the message's fields: O(fields in the message)."""
+    get = per.get
+    return [(f, e) for f in props if (e := get(f)) is not None]
+
+
+def _bucket_nodes(d: dict) -> list:
+    """The distinct nodes of a bucket dict (values: a node or a list of nodes). O(size)."""
+    return list({id(c): c for b in d.values() for c in (b if type(b) is list else [b])}.values())
 
 
 def _bucket_add(d: dict, key: Any, item: Any) -> None:
@@ -490,15 +699,23 @@ class SubscriptionIndex:
 
     ``add`` of an id that is already present **replaces** that subscription (validation happens
     first, so a rejected ``add`` leaves the old subscription in place). ``remove`` of an unknown id
-    raises :class:`KeyError`. Not thread-safe: guard with a lock if shared between threads.
+    raises :class:`KeyError`. Not thread-safe — ``match`` too updates state (the traffic sample it
+    learns the level order from, and now and then a re-order): guard with a lock if shared.
     """
 
     def __init__(self) -> None:
         self._roots: dict[str, _Node] = {}
         self._leaf: dict[Hashable, _Node] = {}
-        self._tags: dict[Hashable, tuple[str, ...]] = {}
         # field → {value key: number of subscriptions whose path has a ``values`` edge with it}
         self._seen: dict[str, dict[Hashable, int]] = {}
+        # learning the order from traffic (see match): the last _SAMPLE messages' properties, the
+        # pass rates measured on them at the last re-order, visits that output nothing since then
+        self._sample: list[dict] = []
+        self._matched = 0
+        self._learned: _Learned | None = None
+        self._waste = 0
+        self._reorders = 0
+        self._visits = 0
 
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
@@ -529,10 +746,16 @@ class SubscriptionIndex:
             hash(sub_id)
         except TypeError:
             raise ValueError(f"subscription id must be hashable, got {sub_id!r}") from None
-        labels = _canonical(levels, self._seen)
+        labels = _labels(levels)
+        if tag_tuple:
+            labels.append((_G, _TAGF, frozenset(tag_tuple)))
+        labels = _canonical(None, self._seen, self._learned, labels)
         if sub_id in self._leaf:
             self.remove(sub_id)
+        self._insert(sub_id, topic, labels)
+        return levels
 
+    def _insert(self, sub_id: Hashable, topic: str, labels: list[tuple]) -> None:
         node = self._roots.get(topic)
         if node is None:
             node = self._roots[topic] = _Node(None, _ROOT, None, topic)
@@ -547,20 +770,29 @@ class SubscriptionIndex:
                     known = seen[field] = {}
                 for k in (arg if type(arg) is frozenset else (arg,)):
                     known[k] = known.get(k, 0) + 1
-        if tag_tuple:
-            more = node.more
-            if more is None:
-                more = node.more = {}
-            by_tag = more.get("t")
-            if by_tag is None:
-                by_tag = more["t"] = {}
-            for tag in tag_tuple:
-                by_tag[tag] = _ids_add(by_tag.get(tag), sub_id)
-            self._tags[sub_id] = tag_tuple
-        else:
-            node.ends = _ids_add(node.ends, sub_id)
+        node.ends = _ids_add(node.ends, sub_id)
         self._leaf[sub_id] = node
-        return levels
+
+    # ------------------------------------------------------------------------------ re-order
+    def reorder(self) -> None:
+        """Re-index every subscription with its levels ordered by the pass rates measured on the
+        last matched messages (:class:`_Learned`); :meth:`match` calls it by itself (see there).
+        Answers never change, only which nodes a message visits. O(n x L log L) plus O(S x fields).
+        """
+        self._learned = _Learned(self._sample) if self._sample else None
+        subs = []
+        for sid, leaf in self._leaf.items():
+            labels = []
+            node = leaf
+            while node.parent is not None:
+                labels.append((node.kind, node.field, node.arg))
+                node = node.parent
+            subs.append((sid, node.arg, labels))
+        self._roots, self._leaf, self._seen = {}, {}, {}
+        for sid, topic, labels in subs:
+            self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels))
+        self._waste = 0
+        self._reorders += 1
 
     def _child(self, node: _Node, kind: str, field: str, arg: Any) -> _Node:
         """Find or create the child of ``node`` along the edge ``(kind, field, arg)``."""
@@ -582,6 +814,18 @@ class SubscriptionIndex:
         more = node.more
         if more is None:
             more = node.more = {}
+        if kind == _G:
+            by_tag = more.get("g")
+            if by_tag is None:
+                by_tag = more["g"] = {}
+            cur = by_tag.get(next(iter(arg)))
+            for c in (cur if type(cur) is list else () if cur is None else (cur,)):
+                if c.arg == arg:
+                    return c
+            child = _Node(node, kind, field, arg)
+            for t in arg:
+                _bucket_add(by_tag, t, child)
+            return child
         if kind == _P:
             per = more.setdefault("p", {})
             pf = per.get(field)
@@ -606,10 +850,11 @@ class SubscriptionIndex:
             per = more.setdefault("a", {})
             sets = per.get(field)
             if sets is None:
-                sets = per[field] = {}
-            child = sets.get(arg)
+                sets = per[field] = _Excluded()
+            child = sets.child.get(arg)
             if child is None:
-                child = sets[arg] = _Node(node, kind, field, arg)
+                child = _Node(node, kind, field, arg)
+                sets.add(arg, child)
             return child
         # exists
         per = more.setdefault("+" if arg else "-", {})
@@ -626,21 +871,7 @@ class SubscriptionIndex:
         root through parent links and unlinks nodes that no longer carry any subscription.
         """
         leaf = self._leaf.pop(sub_id)  # KeyError for an unknown id
-        tag_tuple = self._tags.pop(sub_id, None)
-        if tag_tuple:
-            by_tag = leaf.more["t"]  # type: ignore[index]
-            for tag in tag_tuple:
-                left = _ids_remove(by_tag[tag], sub_id)
-                if left is None:
-                    del by_tag[tag]
-                else:
-                    by_tag[tag] = left
-            if not by_tag:
-                del leaf.more["t"]  # type: ignore[index]
-                if not leaf.more:
-                    leaf.more = None
-        else:
-            leaf.ends = _ids_remove(leaf.ends, sub_id)
+        leaf.ends = _ids_remove(leaf.ends, sub_id)
         node: _Node | None = leaf
         seen = self._seen
         while node is not None:
@@ -676,7 +907,12 @@ class SubscriptionIndex:
                 parent.exact = None
             return
         more = parent.more
-        if kind == _P:
+        if kind == _G:
+            per = more["g"]  # type: ignore[index]
+            for t in arg:
+                _bucket_remove(per, t, node)
+            key = "g"
+        elif kind == _P:
             per = more["p"]  # type: ignore[index]
             pf = per[field]
             pf.discard(arg)
@@ -692,8 +928,8 @@ class SubscriptionIndex:
             key = "r"
         elif kind == _A:
             per = more["a"]  # type: ignore[index]
-            del per[field][arg]
-            if not per[field]:
+            per[field].discard(arg)
+            if not per[field].child:
                 del per[field]
             key = "a"
         else:
@@ -717,6 +953,9 @@ class SubscriptionIndex:
         number of message fields, E the number of exact edges at the node, and a node is visited
         only when the message satisfies every level on its path. For exact-value levels that is
         O(T + K + levels x matching paths) — independent of the number of subscriptions.
+        Also records the message's properties and tags (a 256-message sample) and, when visits
+        without output have exceeded a doubling budget, calls :meth:`reorder` (O(n) once in a
+        while, amortised against the waste it removes; see the module docstring).
         """
         roots = self._roots
         if not roots:
@@ -737,15 +976,20 @@ class SubscriptionIndex:
         props = properties if properties is not None else {}
         mkeys = [(f, value_key(v)) for f, v in props.items()]
         nkeys = len(mkeys)
+        kmap = dict(mkeys)  # field → value key (anything-but)
+        nums = {f: v for f, v in props.items()  # range candidates: numbers, not bools, not NaN
+                if type(v) is not bool and isinstance(v, (int, float)) and v == v}
+        strs = {f: v for f, v in props.items() if isinstance(v, str)}  # prefix candidates
         keyset = None  # built on demand
         tag_list = tags if isinstance(tags, (list, tuple)) else list(tags) if tags else ()
 
         out: list = []
-        tagged: set | None = None
         stack = starts
         push = stack.append
+        visits = 0
         while stack:
             n = stack.pop()
+            visits += 1
             e = n.ends
             if e is not None:
                 if type(e) is set:
@@ -775,49 +1019,85 @@ class SubscriptionIndex:
             more = n.more
             if more is None:
                 continue
-            by_tag = more.get("t")
-            if by_tag is not None and tag_list:
-                for t in tag_list:
-                    ids = by_tag.get(t)
-                    if ids is not None:
-                        if tagged is None:
-                            tagged = set()
-                        if type(ids) is set:
-                            tagged.update(ids)
+            for key, per in more.items():  # only the kinds present at this node
+                if key == "g":  # tag sets: a node reachable under several of the message's tags once
+                    if tag_list:
+                        if len(tag_list) == 1:
+                            b = per.get(tag_list[0])
+                            if b is not None:
+                                if type(b) is list:
+                                    stack.extend(b)
+                                else:
+                                    push(b)
                         else:
-                            tagged.add(ids)
-            per = more.get("+")
-            if per is not None:
-                for f, c in per.items():
-                    if f in props:
-                        push(c)
-            per = more.get("-")
-            if per is not None:
-                for f, c in per.items():
-                    if f not in props:
-                        push(c)
-            per = more.get("p")
-            if per is not None:
-                for f, pf in per.items():
-                    v = props.get(f)
-                    if isinstance(v, str):
-                        pf.prefixes_of(v, push)
-            per = more.get("r")
-            if per is not None:
-                for f, rg in per.items():
-                    v = props.get(f)
-                    if v is not None and type(v) is not bool and isinstance(v, (int, float)) and v == v:
-                        rg.stab(v, push)
-            per = more.get("a")
-            if per is not None:
-                for f, sets in per.items():
-                    if f in props:
-                        k = value_key(props[f])
-                        for excluded, c in sets.items():
-                            if k not in excluded:
+                            found: dict = {}
+                            for t in tag_list:
+                                b = per.get(t)
+                                if b is not None:
+                                    if type(b) is list:
+                                        for c in b:
+                                            found[id(c)] = c
+                                    else:
+                                        found[id(b)] = b
+                            stack.extend(found.values())
+                elif key == "r":
+                    if nums:
+                        for f, rg in (per.items() if len(per) <= len(nums) else _pairs(per, nums)):
+                            v = nums.get(f)
+                            if v is not None:
+                                if rg.classes is None:  # a few ranges: scan inline
+                                    for (lo, hi), c in rg.child.items():
+                                        if lo <= v <= hi:
+                                            push(c)
+                                else:
+                                    rg.stab(v, push)
+                elif key == "a":
+                    for f, sets in (per.items() if len(per) <= nkeys else _pairs(per, kmap)):
+                        k = kmap.get(f, kmap)
+                        if k is not kmap:
+                            if k in sets.hits:
+                                sets.satisfied(k, stack)
+                            else:  # no set excludes the value: every edge is satisfied
+                                stack.extend(sets.child.values())
+                elif key == "p":
+                    if strs:
+                        for f, pf in (per.items() if len(per) <= len(strs) else _pairs(per, strs)):
+                            v = strs.get(f)
+                            if v is not None:
+                                pf.prefixes_of(v, push)
+                elif key == "+":
+                    if len(per) <= nkeys:
+                        for f, c in per.items():
+                            if f in props:
                                 push(c)
-        if tagged:
-            out.extend(tagged)
+                    else:
+                        for f in props:
+                            c = per.get(f)
+                            if c is not None:
+                                push(c)
+                else:  # "-"
+                    for f, c in per.items():
+                        if f not in props:
+                            push(c)
+        # Learn from traffic: keep the last _SAMPLE messages' properties; count visits that output
+        # nothing. When that waste exceeds a budget (proportional to n, doubling after each
+        # re-order so re-orders cost O(waste) amortised), re-order by measured pass rates.
+        self._matched += 1
+        self._visits = visits  # nodes the last match visited (tests count work with it)
+        sample = self._sample
+        seen_props = dict(props)
+        if tag_list:
+            seen_props[_TAGF] = frozenset(tag_list)
+        if len(sample) < _SAMPLE:
+            sample.append(seen_props)
+        else:
+            sample[self._matched % _SAMPLE] = seen_props
+        waste = visits - len(out)
+        if waste > 0:
+            self._waste += waste
+            if (self._waste > max(_MIN_WASTE, 2 * len(self._leaf)) << min(self._reorders, 30)
+                    and len(sample) >= _MIN_SAMPLE):
+                self.reorder()
         return out
 
     # ------------------------------------------------------------------------------ invariants
@@ -839,8 +1119,6 @@ class SubscriptionIndex:
         assert total == len(self._leaf) == len(seen), (total, len(self._leaf), len(seen))
         for sid, leaf in self._leaf.items():
             assert seen.get(sid) is leaf, sid
-        for sid, tag_tuple in self._tags.items():
-            assert tag_tuple and sid in self._leaf, sid
         recount: dict[str, dict[Hashable, int]] = {}
         stack = list(self._roots.values())
         while stack:
@@ -852,7 +1130,8 @@ class SubscriptionIndex:
             if node.exact:
                 stack.extend({id(c): c for b in node.exact.values() for c in (b if type(b) is list else [b])}.values())
             for key, per_field in (node.more or {}).items():
-                if key == "t":
+                if key == "g":
+                    stack.extend(_bucket_nodes(per_field))
                     continue
                 for x in per_field.values():
                     if key == "p":
@@ -860,7 +1139,7 @@ class SubscriptionIndex:
                     elif key == "r":
                         stack.extend(x.child.values())
                     elif key == "a":
-                        stack.extend(x.values())
+                        stack.extend(x.child.values())
                     else:
                         stack.append(x)
         assert recount == self._seen, "value statistics (_seen) disagree with the trie"
@@ -869,7 +1148,6 @@ class SubscriptionIndex:
         own = 0
         for sid in _ids_iter(node.ends):
             assert sid not in seen, f"{sid!r} ends twice"
-            assert sid not in self._tags, f"untagged {sid!r} has tags"
             seen[sid] = node
             own += 1
         if type(node.ends) is set:
@@ -896,20 +1174,21 @@ class SubscriptionIndex:
         if node.more is not None:
             more = node.more
             assert more, "empty more dict left"
-            assert set(more) <= {"t", "p", "r", "a", "+", "-"}, set(more)
+            assert set(more) <= {"g", "p", "r", "a", "+", "-"}, set(more)
             for key, per in more.items():
                 assert per, f"empty {key!r} index left"
-            tagged_here: dict[Hashable, set] = {}
-            for tag, ids in more.get("t", {}).items():
-                if type(ids) is set:
-                    assert len(ids) >= 2
-                for sid in _ids_iter(ids):
-                    tagged_here.setdefault(sid, set()).add(tag)
-            for sid, tags in tagged_here.items():
-                assert sid not in seen, f"{sid!r} ends twice"
-                assert set(self._tags.get(sid, ())) == tags, f"tags of {sid!r}"
-                seen[sid] = node
-                own += 1
+            by_tag = more.get("g", {})
+            for t, b in by_tag.items():
+                if type(b) is list:
+                    assert len(b) >= 2 and len(set(map(id, b))) == len(b), "bad tag bucket"
+                for c in (b if type(b) is list else [b]):
+                    assert c.kind == _G and c.field == _TAGF and t in c.arg
+            for c in {id(c): c for b in by_tag.values() for c in (b if type(b) is list else [b])}.values():
+                assert type(c.arg) is frozenset and c.arg
+                for t in c.arg:
+                    b = by_tag[t]
+                    assert c is b or (type(b) is list and any(c is x for x in b))
+                children.append(c)
             for field, pf in more.get("p", {}).items():
                 assert pf.child
                 lens: dict[int, int] = {}
@@ -920,16 +1199,29 @@ class SubscriptionIndex:
                     assert c.kind == _P and c.field == field and c.arg == p
                     children.append(c)
             for field, rg in more.get("r", {}).items():
-                assert rg.child and len(rg.by_lo) == len(rg.by_hi) == len(rg.child)
-                rg.by_lo._check()
-                rg.by_hi._check()
+                assert rg.child
+                if rg.classes is None:
+                    assert len(rg.child) <= _SMALL, "large range set without its width classes"
+                else:
+                    filed = []
+                    for e, sl in rg.classes.items():
+                        assert sl, "empty width class left"
+                        sl._check()
+                        for lo, hi in sl:
+                            assert _width_class(lo, hi) == e
+                            filed.append((lo, hi))
+                    assert sorted(filed) == sorted(rg.child) and len(filed) > _SMALL // 2
                 for (lo, hi), c in rg.child.items():
                     assert c.kind == _R and c.field == field and c.arg == (lo, hi) and lo <= hi
-                    assert (lo, hi) in rg.by_lo and (hi, lo) in rg.by_hi
                     children.append(c)
             for field, sets in more.get("a", {}).items():
-                assert sets
-                for excluded, c in sets.items():
+                assert sets.child
+                hits: dict = {}
+                for excluded in sets.child:
+                    for k in excluded:
+                        hits[k] = hits.get(k, 0) + 1
+                assert hits == sets.hits, "anything-but value counts"
+                for excluded, c in sets.child.items():
                     assert c.kind == _A and c.field == field and c.arg == excluded
                     children.append(c)
             for key, flag in (("+", True), ("-", False)):
