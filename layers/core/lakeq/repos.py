@@ -634,16 +634,19 @@ class OffsetRepo:
         return QueueView(int(rec.queue), min_offset, max_offset, int(rec.committed_offset), int(rec.lock_ts),
                          int(rec.lock_until), int(rec.last_consumed_at), tuple(rec.acks or ()),
                          None if rec.lock_next is None else int(rec.lock_next), rec.settle,
-                         None if rec.sv is None else int(rec.sv), int(rec.dead_lettered or 0))
+                         None if rec.sv is None else int(rec.sv), int(rec.dead_lettered or 0), int(rec.run or 0))
 
     @classmethod
     def write_state(cls, owner: str, view: QueueView, state, meta: dict | None, now: int, *,
-                    lock_owner: str | None = None, consumed: bool = False, ack: str | None = None) -> bool:
+                    lock_owner: str | None = None, consumed: bool = False, ack: str | None = None,
+                    run: int | None = None) -> bool:
         """Store a :class:`lakeq.settlement.State` on the record ``view`` was read from, if it is
         still exactly that (:meth:`_expect`): committed offset, lock, ``settle`` (removed in the
         simple form), ``dead_lettered``; ``lock_owner`` for a new lock (which also trims ``acks``),
-        ``ack`` appended to ``acks`` (a whole-batch ack). One conditional UpdateItem; False when the
-        record moved meanwhile."""
+        ``ack`` appended to ``acks`` (a whole-batch ack; with ``lock_owner``: the previous lock's
+        ack folded into the new lock, :func:`lakeq.logread.fold`), ``run`` the new lock's place in
+        a run of folded locks (with ``lock_owner`` and no ``run``: the run ends). One conditional
+        UpdateItem; False when the record moved meanwhile."""
         from .settlement import to_settle
         raw = to_settle(state)
         actions = [OffsetModel.committed_offset.set(state.committed), OffsetModel.lock_ts.set(state.lock_ts),
@@ -656,12 +659,15 @@ class OffsetRepo:
             actions.append(OffsetModel.dead_lettered.set(state.dead_lettered))
         if lock_owner is not None:
             actions.append(OffsetModel.lock_owner.set(lock_owner))
+            actions.append(OffsetModel.run.remove() if run is None else OffsetModel.run.set(run))
             kept = kept_acks(view.acks, cls.ACKS_KEPT)
-            if kept is not None:
+            if ack is not None:  # one path may be set once: the kept acks and the folded one together
+                actions.append(OffsetModel.acks.set(list(view.acks if kept is None else kept) + [ack]))
+            elif kept is not None:
                 actions.append(OffsetModel.acks.set(kept))
         if consumed:
             actions.append(OffsetModel.last_consumed_at.set(now))
-        if ack is not None:
+        if ack is not None and lock_owner is None:
             actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
         if view.committed is None and meta:
             actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]

@@ -27,6 +27,7 @@ class QueueView:
     settle: str | None = None  # the record's settlement state beyond the simple form (lakeq.settlement)
     sv: int | None = None  # the record's write counter (None: never written by issue 9's code)
     dead_lettered: int = 0
+    run: int = 0  # locks in a row taken by folding the previous lock's ack into them (see may_fold)
 
     def state(self):
         """The record's :class:`lakeq.settlement.State` (a queue the owner never read: from ``start``)."""
@@ -67,6 +68,23 @@ def candidates(views: Iterable[QueueView], now: int, allowed: set[int] | None = 
     ]
     out.sort(key=lambda v: (-v.backlog, v.last_consumed_at, v.queue))
     return out
+
+
+FOLD_RUN = 16  # a queue is locked by folded acks at most this many times in a row, then ranked again
+
+
+def may_fold(run: int, fold_run: int = FOLD_RUN) -> bool:
+    """May a pull that acknowledges a receipt of this queue (``ack=``) lock the same queue again
+    in that same write, without ranking the topic's queues? Yes for the first ``fold_run`` locks in
+    a row (``run``: how many the record's current run already took): after that the pull ranks the
+    queues as any other pull (:func:`candidates`), so a consumer that always finds messages on its
+    queue still moves to a queue with more backlog, and queues it does not hold are not starved
+    when there are fewer consumers than busy queues.
+
+    >>> may_fold(0), may_fold(FOLD_RUN - 1), may_fold(FOLD_RUN)
+    (True, True, False)
+    """
+    return run < fold_run
 
 
 def next_lock_ts(now: int, previous_lock_ts: int) -> int:
