@@ -94,10 +94,15 @@ class Meter:
             self.calls: Counter = Counter()
             self.wru = 0.0
             self.rru = 0.0
+            self.units: Counter = Counter()  # "op WRU" / "op RRU" -> request units, per operation
 
     def snapshot(self):
         with self.lock:
             return Counter(self.calls), self.wru, self.rru
+
+    def units_snapshot(self) -> Counter:
+        with self.lock:
+            return Counter(self.units)
 
     def before(self, params, model, context, **_):
         # before-parameter-build: ``params`` are the API parameters (before-call only sees the
@@ -138,6 +143,10 @@ class Meter:
             self.calls[f"{service}.{op}"] += 1
             self.wru += wru
             self.rru += rru
+            if wru:
+                self.units[f"{op} WRU"] += wru
+            if rru:
+                self.units[f"{op} RRU"] += rru
 
 
 def install_hooks(meter: Meter) -> None:
@@ -227,9 +236,11 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
         list(ex.map(produce, range(total // batch)))
     t_prod = time.perf_counter() - t0
     prod_stats = meter.snapshot()
+    prod_units = meter.units_snapshot()
 
     consumed = Counter()
     lock = threading.Lock()
+    pulls = Counter()
 
     def consume(_):
         receipt = None
@@ -241,6 +252,10 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
             r = session().get(f"{base}/v1/topics/{topic}/messages", params=params, headers=hdr)
             r.raise_for_status()
             body = r.json()
+            with lock:
+                pulls["pulls"] += 1
+                pulls["with ack"] += receipt is not None
+                pulls["empty"] += not body["messages"]
             receipt = body["receipt"]
             with lock:
                 for m in body["messages"]:
@@ -257,8 +272,10 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
         list(ex.map(consume, range(threads)))
     t_cons = time.perf_counter() - t0
     cons_stats = meter.snapshot()
+    cons_units = meter.units_snapshot()
     assert len(consumed) == total_produced, "lost messages"
     assert max(consumed.values()) == 1, "a message was delivered twice"
+    lakeq_run.detail = (prod_units, cons_units, pulls)  # type: ignore[attr-defined]
     return t_prod, prod_stats, t_cons, cons_stats
 
 
@@ -325,7 +342,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small runs, under a minute")
     args = ap.parse_args()
     import faulthandler
-    faulthandler.dump_traceback_later(150, exit=True)
+    faulthandler.dump_traceback_later(150 if args.quick else 900, exit=True)  # a hung run ends with its stacks
     plan = [(1, 40), (10, 200), (100, 400)] if args.quick else [(1, 400), (10, 2000), (100, 6000)]
     threads, queues = 4, 4
     meter = Meter()
@@ -337,11 +354,13 @@ def main() -> None:
     print(f"# lakeq on the local stack (moto server, ~8 ms a call) vs SQS on the same moto server; "
           f"{threads} client threads, topic of {queues} queues, 100-byte random bodies without keys (one queue per request, as an SQS batch)")
     rows = []
+    details = []
     try:
         for batch, total in plan:
             print(f"# running batch {batch} ({total} messages)...", file=sys.stderr, flush=True)
             t_prod, (pc, pw, pr), t_cons, (cc, cw, cr) = lakeq_run(base, meter, batch, total, threads, queues,
                                                                    str(batch))
+            details.append((batch, total, *lakeq_run.detail))  # type: ignore[attr-defined]
             s_send, s_recv = sqs_run(sqs_url, batch, total, threads, str(batch))
             n = total
             rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
@@ -363,6 +382,14 @@ def main() -> None:
         for name, c, w, r in (("produce", pc, pw, pr), ("pull+ack", cc, cw, cr)):
             detail = ", ".join(f"{k.split('.')[1]} {v}" for k, v in sorted(c.items()))
             print(f"{batch:>5} {name:>10} {sum(c.values()) / n:>9.3f} {w / n:>8.3f} {r / n:>8.3f}  {detail}")
+    print()
+    print("## request units per batch, by operation (pulls: all pull requests of the run, with a piggybacked ack, empty)")
+    for batch, n, pu, cu, pulls in details:
+        for name, u in (("produce", pu), ("pull+ack", cu)):
+            detail = ", ".join(f"{k} {v * batch / n:.2f}" for k, v in sorted(u.items()))
+            print(f"{batch:>5} {name:>10}  {detail}")
+        print(f"{batch:>5} {'pulls':>10}  {pulls['pulls']} for {n // batch} batches ({pulls['with ack']} with ack=, "
+              f"{pulls['empty']} empty)")
     print()
     print("## dollars per million messages (produce + pull + ack), us-east-1 list prices")
     print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'SQS':>8} {'DynamoDB/SQS':>13}")

@@ -265,14 +265,20 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     commits the receipt's batch and locks the next one, instead of an ack write, the reads of every
     queue item and record, and a lock write.
 
-    Reads: the record (consistent GetItem) and the queue item (eventually consistent GetItem). The
-    ack is applied to the record's state in memory (:func:`lakeq.settlement.settle`, as
-    ``POST /v1/acks`` would); when it leaves nothing unsettled, the record's run of folded locks may
-    go on (:func:`lakeq.selection.may_fold`) and the queue has fresh messages, they are read and
-    locked in one write conditioned on the record being exactly as read (``sv``): the receipt's lock
-    still there, so nobody locked, settled or reset the queue meanwhile. The write also appends the
-    receipt to the record's ``acks``, so a retried ack is still told from a stale one. Otherwise the
-    ack is written alone (one conditional UpdateItem) and the pull goes on as usual (None).
+    Reads: the record (consistent GetItem) and the segments from its frontier (the Query every
+    read makes), not the queue item: the segment chain itself tells what follows the frontier (a
+    segment exists only once its conditional put succeeded; reading at or past a lagging
+    ``max_offset`` finds exactly the messages the log holds), and a frontier below ``min_offset``
+    (retention) meets a gap and reads nothing. The ack is applied to the record's state in memory
+    (:func:`lakeq.settlement.settle`, as ``POST /v1/acks`` would); when it leaves nothing
+    unsettled, the record's run of folded locks may go on (:func:`lakeq.selection.may_fold`) and
+    the queue has fresh messages, they are locked in one write conditioned on the record being
+    exactly as read (``sv``): the receipt's lock still there, so nobody locked, settled or reset
+    the queue meanwhile. The write also appends the receipt to the record's ``acks``, so a retried
+    ack is still told from a stale one. Otherwise the ack is written alone (one conditional
+    UpdateItem) and the pull goes on as usual (None). Delayed messages are not promoted by a folded
+    pull (it reads no queue item): the pulls that rank the queues, at least every
+    :data:`lakeq.selection.FOLD_RUN` + 1 locks of a queue, and the scheduled sweep do it.
 
     Whenever the receipt is not the record's lock, or the record moved between the read and the
     write, ``ack_alone()`` settles it as ``POST /v1/acks`` does: it raises its error (409
@@ -280,11 +286,10 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     the pull goes on as usual (None). Nothing is locked without its ack: the two are one write."""
     now = clock.now()
     rec = OffsetRepo.get(log.owner, queue)
-    meta = LogRepo.queue(log.name, queue, consistent=False) if rec is not None else None
-    if rec is None or meta is None:
+    if rec is None:
         ack_alone()
         return None
-    view = views_of([meta], {queue: rec})[0]
+    view = OffsetRepo.view_of(rec)
     try:
         out = settlement.settle(view.state(), receipt.timestamp, receipt.offset, receipt.next_offset)
     except (settlement.Stale, settlement.NotInBatch):
@@ -296,17 +301,15 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
     settled = acked.lock_next is None and not acked.pend and not acked.due
     if settled and may_fold(view.run):
-        log.promote([meta])  # due delayed messages of this queue join it first (as a poll's promotion)
-        if acked.frontier < int(meta.max_offset):
-            fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, int(meta.max_offset))
-            if fresh:
-                new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],
-                                      [m["_log_offset"] for m in fresh], frontier)
-                if OffsetRepo.write_state(log.owner, view, new, log.meta, now, lock_owner=log.lock_owner,
-                                          consumed=True, ack=key, run=view.run + 1):
-                    return _answer(log, queue, new, fresh)
-                ack_alone()  # the record moved since it was read: settle the receipt on its own
-                return None
+        fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)
+        if fresh:
+            new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],
+                                  [m["_log_offset"] for m in fresh], frontier)
+            if OffsetRepo.write_state(log.owner, view, new, log.meta, now, lock_owner=log.lock_owner,
+                                      consumed=True, ack=key, run=view.run + 1):
+                return _answer(log, queue, new, fresh)
+            ack_alone()  # the record moved since it was read: settle the receipt on its own
+            return None
     if not OffsetRepo.write_state(log.owner, view, acked, None, now, consumed=True, ack=key):
         ack_alone()
     return None

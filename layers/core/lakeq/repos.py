@@ -40,7 +40,7 @@ from .produce_plan import (  # noqa: F401
     segment_item_bytes,
 )
 from .receipts import Receipt
-from .selection import QueueView, ack_key, kept_acks
+from .selection import QueueView, ack_key, kept_acks, segments_wanted
 
 DEDUP_TTL_S = 24 * 3600
 CONDITION_FAILED = "ConditionalCheckFailed"
@@ -307,6 +307,17 @@ class ClientRepo:
         return c if update_if(c, actions, ClientModel.name.exists() & (ClientModel.role == "consumer")) else None
 
 
+_segment_sizes: dict[str, int] = {}  # pq -> messages in the last segment this container read there
+SEGMENT_SIZES_MAX = 4096
+
+
+def remember_segment_size(pq_: str, count: int) -> None:
+    """Note how many messages a segment of queue ``pq_`` held (the next read's first page size)."""
+    if len(_segment_sizes) >= SEGMENT_SIZES_MAX and pq_ not in _segment_sizes:
+        _segment_sizes.clear()
+    _segment_sizes[pq_] = count
+
+
 class LogRepo:
     @staticmethod
     def pq(topic: str, queue: int) -> str:
@@ -466,9 +477,15 @@ class LogRepo:
         are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
         previous batch ended mid-segment), one more Query, newest first, for the segment that
         contains it. Eventually consistent: a segment not yet visible only shortens the batch
-        (the caller stops at the first gap)."""
+        (the caller stops at the first gap).
+
+        The forward Query's first page asks for as many segments as the batch should need
+        (:func:`lakeq.selection.segments_wanted`, from the messages per segment this container
+        last read on the queue; 8 when it read none): a Query is billed for every item it reads,
+        and a page of 8 segments of a hundred messages was ~10 times what a batch of a hundred
+        needs. Further pages (when the segments are smaller than that) ask for 8 as before."""
         pq = cls.pq(topic, queue)
-        forward = SegmentModel.query(pq, SegmentModel.base >= start, page_size=8)
+        forward = cls._forward(pq, start, segments_wanted(max_offsets, _segment_sizes.get(pq)))
         first = next(forward, None)
         if first is None or int(first.base) > start:
             for item in SegmentModel.query(pq, SegmentModel.base < start, scan_index_forward=False, limit=1):
@@ -483,10 +500,25 @@ class LogRepo:
         items = [first] if first is not None else []
         for item in itertools.chain(items, forward):
             s = cls._segment(item)
+            remember_segment_size(pq, s.count)
             yield s
             covered += s.end - max(start, s.base)
             if covered >= max_offsets:
                 return
+
+    @staticmethod
+    def _forward(pq: str, start: int, first_page: int):
+        """The segments from ``start`` on, in order: a first Query page of ``first_page`` items,
+        then pages of 8."""
+        page = SegmentModel.query(pq, SegmentModel.base >= start, limit=first_page, page_size=first_page)
+        n = 0
+        for item in page:
+            n += 1
+            yield item
+        if n < first_page or page.last_evaluated_key is None:
+            return
+        yield from SegmentModel.query(pq, SegmentModel.base >= start, page_size=8,
+                                      last_evaluated_key=page.last_evaluated_key)
 
     @staticmethod
     def _segment(item: SegmentModel) -> seg.Segment:

@@ -73,7 +73,7 @@ def candidates(views: Iterable[QueueView], now: int, allowed: set[int] | None = 
 FOLD_RUN = 16  # a queue is locked by folded acks at most this many times in a row, then ranked again
 
 
-def may_fold(run: int, fold_run: int = FOLD_RUN) -> bool:
+def may_fold(run: int, fold_run: int | None = None) -> bool:
     """May a pull that acknowledges a receipt of this queue (``ack=``) lock the same queue again
     in that same write, without ranking the topic's queues? Yes for the first ``fold_run`` locks in
     a row (``run``: how many the record's current run already took): after that the pull ranks the
@@ -84,7 +84,7 @@ def may_fold(run: int, fold_run: int = FOLD_RUN) -> bool:
     >>> may_fold(0), may_fold(FOLD_RUN - 1), may_fold(FOLD_RUN)
     (True, True, False)
     """
-    return run < fold_run
+    return run < (FOLD_RUN if fold_run is None else fold_run)
 
 
 def next_lock_ts(now: int, previous_lock_ts: int) -> int:
@@ -118,3 +118,21 @@ def may_ack(lock_ts: int, committed: int, receipt_ts: int, receipt_offset: int) 
     offset is still the receipt's offset (also after the visibility timeout, while no newer
     pull has re-locked the queue)."""
     return lock_ts == receipt_ts and committed == receipt_offset
+
+
+SEGMENTS_PAGE = 8  # segments a log read asks for per Query page when it knows nothing better
+
+
+def segments_wanted(offsets: int, per_segment: int | None) -> int:
+    """How many segments a read of ``offsets`` offsets should ask for in its first Query page
+    (a Query is billed for every item it reads), when the queue's segments were last seen holding
+    ``per_segment`` messages (None: not known).
+
+    >>> segments_wanted(100, 100), segments_wanted(10, 10), segments_wanted(10, 3), segments_wanted(1, None)
+    (1, 1, 4, 8)
+    >>> segments_wanted(32, 1), segments_wanted(0, 5)
+    (8, 1)
+    """
+    if per_segment is None or per_segment < 1:
+        return SEGMENTS_PAGE
+    return max(1, min(SEGMENTS_PAGE, -(-offsets // per_segment)))
