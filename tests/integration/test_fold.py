@@ -10,6 +10,7 @@ and that runs of folded locks end (the queues are ranked again).
 """
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 
 import pytest
@@ -32,7 +33,7 @@ def produce(api, key, n, k="k"):
 
 def pull(api, key, **q):
     q.setdefault("group", "risk")
-    return api.call("GET", T, query=q, key=key)
+    return api.call("GET", q.pop("path", T), query=q, key=key)
 
 
 def record(queue):
@@ -186,3 +187,42 @@ def test_a_read_asks_for_the_segments_its_batch_needs(api, setup):
         segs = list(LogRepo.read("quotes/sh", q, 20, 12))
     assert [(s.base, s.count) for s in segs] == [(20, 10), (30, 1), (31, 1)]
     assert r.queries[0] == (2, 2) and r.queries[1][0] == 8, r.queries
+
+
+def test_a_member_folds_only_into_a_queue_it_is_assigned(api, setup, clock):
+    """A member pull folds the ack into its lock only on a queue the member serves; a receipt of a
+    queue it does not serve (a group's receipt may be acked by any of its members) is acked alone
+    and the member is served from its own queues."""
+    from tests.integration.test_groups_handlers import join, sync, unwire
+    k = setup["risk"]
+    ma = join(api, k, {"topics": ["quotes"], "session_timeout_ms": 10_000})[1]["member_id"]
+    r = sync(api, k, ma, 1)[1]
+    clock.t += 100
+    join(api, k, {"member_id": "mb", "topics": ["quotes"]})
+    sync(api, k, "mb", 2)
+    join(api, k, {"member_id": ma, "topics": ["quotes"], "owned": r["assignment"]})
+    ra = unwire(sync(api, k, ma, 2)[1]["assignment"])
+    rb = unwire(sync(api, k, "mb", 2)[1]["assignment"])
+    topic = next(t for t in ("quotes", "quotes/sh") if any(x == t for x, _ in ra) and any(x == t for x, _ in rb))
+    n = 4 if topic == "quotes" else 2
+    qa = min(q for t, q in ra if t == topic)
+    qb = min(q for t, q in rb if t == topic)
+    path = "/v1/topics/" + topic.replace("/", "%2F") + "/messages"
+    keys = {}
+    for i in range(200):  # a key for each of the topic's queues
+        keys.setdefault(zlib.crc32(f"k{i}".encode()) % n, f"k{i}")
+    for q in (qa, qb):
+        s, _ = api.call("POST", path, {"producer": "feed", "messages": [{"body": "x", "key": keys[q]}] * 3},
+                        key=setup["feed"])
+        assert s == 200
+    s, b1 = pull(api, k, path=path, max=1, member_id=ma)
+    assert s == 200 and b1["messages"][0]["queue"] == qa
+    with CountCalls() as c:
+        s, b2 = pull(api, k, path=path, max=1, member_id=ma, ack=b1["receipt"])
+    assert s == 200 and [(m["queue"], m["offset"]) for m in b2["messages"]] == [(qa, 1)]
+    assert ops(c.calls)["UpdateItem"] == 1  # folded
+    s, b3 = pull(api, k, path=path, max=1, member_id="mb", ack=b2["receipt"])  # mb does not serve qa
+    assert s == 200 and [(m["queue"], m["offset"]) for m in b3["messages"]] == [(qb, 0)]
+    rec = OffsetModel.get(OffsetRepo.owner("risk", topic), qa, consistent_read=True)
+    assert (int(rec.committed_offset), rec.lock_next, int(rec.lock_until)) == (2, None, 0)  # acked alone
+    assert ":".join(b2["receipt"].split(":")[-3:]) in rec.acks
