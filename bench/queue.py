@@ -15,7 +15,7 @@ What runs (all on this machine, in this process except moto's server):
   (SendMessageBatch / ReceiveMessage / DeleteMessageBatch, batches of up to 10), for throughput;
   and SQS's price for the same batch sizes.
 
-    python bench/queue.py [--quick]
+    python bench/queue.py [--quick] [--plan 1:200,10:1000]
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import argparse
+import itertools
 import math
 import os
 import platform
@@ -94,10 +95,15 @@ class Meter:
             self.calls: Counter = Counter()
             self.wru = 0.0
             self.rru = 0.0
+            self.by_op: Counter = Counter()  # "op WRU" / "op RRU" -> request units, per operation
 
     def snapshot(self):
         with self.lock:
             return Counter(self.calls), self.wru, self.rru
+
+    def units_snapshot(self) -> Counter:
+        with self.lock:
+            return Counter(self.by_op)
 
     def before(self, params, model, context, **_):
         # before-parameter-build: ``params`` are the API parameters (before-call only sees the
@@ -112,6 +118,10 @@ class Meter:
             self.calls[f"{service}.{op}"] += 1
             self.wru += wru
             self.rru += rru
+            if wru:
+                self.by_op[f"{op} WRU"] += wru
+            if rru:
+                self.by_op[f"{op} RRU"] += rru
 
     @staticmethod
     def units(service: str, op: str, params: dict, parsed: dict) -> tuple[float, float]:
@@ -159,10 +169,35 @@ def install_hooks(meter: Meter) -> None:
     botocore.session.Session.create_client = create_client
 
 
+class PerRequest:
+    """WSGI middleware, inside ``Serialised`` (one handler invocation at a time): the meter's WRU and
+    RRU spent by each request that names itself with an ``X-Bench-Id`` header (the client reads
+    them back, to tell the cost of pulls that came back empty from the rest)."""
+
+    def __init__(self, app, meter: Meter):
+        self.app, self.meter = app, meter
+        self.spent: dict[str, tuple[float, float]] = {}
+
+    def __call__(self, environ, start_response):
+        rid = environ.get("HTTP_X_BENCH_ID")
+        _, w0, r0 = self.meter.snapshot()
+        body = self.app(environ, start_response)
+        try:
+            data = b"".join(body)
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+        if rid:
+            _, w1, r1 = self.meter.snapshot()
+            self.spent[rid] = (w1 - w0, r1 - r0)
+        return [data]
+
+
 # --- the stack ------------------------------------------------------------------------------------
-def start_stack(wrap=None):
-    """moto's server + lakeq's gateway on loopback ports; ``wrap``: a WSGI middleware put around the
-    gateway, inside the one-invocation-at-a-time lock."""
+def start_stack(meter: Meter | None = None, wrap=None):
+    """moto's server + lakeq's gateway on loopback ports; ``meter``: count each request's units
+    (:class:`PerRequest`); ``wrap``: a WSGI middleware put around the gateway, inside the
+    one-invocation-at-a-time lock."""
     from infra.local import template as tpl
     from infra.local.__main__ import free_port, start_moto, wait_for_moto
 
@@ -193,9 +228,16 @@ def start_stack(wrap=None):
     # Lambda): in this one process, handler invocations run one at a time
     from infra.local.moto_serial import Serialised
 
-    server = make_server("127.0.0.1", 0, Serialised(wrap(gateway) if wrap else gateway), threaded=True)
+    global PER_REQUEST
+    app = gateway
+    if meter is not None:
+        app = PER_REQUEST = PerRequest(gateway, meter)
+    server = make_server("127.0.0.1", 0, Serialised(wrap(app) if wrap else app), threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return moto, server, f"http://127.0.0.1:{server.server_port}"
+
+
+PER_REQUEST: PerRequest | None = None
 
 
 # --- workloads ------------------------------------------------------------------------------------
@@ -235,20 +277,32 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
         list(ex.map(produce, range(total // batch)))
     t_prod = time.perf_counter() - t0
     prod_stats = meter.snapshot()
+    prod_units = meter.units_snapshot()
 
     consumed = Counter()
     lock = threading.Lock()
+    pulls = Counter()
+    empty_units = [0.0, 0.0]  # WRU, RRU of the pulls that came back empty
 
-    def consume(_):
+    def consume(i):
         receipt = None
         hdr = {"Authorization": f"Bearer {cons}"}
-        while True:
+        for k in itertools.count():
             params = {"group": f"c{tag}", "max": batch}
             if receipt:
                 params["ack"] = receipt
-            r = session().get(f"{base}/v1/topics/{topic}/messages", params=params, headers=hdr)
+            rid = f"{tag}-{i}-{k}"
+            r = session().get(f"{base}/v1/topics/{topic}/messages", params=params, headers={**hdr, "X-Bench-Id": rid})
             r.raise_for_status()
             body = r.json()
+            spent = PER_REQUEST.spent.pop(rid, (0.0, 0.0))  # type: ignore[union-attr]
+            with lock:
+                pulls["pulls"] += 1
+                pulls["with ack"] += receipt is not None
+                pulls["empty"] += not body["messages"]
+                if not body["messages"]:
+                    empty_units[0] += spent[0]
+                    empty_units[1] += spent[1]
             receipt = body["receipt"]
             with lock:
                 for m in body["messages"]:
@@ -265,8 +319,10 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
         list(ex.map(consume, range(threads)))
     t_cons = time.perf_counter() - t0
     cons_stats = meter.snapshot()
+    cons_units = meter.units_snapshot()
     assert len(consumed) == total_produced, "lost messages"
     assert max(consumed.values()) == 1, "a message was delivered twice"
+    lakeq_run.detail = (prod_units, cons_units, pulls, tuple(empty_units))  # type: ignore[attr-defined]
     return t_prod, prod_stats, t_cons, cons_stats
 
 
@@ -331,25 +387,30 @@ def sqs_price_per_million(batch: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small runs, under a minute")
+    ap.add_argument("--plan", help="batch:messages,... instead of the default runs (e.g. 1:200,10:1000)")
     args = ap.parse_args()
     import faulthandler
-    faulthandler.dump_traceback_later(150, exit=True)
+    faulthandler.dump_traceback_later(150 if args.quick else 900, exit=True)  # a hung run ends with its stacks
     plan = [(1, 40), (10, 200), (100, 400)] if args.quick else [(1, 400), (10, 2000), (100, 6000)]
+    if args.plan:
+        plan = [tuple(int(x) for x in part.split(":")) for part in args.plan.split(",")]  # type: ignore[misc]
     threads, queues = 4, 4
     meter = Meter()
     install_hooks(meter)
-    moto, server, base = start_stack()
+    moto, server, base = start_stack(meter)
     sqs_proc, sqs_url = start_sqs_server()
     print(f"# machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}, "
           f"{platform.platform()}")
     print(f"# lakeq on the local stack (moto server, ~8 ms a call) vs SQS on the same moto server; "
           f"{threads} client threads, topic of {queues} queues, 100-byte random bodies without keys (one queue per request, as an SQS batch)")
     rows = []
+    details = []
     try:
         for batch, total in plan:
             print(f"# running batch {batch} ({total} messages)...", file=sys.stderr, flush=True)
             t_prod, (pc, pw, pr), t_cons, (cc, cw, cr) = lakeq_run(base, meter, batch, total, threads, queues,
                                                                    str(batch))
+            details.append((batch, total, *lakeq_run.detail))  # type: ignore[attr-defined]
             s_send, s_recv = sqs_run(sqs_url, batch, total, threads, str(batch))
             n = total
             rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
@@ -372,18 +433,31 @@ def main() -> None:
             detail = ", ".join(f"{k.split('.')[1]} {v}" for k, v in sorted(c.items()))
             print(f"{batch:>5} {name:>10} {sum(c.values()) / n:>9.3f} {w / n:>8.3f} {r / n:>8.3f}  {detail}")
     print()
+    print("## request units per batch, by operation (pulls: all pull requests of the run, with a piggybacked ack, empty)")
+    for batch, n, pu, cu, pulls, _ in details:
+        for name, u in (("produce", pu), ("pull+ack", cu)):
+            detail = ", ".join(f"{k} {v * batch / n:.2f}" for k, v in sorted(u.items()))
+            print(f"{batch:>5} {name:>10}  {detail}")
+        print(f"{batch:>5} {'pulls':>10}  {pulls['pulls']} for {n // batch} batches ({pulls['with ack']} with ack=, "
+              f"{pulls['empty']} empty)")
+    print()
     print("## dollars per million messages (produce + pull + ack), us-east-1 list prices")
-    print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'SQS':>8} {'DynamoDB/SQS':>13}")
-    for batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr in rows:
+    print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'SQS':>8} {'DynamoDB/SQS':>13} "
+          f"{'w/o empty pulls**':>18} {'/SQS':>6}")
+    for (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), (*_, (ew, er)) in zip(rows, details):
         ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
+        busy = ((pw + cw - ew) * PRICE_WRU + (pr + cr - er) * PRICE_RRU) / n * 1e6
         # produce: 1 HTTP request per batch; pull: 1 per batch (the ack rides on the next pull)
         reqs = 2 / batch
         per_req = PRICE_HTTP_API_REQUEST + PRICE_LAMBDA_REQUEST + LAMBDA_MB / 1024 * LAMBDA_MS_ESTIMATE / 1000 * PRICE_LAMBDA_GBS_ARM
         allin = ddb + reqs * per_req * 1e6
         sqs = sqs_price_per_million(batch)
-        print(f"{batch:>5} {ddb:>15.3f} {allin:>14.3f} {sqs:>8.3f} {ddb / sqs:>13.2f}")
+        print(f"{batch:>5} {ddb:>15.3f} {allin:>14.3f} {sqs:>8.3f} {ddb / sqs:>13.2f} {busy:>18.3f} {busy / sqs:>6.2f}")
     print("* all-in adds API Gateway HTTP API and Lambda requests (2 per batch) and an estimated "
           f"{LAMBDA_MS_ESTIMATE} ms x {LAMBDA_MB} MB arm64 per invocation")
+    print("** the DynamoDB cost without the pulls that came back empty (threads waiting at the end of a run for "
+          "the last batches others hold; their number depends on timing), as SQS's price above counts no empty "
+          "receive")
 
 
 if __name__ == "__main__":

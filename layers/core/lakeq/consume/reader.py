@@ -23,7 +23,7 @@ from lakeq.contract import validation as v
 from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
-from lakeq.log.selection import QueueView, candidates, next_lock_ts
+from lakeq.log.selection import QueueView, ack_key, candidates, may_fold, next_lock_ts
 from lakeq.store.repos import LogRepo, OffsetRepo
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
@@ -251,8 +251,73 @@ def redeliver(reader: LogReader, queue: int, offsets: Iterable[int], budget: Byt
     return out, True
 
 
+def _answer(log: Log, queue: int, new: settlement.State, batch: list[dict]) -> dict:
+    """A pull's answer: ``batch`` as locked by ``new`` (its deliveries from the state)."""
+    for m in batch:
+        m["deliveries"] = new.pend[m["_log_offset"]]
+    receipt = Receipt(broker(), log.queue_field(queue), new.lock_from, new.lock_next, new.lock_ts)
+    return {"messages": [message_out(m) for m in batch], "receipt": str(receipt)}
+
+
+def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object], visibility_ms: int,
+         req: v.PullRequest) -> dict | None:
+    """A pull's piggybacked ack (``ack=``, a whole-batch ack of ``receipt``, a lock of ``queue`` of
+    this very log) folded into the pull's lock of the same queue: one conditional UpdateItem that
+    commits the receipt's batch and locks the next one, instead of an ack write, the reads of every
+    queue item and record, and a lock write.
+
+    Reads: the record (consistent GetItem) and the segments from its frontier (the Query every
+    read makes), not the queue item: the segment chain itself tells what follows the frontier (a
+    segment exists only once its conditional put succeeded; reading at or past a lagging
+    ``max_offset`` finds exactly the messages the log holds), and a frontier below ``min_offset``
+    (retention) meets a gap and reads nothing. The ack is applied to the record's state in memory
+    (:func:`lakeq.log.settlement.settle`, as ``POST /v1/acks`` would); when it leaves nothing
+    unsettled, the record's run of folded locks may go on (:func:`lakeq.log.selection.may_fold`) and
+    the queue has fresh messages, they are locked in one write conditioned on the record being
+    exactly as read (``sv``): the receipt's lock still there, so nobody locked, settled or reset
+    the queue meanwhile. The write also appends the receipt to the record's ``acks``, so a retried
+    ack is still told from a stale one. Otherwise the ack is written alone (one conditional
+    UpdateItem) and the pull goes on as usual (None). Delayed messages are not promoted by a folded
+    pull (it reads no queue item): the pulls that rank the queues, at least every
+    :data:`lakeq.log.selection.FOLD_RUN` + 1 locks of a queue, and the scheduled sweep do it.
+
+    Whenever the receipt is not the record's lock, or the record moved between the read and the
+    write, ``ack_alone()`` settles it as ``POST /v1/acks`` does: it raises its error (409
+    ``stale_receipt``, the pull serves nothing, as API.md says) or answers a remembered retry, and
+    the pull goes on as usual (None). Nothing is locked without its ack: the two are one write."""
+    now = clock.now()
+    rec = OffsetRepo.get(log.owner, queue)
+    if rec is None:
+        ack_alone()
+        return None
+    view = OffsetRepo.view_of(rec)
+    try:
+        out = settlement.settle(view.state(), receipt.timestamp, receipt.offset, receipt.next_offset)
+    except (settlement.Stale, settlement.NotInBatch):
+        ack_alone()
+        return None
+    if not out.changed:  # a retry of an ack already written: nothing to write
+        return None
+    acked = out.state
+    key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+    settled = acked.lock_next is None and not acked.pend and not acked.due
+    if settled and may_fold(view.run):
+        fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)
+        if fresh:
+            new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],
+                                  [m["_log_offset"] for m in fresh], frontier)
+            if OffsetRepo.write_state(log.owner, view, new, log.meta, now, lock_owner=log.lock_owner,
+                                      consumed=True, ack=key, run=view.run + 1):
+                return _answer(log, queue, new, fresh)
+            ack_alone()  # the record moved since it was read: settle the receipt on its own
+            return None
+    if not OffsetRepo.write_state(log.owner, view, acked, None, now, consumed=True, ack=key):
+        ack_alone()
+    return None
+
+
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
-            policy: Policy | None = None) -> dict:
+            policy: Policy | None = None, folded: tuple[Receipt, int, Callable[[], object]] | None = None) -> dict:
     """The pull loop shared by topic queues and subscription lists (SPEC §1): per poll, promote
     (:meth:`Log.promote`), choose, read, lock with a conditional write, answer; long-poll until
     ``wait_ms`` passes.
@@ -261,8 +326,15 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     ended) are served first, lowest offset first, then fresh ones from the frontier; with
     ``max_deliveries``, the suspects of a lock that ended unsettled one at a time (poison
     isolation, :mod:`lakeq.log.settlement`); entries due for the dead-letter path are finished
-    first (:func:`lakeq.consume.settle.flush_due`). ``policy``: the consumer's dead-letter settings."""
+    first (:func:`lakeq.consume.settle.flush_due`). ``policy``: the consumer's dead-letter settings.
+    ``folded``: (receipt, its queue, the ack on its own) of a piggybacked ack to fold into this
+    pull's lock (:func:`fold`) before the first poll."""
     policy = policy or Policy()
+    if folded is not None:
+        receipt, queue, ack_alone = folded
+        out = fold(log, receipt, queue, ack_alone, visibility_ms, req)
+        if out is not None:
+            return out
     owner, meta = log.owner, log.meta
     whole = log.reader(None)  # unfiltered: the dead-letter path copies any message
     reader = log.reader(req.tags)
@@ -316,11 +388,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
                                   [m["_log_offset"] for m in fresh], frontier)
             if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner):
                 continue
-            batch = again + fresh
-            for m in batch:
-                m["deliveries"] = new.pend[m["_log_offset"]]
-            receipt = Receipt(broker(), log.queue_field(view.queue), new.lock_from, new.lock_next, ts)
-            return {"messages": [message_out(m) for m in batch], "receipt": str(receipt)}
+            return _answer(log, view.queue, new, again + fresh)
         if progressed:
             continue
         remaining = deadline - clock.now()

@@ -64,14 +64,15 @@ STALE = "the receipt is stale: the queue was locked again, acknowledged or reset
 
 
 def _group_receipt(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
-                   use: str) -> tuple[str, int, str]:
+                   use: str, known: TopicModel | None = None) -> tuple[str, int, str]:
     """The checks every use of a group's receipt makes (ack, visibility), in API.md's order:
     not a subscription's (400), its topic exists (404), the key may act (403), the instance (400).
-    Returns (topic, queue, offsets owner); 409 ``stale_receipt`` for another broker's receipt."""
+    Returns (topic, queue, offsets owner); 409 ``stale_receipt`` for another broker's receipt.
+    ``known``: a topic item this request already read (a pull's), used when it is the receipt's."""
     if receipt.subscription is not None:
         raise BadRequest(f"this receipt is for a subscription; {use} it with 'subscription'")
     topic, q = receipt.topic_queue
-    t = TopicRepo.get(topic)
+    t = known if known is not None and known.name == topic else TopicRepo.get(topic)
     if t is None:
         raise NotFound(f"topic '{topic}' of the receipt does not exist")
     authorize(p, group, topic)
@@ -166,15 +167,27 @@ def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None) ->
     allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
     authorize(p, group, topic)
     client_id = _instance(group, req.client_id)
-    if ack_receipt is not None:
-        _ack_group(p, group, client_id, ack_receipt)
     log = log_of(t)
     owner = OffsetRepo.owner(group.name, log, client_id)
+    policy = settling.policy_of(group)
+    folded = None
+    if ack_receipt is not None:
+        # the receipt's checks (the pull's topic item serves them when it is the receipt's topic)
+        _, q, ack_owner = _group_receipt(p, group, client_id, ack_receipt, "acknowledge", known=t)
+
+        def ack_alone() -> dict:
+            return settling.settle(ack_owner, q, ack_receipt, Outcomes(), policy,
+                                   topic_reader(ack_receipt.log, None), _clock.now(), STALE)
+
+        if ack_owner == owner and ack_receipt.log == log and not req.tags and (allowed is None or q in allowed):
+            folded = (ack_receipt, q, ack_alone)  # the ack goes into this pull's lock write (reader.fold)
+        else:
+            ack_alone()
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
     lock_owner = req.member_id or client_id or "-"
     return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner),
                    req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
-                   policy=settling.policy_of(group))
+                   policy=policy, folded=folded)
 
 
 # --- offsets --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ class QueueView:
     settle: str | None = None  # the record's settlement state beyond the simple form (lakeq.log.settlement)
     sv: int | None = None  # the record's write counter (None: never written by issue 9's code)
     dead_lettered: int = 0
+    run: int = 0  # locks in a row taken by folding the previous lock's ack into them (see may_fold)
 
     def state(self):
         """The record's :class:`lakeq.log.settlement.State` (a queue the owner never read: from ``start``)."""
@@ -69,6 +70,23 @@ def candidates(views: Iterable[QueueView], now: int, allowed: set[int] | None = 
     return out
 
 
+FOLD_RUN = 16  # a queue is locked by folded acks at most this many times in a row, then ranked again
+
+
+def may_fold(run: int, fold_run: int | None = None) -> bool:
+    """May a pull that acknowledges a receipt of this queue (``ack=``) lock the same queue again
+    in that same write, without ranking the topic's queues? Yes for the first ``fold_run`` locks in
+    a row (``run``: how many the record's current run already took): after that the pull ranks the
+    queues as any other pull (:func:`candidates`), so a consumer that always finds messages on its
+    queue still moves to a queue with more backlog, and queues it does not hold are not starved
+    when there are fewer consumers than busy queues.
+
+    >>> may_fold(0), may_fold(FOLD_RUN - 1), may_fold(FOLD_RUN)
+    (True, True, False)
+    """
+    return run < (FOLD_RUN if fold_run is None else fold_run)
+
+
 def next_lock_ts(now: int, previous_lock_ts: int) -> int:
     """The new lock timestamp: ``now``, but strictly greater than the previous one."""
     return max(now, previous_lock_ts + 1)
@@ -100,3 +118,21 @@ def may_ack(lock_ts: int, committed: int, receipt_ts: int, receipt_offset: int) 
     offset is still the receipt's offset (also after the visibility timeout, while no newer
     pull has re-locked the queue)."""
     return lock_ts == receipt_ts and committed == receipt_offset
+
+
+SEGMENTS_PAGE = 8  # segments a log read asks for per Query page when it knows nothing better
+
+
+def segments_wanted(offsets: int, per_segment: int | None) -> int:
+    """How many segments a read of ``offsets`` offsets should ask for in its first Query page
+    (a Query is billed for every item it reads), when the queue's segments were last seen holding
+    ``per_segment`` messages (None: not known).
+
+    >>> segments_wanted(100, 100), segments_wanted(10, 10), segments_wanted(10, 3), segments_wanted(1, None)
+    (1, 1, 4, 8)
+    >>> segments_wanted(32, 1), segments_wanted(0, 5)
+    (8, 1)
+    """
+    if per_segment is None or per_segment < 1:
+        return SEGMENTS_PAGE
+    return max(1, min(SEGMENTS_PAGE, -(-offsets // per_segment)))

@@ -193,6 +193,9 @@ class OffsetModel(Model):
     settle = UnicodeAttribute(null=True)
     dead_lettered = NumberAttribute(null=True)
     sv = NumberAttribute(null=True)
+    # How many locks in a row were taken by a pull that folded the previous lock's ack into its
+    # lock write (lakeq.log.selection.may_fold); absent after a lock chosen by ranking the queues.
+    run = NumberAttribute(null=True)
 
 
 class GroupModel(Model):

@@ -29,7 +29,7 @@ from lakeq.log.produce_plan import (  # noqa: F401
     segment_item_bytes,
 )
 from lakeq.log.receipts import Receipt
-from lakeq.log.selection import QueueView, ack_key, kept_acks
+from lakeq.log.selection import QueueView, ack_key, kept_acks, segments_wanted
 from lakeq.store.models import (
     ClientModel,
     DedupModel,
@@ -307,6 +307,17 @@ class ClientRepo:
         return c if update_if(c, actions, ClientModel.name.exists() & (ClientModel.role == "consumer")) else None
 
 
+_segment_sizes: dict[str, int] = {}  # pq -> messages in the last segment this container read there
+SEGMENT_SIZES_MAX = 4096
+
+
+def remember_segment_size(pq_: str, count: int) -> None:
+    """Note how many messages a segment of queue ``pq_`` held (the next read's first page size)."""
+    if len(_segment_sizes) >= SEGMENT_SIZES_MAX and pq_ not in _segment_sizes:
+        _segment_sizes.clear()
+    _segment_sizes[pq_] = count
+
+
 class LogRepo:
     @staticmethod
     def pq(topic: str, queue: int) -> str:
@@ -466,9 +477,15 @@ class LogRepo:
         are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
         previous batch ended mid-segment), one more Query, newest first, for the segment that
         contains it. Eventually consistent: a segment not yet visible only shortens the batch
-        (the caller stops at the first gap)."""
+        (the caller stops at the first gap).
+
+        The forward Query's first page asks for as many segments as the batch should need
+        (:func:`lakeq.log.selection.segments_wanted`, from the messages per segment this container
+        last read on the queue; 8 when it read none): a Query is billed for every item it reads,
+        and a page of 8 segments of a hundred messages was ~10 times what a batch of a hundred
+        needs. Further pages (when the segments are smaller than that) ask for 8 as before."""
         pq = cls.pq(topic, queue)
-        forward = SegmentModel.query(pq, SegmentModel.base >= start, page_size=8)
+        forward = cls._forward(pq, start, segments_wanted(max_offsets, _segment_sizes.get(pq)))
         first = next(forward, None)
         if first is None or int(first.base) > start:
             for item in SegmentModel.query(pq, SegmentModel.base < start, scan_index_forward=False, limit=1):
@@ -483,10 +500,25 @@ class LogRepo:
         items = [first] if first is not None else []
         for item in itertools.chain(items, forward):
             s = cls._segment(item)
+            remember_segment_size(pq, s.count)
             yield s
             covered += s.end - max(start, s.base)
             if covered >= max_offsets:
                 return
+
+    @staticmethod
+    def _forward(pq: str, start: int, first_page: int):
+        """The segments from ``start`` on, in order: a first Query page of ``first_page`` items,
+        then pages of 8."""
+        page = SegmentModel.query(pq, SegmentModel.base >= start, limit=first_page, page_size=first_page)
+        n = 0
+        for item in page:
+            n += 1
+            yield item
+        if n < first_page or page.last_evaluated_key is None:
+            return
+        yield from SegmentModel.query(pq, SegmentModel.base >= start, page_size=8,
+                                      last_evaluated_key=page.last_evaluated_key)
 
     @staticmethod
     def _segment(item: SegmentModel) -> seg.Segment:
@@ -634,16 +666,19 @@ class OffsetRepo:
         return QueueView(int(rec.queue), min_offset, max_offset, int(rec.committed_offset), int(rec.lock_ts),
                          int(rec.lock_until), int(rec.last_consumed_at), tuple(rec.acks or ()),
                          None if rec.lock_next is None else int(rec.lock_next), rec.settle,
-                         None if rec.sv is None else int(rec.sv), int(rec.dead_lettered or 0))
+                         None if rec.sv is None else int(rec.sv), int(rec.dead_lettered or 0), int(rec.run or 0))
 
     @classmethod
     def write_state(cls, owner: str, view: QueueView, state, meta: dict | None, now: int, *,
-                    lock_owner: str | None = None, consumed: bool = False, ack: str | None = None) -> bool:
+                    lock_owner: str | None = None, consumed: bool = False, ack: str | None = None,
+                    run: int | None = None) -> bool:
         """Store a :class:`lakeq.log.settlement.State` on the record ``view`` was read from, if it is
         still exactly that (:meth:`_expect`): committed offset, lock, ``settle`` (removed in the
         simple form), ``dead_lettered``; ``lock_owner`` for a new lock (which also trims ``acks``),
-        ``ack`` appended to ``acks`` (a whole-batch ack). One conditional UpdateItem; False when the
-        record moved meanwhile."""
+        ``ack`` appended to ``acks`` (a whole-batch ack; with ``lock_owner``: the previous lock's
+        ack folded into the new lock, :func:`lakeq.consume.reader.fold`), ``run`` the new lock's place in
+        a run of folded locks (with ``lock_owner`` and no ``run``: the run ends). One conditional
+        UpdateItem; False when the record moved meanwhile."""
         from lakeq.log.settlement import to_settle
         raw = to_settle(state)
         actions = [OffsetModel.committed_offset.set(state.committed), OffsetModel.lock_ts.set(state.lock_ts),
@@ -656,12 +691,15 @@ class OffsetRepo:
             actions.append(OffsetModel.dead_lettered.set(state.dead_lettered))
         if lock_owner is not None:
             actions.append(OffsetModel.lock_owner.set(lock_owner))
+            actions.append(OffsetModel.run.remove() if run is None else OffsetModel.run.set(run))
             kept = kept_acks(view.acks, cls.ACKS_KEPT)
-            if kept is not None:
+            if ack is not None:  # one path may be set once: the kept acks and the folded one together
+                actions.append(OffsetModel.acks.set(list(view.acks if kept is None else kept) + [ack]))
+            elif kept is not None:
                 actions.append(OffsetModel.acks.set(kept))
         if consumed:
             actions.append(OffsetModel.last_consumed_at.set(now))
-        if ack is not None:
+        if ack is not None and lock_owner is None:
             actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
         if view.committed is None and meta:
             actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
