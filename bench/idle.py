@@ -426,7 +426,7 @@ def main() -> None:
     from lakeq.common import clock as lakeq_clock
     from lakeq.consume import reader as logread
     from lakeq.sqs import keys as sqs_keys
-    from lakeq.sqs import service as sqs_service
+    from lakeq.sqs import handler as sqs_service
 
     lq_auth.clear_caches()
     sqs_keys.clear_caches()

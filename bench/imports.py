@@ -35,7 +35,8 @@ print(json.dumps({"cpu_ms": (c1 - c0) * 1000, "wall_ms": (w1 - w0) * 1000, "modu
 '''
 
 USE_CASE = ("lakeq.service", "lakeq.subscriptions", "lakeq.group_service", "lakeq.sqs_service", "lakeq.http",
-            "lakeq.reports", "lakeq.monitor", "lakeq.lake.reports", "lakeq.console.monitor")
+            "lakeq.reports", "lakeq.monitor", "lakeq.lake.reports", "lakeq.console.monitor", "lakeq.sqs.handler",
+            "lakeq.sqs.queues", "lakeq.sqs.messages")
 
 
 def use_cases(mods: list[str], packages: frozenset[str] = frozenset()) -> list[str]:

@@ -1,8 +1,8 @@
-"""SQS function: the SQS-compatible endpoint, POST / and POST /{account}/{queue} (lakeq.sqs.service)."""
+"""SQS function: the SQS-compatible endpoint, POST / and POST /{account}/{queue} (lakeq.sqs.handler)."""
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.common.obs import logger
-from lakeq.sqs.service import handle
+from lakeq.sqs.handler import handle
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

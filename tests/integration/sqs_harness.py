@@ -14,7 +14,7 @@ from botocore.awsrequest import AWSResponse
 from moto.core.botocore_stubber import MockRawResponse
 
 from lakeq.admin.auth import Principal
-from lakeq.sqs import service as sqs_service
+from lakeq.sqs import handler as sqs_service
 from tests.handlers import Api, Context, sample
 
 BASE = "http://lakeq.test:3000"

@@ -55,7 +55,7 @@ def test_over_the_limit_is_413_with_or_without_delay(api, setup):
 @pytest.mark.parametrize("body", ['"' * LIMIT, "\\" * LIMIT, "\t\n\r" * (LIMIT // 3), "é" * (LIMIT // 2)],
                          ids=["quotes", "backslashes", "tab_lf_cr", "multibyte"])
 def test_sqs_send_with_delay_seconds_at_the_limit(aws, monkeypatch, clock, body):
-    from lakeq.sqs import service as sqs_service
+    from lakeq.sqs import handler as sqs_service
     from tests.integration.sqs_harness import Harness, fake_auth
     monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
     sqs = Harness().client("admin")

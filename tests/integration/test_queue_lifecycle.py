@@ -9,7 +9,8 @@ from botocore.exceptions import ClientError
 
 from lakeq.log.produce_plan import queue_for_key
 from lakeq.produce import delayed
-from lakeq.sqs import service as sqs_service
+from lakeq.sqs import handler as sqs_service
+from lakeq.sqs import permissions as sqs_perm
 from tests.history import path
 from tests.integration.sqs_harness import Harness, fake_auth
 
@@ -19,7 +20,7 @@ Q = "jobs"
 @pytest.fixture
 def sqs(aws, api, monkeypatch):
     monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
-    monkeypatch.setattr(sqs_service, "_CLIENTS_SEEN", {})
+    monkeypatch.setattr(sqs_perm, "CLIENTS_SEEN", {})
     return Harness().client("admin")
 
 

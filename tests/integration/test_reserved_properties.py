@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from lakeq.sqs import service as sqs_service
+from lakeq.sqs import handler as sqs_service
 from tests.history import path
 from tests.integration.sqs_harness import Harness, fake_auth
 

@@ -28,7 +28,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakeq.sqs import service as sqs_service
+from lakeq.sqs import handler as sqs_service
 from tests.integration.sqs_harness import BASE, Harness, fake_auth
 
 ACCOUNT = "123456789012"

@@ -8,7 +8,8 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from lakeq.sqs import service as sqs_service
+from lakeq.sqs import handler as sqs_service
+from lakeq.sqs import permissions as sqs_perm
 from tests.crash import CountCalls, CrashAfter
 from tests.handlers import Api
 from tests.integration.sqs_harness import Harness, fake_auth
@@ -19,7 +20,7 @@ FN = {"SqsFunction"}
 @pytest.fixture
 def sqs(aws, monkeypatch):
     monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
-    monkeypatch.setattr(sqs_service, "_CLIENTS_SEEN", {})
+    monkeypatch.setattr(sqs_perm, "CLIENTS_SEEN", {})
     return Harness().client("admin")
 
 

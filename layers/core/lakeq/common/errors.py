@@ -9,7 +9,7 @@ Every exception class lakeq defines derives from :class:`LakeqError`. Two kinds:
   ``append.Contended``, the fan-out's ``AppendFailed``…): the code that raises it is expected to
   handle it; one that escapes is answered like any unexpected exception, 500 ``internal_error``
   (logged). The SQS endpoint's errors (``SqsError``, ``SqsAuthError``, ``SigV4Error``) are
-  rendered in SQS's wire format by :func:`lakeq.sqs.service.handle`.
+  rendered in SQS's wire format by :func:`lakeq.sqs.handler.handle`.
 
 :func:`http_error` is the mapping; :func:`lakeq.api.http.make_app` answers every error with it.
 """

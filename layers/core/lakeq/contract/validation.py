@@ -117,7 +117,7 @@ def tag_list(v: Any, what: str = "tags") -> list[str]:
 
 
 # property names only lakeq itself sets (and later trusts): the SQS endpoint's sender, exact message
-# attributes, trace header and deduplication id (lakeq.sqs.service); docs/api.md "Reserved names"
+# attributes, trace header and deduplication id (lakeq.sqs.messages); docs/api.md "Reserved names"
 RESERVED_PROPERTY_PREFIXES = ("sqs.",)
 
 

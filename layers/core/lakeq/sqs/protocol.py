@@ -1,9 +1,9 @@
 """The SQS wire protocol, pure: errors, MD5 digests, names, attributes, receipt handles, queue URLs,
 batch checks, and the two encodings (AWS JSON 1.0 and the query protocol's form + XML).
 
-Nothing here touches AWS or the store; :mod:`lakeq.sqs.service` runs the actions. Shapes and codes
-follow botocore's SQS service model (2012-11-05) and the query-compatible error codes SQS sends in
-``x-amzn-query-error``.
+Nothing here touches AWS or the store; :mod:`lakeq.sqs.queues` and :mod:`lakeq.sqs.messages` run the
+actions. Shapes and codes follow botocore's SQS service model (2012-11-05) and the query-compatible
+error codes SQS sends in ``x-amzn-query-error``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Storage of the SQS face of topics (lakeq.sqs.service): a queue is a topic item (its ``sqs`` JSON:
+"""Storage of the SQS face of topics (lakeq.sqs.queues): a queue is a topic item (its ``sqs`` JSON:
 attributes, tags) + its queue items + the queue's own consumer group (and a producer client the
 admin sends as). Every write is conditional or one transaction; costs in docs/design.md.
 """
