@@ -188,7 +188,25 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
     return out, nxt
 
 
-def topic_reader(log: str, tags: list[str] | None) -> LogReader:
+class BoundReader:
+    """One log's reader: ``reader(queue, start, limit, max_offset) -> (messages, next offset)`` (a
+    :data:`LogReader`), and :meth:`min_offset`, where that log's retained offsets begin (the
+    dead-letter path asks it about a message it cannot read, :func:`lakeq.consume.settle.flush_due`)."""
+
+    __slots__ = ("_log", "_read", "_queue")
+
+    def __init__(self, log: str, read: LogReader, queue: int | None = None):
+        self._log, self._read, self._queue = log, read, queue  # queue: a list's one queue (0)
+
+    def __call__(self, queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
+        return self._read(queue, start, limit, max_offset)
+
+    def min_offset(self, queue: int) -> int | None:
+        """One consistent GetItem of the queue item (:func:`min_offset`)."""
+        return min_offset(self._log, queue if self._queue is None else self._queue)
+
+
+def topic_reader(log: str, tags: list[str] | None) -> BoundReader:
     """A topic's queues (``log``: its log name, lakeq.common.names.log_name), filtered by ``tags`` (any
     of; skipped messages count as read). Messages name the topic itself."""
     topic = topic_of_log(log)
@@ -198,11 +216,10 @@ def topic_reader(log: str, tags: list[str] | None) -> LogReader:
             msg["topic"], msg["queue"] = topic, queue
         scan = limit if not tags else max(1000, limit * SCAN_FACTOR)
         return read_log(log, queue, start, limit, max_offset, shape_q, tags, scan)
-    read.min_offset = lambda queue: min_offset(log, queue)  # type: ignore[attr-defined]
-    return read
+    return BoundReader(log, read)
 
 
-def list_reader(log: str) -> LogReader:
+def list_reader(log: str) -> BoundReader:
     """A subscription's message list ``~<id>`` (queue 0): each entry keeps its source ``topic``,
     ``queue`` and ``offset`` (= the source offset)."""
     def shape(msg: dict, _off: int) -> None:
@@ -210,8 +227,7 @@ def list_reader(log: str) -> LogReader:
 
     def read(queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
         return read_log(log, 0, start, limit, max_offset, shape)
-    read.min_offset = lambda _queue: min_offset(log, 0)  # type: ignore[attr-defined]
-    return read
+    return BoundReader(log, read, queue=0)
 
 
 def min_offset(log: str, queue: int) -> int | None:

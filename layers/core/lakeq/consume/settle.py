@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 from lakeq.common import backoff
 from lakeq.common.errors import BadRequest, StaleReceipt, Unavailable
@@ -37,9 +37,16 @@ from lakeq.store.models import log_of
 from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo
 
 ATTEMPTS = 40
-# (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.consume.reader.LogReader (whose
-# ``min_offset(queue)`` attribute tells the log's min_offset: below it a due message is gone)
+# (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.consume.reader.LogReader
 Reader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
+
+
+@runtime_checkable
+class MinOffset(Protocol):
+    """A reader that also tells where its log's retained offsets begin (below it a due message is
+    gone): :class:`lakeq.consume.reader.BoundReader`."""
+
+    def min_offset(self, queue: int) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -170,7 +177,8 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
     A due message whose read comes back empty (an eventually consistent Query that does not see
     its segment yet) stays due, uncounted, for the next settle or pull to retry: it is settled
     without a copy only when its offset is below the log's ``min_offset`` (gone with retention;
-    ``reader.min_offset(queue)``, a consistent GetItem, asked only then), and not counted."""
+    ``reader.min_offset(queue)`` of a :class:`MinOffset` reader, a consistent GetItem, asked only
+    then), and not counted."""
     for attempt in range(ATTEMPTS):
         rec = OffsetRepo.get(owner, queue)
         if rec is None:
@@ -193,8 +201,8 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
             else:
                 missing.append(off)
         gone: list[int] = []
-        if missing and getattr(reader, "min_offset", None) is not None:
-            lo = reader.min_offset(queue)  # type: ignore[attr-defined]
+        if missing and isinstance(reader, MinOffset):
+            lo = reader.min_offset(queue)
             gone = [o for o in missing if lo is None or o < lo]  # None: the log itself is gone
         new = S.gone(S.dead_lettered(st, done), gone)
         if new == st:
