@@ -17,7 +17,14 @@ read-only, so every cold start compiles lakeq's modules from source. There, the 
 layers' folders are copied (without ``__pycache__``) to a temporary folder and imported with
 ``PYTHONDONTWRITEBYTECODE=1`` (the installed packages keep their bytecode, as pip installs them).
 
+``--clients``: instead, what making each AWS client lakeq makes outside the store costs in a fresh
+process that has already imported ``pynamodb.connection`` (so botocore, as every function but the
+archiver has at import): ``boto3.client(name)`` against botocore's
+``session.get_session().create_client(name)`` (what lakeq uses), the CPU time of the import plus
+the client, interleaved, median of N.
+
     python bench/imports.py [--quick] [--baseline /path/to/other/checkout] [--no-pyc]
+    python bench/imports.py --clients [--quick]
     (--quick: 3 samples per function and checkout, ~40 s; default 7)
 """
 from __future__ import annotations
@@ -123,12 +130,56 @@ def summary(samples: list[dict]) -> dict:
             "boto3": "boto3" in mods}
 
 
+CLIENT_PROBE = r'''
+import os, sys, time
+import pynamodb.connection  # botocore, as the functions have it at import
+kind, name = sys.argv[1], sys.argv[2]
+kw = {"endpoint_url": "https://example.invalid"} if name == "apigatewaymanagementapi" else {}
+c0 = time.process_time()
+if kind == "boto3":
+    import boto3
+    c = boto3.client(name, **kw)
+else:
+    import botocore.session
+    c = botocore.session.get_session().create_client(name, **kw)
+c1 = time.process_time()
+print((c1 - c0) * 1000, "s3transfer" in sys.modules)
+'''
+
+
+def clients(n: int) -> None:
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    names = ("s3", "secretsmanager", "apigatewaymanagementapi")
+    res: dict = {(k, nm): [] for k in ("boto3", "botocore") for nm in names}
+    s3t: dict = {}
+    for i in range(n + 1):  # the first round warms the bytecode caches, unmeasured
+        for nm in names:
+            for k in ("boto3", "botocore"):
+                out = subprocess.run([sys.executable, "-c", CLIENT_PROBE, k, nm], capture_output=True, text=True,
+                                     env=env, check=True).stdout.split()
+                if i:
+                    res[(k, nm)].append(float(out[0]))
+                s3t[(k, nm)] = out[1] == "True"
+    print(f"# making a client after botocore is imported: CPU ms (import + client), median of {n}, interleaved; "
+          f"load average (1 min) {os.getloadavg()[0]:.1f}")
+    print("client                  | boto3.client | botocore create_client | saved")
+    for nm in names:
+        b3, bc = statistics.median(res[("boto3", nm)]), statistics.median(res[("botocore", nm)])
+        print(f"{nm:23} | {b3:.0f}{' (+s3transfer)' if s3t[('boto3', nm)] else ''} | {bc:.0f}"
+              f"{' (+s3transfer)' if s3t[('botocore', nm)] else ''} | {b3 - bc:.0f} ms ({bc / b3:.2f}x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--baseline", type=Path)
     ap.add_argument("--no-pyc", action="store_true", help="compile lakeq's modules on every import, as on Lambda")
+    ap.add_argument("--clients", action="store_true", help="boto3 against botocore clients (see the docstring)")
     a = ap.parse_args()
+    if a.clients:
+        clients(3 if a.quick else 7)
+        return
     global NO_PYC
     NO_PYC = a.no_pyc
     sources = {"this": ROOT}
