@@ -17,7 +17,16 @@ For every function of ``template.yaml`` (its CodeUri, Handler, MemorySize; the l
 The baseline, side by side: a handler that is only ``APIGatewayHttpResolver`` with one route,
 measured the same way with ``events/health.json``.
 
-    python bench/coldstart.py [--quick]     (--quick: 1 sample per function; otherwise the median of 3)
+Samples are taken in rounds (every function once per round, the minimal handler first), so a change
+of the machine's load hits every row alike; besides wall times, each worker reports its own CPU time
+(``time.process_time``) for the import and the first invocation — moto's work runs in moto's
+process and is not in it — and ``x min`` compares CPU times with the minimal handler's of the same
+run. ``--baseline <checkout>``: the functions of that checkout (e.g. a worktree of an older commit:
+its folders and layers) are sampled in the same rounds, against the same moto, and printed next to
+this checkout's.
+
+    python bench/coldstart.py [--quick] [--baseline /path/to/other/checkout]
+    (--quick: 1 sample per function; otherwise the median of 3)
 """
 from __future__ import annotations
 
@@ -71,9 +80,9 @@ def lambda_handler(event, context):
 
 DRIVER = r'''
 import json, sys, time
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 mod = __import__(sys.argv[1])  # the import statement's path (-X importtime logs it; importlib's not)
-t1 = time.perf_counter()
+c1, t1 = time.process_time(), time.perf_counter()
 handler = getattr(mod, sys.argv[2])
 event = json.load(open(sys.argv[3]))
 
@@ -89,14 +98,16 @@ class Ctx:
 def status(out):
     return out.get("statusCode") if isinstance(out, dict) else type(out).__name__
 
-t2 = time.perf_counter()
-s1 = status(handler(json.loads(json.dumps(event)), Ctx()))
-t3 = time.perf_counter()
+ev1 = json.loads(json.dumps(event))
+c2, t2 = time.process_time(), time.perf_counter()
+s1 = status(handler(ev1, Ctx()))
+c3, t3 = time.process_time(), time.perf_counter()
 s2 = status(handler(json.loads(json.dumps(event)), Ctx()))
 t4 = time.perf_counter()
 # peak RSS of this process image: VmHWM (ru_maxrss would keep the forking parent's peak across exec)
 rss = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
 print("BENCH" + json.dumps({"maxrss_mb": rss, "import_ms": (t1 - t0) * 1000, "first_ms": (t3 - t2) * 1000,
+                            "import_cpu_ms": (c1 - c0) * 1000, "first_cpu_ms": (c3 - c2) * 1000,
                             "second_ms": (t4 - t3) * 1000, "status": [s1, s2]}))
 '''
 
@@ -182,7 +193,8 @@ def start_moto():
     return proc, url
 
 
-def base_env(moto_url: str) -> dict:
+def base_env(moto_url: str, root: Path = ROOT) -> dict:
+    """The workers' environment; ``root``: the checkout whose layers go on ``PYTHONPATH``."""
     from infra.local import template as tpl
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "POWERTOOLS_", "PYTHON"))}
@@ -193,7 +205,7 @@ def base_env(moto_url: str) -> dict:
                 "POWERTOOLS_LOG_LEVEL": "WARNING"})
     os.environ["LAKEQ_ADMIN_KEY"] = ADMIN
     env.update(tpl.environment(tpl.load_template(), tpl.LOCAL_STACK))
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in tpl.layer_dirs())
+    env["PYTHONPATH"] = os.pathsep.join(str(root / Path(p).relative_to(ROOT)) for p in tpl.layer_dirs())
     return env
 
 
@@ -211,59 +223,72 @@ def sample(cwd: Path, module: str, attr: str, event: Path, env: dict) -> dict:
     return got
 
 
+KEYS = ("importtime_ms", "import_ms", "first_ms", "second_ms", "process_ms", "maxrss_mb", "import_cpu_ms",
+        "first_cpu_ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one sample per function (under a minute)")
+    ap.add_argument("--baseline", type=Path, help="another checkout, sampled in the same rounds")
     args = ap.parse_args()
     n = 1 if args.quick else 3
     from infra.local import template as tpl
 
     specs = [s for s in tpl.functions(tpl.load_template()) if s.logical_id in EVENTS]
     moto, url = start_moto()
-    env = base_env(url)
-    rows = []
+    load0 = os.getloadavg()
+    checkouts = [("", ROOT)] + ([(" (baseline)", args.baseline.resolve())] if args.baseline else [])
+    samples: dict[str, list] = {}
     try:
         with tempfile.TemporaryDirectory() as tmpd:
             tmp = Path(tmpd)
             mini = tmp / "minimal"
             mini.mkdir()
             (mini / "app.py").write_text(MINIMAL_APP)
+            env = base_env(url)
             todo = [("minimal powertools handler", mini, "app.lambda_handler", ROOT / "events" / "health.json",
-                     "health.json", 512)]
+                     "health.json", env)]
             for s in specs:
-                todo.append((s.logical_id, s.code_uri, s.handler, event_for(s.logical_id, tmp), EVENTS[s.logical_id],
-                             s.memory_size))
-            for name, cwd, handler, event, ev_name, mem in todo:
-                print(f"# {name}...", file=sys.stderr, flush=True)
-                module, _, attr = handler.rpartition(".")
-                fenv = dict(env)
-                samples = [sample(cwd, module, attr, event, fenv) for _ in range(n)]
-                med = {k: statistics.median(x[k] for x in samples)
-                       for k in ("importtime_ms", "import_ms", "first_ms", "second_ms", "process_ms", "maxrss_mb")}
-                rows.append((name, ev_name, mem, med, samples[0], samples[0]["status"]))
+                for tag, root in checkouts:
+                    todo.append((s.logical_id + tag, root / Path(s.code_uri).relative_to(ROOT), s.handler,
+                                 event_for(s.logical_id, tmp), EVENTS[s.logical_id], base_env(url, root)))
+            for r in range(n):  # rounds: a change of load hits every row alike
+                for name, cwd, handler, event, ev_name, fenv in todo:
+                    print(f"# round {r + 1}/{n}: {name}...", file=sys.stderr, flush=True)
+                    module, _, attr = handler.rpartition(".")
+                    samples.setdefault(name, []).append(sample(cwd, module, attr, event, dict(fenv)))
     finally:
         moto.terminate()
-    base = rows[0][3]
+    load1 = os.getloadavg()
+    rows = []
+    for name, _cwd, _h, _e, ev_name, _env in todo:
+        xs = samples[name]
+        rows.append((name, ev_name, {k: statistics.median(x[k] for x in xs) for k in KEYS}, xs[0], xs[0]["status"]))
+    base = rows[0][2]
     print(f"# machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}, "
-          f"{platform.platform()}; {n} sample(s) per function ({'median' if n > 1 else 'one run'})")
+          f"{platform.platform()}; {n} sample(s) per function ({'median' if n > 1 else 'one run'}), in rounds; "
+          f"load average (1 min) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end")
     print()
     print("## cold start per function (ms; fresh process each)")
-    print(f"{'function':<28} {'importtime':>10} {'import':>7} {'x min':>6} {'1st inv':>8} {'2nd inv':>8} "
-          f"{'process':>8} {'x min':>6} {'RSS MB':>6}  status  event")
-    for name, ev_name, mem, m, _first, status in rows:
-        print(f"{name:<28} {m['importtime_ms']:>10.0f} {m['import_ms']:>7.0f} "
-              f"{m['import_ms'] / base['import_ms']:>6.1f} "
-              f"{m['first_ms']:>8.0f} {m['second_ms']:>8.1f} {m['process_ms']:>8.0f} "
+    print(f"{'function':<33} {'importtime':>10} {'import':>7} {'imp cpu':>7} {'x min':>6} {'1st inv':>8} "
+          f"{'1st cpu':>7} {'2nd inv':>8} {'process':>8} {'x min':>6} {'RSS MB':>6}  status  event")
+    for name, ev_name, m, _first, status in rows:
+        print(f"{name:<33} {m['importtime_ms']:>10.0f} {m['import_ms']:>7.0f} {m['import_cpu_ms']:>7.0f} "
+              f"{m['import_cpu_ms'] / base['import_cpu_ms']:>6.2f} "
+              f"{m['first_ms']:>8.0f} {m['first_cpu_ms']:>7.0f} {m['second_ms']:>8.1f} {m['process_ms']:>8.0f} "
               f"{m['process_ms'] / base['process_ms']:>6.1f} {m['maxrss_mb']:>6.0f}  {status}  {ev_name}")
-    print("importtime: the cumulative of `import app` under -X importtime; import: the handler module's import "
-          "timed in that process (under -X importtime); 1st/2nd inv: first and second invocation in that "
-          "process; process: the whole worker process (interpreter start, import, 2 invocations, exit); RSS: the "
-          "process's peak resident memory (Linux VmHWM, -X importtime's bookkeeping included)")
+    print("importtime: the cumulative of `import app` under -X importtime; import / imp cpu: the handler module's "
+          "import timed in that process (wall / the process's CPU time; under -X importtime), x min: imp cpu over "
+          "the minimal handler's; 1st inv / 1st cpu: the first invocation (wall / CPU of the worker, moto's not "
+          "included); 2nd inv: the second; process: the whole worker process (interpreter start, import, "
+          "2 invocations, exit), x min: over the minimal handler's; RSS: the process's peak resident memory "
+          "(Linux VmHWM, -X importtime's bookkeeping included)")
     print()
     print("## heaviest imports per function (first sample; ms under -X importtime)")
-    for name, ev_name, mem, m, first, status in rows:
-        print(f"{name:<28} top 5 by cumulative: " + ", ".join(f"{k} {v:.0f}" for k, v in first["top"][:5]))
-        print(f"{'':<28} top 5 packages (inclusive / own): "
+    for name, ev_name, m, first, status in rows:
+        print(f"{name:<33} top 5 by cumulative: " + ", ".join(f"{k} {v:.0f}" for k, v in first["top"][:5]))
+        print(f"{'':<33} top 5 packages (inclusive / own): "
               + ", ".join(f"{k} {c:.0f} / {o:.0f}" for k, c, o in first["by_self"][:5]))
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-import boto3
+import botocore.session
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.common.errors import LakeqError
@@ -37,9 +37,12 @@ def kinds_by_table() -> dict[str, str]:
 
 
 def s3():
+    """The S3 client, made on first use. A botocore client, not ``boto3.client("s3")``: the same client
+    and calls (only ``put_object``), without importing boto3, whose session also loads s3transfer to
+    inject its transfer methods into every S3 client (docs/design.md "Cold start")."""
     global _s3
     if _s3 is None:
-        _s3 = boto3.client("s3")
+        _s3 = botocore.session.get_session().create_client("s3")
     return _s3
 
 

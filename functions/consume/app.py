@@ -1,8 +1,8 @@
 """Consume function: pull, ack, offsets (routes in lakeq.api.consume)."""
 from aws_lambda_powertools.logging import correlation_paths
 
-from lakeq.api.http import make_app
 from lakeq.api.consume import consume_router
+from lakeq.api.http import make_app
 from lakeq.common.obs import logger, metrics
 
 app = make_app(consume_router)

@@ -151,3 +151,18 @@ def test_archiver_poison_record_through_the_templates_event_source_mapping(aws, 
     assert info["DDBStreamBatchInfo"]["batchSize"] == 1
     rows = [r for rs in objects(aws["s3"]).values() for r in rs]
     assert sorted({(r["topic"], r["queue"]) for r in rows}) == [("quotes", 0), ("quotes", 2)]
+
+
+def test_the_archiver_makes_its_own_s3_client_on_first_use(aws):
+    """Not the test's client: the function's own (botocore, no boto3: docs/design.md "Cold start"),
+    made on the first invocation, not at import, and kept for the next."""
+    spec = importlib.util.spec_from_file_location("archiver_app_own", ROOT / "functions" / "archiver" / "app.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._s3 is None
+    out = mod.lambda_handler(sample("stream_segments.json"), None)
+    client = mod._s3
+    assert client is not None and client.meta.service_model.service_name == "s3"
+    assert sorted(objects(aws["s3"])) == out["objects"] and len(out["objects"]) == 2
+    mod.lambda_handler(sample("stream_segments.json"), None)
+    assert mod._s3 is client

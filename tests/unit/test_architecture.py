@@ -168,3 +168,32 @@ def test_the_http_functions_load_their_own_use_cases_only():
     assert "lakeq.consume.service" not in loaded_modules("groups")
     assert "lakeq.subscriptions.service" in loaded_modules("consume")  # the ack route settles lists too
     assert not {"pynamodb", "lakeq.store"} & loaded_modules("archiver")
+
+
+# --------------------------------------------------------------- cold start (issue 16 item 5)
+# What no function loads at import: boto3 (its session also loads s3transfer, which it injects into
+# every S3 client; lakeq makes its S3 / Secrets Manager / API Gateway clients with botocore
+# directly), and the subscription matcher's index outside the one function that matches messages
+# (the segment codec needs only matcher.bitmap; creating a subscription imports the index on use).
+ALL_FUNCTIONS = sorted(p.parent.name for p in FUNCTIONS.glob("*/app.py"))
+NOT_AT_IMPORT = {"boto3", "s3transfer", "matcher.index"}
+NEEDS_AT_IMPORT = {"fanout": {"matcher.index"}}
+
+
+@pytest.mark.parametrize("function", ALL_FUNCTIONS)
+def test_cold_start_leaves_out_what_the_function_does_not_need(function):
+    mods = loaded_modules(function)
+    unwanted = NOT_AT_IMPORT - NEEDS_AT_IMPORT.get(function, set())
+    assert sorted(unwanted & mods) == []
+    assert NEEDS_AT_IMPORT.get(function, set()) <= mods  # the list above is not stale
+
+
+def test_no_function_or_core_module_imports_boto3_even_lazily():
+    """Lazy imports too (a client made on first use still pays boto3's import in the first
+    invocation): botocore's ``session.get_session().create_client`` makes the same clients."""
+    sources = [*(p for _, _, p in modules()), *FUNCTIONS.glob("*/app.py"), CORE / "__init__.py"]
+    assert len(sources) > 50
+    bad = [str(p.relative_to(ROOT)) for p in sources if any(n.split(".")[0] in ("boto3", "s3transfer")
+                                                             for n in imports(p.read_text()))]
+    assert bad == []
+    assert imports("def f():\n    import boto3\n") == {"boto3"}  # the checker sees a lazy import

@@ -22,9 +22,9 @@ _s3 = None
 def _client():
     global _s3
     if _s3 is None:
-        import boto3
+        import botocore.session  # not boto3: it would load s3transfer too (docs/design.md "Cold start")
 
-        _s3 = boto3.client("s3")
+        _s3 = botocore.session.get_session().create_client("s3")
     return _s3
 
 

@@ -52,9 +52,12 @@ def master_secret() -> bytes:
             if not arn:
                 raise Unavailable(f"SQS credentials are not configured (${SECRET_ENV} is not set)",
                                   code="internal_error")
-            import boto3  # lazily: only the functions that verify or issue SQS credentials need it
+            # lazily: only the functions that verify or issue SQS credentials need it; botocore's own
+            # client, not boto3's (the same client without importing boto3: docs/design.md "Cold start")
+            import botocore.session
 
-            value = boto3.client("secretsmanager").get_secret_value(SecretId=arn)
+            sm = botocore.session.get_session().create_client("secretsmanager")
+            value = sm.get_secret_value(SecretId=arn)
             text = value.get("SecretString")
             if not text:
                 raise Unavailable("the SQS master secret is empty", code="internal_error")

@@ -42,7 +42,6 @@ from lakeq.store.subscriptions import (
     list_owner,
     list_topic,
 )
-from matcher.index import validate_conditions, validate_tags
 
 log = logging.getLogger("lakeq.subscriptions.service")
 
@@ -72,6 +71,10 @@ def _parked_view(raw: str | None) -> list[dict]:
 
 
 def _conditions(raw) -> list[dict]:
+    # matcher.index on first use: only creating a subscription validates conditions, and the
+    # consume function (which imports this module to ack lists) never does (docs/design.md "Cold start")
+    from matcher.index import validate_conditions
+
     if raw is not None and isinstance(raw, list) and len(raw) > MAX_LEVELS:
         raise BadRequest(f"'conditions' may have at most {MAX_LEVELS} levels")
     try:
@@ -84,6 +87,8 @@ def _conditions(raw) -> list[dict]:
 
 
 def _tags(raw) -> list[str]:
+    from matcher.index import validate_tags  # on first use, as in _conditions
+
     tags = v.tag_list(raw, "tags")
     try:
         return list(validate_tags(tags))

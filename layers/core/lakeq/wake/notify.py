@@ -70,15 +70,15 @@ def management_poster(client=None) -> Post:
     ``AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI`` wins, which is how the local stack points it at
     its own WebSocket gateway)."""
     if client is None:
-        import boto3
+        import botocore.session  # not boto3: the same client without importing it (docs/design.md "Cold start")
         from botocore.config import Config
 
         endpoint = (os.environ.get("AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI")
                     or os.environ["LAKEQ_WS_ENDPOINT"])
         # a wake-up is a hint: fail fast instead of holding the stream batch
-        client = boto3.client("apigatewaymanagementapi", endpoint_url=endpoint,
-                              config=Config(connect_timeout=2, read_timeout=2,
-                                            retries={"max_attempts": 2, "mode": "standard"}))
+        client = botocore.session.get_session().create_client(
+            "apigatewaymanagementapi", endpoint_url=endpoint,
+            config=Config(connect_timeout=2, read_timeout=2, retries={"max_attempts": 2, "mode": "standard"}))
 
     def post(connection_id: str, data: bytes) -> str:
         try:
