@@ -625,3 +625,34 @@ def _nodes(idx):
         n = stack.pop()
         yield n
         stack.extend(_children(n))
+
+
+def test_adopt_carries_the_learned_order_across_a_rebuild():
+    """A rebuilt index that adopts the old one's traffic sample orders levels as the old one learned
+    to: the same answers, and no more visits than the old index after its re-order (a fresh index
+    starts from the static guesses and visits more)."""
+    import random
+
+    rng = random.Random(5)
+    subs = []
+    for i in range(600):  # a wide range (passes most messages) and a range above every value
+        lo = rng.uniform(0, 50)  # distinct ranges: one node each
+        subs.append((f"s{i}", "t", [{"field": "px", "range": [lo, lo + 900]},
+                                    {"field": "vol", "range": [10**6 + i, 10**9]}], None))
+    subs.append(("hit", "t", [{"field": "px", "range": [0, 1000]}], None))
+    msgs = [{"px": rng.randint(60, 900), "vol": rng.randint(0, 1000)} for _ in range(200)]
+    old = SubscriptionIndex()
+    for s in subs:
+        old.add(*s)
+    for m in msgs:
+        assert old.match("t", m) == ["hit"]
+    assert old._reorders >= 1, "the old index should have re-ordered from its traffic"
+    visits_old = old._visits
+    fresh, adopted = SubscriptionIndex(), SubscriptionIndex()
+    adopted.adopt(old)
+    for s in subs:
+        fresh.add(*s)
+        adopted.add(*s)
+    assert fresh.match("t", msgs[0]) == adopted.match("t", msgs[0]) == ["hit"]
+    assert adopted._visits <= visits_old < fresh._visits
+    adopted._check()

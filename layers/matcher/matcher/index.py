@@ -755,6 +755,16 @@ class SubscriptionIndex:
         self._reorders = 0
         self._visits = 0
 
+    def adopt(self, other: "SubscriptionIndex") -> None:
+        """Take over what ``other`` learned from traffic (its message sample, measured pass rates and
+        re-order budget), so an index rebuilt from scratch orders the levels it is given as
+        ``other`` would, instead of starting from the static guesses. Call it before :meth:`add`.
+        Never changes answers. O(sample size)."""
+        self._sample = list(other._sample)
+        self._matched = other._matched
+        self._learned = other._learned
+        self._reorders = other._reorders
+
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
         """Number of subscriptions. O(1)."""
