@@ -38,7 +38,7 @@ constrain (that is the "skip"). Each node keeps its outgoing edges in per-kind i
   prefix). A bisect walk over a ``SortedDict`` of prefixes was tried first; on ``bench/matcher.py``
   it made whole matches ~3x slower (~46 vs ~15 µs per message at 1k subscriptions).
 * range: per field up to 8 ranges scanned directly, beyond that one
-  :class:`sortedcontainers.SortedList` of ``(lo, hi)`` per width class (``hi - lo`` in
+  sorted Python list of ``(lo, hi)`` per width class (``hi - lo`` in
   ``[2**(e-1), 2**e)``): a range of class ``e`` holding ``x`` has ``lo`` in ``(x - 2**e, x]``,
   so a stab bisects that window per class and scans at most about twice what it pushes;
   ranges entirely above or below ``x`` are never touched.
@@ -95,11 +95,9 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping
 from typing import Any, Hashable, Iterable
-
-from sortedcontainers import SortedList
 
 __all__ = ["SubscriptionIndex", "validate_conditions", "validate_tags", "validate_topic", "value_key"]
 
@@ -493,9 +491,12 @@ class _Ranges:
     """The range edges of one node and field: stabbing queries over inclusive intervals.
 
     Up to ``_SMALL`` ranges are scanned directly. Beyond that the ranges are grouped by width class
-    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a :class:`SortedList` of
-    ``(lo, hi)`` and the widest ``hi - lo`` ever filed in it (``wide``; not lowered by removals, an
-    upper bound is enough): a range of class ``e`` containing ``x`` has ``x - wide[e] <= lo <= x``,
+    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a sorted ``list`` of
+    ``(lo, hi)`` (bisected by the C ``bisect`` module: a stab is a few C calls and one slice; an
+    add or remove moves up to ``r`` pointers with one ``memmove`` — a :class:`sortedcontainers.
+    SortedList` was used before, its Python-level bisects and ``islice`` cost more per stab) and
+    the widest ``hi - lo`` ever filed in it (``wide``; not lowered by removals, an upper bound is
+    enough): a range of class ``e`` containing ``x`` has ``x - wide[e] <= lo <= x``,
     so a stab bisects that window in each class and checks ``hi >= x`` there — at most about twice
     the ranges it pushes per class (every range with ``lo >= x - 2**(e-1)`` in the window contains
     ``x``; when the class's ranges have one width, exactly the ranges it pushes), plus ``O(log r)``
@@ -505,7 +506,7 @@ class _Ranges:
     __slots__ = ("classes", "child", "wide")
 
     def __init__(self) -> None:
-        self.classes: dict[int | None, SortedList] | None = None  # once there are more than _SMALL
+        self.classes: dict[int | None, list] | None = None  # once there are more than _SMALL
         self.child: dict[tuple, _Node] = {}
         self.wide: dict[int | None, float] = {}
 
@@ -523,8 +524,8 @@ class _Ranges:
         e = _width_class(lo, hi)
         sl = self.classes.get(e)  # type: ignore[union-attr]
         if sl is None:
-            sl = self.classes[e] = SortedList()  # type: ignore[index]
-        sl.add((lo, hi))
+            sl = self.classes[e] = []  # type: ignore[index]
+        insort(sl, (lo, hi))
         if e is not None and hi - lo > self.wide.get(e, -1):
             self.wide[e] = hi - lo
 
@@ -538,7 +539,7 @@ class _Ranges:
             else:
                 e = _width_class(lo, hi)
                 sl = classes[e]
-                sl.remove((lo, hi))
+                del sl[bisect_left(sl, (lo, hi))]
                 if not sl:
                     del classes[e]
                     self.wide.pop(e, None)
@@ -553,16 +554,16 @@ class _Ranges:
             return
         wide = self.wide
         for e, sl in self.classes.items():
-            end = sl.bisect_right((x, _INF))  # lo <= x
+            end = bisect_right(sl, (x, _INF))  # lo <= x
             start = 0
             if e is not None:
                 w = wide[e]
                 try:  # lo >= x - w, with a margin for the rounding of hi - lo and of the subtraction
-                    start = sl.bisect_left((x - (w + w * 1e-9 + 4 * math.ulp(x) + 4 * math.ulp(w)), -_INF))
+                    start = bisect_left(sl, (x - (w + w * 1e-9 + 4 * math.ulp(x) + 4 * math.ulp(w)), -_INF))
                 except OverflowError:  # a huge int: scan every lo <= x
                     pass
             if start < end:
-                for lo, hi in sl.islice(start, end):
+                for lo, hi in sl[start:end]:
                     if hi >= x:
                         push(child[(lo, hi)])
 
@@ -784,7 +785,7 @@ class SubscriptionIndex:
 
         Complexity: O(L log L + sum over levels of (number of values + log r)) where L is the number
         of levels and r the number of prefix / range edges at a node; independent of how many other
-        subscriptions are indexed (amortised dict / SortedList costs).
+        subscriptions are indexed (amortised dict costs; a range's width class list moves up to r pointers in C).
         Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags.
         """
         validate_topic(topic)
@@ -1292,7 +1293,7 @@ class SubscriptionIndex:
                     filed = []
                     for e, sl in rg.classes.items():
                         assert sl, "empty width class left"
-                        sl._check()
+                        assert all(a < b for a, b in zip(sl, sl[1:])), "width class not sorted"
                         for lo, hi in sl:
                             assert _width_class(lo, hi) == e
                             filed.append((lo, hi))
