@@ -37,11 +37,11 @@ constrain (that is the "skip"). Each node keeps its outgoing edges in per-kind i
   matching prefixes are one dict look-up per distinct prefix length (``O(d)``, ``d`` <= the longest
   prefix). A bisect walk over a ``SortedDict`` of prefixes was tried first; on ``bench/matcher.py``
   it made whole matches ~3x slower (~46 vs ~15 µs per message at 1k subscriptions).
-* range: per field up to 8 ranges scanned directly, beyond that one
-  sorted Python list of ``(lo, hi)`` per width class (``hi - lo`` in
-  ``[2**(e-1), 2**e)``): a range of class ``e`` holding ``x`` has ``lo`` in ``(x - 2**e, x]``,
-  so a stab bisects that window per class and scans at most about twice what it pushes;
-  ranges entirely above or below ``x`` are never touched.
+* range: per field up to 16 ranges scanned directly, beyond that one sorted Python list of
+  ``(lo, hi)`` per width class (``hi - lo`` in ``[2**(e-1), 2**e)``) and the class's widest range
+  ``w``: a range of the class holding ``x`` has ``lo`` in ``[x - w, x]``, so a stab bisects that
+  window per class (C ``bisect``) and scans at most about twice what it pushes (exactly that when
+  the class's ranges have one width); ranges entirely above or below ``x`` are never touched.
 * exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set →
   child plus, per value, how many sets exclude it (a value no set excludes: one C-level extend).
 * tags: per node a ``dict`` tag → tag-set children (like multi-value sets), so a message only looks
@@ -57,6 +57,12 @@ topic's depth, ``V`` the number of visited nodes and ``F = min(fields in the mes
 node)``, plus per visited node and field ``O(d)`` for ``d`` distinct prefix lengths, ``O(c log r)``
 + pushed for ``r`` ranges in ``c`` width classes, and ``O(a)`` for ``a`` anything-but sets only
 when some set excludes the message's value. ``V`` is what the order decides.
+
+Tails: a node with one subscription below it (``count == 1``) that it does not end keeps that
+subscription's id and remaining levels (``_Node.tail``, built on first visit by :func:`_tail`,
+dropped by every add / remove through the node); visiting it tests those levels inline — the
+same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit, not
+``k``.
 
 The order (:func:`_canonical`)
 ------------------------------
