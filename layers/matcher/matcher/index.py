@@ -1050,7 +1050,11 @@ class SubscriptionIndex:
             n = stack.pop()
             visits += 1
             e = n.ends
-            if e is None and n.count == 1:
+            if n.count == 1:
+                if e is not None:  # its one subscription ends here: a leaf, ends is the id itself
+                    out.append(e)
+                    emits += 1
+                    continue
                 # One subscription below: test its remaining levels directly instead of visiting
                 # a node per level (the same predicates as the edges below, see _tail).
                 tail = n.tail
