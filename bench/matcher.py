@@ -46,7 +46,11 @@ For each size (1k, 10k, 100k subscriptions) it reports:
   difference must be explained by that deviation (counted and printed).
 
     python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|dense6|distractors|both|all]
-                            [--check] [--no-learn]
+                            [--check] [--no-learn] [--ratio]
+
+``--ratio``: only dense6 at 10k, the index and moto timed side by side on the same messages,
+interleaved message by message, several rounds; prints CPU and wall ratios per round, their medians
+and the load average (see :func:`ratio_10k`).
 """
 from __future__ import annotations
 
@@ -617,6 +621,84 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
     }
 
 
+WARM = 1_000
+
+
+def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
+    """dense6 at 10,000 subscriptions: the index and moto timed in this process on the same messages,
+    for ``rounds`` rounds; each round times moto over the messages, then the index over the same
+    messages as a stream ("stream": one ``match`` per message, as a worker matches its traffic), then
+    both again message by message ("cold": the index right after moto on the same message, its
+    caches flushed by moto). Per round: thread CPU and wall time per message and the ratios; printed:
+    each round, the medians over rounds, and the load average before and after. The index is warmed
+    first on ``WARM`` other messages (it learns its level order from them, re-ordering a few times); every answer is checked
+    against the plain API.md reference."""
+    rng = random.Random(seed)
+    subs, _ = gen_dense6_subscriptions(10_000, rng)
+    msgs = gen_dense6_messages(WARM + n_msgs, None, rng)
+    idx = build(subs)
+    for topic, props, tags in msgs[:WARM]:
+        idx.match(topic, props, tags)
+    reorders0 = idx._reorders
+    msgs = msgs[WARM:]
+    matchers = [(sub, FilterPolicyMatcher(to_policy(sub[2], sub[3]), "MessageAttributes")) for sub in subs]
+    attrs = [to_attributes(props, tags) for _, props, tags in msgs]
+    for (topic, props, tags) in msgs:  # exactness first, on every message
+        mine = idx.match(topic, props, tags)
+        ref = {sub[0] for sub in subs if ref_matches(sub, topic, props, tags)}
+        assert len(mine) == len(set(mine)) and set(mine) == ref, f"WRONG ANSWER on {(topic, props, tags)!r}"
+    load0 = os.getloadavg()
+    print(f"\n## dense6 at 10,000 subscriptions: ratio to moto, same process, same messages "
+          f"({rounds} rounds x {n_msgs} messages)")
+    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
+    print("| round | moto CPU µs/msg | moto wall | index stream CPU | stream wall | index cold CPU | cold wall "
+          "| ratio stream CPU / wall | ratio cold CPU / wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    tc, pc = time.thread_time_ns, time.perf_counter_ns
+    match = idx.match
+
+    def moto(topic, at):
+        return [sub[0] for sub, fpm in matchers if covers(sub[1], topic) and fpm.matches(at, "")]
+
+    rows = []
+    for rnd in range(rounds):
+        gc.collect()
+        gc.disable()
+        mc = mw = sc = sw = cc = cw = 0
+        for (topic, _, _), at in zip(msgs, attrs):  # moto over the messages
+            c, w = tc(), pc()
+            moto(topic, at)
+            mc += tc() - c
+            mw += pc() - w
+        c, w = tc(), pc()
+        for topic, props, tags in msgs:  # the index over the same messages, as a stream
+            match(topic, props, tags)
+        sc, sw = tc() - c, pc() - w
+        for (topic, props, tags), at in zip(msgs, attrs):  # message by message, the index after moto
+            c, w = tc(), pc()
+            moto(topic, at)
+            mc += tc() - c
+            mw += pc() - w
+            c, w = tc(), pc()
+            match(topic, props, tags)
+            cc += tc() - c
+            cw += pc() - w
+        gc.enable()
+        m = len(msgs) * 1000.0
+        mc, mw = mc / 2, mw / 2  # moto ran twice over the messages
+        row = (mc / m, mw / m, sc / m, sw / m, cc / m, cw / m, mc / sc, mw / sw, mc / cc, mw / cw)
+        rows.append(row)
+        print(f"| {rnd + 1} | {row[0]:,.0f} | {row[1]:,.0f} | {row[2]:,.0f} | {row[3]:,.0f} | {row[4]:,.0f} "
+              f"| {row[5]:,.0f} | {row[6]:.1f}x / {row[7]:.1f}x | {row[8]:.1f}x / {row[9]:.1f}x |")
+    med = [statistics.median(col) for col in zip(*rows)]
+    load1 = os.getloadavg()
+    print(f"| median | {med[0]:,.0f} | {med[1]:,.0f} | {med[2]:,.0f} | {med[3]:,.0f} | {med[4]:,.0f} | {med[5]:,.0f} "
+          f"| **{med[6]:.1f}x / {med[7]:.1f}x** | {med[8]:.1f}x / {med[9]:.1f}x |")
+    print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; index == API.md reference on all "
+          f"{len(msgs)} messages: yes; re-orders in the warm-up {reorders0}, in the timed rounds "
+          f"{idx._reorders - reorders0}; target >= 100x")
+
+
 def report(rows: list[dict]) -> None:
     w = rows[0]["workload"]
     print(f"\n## workload: {w}")
@@ -669,6 +751,8 @@ def main() -> None:
     ap.add_argument("--workload", choices=[*WORKLOADS, "both", "all"], default="all",
                     help="both = sparse and dense; all (default) = every workload")
     ap.add_argument("--check", action="store_true", help="also run idx._check() after each build")
+    ap.add_argument("--ratio", action="store_true",
+                    help="only dense6 at 10k: index vs moto interleaved, medians of rounds (CPU and wall), load")
     ap.add_argument("--no-learn", action="store_true", help="static level order only: never re-order from traffic")
     args = ap.parse_args()
     if args.no_learn:
@@ -691,6 +775,10 @@ def main() -> None:
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
           f"mode={'quick' if args.quick else 'full'} seed={args.seed}{' no-learn' if args.no_learn else ''}")
     t0 = time.perf_counter()
+    if args.ratio:
+        ratio_10k(3 if args.quick else 7, 10 if args.quick else 25, args.seed)
+        print(f"\nwall time {time.perf_counter() - t0:.1f} s")
+        return
     for w in workloads:
         plan = plans[(w, args.quick)]
         print(f"{w} plan (subscriptions, index messages, moto baseline messages, tracemalloc):", plan)

@@ -568,3 +568,91 @@ def test_random_ops_against_linear_scan(seed):
             idx._check()
             assert len(idx) == len(subs)
     idx._check()
+
+
+def test_tails_follow_adds_and_removes():
+    """A node with one subscription below tests that subscription's remaining levels directly (its
+    tail); the tail must be dropped when a subscription is added through the node or removed from
+    it, and rebuilt when the node is back to one subscription."""
+    idx = SubscriptionIndex()
+    idx.add("other", "t", [{"field": "k", "values": ["y"]}])  # the root holds two: tails form below it
+    a = [{"field": "k", "values": ["x"]}, {"field": "p", "range": [0, 10]}, {"field": "z", "prefix": "a"}]
+    idx.add("a", "t", a, tags=["hot"])
+    msg = {"k": "x", "p": 5, "z": "ab"}
+    assert idx.match("t", msg, ["hot"]) == ["a"]
+    assert idx.match("t", msg, ["cold"]) == []
+    assert idx.match("t", {**msg, "z": "b"}, ["hot"]) == []
+    tails = [n for n in _nodes(idx) if n.tail is not None]
+    assert tails and all(n.parent is not None for n in tails), "a tail below the root was expected"
+    idx._check()
+    # a second subscription through the same nodes: the tails on the shared path are dropped
+    idx.add("b", "t", [{"field": "z", "prefix": "a"}, {"field": "p", "range": [0, 3]}])  # shares a's first level
+    idx._check()
+    assert sorted(idx.match("t", {**msg, "p": 2}, ["hot"])) == ["a", "b"]
+    assert idx.match("t", {**msg, "p": 2}, []) == ["b"]
+    idx.remove("a")
+    idx._check()
+    assert idx.match("t", {**msg, "p": 2}, ["hot"]) == ["b"]
+    assert idx.match("t", {**msg, "p": 4}, ["hot"]) == []
+    idx.add("a", "t", a, tags=["hot"])  # back, and "b" removed: one path again, its tail rebuilt
+    idx.remove("b")
+    assert idx.match("t", {**msg, "p": 2}, ["hot"]) == ["a"]
+    assert idx.match("t", {**msg, "p": 2, "z": "zz"}, ["hot"]) == []
+    idx._check()
+    # every kind of level in a tail, each one failing once
+    levels = [{"field": "v", "values": [1, "2"]}, {"field": "r", "range": [1.5, 2.5]},
+              {"field": "ab", "anything_but": ["no"]}, {"field": "e", "exists": True},
+              {"field": "ne", "exists": False}, {"field": "pre", "prefix": "ab"}]
+    idx = SubscriptionIndex()
+    idx.add("s", "t", levels, tags=["g1", "g2"])
+    good = {"v": "2", "r": 2, "ab": "yes", "e": None, "pre": "abc"}
+    assert idx.match("t", good, ["g2"]) == ["s"]
+    for bad in ({"v": 2}, {"v": True}, {"r": 3}, {"r": True}, {"ab": "no"}, {"ne": 1}, {"pre": "a"},
+                {"pre": 1}, {"r": "2"}):
+        assert idx.match("t", {**good, **bad}, ["g2"]) == [], bad
+    for missing in ("v", "r", "ab", "e", "pre"):
+        assert idx.match("t", {k: v for k, v in good.items() if k != missing}, ["g1"]) == [], missing
+    assert idx.match("t", good, ["g3"]) == []
+    assert idx.match("t", good, []) == []
+    idx._check()
+
+
+def _nodes(idx):
+    from matcher.index import _children
+
+    stack = list(idx._roots.values())
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(_children(n))
+
+
+def test_adopt_carries_the_learned_order_across_a_rebuild():
+    """A rebuilt index that adopts the old one's traffic sample orders levels as the old one learned
+    to: the same answers, and no more visits than the old index after its re-order (a fresh index
+    starts from the static guesses and visits more)."""
+    import random
+
+    rng = random.Random(5)
+    subs = []
+    for i in range(600):  # a wide range (passes most messages) and a range above every value
+        lo = rng.uniform(0, 50)  # distinct ranges: one node each
+        subs.append((f"s{i}", "t", [{"field": "px", "range": [lo, lo + 900]},
+                                    {"field": "vol", "range": [10**6 + i, 10**9]}], None))
+    subs.append(("hit", "t", [{"field": "px", "range": [0, 1000]}], None))
+    msgs = [{"px": rng.randint(60, 900), "vol": rng.randint(0, 1000)} for _ in range(200)]
+    old = SubscriptionIndex()
+    for s in subs:
+        old.add(*s)
+    for m in msgs:
+        assert old.match("t", m) == ["hit"]
+    assert old._reorders >= 1, "the old index should have re-ordered from its traffic"
+    visits_old = old._visits
+    fresh, adopted = SubscriptionIndex(), SubscriptionIndex()
+    adopted.adopt(old)
+    for s in subs:
+        fresh.add(*s)
+        adopted.add(*s)
+    assert fresh.match("t", msgs[0]) == adopted.match("t", msgs[0]) == ["hit"]
+    assert adopted._visits <= visits_old < fresh._visits
+    adopted._check()

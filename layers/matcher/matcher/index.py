@@ -37,11 +37,11 @@ constrain (that is the "skip"). Each node keeps its outgoing edges in per-kind i
   matching prefixes are one dict look-up per distinct prefix length (``O(d)``, ``d`` <= the longest
   prefix). A bisect walk over a ``SortedDict`` of prefixes was tried first; on ``bench/matcher.py``
   it made whole matches ~3x slower (~46 vs ~15 µs per message at 1k subscriptions).
-* range: per field up to 8 ranges scanned directly, beyond that one
-  :class:`sortedcontainers.SortedList` of ``(lo, hi)`` per width class (``hi - lo`` in
-  ``[2**(e-1), 2**e)``): a range of class ``e`` holding ``x`` has ``lo`` in ``(x - 2**e, x]``,
-  so a stab bisects that window per class and scans at most about twice what it pushes;
-  ranges entirely above or below ``x`` are never touched.
+* range: per field up to 16 ranges scanned directly, beyond that one sorted Python list of
+  ``(lo, hi)`` per width class (``hi - lo`` in ``[2**(e-1), 2**e)``) and the class's widest range
+  ``w``: a range of the class holding ``x`` has ``lo`` in ``[x - w, x]``, so a stab bisects that
+  window per class (C ``bisect``) and scans at most about twice what it pushes (exactly that when
+  the class's ranges have one width); ranges entirely above or below ``x`` are never touched.
 * exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set →
   child plus, per value, how many sets exclude it (a value no set excludes: one C-level extend).
 * tags: per node a ``dict`` tag → tag-set children (like multi-value sets), so a message only looks
@@ -57,6 +57,12 @@ topic's depth, ``V`` the number of visited nodes and ``F = min(fields in the mes
 node)``, plus per visited node and field ``O(d)`` for ``d`` distinct prefix lengths, ``O(c log r)``
 + pushed for ``r`` ranges in ``c`` width classes, and ``O(a)`` for ``a`` anything-but sets only
 when some set excludes the message's value. ``V`` is what the order decides.
+
+Tails: a node with one subscription below it (``count == 1``) that it does not end keeps that
+subscription's id and remaining levels (``_Node.tail``, built on first visit by :func:`_tail`,
+dropped by every add / remove through the node); visiting it tests those levels inline — the
+same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit, not
+``k``.
 
 The order (:func:`_canonical`)
 ------------------------------
@@ -95,17 +101,15 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping
 from typing import Any, Hashable, Iterable
-
-from sortedcontainers import SortedList
 
 __all__ = ["SubscriptionIndex", "validate_conditions", "validate_tags", "validate_topic", "value_key"]
 
 KINDS = ("values", "range", "prefix", "anything_but", "exists")
 _INF = math.inf
-_SMALL = 8  # up to this many ranges per node and field: a plain scan
+_SMALL = 16  # up to this many ranges per node and field: a plain scan
 _SAMPLE = 256  # messages whose properties are kept to measure pass rates
 _MIN_SAMPLE = 32  # no re-order before this many messages
 _MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
@@ -464,7 +468,7 @@ class _Node:
     prefix, ``'r'`` range, ``'a'`` anything-but, ``'+'`` / ``'-'`` exists true / false).
     """
 
-    __slots__ = ("parent", "kind", "field", "arg", "count", "ends", "exact", "more")
+    __slots__ = ("parent", "kind", "field", "arg", "count", "ends", "exact", "more", "tail")
 
     def __init__(self, parent: "_Node | None", kind: str, field: Any, arg: Any):
         self.parent = parent
@@ -475,6 +479,10 @@ class _Node:
         self.ends: Any = None
         self.exact: dict | None = None
         self.more: dict | None = None
+        # when count == 1 and the subscription does not end here: (its id, the labels below this
+        # node), built by the first match that visits the node (:func:`_tail`), dropped by every
+        # add / remove through it
+        self.tail: tuple | None = None
 
 
 def _width_class(lo: float, hi: float) -> int | None:
@@ -489,18 +497,24 @@ class _Ranges:
     """The range edges of one node and field: stabbing queries over inclusive intervals.
 
     Up to ``_SMALL`` ranges are scanned directly. Beyond that the ranges are grouped by width class
-    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a :class:`SortedList` of
-    ``(lo, hi)``: a range of class ``e`` containing ``x`` has ``x - 2**e < lo <= x``, so a stab
-    bisects that window in each class and checks ``hi >= x`` there — at most about twice the
-    ranges it pushes per class (every range with ``lo > x - 2**(e-1)`` in the window contains
-    ``x``), plus ``O(log r)`` per class. Ranges far above (or below) every value are never scanned.
+    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a sorted ``list`` of
+    ``(lo, hi)`` (bisected by the C ``bisect`` module: a stab is a few C calls and one slice; an
+    add or remove moves up to ``r`` pointers with one ``memmove`` — a :class:`sortedcontainers.
+    SortedList` was used before, its Python-level bisects and ``islice`` cost more per stab) and
+    the widest ``hi - lo`` ever filed in it (``wide``; not lowered by removals, an upper bound is
+    enough): a range of class ``e`` containing ``x`` has ``x - wide[e] <= lo <= x``,
+    so a stab bisects that window in each class and checks ``hi >= x`` there — at most about twice
+    the ranges it pushes per class (every range with ``lo >= x - 2**(e-1)`` in the window contains
+    ``x``; when the class's ranges have one width, exactly the ranges it pushes), plus ``O(log r)``
+    per class. Ranges far above (or below) every value are never scanned.
     """
 
-    __slots__ = ("classes", "child")
+    __slots__ = ("classes", "child", "wide")
 
     def __init__(self) -> None:
-        self.classes: dict[int | None, SortedList] | None = None  # once there are more than _SMALL
+        self.classes: dict[int | None, list] | None = None  # once there are more than _SMALL
         self.child: dict[tuple, _Node] = {}
+        self.wide: dict[int | None, float] = {}
 
     def add(self, lo: float, hi: float, child: _Node) -> None:
         self.child[(lo, hi)] = child
@@ -508,6 +522,7 @@ class _Ranges:
             self._file(lo, hi)
         elif len(self.child) > _SMALL:
             self.classes = {}
+            self.wide = {}
             for lo_hi in self.child:
                 self._file(*lo_hi)
 
@@ -515,8 +530,10 @@ class _Ranges:
         e = _width_class(lo, hi)
         sl = self.classes.get(e)  # type: ignore[union-attr]
         if sl is None:
-            sl = self.classes[e] = SortedList()  # type: ignore[index]
-        sl.add((lo, hi))
+            sl = self.classes[e] = []  # type: ignore[index]
+        insort(sl, (lo, hi))
+        if e is not None and hi - lo > self.wide.get(e, -1):
+            self.wide[e] = hi - lo
 
     def discard(self, lo: float, hi: float) -> None:
         del self.child[(lo, hi)]
@@ -524,12 +541,14 @@ class _Ranges:
         if classes is not None:
             if len(self.child) <= _SMALL // 2:
                 self.classes = None
+                self.wide = {}
             else:
                 e = _width_class(lo, hi)
                 sl = classes[e]
-                sl.remove((lo, hi))
+                del sl[bisect_left(sl, (lo, hi))]
                 if not sl:
                     del classes[e]
+                    self.wide.pop(e, None)
 
     def stab(self, x: float, push) -> None:
         """Push every child whose [lo, hi] contains x: O(c log r + pushed) for c width classes."""
@@ -539,16 +558,18 @@ class _Ranges:
                 if lo <= x <= hi:
                     push(c)
             return
+        wide = self.wide
         for e, sl in self.classes.items():
-            end = sl.bisect_right((x, _INF))  # lo <= x
+            end = bisect_right(sl, (x, _INF))  # lo <= x
             start = 0
             if e is not None:
-                try:  # lo >= x - m with m >= 2**(e+1) and >= 4 ulps of x: below x - 2**e despite rounding
-                    start = sl.bisect_left((x - max(math.ldexp(1.0, e + 1), 4 * math.ulp(x)), -_INF))
+                w = wide[e]
+                try:  # lo >= x - w, with a margin for the rounding of hi - lo and of the subtraction
+                    start = bisect_left(sl, (x - (w + w * 1e-9 + 4 * math.ulp(x) + 4 * math.ulp(w)), -_INF))
                 except OverflowError:  # a huge int: scan every lo <= x
                     pass
             if start < end:
-                for lo, hi in sl.islice(start, end):
+                for lo, hi in sl[start:end]:
                     if hi >= x:
                         push(child[(lo, hi)])
 
@@ -622,6 +643,30 @@ class _Prefixes:
                 c = get(s[:n])
                 if c is not None:
                     push(c)
+
+
+def _children(node: _Node) -> list:
+    """The distinct children of ``node``. O(edges at the node)."""
+    out = _bucket_nodes(node.exact) if node.exact is not None else []
+    for key, per in (node.more or {}).items():
+        if key == "g":
+            out += _bucket_nodes(per)
+        elif key == "+" or key == "-":
+            out += per.values()
+        else:
+            for x in per.values():
+                out += x.child.values()
+    return out
+
+
+def _tail(node: _Node) -> tuple:
+    """``(id, labels)`` of the one subscription in the subtree of ``node`` (``count == 1``): the
+    edge labels from below ``node`` down to where it ends. O(levels x edges at those nodes)."""
+    labels = []
+    while node.ends is None:
+        (node,) = _children(node)  # count == 1: one path, one child per node
+        labels.append((node.kind, node.field, node.arg))
+    return node.ends, tuple(labels)
 
 
 def _pairs(per: dict, props: Mapping) -> list:
@@ -717,6 +762,16 @@ class SubscriptionIndex:
         self._reorders = 0
         self._visits = 0
 
+    def adopt(self, other: "SubscriptionIndex") -> None:
+        """Take over what ``other`` learned from traffic (its message sample, measured pass rates and
+        re-order budget), so an index rebuilt from scratch orders the levels it is given as
+        ``other`` would, instead of starting from the static guesses. Call it before :meth:`add`.
+        Never changes answers. O(sample size)."""
+        self._sample = list(other._sample)
+        self._matched = other._matched
+        self._learned = other._learned
+        self._reorders = other._reorders
+
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
         """Number of subscriptions. O(1)."""
@@ -736,7 +791,7 @@ class SubscriptionIndex:
 
         Complexity: O(L log L + sum over levels of (number of values + log r)) where L is the number
         of levels and r the number of prefix / range edges at a node; independent of how many other
-        subscriptions are indexed (amortised dict / SortedList costs).
+        subscriptions are indexed (amortised dict costs; a range's width class list moves up to r pointers in C).
         Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags.
         """
         validate_topic(topic)
@@ -760,10 +815,12 @@ class SubscriptionIndex:
         if node is None:
             node = self._roots[topic] = _Node(None, _ROOT, None, topic)
         node.count += 1
+        node.tail = None
         seen = self._seen
         for kind, field, arg in labels:
             node = self._child(node, kind, field, arg)
             node.count += 1
+            node.tail = None
             if kind == _V:
                 known = seen.get(field)
                 if known is None:
@@ -876,6 +933,7 @@ class SubscriptionIndex:
         seen = self._seen
         while node is not None:
             node.count -= 1
+            node.tail = None
             parent = node.parent
             if node.kind == _V:
                 field, arg = node.field, node.arg
@@ -987,11 +1045,50 @@ class SubscriptionIndex:
         stack = starts
         push = stack.append
         visits = 0
+        emits = 0  # visits that output something (a node where subscriptions end, a passed tail)
         while stack:
             n = stack.pop()
             visits += 1
             e = n.ends
+            if n.count == 1:
+                if e is not None:  # its one subscription ends here: a leaf, ends is the id itself
+                    out.append(e)
+                    emits += 1
+                    continue
+                # One subscription below: test its remaining levels directly instead of visiting
+                # a node per level (the same predicates as the edges below, see _tail).
+                tail = n.tail
+                if tail is None:
+                    tail = n.tail = _tail(n)
+                for kind, f, arg in tail[1]:
+                    if kind == "v":
+                        k = kmap.get(f, kmap)
+                        if k is kmap or (k not in arg if type(arg) is frozenset else k != arg):
+                            break
+                    elif kind == "r":
+                        v = nums.get(f)
+                        if v is None or not arg[0] <= v <= arg[1]:
+                            break
+                    elif kind == "a":
+                        k = kmap.get(f, kmap)
+                        if k is kmap or k in arg:
+                            break
+                    elif kind == "g":
+                        if not tag_list or arg.isdisjoint(tag_list):
+                            break
+                    elif kind == "e":
+                        if (f in props) is not arg:
+                            break
+                    else:  # prefix
+                        v = strs.get(f)
+                        if v is None or not v.startswith(arg):
+                            break
+                else:
+                    out.append(tail[0])
+                    emits += 1
+                continue
             if e is not None:
+                emits += 1
                 if type(e) is set:
                     out.extend(e)
                 else:
@@ -1092,7 +1189,7 @@ class SubscriptionIndex:
             sample.append(seen_props)
         else:
             sample[self._matched % _SAMPLE] = seen_props
-        waste = visits - len(out)
+        waste = visits - emits
         if waste > 0:
             self._waste += waste
             if (self._waste > max(_MIN_WASTE, 2 * len(self._leaf)) << min(self._reorders, 30)
@@ -1206,7 +1303,7 @@ class SubscriptionIndex:
                     filed = []
                     for e, sl in rg.classes.items():
                         assert sl, "empty width class left"
-                        sl._check()
+                        assert all(a < b for a, b in zip(sl, sl[1:])), "width class not sorted"
                         for lo, hi in sl:
                             assert _width_class(lo, hi) == e
                             filed.append((lo, hi))
@@ -1233,4 +1330,6 @@ class SubscriptionIndex:
             assert c.parent is node, "broken back reference"
             total += self._check_node(c, seen)
         assert node.count == total and total > 0, (node.kind, node.field, node.arg, node.count, total)
+        if node.tail is not None:  # a tail is kept only while it describes the one path below
+            assert node.count == 1 and node.ends is None and node.tail == _tail(node), "stale tail"
         return total

@@ -117,6 +117,7 @@ class Matcher:
 
     def load(self, subs) -> None:
         idx = SubscriptionIndex()
+        idx.adopt(self.index)  # keep the level order learned from traffic across rebuilds
         created: dict[str, Start] = {}
         parked: dict[str, dict[str, dict]] = {}
         for s in subs:
