@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from pynamodb.attributes import ListAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import BooleanAttribute, ListAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
@@ -50,6 +50,12 @@ class SubscriptionModel(Model):
     # (absent: unlimited) and where copies go (absent: dropped and counted)
     max_deliveries = NumberAttribute(null=True)
     dead_letter_topic = UnicodeAttribute(null=True)
+    # push delivery (issue 17, lakeq.store.push): the endpoint's settings (JSON), its signing secrets
+    # (JSON list), paused or not, and the deliverer's last outcome (JSON; informational)
+    push = UnicodeAttribute(null=True)
+    push_secrets = UnicodeAttribute(null=True)
+    push_paused = BooleanAttribute(null=True)
+    push_state = UnicodeAttribute(null=True)
     by_subscriber = BySubscriber()
 
 

@@ -1,0 +1,71 @@
+"""Push endpoints' storage (issue 17): attributes of the subscription item (no table of their own):
+``push`` (the settings, JSON), ``push_secrets`` (JSON list of ``{"secret", "expires_at"}``, newest
+first), ``push_paused`` and ``push_state`` (the deliverer's last outcome, JSON). Every write is one
+UpdateItem conditioned on the subscription existing (and, where it matters, on a push endpoint
+being registered), so a deleted subscription never gets a stray endpoint back. The version counter
+is not bumped: the fan-out's index does not depend on push settings."""
+from __future__ import annotations
+
+from pynamodb.exceptions import DoesNotExist, UpdateError
+
+from lakeq.store.repos import conditional_failed
+from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel
+
+M = SubscriptionModel
+
+
+class PushRepo:
+    @staticmethod
+    def put(sub_id: str, settings: str, secrets: str | None) -> bool:
+        """Set the settings (and, when given, the secrets: a new endpoint). False: no such subscription."""
+        actions = [M.push.set(settings)]
+        if secrets is not None:
+            actions += [M.push_secrets.set(secrets), M.push_paused.set(False), M.push_state.remove()]
+        return PushRepo._update(sub_id, actions, M.id.exists())
+
+    @staticmethod
+    def set_secrets(sub_id: str, old: str | None, new: str) -> bool:
+        """Secrets ``old`` → ``new`` if unchanged meanwhile and an endpoint is registered."""
+        cond = M.id.exists() & M.push.exists() & (M.push_secrets.does_not_exist() if old is None
+                                                  else M.push_secrets == old)
+        return PushRepo._update(sub_id, [M.push_secrets.set(new)], cond)
+
+    @staticmethod
+    def set_paused(sub_id: str, paused: bool) -> bool:
+        return PushRepo._update(sub_id, [M.push_paused.set(paused)], M.id.exists() & M.push.exists())
+
+    @staticmethod
+    def remove(sub_id: str) -> bool:
+        return PushRepo._update(sub_id, [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(),
+                                         M.push_state.remove()], M.id.exists() & M.push.exists())
+
+    @staticmethod
+    def set_state(sub_id: str, state: str) -> bool:
+        """The deliverer's last outcome (last writer wins: informational only)."""
+        return PushRepo._update(sub_id, [M.push_state.set(state)], M.id.exists() & M.push.exists())
+
+    @staticmethod
+    def _update(sub_id: str, actions: list, condition) -> bool:
+        try:
+            M(sub_id).update(actions=actions, condition=condition)
+            return True
+        except UpdateError as e:  # only the condition failing is an answer
+            if conditional_failed(e):
+                return False
+            raise
+
+    @staticmethod
+    def get(sub_id: str) -> SubscriptionModel | None:
+        if sub_id == VERSION_ID:
+            return None
+        try:
+            return M.get(sub_id, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def active_ids() -> list[str]:
+        """Subscriptions with a push endpoint that is not paused: a Scan with a filter (the sweep's
+        read; it reads every subscription item, so it is paid once a minute, not per message)."""
+        cond = M.push.exists() & ((M.push_paused.does_not_exist()) | (M.push_paused == False))  # noqa: E712
+        return [s.id for s in M.scan(cond, attributes_to_get=["id"])]
