@@ -7,9 +7,10 @@ the request signature, and what a failed delivery does next (the retry rule).
   that ``infra.local`` sets; the template never does).
 - :func:`sign` / :func:`signature_header` / :func:`verify`: ``X-Lakeq-Signature: t=<ts>,v1=<hex>[,v1=<hex>]``,
   each ``v1`` the hex HMAC-SHA256 of ``"<ts>.<body>"`` under one of the endpoint's valid secrets.
-- :func:`after_failure`: a failed delivery of a batch whose highest ``deliveries`` count is ``n`` →
-  dead-letter it now (``n >= max_attempts``) or retry after ``retry_delay_ms(n - 1)`` (full jitter,
-  :func:`lakeq.common.backoff.delay`'s formula with the endpoint's base and cap).
+- :func:`after_failure`: a failed delivery of a batch → its messages delivered ``max_attempts``
+  times are rejected (dead-lettered), the rest retried after ``retry_delay_ms(n - 1)`` (``n``: the
+  most deliveries among them; full jitter, :func:`lakeq.common.backoff.delay`'s formula with the
+  endpoint's base and cap).
 """
 from __future__ import annotations
 
@@ -176,10 +177,11 @@ def verify(header: str, body: bytes, secret: str, now_s: int, tolerance_s: int =
 # --- the retry rule -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Next:
-    """What follows a failed delivery: ``dead_letter`` the batch now, else retry after ``delay_ms``."""
+    """What follows a failed delivery: ``reject`` these offsets now (dead-lettered: they reached
+    ``max_attempts``), and retry the rest after ``delay_ms`` (None: nothing left to retry)."""
 
-    dead_letter: bool
-    delay_ms: int = 0
+    reject: tuple[int, ...]
+    delay_ms: int | None
 
 
 def retry_delay_ms(attempt: int, retry: dict, rand: Callable[[float, float], float] | None = None) -> int:
@@ -194,16 +196,21 @@ def retry_delay_ms(attempt: int, retry: dict, rand: Callable[[float, float], flo
     return max(1, int(s * 1000))
 
 
-def after_failure(deliveries: int, retry: dict, rand: Callable[[float, float], float] | None = None) -> Next:
-    """A failed delivery of a batch whose most-delivered message has been delivered ``deliveries``
-    times (this attempt included): dead-letter it when that reached ``max_attempts``, else retry.
+def after_failure(deliveries: dict[int, int], retry: dict,
+                  rand: Callable[[float, float], float] | None = None) -> Next:
+    """A failed delivery of a batch (``deliveries``: each offset's deliveries, this attempt
+    included): the offsets that reached ``max_attempts`` are rejected, the others retried after
+    the backoff of the most-delivered one (attempt ``n - 1`` waits ``retry_delay_ms(n - 1)``).
 
-    >>> after_failure(3, {"max_attempts": 3, "backoff_base_ms": 10, "backoff_cap_ms": 10})
-    Next(dead_letter=True, delay_ms=0)
+    >>> r = {"max_attempts": 3, "backoff_base_ms": 10, "backoff_cap_ms": 10}
+    >>> after_failure({4: 3, 5: 1}, r, rand=lambda a, b: b)
+    Next(reject=(4,), delay_ms=10)
+    >>> after_failure({4: 3}, r)
+    Next(reject=(4,), delay_ms=None)
     """
-    if deliveries >= retry["max_attempts"]:
-        return Next(True)
-    return Next(False, retry_delay_ms(deliveries - 1, retry, rand))
+    reject = tuple(sorted(o for o, n in deliveries.items() if n >= retry["max_attempts"]))
+    rest = [n for o, n in deliveries.items() if n < retry["max_attempts"]]
+    return Next(reject, retry_delay_ms(max(rest) - 1, retry, rand) if rest else None)
 
 
 def encode(settings: dict) -> str:

@@ -8,9 +8,9 @@ same settlement state machine), POSTs it signed, and then
 - 2xx: acknowledges the batch (:func:`lakeq.consume.settle.settle`, as ``POST /v1/acks``);
 - anything else, a timeout, a connection error: sets the lock's expiry to the next attempt
   (:func:`lakeq.consume.settle.visibility`, as ``POST /v1/visibility``), so the batch is served
-  again — by whichever invocation comes first after that — with its ``deliveries`` counted; once a
-  batch's most-delivered message reached the endpoint's ``retry.max_attempts`` it is rejected
-  (dead-lettered at once, as a pull's ``reject``).
+  again — by whichever invocation comes first after that — with its ``deliveries`` counted; the
+  messages that reached the endpoint's ``retry.max_attempts`` are rejected (dead-lettered at once,
+  as a pull's ``reject``).
 
 A delivery whose lock expired while it waited (a slow endpoint) finds its receipt stale and leaves
 the batch to the delivery that took it over (at-least-once). Only one batch of a subscription is
@@ -199,9 +199,10 @@ class Delivered:
     statuses: list = field(default_factory=list)
 
 
-def _batch_offsets(owner: str) -> tuple[int, ...]:
+def _lock_state(owner: str):
+    """The list's settlement state (:class:`lakeq.log.settlement.State`; None: no record)."""
     rec = OffsetRepo.get(owner, 0)
-    return () if rec is None else tuple(OffsetRepo.view_of(rec).state().batch)
+    return None if rec is None else OffsetRepo.view_of(rec).state()
 
 
 def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S) -> Delivered:
@@ -249,13 +250,16 @@ def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOIN
                 continue
             out.failed += 1
             state["failures"] = state.get("failures", 0) + 1
-            nxt = contract.after_failure(max(m["deliveries"] for m in msgs), retry)
-            if nxt.dead_letter:
-                batch = _batch_offsets(owner)
-                settling.settle(owner, 0, receipt, Outcomes(accept=(), reject=batch), pol, list_reader(lt), now,
-                                STALE)
-                out.dead_lettered += len(batch)
-                state.update(next_attempt_at=None, dead_lettered=state.get("dead_lettered", 0) + len(batch))
+            st = _lock_state(owner)
+            if st is None or st.lock_ts != receipt.timestamp:
+                raise StaleReceipt(STALE)
+            nxt = contract.after_failure({o: st.pend.get(o, 0) for o in st.held}, retry)
+            if nxt.reject:
+                settling.settle(owner, 0, receipt, Outcomes(accept=(), reject=nxt.reject), pol, list_reader(lt),
+                                now, STALE)
+                out.dead_lettered += len(nxt.reject)
+                state.update(next_attempt_at=None, dead_lettered=state.get("dead_lettered", 0) + len(nxt.reject))
+            if nxt.delay_ms is None:
                 continue
             at = now + nxt.delay_ms
             if not settling.visibility(owner, 0, receipt, at, now):
