@@ -85,13 +85,13 @@ def _new_secret() -> str:
 def view(s: SubscriptionModel, now: int | None = None) -> dict:
     now = clock.now() if now is None else now
     settings = json.loads(s.push)
-    state = json.loads(s.push_state) if s.push_state else {}
+    last = json.loads(s.push_state) if s.push_state else {}
     return {"subscription": s.id, **settings, "paused": bool(s.push_paused),
             "secrets": [{"created_at": x["created_at"], "expires_at": x.get("expires_at")}
                         for x in _secrets(s.push_secrets, now)],
-            "state": {"last_status": state.get("last_status"), "last_attempt_at": state.get("last_attempt_at"),
-                      "failures": state.get("failures", 0), "next_attempt_at": state.get("next_attempt_at"),
-                      "delivered": state.get("delivered", 0), "dead_lettered": state.get("dead_lettered", 0)}}
+            "state": {"last_status": last.get("last_status"), "last_attempt_at": last.get("last_attempt_at"),
+                      "next_attempt_at": last.get("next_attempt_at"), "failures": int(s.push_failures or 0),
+                      "delivered": int(s.push_delivered or 0), "dead_lettered": int(s.push_dead_lettered or 0)}}
 
 
 def put(p: Principal, sub_id: str, raw: str | None) -> tuple[dict, int]:
@@ -110,6 +110,7 @@ def put(p: Principal, sub_id: str, raw: str | None) -> tuple[dict, int]:
     s.push = encoded
     if new:
         s.push_secrets, s.push_paused, s.push_state = stored, False, None
+        s.push_failures = s.push_delivered = s.push_dead_lettered = None
     out = view(s, now)
     if new:
         out["secret"] = secret
@@ -216,7 +217,6 @@ def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOIN
         return out
     cfg = json.loads(s.push)
     retry = cfg["retry"]
-    state = json.loads(s.push_state) if s.push_state else {}
     pol = sub_policy(s)
     lt, owner = list_topic(sub_id), list_owner(sub_id)
     deadline = time.monotonic() + budget_s
@@ -241,36 +241,39 @@ def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOIN
         out.batches += 1
         out.statuses.append(status)
         now = clock.now()
-        state.update(last_status=status, last_attempt_at=now)
+        ok = status is not None and 200 <= status < 300
+        delivered = dead = 0
+        next_at = None
+        stop = True
         try:
-            if status is not None and 200 <= status < 300:
+            if ok:
                 settling.settle(owner, 0, receipt, Outcomes(), pol, list_reader(lt), now, STALE)
-                out.delivered += len(msgs)
-                state.update(failures=0, next_attempt_at=None, delivered=state.get("delivered", 0) + len(msgs))
-                continue
-            out.failed += 1
-            state["failures"] = state.get("failures", 0) + 1
-            st = _lock_state(owner)
-            if st is None or st.lock_ts != receipt.timestamp:
-                raise StaleReceipt(STALE)
-            nxt = contract.after_failure({o: st.pend.get(o, 0) for o in st.held}, retry)
-            if nxt.reject:
-                settling.settle(owner, 0, receipt, Outcomes(accept=(), reject=nxt.reject), pol, list_reader(lt),
-                                now, STALE)
-                out.dead_lettered += len(nxt.reject)
-                state.update(next_attempt_at=None, dead_lettered=state.get("dead_lettered", 0) + len(nxt.reject))
-            if nxt.delay_ms is None:
-                continue
-            at = now + nxt.delay_ms
-            if not settling.visibility(owner, 0, receipt, at, now):
-                raise StaleReceipt(STALE)
-            state["next_attempt_at"] = at
-            break
+                delivered, stop = len(msgs), False
+            else:
+                out.failed += 1
+                st = _lock_state(owner)
+                if st is None or st.lock_ts != receipt.timestamp:
+                    raise StaleReceipt(STALE)
+                nxt = contract.after_failure({o: st.pend.get(o, 0) for o in st.held}, retry)
+                if nxt.reject:
+                    settling.settle(owner, 0, receipt, Outcomes(accept=(), reject=nxt.reject), pol,
+                                    list_reader(lt), now, STALE)
+                    dead = len(nxt.reject)
+                if nxt.delay_ms is None:
+                    stop = False
+                else:
+                    next_at = now + nxt.delay_ms
+                    if not settling.visibility(owner, 0, receipt, next_at, now):
+                        raise StaleReceipt(STALE)
         except StaleReceipt:  # our lock ended and another delivery took the batch: it settles it
             out.stale += 1
+            stop = True
+        out.delivered += delivered
+        out.dead_lettered += dead
+        PushRepo.record(sub_id, json.dumps({"last_status": status, "last_attempt_at": now, "next_attempt_at": next_at},
+                                           separators=(",", ":")), ok, delivered, dead)
+        if stop:
             break
-    if out.batches:
-        PushRepo.set_state(sub_id, json.dumps(state, separators=(",", ":")))
     return out
 
 

@@ -1,6 +1,8 @@
 """Push endpoints' storage (issue 17): attributes of the subscription item (no table of their own):
 ``push`` (the settings, JSON), ``push_secrets`` (JSON list of ``{"secret", "expires_at"}``, newest
-first), ``push_paused`` and ``push_state`` (the deliverer's last outcome, JSON). Every write is one
+first), ``push_paused``, ``push_state`` (the deliverer's last attempt, JSON: last writer wins) and
+the counters ``push_failures`` / ``push_delivered`` / ``push_dead_lettered`` (atomic ADDs, so
+concurrent deliveries lose no count). Every write is one
 UpdateItem conditioned on the subscription existing (and, where it matters, on a push endpoint
 being registered), so a deleted subscription never gets a stray endpoint back. The version counter
 is not bumped: the fan-out's index does not depend on push settings."""
@@ -20,7 +22,7 @@ class PushRepo:
         """Set the settings (and, when given, the secrets: a new endpoint). False: no such subscription."""
         actions = [M.push.set(settings)]
         if secrets is not None:
-            actions += [M.push_secrets.set(secrets), M.push_paused.set(False), M.push_state.remove()]
+            actions += [M.push_secrets.set(secrets), M.push_paused.set(False), *PushRepo._state_removed()]
         return PushRepo._update(sub_id, actions, M.id.exists())
 
     @staticmethod
@@ -37,12 +39,23 @@ class PushRepo:
     @staticmethod
     def remove(sub_id: str) -> bool:
         return PushRepo._update(sub_id, [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(),
-                                         M.push_state.remove()], M.id.exists() & M.push.exists())
+                                         *PushRepo._state_removed()], M.id.exists() & M.push.exists())
 
     @staticmethod
-    def set_state(sub_id: str, state: str) -> bool:
-        """The deliverer's last outcome (last writer wins: informational only)."""
-        return PushRepo._update(sub_id, [M.push_state.set(state)], M.id.exists() & M.push.exists())
+    def _state_removed() -> list:
+        return [M.push_state.remove(), M.push_failures.remove(), M.push_delivered.remove(),
+                M.push_dead_lettered.remove()]
+
+    @staticmethod
+    def record(sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int) -> bool:
+        """One delivery attempt's outcome: one UpdateItem (the last attempt set, the counters added;
+        ``push_failures`` reset by a success, else incremented)."""
+        actions = [M.push_state.set(last), M.push_failures.set(0) if ok else M.push_failures.add(1)]
+        if delivered:
+            actions.append(M.push_delivered.add(delivered))
+        if dead_lettered:
+            actions.append(M.push_dead_lettered.add(dead_lettered))
+        return PushRepo._update(sub_id, actions, M.id.exists() & M.push.exists())
 
     @staticmethod
     def _update(sub_id: str, actions: list, condition) -> bool:

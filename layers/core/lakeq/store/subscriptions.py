@@ -51,11 +51,14 @@ class SubscriptionModel(Model):
     max_deliveries = NumberAttribute(null=True)
     dead_letter_topic = UnicodeAttribute(null=True)
     # push delivery (issue 17, lakeq.store.push): the endpoint's settings (JSON), its signing secrets
-    # (JSON list), paused or not, and the deliverer's last outcome (JSON; informational)
+    # (JSON list), paused or not, the deliverer's last attempt (JSON) and its counters
     push = UnicodeAttribute(null=True)
     push_secrets = UnicodeAttribute(null=True)
     push_paused = BooleanAttribute(null=True)
     push_state = UnicodeAttribute(null=True)
+    push_failures = NumberAttribute(null=True)       # failed attempts since the last success
+    push_delivered = NumberAttribute(null=True)      # messages acknowledged by the endpoint (ADD)
+    push_dead_lettered = NumberAttribute(null=True)  # messages rejected after max_attempts (ADD)
     by_subscriber = BySubscriber()
 
 

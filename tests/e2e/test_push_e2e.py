@@ -1,0 +1,124 @@
+"""Push delivery end to end (issue 17) over the local stack: a real receiver on loopback (http.server
+in a thread) that fails the first requests, then succeeds except for batches holding a poison
+message. The stack runs PushFunction from template.yaml (SegmentsTable stream + its schedule,
+time-compressed with LAKEQ_SCHEDULE_SCALE so rate(1 minute) fires every 2 s).
+
+Checked: every message reaches the endpoint in a 2xx-answered request, every request's signature
+verifies with the secret returned at registration, no message is POSTed more than
+``max_deliveries`` times, the poison message is dead-lettered after exactly ``max_deliveries``
+deliveries, and nothing is left on the list for a pull."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from lakeq.contract import push as contract
+
+pytestmark = pytest.mark.e2e
+T = 30
+MAX_DELIVERIES = 3
+
+
+class Receiver:
+    """Answers 500 to the first ``fail_first`` requests, then 500 to any batch holding ``poison``,
+    else 200; records (headers, body, status) of every request."""
+
+    def __init__(self, fail_first: int, poison: str):
+        self.got: list[tuple[dict, bytes, int]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                msgs = json.loads(body)["messages"]
+                with outer.lock:
+                    code = 500 if (len(outer.got) < fail_first or any(m["body"] == poison for m in msgs)) else 200
+                    outer.got.append((dict(self.headers), body, code))
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_push_delivers_everything_signed_retries_and_dead_letters(start_local_stack):
+    st = start_local_stack(extra_env={"LAKEQ_SCHEDULE_SCALE": "30"})
+    rx = Receiver(fail_first=2, poison="poison")
+    try:
+        adm = {"Authorization": f"Bearer {st.admin_key}"}
+
+        def call(method, path, headers=adm, status=200, **kw):
+            r = requests.request(method, st.url + path, headers=headers, timeout=T, **kw)
+            assert r.status_code == status, (method, path, r.status_code, r.text)
+            return r.json() if r.content else None
+
+        tag = uuid.uuid4().hex[:6]
+        topic, dlq = f"push-{tag}", f"push-dlq-{tag}"
+        call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
+        call("POST", "/v1/topics", json={"name": dlq, "queues": 1}, status=201)
+        feed = call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                    status=201)["api_key"]
+        sub_key = call("POST", "/v1/clients", json={"name": f"hook-{tag}", "role": "consumer",
+                                                     "topics": [topic, dlq]}, status=201)["api_key"]
+        sk = {"Authorization": f"Bearer {sub_key}"}
+        sub = call("POST", "/v1/subscriptions", sk, 201, json={
+            "subscriber": f"hook-{tag}", "topic": topic, "max_deliveries": MAX_DELIVERIES, "dead_letter_topic": dlq})
+        reg = call("PUT", f"/v1/subscriptions/{sub['id']}/push", sk, 201, json={
+            "url": rx.url, "batch_size": 4, "timeout_ms": 2000,
+            "retry": {"max_attempts": 10, "backoff_base_ms": 200, "backoff_cap_ms": 500}})
+        bodies = [f"m{i}" for i in range(12)] + ["poison"] + [f"n{i}" for i in range(5)]
+        for i in range(0, len(bodies), 6):
+            call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"}, json={
+                "producer": f"feed-{tag}", "messages": [{"body": b, "key": b} for b in bodies[i:i + 6]]})
+
+        want = set(bodies) - {"poison"}
+        deadline = time.monotonic() + 90
+        dead: list = []
+        while time.monotonic() < deadline:
+            with rx.lock:
+                ok = {m["body"] for h, b, c in rx.got if c == 200 for m in json.loads(b)["messages"]}
+            if ok >= want:
+                dead = call("GET", f"/v1/topics/{dlq}/messages", sk, params={"group": f"hook-{tag}", "max": 10})
+                if dead["messages"]:
+                    break
+            time.sleep(0.5)
+        assert ok >= want, f"not delivered: {sorted(want - ok)}; requests: {len(rx.got)}\n{st.stderr[-3000:]}"
+        assert [m["body"] for m in dead["messages"]] == ["poison"]
+        assert dead["messages"][0]["dead_letter"]["deliveries"] == MAX_DELIVERIES
+
+        with rx.lock:
+            got = list(rx.got)
+        posts: Counter[str] = Counter()
+        for headers, body, _code in got:
+            assert contract.verify(headers[contract.SIGNATURE_HEADER], body, reg["secret"], int(time.time()), 600)
+            assert headers["X-Lakeq-Subscription"] == sub["id"]
+            for m in json.loads(body)["messages"]:
+                posts[m["body"]] += 1
+                assert m["deliveries"] <= MAX_DELIVERIES
+        assert max(posts.values()) <= MAX_DELIVERIES and posts["poison"] == MAX_DELIVERIES
+        assert sum(1 for _h, _b, c in got if c == 500) >= 2  # it did fail first
+        # nothing left for a pull; the endpoint's state tells what happened
+        left = call("GET", f"/v1/subscriptions/{sub['id']}/messages", sk)
+        assert left["messages"] == []
+        state = call("GET", f"/v1/subscriptions/{sub['id']}/push", sk)["state"]
+        assert state["delivered"] == len(want) and state["dead_lettered"] == 0  # poison: max_deliveries, not a reject
+    finally:
+        rx.close()
+        code = st.stop()
+    assert code == 0, st.stderr[-3000:]
