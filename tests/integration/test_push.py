@@ -55,7 +55,8 @@ class Poster:
 
     def __call__(self, url, headers, body, timeout_s):
         self.calls.append((url, headers, body, timeout_s))
-        return (self.statuses.pop(0) if self.statuses else 200), b""
+        answer = self.statuses.pop(0) if self.statuses else 200
+        return answer if isinstance(answer, tuple) else (answer, b"")
 
     def bodies(self):
         return [[m["body"] for m in json.loads(c[2])["messages"]] for c in self.calls]
@@ -237,6 +238,34 @@ def test_max_attempts_rejects_the_batch(api, setup, aws, clock, dlq):
     assert {m["dead_letter"]["reason"] for m in dead} == {"rejected"}
     state = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])[1]["state"]
     assert state["dead_lettered"] == 2 and state["failures"] == 3
+
+
+def test_per_message_outcomes_in_a_2xx_answer(api, setup, aws, clock, dlq):
+    sid = subscribe(api, setup["risk"], dead_letter_topic="dlq")
+    register(api, sid, setup["risk"], batch_size=4, retry={"max_attempts": 5, "backoff_base_ms": 100,
+                                                           "backoff_cap_ms": 100})
+    produce(api, setup["feed"], ["p0", "p1", "p2", "p3"])
+    fan_out(aws)
+    # 1: outcomes that name a position out of range: a failed delivery (nothing settled)
+    # 2: release p1, reject p3 (p0, p2 accepted); 3: p1 alone, accepted
+    p = Poster((200, b'{"release": [7]}'), (200, b'{"release": [1], "reject": [3]}'))
+    out = push.deliver(sid, p)
+    assert out.failed == 1 and out.delivered == 0
+    clock.t += 1000
+    out = push.deliver(sid, p)
+    assert (out.delivered, out.dead_lettered, out.failed) == (2, 1, 0)
+    assert p.bodies()[1] == ["p0", "p1", "p2", "p3"]
+    state = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])[1]["state"]
+    assert state["next_attempt_at"] is not None and state["failures"] == 0
+    assert push.deliver(sid, p).batches == 0  # p1 waits for its backoff
+    clock.t += 1000
+    out = push.deliver(sid, p)
+    assert out.delivered == 1 and p.bodies()[2] == ["p1"]
+    assert [m["deliveries"] for m in json.loads(p.calls[2][2])["messages"]] == [3]
+    assert [(m["body"], m["dead_letter"]["reason"]) for m in _dead_letters(api, dlq)] == [("p3", "rejected")]
+    assert api.call("GET", f"/v1/subscriptions/{sid}/messages", key=setup["risk"])[1]["messages"] == []
+    state = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])[1]["state"]
+    assert (state["delivered"], state["dead_lettered"]) == (3, 1)
 
 
 def test_a_stale_lock_is_safe(api, setup, aws, clock):

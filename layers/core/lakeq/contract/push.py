@@ -213,5 +213,49 @@ def after_failure(deliveries: dict[int, int], retry: dict,
     return Next(reject, retry_delay_ms(max(rest) - 1, retry, rand) if rest else None)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """Per-message outcomes of a 2xx answer: positions (0-based, in the request's ``messages``) to
+    release (retried with the backoff) and to reject (dead-lettered now); the rest are accepted."""
+
+    release: frozenset[int]
+    reject: frozenset[int]
+
+
+FAILED = Answer(frozenset({-1}), frozenset({-1}))  # not an answer: the delivery failed
+
+
+def response_outcomes(raw: bytes | None, n: int) -> Answer | None:
+    """A 2xx answer's body → None (the whole batch is accepted: an empty body, not JSON, or an object
+    without ``release`` / ``reject``), an :class:`Answer`, or :data:`FAILED` when the object names
+    outcomes wrongly (not lists of positions ``0 <= i < n``, or a position in both): the endpoint's
+    mistake must not settle messages it did not mean to, so the batch is retried.
+
+    >>> response_outcomes(b"", 3) is None and response_outcomes(b'{"ok": true}', 3) is None
+    True
+    >>> a = response_outcomes(b'{"release": [2], "reject": [0]}', 3)
+    >>> sorted(a.release), sorted(a.reject)
+    ([2], [0])
+    >>> response_outcomes(b'{"release": [3]}', 3) is FAILED, response_outcomes(b'{"reject": "0"}', 3) is FAILED
+    (True, True)
+    """
+    try:
+        value = json.loads(raw or b"")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(value, dict) or ("release" not in value and "reject" not in value):
+        return None
+    lists = []
+    for k in ("release", "reject"):
+        xs = value.get(k) or []
+        if not isinstance(xs, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n
+                                           for i in xs):
+            return FAILED
+        lists.append(frozenset(xs))
+    if lists[0] & lists[1]:
+        return FAILED
+    return Answer(lists[0], lists[1])
+
+
 def encode(settings: dict) -> str:
     return json.dumps(settings, separators=(",", ":"), sort_keys=True)

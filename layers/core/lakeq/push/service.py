@@ -200,6 +200,10 @@ class Delivered:
     statuses: list = field(default_factory=list)
 
 
+class _Settled(Exception):  # noqa: N818 - control flow inside deliver: nothing left to retry
+    pass
+
+
 def _lock_state(owner: str):
     """The list's settlement state (:class:`lakeq.log.settlement.State`; None: no record)."""
     rec = OffsetRepo.get(owner, 0)
@@ -237,34 +241,52 @@ def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOIN
         headers = {**cfg["headers"], "Content-Type": "application/json", "User-Agent": "lakeq-push/1",
                    "X-Lakeq-Subscription": sub_id,
                    contract.SIGNATURE_HEADER: contract.signature_header(signing, now // 1000, body)}
-        status, _ = poster(cfg["url"], headers, body, timeout_ms / 1000)
+        status, answer = poster(cfg["url"], headers, body, timeout_ms / 1000)
         out.batches += 1
         out.statuses.append(status)
         now = clock.now()
-        ok = status is not None and 200 <= status < 300
+        outcomes = contract.response_outcomes(answer, len(msgs)) if status is not None and 200 <= status < 300 \
+            else contract.FAILED
+        ok = outcomes is not contract.FAILED
         delivered = dead = 0
         next_at = None
         stop = True
         try:
-            if ok:
+            if outcomes is None:  # a 2xx: the whole batch
                 settling.settle(owner, 0, receipt, Outcomes(), pol, list_reader(lt), now, STALE)
                 delivered, stop = len(msgs), False
             else:
-                out.failed += 1
                 st = _lock_state(owner)
-                if st is None or st.lock_ts != receipt.timestamp:
+                if st is None or st.lock_ts != receipt.timestamp or len(st.batch) != len(msgs):
                     raise StaleReceipt(STALE)
+                if ok:  # a 2xx with per-message outcomes (positions in the request's messages)
+                    offs = sorted(st.batch)  # the messages are in log-offset order
+                    rel = {offs[i] for i in outcomes.release}
+                    rej = tuple(offs[i] for i in sorted(outcomes.reject))
+                    acc = tuple(o for o in offs if o not in rel and o not in rej)
+                    settling.settle(owner, 0, receipt, Outcomes(accept=acc, reject=rej), pol, list_reader(lt),
+                                    now, STALE)
+                    delivered, dead = len(acc), len(rej)
+                    st = _lock_state(owner)
+                    if not rel or st is None or st.lock_ts != receipt.timestamp:
+                        stop = False
+                        raise _Settled()
+                else:
+                    out.failed += 1
+                # what is still held (all of a failed batch, the released part of a partial one)
                 nxt = contract.after_failure({o: st.pend.get(o, 0) for o in st.held}, retry)
                 if nxt.reject:
                     settling.settle(owner, 0, receipt, Outcomes(accept=(), reject=nxt.reject), pol,
                                     list_reader(lt), now, STALE)
-                    dead = len(nxt.reject)
+                    dead += len(nxt.reject)
                 if nxt.delay_ms is None:
                     stop = False
                 else:
                     next_at = now + nxt.delay_ms
                     if not settling.visibility(owner, 0, receipt, next_at, now):
                         raise StaleReceipt(STALE)
+        except _Settled:
+            pass
         except StaleReceipt:  # our lock ended and another delivery took the batch: it settles it
             out.stale += 1
             stop = True
