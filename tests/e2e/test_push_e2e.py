@@ -1,5 +1,6 @@
 """Push delivery end to end (issue 17) over the local stack: a real receiver on loopback (http.server
-in a thread) that fails the first requests, then succeeds except for batches holding a poison
+in a thread) that answers the first request too late (a timeout) and the second with a 500, releases
+one message once (per-message outcomes), answers slowly, and fails every batch holding a poison
 message. The stack runs PushFunction from template.yaml (SegmentsTable stream + its schedule,
 time-compressed with LAKEQ_SCHEDULE_SCALE so rate(1 minute) fires every 2 s).
 
@@ -27,30 +28,54 @@ MAX_DELIVERIES = 3
 
 
 class Receiver:
-    """Answers 500 to the first ``fail_first`` requests, then 500 to any batch holding ``poison``,
-    else 200; records (headers, body, status) of every request."""
+    """Request 1 answers too late (after the endpoint's timeout), request 2 a 500; then any batch
+    holding ``poison`` gets a 500, the first batch holding ``release_me`` a 200 that releases it, and
+    every other one a slow (200 ms) 200. Records (headers, body, status, released positions)."""
 
-    def __init__(self, fail_first: int, poison: str):
-        self.got: list[tuple[dict, bytes, int]] = []
+    def __init__(self, poison: str, release_me: str, late_s: float):
+        self.got: list[tuple[dict, bytes, int, list[int]]] = []
         self.lock = threading.Lock()
         outer = self
 
         class H(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                msgs = json.loads(body)["messages"]
+                msgs = [m["body"] for m in json.loads(body)["messages"]]
+                answer, released = b"", []
                 with outer.lock:
-                    code = 500 if (len(outer.got) < fail_first or any(m["body"] == poison for m in msgs)) else 200
-                    outer.got.append((dict(self.headers), body, code))
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                    n = len(outer.got)
+                    seen_release = any(release_me in r for r in outer.released_bodies())
+                    if n == 0:
+                        code, delay = 0, late_s  # a timeout: the answer comes too late
+                    elif n == 1 or poison in msgs:
+                        code, delay = 500, 0
+                    elif release_me in msgs and not seen_release:
+                        code, delay, released = 200, 0, [msgs.index(release_me)]
+                        answer = json.dumps({"release": released}).encode()
+                    else:
+                        code, delay = 200, 0.2
+                    outer.got.append((dict(self.headers), body, code, released))
+                time.sleep(delay)
+                try:
+                    self.send_response(code or 200)
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                except OSError:
+                    pass  # the pusher gave up waiting
 
             def log_message(self, *a):
                 pass
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def released_bodies(self):
+        return [[json.loads(b)["messages"][i]["body"] for i in rel] for _h, b, _c, rel in self.got]
+
+    def accepted(self) -> set[str]:
+        return {m["body"] for _h, b, c, rel in self.got if c == 200
+                for i, m in enumerate(json.loads(b)["messages"]) if i not in rel}
 
     def close(self):
         self.server.shutdown()
@@ -59,7 +84,7 @@ class Receiver:
 
 def test_push_delivers_everything_signed_retries_and_dead_letters(start_local_stack):
     st = start_local_stack(extra_env={"LAKEQ_SCHEDULE_SCALE": "30"})
-    rx = Receiver(fail_first=2, poison="poison")
+    rx = Receiver(poison="poison", release_me="m5", late_s=1.5)
     try:
         adm = {"Authorization": f"Bearer {st.admin_key}"}
 
@@ -80,7 +105,7 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(start_local_st
         sub = call("POST", "/v1/subscriptions", sk, 201, json={
             "subscriber": f"hook-{tag}", "topic": topic, "max_deliveries": MAX_DELIVERIES, "dead_letter_topic": dlq})
         reg = call("PUT", f"/v1/subscriptions/{sub['id']}/push", sk, 201, json={
-            "url": rx.url, "batch_size": 4, "timeout_ms": 2000,
+            "url": rx.url, "batch_size": 4, "timeout_ms": 1000,
             "retry": {"max_attempts": 10, "backoff_base_ms": 200, "backoff_cap_ms": 500}})
         bodies = [f"m{i}" for i in range(12)] + ["poison"] + [f"n{i}" for i in range(5)]
         for i in range(0, len(bodies), 6):
@@ -92,7 +117,7 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(start_local_st
         dead: list = []
         while time.monotonic() < deadline:
             with rx.lock:
-                ok = {m["body"] for h, b, c in rx.got if c == 200 for m in json.loads(b)["messages"]}
+                ok = rx.accepted()
             if ok >= want:
                 dead = call("GET", f"/v1/topics/{dlq}/messages", sk, params={"group": f"hook-{tag}", "max": 10})
                 if dead["messages"]:
@@ -105,14 +130,15 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(start_local_st
         with rx.lock:
             got = list(rx.got)
         posts: Counter[str] = Counter()
-        for headers, body, _code in got:
+        for headers, body, _code, _rel in got:
             assert contract.verify(headers[contract.SIGNATURE_HEADER], body, reg["secret"], int(time.time()), 600)
             assert headers["X-Lakeq-Subscription"] == sub["id"]
             for m in json.loads(body)["messages"]:
                 posts[m["body"]] += 1
                 assert m["deliveries"] <= MAX_DELIVERIES
         assert max(posts.values()) <= MAX_DELIVERIES and posts["poison"] == MAX_DELIVERIES
-        assert sum(1 for _h, _b, c in got if c == 500) >= 2  # it did fail first
+        codes = [c for _h, _b, c, _r in got]
+        assert codes[:2] == [0, 500] and any(r for _h, _b, _c, r in got)  # a timeout, a 500, a release
         # nothing left for a pull; the endpoint's state tells what happened
         left = call("GET", f"/v1/subscriptions/{sub['id']}/messages", sk)
         assert left["messages"] == []
