@@ -82,8 +82,15 @@ class Receiver:
         self.server.server_close()
 
 
-def test_push_delivers_everything_signed_retries_and_dead_letters(start_local_stack):
-    st = start_local_stack(extra_env={"LAKEQ_SCHEDULE_SCALE": "30"})
+@pytest.fixture(scope="module")
+def st(start_local_stack):
+    stack = start_local_stack(extra_env={"LAKEQ_SCHEDULE_SCALE": "30"})
+    yield stack
+    code = stack.stop()
+    assert code == 0, stack.stderr[-3000:]
+
+
+def test_push_delivers_everything_signed_retries_and_dead_letters(st):
     rx = Receiver(poison="poison", release_me="m5", late_s=1.5)
     try:
         adm = {"Authorization": f"Bearer {st.admin_key}"}
@@ -146,5 +153,57 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(start_local_st
         assert state["delivered"] == len(want) and state["dead_lettered"] == 0  # poison: max_deliveries, not a reject
     finally:
         rx.close()
-        code = st.stop()
-    assert code == 0, st.stderr[-3000:]
+
+
+def test_rate_limit_measured_by_the_receiver(st):
+    """rate 4 messages/s, batches of 2: over any stretch of arrivals the receiver counts at most
+    rate x its length + one batch (+ 100 ms of send-time jitter)."""
+    rate, batch, n = 4, 2, 16
+    arrivals: list[tuple[float, int]] = []
+    lock = threading.Lock()
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                arrivals.append((time.monotonic(), len(json.loads(body)["messages"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        adm = {"Authorization": f"Bearer {st.admin_key}"}
+        tag = uuid.uuid4().hex[:6]
+        topic = f"rate-{tag}"
+        assert requests.post(st.url + "/v1/topics", json={"name": topic, "queues": 1}, headers=adm,
+                             timeout=T).status_code == 201
+        feed = requests.post(st.url + "/v1/clients", headers=adm, timeout=T, json={
+            "name": f"feed-{tag}", "role": "producer", "topics": [topic]}).json()["api_key"]
+        requests.post(st.url + "/v1/clients", headers=adm, timeout=T, json={
+            "name": f"hook-{tag}", "role": "consumer", "topics": [topic]}).raise_for_status()
+        sub = requests.post(st.url + "/v1/subscriptions", headers=adm, timeout=T, json={
+            "subscriber": f"hook-{tag}", "topic": topic}).json()
+        r = requests.put(f"{st.url}/v1/subscriptions/{sub['id']}/push", headers=adm, timeout=T, json={
+            "url": f"http://127.0.0.1:{server.server_port}/h", "batch_size": batch, "rate": rate})
+        assert r.status_code == 201, r.text
+        requests.post(f"{st.url}/v1/topics/{topic}/messages", headers={"Authorization": f"Bearer {feed}"},
+                      timeout=T, json={"producer": f"feed-{tag}",
+                                       "messages": [{"body": f"r{i}"} for i in range(n)]}).raise_for_status()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(c for _t, c in arrivals) < n:
+            time.sleep(0.2)
+        with lock:
+            got = sorted(arrivals)
+        assert sum(c for _t, c in got) == n, got
+        for i in range(len(got)):
+            for j in range(i, len(got)):
+                count = sum(c for _t, c in got[i:j + 1])
+                assert count <= rate * (got[j][0] - got[i][0] + 0.1) + batch, (i, j, got)
+        assert got[-1][0] - got[0][0] >= (n - batch) / rate - 0.1
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -108,7 +108,7 @@ def _snapshot():
     {"url": URL, "retry": {"max_attempts": 0}},
     {"url": URL, "retry": {"backoff_base_ms": 5000, "backoff_cap_ms": 1000}},
     {"url": URL, "retry": {"jitter": "none"}}, {"url": URL, "headers": {"X-Lakeq-Signature": "forged"}},
-    {"url": URL, "headers": {"X-A": "a\r\nb"}}, {"url": URL, "rate": 5}, {"url": "https://u:p@x.example/"},
+    {"url": URL, "headers": {"X-A": "a\r\nb"}}, {"url": URL, "rate": 0}, {"url": URL, "rate": "5"}, {"url": "https://u:p@x.example/"},
 ])
 def test_bad_input_is_400_and_changes_nothing(api, setup, body, monkeypatch):
     monkeypatch.delenv(push.ENV_LOOPBACK, raising=False)
@@ -266,6 +266,26 @@ def test_per_message_outcomes_in_a_2xx_answer(api, setup, aws, clock, dlq):
     assert api.call("GET", f"/v1/subscriptions/{sid}/messages", key=setup["risk"])[1]["messages"] == []
     state = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])[1]["state"]
     assert (state["delivered"], state["dead_lettered"]) == (3, 1)
+
+
+def test_rate_limit_paces_batches(api, setup, aws, clock):
+    sid = subscribe(api, setup["risk"])
+    register(api, sid, setup["risk"], batch_size=2, rate=1)  # 2 messages per 2 s
+    produce(api, setup["feed"], ["a", "b", "c"])
+    fan_out(aws)
+    p = Poster()
+    t0 = clock.t
+    out = push.deliver(sid, p, budget_s=0.3)  # the next slot is 2 s away: not within this run
+    assert out.delivered == 2 and p.bodies() == [["a", "b"]]
+    assert SubscriptionModel.get(sid).push_send_at == t0 + 2000
+    clock.t = t0 + 1999
+    assert push.deliver(sid, p, budget_s=0.3).batches == 0
+    clock.t = t0 + 2000
+    out = push.deliver(sid, p, budget_s=0.3)  # one message: the slot shrinks to 1 s
+    assert out.delivered == 1 and p.bodies()[-1] == ["c"]
+    assert SubscriptionModel.get(sid).push_send_at == t0 + 3000
+    s, b = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])
+    assert b["rate"] == 1
 
 
 def test_a_stale_lock_is_safe(api, setup, aws, clock):

@@ -36,7 +36,8 @@ MAX_URL_LEN = 2048
 SIGNATURE_HEADER = "X-Lakeq-Signature"
 RESERVED_HEADERS = frozenset({"content-type", "content-length", "host", "x-lakeq-signature",
                               "x-lakeq-subscription", "x-lakeq-delivery", "user-agent"})
-FIELDS = frozenset({"url", "headers", "batch_size", "max_in_flight", "timeout_ms", "retry"})
+FIELDS = frozenset({"url", "headers", "batch_size", "max_in_flight", "timeout_ms", "retry", "rate"})
+RATE_MIN, RATE_MAX = 0.01, 1000.0  # messages per second
 RETRY_FIELDS = frozenset({"max_attempts", "backoff_base_ms", "backoff_cap_ms"})
 
 
@@ -128,8 +129,21 @@ def push_settings(body: dict, allow_loopback_http: bool) -> dict:
          "backoff_cap_ms": _int(retry, "backoff_cap_ms", CAP_MIN, CAP_MAX, CAP_DEFAULT)}
     if r["backoff_cap_ms"] < r["backoff_base_ms"]:
         raise BadRequest("'retry.backoff_cap_ms' must be at least 'retry.backoff_base_ms'")
+    rate = body.get("rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
+                             or not RATE_MIN <= rate <= RATE_MAX):
+        raise BadRequest(f"'rate' must be a number of messages per second from {RATE_MIN} to {RATE_MAX:g} (or null)")
     return {"url": url, "headers": headers, "batch_size": batch, "max_in_flight": in_flight,
-            "timeout_ms": timeout, "retry": r}
+            "timeout_ms": timeout, "retry": r, "rate": rate}
+
+
+def slot_ms(messages: int, rate: float) -> int:
+    """How long ``messages`` take of an endpoint's ``rate`` (messages per second), rounded up.
+
+    >>> slot_ms(3, 2), slot_ms(1, 1000), slot_ms(0, 5)
+    (1500, 1, 0)
+    """
+    return int(-(-messages * 1000 // rate))
 
 
 # --- signatures -----------------------------------------------------------------------------------

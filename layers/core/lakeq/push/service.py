@@ -200,6 +200,21 @@ class Delivered:
     statuses: list = field(default_factory=list)
 
 
+def _claim(sub_id: str, batch_size: int, rate: float, deadline: float) -> tuple[int, int] | None:
+    """Claim the endpoint's next sending slot (``batch_size`` messages' worth of ``rate``), waiting
+    for it while this run's budget allows; (its start, its end), or None (not within the budget)."""
+    while True:
+        now = clock.now()
+        until = now + contract.slot_ms(batch_size, rate)
+        if PushRepo.claim(sub_id, now, until):
+            return now, until
+        at = PushRepo.send_at(sub_id)
+        wait_s = 0.0 if at is None else max(at - now, 1) / 1000
+        if time.monotonic() + wait_s >= deadline:
+            return None
+        time.sleep(wait_s)
+
+
 class _Settled(Exception):  # noqa: N818 - control flow inside deliver: nothing left to retry
     pass
 
@@ -225,12 +240,21 @@ def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOIN
     lt, owner = list_topic(sub_id), list_owner(sub_id)
     deadline = time.monotonic() + budget_s
     timeout_ms = cfg["timeout_ms"]
+    rate = cfg.get("rate")
     while time.monotonic() < deadline:
+        claimed = None
+        if rate is not None:  # a rate-limited endpoint: take the next sending slot first
+            claimed = _claim(sub_id, cfg["batch_size"], rate, deadline)
+            if claimed is None:
+                break
         req = v.PullRequest(group=None, client_id=None, member_id=None, max=cfg["batch_size"], wait_ms=0,
                             tags=None, ack=None)
         got = consume(ListLog(lt, owner, {"group": s.subscriber, "topic": lt}, subscription_field(sub_id)),
                       timeout_ms + LOCK_MARGIN_MS, req, None, policy=pol)
         msgs = got["messages"]
+        if claimed is not None and len(msgs) < cfg["batch_size"]:  # give back what the batch did not use
+            start, until = claimed
+            PushRepo.shorten(sub_id, until, start + contract.slot_ms(len(msgs), rate))
         if not msgs:
             break
         receipt = parse_receipt(got["receipt"])

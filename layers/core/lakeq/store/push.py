@@ -44,7 +44,29 @@ class PushRepo:
     @staticmethod
     def _state_removed() -> list:
         return [M.push_state.remove(), M.push_failures.remove(), M.push_delivered.remove(),
-                M.push_dead_lettered.remove()]
+                M.push_dead_lettered.remove(), M.push_send_at.remove()]
+
+    # --- a rate-limited endpoint's sending slots ---------------------------------------------------
+    @staticmethod
+    def claim(sub_id: str, now: int, until: int) -> bool:
+        """Take the endpoint's next sending slot: ``push_send_at`` → ``until`` if it is absent or
+        ``<= now`` (one conditional UpdateItem). False: the slot is not free yet (:meth:`send_at`)."""
+        cond = M.id.exists() & M.push.exists() & (M.push_send_at.does_not_exist() | (M.push_send_at <= now))
+        return PushRepo._update(sub_id, [M.push_send_at.set(until)], cond)
+
+    @staticmethod
+    def shorten(sub_id: str, claimed: int, until: int) -> bool:
+        """A claimed slot sent fewer messages than it reserved: end it at ``until`` instead (only if
+        it is still ours)."""
+        return PushRepo._update(sub_id, [M.push_send_at.set(until)], M.id.exists() & (M.push_send_at == claimed))
+
+    @staticmethod
+    def send_at(sub_id: str) -> int | None:
+        try:
+            item = M.get(sub_id, consistent_read=True, attributes_to_get=["id", "push_send_at"])
+        except DoesNotExist:
+            return None
+        return None if item.push_send_at is None else int(item.push_send_at)
 
     @staticmethod
     def record(sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int) -> bool:

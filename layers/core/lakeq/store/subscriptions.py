@@ -59,6 +59,7 @@ class SubscriptionModel(Model):
     push_failures = NumberAttribute(null=True)       # failed attempts since the last success
     push_delivered = NumberAttribute(null=True)      # messages acknowledged by the endpoint (ADD)
     push_dead_lettered = NumberAttribute(null=True)  # messages rejected after max_attempts (ADD)
+    push_send_at = NumberAttribute(null=True)  # a rate-limited endpoint's next batch may start then (epoch ms)
     by_subscriber = BySubscriber()
 
 
