@@ -225,10 +225,12 @@ def _lock_state(owner: str):
     return None if rec is None else OffsetRepo.view_of(rec).state()
 
 
-def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S) -> Delivered:
+def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S,
+            max_batches: int | None = None) -> Delivered:
     """Push a subscription's servable messages, batch after batch, until its list has nothing
     servable, a delivery fails, or ``budget_s`` has passed (no new batch is started after it).
-    ``poster``: how to POST (default :func:`http_poster`, looked up at call time)."""
+    ``poster``: how to POST (default :func:`http_poster`, looked up at call time); ``max_batches``:
+    stop after that many requests."""
     poster = poster or http_poster
     out = Delivered()
     s = PushRepo.get(sub_id)
@@ -241,7 +243,7 @@ def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOIN
     deadline = time.monotonic() + budget_s
     timeout_ms = cfg["timeout_ms"]
     rate = cfg.get("rate")
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (max_batches is None or out.batches < max_batches):
         claimed = None
         if rate is not None:  # a rate-limited endpoint: take the next sending slot first
             claimed = _claim(sub_id, cfg["batch_size"], rate, deadline)
