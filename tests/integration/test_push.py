@@ -354,7 +354,8 @@ def test_push_function_as_its_role_to_a_real_receiver(api, setup, aws, clock, mo
         fan_out(aws)
         fn = load_function("PushFunction")
         rec = {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": f"~{sid}#0"}, "base": {"N": "0"}}}}
-        assert fn({"Records": [rec]}, Context()) == {"endpoints": 1, "delivered": 0, "failed": 1, "dead_lettered": 0}
+        assert fn({"Records": [rec]}, Context()) == {"batchItemFailures": []}
+        assert len(rx.got) == 1 and api.call("GET", f"/v1/subscriptions/{sid}/push")[1]["state"]["last_status"] == 500
         clock.t += 2000
         assert fn({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())["delivered"] == 2
         assert len(rx.got) == 2

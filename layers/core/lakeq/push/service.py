@@ -33,7 +33,7 @@ from typing import Callable
 
 from lakeq.admin.auth import Principal
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Forbidden, NotFound, StaleReceipt
+from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, StaleReceipt
 from lakeq.common.names import check_name, is_name
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, consume, list_reader
@@ -160,7 +160,7 @@ def rotate(p: Principal, sub_id: str, raw: str | None) -> dict:
         if PushRepo.set_secrets(sub_id, s.push_secrets, new):
             s.push_secrets = new
             return {**view(s, now), "secret": secret}
-    raise StaleReceipt("the endpoint's secrets changed meanwhile; retry")  # pragma: no cover
+    raise Conflict("the endpoint's secrets changed meanwhile; retry")  # pragma: no cover
 
 
 # --- delivery -------------------------------------------------------------------------------------
