@@ -33,7 +33,7 @@ from typing import Callable
 
 from lakeq.admin.auth import Principal
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, StaleReceipt
+from lakeq.common.errors import BadRequest, Conflict, Forbidden, LakeqError, NotFound, StaleReceipt
 from lakeq.common.names import check_name, is_name
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, consume, list_reader
@@ -215,8 +215,8 @@ def _claim(sub_id: str, batch_size: int, rate: float, deadline: float) -> tuple[
         time.sleep(wait_s)
 
 
-class _Settled(Exception):  # noqa: N818 - control flow inside deliver: nothing left to retry
-    pass
+class _Settled(LakeqError):  # noqa: N818 - control flow inside deliver: nothing left to retry
+    """A 2xx answer's outcomes settled the batch (nothing released): no retry to schedule."""
 
 
 def _lock_state(owner: str):
