@@ -8,14 +8,15 @@ baseline pulls; the fan-out through the stream pump (not counted); the push deli
 (``lakeq.push.service.deliver``) with a poster that answers 200 at once (no network). Every
 DynamoDB call is counted with ``bench/queue.py``'s ``Meter`` (request units from the items'
 sizes; moto is not size-aware). Two subscriptions get the same messages: one is pushed, the other
-pulled. Not measured here: latency (the e2e test only checks delivery), the Lambda's duration.
+pulled. Not measured here: the Lambda's duration. ``--latency``: see :func:`latency`.
 
 Prices: DynamoDB on-demand and Lambda requests as ``bench/queue.py``; the others are list prices as
 we know them, not re-read while writing this: SNS HTTP/S deliveries $0.60 per million, Google
 Pub/Sub $40 per TiB with a 1,000-byte minimum per message (push and pull alike), Upstash QStash
 $1 per 100,000 messages (pay as you go).
 
-    python bench/push.py [--quick]
+    python bench/push.py [--quick]            # units per message (moto in-process)
+    python bench/push.py --latency [--quick]  # produce -> endpoint latency on the local stack
 """
 from __future__ import annotations
 
@@ -126,6 +127,97 @@ def run(n: int, batch: int, meter) -> dict:
     return {"batch": batch, "n": n, "batches": batches, "push": push_units, "pull": (wru, rru), "push_s": push_s}
 
 
+def latency(n: int) -> None:
+    """Produce → endpoint latency on the local stack (``python -m infra.local`` in a subprocess: the
+    stream pump runs FanoutFunction and PushFunction from template.yaml), next to produce → a
+    long-polling pull (``wait_ms`` 20000, ``max`` 1) of a second subscription with the same
+    messages, in the same run: one message at a time, 300 ms apart."""
+    import json
+    import statistics
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import requests
+
+    from tests.e2e.conftest import start_stack
+
+    arrived: dict[str, float] = {}
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            now = time.monotonic()
+            for m in json.loads(body)["messages"]:
+                arrived.setdefault(m["body"], now)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    st = start_stack(admin_key="bench-admin")
+    try:
+        adm = {"Authorization": "Bearer bench-admin"}
+
+        def post(path, body, headers=adm):
+            r = requests.post(st.url + path, json=body, headers=headers, timeout=30)
+            assert r.status_code in (200, 201), r.text
+            return r.json()
+        post("/v1/topics", {"name": "lat", "queues": 1})
+        feed = post("/v1/clients", {"name": "feed", "role": "producer", "topics": ["lat"]})["api_key"]
+        hook = post("/v1/clients", {"name": "hook", "role": "consumer", "topics": ["lat"]})["api_key"]
+        hk = {"Authorization": f"Bearer {hook}"}
+        pushed = post("/v1/subscriptions", {"subscriber": "hook", "topic": "lat"}, hk)["id"]
+        pulled = post("/v1/subscriptions", {"subscriber": "hook", "topic": "lat"}, hk)["id"]
+        r = requests.put(f"{st.url}/v1/subscriptions/{pushed}/push", headers=hk, timeout=30,
+                         json={"url": f"http://127.0.0.1:{server.server_port}/h", "batch_size": 10})
+        assert r.status_code == 201, r.text
+        pulled_at: dict[str, float] = {}
+        stop = threading.Event()
+
+        def puller():
+            receipt = None
+            while not stop.is_set():
+                q = {"max": 1, "wait_ms": 2000, **({"ack": receipt} if receipt else {})}
+                b = requests.get(f"{st.url}/v1/subscriptions/{pulled}/messages", params=q, headers=hk,
+                                 timeout=30).json()
+                now = time.monotonic()
+                for m in b.get("messages") or []:
+                    pulled_at.setdefault(m["body"], now)
+                receipt = b.get("receipt") or None
+        t = threading.Thread(target=puller, daemon=True)
+        t.start()
+        sent: dict[str, float] = {}
+        for i in range(n):
+            body = f"lat-{i}"
+            sent[body] = time.monotonic()
+            post("/v1/topics/lat/messages", {"producer": "feed", "messages": [{"body": body}]},
+                 {"Authorization": f"Bearer {feed}"})
+            time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (len(arrived) < n or len(pulled_at) < n):
+            time.sleep(0.2)
+        stop.set()
+        push_ms = sorted((arrived[b] - sent[b]) * 1000 for b in sent if b in arrived)
+        pull_ms = sorted((pulled_at[b] - sent[b]) * 1000 for b in sent if b in pulled_at)
+
+        def pct(xs, q):
+            return xs[min(len(xs) - 1, int(q * len(xs)))]
+        print(f"# produce -> receiver latency on the local stack, {n} messages 300 ms apart "
+              f"(pushed {len(push_ms)}, pulled {len(pull_ms)})")
+        print(f"{'':>22} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+        print(f"{'push (PushFunction)':>22} {statistics.median(push_ms):>8.0f} {pct(push_ms, .95):>8.0f} "
+              f"{push_ms[-1]:>8.0f}")
+        print(f"{'long-poll pull':>22} {statistics.median(pull_ms):>8.0f} {pct(pull_ms, .95):>8.0f} "
+              f"{pull_ms[-1]:>8.0f}")
+        print(f"push/pull p50: {statistics.median(push_ms) / statistics.median(pull_ms):.2f}x")
+    finally:
+        server.shutdown()
+        st.stop()
+
+
 def dollars(units: tuple[float, float], n: int) -> float:
     wru, rru = units
     return (wru * bq.PRICE_WRU + rru * bq.PRICE_RRU) / n * 1e6
@@ -134,7 +226,11 @@ def dollars(units: tuple[float, float], n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--latency", action="store_true", help="produce -> endpoint latency on the local stack")
     args = ap.parse_args()
+    if args.latency:
+        latency(20 if args.quick else 50)
+        return
     n = 100 if args.quick else 500
     meter = bq.Meter()
     bq.install_hooks(meter)
