@@ -178,6 +178,11 @@ def test_failure_retries_after_backoff_and_counts_deliveries(api, setup, aws, cl
     state = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])[1]["state"]
     assert state["last_status"] == 500 and state["failures"] == 1
     assert clock.t < state["next_attempt_at"] <= clock.t + 1000
+    # lists (and so the console) show the endpoint's summary
+    s_, listed = api.call("GET", "/v1/subscriptions", query={"subscriber": "risk"}, key=setup["risk"])
+    assert listed["subscriptions"][0]["push"] == {
+        "url": URL, "paused": False, "last_status": 500, "last_attempt_at": clock.t,
+        "next_attempt_at": state["next_attempt_at"], "failures": 1}
     # not due yet: neither a push nor a pull gets the batch
     assert push.deliver(sid, p).batches == 0
     assert api.call("GET", f"/v1/subscriptions/{sid}/messages", key=setup["risk"])[1]["messages"] == []
