@@ -254,9 +254,9 @@ def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOIN
         got = consume(ListLog(lt, owner, {"group": s.subscriber, "topic": lt}, subscription_field(sub_id)),
                       timeout_ms + LOCK_MARGIN_MS, req, None, policy=pol)
         msgs = got["messages"]
-        if claimed is not None and len(msgs) < cfg["batch_size"]:  # give back what the batch did not use
+        if claimed is not None:  # the slot, as used: from this send on, for the messages it carries
             start, until = claimed
-            PushRepo.shorten(sub_id, until, start + contract.slot_ms(len(msgs), rate))
+            PushRepo.move_slot(sub_id, until, clock.now() + contract.slot_ms(len(msgs), rate) if msgs else start)
         if not msgs:
             break
         receipt = parse_receipt(got["receipt"])

@@ -55,9 +55,9 @@ class PushRepo:
         return PushRepo._update(sub_id, [M.push_send_at.set(until)], cond)
 
     @staticmethod
-    def shorten(sub_id: str, claimed: int, until: int) -> bool:
-        """A claimed slot sent fewer messages than it reserved: end it at ``until`` instead (only if
-        it is still ours)."""
+    def move_slot(sub_id: str, claimed: int, until: int) -> bool:
+        """The claimed slot as used: it ends ``until`` (the send's time + what the batch carried;
+        its start when it carried nothing), only if it is still ours (one conditional UpdateItem)."""
         return PushRepo._update(sub_id, [M.push_send_at.set(until)], M.id.exists() & (M.push_send_at == claimed))
 
     @staticmethod
