@@ -1,12 +1,14 @@
-"""Subscriptions function: create, list, delete, pull (routes in lakeq.api.subscriptions)."""
+"""Subscriptions function: create, list, delete, pull (routes in lakeq.api.subscriptions) and their push
+endpoints (lakeq.api.push)."""
 from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.console import subscriptions_router
 from lakeq.api.http import make_app
+from lakeq.api.push import push_router
 from lakeq.api.subscriptions import router
 from lakeq.common.obs import logger, metrics
 
-app = make_app(router, subscriptions_router)
+app = make_app(router, subscriptions_router, push_router)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)

@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             os.environ.pop("LAKEQ_SQS_ANY_SIGNATURE", None)
         os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+        # push delivery (issue 17) may POST over plain http to loopback receivers on the local stack only
+        os.environ["LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK"] = "1"
 
         import boto3
 

@@ -16,8 +16,9 @@ from .http import (
                    Transport,
                    TransportError,
 )
+from .push import verify_push
 
 __all__ = ["Admin", "ApiError", "Batch", "Connection", "Consumer", "GroupMember", "LakeqError",
            "Producer", "RequestsTransport", "Response", "RetryPolicy", "Subscription",
-           "Subscriptions", "Transport", "TransportError"]
+           "Subscriptions", "Transport", "TransportError", "verify_push"]
 __version__ = "0.1.0"

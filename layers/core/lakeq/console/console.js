@@ -47,6 +47,16 @@
   }
 
   // one table cell carrying data-* attributes so a test (or a script) can find a number
+  // a subscription's push endpoint (issue 17): paused, or the last attempt's status, failures and next attempt
+  function pushState(p) {
+    if (!p) return "";
+    if (p.paused) return "paused";
+    if (p.last_attempt_at === null || p.last_attempt_at === undefined) return "no attempt yet";
+    let out = "last " + (p.last_status === null ? "timeout/connection error" : p.last_status);
+    if (p.failures) out += `, ${p.failures} failures`;
+    if (p.next_attempt_at) out += ", next " + new Date(p.next_attempt_at).toLocaleTimeString();
+    return out;
+  }
   function cell(value, data, cls) {
     const td = el("td", {class: cls, text: value === null || value === undefined ? "" : String(value)});
     for (const [k, v] of Object.entries(data || {})) td.dataset[k] = String(v);
@@ -232,12 +242,13 @@
     // subscriptions
     if (g.subs.length) {
       box.append(el("h4", {text: "subscriptions"}));
-      box.append(table(["id", "topic", "conditions", "list backlog", "parked"].map((t) => ({text: t, cls: "text"})),
+      box.append(table(["id", "topic", "conditions", "list backlog", "parked", "push"].map((t) => ({text: t, cls: "text"})),
         g.subs.map((s) => el("tr", {},
           cell(s.id, {}, "text"), cell(s.topic, {}, "text"),
           cell(JSON.stringify(s.conditions) + (s.tags && s.tags.length ? " tags " + s.tags.join("||") : ""), {}, "text"),
           cell(s.offsets ? s.offsets.backlog : (s.offsetsError || ""), {subscription: s.id, field: "backlog"}),
-          cell((s.parked || []).length ? JSON.stringify(s.parked) : "", {}, "text")))));
+          cell((s.parked || []).length ? JSON.stringify(s.parked) : "", {}, "text"),
+          cell(pushState(s.push), {subscription: s.id, field: "push"}, "text")))));
     } else if (g.subsError) box.append(el("p", {class: "muted", text: g.subsError}));
     return box;
   }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from pynamodb.attributes import ListAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import BooleanAttribute, ListAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
@@ -50,6 +50,16 @@ class SubscriptionModel(Model):
     # (absent: unlimited) and where copies go (absent: dropped and counted)
     max_deliveries = NumberAttribute(null=True)
     dead_letter_topic = UnicodeAttribute(null=True)
+    # push delivery (issue 17, lakeq.store.push): the endpoint's settings (JSON), its signing secrets
+    # (JSON list), paused or not, the deliverer's last attempt (JSON) and its counters
+    push = UnicodeAttribute(null=True)
+    push_secrets = UnicodeAttribute(null=True)
+    push_paused = BooleanAttribute(null=True)
+    push_state = UnicodeAttribute(null=True)
+    push_failures = NumberAttribute(null=True)       # failed attempts since the last success
+    push_delivered = NumberAttribute(null=True)      # messages acknowledged by the endpoint (ADD)
+    push_dead_lettered = NumberAttribute(null=True)  # messages rejected after max_attempts (ADD)
+    push_send_at = NumberAttribute(null=True)  # a rate-limited endpoint's next batch may start then (epoch ms)
     by_subscriber = BySubscriber()
 
 

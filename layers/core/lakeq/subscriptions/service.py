@@ -58,7 +58,18 @@ def view(s: SubscriptionModel) -> dict:
         out["max_deliveries"] = int(s.max_deliveries)
     if s.dead_letter_topic is not None:
         out["dead_letter_topic"] = s.dead_letter_topic
+    if s.push is not None:  # issue 17: the push endpoint's summary (the console shows it)
+        out["push"] = push_summary(s)
     return out
+
+
+def push_summary(s: SubscriptionModel) -> dict:
+    """A push endpoint's URL, pause and last outcome as lists show them (the full view, settings and
+    secrets' dates included, is ``GET /v1/subscriptions/{id}/push``: :mod:`lakeq.push.service`)."""
+    last = json.loads(s.push_state) if s.push_state else {}
+    return {"url": json.loads(s.push)["url"], "paused": bool(s.push_paused),
+            "last_status": last.get("last_status"), "last_attempt_at": last.get("last_attempt_at"),
+            "next_attempt_at": last.get("next_attempt_at"), "failures": int(s.push_failures or 0)}
 
 
 def policy(s: SubscriptionModel) -> Policy:

@@ -1,0 +1,259 @@
+"""The cost of push delivery (issue 17 item 6, in part): DynamoDB request units per pushed message,
+COUNTED, next to draining the same subscription list by pulls (with the ack piggybacked on the
+next pull) in the same process, and dollars per million pushed messages.
+
+What runs (all in this process): moto in-process (``mock_aws``) with the tables of
+``template.yaml``; lakeq's real handlers (``tests/handlers.py`` ``Api``) for setup, produce and the
+baseline pulls; the fan-out through the stream pump (not counted); the push deliverer
+(``lakeq.push.service.deliver``) with a poster that answers 200 at once (no network). Every
+DynamoDB call is counted with ``bench/queue.py``'s ``Meter`` (request units from the items'
+sizes; moto is not size-aware). Two subscriptions get the same messages: one is pushed, the other
+pulled. Not measured here: the Lambda's duration. ``--latency``: see :func:`latency`.
+
+Prices: DynamoDB on-demand and Lambda requests as ``bench/queue.py``; the others are list prices as
+we know them, not re-read while writing this: SNS HTTP/S deliveries $0.60 per million, Google
+Pub/Sub $40 per TiB with a 1,000-byte minimum per message (push and pull alike), Upstash QStash
+$1 per 100,000 messages (pay as you go).
+
+    python bench/push.py [--quick]            # units per message (moto in-process)
+    python bench/push.py --latency [--quick]  # produce -> endpoint latency on the local stack
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher")]
+for _var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+    os.environ.pop(_var, None)
+os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+                   "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled", "LAKEQ_ADMIN_KEY": "local-admin-key",
+                   "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
+                   "POWERTOOLS_LOG_LEVEL": "WARNING"})
+
+from infra.local import template as tpl  # noqa: E402
+
+os.environ.update(tpl.environment(tpl.load_template(), tpl.LOCAL_STACK))
+
+_spec = importlib.util.spec_from_file_location("bench_queue", ROOT / "bench" / "queue.py")
+bq = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bq)  # type: ignore[union-attr]
+
+PRICE_SNS_HTTP = 0.60        # $ per million HTTP/S notifications
+PRICE_PUBSUB_PER_M = 40.0 / 1024 ** 4 * 1000 * 1e6  # $40/TiB at the 1,000-byte minimum, per million
+PRICE_QSTASH_PER_M = 1.0 * 10  # $1 per 100,000 messages
+
+
+def setup():
+    import boto3
+    from moto import mock_aws
+
+    mock = mock_aws()
+    mock.start()
+    template = tpl.load_template()
+    tpl.create_tables(boto3.client("dynamodb", region_name="us-east-1"), template, tpl.LOCAL_STACK)
+    tpl.create_queues(boto3.client("sqs", region_name="us-east-1"), template, tpl.LOCAL_STACK)
+    return mock
+
+
+def run(n: int, batch: int, meter) -> dict:
+    import boto3
+
+    from infra.local.streams import StreamPump
+    from lakeq.push import service as push
+    from tests.handlers import Api, load_function
+
+    api = Api()
+    tag = f"b{batch}"
+    assert api.call("POST", "/v1/topics", {"name": f"t{tag}", "queues": 1})[0] == 201
+    feed = api.call("POST", "/v1/clients", {"name": f"feed{tag}", "role": "producer", "topics": [f"t{tag}"]})[1]
+    cons = api.call("POST", "/v1/clients", {"name": f"hook{tag}", "role": "consumer", "topics": [f"t{tag}"]})[1]
+    subs = [api.call("POST", "/v1/subscriptions", {"subscriber": f"hook{tag}", "topic": f"t{tag}"},
+                     key=cons["api_key"])[1]["id"] for _ in range(2)]
+    pushed, pulled = subs
+    assert api.call("PUT", f"/v1/subscriptions/{pushed}/push", {"url": "https://hooks.example.com/x",
+                                                                "batch_size": batch})[0] == 201
+    body = "x" * 200
+    for i in range(0, n, 100):
+        s, b = api.call("POST", f"/v1/topics/t{tag}/messages", {
+            "producer": f"feed{tag}", "messages": [{"body": body, "key": str(j)} for j in range(i, min(i + 100, n))]},
+            key=feed["api_key"])
+        assert s == 200, b
+    pump = StreamPump(stack_name=tpl.LOCAL_STACK, dynamodb_client=boto3.client("dynamodb"),
+                      streams_client_=boto3.client("dynamodbstreams"),
+                      handlers={"FanoutFunction": load_function("FanoutFunction")})
+    pump.mappings = [m for m in pump.mappings if m.spec.logical_id == "FanoutFunction"]
+    assert pump.drain(120)[0]
+
+    got = {"n": 0}
+
+    def poster(url, headers, data, timeout_s):
+        got["n"] += data.count(b'"body"')
+        return 200, b""
+    # push: one deliver() per batch, as a stream-triggered invocation per new segment would at worst
+    meter.reset()
+    t0 = time.perf_counter()
+    batches = 0
+    while True:
+        d = push.deliver(pushed, poster, max_batches=1)
+        if not d.batches:
+            break
+        batches += d.batches
+    push_s = time.perf_counter() - t0
+    _calls, wru, rru = meter.snapshot()
+    push_units = (wru, rru)
+    assert got["n"] == n, got
+    # baseline: the other list drained by pulls of the same batch size, acks piggybacked
+    meter.reset()
+    receipt, seen = None, 0
+    while True:
+        q = {"max": batch, **({"ack": receipt} if receipt else {})}
+        s, b = api.call("GET", f"/v1/subscriptions/{pulled}/messages", query=q, key=cons["api_key"])
+        assert s == 200, b
+        if not b["messages"]:
+            break
+        seen += len(b["messages"])
+        receipt = b["receipt"]
+    assert seen == n
+    _calls, wru, rru = meter.snapshot()
+    return {"batch": batch, "n": n, "batches": batches, "push": push_units, "pull": (wru, rru), "push_s": push_s}
+
+
+def latency(n: int) -> None:
+    """Produce → endpoint latency on the local stack (``python -m infra.local`` in a subprocess: the
+    stream pump runs FanoutFunction and PushFunction from template.yaml), next to produce → a
+    long-polling pull (``wait_ms`` 20000, ``max`` 1) of a second subscription with the same
+    messages, in the same run: one message at a time, 300 ms apart."""
+    import json
+    import statistics
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import requests
+
+    from tests.e2e.conftest import start_stack
+
+    arrived: dict[str, float] = {}
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            now = time.monotonic()
+            for m in json.loads(body)["messages"]:
+                arrived.setdefault(m["body"], now)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    st = start_stack(admin_key="bench-admin")
+    try:
+        adm = {"Authorization": "Bearer bench-admin"}
+
+        def post(path, body, headers=adm):
+            r = requests.post(st.url + path, json=body, headers=headers, timeout=30)
+            assert r.status_code in (200, 201), r.text
+            return r.json()
+        post("/v1/topics", {"name": "lat", "queues": 1})
+        feed = post("/v1/clients", {"name": "feed", "role": "producer", "topics": ["lat"]})["api_key"]
+        hook = post("/v1/clients", {"name": "hook", "role": "consumer", "topics": ["lat"]})["api_key"]
+        hk = {"Authorization": f"Bearer {hook}"}
+        pushed = post("/v1/subscriptions", {"subscriber": "hook", "topic": "lat"}, hk)["id"]
+        pulled = post("/v1/subscriptions", {"subscriber": "hook", "topic": "lat"}, hk)["id"]
+        r = requests.put(f"{st.url}/v1/subscriptions/{pushed}/push", headers=hk, timeout=30,
+                         json={"url": f"http://127.0.0.1:{server.server_port}/h", "batch_size": 10})
+        assert r.status_code == 201, r.text
+        pulled_at: dict[str, float] = {}
+        stop = threading.Event()
+
+        def puller():
+            receipt = None
+            while not stop.is_set():
+                q = {"max": 1, "wait_ms": 2000, **({"ack": receipt} if receipt else {})}
+                b = requests.get(f"{st.url}/v1/subscriptions/{pulled}/messages", params=q, headers=hk,
+                                 timeout=30).json()
+                now = time.monotonic()
+                for m in b.get("messages") or []:
+                    pulled_at.setdefault(m["body"], now)
+                receipt = b.get("receipt") or None
+        t = threading.Thread(target=puller, daemon=True)
+        t.start()
+        sent: dict[str, float] = {}
+        for i in range(n):
+            body = f"lat-{i}"
+            sent[body] = time.monotonic()
+            post("/v1/topics/lat/messages", {"producer": "feed", "messages": [{"body": body}]},
+                 {"Authorization": f"Bearer {feed}"})
+            time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (len(arrived) < n or len(pulled_at) < n):
+            time.sleep(0.2)
+        stop.set()
+        push_ms = sorted((arrived[b] - sent[b]) * 1000 for b in sent if b in arrived)
+        pull_ms = sorted((pulled_at[b] - sent[b]) * 1000 for b in sent if b in pulled_at)
+
+        def pct(xs, q):
+            return xs[min(len(xs) - 1, int(q * len(xs)))]
+        print(f"# produce -> receiver latency on the local stack, {n} messages 300 ms apart "
+              f"(pushed {len(push_ms)}, pulled {len(pull_ms)})")
+        print(f"{'':>22} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+        print(f"{'push (PushFunction)':>22} {statistics.median(push_ms):>8.0f} {pct(push_ms, .95):>8.0f} "
+              f"{push_ms[-1]:>8.0f}")
+        print(f"{'long-poll pull':>22} {statistics.median(pull_ms):>8.0f} {pct(pull_ms, .95):>8.0f} "
+              f"{pull_ms[-1]:>8.0f}")
+        print(f"push/pull p50: {statistics.median(push_ms) / statistics.median(pull_ms):.2f}x")
+    finally:
+        server.shutdown()
+        st.stop()
+
+
+def dollars(units: tuple[float, float], n: int) -> float:
+    wru, rru = units
+    return (wru * bq.PRICE_WRU + rru * bq.PRICE_RRU) / n * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--latency", action="store_true", help="produce -> endpoint latency on the local stack")
+    args = ap.parse_args()
+    if args.latency:
+        latency(20 if args.quick else 50)
+        return
+    n = 100 if args.quick else 500
+    meter = bq.Meter()
+    bq.install_hooks(meter)
+    mock = setup()
+    try:
+        rows = [run(n, b, meter) for b in (1, 10)]
+    finally:
+        mock.stop()
+    print(f"# push delivery cost (issue 17), {n} messages of 200 B per run; machine: {platform.machine()}, "
+          f"{os.cpu_count()} cores")
+    print(f"{'batch':>5} {'push WRU/msg':>12} {'RRU/msg':>8} {'pull WRU/msg':>12} {'RRU/msg':>8} "
+          f"{'push $/M':>9} {'pull $/M':>9} {'push/pull':>9} {'+Lambda req $/M':>15}")
+    for r in rows:
+        pw, pr = (u / r["n"] for u in r["push"])
+        lw, lr = (u / r["n"] for u in r["pull"])
+        dp, dl = dollars(r["push"], r["n"]), dollars(r["pull"], r["n"])
+        lam = bq.PRICE_LAMBDA_REQUEST * 1e6 * r["batches"] / r["n"]
+        print(f"{r['batch']:>5} {pw:>12.2f} {pr:>8.2f} {lw:>12.2f} {lr:>8.2f} {dp:>9.3f} {dl:>9.3f} "
+              f"{dp / dl:>8.2f}x {dp + lam:>15.3f}")
+    print(f"next to: SNS HTTP/S ${PRICE_SNS_HTTP:.2f}/M, Pub/Sub push ${PRICE_PUBSUB_PER_M:.3f}/M (1 KB minimum), "
+          f"QStash ${PRICE_QSTASH_PER_M:.2f}/M (list prices as we know them; lakeq's figure is DynamoDB, plus one "
+          "Lambda request per batch at most; Lambda duration and the fan-out's own cost not included)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Push function (issue 17): delivers subscriptions' messages to their push endpoints.
+
+Triggers (template.yaml): the SegmentsTable stream, filtered to INSERTs of list segments
+(``pq = "~<id>#0"``), so a new message is pushed promptly; and a schedule (rate 1 minute) that runs
+every active endpoint (due retries). Logic in lakeq.push.service.
+"""
+from aws_lambda_powertools.metrics import MetricUnit
+
+from lakeq.common.obs import logger, metrics
+from lakeq.push import service as push
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics(raise_on_empty_metrics=False)
+def lambda_handler(event, context):
+    if "Records" in event:
+        out = push.deliver_all(push.subscriptions_of_records(event["Records"]))
+    else:  # the scheduled sweep
+        out = push.sweep()
+    delivered = sum(d.delivered for d in out.values())
+    failed = sum(d.failed for d in out.values())
+    dead = sum(d.dead_lettered for d in out.values())
+    metrics.add_metric(name="PushDelivered", unit=MetricUnit.Count, value=delivered)
+    metrics.add_metric(name="PushFailed", unit=MetricUnit.Count, value=failed)
+    if dead:
+        metrics.add_metric(name="PushDeadLettered", unit=MetricUnit.Count, value=dead)
+    summary = {"endpoints": len(out), "delivered": delivered, "failed": failed, "dead_lettered": dead}
+    logger.info("push run", extra=summary)
+    if "Records" in event:  # every record is done: a failed push is retried by the schedule, not the stream
+        return {"batchItemFailures": []}
+    return summary

@@ -1,0 +1,209 @@
+"""Push delivery end to end (issue 17) over the local stack: a real receiver on loopback (http.server
+in a thread) that answers the first request too late (a timeout) and the second with a 500, releases
+one message once (per-message outcomes), answers slowly, and fails every batch holding a poison
+message. The stack runs PushFunction from template.yaml (SegmentsTable stream + its schedule,
+time-compressed with LAKEQ_SCHEDULE_SCALE so rate(1 minute) fires every 2 s).
+
+Checked: every message reaches the endpoint in a 2xx-answered request, every request's signature
+verifies with the secret returned at registration, no message is POSTed more than
+``max_deliveries`` times, the poison message is dead-lettered after exactly ``max_deliveries``
+deliveries, and nothing is left on the list for a pull."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from lakeq.contract import push as contract
+
+pytestmark = pytest.mark.e2e
+T = 30
+MAX_DELIVERIES = 3
+
+
+class Receiver:
+    """Request 1 answers too late (after the endpoint's timeout), request 2 a 500; then any batch
+    holding ``poison`` gets a 500, the first batch holding ``release_me`` a 200 that releases it, and
+    every other one a slow (200 ms) 200. Records (headers, body, status, released positions)."""
+
+    def __init__(self, poison: str, release_me: str, late_s: float):
+        self.got: list[tuple[dict, bytes, int, list[int]]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                msgs = [m["body"] for m in json.loads(body)["messages"]]
+                answer, released = b"", []
+                with outer.lock:
+                    n = len(outer.got)
+                    seen_release = any(release_me in r for r in outer.released_bodies())
+                    if n == 0:
+                        code, delay = 0, late_s  # a timeout: the answer comes too late
+                    elif n == 1 or poison in msgs:
+                        code, delay = 500, 0
+                    elif release_me in msgs and not seen_release:
+                        code, delay, released = 200, 0, [msgs.index(release_me)]
+                        answer = json.dumps({"release": released}).encode()
+                    else:
+                        code, delay = 200, 0.2
+                    outer.got.append((dict(self.headers), body, code, released))
+                time.sleep(delay)
+                try:
+                    self.send_response(code or 200)
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                except OSError:
+                    pass  # the pusher gave up waiting
+
+            def log_message(self, *a):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def released_bodies(self):
+        return [[json.loads(b)["messages"][i]["body"] for i in rel] for _h, b, _c, rel in self.got]
+
+    def accepted(self) -> set[str]:
+        return {m["body"] for _h, b, c, rel in self.got if c == 200
+                for i, m in enumerate(json.loads(b)["messages"]) if i not in rel}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def st(start_local_stack):
+    stack = start_local_stack(extra_env={"LAKEQ_SCHEDULE_SCALE": "30"})
+    yield stack
+    code = stack.stop()
+    assert code == 0, stack.stderr[-3000:]
+
+
+def test_push_delivers_everything_signed_retries_and_dead_letters(st):
+    rx = Receiver(poison="poison", release_me="m5", late_s=1.5)
+    try:
+        adm = {"Authorization": f"Bearer {st.admin_key}"}
+
+        def call(method, path, headers=adm, status=200, **kw):
+            r = requests.request(method, st.url + path, headers=headers, timeout=T, **kw)
+            assert r.status_code == status, (method, path, r.status_code, r.text)
+            return r.json() if r.content else None
+
+        tag = uuid.uuid4().hex[:6]
+        topic, dlq = f"push-{tag}", f"push-dlq-{tag}"
+        call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
+        call("POST", "/v1/topics", json={"name": dlq, "queues": 1}, status=201)
+        feed = call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                    status=201)["api_key"]
+        sub_key = call("POST", "/v1/clients", json={"name": f"hook-{tag}", "role": "consumer",
+                                                     "topics": [topic, dlq]}, status=201)["api_key"]
+        sk = {"Authorization": f"Bearer {sub_key}"}
+        sub = call("POST", "/v1/subscriptions", sk, 201, json={
+            "subscriber": f"hook-{tag}", "topic": topic, "max_deliveries": MAX_DELIVERIES, "dead_letter_topic": dlq})
+        reg = call("PUT", f"/v1/subscriptions/{sub['id']}/push", sk, 201, json={
+            "url": rx.url, "batch_size": 4, "timeout_ms": 1000,
+            "retry": {"max_attempts": 10, "backoff_base_ms": 200, "backoff_cap_ms": 500}})
+        bodies = [f"m{i}" for i in range(12)] + ["poison"] + [f"n{i}" for i in range(5)]
+        for i in range(0, len(bodies), 6):
+            call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"}, json={
+                "producer": f"feed-{tag}", "messages": [{"body": b, "key": b} for b in bodies[i:i + 6]]})
+
+        want = set(bodies) - {"poison"}
+        deadline = time.monotonic() + 90
+        dead: list = []
+        while time.monotonic() < deadline:
+            with rx.lock:
+                ok = rx.accepted()
+            if ok >= want:
+                dead = call("GET", f"/v1/topics/{dlq}/messages", sk, params={"group": f"hook-{tag}", "max": 10})
+                if dead["messages"]:
+                    break
+            time.sleep(0.5)
+        assert ok >= want, f"not delivered: {sorted(want - ok)}; requests: {len(rx.got)}\n{st.stderr[-3000:]}"
+        assert [m["body"] for m in dead["messages"]] == ["poison"]
+        assert dead["messages"][0]["dead_letter"]["deliveries"] == MAX_DELIVERIES
+
+        with rx.lock:
+            got = list(rx.got)
+        posts: Counter[str] = Counter()
+        for headers, body, _code, _rel in got:
+            assert contract.verify(headers[contract.SIGNATURE_HEADER], body, reg["secret"], int(time.time()), 600)
+            assert headers["X-Lakeq-Subscription"] == sub["id"]
+            for m in json.loads(body)["messages"]:
+                posts[m["body"]] += 1
+                assert m["deliveries"] <= MAX_DELIVERIES
+        assert max(posts.values()) <= MAX_DELIVERIES and posts["poison"] == MAX_DELIVERIES
+        codes = [c for _h, _b, c, _r in got]
+        assert codes[:2] == [0, 500] and any(r for _h, _b, _c, r in got)  # a timeout, a 500, a release
+        # nothing left for a pull; the endpoint's state tells what happened
+        left = call("GET", f"/v1/subscriptions/{sub['id']}/messages", sk)
+        assert left["messages"] == []
+        state = call("GET", f"/v1/subscriptions/{sub['id']}/push", sk)["state"]
+        assert state["delivered"] == len(want) and state["dead_lettered"] == 0  # poison: max_deliveries, not a reject
+    finally:
+        rx.close()
+
+
+def test_rate_limit_measured_by_the_receiver(st):
+    """rate 4 messages/s, batches of 2: over any stretch of arrivals the receiver counts at most
+    rate x its length + one batch (+ 100 ms of send-time jitter)."""
+    rate, batch, n = 4, 2, 16
+    arrivals: list[tuple[float, int]] = []
+    lock = threading.Lock()
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                arrivals.append((time.monotonic(), len(json.loads(body)["messages"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        adm = {"Authorization": f"Bearer {st.admin_key}"}
+        tag = uuid.uuid4().hex[:6]
+        topic = f"rate-{tag}"
+        assert requests.post(st.url + "/v1/topics", json={"name": topic, "queues": 1}, headers=adm,
+                             timeout=T).status_code == 201
+        feed = requests.post(st.url + "/v1/clients", headers=adm, timeout=T, json={
+            "name": f"feed-{tag}", "role": "producer", "topics": [topic]}).json()["api_key"]
+        requests.post(st.url + "/v1/clients", headers=adm, timeout=T, json={
+            "name": f"hook-{tag}", "role": "consumer", "topics": [topic]}).raise_for_status()
+        sub = requests.post(st.url + "/v1/subscriptions", headers=adm, timeout=T, json={
+            "subscriber": f"hook-{tag}", "topic": topic}).json()
+        r = requests.put(f"{st.url}/v1/subscriptions/{sub['id']}/push", headers=adm, timeout=T, json={
+            "url": f"http://127.0.0.1:{server.server_port}/h", "batch_size": batch, "rate": rate})
+        assert r.status_code == 201, r.text
+        requests.post(f"{st.url}/v1/topics/{topic}/messages", headers={"Authorization": f"Bearer {feed}"},
+                      timeout=T, json={"producer": f"feed-{tag}",
+                                       "messages": [{"body": f"r{i}"} for i in range(n)]}).raise_for_status()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(c for _t, c in arrivals) < n:
+            time.sleep(0.2)
+        with lock:
+            got = sorted(arrivals)
+        assert sum(c for _t, c in got) == n, got
+        for i in range(len(got)):
+            for j in range(i, len(got)):
+                count = sum(c for _t, c in got[i:j + 1])
+                assert count <= rate * (got[j][0] - got[i][0] + 0.1) + batch, (i, j, got)
+        assert got[-1][0] - got[0][0] >= (n - batch) / rate - 0.1
+    finally:
+        server.shutdown()
+        server.server_close()
