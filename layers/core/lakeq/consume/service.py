@@ -44,12 +44,6 @@ def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[
 member_queues: MemberQueues = _group_member_queues
 
 
-def read_batch(topic: str, queue: int, start: int, limit: int, tags: list[str] | None,
-               max_offset: int) -> tuple[list[dict], int]:
-    """A topic queue's batch from ``start`` (:func:`lakeq.consume.reader.topic_reader`)."""
-    return topic_reader(topic, tags)(queue, start, limit, max_offset)
-
-
 def _instance(group: ClientModel, client_id: str | None) -> str | None:
     """Whose offsets a request uses: its ``client_id`` in broadcasting mode (400 without one),
     None in clustering mode (the group's own)."""
