@@ -40,6 +40,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from coldstart import MINIMAL_APP  # the same baseline handler as bench/coldstart.py (this folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = r'''
@@ -66,19 +68,6 @@ def use_cases(mods: list[str], packages: frozenset[str] = frozenset()) -> list[s
 
 
 MINIMAL = "(minimal powertools)"
-MINIMAL_APP = '''from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
-
-app = APIGatewayHttpResolver()
-
-
-@app.get("/v1/health")
-def health():
-    return {"status": "ok"}
-
-
-def lambda_handler(event, context):
-    return app.resolve(event, context)
-'''
 NO_PYC = False
 
 
