@@ -178,3 +178,62 @@ def test_local_gateway_passes_repeats_as_api_gateway_does(api, setup):
     assert backlog(api, setup["risk"]) == 2
     r = gw.get("/v1/topics/quotes%2Fsh/messages?group=risk&tags=A%7C%7CB&max=10", headers=auth)
     assert r.status_code == 200 and len(r.get_json()["messages"]) == 2
+
+
+def test_a_rival_change_of_the_key_set_is_seen_and_decided_again(api, setup, monkeypatch):
+    """The key set is a compare-and-set on ``key_version`` (``auth.change_key_set``, shared with SQS
+    credentials): a rotation that lands between this request's read and its write makes the write
+    fail, the client is read again and both keys stay live; a revocation racing the same way
+    answers 404 instead of removing what is no longer there."""
+    from lakeq.store.repos import ClientRepo
+
+    real = ClientRepo.set_keys
+    rival: list[dict] = []
+
+    def racing(c, version, live, **kw):
+        if not rival:  # once: another container issues a key first
+            monkeypatch.setattr(ClientRepo, "set_keys", real)
+            s, b = api.call("POST", "/v1/clients/risk/keys")
+            assert s == 201
+            rival.append(b)
+            monkeypatch.setattr(ClientRepo, "set_keys", racing)
+        return real(c, version, live, **kw)
+
+    monkeypatch.setattr(ClientRepo, "set_keys", racing)
+    s, mine = api.call("POST", "/v1/clients/risk/keys")
+    assert s == 201, mine
+    s, listed = api.call("GET", "/v1/clients/risk/keys")
+    ids = {k["key_id"] for k in listed["keys"]}
+    assert {mine["key_id"], rival[0]["key_id"]} <= ids and len(ids) == 3
+    assert _can_read(api, mine["api_key"]) == 200 and _can_read(api, rival[0]["api_key"]) == 200
+
+    # a revocation whose key is revoked by a rival in between: the retry reads it gone → 404
+    rival.clear()
+
+    def racing_revoke(c, version, live, **kw):
+        monkeypatch.setattr(ClientRepo, "set_keys", real)
+        assert api.call("DELETE", f"/v1/clients/risk/keys/{mine['key_id']}")[0] == 204
+        monkeypatch.setattr(ClientRepo, "set_keys", racing_revoke)
+        return real(c, version, live, **kw)
+
+    monkeypatch.setattr(ClientRepo, "set_keys", racing_revoke)
+    s, b = api.call("DELETE", f"/v1/clients/risk/keys/{mine['key_id']}")
+    assert s == 404 and "no live key" in b["error"]["message"], (s, b)
+    monkeypatch.setattr(ClientRepo, "set_keys", real)
+    s, listed = api.call("GET", "/v1/clients/risk/keys")
+    assert {k["key_id"] for k in listed["keys"]} == ids - {mine["key_id"]}
+
+
+def test_a_key_set_contended_without_end_answers_503(api, setup, monkeypatch):
+    from lakeq.store.repos import CONDITION_FAILED, ClientRepo, TransactionFailed
+
+    calls = []
+
+    def always_moved(c, version, live, **kw):
+        calls.append(version)
+        raise TransactionFailed([CONDITION_FAILED, "None"])
+
+    monkeypatch.setattr(ClientRepo, "set_keys", always_moved)
+    s, b = api.call("POST", "/v1/clients/risk/keys")
+    assert s == 503 and "contended" in b["error"]["message"], (s, b)
+    assert len(calls) == auth.KEY_SET_ATTEMPTS

@@ -13,12 +13,12 @@ import hmac
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
-from lakeq.common.errors import Forbidden, NotFound, Unauthorized
+from lakeq.common.errors import Forbidden, NotFound, Unauthorized, Unavailable
 from lakeq.common.names import check_name, covers
 from lakeq.store.models import ClientModel, TopicModel
-from lakeq.store.repos import ClientRepo, TopicRepo
+from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed
 
 # --- small per-container caches ---------------------------------------------------------------
 # A client's dead-letter settings can change (PATCH /v1/clients/{name}, issue 9): a container
@@ -157,6 +157,32 @@ def admin_client(p: Principal, name: str, item_id: str | None = None,
         raise NotFound(f"client '{name}' has no live {what} '{item_id}'")
     require_admin(p)
     return c
+
+
+KEY_SET_ATTEMPTS = 40
+T = TypeVar("T")
+
+
+def change_key_set(name: str, c: ClientModel, attempt: Callable[[ClientModel, int | None], T],
+                   retry: Callable[[TransactionFailed], bool] = lambda e: e.failed(0)) -> T:
+    """Run ``attempt(client, key_version)`` — one transaction conditioned on the client's
+    ``key_version`` (compare-and-set of its key set: API keys and SQS credentials share it) — and,
+    when it fails in a way ``retry`` accepts (by default: index 0, the client's key set moved
+    meanwhile), read the client again and let ``attempt`` decide again. 404 when the client is gone,
+    503 after :data:`KEY_SET_ATTEMPTS` contended rounds. ``attempt`` raises the route's own answers
+    (404 for a key no longer live, 409 for too many keys) from what it reads."""
+    for _ in range(KEY_SET_ATTEMPTS):
+        version = None if c.key_version is None else int(c.key_version)
+        try:
+            return attempt(c, version)
+        except TransactionFailed as e:
+            if not retry(e):
+                raise
+        refreshed = ClientRepo.get(name)  # a concurrent rotation moved the key set: decide again
+        if refreshed is None:
+            raise NotFound(f"client '{name}' does not exist")
+        c = refreshed
+    raise Unavailable("the client's keys are too contended; retry")
 
 
 def authorize(p: Principal, client: ClientModel, topic: str) -> None:

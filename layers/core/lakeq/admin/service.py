@@ -13,6 +13,7 @@ import secrets
 from lakeq.admin.auth import (
     Principal,
     admin_client,
+    change_key_set,
     forget_client,
     forget_key,
     hash_key,
@@ -169,24 +170,18 @@ def issue_key(p: Principal, name: str) -> dict:
     c = _client_for_keys(name, p)
     key = "lq_" + secrets.token_urlsafe(32)
     h = hash_key(key)
-    for _ in range(APPEND_ATTEMPTS):
+
+    def attempt(c: ClientModel, version: int | None) -> dict:
         live = _live_keys(c)
         if len(live) >= MAX_KEYS:
             raise Conflict(f"client '{name}' has {len(live)} live keys (at most {MAX_KEYS}); revoke one first",
                            code="too_many_keys")
         live[key_id_of(h)] = h
-        version = None if c.key_version is None else int(c.key_version)
-        try:
-            ClientRepo.set_keys(c, version, json.dumps(live),
-                                add=KeyModel(h, client=c.name, key_id=key_id_of(h), created_at=_clock.now()))
-            return {"name": c.name, "key_id": key_id_of(h), "api_key": key}
-        except TransactionFailed as e:
-            if not e.failed(0):
-                raise
-        c = ClientRepo.get(name)  # a concurrent rotation moved the key set: decide again
-        if c is None:
-            raise NotFound(f"client '{name}' does not exist")
-    raise Unavailable("the client's keys are too contended; retry")
+        ClientRepo.set_keys(c, version, json.dumps(live),
+                            add=KeyModel(h, client=c.name, key_id=key_id_of(h), created_at=_clock.now()))
+        return {"name": c.name, "key_id": key_id_of(h), "api_key": key}
+
+    return change_key_set(name, c, attempt)
 
 
 def revoke_key(p: Principal, name: str, key_id: str) -> None:
@@ -196,20 +191,13 @@ def revoke_key(p: Principal, name: str, key_id: str) -> None:
     if not (isinstance(key_id, str) and len(key_id) == 16 and all(ch in "0123456789abcdef" for ch in key_id)):
         raise BadRequest("'key_id' must be 16 lowercase hex digits")
     c = _client_for_keys(name, p, key_id)
-    for _ in range(APPEND_ATTEMPTS):
+
+    def attempt(c: ClientModel, version: int | None) -> None:
         live = _live_keys(c)
         h = live.pop(key_id, None)
         if h is None:
             raise NotFound(f"client '{name}' has no live key '{key_id}'")
-        version = None if c.key_version is None else int(c.key_version)
-        try:
-            ClientRepo.set_keys(c, version, json.dumps(live), remove=h)
-            forget_key(h)
-            return
-        except TransactionFailed as e:
-            if not e.failed(0):
-                raise
-        c = ClientRepo.get(name)
-        if c is None:
-            raise NotFound(f"client '{name}' does not exist")
-    raise Unavailable("the client's keys are too contended; retry")
+        ClientRepo.set_keys(c, version, json.dumps(live), remove=h)
+        forget_key(h)
+
+    change_key_set(name, c, attempt)

@@ -22,17 +22,16 @@ import threading
 import time
 from typing import Callable
 
-from lakeq.admin.auth import Principal, admin_client, require_admin
+from lakeq.admin.auth import Principal, admin_client, change_key_set, require_admin
 from lakeq.common import clock as _clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name
 from lakeq.sqs import credentials as cred
 from lakeq.store.models import ClientModel, KeyModel
-from lakeq.store.repos import ClientRepo, TransactionFailed, transact
+from lakeq.store.repos import TransactionFailed, transact
 from lakeq.store.sqs import key_owner
 
 MAX_SQS_KEYS = 10  # live SQS credentials per client (as MAX_KEYS for API keys)
-ATTEMPTS = 40
 SECRET_ENV = "LAKEQ_SQS_SECRET"
 
 # --- the master secret (Secrets Manager), once per container -------------------------------------
@@ -139,47 +138,38 @@ def issue_credential(p: Principal, name: str) -> dict:
     c = _client(name, p)
     master = master_secret()
     akid = cred.new_access_key_id()
-    for _ in range(ATTEMPTS):
+
+    def attempt(c: ClientModel, version: int | None) -> dict:
+        nonlocal akid
         live = _live(c)
         if len(live) >= MAX_SQS_KEYS:
             raise Conflict(f"client '{name}' has {len(live)} live SQS credentials (at most {MAX_SQS_KEYS}); "
                            "revoke one first", code="too_many_sqs_credentials")
-        version = None if c.key_version is None else int(c.key_version)
         try:
             _set(c, version, live + [akid], add=akid, now=_clock.now())
-            return {"name": c.name, "access_key_id": akid, "secret_access_key": cred.derive_secret(master, akid)}
         except TransactionFailed as e:
             if e.failed(1):  # the random id exists (never in practice): draw another
                 akid = cred.new_access_key_id()
-            elif not e.failed(0):
-                raise
-        c = ClientRepo.get(name)
-        if c is None:
-            raise NotFound(f"client '{name}' does not exist")
-    raise Unavailable("the client's keys are too contended; retry")
+            raise
+        return {"name": c.name, "access_key_id": akid, "secret_access_key": cred.derive_secret(master, akid)}
+
+    return change_key_set(name, c, attempt, retry=lambda e: e.failed(0) or e.failed(1))
 
 
 def revoke_credential(p: Principal, name: str, access_key_id: str) -> None:
     """Delete the credential: requests signed with it answer InvalidClientTokenId at once in this
     container, within CACHE_TTL_S in other warm ones (the lookup is strongly consistent)."""
     c = _client(name, p, access_key_id)
-    for _ in range(ATTEMPTS):
+
+    def attempt(c: ClientModel, version: int | None) -> None:
         live = _live(c)
         if access_key_id not in live:
             raise NotFound(f"client '{name}' has no live SQS credential '{access_key_id}'")
         live.remove(access_key_id)
-        version = None if c.key_version is None else int(c.key_version)
-        try:
-            _set(c, version, live, remove=access_key_id)
-            _cache.pop(access_key_id, None)
-            return
-        except TransactionFailed as e:
-            if not e.failed(0):
-                raise
-        c = ClientRepo.get(name)
-        if c is None:
-            raise NotFound(f"client '{name}' does not exist")
-    raise Unavailable("the client's keys are too contended; retry")
+        _set(c, version, live, remove=access_key_id)
+        _cache.pop(access_key_id, None)
+
+    change_key_set(name, c, attempt)
 
 
 def admin_hash() -> str | None:
