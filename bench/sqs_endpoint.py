@@ -27,7 +27,8 @@ What runs (as ``bench/queue.py``, whose stack, meter and prices this reuses):
 
 Dollars: DynamoDB from the counted request units; *all-in* adds, per HTTP request actually made
 (empty receives included), API Gateway HTTP API + Lambda requests and an estimated (not measured)
-Lambda duration, priced as ``bench/queue.py`` does.
+Lambda duration, priced as ``bench/queue.py`` does; *URL* is the same without API Gateway's fee,
+as a client pays through ``SqsFunction``'s Lambda function URL (template.yaml ``SqsFunctionUrl``).
 
     python bench/sqs_endpoint.py [--quick]
 """
@@ -61,6 +62,9 @@ def _bench_queue():
 bq = _bench_queue()
 PER_REQUEST = (bq.PRICE_HTTP_API_REQUEST + bq.PRICE_LAMBDA_REQUEST
                + bq.LAMBDA_MB / 1024 * bq.LAMBDA_MS_ESTIMATE / 1000 * bq.PRICE_LAMBDA_GBS_ARM)
+# the same handler reached through its Lambda function URL (template.yaml SqsFunction's
+# FunctionUrlConfig): no API Gateway request fee, the rest as above
+PER_REQUEST_URL = PER_REQUEST - bq.PRICE_HTTP_API_REQUEST
 
 
 class ActionMeter(bq.Meter):
@@ -270,7 +274,8 @@ def main() -> None:
     print()
     print("## per message (send + receive + delete), us-east-1 list prices, $ per million messages")
     print(f"{'batch':>5} {'msgs':>6} {'empty recv':>10} {'calls':>6} {'RRU':>6} {'WRU':>6} {'DynamoDB':>9} "
-          f"{'requests':>8} {'all-in*':>8} {'SQS':>6} {'DDB/SQS':>8} {'all-in/SQS':>10}")
+          f"{'requests':>8} {'all-in*':>8} {'URL**':>7} {'SQS':>6} {'DDB/SQS':>8} {'all-in/SQS':>10} "
+          f"{'URL/SQS':>8}")
     for batch, n, by, emp, _, *_t in rows:
         calls = sum(sum(a["calls"].values()) for a in by.values()) / n
         rru = sum(a["rru"] for a in by.values()) / n
@@ -278,13 +283,16 @@ def main() -> None:
         reqs = sum(a["requests"] for a in by.values()) / n
         ddb = (rru * bq.PRICE_RRU + wru * bq.PRICE_WRU) * 1e6
         allin = ddb + reqs * PER_REQUEST * 1e6
+        url = ddb + reqs * PER_REQUEST_URL * 1e6
         sqs = sqs_price_per_million(batch)
         print(f"{batch:>5} {n:>6} {emp:>10} {calls:>6.2f} {rru:>6.2f} {wru:>6.2f} {ddb:>9.3f} {reqs:>8.2f} "
-              f"{allin:>8.3f} {sqs:>6.3f} {ddb / sqs:>8.2f} {allin / sqs:>10.2f}")
+              f"{allin:>8.3f} {url:>7.3f} {sqs:>6.3f} {ddb / sqs:>8.2f} {allin / sqs:>10.2f} {url / sqs:>8.2f}")
     print(f"* all-in: DynamoDB + per HTTP request API Gateway HTTP API ${bq.PRICE_HTTP_API_REQUEST * 1e6:.2f}/M, "
           f"Lambda ${bq.PRICE_LAMBDA_REQUEST * 1e6:.2f}/M and an estimated {bq.LAMBDA_MS_ESTIMATE} ms x "
           f"{bq.LAMBDA_MB} MB arm64 (${PER_REQUEST * 1e6:.3f}/M requests in all); SQS: one request per "
           f"call at ${bq.PRICE_SQS_REQUEST * 1e6:.2f}/M")
+    print(f"** URL: the same through SqsFunction's Lambda function URL (no API Gateway fee: "
+          f"${PER_REQUEST_URL * 1e6:.3f}/M requests)")
     print()
     print("## throughput (messages/s), lakeq's SQS endpoint vs SQS on moto (read the ratio)")
     print(f"{'batch':>5} {'msgs':>6} {'lakeq send':>10} {'SQS send':>9} {'ratio':>6} {'lakeq recv+del':>14} "
