@@ -256,3 +256,29 @@ def test_permissions_follow_the_clients_role_and_topics(api, client_key):
     assert _code(lambda: bad.send_message(QueueUrl=url, MessageBody="x")) == ("SignatureDoesNotMatch", 403)
     assert api.call("DELETE", f"/v1/clients/shop/sqs-credentials/{creds['shop']['access_key_id']}")[0] == 204
     assert _code(lambda: shop.send_message(QueueUrl=url, MessageBody="x")) == ("InvalidClientTokenId", 403)
+
+
+def test_the_function_url_event_is_served_like_the_gateway_route(api, client_key):
+    """Issue 16 item 4: ``SqsFunction`` is also behind a Lambda function URL (template.yaml
+    ``FunctionUrlConfig``). Its event (``events/sqs_function_url.json``: ``routeKey`` ``$default``,
+    no ``pathParameters``, the URL's own host) re-signed with a live credential is authenticated and
+    answered by the same handler, with queue URLs on the function URL's host; the sample's stale
+    signature is refused."""
+    from tests.handlers import Context, load_function, sample
+
+    assert "FunctionUrlConfig" in tpl.load_template()["Resources"]["SqsFunction"]["Properties"]
+    b = api.call("POST", "/v1/clients/worker/sqs-credentials")[1]
+    fn = load_function("SqsFunction")
+    event = sample("sqs_function_url.json")
+    host = event["headers"]["host"]
+    stale = fn(event, Context())
+    assert stale["statusCode"] in (400, 403) and "Signature" in stale["body"], stale  # expired or wrong
+    sqs_keys._master = None
+    body = json.dumps({"QueueNamePrefix": "jo"}).encode()
+    _, _, _, headers, _ = signed(b["access_key_id"], b["secret_access_key"], body=body, url=f"https://{host}/")
+    event["headers"] = {**event["headers"], **headers, "host": host}  # signed for the URL's host
+    event["body"] = body.decode()
+    out = fn(event, Context())
+    assert out["statusCode"] == 200, out
+    urls = json.loads(out["body"])["QueueUrls"]
+    assert urls and all(u.startswith(f"https://{host}/") for u in urls), urls
