@@ -197,6 +197,21 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
                ).to_have_text(str(q["max_offset"]), timeout=20_000)
     assert page.locator(f'{g} svg.chart circle[data-series="live"]').count() >= 2
 
+    # the summary first (issue 18 item 3): the same totals and per-group figures as GET /v1/summary;
+    # rates appear from the second summary on (the page has refreshed since the produce above)
+    summ = _ok(requests.get(f"{url}/v1/summary", headers=admin, timeout=T))
+    row = next(x for x in summ["groups"] if x["group"] == GROUP and x["topic"] == TOPIC)
+    assert row["backlog"] == after["backlog"] and row["dead_lettered"] == 1 and row["oldest_unconsumed_at"]
+    sg = f'#summary-table td[data-group="{GROUP}"][data-topic="{TOPIC}"]'
+    expect(page.locator(sg + '[data-field="summary_group_backlog"]')).to_have_text(str(row["backlog"]), timeout=20_000)
+    assert _text(page, sg + '[data-field="summary_group_dead_lettered"]') == "1"
+    assert _text(page, sg + '[data-field="summary_group_oldest_age"]') not in ("", "—")
+    expect(page.locator('[data-field="summary_backlog"]')).to_have_text(
+        str(_ok(requests.get(f"{url}/v1/summary", headers=admin, timeout=T))["totals"]["backlog"]), timeout=20_000)
+    assert _text(page, '[data-field="summary_oldest_age"]') not in ("", "—")
+    expect(page.locator('[data-field="summary_produce_rate"]')).to_contain_text("msg/s", timeout=20_000)
+    assert page.locator('#summary-table a[href="#group-' + GROUP + '"]').count() == 1  # drill-down link
+
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "console.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -227,4 +242,41 @@ def test_console_with_a_group_key_shows_only_that_group(world, browser, stack):
     page.click("#forget-key")
     assert page.evaluate("sessionStorage.length") == 0 and page.locator(".group").count() == 0
     assert problems == [], problems
+    page.close()
+
+
+def test_console_offset_reset_asks_twice_and_moves_the_offset(world, browser, stack):
+    """The reset action (admin): a prompt for the offset, then a confirmation; dismissing the
+    confirmation changes nothing, accepting it moves the committed offset (PUT /v1/groups/{g}/offsets)."""
+    url, admin = world["url"], world["admin"]
+    page = browser.new_page()
+    answers: list = []
+
+    def on_dialog(d):
+        a = answers.pop(0)
+        if a is False:
+            d.dismiss()
+        else:
+            d.accept(a) if d.type == "prompt" else d.accept()
+    page.on("dialog", on_dialog)
+    page.goto(url + "/console")
+    page.fill("#key", stack.admin_key)
+    page.click("#use-key")
+    expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"^\d+$"), timeout=30_000)
+    off = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
+    q = next(x for x in off["queues"] if not x["lock_owner"] and x["backlog"] > 0)
+    button = page.locator(f'button[data-action="reset"][data-group="{GROUP}"][data-topic="{TOPIC}"]'
+                          f'[data-queue="{q["queue"]}"]')
+    answers[:] = [str(q["max_offset"]), False]  # prompt answered, confirmation dismissed
+    button.click()
+    page.wait_for_timeout(500)
+    assert answers == []
+    again = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
+    assert next(x for x in again["queues"] if x["queue"] == q["queue"])["committed_offset"] == q["committed_offset"]
+    answers[:] = [str(q["max_offset"]), True]
+    page.locator(f'button[data-action="reset"][data-group="{GROUP}"][data-topic="{TOPIC}"]'
+                 f'[data-queue="{q["queue"]}"]').click()
+    expect(page.locator("#status")).to_contain_text(f"reset to {q['max_offset']}", timeout=20_000)
+    again = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
+    assert next(x for x in again["queues"] if x["queue"] == q["queue"])["committed_offset"] == q["max_offset"]
     page.close()

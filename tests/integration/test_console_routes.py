@@ -87,3 +87,78 @@ def test_subscription_offsets(api, setup, aws):
     assert api.call("GET", "/v1/subscriptions/nope/offsets", key=setup["risk"])[0] == 404
     assert api.call("GET", f"/v1/subscriptions/{sub['id']}/offsets", key=setup["feed"])[0] == 403
     assert api.call("GET", f"/v1/subscriptions/{sub['id']}/offsets", key=None)[0] == 401
+
+
+def _summary(api, key="local-admin-key"):
+    s, b = api.call("GET", "/v1/summary", key=key)
+    assert s == 200, b
+    return b
+
+
+def _group(b, topic):
+    return next(g for g in b["groups"] if g["group"] == "risk" and g["topic"] == topic)
+
+
+def test_summary_totals_backlog_oldest_and_rates_inputs(api, setup, clock, aws):
+    """``GET /v1/summary`` (issue 18 item 3): totals over every topic and clustering group, the oldest
+    unconsumed message's produce time, and the produced/consumed counters the console derives rates
+    from; it reads only (every table is the same before and after)."""
+    b = _summary(api)
+    assert b["totals"]["backlog"] == 0 and b["totals"]["oldest_unconsumed_at"] is None
+    assert {t["topic"] for t in b["topics"]} == {"quotes", "quotes/sh"} and b["truncated"] is False
+    assert _group(b, "quotes")["backlog"] == 0 and _group(b, "quotes")["oldest_unconsumed_age_ms"] is None
+    t0 = clock.t
+    assert api.call("POST", T, {"producer": "feed", "messages": [{"key": "a", "body": "old"}]}, key=setup["feed"])[0] == 200
+    clock.t += 60_000
+    msgs = [{"key": f"k{i}", "body": str(i)} for i in range(5)]
+    assert api.call("POST", T, {"producer": "feed", "messages": msgs}, key=setup["feed"])[0] == 200
+    clock.t += 5_000
+
+    def tables():
+        import boto3
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        return {n: sorted(map(str, ddb.scan(TableName=n)["Items"])) for n in ddb.list_tables()["TableNames"]}
+
+    before = tables()
+    b = _summary(api)
+    assert tables() == before  # a summary writes nothing
+    g = _group(b, "quotes/sh")
+    assert (g["backlog"], g["consumed"], g["dead_lettered"], g["locked_queues"]) == (6, 0, 0, 0)
+    assert g["oldest_unconsumed_at"] == t0 and g["oldest_unconsumed_age_ms"] == 65_000
+    assert b["totals"]["produced"] == 6 and b["totals"]["backlog"] == 6 and b["totals"]["consumed"] == 0
+    assert b["totals"]["oldest_unconsumed_at"] == t0 and b["computed_at"] == clock.t
+    sh = next(t for t in b["topics"] if t["topic"] == "quotes/sh")
+    assert sh["produced"] == 6 and sh["last_produced_at"] == t0 + 60_000
+    # consume everything the first pull gives and ack it: consumed moves, the oldest moves forward
+    s, p = api.call("GET", T, query={"group": "risk", "max": "10"}, key=setup["risk"])
+    assert s == 200 and p["messages"]
+    got = len(p["messages"])
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": p["receipt"]}, key=setup["risk"])[0] == 200
+    b = _summary(api)
+    g = _group(b, "quotes/sh")
+    assert g["consumed"] == got and g["backlog"] == 6 - got and b["totals"]["consumed"] == got
+    if g["backlog"]:
+        assert g["oldest_unconsumed_at"] in (t0, t0 + 60_000)
+    # a group's key sees its own grants only; no key → 401; a repeated parameter → 400
+    b = _summary(api, setup["risk"])
+    assert {g["group"] for g in b["groups"]} == {"risk"}
+    assert _summary(api, setup["feed"])["groups"] == []
+    assert api.call("GET", "/v1/summary", key=None)[0] == 401
+    assert api.call("GET", "/v1/summary", query=[("x", "1"), ("x", "2")])[0] == 400
+
+
+def test_summary_counts_dead_letters_and_caps_pairs(api, setup, clock, monkeypatch):
+    from lakeq.console import summary
+
+    assert api.call("PATCH", "/v1/clients/risk", {"max_deliveries": 1})[0] == 200
+    assert api.call("POST", T, {"producer": "feed", "messages": [{"key": "k", "body": "poison"}]}, key=setup["feed"])[0] == 200
+    s, p = api.call("GET", T, query={"group": "risk"}, key=setup["risk"])
+    assert s == 200 and len(p["messages"]) == 1
+    clock.t += 5_000  # the lock (1 s visibility) expires; max_deliveries 1 → dead-lettered on the next pull
+    s, p = api.call("GET", T, query={"group": "risk"}, key=setup["risk"])
+    assert s == 200 and p["messages"] == []
+    g = _group(_summary(api), "quotes/sh")
+    assert g["dead_lettered"] == 1 and g["backlog"] == 0, g
+    monkeypatch.setattr(summary, "MAX_PAIRS", 1)
+    b = _summary(api)
+    assert b["truncated"] is True and sum(1 for g in b["groups"] if "backlog" in g) == 1

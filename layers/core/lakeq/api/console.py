@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from lakeq.api.http import check_query, json_response, path, principal
-from lakeq.console import monitor
+from lakeq.console import monitor, summary
 
 router = APIGatewayHttpRouter()
 subscriptions_router = APIGatewayHttpRouter()
@@ -41,6 +41,13 @@ def console_asset(asset: str):
 @router.get("/v1/clients")
 def list_clients():
     return json_response(monitor.list_clients(principal(router)))
+
+
+@router.get("/v1/summary")
+def operator_summary():
+    """The console's summary first (issue 18 item 3): totals, per topic, per (group, topic)."""
+    check_query(router)
+    return json_response(summary.summary(principal(router)))
 
 
 @router.get("/v1/topics/<topic>")

@@ -7,6 +7,7 @@
   const MAX_POINTS = 240;
   let timer = null;
   let busy = false;
+  let isAdmin = false;
 
   const $ = (id) => document.getElementById(id);
   function el(tag, attrs, ...kids) {
@@ -69,6 +70,86 @@
     rows.forEach((r) => tb.append(r));
     t.append(tb);
     return t;
+  }
+
+  // ---- summary (GET /v1/summary): totals first; rates from this summary and the previous one ------
+  let prevSummary = null;
+  function fmtAge(ms) {
+    if (ms === null || ms === undefined) return "—";
+    const s = Math.round(ms / 1000);
+    if (s < 120) return s + " s";
+    if (s < 7200) return Math.round(s / 60) + " min";
+    if (s < 172800) return (s / 3600).toFixed(1) + " h";
+    return (s / 86400).toFixed(1) + " d";
+  }
+  function rate(now, prev, field) {
+    if (!prev || now.computed_at <= prev.computed_at) return null;
+    return Math.max(0, (now.totals[field] - prev.totals[field]) * 1000 / (now.computed_at - prev.computed_at));
+  }
+  function renderSummary(sum) {
+    const t = sum.totals;
+    const pr = rate(sum, prevSummary, "produced"), cr = rate(sum, prevSummary, "consumed");
+    const fmtRate = (r) => (r === null ? "… (next refresh)" : r.toFixed(r < 10 ? 2 : 0) + " msg/s");
+    const tiles = [
+      ["total backlog", t.backlog, "summary_backlog"],
+      ["oldest unconsumed", fmtAge(t.oldest_unconsumed_age_ms), "summary_oldest_age"],
+      ["dead-lettered", t.dead_lettered, "summary_dead_lettered"],
+      ["produce rate", fmtRate(pr), "summary_produce_rate"],
+      ["consume rate", fmtRate(cr), "summary_consume_rate"],
+      ["topics / groups", `${t.topics} / ${t.groups}`, "summary_counts"]];
+    const box = el("div", {class: "tiles"});
+    for (const [label, value, field] of tiles) {
+      box.append(el("div", {class: "tile"}, el("div", {class: "muted", text: label}),
+        el("b", {"data-field": field, text: String(value)})));
+    }
+    const rows = sum.groups.map((g) => {
+      const d = {group: g.group, topic: g.topic};
+      if (g.mode === "broadcasting") {
+        return el("tr", {}, cell(g.group, {}, "text"), cell(g.topic, {}, "text"),
+          el("td", {colspan: 4, class: "text muted", text: "broadcasting: per client_id"}));
+      }
+      const link = el("a", {href: "#group-" + g.group.replace(/[^A-Za-z0-9_-]/g, "_"), text: g.group});
+      const name = el("td", {class: "text"}, link);
+      return el("tr", {"data-group": g.group, "data-topic": g.topic}, name, cell(g.topic, {}, "text"),
+        cell(g.backlog, {...d, field: "summary_group_backlog"}, g.backlog > 0 ? "backlog-hot" : ""),
+        cell(g.dead_lettered, {...d, field: "summary_group_dead_lettered"}),
+        cell(fmtAge(g.oldest_unconsumed_age_ms), {...d, field: "summary_group_oldest_age"}, "text"),
+        cell(g.locked_queues, {...d, field: "summary_group_locked"}));
+    });
+    rows.sort((a, b) => Number(b.children[2].textContent || 0) - Number(a.children[2].textContent || 0));
+    const parts = [box];
+    if (rows.length) {
+      parts.push(table([{text: "group", cls: "text"}, {text: "topic", cls: "text"}, "backlog", "dead-lettered",
+                        {text: "oldest unconsumed", cls: "text"}, "locked queues"], rows, "summary-table"));
+    }
+    if (sum.truncated) parts.push(el("p", {class: "muted", text: "Only the first 200 (group, topic) pairs are counted."}));
+    $("summary").replaceChildren(...parts);
+    prevSummary = sum;
+  }
+
+  // ---- actions, each behind a confirmation (admin key) ----------------------------------------
+  async function post(path, method, body) {
+    const key = sessionStorage.getItem(KEY);
+    const r = await fetch(path, {method: method, cache: "no-store", body: JSON.stringify(body),
+      headers: {"Authorization": "Bearer " + key, "Content-Type": "application/json"}});
+    let out = null;
+    try { out = await r.json(); } catch (_e) { out = null; }
+    if (!r.ok) throw new Error(path + " → " + (out && out.error ? out.error.code + ": " + out.error.message : "HTTP " + r.status));
+    return out;
+  }
+  async function resetOffset(group, topic, q) {
+    const answer = window.prompt(`Reset ${group}'s committed offset on ${topic} queue ${q.queue} ` +
+      `(${q.min_offset}–${q.max_offset}; now ${q.committed_offset}) to:`, String(q.max_offset));
+    if (answer === null) return;
+    const offset = Number(answer.trim());
+    if (!Number.isInteger(offset)) { setStatus(`not an offset: ${answer}`, true); return; }
+    if (!window.confirm(`Really move ${group} on ${topic}#${q.queue} from ${q.committed_offset} to ${offset}? ` +
+                        "Messages skipped over are not delivered; moved back, they are delivered again.")) return;
+    try {
+      await post("/v1/groups/" + enc(group) + "/offsets", "PUT", {topic: topic, queue: q.queue, offset: offset});
+      setStatus(`${group} ${topic}#${q.queue} reset to ${offset}`);
+      refresh();
+    } catch (e) { setStatus(e.message, true); }
   }
 
   // ---- topics -----------------------------------------------------------------------------
@@ -181,7 +262,7 @@
 
   function renderGroup(g) {
     const c = g.client, name = c.name;
-    const box = el("div", {class: "group", "data-group": name});
+    const box = el("div", {class: "group", "data-group": name, id: "group-" + name.replace(/[^A-Za-z0-9_-]/g, "_")});
     box.append(el("h3", {text: `${name}`}, el("span", {class: "muted",
       text: `  ${c.mode}, visibility ${c.visibility_timeout_ms} ms, grants ${c.topics.join(", ")}`})));
     // membership
@@ -210,6 +291,7 @@
       const heads = ["queue", "produced", "min_offset", "committed", "backlog", {text: "lock holder", cls: "text"},
                      {text: "lock expires", cls: "text"}];
       if (hasDlq) heads.push("dead-lettered");
+      if (isAdmin) heads.push({text: "action", cls: "text"});
       const now = Date.now();
       const rows = o.queues.map((q) => {
         const d = {group: name, topic: o.topic, queue: q.queue};
@@ -220,6 +302,12 @@
           cell(q.locked_until ? `${fmtTime(q.locked_until)} (${Math.max(0, Math.round((q.locked_until - now) / 1000))} s)` : "",
                {...d, field: "locked_until", value: q.locked_until}, "text locked")];
         if (hasDlq) tds.push(cell(q.dead_lettered === undefined ? "" : q.dead_lettered, {...d, field: "dead_lettered"}));
+        if (isAdmin) {
+          const b = el("button", {type: "button", class: "action", "data-action": "reset", "data-group": name,
+                                  "data-topic": o.topic, "data-queue": q.queue, text: "reset…"});
+          b.addEventListener("click", () => resetOffset(name, o.topic, q));
+          tds.push(el("td", {}, b));
+        }
         return el("tr", {}, ...tds);
       });
       box.append(el("h4", {}, `topic ${o.topic}: backlog `,
@@ -259,6 +347,8 @@
     busy = true;
     try {
       const who = await api("/v1/clients");
+      isAdmin = who.caller.admin;
+      renderSummary(await api("/v1/summary"));
       let topicNames = null;
       if (who.caller.admin) topicNames = (await api("/v1/topics")).topics.map((t) => t.name);
       const consumers = who.clients.filter((c) => c.role === "consumer");
@@ -298,8 +388,10 @@
     $("forget-key").addEventListener("click", () => {
       sessionStorage.clear();
       stop();
+      $("summary").replaceChildren();
       $("topics").replaceChildren();
       $("groups").replaceChildren();
+      prevSummary = null;
       setStatus("No key yet.");
     });
     if (sessionStorage.getItem(KEY)) start();

@@ -1,0 +1,113 @@
+"""The operator's summary (``GET /v1/summary``, issue 18 item 3): what the console shows first.
+
+Totals over every topic and every clustering consumer group the caller may see (the admin key: all;
+a group's key: its own grants), then one row per topic and per (group, topic):
+
+- ``produced`` — offsets ever handed out (the sum of the queues' ``max_offset``);
+- ``consumed`` — offsets settled by a group (the sum of its queues' committed offsets);
+- ``backlog`` / ``dead_lettered`` — as ``GET /v1/groups/{g}/offsets`` counts them;
+- ``oldest_unconsumed_at`` — ``produced_at`` of the oldest message a group has not settled (the
+  message at its committed offset, one per queue with a backlog; ``null`` with no backlog, or when
+  that message is no longer readable), and ``oldest_unconsumed_age_ms`` from it.
+
+Rates are not stored anywhere: the console derives produce and consume rates from two summaries
+(``Δproduced / Δcomputed_at``, ``Δconsumed / Δcomputed_at``), and a script can do the same.
+Broadcasting groups keep offsets per ``client_id``: they are listed with ``"mode": "broadcasting"``
+and no counts (``GET /v1/groups/{g}/offsets?client_id=`` has them per instance).
+
+Store calls (all reads; nothing here writes): the topics' Scan (admin) or GetItems, the clients'
+Scan (admin) or one GetItem, per topic one BatchGetItem of its queue items, per (group, topic) one
+consistent Query of its offset records, and per queue with a backlog one eventually consistent
+Query (limit 1) of the segment at the committed offset. At most :data:`MAX_PAIRS` (group, topic)
+pairs are counted per call (``truncated`` says when more exist).
+"""
+from __future__ import annotations
+
+from lakeq.admin.auth import Principal
+from lakeq.common import clock as _clock
+from lakeq.common.names import covers
+from lakeq.consume.reader import views_of
+from lakeq.log import segments as seg
+from lakeq.store.models import ClientModel, TopicModel, log_of
+from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
+
+MAX_PAIRS = 200
+
+
+def _visible(p: Principal) -> tuple[list[TopicModel], list[ClientModel]]:
+    if p.admin:
+        return list(TopicRepo.all()), sorted(ClientModel.scan(), key=lambda c: c.name)
+    c = ClientRepo.get(p.client) if p.client else None
+    if c is None:
+        return [], []
+    topics = [t for t in TopicRepo.all() if any(covers(g, t.name) for g in c.topics)]
+    return topics, [c]
+
+
+def oldest_at(log: str, queue: int, start: int, max_offset: int) -> int | None:
+    """``produced_at`` of the first readable message at or after ``start`` (below ``max_offset``):
+    one Query of the segment holding ``start``. None when there is none to read."""
+    if start >= max_offset:
+        return None
+    for s in LogRepo.read(log, queue, start, 1):
+        for _off, msg in seg.read(s, start, 1, None):
+            if msg is not None:
+                return msg.get("produced_at")
+        return None
+    return None
+
+
+def summary(p: Principal) -> dict:
+    now = _clock.now()
+    topics, clients = _visible(p)
+    metas = {t.name: LogRepo.queues(log_of(t), int(t.queues)) for t in topics}
+    topic_rows = []
+    for t in topics:
+        qs = metas[t.name]
+        topic_rows.append({"topic": t.name, "queues": int(t.queues),
+                           "produced": sum(int(m.max_offset) for m in qs),
+                           "retained": sum(int(m.max_offset) - int(m.min_offset) for m in qs),
+                           "delayed": sum(int(m.delayed or 0) for m in qs),
+                           "last_produced_at": max((int(m.last_produced_at or 0) for m in qs), default=0) or None})
+    group_rows: list[dict] = []
+    truncated = False
+    pairs = 0
+    for c in clients:
+        if c.role != "consumer":
+            continue
+        for t in topics:
+            if not any(covers(g, t.name) for g in c.topics):
+                continue
+            if c.mode == "broadcasting":
+                group_rows.append({"group": c.name, "topic": t.name, "mode": "broadcasting"})
+                continue
+            if pairs >= MAX_PAIRS:
+                truncated = True
+                continue
+            pairs += 1
+            log = log_of(t)
+            recs = OffsetRepo.records(OffsetRepo.owner(c.name, log))
+            vs = views_of(metas[t.name], recs)
+            oldest = [o for o in (oldest_at(log, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
+                      if o is not None]
+            first = min(oldest) if oldest else None
+            group_rows.append({
+                "group": c.name, "topic": t.name, "mode": c.mode,
+                "consumed": sum(v.start for v in vs), "backlog": sum(v.backlog for v in vs),
+                "dead_lettered": sum(v.dead_lettered for v in vs),
+                "locked_queues": sum(1 for v in vs if v.locked(now)),
+                "oldest_unconsumed_at": first,
+                "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))})
+    counted = [g for g in group_rows if "backlog" in g]
+    oldest_all = [g["oldest_unconsumed_at"] for g in counted if g["oldest_unconsumed_at"] is not None]
+    first_all = min(oldest_all) if oldest_all else None
+    return {
+        "computed_at": now,
+        "totals": {"topics": len(topic_rows), "groups": len({g["group"] for g in group_rows}),
+                   "produced": sum(r["produced"] for r in topic_rows),
+                   "consumed": sum(g["consumed"] for g in counted),
+                   "backlog": sum(g["backlog"] for g in counted),
+                   "dead_lettered": sum(g["dead_lettered"] for g in counted),
+                   "oldest_unconsumed_at": first_all,
+                   "oldest_unconsumed_age_ms": None if first_all is None else max(0, now - int(first_all))},
+        "topics": topic_rows, "groups": group_rows, "truncated": truncated}
