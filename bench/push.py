@@ -5,7 +5,7 @@ next pull) in the same process, and dollars per million pushed messages.
 What runs (all in this process): moto in-process (``mock_aws``) with the tables of
 ``template.yaml``; lakeq's real handlers (``tests/handlers.py`` ``Api``) for setup, produce and the
 baseline pulls; the fan-out through the stream pump (not counted); the push deliverer
-(``lakeq.push.service.deliver``) with a poster that answers 200 at once (no network). Every
+(``lakeq.push.delivery.deliver``) with a poster that answers 200 at once (no network). Every
 DynamoDB call is counted with ``bench/queue.py``'s ``Meter`` (request units from the items'
 sizes; moto is not size-aware). Two subscriptions get the same messages: one is pushed, the other
 pulled. Not measured here: the Lambda's duration. ``--latency``: see :func:`latency`.
@@ -68,7 +68,7 @@ def run(n: int, batch: int, meter) -> dict:
     import boto3
 
     from infra.local.streams import StreamPump
-    from lakeq.push import service as push
+    from lakeq.push import delivery as push
     from tests.handlers import Api, load_function
 
     api = Api()

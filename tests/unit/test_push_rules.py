@@ -1,5 +1,5 @@
 """Push delivery's pure rules (issue 17): settings, signatures, the retry rule, and the
-retry / backoff / dead-letter state machine — the deliverer's steps (lakeq.push.service.deliver)
+retry / backoff / dead-letter state machine — the deliverer's steps (lakeq.push.delivery.deliver)
 driven over the real settlement machine (lakeq.log.settlement) with a scripted endpoint, checked
 against a simple per-message reference: every message ends accepted or dead-lettered exactly once,
 is POSTed at most min(max_attempts, max_deliveries) times, is dead-lettered only after exactly that
