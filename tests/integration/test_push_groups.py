@@ -16,7 +16,7 @@ from lakeq.push import delivery as push
 from lakeq.store.models import ClientModel
 from lakeq.store.push import GroupPushRepo
 from tests.handlers import Context, load_function
-from tests.integration.test_push import Poster, Receiver, _dead_letters, dlq  # noqa: F401 - fixture
+from tests.integration.test_push import Poster, Receiver, _dead_letters
 
 URL = "https://hooks.example.com/group"
 G = "/v1/groups/risk/push"
@@ -39,6 +39,14 @@ def pull_all(api, key):
     s, b = api.call("GET", "/v1/topics/quotes/messages", query={"group": "risk", "max": 100}, key=key)
     assert s == 200, b
     return b["messages"]
+
+
+@pytest.fixture
+def dlq(api):
+    assert api.call("POST", "/v1/topics", {"name": "dlq", "queues": 1})[0] == 201
+    s, ops = api.call("POST", "/v1/clients", {"name": "ops", "role": "consumer", "topics": ["dlq"]})
+    assert s == 201
+    return ops["api_key"]
 
 
 def _snapshot():
@@ -200,7 +208,7 @@ def test_held_leases_stop_a_second_run(api, setup, aws, clock):
     assert ClientModel.get("risk").push_leases.as_dict() == {}  # both taken over, then given back
 
 
-def test_push_function_schedule_as_its_role_serves_groups(api, setup, aws, clock, monkeypatch, dlq):
+def test_push_function_schedule_as_its_role_serves_groups(api, setup, aws, clock, monkeypatch):
     monkeypatch.setenv(push.ENV_LOOPBACK, "1")
     rx = Receiver([500])
     try:
