@@ -60,6 +60,12 @@ def test_register_by_the_group_or_admin_show_pause_rotate_delete(api, setup):
     s, again = api.call("PUT", G, {"url": URL, "topic": "quotes", "max_in_flight": 2})  # admin
     assert s == 200 and again["max_in_flight"] == 2 and "secret" not in again
     assert api.call("POST", G + "/pause", key=setup["risk"])[1]["paused"] is True
+    # the console's client list summarises it (no extra request per group)
+    listed = {c["name"]: c for c in api.call("GET", "/v1/clients")[1]["clients"]}
+    assert listed["risk"]["push"] == {"url": URL, "topic": "quotes", "max_in_flight": 2, "paused": True,
+                                      "last_status": None, "last_attempt_at": None, "next_attempt_at": None,
+                                      "failures": 0, "delivered": 0}
+    assert "push" not in listed["feed"]
     assert GroupPushRepo.active_ids() == []
     assert api.call("POST", G + "/resume", key=setup["risk"])[1]["paused"] is False
     rot = api.call("POST", G + "/secret", {"previous_valid_ms": 1000}, key=setup["risk"])[1]
