@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -234,3 +235,15 @@ def test_push_function_schedule_as_its_role_serves_groups(api, setup, aws, clock
         assert pull_all(api, setup["risk"]) == []
     finally:
         rx.close()
+
+
+def test_two_overlapping_runs_stay_within_max_in_flight(api, setup, aws, clock):
+    """Two invocations at once (a schedule delivered twice, or a run outlasting the next tick): the
+    leases keep the requests in flight at max_in_flight, and every message is delivered once."""
+    register(api, setup["risk"], max_in_flight=2, batch_size=1)
+    produce(api, setup["feed"], [(f"k{i}", f"m{i}") for i in range(16)])
+    p = Slow(0.2)
+    with ThreadPoolExecutor(2) as ex:
+        runs = [f.result() for f in [ex.submit(push.deliver_group, "risk", p) for _ in range(2)]]
+    assert sum(r.delivered for r in runs) == 16 and p.calls == 16
+    assert p.peak == 2
