@@ -87,6 +87,7 @@ def test_check_order_and_refusals(api, setup):
     assert api.call("PUT", "/v1/groups/nobody/push", {"url": URL, "topic": "quotes"})[0] == 404
     assert api.call("PUT", "/v1/groups/feed/push", {"url": URL, "topic": "quotes"})[0] == 404  # a producer
     assert api.call("PUT", G, {"url": URL, "topic": "nosuch"}, key=setup["risk"])[0] == 404
+    assert api.call("PUT", G, {"url": URL, "topic": "nosuch"}, key=other["api_key"])[0] == 404  # 404 before 403
     assert api.call("PUT", G, {"url": URL, "topic": "quotes"}, key=other["api_key"])[0] == 403
     assert api.call("PUT", G, {"url": URL, "topic": "secret"}, key=setup["risk"])[0] == 403  # not granted
     assert api.call("GET", G, key=setup["risk"])[0] == 404                                   # no endpoint yet

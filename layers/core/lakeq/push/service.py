@@ -18,12 +18,11 @@ from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound
 from lakeq.common.names import check_name, is_name
 from lakeq.contract import push as contract
 from lakeq.contract import validation as v
-from lakeq.push.delivery import ENV_LOOPBACK, allow_loopback
+from lakeq.push.delivery import allow_loopback
 from lakeq.push.delivery import secrets_of as _secrets
 from lakeq.store.push import GroupPushRepo, PushRepo
 
 log = logging.getLogger("lakeq.push.service")
-__all__ = ["ENV_LOOPBACK", "allow_loopback"]  # re-exported: the tests and the local stack name them here
 ROTATE_KEEP_MAX_MS, ROTATE_KEEP_DEFAULT_MS = 7 * 86_400_000, 86_400_000
 
 
@@ -91,9 +90,10 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
     a broadcasting group has no push endpoint (400: each instance has its own offsets)."""
     _check(k, sub_id)
     settings = contract.push_settings(v.json_body(raw), allow_loopback(), group=k.group)
+    if k.group:  # every 404 before any 403 (the topic, as a pull checks it first, then the group)
+        topic_or_404(settings["topic"])
     s = _owner(k, p, sub_id, need_push=False)
     if k.group:
-        topic_or_404(settings["topic"])
         authorize(p, s, settings["topic"])
         if s.mode == "broadcasting":
             raise BadRequest("a broadcasting group has no push endpoint (each instance keeps its own offsets); "
