@@ -5,15 +5,18 @@ next pull) in the same process, and dollars per million pushed messages.
 What runs (all in this process): moto in-process (``mock_aws``) with the tables of
 ``template.yaml``; lakeq's real handlers (``tests/handlers.py`` ``Api``) for setup, produce and the
 baseline pulls; the fan-out through the stream pump (not counted); the push deliverer
-(``lakeq.push.service.deliver``) with a poster that answers 200 at once (no network). Every
+(``lakeq.push.delivery.deliver``) with a poster that answers 200 at once (no network). Every
 DynamoDB call is counted with ``bench/queue.py``'s ``Meter`` (request units from the items'
 sizes; moto is not size-aware). Two subscriptions get the same messages: one is pushed, the other
 pulled. Not measured here: the Lambda's duration. ``--latency``: see :func:`latency`.
 
-Prices: DynamoDB on-demand and Lambda requests as ``bench/queue.py``; the others are list prices as
-we know them, not re-read while writing this: SNS HTTP/S deliveries $0.60 per million, Google
-Pub/Sub $40 per TiB with a 1,000-byte minimum per message (push and pull alike), Upstash QStash
-$1 per 100,000 messages (pay as you go).
+Prices: DynamoDB on-demand and Lambda requests as ``bench/queue.py``; the others are list prices
+looked up on 2026-11-25 (sources in docs/benchmarks.md; SNS's from a third-party summary): SNS
+HTTP/S deliveries $0.60 per million, Google Pub/Sub $40 per TiB with a 1,000-byte minimum per
+push request, Upstash QStash $1 per 100,000 messages (pay as you go).
+
+A second table: a consumer group's endpoint (:func:`run_group`) next to a group pulling the same
+topic.
 
     python bench/push.py [--quick]            # units per message (moto in-process)
     python bench/push.py --latency [--quick]  # produce -> endpoint latency on the local stack
@@ -68,7 +71,7 @@ def run(n: int, batch: int, meter) -> dict:
     import boto3
 
     from infra.local.streams import StreamPump
-    from lakeq.push import service as push
+    from lakeq.push import delivery as push
     from tests.handlers import Api, load_function
 
     api = Api()
@@ -125,6 +128,57 @@ def run(n: int, batch: int, meter) -> dict:
     assert seen == n
     _calls, wru, rru = meter.snapshot()
     return {"batch": batch, "n": n, "batches": batches, "push": push_units, "pull": (wru, rru), "push_s": push_s}
+
+
+def run_group(n: int, batch: int, meter) -> dict:
+    """A consumer group's endpoint (``lakeq.push.delivery.deliver_group``, ``max_in_flight`` 1, one
+    run over the whole backlog, as a scheduled run does: its lease and its reads of the group and
+    topic items are paid once per run) next to a second group draining the same topic by pulls of
+    the same batch size with the ack piggybacked. Topic of 1 queue; no fan-out involved."""
+    from lakeq.push import delivery as push
+    from tests.handlers import Api
+
+    api = Api()
+    tag = f"g{batch}"
+    assert api.call("POST", "/v1/topics", {"name": f"t{tag}", "queues": 1})[0] == 201
+    feed = api.call("POST", "/v1/clients", {"name": f"feed{tag}", "role": "producer", "topics": [f"t{tag}"]})[1]
+    keys = {}
+    for g in ("pushed", "pulled"):
+        s, c = api.call("POST", "/v1/clients", {"name": f"{g}{tag}", "role": "consumer", "topics": [f"t{tag}"]})
+        assert s == 201, c
+        keys[g] = c["api_key"]
+    pulled_key = keys["pulled"]
+    assert api.call("PUT", f"/v1/groups/pushed{tag}/push", {"url": "https://hooks.example.com/x", "topic": f"t{tag}",
+                                                            "batch_size": batch})[0] == 201
+    for i in range(0, n, 100):
+        s, b = api.call("POST", f"/v1/topics/t{tag}/messages", {
+            "producer": f"feed{tag}",
+            "messages": [{"body": "x" * 200, "key": str(j)} for j in range(i, min(i + 100, n))]},
+            key=feed["api_key"])
+        assert s == 200, b
+    got = {"n": 0}
+
+    def poster(url, headers, data, timeout_s):
+        got["n"] += data.count(b'"body"')
+        return 200, b""
+    meter.reset()
+    d = push.deliver_group(f"pushed{tag}", poster, budget_s=600)
+    _calls, wru, rru = meter.snapshot()
+    push_units = (wru, rru)
+    assert got["n"] == n and d.delivered == n, (got, d)
+    meter.reset()
+    receipt, seen = None, 0
+    while True:
+        q = {"group": f"pulled{tag}", "max": batch, **({"ack": receipt} if receipt else {})}
+        s, b = api.call("GET", f"/v1/topics/t{tag}/messages", query=q, key=pulled_key)
+        assert s == 200, b
+        if not b["messages"]:
+            break
+        seen += len(b["messages"])
+        receipt = b["receipt"]
+    assert seen == n
+    _calls, wru, rru = meter.snapshot()
+    return {"batch": batch, "n": n, "batches": d.batches, "push": push_units, "pull": (wru, rru)}
 
 
 def latency(n: int) -> None:
@@ -237,12 +291,23 @@ def main() -> None:
     mock = setup()
     try:
         rows = [run(n, b, meter) for b in (1, 10)]
+        group_rows = [run_group(n, b, meter) for b in (1, 10)]
     finally:
         mock.stop()
     print(f"# push delivery cost (issue 17), {n} messages of 200 B per run; machine: {platform.machine()}, "
           f"{os.cpu_count()} cores")
     print(f"{'batch':>5} {'push WRU/msg':>12} {'RRU/msg':>8} {'pull WRU/msg':>12} {'RRU/msg':>8} "
           f"{'push $/M':>9} {'pull $/M':>9} {'push/pull':>9} {'+Lambda req $/M':>15}")
+    for label, rs in (("subscription", rows), ("consumer group", group_rows)):
+        print(f"# {label}")
+        table(rs)
+    print(f"next to: SNS HTTP/S ${PRICE_SNS_HTTP:.2f}/M, Pub/Sub push ${PRICE_PUBSUB_PER_M:.3f}/M (1 KB minimum), "
+          f"QStash ${PRICE_QSTASH_PER_M:.2f}/M (list prices, sources in docs/benchmarks.md; lakeq's figure is "
+          "DynamoDB, plus one Lambda request per batch at most; Lambda duration and the fan-out's own cost "
+          "not included)")
+
+
+def table(rows: list) -> None:
     for r in rows:
         pw, pr = (u / r["n"] for u in r["push"])
         lw, lr = (u / r["n"] for u in r["pull"])
@@ -250,9 +315,6 @@ def main() -> None:
         lam = bq.PRICE_LAMBDA_REQUEST * 1e6 * r["batches"] / r["n"]
         print(f"{r['batch']:>5} {pw:>12.2f} {pr:>8.2f} {lw:>12.2f} {lr:>8.2f} {dp:>9.3f} {dl:>9.3f} "
               f"{dp / dl:>8.2f}x {dp + lam:>15.3f}")
-    print(f"next to: SNS HTTP/S ${PRICE_SNS_HTTP:.2f}/M, Pub/Sub push ${PRICE_PUBSUB_PER_M:.3f}/M (1 KB minimum), "
-          f"QStash ${PRICE_QSTASH_PER_M:.2f}/M (list prices as we know them; lakeq's figure is DynamoDB, plus one "
-          "Lambda request per batch at most; Lambda duration and the fan-out's own cost not included)")
 
 
 if __name__ == "__main__":

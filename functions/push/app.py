@@ -1,13 +1,15 @@
-"""Push function (issue 17): delivers subscriptions' messages to their push endpoints.
+"""Push function (issue 17): delivers subscriptions' and consumer groups' messages to their push
+endpoints.
 
 Triggers (template.yaml): the SegmentsTable stream, filtered to INSERTs of list segments
-(``pq = "~<id>#0"``), so a new message is pushed promptly; and a schedule (rate 1 minute) that runs
-every active endpoint (due retries). Logic in lakeq.push.service.
+(``pq = "~<id>#0"``), so a subscription's new message is pushed promptly; and a schedule (rate 1
+minute) that runs every active endpoint (due retries; a consumer group's endpoint is served by the
+schedule only). Logic in lakeq.push.delivery (no HTTP use case is loaded here).
 """
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.common.obs import logger, metrics
-from lakeq.push import service as push
+from lakeq.push import delivery as push
 
 
 @logger.inject_lambda_context

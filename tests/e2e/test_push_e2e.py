@@ -207,3 +207,117 @@ def test_rate_limit_measured_by_the_receiver(st):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class GroupReceiver:
+    """A consumer group's endpoint: holds each request ``hold_s`` and measures how many are in flight
+    at once; answers 500 to the first ``fail`` requests, and releases ``release_me`` the first time
+    it arrives (a 200 with per-message outcomes). Records (arrival, bodies, keys, status, released)."""
+
+    def __init__(self, hold_s: float, fail: int, release_me: str | None = None):
+        self.got: list[tuple[float, list[str], list[str], int, list[int]]] = []
+        self.lock = threading.Lock()
+        self.now = self.peak = 0
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                msgs = json.loads(body)["messages"]
+                bodies = [m["body"] for m in msgs]
+                with outer.lock:
+                    outer.now += 1
+                    outer.peak = max(outer.peak, outer.now)
+                    released_before = any(release_me in [g[1][i] for i in g[4]] for g in outer.got)
+                    answer, rel = b"", []
+                    if len(outer.got) < fail:
+                        code = 500
+                    else:
+                        code = 200
+                        if release_me in bodies and not released_before:
+                            rel = [bodies.index(release_me)]
+                            answer = json.dumps({"release": rel}).encode()
+                    outer.got.append((time.monotonic(), bodies, [m["key"] for m in msgs], code, rel))
+                time.sleep(hold_s)
+                with outer.lock:
+                    outer.now -= 1
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *a):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/group"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def accepted(self) -> list[tuple[str, str]]:
+        """(key, body) of every accepted message, in arrival order."""
+        return [(k, b) for _t, bodies, keys, c, rel in sorted(self.got) if c == 200
+                for i, (b, k) in enumerate(zip(bodies, keys)) if i not in rel]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_group_push_in_order_per_key_within_the_in_flight_limit(st, in_flight):
+    """A consumer group's endpoint (served by PushFunction's schedule, every 2 s here): every message
+    accepted exactly as a group consumer would take them; per key, accepted in produce order (one
+    lock per queue, a key's messages in one queue); the receiver never sees more than
+    ``max_in_flight`` requests at once (and, with 3, more than one: the queues go in parallel);
+    the first requests fail (500) and one message is released once (per-message outcome)."""
+    rx = GroupReceiver(hold_s=0.3, fail=2, release_me="k1-2")
+    try:
+        adm = {"Authorization": f"Bearer {st.admin_key}"}
+
+        def call(method, path, headers=adm, status=200, **kw):
+            r = requests.request(method, st.url + path, headers=headers, timeout=T, **kw)
+            assert r.status_code == status, (method, path, r.status_code, r.text)
+            return r.json() if r.content else None
+
+        tag = uuid.uuid4().hex[:6]
+        topic, group = f"gpush-{tag}", f"grp-{tag}"
+        call("POST", "/v1/topics", json={"name": topic, "queues": 4}, status=201)
+        feed = call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                    status=201)["api_key"]
+        gkey = call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
+                    status=201)["api_key"]
+        gk = {"Authorization": f"Bearer {gkey}"}
+        reg = call("PUT", f"/v1/groups/{group}/push", gk, 201, json={
+            "url": rx.url, "topic": topic, "batch_size": 2, "max_in_flight": in_flight, "timeout_ms": 2000,
+            "retry": {"max_attempts": 10, "backoff_base_ms": 100, "backoff_cap_ms": 300}})
+        keys, per_key = [f"k{i}" for i in range(8)], 4
+        msgs = [{"key": k, "body": f"{k}-{j}"} for j in range(per_key) for k in keys]
+        call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"},
+             json={"producer": f"feed-{tag}", "messages": msgs})
+        want = {m["body"] for m in msgs}
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with rx.lock:
+                done = {b for _k, b in rx.accepted()} >= want
+            if done:
+                break
+            time.sleep(0.5)
+        with rx.lock:
+            acc, got, peak = rx.accepted(), list(rx.got), rx.peak
+        assert {b for _k, b in acc} >= want, f"missing {sorted(want - {b for _k, b in acc})}\n{st.stderr[-3000:]}"
+        assert [c for _t, _b, _k, c, _r in got][:2] == [500, 500] and any(r for *_x, r in got)
+        assert peak <= in_flight, peak
+        if in_flight > 1:
+            assert peak > 1, "the group's queues were never pushed in parallel"
+        for k in keys:  # per key: each accepted once, in produce order (the released one after its retry)
+            seq = [int(b.split("-")[1]) for kk, b in acc if kk == k]
+            assert sorted(seq) == list(range(per_key)) and len(seq) == per_key, (k, seq)
+            if k != "k1":
+                assert seq == list(range(per_key)), (k, seq)
+        for _t, bodies, _k, _c, _r in got:
+            assert len(bodies) <= 2
+        # nothing left for the group's pulls; the endpoint's state counts it all
+        assert call("GET", f"/v1/topics/{topic}/messages", gk, params={"group": group, "max": 100})["messages"] == []
+        state = call("GET", f"/v1/groups/{group}/push", gk)["state"]
+        assert state["delivered"] == len(want) and reg["secret"]
+    finally:
+        rx.close()

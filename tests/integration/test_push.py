@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from lakeq.contract import push as contract
-from lakeq.push import service as push
+from lakeq.push import delivery as push
 from lakeq.store.subscriptions import SubscriptionModel
 from tests.handlers import Context, load_function
 

@@ -130,7 +130,7 @@ def test_every_package_names_its_public_api_and_each_name_resolves():
 # --------------------------------------------------------------- what each function loads (issue 15.4)
 FUNCTIONS = ROOT / "functions"
 # stream- and schedule-triggered functions: none of the HTTP use cases, no powertools event handler
-BACKGROUND = ["archiver", "fanout", "groupssweep", "notify", "promoter", "unsubscribe"]
+BACKGROUND = ["archiver", "fanout", "groupssweep", "notify", "promoter", "push", "unsubscribe"]
 
 
 def loaded_modules(function: str) -> set[str]:

@@ -1,5 +1,5 @@
 """Push delivery's pure rules (issue 17): settings, signatures, the retry rule, and the
-retry / backoff / dead-letter state machine — the deliverer's steps (lakeq.push.service.deliver)
+retry / backoff / dead-letter state machine — the deliverer's steps (lakeq.push.delivery.deliver)
 driven over the real settlement machine (lakeq.log.settlement) with a scripted endpoint, checked
 against a simple per-message reference: every message ends accepted or dead-lettered exactly once,
 is POSTed at most min(max_attempts, max_deliveries) times, is dead-lettered only after exactly that
@@ -53,6 +53,38 @@ def test_url_rule(url, local, ok):
     else:
         with pytest.raises(BadRequest):
             P.push_settings({"url": url}, local)
+
+
+@given(n=st.one_of(st.integers(-3, 14), st.booleans(), st.none(), st.just("2")), group=st.booleans())
+def test_max_in_flight_rule(n, group):
+    """A subscription's endpoint: only 1 (its list has one lock); a group's: 1-10 (its queues go in
+    parallel); anything else a 400, the default 1."""
+    body = {"url": "https://a.example/h", **({"topic": "t/a"} if group else {})}
+    if n is not None:
+        body["max_in_flight"] = n
+    hi = P.IN_FLIGHT_MAX if group else P.IN_FLIGHT_MAX_SUBSCRIPTION
+    ok = n is None or (type(n) is int and 1 <= n <= hi)
+    if ok:
+        assert P.push_settings(body, False, group=group)["max_in_flight"] == (1 if n is None else n)
+    else:
+        with pytest.raises(BadRequest) as e:
+            P.push_settings(body, False, group=group)
+        if not group and type(n) is int and 2 <= n <= P.IN_FLIGHT_MAX:
+            assert "one lock" in e.value.message  # says why, not just the range
+
+
+def test_a_group_endpoint_names_its_topic_and_a_subscription_endpoint_does_not():
+    assert P.push_settings({"url": "https://a.example/h", "topic": "q/x"}, False, group=True)["topic"] == "q/x"
+    assert "topic" not in P.push_settings({"url": "https://a.example/h"}, False)
+    for body in ({"url": "https://a.example/h"}, {"url": "https://a.example/h", "topic": ""},
+                 {"url": "https://a.example/h", "topic": 3}):
+        with pytest.raises(BadRequest):
+            P.push_settings(body, False, group=True)
+    with pytest.raises(BadRequest):
+        P.push_settings({"url": "https://a.example/h", "topic": "q"}, False)  # unknown field for a subscription
+    with pytest.raises(BadRequest):
+        P.push_settings({"url": "https://a.example/h", "topic": "q",
+                         "headers": {"X-Lakeq-Group": "forged"}}, False, group=True)
 
 
 # --- the retry rule ------------------------------------------------------------------------------------

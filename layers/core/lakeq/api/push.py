@@ -1,4 +1,4 @@
-"""Push endpoint routes of a subscription (SubscriptionsFunction): register or replace, show,
+"""Push endpoint routes of a subscription and of a consumer group (SubscriptionsFunction): register or replace, show,
 delete, pause, resume, rotate the signing secret (use cases in lakeq.push.service)."""
 from __future__ import annotations
 
@@ -46,3 +46,42 @@ def resume(id: str):  # noqa: A002
 def rotate(id: str):  # noqa: A002
     p = principal(push_router)
     return json_response(push.rotate(p, path(id), body(push_router)))
+
+
+# --- a consumer group's endpoint (admin or the group's key) ------------------------------------------
+@push_router.put("/v1/groups/<group>/push")
+def put_group(group: str):
+    p = principal(push_router)
+    out, status = push.put(p, path(group), body(push_router), push.GROUP)
+    return json_response(out, status)
+
+
+@push_router.get("/v1/groups/<group>/push")
+def get_group(group: str):
+    p = principal(push_router)
+    return json_response(push.get(p, path(group), push.GROUP))
+
+
+@push_router.delete("/v1/groups/<group>/push")
+def delete_group(group: str):
+    p = principal(push_router)
+    push.delete(p, path(group), push.GROUP)
+    return json_response(None, 204)
+
+
+@push_router.post("/v1/groups/<group>/push/pause")
+def pause_group(group: str):
+    p = principal(push_router)
+    return json_response(push.pause(p, path(group), True, push.GROUP))
+
+
+@push_router.post("/v1/groups/<group>/push/resume")
+def resume_group(group: str):
+    p = principal(push_router)
+    return json_response(push.pause(p, path(group), False, push.GROUP))
+
+
+@push_router.post("/v1/groups/<group>/push/secret")
+def rotate_group(group: str):
+    p = principal(push_router)
+    return json_response(push.rotate(p, path(group), body(push_router), push.GROUP))

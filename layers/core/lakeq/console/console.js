@@ -280,6 +280,11 @@
             cell(fmtTime(m.last_heartbeat), {}, "text")))));
       }
     } else if (g.descError) box.append(el("p", {class: "muted", text: g.descError}));
+    if (c.push) {  // the group's push endpoint (issue 17), as GET /v1/clients summarises it
+      const p = c.push;
+      box.append(el("p", {}, `push → ${p.url} (topic ${p.topic}, ${p.max_in_flight} in flight): `,
+        el("span", {"data-group": name, "data-field": "push", text: pushState(p)}), `, ${p.delivered} delivered`));
+    }
     if (c.mode === "broadcasting") {
       box.append(el("p", {class: "muted", text: "broadcasting: offsets are kept per client_id (GET /v1/groups/" + name +
                                                    "/offsets?topic=…&client_id=…)"}));

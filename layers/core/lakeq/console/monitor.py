@@ -6,6 +6,7 @@ topic's queues with their offsets (``GET /v1/topics/{topic}``) and a subscriptio
 """
 from __future__ import annotations
 
+import json
 import os
 
 from lakeq.admin import service as admin_service
@@ -41,7 +42,19 @@ def list_clients(p: Principal) -> dict:
         c = ClientRepo.get(p.client) if p.client else None
         clients = [c] if c is not None else []
     return {"caller": {"admin": p.admin, "client": p.client},
-            "clients": [{**admin_service.client_view(c), "created_at": int(c.created_at or 0)} for c in clients]}
+            "clients": [{**admin_service.client_view(c), "created_at": int(c.created_at or 0),
+                         **({"push": group_push_summary(c)} if getattr(c, "push", None) else {})} for c in clients]}
+
+
+def group_push_summary(c: ClientModel) -> dict:
+    """A consumer group's push endpoint as the console shows it (issue 17; the full view is
+    ``GET /v1/groups/{group}/push``), read from the client item this route reads anyway."""
+    settings = json.loads(c.push)
+    last = json.loads(c.push_state) if c.push_state else {}
+    return {"url": settings["url"], "topic": settings.get("topic"), "max_in_flight": settings.get("max_in_flight", 1),
+            "paused": bool(c.push_paused), "last_status": last.get("last_status"),
+            "last_attempt_at": last.get("last_attempt_at"), "next_attempt_at": last.get("next_attempt_at"),
+            "failures": int(c.push_failures or 0), "delivered": int(c.push_delivered or 0)}
 
 
 def _may_see_topic(p: Principal, topic: str) -> None:

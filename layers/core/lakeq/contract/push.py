@@ -24,9 +24,12 @@ from urllib.parse import urlsplit
 
 from lakeq.common import backoff
 from lakeq.common.errors import BadRequest
+from lakeq.common.names import check_topic
 
 BATCH_MIN, BATCH_MAX, BATCH_DEFAULT = 1, 100, 10
-IN_FLIGHT_MIN, IN_FLIGHT_MAX = 1, 1  # a list is one queue with one lock: one batch in flight at a time
+IN_FLIGHT_MIN = 1
+IN_FLIGHT_MAX = 10            # a consumer group's endpoint: requests in flight at once (queues locked in parallel)
+IN_FLIGHT_MAX_SUBSCRIPTION = 1  # a subscription's list is one queue with one lock: one batch in flight
 TIMEOUT_MIN, TIMEOUT_MAX, TIMEOUT_DEFAULT = 100, 10_000, 5_000
 ATTEMPTS_MIN, ATTEMPTS_MAX, ATTEMPTS_DEFAULT = 1, 100, 10
 BASE_MIN, BASE_MAX, BASE_DEFAULT = 100, 3_600_000, 1_000
@@ -35,8 +38,9 @@ MAX_HEADERS, MAX_HEADER_LEN = 16, 1024
 MAX_URL_LEN = 2048
 SIGNATURE_HEADER = "X-Lakeq-Signature"
 RESERVED_HEADERS = frozenset({"content-type", "content-length", "host", "x-lakeq-signature",
-                              "x-lakeq-subscription", "x-lakeq-delivery", "user-agent"})
+                              "x-lakeq-subscription", "x-lakeq-group", "x-lakeq-delivery", "user-agent"})
 FIELDS = frozenset({"url", "headers", "batch_size", "max_in_flight", "timeout_ms", "retry", "rate"})
+GROUP_FIELDS = FIELDS | {"topic"}  # a group's endpoint names the topic it delivers
 RATE_MIN, RATE_MAX = 0.01, 1000.0  # messages per second
 RETRY_FIELDS = frozenset({"max_attempts", "backoff_base_ms", "backoff_cap_ms"})
 
@@ -106,19 +110,28 @@ def _headers(raw: object) -> dict[str, str]:
     return out
 
 
-def push_settings(body: dict, allow_loopback_http: bool) -> dict:
+def push_settings(body: dict, allow_loopback_http: bool, group: bool = False) -> dict:
     """The endpoint's settings from a ``PUT …/push`` body (unknown fields → 400, defaults filled in).
+    ``group``: a consumer group's endpoint (``PUT /v1/groups/{group}/push``): ``topic`` is
+    required and ``max_in_flight`` may be up to :data:`IN_FLIGHT_MAX`; a subscription's must be 1.
 
     >>> s = push_settings({"url": "https://x.example/h"}, False)
     >>> (s["batch_size"], s["max_in_flight"], s["timeout_ms"], s["retry"]["max_attempts"])
     (10, 1, 5000, 10)
+    >>> push_settings({"url": "https://x.example/h", "topic": "a/b", "max_in_flight": 4}, False, group=True)["topic"]
+    'a/b'
     """
-    unknown = sorted(set(body) - FIELDS)
+    fields = GROUP_FIELDS if group else FIELDS
+    unknown = sorted(set(body) - fields)
     if unknown:
-        raise BadRequest(f"unknown field(s) {unknown}; push settings take {sorted(FIELDS)}")
+        raise BadRequest(f"unknown field(s) {unknown}; push settings take {sorted(fields)}")
     url = check_url(body.get("url"), allow_loopback_http)
     headers = _headers(body.get("headers"))
     batch = _int(body, "batch_size", BATCH_MIN, BATCH_MAX, BATCH_DEFAULT)
+    if not group and body.get("max_in_flight") not in (None, 1) and _int(body, "max_in_flight", IN_FLIGHT_MIN,
+                                                                           IN_FLIGHT_MAX, 1):
+        raise BadRequest("'max_in_flight' must be 1 for a subscription: its list is one queue with one lock, so "
+                         "one batch is in flight at a time (a consumer group's endpoint sends in parallel)")
     in_flight = _int(body, "max_in_flight", IN_FLIGHT_MIN, IN_FLIGHT_MAX, 1)
     timeout = _int(body, "timeout_ms", TIMEOUT_MIN, TIMEOUT_MAX, TIMEOUT_DEFAULT)
     retry = body.get("retry") or {}
@@ -133,8 +146,11 @@ def push_settings(body: dict, allow_loopback_http: bool) -> dict:
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
                              or not RATE_MIN <= rate <= RATE_MAX):
         raise BadRequest(f"'rate' must be a number of messages per second from {RATE_MIN} to {RATE_MAX:g} (or null)")
-    return {"url": url, "headers": headers, "batch_size": batch, "max_in_flight": in_flight,
-            "timeout_ms": timeout, "retry": r, "rate": rate}
+    out = {"url": url, "headers": headers, "batch_size": batch, "max_in_flight": in_flight,
+           "timeout_ms": timeout, "retry": r, "rate": rate}
+    if group:
+        out["topic"] = check_topic(body.get("topic"))
+    return out
 
 
 def slot_ms(messages: int, rate: float) -> int:

@@ -13,7 +13,7 @@ __getattr__, __dir__, __all__ = exports(__name__, {
         "ClientModel", "DedupModel", "DelayedModel", "GroupMemberModel", "GroupModel", "KeyModel",
         "OffsetModel", "QueueModel", "SegmentModel", "TopicModel", "log_of", "queue_key",
     ),
-    "push": ("PushRepo",),
+    "push": ("GroupPushRepo", "PushRepo"),
     "repos": (
         "CONDITION_FAILED", "ClientRepo", "DelayedRepo", "LogRepo", "OffsetRepo", "TopicRepo",
         "TransactionFailed", "inc_of", "transact", "warm_transactions",

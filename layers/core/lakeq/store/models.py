@@ -12,6 +12,7 @@ from pynamodb.attributes import (
     BinaryAttribute,
     BooleanAttribute,
     ListAttribute,
+    MapAttribute,
     NumberAttribute,
     TTLAttribute,
     UnicodeAttribute,
@@ -77,6 +78,17 @@ class ClientModel(Model):
     # the topic dead-lettered copies go to (absent: dropped and counted); PATCH /v1/clients/{name}
     max_deliveries = NumberAttribute(null=True)
     dead_letter_topic = UnicodeAttribute(null=True)
+    # a consumer group's push endpoint (issue 17, lakeq.store.push.GroupPushRepo): the same
+    # attributes as a subscription's, plus the in-flight leases {"<slot>": expiry epoch ms}
+    push = UnicodeAttribute(null=True)
+    push_secrets = UnicodeAttribute(null=True)
+    push_paused = BooleanAttribute(null=True)
+    push_state = UnicodeAttribute(null=True)
+    push_failures = NumberAttribute(null=True)
+    push_delivered = NumberAttribute(null=True)
+    push_dead_lettered = NumberAttribute(null=True)
+    push_send_at = NumberAttribute(null=True)
+    push_leases = MapAttribute(null=True)
 
 
 class KeyModel(Model):
