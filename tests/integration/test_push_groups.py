@@ -170,6 +170,10 @@ def test_paused_or_deleted_topic_pushes_nothing(api, setup, aws, clock):
     assert push.deliver_group("risk", p).batches == 0 and push.sweep(p) == {}
     api.call("POST", G + "/resume", key=setup["risk"])
     assert set(push.sweep(p)) == {"group:risk"} and p.bodies() == [["a"]]
+    # the group's grant of the topic revoked after registration: nothing more is pushed
+    produce(api, setup["feed"], [("k", "b")])
+    ClientModel("risk").update(actions=[ClientModel.topics.set(["other"])])
+    assert push.deliver_group("risk", p).batches == 0 and p.bodies() == [["a"]]
 
 
 class Slow:

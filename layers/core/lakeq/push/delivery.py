@@ -40,6 +40,7 @@ from typing import Callable
 
 from lakeq.common import clock
 from lakeq.common.errors import LakeqError, StaleReceipt
+from lakeq.common.names import covers
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, TopicLog, consume, list_reader, topic_reader
 from lakeq.contract import push as contract
@@ -328,6 +329,8 @@ def deliver_group(name: str, poster: Poster | None = None, budget_s: float = END
     if g is None or g.role != "consumer" or g.push is None or g.push_paused or g.mode == "broadcasting":
         return out
     cfg = json.loads(g.push)
+    if not any(covers(grant, cfg["topic"]) for grant in g.topics):  # its grants changed since registration
+        return out
     t = TopicRepo.get(cfg["topic"])
     if t is None:  # the topic was deleted: nothing to deliver (the endpoint stays, as the group does)
         return out
