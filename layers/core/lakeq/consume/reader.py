@@ -24,6 +24,7 @@ from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
 from lakeq.log.selection import QueueView, ack_key, candidates, may_fold, next_lock_ts
+from lakeq.store.bodies import BodyStore
 from lakeq.store.repos import LogRepo, OffsetRepo
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
@@ -164,7 +165,10 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
     always at least one). ``shape(message, offset)`` fills in the delivered fields in place.
     Returns (messages, next_offset): ``next_offset`` is after the last offset examined (skipped
     ones included); when the byte budget cuts the batch, right after the last message returned,
-    so the lock covers exactly what the response carries. ``next_offset == start``: nothing yet."""
+    so the lock covers exactly what the response carries. ``next_offset == start``: nothing yet.
+    A message whose body is in the lake bucket (a ``claim``, :mod:`lakeq.log.claims`) is fetched
+    (one GetObject, size and digest checked) when it is read, before the byte budget measures it;
+    small messages cost no S3 call."""
     budget = min(scan or limit, max_offset - start)
     size = ByteBudget()
     out: list[dict] = []
@@ -176,6 +180,8 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
             if msg is not None:
                 msg["_log_offset"] = off  # the message's offset in this log (a list entry's "offset" is its source's)
                 shape(msg, off)
+                if msg.get("claim") is not None:  # a body in the lake bucket (issue 18.2): one GetObject,
+                    msg["body"] = BodyStore.get(msg["claim"])  # checked; "claim" stays for copies of it
                 if not size.take(message_out(msg)):
                     return out, after
                 out.append(msg)
