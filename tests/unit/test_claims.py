@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lakeq.common.payload import BATCH_BYTES, lambda_bytes
@@ -122,3 +122,33 @@ def test_a_single_message_at_the_limits_always_fits_one_lambda_response(kind):
     small = body[:(v.MAX_MESSAGE_BYTES - v.MAX_META_BYTES) // 4]
     out = message_out({"id": "i", "body": small, "properties": props})
     assert lambda_bytes(out) < BATCH_BYTES
+
+
+# --- the SQS endpoint's ReceiveMessage budget (sqs.messages.receive_bytes) ---------------------------
+wide = st.text(alphabet=st.sampled_from(list('&<>\r\n"\\\x01aé\U0001f600\t')), min_size=0, max_size=3000)
+
+
+@settings(max_examples=150)
+@example("&" * 3000, {}).via("the widest XML: 5 bytes a character")
+@example("<\r" * 1500, {"a&": "&" * 1000}).via("entities in the body and the attributes")
+@given(wide, st.dictionaries(st.text(alphabet="ab&<", min_size=1, max_size=5), wide, max_size=3))
+def test_receive_bytes_bounds_the_message_in_either_protocol(body, props):
+    """A delivered message's bytes inside the Lambda response of a ReceiveMessage (the handler's JSON
+    protocol, ``json.dumps(ensure_ascii=False)``, and the query protocol's XML), as the python3.11
+    runtime encodes the body once more, are at most receive_bytes of its native form."""
+    from lakeq.sqs import protocol as sp
+    from lakeq.sqs.messages import receive_bytes
+    native = {"id": "6c1f8f2e-3a59-4a59-9e4c-7c2b9b1f0a11", "topic": "q", "queue": 3, "offset": 12345, "body": body,
+              "key": None, "tags": [], "properties": props, "produced_at": 1_800_000_000_000, "deliveries": 1}
+    attrs = {k: {"DataType": "String", "StringValue": v} for k, v in props.items() if v}
+    m = {"MessageId": native["id"], "ReceiptHandle": "h" * 600, "MD5OfBody": sp.md5_hex(body), "Body": body,
+         "Attributes": {"SenderId": "123456789012", "SentTimestamp": "1800000000000",
+                        "ApproximateReceiveCount": "1", "ApproximateFirstReceiveTimestamp": "1800000000000"}}
+    if attrs:
+        m["MD5OfMessageAttributes"] = sp.md5_attributes(attrs)
+        m["MessageAttributes"] = sp.attributes_out(attrs)
+    empty_json = len(json.dumps(json.dumps({"Messages": []}, ensure_ascii=False)))
+    as_json = len(json.dumps(json.dumps({"Messages": [m]}, ensure_ascii=False))) - empty_json
+    empty_xml = len(json.dumps(sp.xml_response("ReceiveMessage", {"Messages": []}, "r")))
+    as_xml = len(json.dumps(sp.xml_response("ReceiveMessage", {"Messages": [m]}, "r"))) - empty_xml
+    assert max(as_json, as_xml) <= receive_bytes(native)

@@ -322,7 +322,7 @@ def receive_bytes(m: dict) -> int:
     JSON protocol's bound), 4 bytes more per ``&``, ``<``, ``>`` or CR (the XML protocol's entities:
     ``&amp;`` is 5 bytes where JSON has 1), and :data:`RECEIVE_EXTRA`."""
     text = dumps(m)
-    return (lambda_bytes(m) + 4 * (text.count("&") + text.count("<") + text.count(">") + text.count("\r"))
+    return (lambda_bytes(m) + 4 * (text.count("&") + text.count("<") + text.count(">") + text.count("\\r"))
             + RECEIVE_EXTRA)
 
 
