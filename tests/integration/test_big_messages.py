@@ -298,3 +298,23 @@ class GatewayHarness:
                                MockRawResponse((out.get("body") or "").encode("utf-8")))
         h.send = send
         return h
+
+
+def test_a_dead_lettered_big_message_is_copied_by_its_claim(api, setup, aws, clock):
+    from tests.integration.test_settlement import patch
+    assert api.call("POST", "/v1/topics", {"name": "dlq", "queues": 1})[0] == 201
+    s, c = api.call("POST", "/v1/clients", {"name": "dlqc", "role": "consumer", "topics": ["dlq"]})
+    assert s == 201
+    assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
+    body = "r" * (MIB - 1) + "!"
+    assert produce(api, setup["feed"], {"id": "poison", "body": body})[0] == 200
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    assert s == 200 and [m["id"] for m in b["messages"]] == ["poison"]
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "reject": [0]}, key=setup["risk"])
+    assert s == 200, out
+    copies = list(SegmentModel.query("dlq#0"))
+    assert len(copies) == 1 and len(copies[0].data) < 4096  # the copy holds the claim
+    assert len(objects(aws)) == 1
+    s, b = api.call("GET", path("dlq"), query={"group": "dlqc"}, key=c["api_key"])
+    assert s == 200, b
+    assert [(m["body"] == body, m["dead_letter"]["id"]) for m in b["messages"]] == [(True, "poison")]
