@@ -23,8 +23,9 @@ from matcher.bitmap import matches_any, may_match_any, tags_bitmap
 
 ENTRY = struct.Struct("<IIIQ")
 # bytes of raw data (index entries included) per segment item: DynamoDB items are <= 400 KB, and
-# validation.MAX_MESSAGE_BYTES (300 KiB + ~100 bytes the server adds) keeps every single message,
-# and a fan-out copy of it (~300 bytes of source coordinates more), under this
+# claims.INLINE_BYTES (300 KiB + 100: a bigger body goes to the lake bucket, leaving its header, at most
+# validation.MAX_META_BYTES, and a claim) keeps every single message, and a fan-out copy of it (~300
+# bytes of source coordinates more), under this
 SEGMENT_DATA_LIMIT = 350_000
 COMPRESS_OVER = 512
 
