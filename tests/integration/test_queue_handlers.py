@@ -148,7 +148,7 @@ def test_produce_concurrent_retries_never_duplicate(api, setup):
 
 def test_produce_bad_input_changes_nothing(api, setup):
     before = state()
-    big = "x" * (256 * 1024 + 1)
+    big = "x" * (1024 * 1024 + 1)  # 1 MiB + 1 (issue 18.2; 256 KiB + 1 before)
     cases = [
         ({"producer": "feed", "messages": []}, 400),
         ({"producer": "feed", "messages": [{"body": "x"}] * 101}, 400),

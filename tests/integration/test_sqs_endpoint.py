@@ -88,7 +88,7 @@ def test_queue_attributes(sqs):
     a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert a["QueueArn"] == "arn:aws:sqs:us-east-1:123456789012:attrs"
     assert (a["VisibilityTimeout"], a["MaximumMessageSize"], a["MessageRetentionPeriod"], a["DelaySeconds"],
-            a["ReceiveMessageWaitTimeSeconds"]) == ("30", "262144", "600", "0", "0")
+            a["ReceiveMessageWaitTimeSeconds"]) == ("30", "1048576", "600", "0", "0")
     assert a["ApproximateNumberOfMessages"] == a["ApproximateNumberOfMessagesNotVisible"] == "0"
     assert int(a["CreatedTimestamp"]) > 1_600_000_000 and "FifoQueue" not in a
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "5", "ReceiveMessageWaitTimeSeconds": "1"})

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakeq.contract import validation as v
+from lakeq.log import claims
 from lakeq.log import segments as seg
 from lakeq.log.produce_plan import TRANSACT_BYTES, TRANSACT_ITEMS, dedup_item_bytes, segment_item_bytes
 from lakeq.log.produce_plan import plan_parts as _plan_parts
@@ -38,7 +39,10 @@ def test_stored_size_is_bounded_by_the_counted_size(m):
     overhead: produced_at, a generated id, the index entry), so every message fits an item."""
     stored = _seg_message(m, 0).encoded_size()
     assert stored <= v.message_bytes(m) + 100
-    assert v.MAX_MESSAGE_BYTES + 100 + 400 <= seg.SEGMENT_DATA_LIMIT  # + the fan-out's coordinates
+    # what a segment keeps of one message: inline up to claims.INLINE_BYTES, else its metadata
+    # (<= MAX_META_BYTES) and a claim (~170 bytes; issue 18.2); + the fan-out's coordinates
+    assert claims.INLINE_BYTES + seg.ENTRY.size + 400 <= seg.SEGMENT_DATA_LIMIT
+    assert v.MAX_META_BYTES + 100 + 200 + seg.ENTRY.size + 400 <= seg.SEGMENT_DATA_LIMIT
     assert seg.SEGMENT_DATA_LIMIT + segment_item_bytes(TOPIC + "#63", seg.Segment(0, 1, b"", b"", False)) < DDB_ITEM
 
 

@@ -24,6 +24,7 @@ from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
 from lakeq.log.selection import QueueView, ack_key, candidates, may_fold, next_lock_ts
+from lakeq.store.bodies import BodyStore
 from lakeq.store.repos import LogRepo, OffsetRepo
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
@@ -164,7 +165,10 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
     always at least one). ``shape(message, offset)`` fills in the delivered fields in place.
     Returns (messages, next_offset): ``next_offset`` is after the last offset examined (skipped
     ones included); when the byte budget cuts the batch, right after the last message returned,
-    so the lock covers exactly what the response carries. ``next_offset == start``: nothing yet."""
+    so the lock covers exactly what the response carries. ``next_offset == start``: nothing yet.
+    A message whose body is in the lake bucket (a ``claim``, :mod:`lakeq.log.claims`) is fetched
+    (one GetObject, size and digest checked) when it is read, before the byte budget measures it;
+    small messages cost no S3 call."""
     budget = min(scan or limit, max_offset - start)
     size = ByteBudget()
     out: list[dict] = []
@@ -176,6 +180,8 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
             if msg is not None:
                 msg["_log_offset"] = off  # the message's offset in this log (a list entry's "offset" is its source's)
                 shape(msg, off)
+                if msg.get("claim") is not None:  # a body in the lake bucket (issue 18.2): one GetObject,
+                    msg["body"] = BodyStore.get(msg["claim"])  # checked; "claim" stays for copies of it
                 if not size.take(message_out(msg)):
                     return out, after
                 out.append(msg)
@@ -333,7 +339,8 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
 
 
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
-            policy: Policy | None = None, folded: tuple[Receipt, int, Callable[[], object]] | None = None) -> dict:
+            policy: Policy | None = None, folded: tuple[Receipt, int, Callable[[], object]] | None = None,
+            budget: Callable[[], ByteBudget] = ByteBudget) -> dict:
     """The pull loop shared by topic queues and subscription lists (SPEC §1): per poll, promote
     (:meth:`Log.promote`), choose, read, lock with a conditional write, answer; long-poll until
     ``wait_ms`` passes.
@@ -344,7 +351,8 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     isolation, :mod:`lakeq.log.settlement`); entries due for the dead-letter path are finished
     first (:func:`lakeq.consume.settle.flush_due`). ``policy``: the consumer's dead-letter settings.
     ``folded``: (receipt, its queue, the ack on its own) of a piggybacked ack to fold into this
-    pull's lock (:func:`fold`) before the first poll."""
+    pull's lock (:func:`fold`) before the first poll. ``budget()``: a new batch's byte budget (the
+    SQS endpoint's receive passes what is left of its one response, in its own encoding's measure)."""
     policy = policy or Policy()
     if folded is not None:
         receipt, queue, ack_alone = folded
@@ -370,7 +378,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
                     # a due message not readable yet stays due: look again at the next poll, not now
                     progressed |= moved or after is None or after.due != p.state.due
                 continue
-            budget = ByteBudget()
+            batch_budget = budget()
             if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone
                 found, _ = redeliver(reader, view.queue, sorted(p.state.suspect), ByteBudget())
                 if found:
@@ -381,7 +389,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
             if req.tags and not p.alone and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
                 found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
                 offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
-            again, complete = redeliver(reader, view.queue, offer, budget)
+            again, complete = redeliver(reader, view.queue, offer, batch_budget)
             if not p.alone and p.state.suspect and policy.max_deliveries is not None:
                 # a filtered batch's fallback: a suspect that was not readable a moment ago is never
                 # served with others (it waits for a pull of its own)
@@ -390,7 +398,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
             if p.fresh and complete and frontier < view.max_offset:
                 read, frontier = reader(view.queue, frontier, p.fresh, view.max_offset)
                 for m in read:
-                    if not budget.take(message_out(m)):
+                    if not batch_budget.take(message_out(m)):
                         frontier = m["_log_offset"]  # the lock covers exactly what the response carries
                         break
                     fresh.append(m)

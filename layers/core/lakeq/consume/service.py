@@ -20,6 +20,7 @@ from lakeq.admin.auth import (
 from lakeq.common import clock as _clock
 from lakeq.common.errors import ApiError, BadRequest, NotFound, StaleReceipt
 from lakeq.common.names import check_name, check_topic
+from lakeq.common.payload import ByteBudget
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import TopicLog, broker, consume, topic_reader
 from lakeq.consume.reader import views as _views
@@ -151,8 +152,10 @@ def visibility(p: Principal, raw: str | None,
     return _visibility_group(p, group, req.ack.client_id, receipt, req.visibility_timeout_ms)
 
 
-def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None) -> dict:
-    """``t``: the topic's item when the caller has just read it (as :func:`lakeq.produce.service.produce`)."""
+def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
+         budget: Callable[[], ByteBudget] = ByteBudget) -> dict:
+    """``t``: the topic's item when the caller has just read it (as :func:`lakeq.produce.service.produce`);
+    ``budget``: the batch's byte budget (:func:`lakeq.consume.reader.consume`; the SQS endpoint's own)."""
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
@@ -181,7 +184,7 @@ def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None) ->
     lock_owner = req.member_id or client_id or "-"
     return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner),
                    req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
-                   policy=policy, folded=folded)
+                   policy=policy, folded=folded, budget=budget)
 
 
 # --- offsets --------------------------------------------------------------------------------

@@ -143,9 +143,10 @@ def dead_letter_copy(owner: str, queue: int, log_offset: int, msg: dict, reason:
     saw them; ``log_offset``: its offset in the consumer's log) for the dead-letter topic."""
     info = {"topic": msg["topic"], "queue": msg["queue"], "offset": msg["offset"], "id": msg["id"],
             "group": policy.group, "deliveries": deliveries, "reason": reason, "at": now}
-    return seg.Message(id=copy_id(owner, queue, log_offset, msg["id"]), body=msg["body"], key=msg.get("key"),
-                       tags=list(msg.get("tags") or []), properties=dict(msg.get("properties") or {}),
-                       produced_at=now, dead_letter=info)
+    claim = msg.get("claim")  # a body in the lake bucket: the copy names the same object (issue 18.2)
+    return seg.Message(id=copy_id(owner, queue, log_offset, msg["id"]), body="" if claim else msg["body"],
+                       key=msg.get("key"), tags=list(msg.get("tags") or []),
+                       properties=dict(msg.get("properties") or {}), produced_at=now, dead_letter=info, claim=claim)
 
 
 def append_copy(topic: str, m: seg.Message, now: int) -> bool:

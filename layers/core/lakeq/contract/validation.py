@@ -17,12 +17,16 @@ from lakeq.common.names import check_name, check_topic, is_name
 from lakeq.log.settlement import Outcomes
 
 MAX_MESSAGES = 100
-MAX_BODY_BYTES = 256 * 1024
-# One message's stored form (body + id, key, tags and properties as compact JSON, UTF-8) must fit a
-# segment item with room to spare: a segment is one DynamoDB item (<= 400 KB), its raw data is cut
-# at segments.SEGMENT_DATA_LIMIT (350,000 bytes); the server adds ~100 bytes per message (produced_at,
-# a generated id, the index entry) and the fan-out ~300 (source topic, queue, offset).
-MAX_MESSAGE_BYTES = 300 * 1024
+MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, as SQS since 2025 (issue 18.2); 256 KiB before
+# One message (body + id, key, tags and properties as compact JSON, UTF-8): the body's 1 MiB plus the
+# 44 KiB of metadata the old limit (300 KiB for a 256 KiB body) allowed alongside a full body.
+MAX_MESSAGE_BYTES = MAX_BODY_BYTES + 44 * 1024
+# A message's metadata alone (id, key, tags, properties as compact JSON, UTF-8) stays within the old
+# per-message limit: it is what a segment keeps of a message whose body goes to the lake bucket by
+# claim check (lakeq.log.claims: a stored form over claims.INLINE_BYTES), and a segment is one
+# DynamoDB item (<= 400 KB; its raw data is cut at segments.SEGMENT_DATA_LIMIT, 350,000 bytes; the
+# server adds ~100 bytes per message and the fan-out ~300).
+MAX_META_BYTES = 300 * 1024
 # One produce request body (UTF-8 bytes as received). Lambda takes at most 6 MB (6,291,456 bytes) of
 # synchronous request payload: API Gateway's event carries the body as a JSON string (each '"', '\\'
 # or whitespace character escaped: at most 2x; non-ASCII stays UTF-8) plus headers (<= 10 KB) and
@@ -179,9 +183,13 @@ class ProduceRequest:
         for i, m in enumerate(self.messages):
             if len(m.body.encode("utf-8")) > MAX_BODY_BYTES:
                 return f"messages[{i}].body is larger than {MAX_BODY_BYTES} bytes"
-            if message_bytes(m) > MAX_MESSAGE_BYTES:
+            size = message_bytes(m)
+            if size > MAX_MESSAGE_BYTES:
                 return (f"messages[{i}] is larger than {MAX_MESSAGE_BYTES} bytes (body, id, key, tags and "
                         "properties together, UTF-8)")
+            if size - len(m.body.encode("utf-8")) > MAX_META_BYTES:
+                return (f"messages[{i}] has more than {MAX_META_BYTES} bytes of id, key, tags and properties "
+                        "(compact JSON, UTF-8)")
         return None
 
 

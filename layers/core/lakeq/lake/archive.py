@@ -109,12 +109,23 @@ def message_rows(record: Mapping[str, Any]) -> list[dict]:
     for m in seg.all_headers(s):
         rows.append({
             "topic": topic, "queue": int(q), "offset": m["offset"], "id": m.get("id"),
-            "key": m.get("key"), "size": len(m["body"].encode("utf-8")), "tags": m.get("tags") or [],
+            "key": m.get("key"), "size": _body_size(m), "tags": m.get("tags") or [],
             "properties": m.get("properties") or {},
             "produced_at": int(m.get("produced_at") or item.get("produced_at") or 0),
             "seq": sq,
         })
     return rows
+
+
+def _body_size(m: dict) -> int:
+    """A message's body bytes: its claim's ``size`` when the body is in the lake bucket (issue 18.2;
+    the segment then holds an empty body), else the UTF-8 body's.
+
+    >>> _body_size({"body": "é"}), _body_size({"body": "", "claim": {"size": 1048576}})
+    (2, 1048576)
+    """
+    claim = m.get("claim")
+    return int(claim["size"]) if isinstance(claim, dict) else len(m["body"].encode("utf-8"))
 
 
 def parse_owner(owner: str) -> dict:

@@ -5,6 +5,10 @@ per subscription. No AWS.
 from lakeq import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
+    "claims": (
+        "ClaimMismatch", "ClaimMissing", "INLINE_BYTES", "PREFIX", "digest", "is_claim", "make", "needs_claim",
+        "object_key", "verify",
+    ),
     "delay_plan": (
         "Delayed", "MAX_DELAY_MS", "decode_message", "delayed_item_bytes", "delete_key_bytes", "due_count",
         "due_key", "encode_message", "next_due_after", "plan_delayed", "promotion_extra",

@@ -37,8 +37,9 @@ def encode_message(m: seg.Message) -> bytes:
     """A delayed message as DelayedTable keeps it (binary attribute ``data``): a flag byte (``r``
     raw, ``z`` zlib), then the segment form of one message: u32 header length, the compact JSON
     header (as :meth:`lakeq.log.segments.Message.header`), the UTF-8 body unescaped. So the item's size
-    is bounded as a segment's is (``validation.MAX_MESSAGE_BYTES``): a body of quotes, backslashes or
-    control characters costs its UTF-8 bytes, not its JSON escapes (issue 14, item 5).
+    is bounded as a segment's is (``claims.INLINE_BYTES``; a claimed message keeps its claim, not
+    its body): a body of quotes, backslashes or control characters costs its UTF-8 bytes, not its
+    JSON escapes (issue 14, item 5).
 
     >>> encode_message(seg.Message(id="a", body='"'))[:1]
     b'r'
@@ -71,7 +72,7 @@ def decode_message(data: bytes | str) -> seg.Message:
         body = raw[4 + hlen:].decode("utf-8")
     return seg.Message(id=d["id"], body=body, key=d.get("key"), tags=list(d.get("tags") or []),
                        properties=dict(d.get("properties") or {}), produced_at=int(d.get("produced_at") or 0),
-                       dead_letter=d.get("dead_letter"))
+                       dead_letter=d.get("dead_letter"), claim=d.get("claim"))
 
 
 def delayed_item_bytes(pq_: str, m: seg.Message) -> int:

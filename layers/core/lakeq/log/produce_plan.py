@@ -59,8 +59,9 @@ Item = tuple[int, seg.Message, bool]  # (request index, message, has a client id
 def plan_parts(topic: str, q: int, items: list[Item], base: int,
                extra: Callable[[Item], tuple[int, int]] | None = None) -> list[tuple[Append, list[tuple[int, int]]]]:
     """Cut a queue's messages into writes within DynamoDB's limits: segments of at most
-    ``SEGMENT_DATA_LIMIT`` raw bytes (one item each, < 400 KB: every message is bounded by
-    ``validation.MAX_MESSAGE_BYTES``), and per write at most ``TRANSACT_ITEMS`` items counting the
+    ``SEGMENT_DATA_LIMIT`` raw bytes (one item each, < 400 KB: every message's stored form is bounded by
+    ``claims.INLINE_BYTES``; a bigger body is in the lake bucket, its header
+    ``validation.MAX_META_BYTES``), and per write at most ``TRANSACT_ITEMS`` items counting the
     queue item's head move, the segments and one dedup item per client id, and at most
     ``TRANSACT_BYTES`` by item-size upper bounds (issue 8, defect 3: 100 ids into one queue used to
     be a 101-item transaction). Returns, per write in log order, the Append and the

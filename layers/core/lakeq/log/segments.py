@@ -8,7 +8,8 @@ lets a broker filter by tag without reading the commit log.
 
 Index entry layout (little-endian, 20 bytes): ``u32 position, u32 header_length,
 u32 body_length, u64 bitmap``. Header = compact JSON ``{"id","key","tags","properties","produced_at"}``;
-body = the UTF-8 body. ``data`` is zlib-compressed when that makes it smaller (flag ``z``).
+body = the UTF-8 body (empty when the header has a ``claim``: the body is an object in the lake bucket,
+:mod:`lakeq.log.claims`; a reader resolves it). ``data`` is zlib-compressed when that makes it smaller (flag ``z``).
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from matcher.bitmap import matches_any, may_match_any, tags_bitmap
 
 ENTRY = struct.Struct("<IIIQ")
 # bytes of raw data (index entries included) per segment item: DynamoDB items are <= 400 KB, and
-# validation.MAX_MESSAGE_BYTES (300 KiB + ~100 bytes the server adds) keeps every single message,
-# and a fan-out copy of it (~300 bytes of source coordinates more), under this
+# claims.INLINE_BYTES (300 KiB + 100: a bigger body goes to the lake bucket, leaving its header, at most
+# validation.MAX_META_BYTES, and a claim) keeps every single message, and a fan-out copy of it (~300
+# bytes of source coordinates more), under this
 SEGMENT_DATA_LIMIT = 350_000
 COMPRESS_OVER = 512
 
@@ -39,12 +41,17 @@ class Message:
     # a dead-lettered copy's origin (issue 9): {"topic","queue","offset","id","group","deliveries",
     # "reason","at"}; stored in the header only when present
     dead_letter: dict | None = None
+    # a body kept in the lake bucket (issue 18.2, lakeq.log.claims): {"key","size","sha256"}; the
+    # message's ``body`` is then "" and the header carries the claim
+    claim: dict | None = None
 
     def header(self) -> bytes:
         h = {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
              "produced_at": self.produced_at}
         if self.dead_letter is not None:
             h["dead_letter"] = self.dead_letter
+        if self.claim is not None:
+            h["claim"] = self.claim
         return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def encoded_size(self) -> int:

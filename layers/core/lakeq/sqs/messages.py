@@ -11,6 +11,7 @@ from typing import Any
 
 from lakeq.admin import auth as lq_auth
 from lakeq.common.errors import ApiError, StaleReceipt
+from lakeq.common.payload import BATCH_BYTES, ByteBudget, dumps, lambda_bytes
 from lakeq.consume import service
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import broker, topic_reader
@@ -307,6 +308,24 @@ def _send_order(mg: tuple[dict, dict]) -> tuple[int, int]:
     return int(m.get("produced_at") or 0), int(index) if index.isdigit() else 0
 
 
+# ReceiveMessage's answer is one Lambda response (6 MB) whatever the protocol (issue 18.2: with 1 MiB
+# messages, batches of several lakeq queues add up past it: API Gateway's 500, and the locked messages
+# hidden until their visibility timeout). Each batch is budgeted in receive_bytes, and a next lakeq
+# queue is pulled only while the widest single message still fits what is left.
+RECEIVE_EXTRA = 2048  # handle, MD5s, MessageId, system attributes, the protocol's markup, per message
+RECEIVE_ONE_MAX = 5_400_000  # receive_bytes of the widest valid SQS message (1 MiB of '&', + attributes)
+
+
+def receive_bytes(m: dict) -> int:
+    """Upper bound of a delivered message's bytes in a ReceiveMessage response in either protocol,
+    as the Lambda runtime sends it: its native measure (:func:`lakeq.common.payload.lambda_bytes`, the
+    JSON protocol's bound), 4 bytes more per ``&``, ``<``, ``>`` or CR (the XML protocol's entities:
+    ``&amp;`` is 5 bytes where JSON has 1), and :data:`RECEIVE_EXTRA`."""
+    text = dumps(m)
+    return (lambda_bytes(m) + 4 * (text.count("&") + text.count("<") + text.count(">") + text.count("\\r"))
+            + RECEIVE_EXTRA)
+
+
 def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
     """Up to ``max_n`` messages over the queue's lakeq queues, as SQS answers whatever its internals:
     native pulls, each locking one more lakeq queue's batch with its conditional write (each message's
@@ -318,14 +337,19 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
     and a group with messages in flight is under a lock no other receive takes."""
     batches: list[dict] = []
     held = 0
+    left = BATCH_BYTES  # of the one response, in receive_bytes
     for i in range(max(1, int(q.topic.queues))):
+        if batches and left < RECEIVE_ONE_MAX:  # the next batch's first message might not fit
+            break
         params = {"group": group_name(q.name), "max": str(max_n - held), "wait_ms": str(wait * 1000 if i == 0 else 0),
                   "visibility_timeout_ms": str(max(1000, vis * 1000))}
-        got = perm.native(lambda: service.pull(ADMIN, q.name, params, t=q.topic))
+        got = perm.native(lambda: service.pull(ADMIN, q.name, params, t=q.topic,
+                                               budget=lambda: ByteBudget(left, receive_bytes)))
         if not got["messages"]:
             break
         batches.append(got)
         held += len(got["messages"])
+        left -= sum(receive_bytes(m) + 1 for m in got["messages"])
         if held >= max_n:
             break
     return batches

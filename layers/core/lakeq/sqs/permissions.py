@@ -23,7 +23,7 @@ from lakeq.store.sqs import SqsRepo, group_name, producer_name
 
 ADMIN = Principal(admin=True)
 LAKEQ_QUEUES = 4  # lakeq queues of a queue made by CreateQueue (parallel batch locks)
-LAKEQ_MAX_BODY = 262_144  # what lakeq stores per message body (validation.MAX_BODY_BYTES)
+LAKEQ_MAX_BODY = 1_048_576  # what lakeq stores per message body (validation.MAX_BODY_BYTES: 1 MiB, issue 18.2)
 MAX_BATCH_PAYLOAD = 1_048_576  # SendMessageBatch: the sum of the messages' sizes (SQS: 1 MiB since 2025)
 MAX_TAGS = 50
 ATTRS_PROP = "sqs.attrs"  # the exact message attributes (JSON, split over sqs.attrs, sqs.attrs.1, ...)

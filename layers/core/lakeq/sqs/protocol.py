@@ -186,7 +186,7 @@ def name_of_arn(arn: object) -> str | None:
 
 
 # --- queue attributes ------------------------------------------------------------------------------
-DEFAULTS = {"VisibilityTimeout": "30", "MaximumMessageSize": "262144", "MessageRetentionPeriod": "345600",
+DEFAULTS = {"VisibilityTimeout": "30", "MaximumMessageSize": "1048576", "MessageRetentionPeriod": "345600",
             "DelaySeconds": "0", "ReceiveMessageWaitTimeSeconds": "0", "SqsManagedSseEnabled": "true"}
 FIFO_DEFAULTS = {"FifoQueue": "true", "ContentBasedDeduplication": "false", "DeduplicationScope": "queue",
                  "FifoThroughputLimit": "perQueue"}

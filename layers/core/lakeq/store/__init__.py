@@ -5,6 +5,7 @@ from lakeq import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
     "append": ("ATTEMPTS", "Contended", "append_at_head",),
+    "bodies": ("BodyStore",),
     "groups": (
         "GroupFull", "GroupRepo", "MAX_MEMBERS", "MAX_MEMBER_TOPICS", "View", "expand_topics",
         "member_queues", "queue_counts", "servable", "sweep",

@@ -1,0 +1,54 @@
+"""Message bodies kept in the lake bucket by claim check (issue 18.2; the rules in :mod:`lakeq.log.claims`).
+
+One object per big message under ``bodies/`` in ``LAKE_BUCKET``: PutObject before the segment (or
+delayed item) that names it is written, GetObject when a reader delivers it. S3 through one botocore
+client per container, made on first use (not boto3: it would load s3transfer too; docs/design.md
+"Cold start"), so a function that never meets a big message never creates it. Small messages cost
+no S3 call anywhere.
+"""
+from __future__ import annotations
+
+import os
+
+from lakeq.log import claims
+
+_s3 = None
+
+
+def _client():
+    global _s3
+    if _s3 is None:
+        import botocore.session
+
+        _s3 = botocore.session.get_session().create_client("s3")
+    return _s3
+
+
+def _bucket() -> str:
+    return os.environ["LAKE_BUCKET"]
+
+
+class BodyStore:
+    """PutObject / GetObject of claimed bodies (``bodies/<hash of log and id>/<sha-256>``)."""
+
+    @staticmethod
+    def put(claim: dict, data: bytes) -> None:
+        """Store body bytes ``data`` under ``claim["key"]`` (one PutObject; the same key again for a
+        retried message: it overwrites the same bytes)."""
+        _client().put_object(Bucket=_bucket(), Key=claim["key"], Body=data,
+                             ContentType="application/octet-stream")
+
+    @staticmethod
+    def get(claim: dict) -> str:
+        """The body ``claim`` names (one GetObject), checked against its size and digest:
+        :class:`lakeq.log.claims.ClaimMismatch` when it differs, :class:`lakeq.log.claims.ClaimMissing`
+        when the object is gone."""
+        from botocore.exceptions import ClientError
+
+        try:
+            obj = _client().get_object(Bucket=_bucket(), Key=claim["key"])
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                raise claims.ClaimMissing(f"body object {claim['key']} is gone from the lake bucket") from None
+            raise
+        return claims.verify(claim, obj["Body"].read())
