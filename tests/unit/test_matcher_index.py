@@ -656,3 +656,37 @@ def test_adopt_carries_the_learned_order_across_a_rebuild():
     assert fresh.match("t", msgs[0]) == adopted.match("t", msgs[0]) == ["hit"]
     assert adopted._visits <= visits_old < fresh._visits
     adopted._check()
+
+
+def test_anything_but_leaf_split_follows_adds_and_removes():
+    """Leaves under anything-but edges are emitted from a per-field split (leaf ids / other children)
+    kept between matches; it must be dropped when a child gains or loses a subscription (a leaf
+    becoming a path, a path becoming a leaf) and when an edge is added or removed."""
+    idx = SubscriptionIndex()
+    ab = [{"field": "k", "anything_but": ["x"]}]
+    idx.add("a", "t", ab)
+    idx.add("b", "t", [{"field": "k", "anything_but": ["y"]}])
+    assert sorted(idx.match("t", {"k": "z"})) == ["a", "b"]  # builds the split: two leaves
+    assert idx.match("t", {"k": "x"}) == ["b"]
+    idx._check()
+    idx.add("c", "t", ab, tags=["hot"])  # through a's edge (tags go last): a's node is no longer a leaf
+    assert sorted(idx.match("t", {"k": "z"}, ["hot"])) == ["a", "b", "c"]
+    assert sorted(idx.match("t", {"k": "y"}, ["hot"])) == ["a", "c"]
+    assert sorted(idx.match("t", {"k": "z"})) == ["a", "b"]
+    idx._check()
+    idx.remove("a")  # back to one subscription under the edge, which does not end there
+    assert sorted(idx.match("t", {"k": "z"}, ["hot"])) == ["b", "c"]
+    assert idx.match("t", {"k": "z"}) == ["b"]
+    idx._check()
+    idx.remove("c")  # the edge goes
+    idx.add("d", "t", [{"field": "k", "anything_but": ["z"]}])  # a new edge
+    idx._check()
+    assert sorted(idx.match("t", {"k": "w"})) == ["b", "d"]
+    assert idx.match("t", {"k": "z"}) == ["b"]
+    idx._check()
+    idx.add("d2", "t", [{"field": "k", "anything_but": ["z"]}])  # two ids end at d's node: not a leaf
+    assert sorted(idx.match("t", {"k": "w"})) == ["b", "d", "d2"]
+    idx.remove("d2")  # a leaf again: the split must list it as one (checked by _check)
+    idx._check()
+    assert sorted(idx.match("t", {"k": "w"})) == ["b", "d"]
+    idx._check()

@@ -576,22 +576,31 @@ class _Ranges:
 
 class _Excluded:
     """The anything-but edges of one node and field: excluded set → child, and per value how many
-    sets exclude it. A message value no set excludes satisfies every edge: one C-level ``extend``."""
+    sets exclude it. A message value no set excludes satisfies every edge.
 
-    __slots__ = ("child", "hits")
+    ``split`` (built on first use, dropped by every add / discard here and by every add / remove
+    through one of the children, see :meth:`SubscriptionIndex._insert`) separates the children
+    that are leaves (one subscription, ending there) from the others: a match emits the leaves'
+    ids with one C-level ``extend`` (or one comprehension) instead of visiting each leaf."""
+
+    __slots__ = ("child", "hits", "split")
 
     def __init__(self) -> None:
         self.child: dict[frozenset, _Node] = {}
         self.hits: dict[Hashable, int] = {}
+        # (leaf ids, other children, [(excluded, leaf id)], [(excluded, other child)]) or None
+        self.split: tuple | None = None
 
     def add(self, excluded: frozenset, child: _Node) -> None:
         self.child[excluded] = child
+        self.split = None
         hits = self.hits
         for k in excluded:
             hits[k] = hits.get(k, 0) + 1
 
     def discard(self, excluded: frozenset) -> None:
         del self.child[excluded]
+        self.split = None
         hits = self.hits
         for k in excluded:
             left = hits[k] - 1
@@ -600,15 +609,30 @@ class _Excluded:
             else:
                 del hits[k]
 
-    def satisfied(self, k: Hashable, stack: list) -> None:
-        """Push every child whose set does not contain ``k``: O(1) + output when no set contains
-        ``k``, else O(a) for ``a`` sets."""
-        if k not in self.hits:
-            stack.extend(self.child.values())
-            return
+    def _split(self) -> tuple:
+        """Build :attr:`split`: O(children)."""
+        leaf_pairs = []
+        other_pairs = []
         for excluded, c in self.child.items():
-            if k not in excluded:
-                stack.append(c)
+            if c.count == 1 and c.ends is not None:  # a leaf: ends is its one id
+                leaf_pairs.append((excluded, c.ends))
+            else:
+                other_pairs.append((excluded, c))
+        split = self.split = ([i for _, i in leaf_pairs], [c for _, c in other_pairs], leaf_pairs, other_pairs)
+        return split
+
+    def satisfied(self, k: Hashable, stack: list, out: list) -> None:
+        """Emit the leaves and push the other children whose set does not contain ``k``: O(1) +
+        output when no set contains ``k``, else O(a) for ``a`` sets (C-level loops either way)."""
+        split = self.split
+        if split is None:
+            split = self._split()
+        if k not in self.hits:
+            out += split[0]
+            stack += split[1]
+            return
+        out += [i for excluded, i in split[2] if k not in excluded]
+        stack += [c for excluded, c in split[3] if k not in excluded]
 
 
 class _Prefixes:
@@ -818,9 +842,12 @@ class SubscriptionIndex:
         node.tail = None
         seen = self._seen
         for kind, field, arg in labels:
+            parent = node
             node = self._child(node, kind, field, arg)
             node.count += 1
             node.tail = None
+            if kind == _A:  # the child may stop being a leaf: its parent's leaf split is stale
+                parent.more["a"][field].split = None  # type: ignore[index]
             if kind == _V:
                 known = seen.get(field)
                 if known is None:
@@ -935,6 +962,8 @@ class SubscriptionIndex:
             node.count -= 1
             node.tail = None
             parent = node.parent
+            if node.kind == _A:  # the child may become a leaf (or go): its parent's leaf split is stale
+                parent.more["a"][node.field].split = None  # type: ignore[union-attr]
             if node.kind == _V:
                 field, arg = node.field, node.arg
                 known = seen[field]
@@ -1044,55 +1073,53 @@ class SubscriptionIndex:
         out: list = []
         stack = starts
         push = stack.append
-        visits = 0
-        emits = 0  # visits that output something (a node where subscriptions end, a passed tail)
+        pop = stack.pop
+        waste = 0  # visits that output nothing (learning, below)
         while stack:
-            n = stack.pop()
-            visits += 1
-            e = n.ends
-            if n.count == 1:
-                if e is not None:  # its one subscription ends here: a leaf, ends is the id itself
-                    out.append(e)
-                    emits += 1
-                    continue
-                # One subscription below: test its remaining levels directly instead of visiting
-                # a node per level (the same predicates as the edges below, see _tail).
-                tail = n.tail
-                if tail is None:
-                    tail = n.tail = _tail(n)
-                for kind, f, arg in tail[1]:
-                    if kind == "v":
-                        k = kmap.get(f, kmap)
-                        if k is kmap or (k not in arg if type(arg) is frozenset else k != arg):
-                            break
-                    elif kind == "r":
-                        v = nums.get(f)
-                        if v is None or not arg[0] <= v <= arg[1]:
-                            break
-                    elif kind == "a":
+            n = pop()
+            t = n.tail
+            if t is not None or n.count == 1:
+                # One subscription below (a leaf: no labels left): test its remaining levels
+                # directly instead of visiting a node per level (the same predicates as the edges
+                # below, see _tail), and emit its id.
+                if t is None:
+                    t = n.tail = _tail(n)
+                for kind, f, arg in t[1]:
+                    if kind == "a":
                         k = kmap.get(f, kmap)
                         if k is kmap or k in arg:
+                            break
+                    elif kind == "e":
+                        if (f in props) is not arg:
+                            break
+                    elif kind == "v":
+                        k = kmap.get(f, kmap)
+                        if k is kmap or (k not in arg if type(arg) is frozenset else k != arg):
                             break
                     elif kind == "g":
                         if not tag_list or arg.isdisjoint(tag_list):
                             break
-                    elif kind == "e":
-                        if (f in props) is not arg:
+                    elif kind == "r":
+                        v = nums.get(f)
+                        if v is None or not arg[0] <= v <= arg[1]:
                             break
                     else:  # prefix
                         v = strs.get(f)
                         if v is None or not v.startswith(arg):
                             break
                 else:
-                    out.append(tail[0])
-                    emits += 1
+                    out.append(t[0])
+                    continue
+                waste += 1
                 continue
+            e = n.ends
             if e is not None:
-                emits += 1
                 if type(e) is set:
                     out.extend(e)
                 else:
                     out.append(e)
+            else:
+                waste += 1
             ex = n.exact
             if ex is not None:
                 if len(ex) < nkeys:
@@ -1152,10 +1179,7 @@ class SubscriptionIndex:
                     for f, sets in (per.items() if len(per) <= nkeys else _pairs(per, kmap)):
                         k = kmap.get(f, kmap)
                         if k is not kmap:
-                            if k in sets.hits:
-                                sets.satisfied(k, stack)
-                            else:  # no set excludes the value: every edge is satisfied
-                                stack.extend(sets.child.values())
+                            sets.satisfied(k, stack, out)
                 elif key == "p":
                     if strs:
                         for f, pf in (per.items() if len(per) <= len(strs) else _pairs(per, strs)):
@@ -1180,7 +1204,7 @@ class SubscriptionIndex:
         # nothing. When that waste exceeds a budget (proportional to n, doubling after each
         # re-order so re-orders cost O(waste) amortised), re-order by measured pass rates.
         self._matched += 1
-        self._visits = visits  # nodes the last match visited (tests count work with it)
+        self._visits = len(out) + waste  # the last match's work: ids output + visits without output (tests count it)
         sample = self._sample
         seen_props = dict(props)
         if tag_list:
@@ -1189,7 +1213,6 @@ class SubscriptionIndex:
             sample.append(seen_props)
         else:
             sample[self._matched % _SAMPLE] = seen_props
-        waste = visits - emits
         if waste > 0:
             self._waste += waste
             if (self._waste > max(_MIN_WASTE, 2 * len(self._leaf)) << min(self._reorders, 30)
@@ -1318,6 +1341,11 @@ class SubscriptionIndex:
                     for k in excluded:
                         hits[k] = hits.get(k, 0) + 1
                 assert hits == sets.hits, "anything-but value counts"
+                kept = sets.split
+                if kept is not None:  # a kept leaf split must be what a fresh one would be
+                    fresh = sets._split()
+                    sets.split = kept
+                    assert kept == fresh, "stale anything-but leaf split"
                 for excluded, c in sets.child.items():
                     assert c.kind == _A and c.field == field and c.arg == excluded
                     children.append(c)
@@ -1331,5 +1359,5 @@ class SubscriptionIndex:
             total += self._check_node(c, seen)
         assert node.count == total and total > 0, (node.kind, node.field, node.arg, node.count, total)
         if node.tail is not None:  # a tail is kept only while it describes the one path below
-            assert node.count == 1 and node.ends is None and node.tail == _tail(node), "stale tail"
+            assert node.count == 1 and node.tail == _tail(node), "stale tail"
         return total
