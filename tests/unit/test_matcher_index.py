@@ -449,6 +449,35 @@ def test_many_ranges_one_node():
         assert matched(idx, "t", {"p": x}) == {f"{lo}-{hi}" for lo, hi in ranges if lo <= x <= hi}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_many_ranges_nested_added_and_removed(seed):
+    """Width classes whose ranges nest (several widths per class: ``hi`` not sorted with ``lo``) take
+    the window scan, the others one slice; both, and the per-class count of out-of-order ``hi``
+    pairs that decides between them, must stay exact as ranges come and go."""
+    import random
+
+    rnd = random.Random(seed)
+    idx = SubscriptionIndex()
+    subs: dict = {}
+    xs = [x / 4 for x in range(-90, 420, 3)] + [1e300, -1e300]
+    for step in range(600):
+        if subs and (rnd.random() < 0.45 or len(subs) > 60):
+            sid = rnd.choice(sorted(subs))
+            idx.remove(sid)
+            del subs[sid]
+        else:
+            lo = rnd.randint(-20, 60) if seed % 2 == 0 else rnd.randint(0, 12)  # odd: crowded, nested
+            w = rnd.choice([0, 1, 2, 3, 4, 5, 6, 7, 0.5, 2.5, 40] if seed % 2 else [5, 20])  # even: one width a class
+            sid = f"{lo}+{w}"
+            idx.add(sid, "t", [{"field": "p", "range": [lo, lo + w]}])
+            subs[sid] = (lo, lo + w)
+        if step % 20 == 0:
+            idx._check()
+            for x in xs:
+                assert matched(idx, "t", {"p": x}) == {s for s, (lo, hi) in subs.items() if lo <= x <= hi}, (step, x)
+    idx._check()
+
+
 # ------------------------------------------------------------------ model-based
 SCALARS = ["a", "ab", "b", "", "1", 0, 1, 1.0, 2, 2.5, -1, True, False]
 FIELDS = ["f", "g", "h"]

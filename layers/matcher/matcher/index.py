@@ -101,7 +101,7 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from typing import Any, Hashable, Iterable
 
@@ -497,16 +497,24 @@ class _Ranges:
     """The range edges of one node and field: stabbing queries over inclusive intervals.
 
     Up to ``_SMALL`` ranges are scanned directly. Beyond that the ranges are grouped by width class
-    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a sorted ``list`` of
-    ``(lo, hi)`` (bisected by the C ``bisect`` module: a stab is a few C calls and one slice; an
-    add or remove moves up to ``r`` pointers with one ``memmove`` — a :class:`sortedcontainers.
-    SortedList` was used before, its Python-level bisects and ``islice`` cost more per stab) and
-    the widest ``hi - lo`` ever filed in it (``wide``; not lowered by removals, an upper bound is
-    enough): a range of class ``e`` containing ``x`` has ``x - wide[e] <= lo <= x``,
-    so a stab bisects that window in each class and checks ``hi >= x`` there — at most about twice
-    the ranges it pushes per class (every range with ``lo >= x - 2**(e-1)`` in the window contains
-    ``x``; when the class's ranges have one width, exactly the ranges it pushes), plus ``O(log r)``
-    per class. Ranges far above (or below) every value are never scanned.
+    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`). A class is ``[los, his, kids,
+    inversions]``: its ranges as a sorted ``list`` of ``(lo, hi)`` and, in the same order, their
+    ``hi`` values and child nodes, plus the number of adjacent pairs whose ``hi`` values are out of
+    order. All bisects are the C ``bisect`` module's; an add or remove moves up to ``r`` pointers
+    with one ``memmove`` per list.
+
+    * A class with no inversion (``his`` sorted too: no range of the class strictly inside another,
+      e.g. all of one width) is stabbed exactly by two bisects: the ranges with ``lo <= x`` are a
+      prefix of the order, those with ``hi >= x`` a suffix, so the children to push are one slice
+      of ``kids`` — pushed with one C-level ``extend``, no Python step per range.
+    * Otherwise the widest ``hi - lo`` ever filed in the class (``wide``; not lowered by removals, an
+      upper bound is enough) bounds the window: a range of the class containing ``x`` has
+      ``x - wide[e] <= lo <= x``, so a stab bisects that window and checks ``hi >= x`` there — at
+      most about twice the ranges it pushes (every range with ``lo >= x - 2**(e-1)`` in the window
+      contains ``x``), plus ``O(log r)``.
+
+    Ranges far above (or below) every value are never scanned. A :class:`sortedcontainers.SortedList`
+    per class was used before; its Python-level bisects and ``islice`` cost more per stab.
     """
 
     __slots__ = ("classes", "child", "wide")
@@ -519,19 +527,29 @@ class _Ranges:
     def add(self, lo: float, hi: float, child: _Node) -> None:
         self.child[(lo, hi)] = child
         if self.classes is not None:
-            self._file(lo, hi)
+            self._file(lo, hi, child)
         elif len(self.child) > _SMALL:
             self.classes = {}
             self.wide = {}
-            for lo_hi in self.child:
-                self._file(*lo_hi)
+            for lo_hi, c in self.child.items():
+                self._file(lo_hi[0], lo_hi[1], c)
 
-    def _file(self, lo: float, hi: float) -> None:
+    def _file(self, lo: float, hi: float, child: _Node) -> None:
         e = _width_class(lo, hi)
-        sl = self.classes.get(e)  # type: ignore[union-attr]
-        if sl is None:
-            sl = self.classes[e] = []  # type: ignore[index]
-        insort(sl, (lo, hi))
+        cl = self.classes.get(e)  # type: ignore[union-attr]
+        if cl is None:
+            cl = self.classes[e] = [[], [], [], 0]  # type: ignore[index]
+        los, his, kids = cl[0], cl[1], cl[2]
+        i = bisect_left(los, (lo, hi))
+        if 0 < i < len(his):  # the pair (i - 1, i) stops being adjacent
+            cl[3] -= his[i - 1] > his[i]
+        if i > 0:
+            cl[3] += his[i - 1] > hi
+        if i < len(his):
+            cl[3] += hi > his[i]
+        los.insert(i, (lo, hi))
+        his.insert(i, hi)
+        kids.insert(i, child)
         if e is not None and hi - lo > self.wide.get(e, -1):
             self.wide[e] = hi - lo
 
@@ -544,34 +562,46 @@ class _Ranges:
                 self.wide = {}
             else:
                 e = _width_class(lo, hi)
-                sl = classes[e]
-                del sl[bisect_left(sl, (lo, hi))]
-                if not sl:
+                cl = classes[e]
+                los, his, kids = cl[0], cl[1], cl[2]
+                i = bisect_left(los, (lo, hi))
+                n = len(his)
+                if i > 0:
+                    cl[3] -= his[i - 1] > hi
+                if i + 1 < n:
+                    cl[3] -= hi > his[i + 1]
+                if 0 < i < n - 1:  # (i - 1, i + 1) become adjacent
+                    cl[3] += his[i - 1] > his[i + 1]
+                del los[i], his[i], kids[i]
+                if not los:
                     del classes[e]
                     self.wide.pop(e, None)
 
-    def stab(self, x: float, push) -> None:
+    def stab(self, x: float, stack: list) -> None:
         """Push every child whose [lo, hi] contains x: O(c log r + pushed) for c width classes."""
-        child = self.child
         if self.classes is None:
-            for (lo, hi), c in child.items():
+            for (lo, hi), c in self.child.items():
                 if lo <= x <= hi:
-                    push(c)
+                    stack.append(c)
             return
         wide = self.wide
-        for e, sl in self.classes.items():
-            end = bisect_right(sl, (x, _INF))  # lo <= x
+        for e, (los, his, kids, inversions) in self.classes.items():
+            end = bisect_right(los, (x, _INF))  # lo <= x: a prefix of the order
+            if not inversions:  # his sorted as well: hi >= x is a suffix
+                start = bisect_left(his, x)
+                if start < end:
+                    stack += kids[start:end]
+                continue
             start = 0
             if e is not None:
                 w = wide[e]
                 try:  # lo >= x - w, with a margin for the rounding of hi - lo and of the subtraction
-                    start = bisect_left(sl, (x - (w + w * 1e-9 + 4 * math.ulp(x) + 4 * math.ulp(w)), -_INF))
+                    start = bisect_left(los, (x - (w + w * 1e-9 + 4 * math.ulp(x) + 4 * math.ulp(w)), -_INF))
                 except OverflowError:  # a huge int: scan every lo <= x
                     pass
-            if start < end:
-                for lo, hi in sl[start:end]:
-                    if hi >= x:
-                        push(child[(lo, hi)])
+            for i in range(start, end):
+                if his[i] >= x:
+                    stack.append(kids[i])
 
 
 class _Excluded:
@@ -1174,7 +1204,7 @@ class SubscriptionIndex:
                                         if lo <= v <= hi:
                                             push(c)
                                 else:
-                                    rg.stab(v, push)
+                                    rg.stab(v, stack)
                 elif key == "a":
                     for f, sets in (per.items() if len(per) <= nkeys else _pairs(per, kmap)):
                         k = kmap.get(f, kmap)
@@ -1324,9 +1354,12 @@ class SubscriptionIndex:
                     assert len(rg.child) <= _SMALL, "large range set without its width classes"
                 else:
                     filed = []
-                    for e, sl in rg.classes.items():
+                    for e, (sl, his, kids, inversions) in rg.classes.items():
                         assert sl, "empty width class left"
                         assert all(a < b for a, b in zip(sl, sl[1:])), "width class not sorted"
+                        assert his == [hi for _, hi in sl] and len(kids) == len(sl), "width class lists"
+                        assert all(rg.child[lo_hi] is c for lo_hi, c in zip(sl, kids)), "width class children"
+                        assert inversions == sum(a > b for a, b in zip(his, his[1:])), "inversion count"
                         for lo, hi in sl:
                             assert _width_class(lo, hi) == e
                             filed.append((lo, hi))
