@@ -40,10 +40,14 @@ constrain (that is the "skip"). Each node keeps its outgoing edges in per-kind i
 * range: per field up to 16 ranges scanned directly, beyond that one sorted Python list of
   ``(lo, hi)`` per width class (``hi - lo`` in ``[2**(e-1), 2**e)``) and the class's widest range
   ``w``: a range of the class holding ``x`` has ``lo`` in ``[x - w, x]``, so a stab bisects that
-  window per class (C ``bisect``) and scans at most about twice what it pushes (exactly that when
-  the class's ranges have one width); ranges entirely above or below ``x`` are never touched.
+  window per class (C ``bisect``) and scans at most about twice what it pushes; a class where no
+  range lies strictly inside another (e.g. all of one width: ``hi`` sorted with ``lo``) needs no
+  scan: two bisects and one slice of its children, pushed with one ``extend``. Ranges entirely
+  above or below ``x`` are never touched.
 * exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set →
-  child plus, per value, how many sets exclude it (a value no set excludes: one C-level extend).
+  child plus, per value, how many sets exclude it, and a kept split of the children into leaves
+  (their ids) and the others: a value no set excludes emits every leaf id with one C-level
+  ``extend`` and pushes the others with another; otherwise two comprehensions.
 * tags: per node a ``dict`` tag → tag-set children (like multi-value sets), so a message only looks
   up its own tags; a child reached under two of the message's tags is pushed once.
 
@@ -58,11 +62,11 @@ node)``, plus per visited node and field ``O(d)`` for ``d`` distinct prefix leng
 + pushed for ``r`` ranges in ``c`` width classes, and ``O(a)`` for ``a`` anything-but sets only
 when some set excludes the message's value. ``V`` is what the order decides.
 
-Tails: a node with one subscription below it (``count == 1``) that it does not end keeps that
-subscription's id and remaining levels (``_Node.tail``, built on first visit by :func:`_tail`,
-dropped by every add / remove through the node); visiting it tests those levels inline — the
-same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit, not
-``k``.
+Tails: a node with one subscription below it (``count == 1``) keeps that subscription's id and
+remaining levels (``_Node.tail``, built on first visit by :func:`_tail`, dropped by every add /
+remove through the node; a leaf's tail has no levels); visiting it tests those levels inline —
+the same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit,
+not ``k``, and a leaf is one check.
 
 The order (:func:`_canonical`)
 ------------------------------
@@ -479,8 +483,8 @@ class _Node:
         self.ends: Any = None
         self.exact: dict | None = None
         self.more: dict | None = None
-        # when count == 1 and the subscription does not end here: (its id, the labels below this
-        # node), built by the first match that visits the node (:func:`_tail`), dropped by every
+        # when count == 1: (its one subscription's id, the labels below this node; () for a leaf),
+        # built by the first match that visits the node (:func:`_tail`), dropped by every
         # add / remove through it
         self.tail: tuple | None = None
 
