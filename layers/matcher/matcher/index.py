@@ -614,8 +614,9 @@ class _Excluded:
 
     ``split`` (built on first use, dropped by every add / discard here and by every add / remove
     through one of the children, see :meth:`SubscriptionIndex._insert`) separates the children
-    that are leaves (one subscription, ending there) from the others: a match emits the leaves'
-    ids with one C-level ``extend`` (or one comprehension) instead of visiting each leaf."""
+    that are leaves (one subscription, ending there) from the others: a match (inline, see
+    :meth:`SubscriptionIndex.match`) emits the leaves' ids with one C-level ``extend`` when no set
+    excludes the message's value (else one comprehension) instead of visiting each leaf."""
 
     __slots__ = ("child", "hits", "split")
 
@@ -654,19 +655,6 @@ class _Excluded:
                 other_pairs.append((excluded, c))
         split = self.split = ([i for _, i in leaf_pairs], [c for _, c in other_pairs], leaf_pairs, other_pairs)
         return split
-
-    def satisfied(self, k: Hashable, stack: list, out: list) -> None:
-        """Emit the leaves and push the other children whose set does not contain ``k``: O(1) +
-        output when no set contains ``k``, else O(a) for ``a`` sets (C-level loops either way)."""
-        split = self.split
-        if split is None:
-            split = self._split()
-        if k not in self.hits:
-            out += split[0]
-            stack += split[1]
-            return
-        out += [i for excluded, i in split[2] if k not in excluded]
-        stack += [c for excluded, c in split[3] if k not in excluded]
 
 
 class _Prefixes:
@@ -1213,7 +1201,15 @@ class SubscriptionIndex:
                     for f, sets in (per.items() if len(per) <= nkeys else _pairs(per, kmap)):
                         k = kmap.get(f, kmap)
                         if k is not kmap:
-                            sets.satisfied(k, stack, out)
+                            split = sets.split  # inline: no call per edge set
+                            if split is None:
+                                split = sets._split()
+                            if k in sets.hits:
+                                out += [i for excluded, i in split[2] if k not in excluded]
+                                stack += [c for excluded, c in split[3] if k not in excluded]
+                            else:  # no set excludes the value: every leaf id, every other child
+                                out += split[0]
+                                stack += split[1]
                 elif key == "p":
                     if strs:
                         for f, pf in (per.items() if len(per) <= len(strs) else _pairs(per, strs)):
