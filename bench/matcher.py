@@ -684,10 +684,11 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -
 
     rows = []
     befores: list = []  # the "against" index's stream CPU µs/msg per round
+    before_cold: list = []  # and its CPU µs/msg matched right after this index, message by message
     for rnd in range(rounds):
         gc.collect()
         gc.disable()
-        mc = mw = sc = sw = cc = cw = 0
+        mc = mw = sc = sw = cc = cw = oc = 0
         for (topic, _, _), at in zip(msgs, attrs):  # moto over the messages
             c, w = tc(), pc()
             moto(topic, at)
@@ -712,6 +713,12 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -
             match(topic, props, tags)
             cc += tc() - c
             cw += pc() - w
+            if old is not None:  # the same traffic for both (so both re-order at the same points)
+                c = tc()
+                omatch(topic, props, tags)
+                oc += tc() - c
+        if old is not None:
+            before_cold.append(oc / (len(msgs) * 1000.0))
         gc.enable()
         m = len(msgs) * 1000.0
         mc, mw = mc / 2, mw / 2  # moto ran twice over the messages
@@ -719,7 +726,8 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -
         rows.append(row)
         print(f"| {rnd + 1} | {row[0]:,.0f} | {row[1]:,.0f} | {row[2]:,.0f} | {row[3]:,.0f} | {row[4]:,.0f} "
               f"| {row[5]:,.0f} | {row[6]:.1f}x / {row[7]:.1f}x | {row[8]:.1f}x / {row[9]:.1f}x |"
-              + (f" before: {befores[-1]:,.0f} µs, {row[0] / befores[-1]:.1f}x" if befores else ""))
+              + (f" before: stream {befores[-1]:,.0f} µs, {row[0] / befores[-1]:.1f}x; cold {before_cold[-1]:,.0f} µs"
+                 if befores else ""))
     med = [statistics.median(col) for col in zip(*rows)]
     load1 = os.getloadavg()
     print(f"| median | {med[0]:,.0f} | {med[1]:,.0f} | {med[2]:,.0f} | {med[3]:,.0f} | {med[4]:,.0f} | {med[5]:,.0f} "
@@ -731,7 +739,9 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -
         b = statistics.median(befores)
         print(f"against {against}: stream CPU median {b:,.0f} µs/msg -> {med[0] / b:.1f}x moto (ratio of medians; "
               f"this code {med[0] / med[2]:.1f}x); this code is {b / med[2]:.2f}x faster (medians), "
-              f"per round {' '.join(f'{x / r[2]:.2f}' for x, r in zip(befores, rows))}")
+              f"per round {' '.join(f'{x / r[2]:.2f}' for x, r in zip(befores, rows))}; cold: before median "
+              f"{statistics.median(before_cold):,.0f} µs, per round "
+              f"{' '.join(f'{x / r[4]:.2f}' for x, r in zip(before_cold, rows))}")
 
 
 def report(rows: list[dict]) -> None:
