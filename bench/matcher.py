@@ -46,11 +46,13 @@ For each size (1k, 10k, 100k subscriptions) it reports:
   difference must be explained by that deviation (counted and printed).
 
     python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|dense6|distractors|both|all]
-                            [--check] [--no-learn] [--ratio]
+                            [--check] [--no-learn] [--ratio [--against INDEX_PY]]
 
 ``--ratio``: only dense6 at 10k, the index and moto timed side by side on the same messages,
 interleaved message by message, several rounds; prints CPU and wall ratios per round, their medians
-and the load average (see :func:`ratio_10k`).
+and the load average (see :func:`ratio_10k`). ``--against INDEX_PY`` adds another copy of
+``matcher/index.py`` (e.g. main's: ``git show main:layers/matcher/matcher/index.py > /tmp/old.py``)
+timed in the same rounds on the same messages: before/after ratios from the same moto timings.
 """
 from __future__ import annotations
 
