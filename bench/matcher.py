@@ -46,11 +46,13 @@ For each size (1k, 10k, 100k subscriptions) it reports:
   difference must be explained by that deviation (counted and printed).
 
     python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|dense6|distractors|both|all]
-                            [--check] [--no-learn] [--ratio]
+                            [--check] [--no-learn] [--ratio [--against INDEX_PY]]
 
 ``--ratio``: only dense6 at 10k, the index and moto timed side by side on the same messages,
 interleaved message by message, several rounds; prints CPU and wall ratios per round, their medians
-and the load average (see :func:`ratio_10k`).
+and the load average (see :func:`ratio_10k`). ``--against INDEX_PY`` adds another copy of
+``matcher/index.py`` (e.g. main's: ``git show main:layers/matcher/matcher/index.py > /tmp/old.py``)
+timed in the same rounds on the same messages: before/after ratios from the same moto timings.
 """
 from __future__ import annotations
 
@@ -624,7 +626,18 @@ def run_size(workload: str, n: int, n_msgs: int, n_base: int, mem: bool, rng: ra
 WARM = 1_000
 
 
-def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
+def _load_index_class(path: str):
+    """``SubscriptionIndex`` of another copy of ``matcher/index.py`` (e.g. main's, saved with
+    ``git show main:layers/matcher/matcher/index.py > /tmp/old_index.py``), for a before/after run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("matcher_index_against", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.SubscriptionIndex
+
+
+def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -> None:
     """dense6 at 10,000 subscriptions: the index and moto timed in this process on the same messages,
     for ``rounds`` rounds; each round times moto over the messages, then the index over the same
     messages as a stream ("stream": one ``match`` per message, as a worker matches its traffic), then
@@ -632,7 +645,9 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
     caches flushed by moto). Per round: thread CPU and wall time per message and the ratios; printed:
     each round, the medians over rounds, and the load average before and after. The index is warmed
     first on ``WARM`` other messages (it learns its level order from them, re-ordering a few times); every answer is checked
-    against the plain API.md reference."""
+    against the plain API.md reference. ``against``: the path of another ``index.py`` (the code
+    before a change); its index is built and warmed the same way and timed as a stream in every round
+    right after this one's ("before" columns), so both ratios come from the same moto timings."""
     rng = random.Random(seed)
     subs, _ = gen_dense6_subscriptions(10_000, rng)
     msgs = gen_dense6_messages(WARM + n_msgs, None, rng)
@@ -640,6 +655,13 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
     for topic, props, tags in msgs[:WARM]:
         idx.match(topic, props, tags)
     reorders0 = idx._reorders
+    old = None
+    if against:
+        old = _load_index_class(against)()
+        for sid, topic, conds, tags in subs:
+            old.add(sid, topic, conds, tags)
+        for topic, props, tags in msgs[:WARM]:
+            old.match(topic, props, tags)
     msgs = msgs[WARM:]
     matchers = [(sub, FilterPolicyMatcher(to_policy(sub[2], sub[3]), "MessageAttributes")) for sub in subs]
     attrs = [to_attributes(props, tags) for _, props, tags in msgs]
@@ -647,6 +669,8 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
         mine = idx.match(topic, props, tags)
         ref = {sub[0] for sub in subs if ref_matches(sub, topic, props, tags)}
         assert len(mine) == len(set(mine)) and set(mine) == ref, f"WRONG ANSWER on {(topic, props, tags)!r}"
+        if old is not None:
+            assert set(old.match(topic, props, tags)) == ref, f"WRONG ANSWER (against) on {(topic, props, tags)!r}"
     load0 = os.getloadavg()
     print(f"\n## dense6 at 10,000 subscriptions: ratio to moto, same process, same messages "
           f"({rounds} rounds x {n_msgs} messages)")
@@ -661,10 +685,12 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
         return [sub[0] for sub, fpm in matchers if covers(sub[1], topic) and fpm.matches(at, "")]
 
     rows = []
+    befores: list = []  # the "against" index's stream CPU µs/msg per round
+    before_cold: list = []  # and its CPU µs/msg matched right after this index, message by message
     for rnd in range(rounds):
         gc.collect()
         gc.disable()
-        mc = mw = sc = sw = cc = cw = 0
+        mc = mw = sc = sw = cc = cw = oc = 0
         for (topic, _, _), at in zip(msgs, attrs):  # moto over the messages
             c, w = tc(), pc()
             moto(topic, at)
@@ -674,6 +700,12 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
         for topic, props, tags in msgs:  # the index over the same messages, as a stream
             match(topic, props, tags)
         sc, sw = tc() - c, pc() - w
+        if old is not None:  # the code before, on the same messages, right after
+            omatch = old.match
+            c = tc()
+            for topic, props, tags in msgs:
+                omatch(topic, props, tags)
+            befores.append((tc() - c) / (len(msgs) * 1000.0))
         for (topic, props, tags), at in zip(msgs, attrs):  # message by message, the index after moto
             c, w = tc(), pc()
             moto(topic, at)
@@ -683,13 +715,21 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
             match(topic, props, tags)
             cc += tc() - c
             cw += pc() - w
+            if old is not None:  # the same traffic for both (so both re-order at the same points)
+                c = tc()
+                omatch(topic, props, tags)
+                oc += tc() - c
+        if old is not None:
+            before_cold.append(oc / (len(msgs) * 1000.0))
         gc.enable()
         m = len(msgs) * 1000.0
         mc, mw = mc / 2, mw / 2  # moto ran twice over the messages
         row = (mc / m, mw / m, sc / m, sw / m, cc / m, cw / m, mc / sc, mw / sw, mc / cc, mw / cw)
         rows.append(row)
         print(f"| {rnd + 1} | {row[0]:,.0f} | {row[1]:,.0f} | {row[2]:,.0f} | {row[3]:,.0f} | {row[4]:,.0f} "
-              f"| {row[5]:,.0f} | {row[6]:.1f}x / {row[7]:.1f}x | {row[8]:.1f}x / {row[9]:.1f}x |")
+              f"| {row[5]:,.0f} | {row[6]:.1f}x / {row[7]:.1f}x | {row[8]:.1f}x / {row[9]:.1f}x |"
+              + (f" before: stream {befores[-1]:,.0f} µs, {row[0] / befores[-1]:.1f}x; cold {before_cold[-1]:,.0f} µs"
+                 if befores else ""))
     med = [statistics.median(col) for col in zip(*rows)]
     load1 = os.getloadavg()
     print(f"| median | {med[0]:,.0f} | {med[1]:,.0f} | {med[2]:,.0f} | {med[3]:,.0f} | {med[4]:,.0f} | {med[5]:,.0f} "
@@ -697,6 +737,13 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int) -> None:
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; index == API.md reference on all "
           f"{len(msgs)} messages: yes; re-orders in the warm-up {reorders0}, in the timed rounds "
           f"{idx._reorders - reorders0}; target >= 100x")
+    if befores:
+        b = statistics.median(befores)
+        print(f"against {against}: stream CPU median {b:,.0f} µs/msg -> {med[0] / b:.1f}x moto (ratio of medians; "
+              f"this code {med[0] / med[2]:.1f}x); this code is {b / med[2]:.2f}x faster (medians), "
+              f"per round {' '.join(f'{x / r[2]:.2f}' for x, r in zip(befores, rows))}; cold: before median "
+              f"{statistics.median(before_cold):,.0f} µs, per round "
+              f"{' '.join(f'{x / r[4]:.2f}' for x, r in zip(before_cold, rows))}")
 
 
 def report(rows: list[dict]) -> None:
@@ -753,6 +800,8 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="also run idx._check() after each build")
     ap.add_argument("--ratio", action="store_true",
                     help="only dense6 at 10k: index vs moto interleaved, medians of rounds (CPU and wall), load")
+    ap.add_argument("--against", metavar="INDEX_PY",
+                    help="with --ratio: also time this other matcher/index.py (e.g. main's) in every round")
     ap.add_argument("--no-learn", action="store_true", help="static level order only: never re-order from traffic")
     args = ap.parse_args()
     if args.no_learn:
@@ -776,7 +825,7 @@ def main() -> None:
           f"mode={'quick' if args.quick else 'full'} seed={args.seed}{' no-learn' if args.no_learn else ''}")
     t0 = time.perf_counter()
     if args.ratio:
-        ratio_10k(3 if args.quick else 7, 10 if args.quick else 25, args.seed)
+        ratio_10k(3 if args.quick else 7, 10 if args.quick else 25, args.seed, args.against)
         print(f"\nwall time {time.perf_counter() - t0:.1f} s")
         return
     for w in workloads:

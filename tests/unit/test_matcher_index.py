@@ -449,6 +449,35 @@ def test_many_ranges_one_node():
         assert matched(idx, "t", {"p": x}) == {f"{lo}-{hi}" for lo, hi in ranges if lo <= x <= hi}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_many_ranges_nested_added_and_removed(seed):
+    """Width classes whose ranges nest (several widths per class: ``hi`` not sorted with ``lo``) take
+    the window scan, the others one slice; both, and the per-class count of out-of-order ``hi``
+    pairs that decides between them, must stay exact as ranges come and go."""
+    import random
+
+    rnd = random.Random(seed)
+    idx = SubscriptionIndex()
+    subs: dict = {}
+    xs = [x / 4 for x in range(-90, 420, 3)] + [1e300, -1e300]
+    for step in range(600):
+        if subs and (rnd.random() < 0.45 or len(subs) > 60):
+            sid = rnd.choice(sorted(subs))
+            idx.remove(sid)
+            del subs[sid]
+        else:
+            lo = rnd.randint(-20, 60) if seed % 2 == 0 else rnd.randint(0, 12)  # odd: crowded, nested
+            w = rnd.choice([0, 1, 2, 3, 4, 5, 6, 7, 0.5, 2.5, 40] if seed % 2 else [5, 20])  # even: one width a class
+            sid = f"{lo}+{w}"
+            idx.add(sid, "t", [{"field": "p", "range": [lo, lo + w]}])
+            subs[sid] = (lo, lo + w)
+        if step % 20 == 0:
+            idx._check()
+            for x in xs:
+                assert matched(idx, "t", {"p": x}) == {s for s, (lo, hi) in subs.items() if lo <= x <= hi}, (step, x)
+    idx._check()
+
+
 # ------------------------------------------------------------------ model-based
 SCALARS = ["a", "ab", "b", "", "1", 0, 1, 1.0, 2, 2.5, -1, True, False]
 FIELDS = ["f", "g", "h"]
@@ -656,3 +685,37 @@ def test_adopt_carries_the_learned_order_across_a_rebuild():
     assert fresh.match("t", msgs[0]) == adopted.match("t", msgs[0]) == ["hit"]
     assert adopted._visits <= visits_old < fresh._visits
     adopted._check()
+
+
+def test_anything_but_leaf_split_follows_adds_and_removes():
+    """Leaves under anything-but edges are emitted from a per-field split (leaf ids / other children)
+    kept between matches; it must be dropped when a child gains or loses a subscription (a leaf
+    becoming a path, a path becoming a leaf) and when an edge is added or removed."""
+    idx = SubscriptionIndex()
+    ab = [{"field": "k", "anything_but": ["x"]}]
+    idx.add("a", "t", ab)
+    idx.add("b", "t", [{"field": "k", "anything_but": ["y"]}])
+    assert sorted(idx.match("t", {"k": "z"})) == ["a", "b"]  # builds the split: two leaves
+    assert idx.match("t", {"k": "x"}) == ["b"]
+    idx._check()
+    idx.add("c", "t", ab, tags=["hot"])  # through a's edge (tags go last): a's node is no longer a leaf
+    assert sorted(idx.match("t", {"k": "z"}, ["hot"])) == ["a", "b", "c"]
+    assert sorted(idx.match("t", {"k": "y"}, ["hot"])) == ["a", "c"]
+    assert sorted(idx.match("t", {"k": "z"})) == ["a", "b"]
+    idx._check()
+    idx.remove("a")  # back to one subscription under the edge, which does not end there
+    assert sorted(idx.match("t", {"k": "z"}, ["hot"])) == ["b", "c"]
+    assert idx.match("t", {"k": "z"}) == ["b"]
+    idx._check()
+    idx.remove("c")  # the edge goes
+    idx.add("d", "t", [{"field": "k", "anything_but": ["z"]}])  # a new edge
+    idx._check()
+    assert sorted(idx.match("t", {"k": "w"})) == ["b", "d"]
+    assert idx.match("t", {"k": "z"}) == ["b"]
+    idx._check()
+    idx.add("d2", "t", [{"field": "k", "anything_but": ["z"]}])  # two ids end at d's node: not a leaf
+    assert sorted(idx.match("t", {"k": "w"})) == ["b", "d", "d2"]
+    idx.remove("d2")  # a leaf again: the split must list it as one (checked by _check)
+    idx._check()
+    assert sorted(idx.match("t", {"k": "w"})) == ["b", "d"]
+    idx._check()

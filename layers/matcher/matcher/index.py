@@ -40,10 +40,14 @@ constrain (that is the "skip"). Each node keeps its outgoing edges in per-kind i
 * range: per field up to 16 ranges scanned directly, beyond that one sorted Python list of
   ``(lo, hi)`` per width class (``hi - lo`` in ``[2**(e-1), 2**e)``) and the class's widest range
   ``w``: a range of the class holding ``x`` has ``lo`` in ``[x - w, x]``, so a stab bisects that
-  window per class (C ``bisect``) and scans at most about twice what it pushes (exactly that when
-  the class's ranges have one width); ranges entirely above or below ``x`` are never touched.
+  window per class (C ``bisect``) and scans at most about twice what it pushes; a class where no
+  range lies strictly inside another (e.g. all of one width: ``hi`` sorted with ``lo``) needs no
+  scan: two bisects and one slice of its children, pushed with one ``extend``. Ranges entirely
+  above or below ``x`` are never touched.
 * exists: per field dicts for ``true`` / ``false``; anything-but: per field a dict value-set →
-  child plus, per value, how many sets exclude it (a value no set excludes: one C-level extend).
+  child plus, per value, how many sets exclude it, and a kept split of the children into leaves
+  (their ids) and the others: a value no set excludes emits every leaf id with one C-level
+  ``extend`` and pushes the others with another; otherwise two comprehensions.
 * tags: per node a ``dict`` tag → tag-set children (like multi-value sets), so a message only looks
   up its own tags; a child reached under two of the message's tags is pushed once.
 
@@ -58,11 +62,11 @@ node)``, plus per visited node and field ``O(d)`` for ``d`` distinct prefix leng
 + pushed for ``r`` ranges in ``c`` width classes, and ``O(a)`` for ``a`` anything-but sets only
 when some set excludes the message's value. ``V`` is what the order decides.
 
-Tails: a node with one subscription below it (``count == 1``) that it does not end keeps that
-subscription's id and remaining levels (``_Node.tail``, built on first visit by :func:`_tail`,
-dropped by every add / remove through the node); visiting it tests those levels inline — the
-same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit, not
-``k``.
+Tails: a node with one subscription below it (``count == 1``) keeps that subscription's id and
+remaining levels (``_Node.tail``, built on first visit by :func:`_tail`, dropped by every add /
+remove through the node; a leaf's tail has no levels); visiting it tests those levels inline —
+the same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit,
+not ``k``, and a leaf is one check.
 
 The order (:func:`_canonical`)
 ------------------------------
@@ -101,7 +105,7 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from typing import Any, Hashable, Iterable
 
@@ -479,8 +483,8 @@ class _Node:
         self.ends: Any = None
         self.exact: dict | None = None
         self.more: dict | None = None
-        # when count == 1 and the subscription does not end here: (its id, the labels below this
-        # node), built by the first match that visits the node (:func:`_tail`), dropped by every
+        # when count == 1: (its one subscription's id, the labels below this node; () for a leaf),
+        # built by the first match that visits the node (:func:`_tail`), dropped by every
         # add / remove through it
         self.tail: tuple | None = None
 
@@ -497,16 +501,24 @@ class _Ranges:
     """The range edges of one node and field: stabbing queries over inclusive intervals.
 
     Up to ``_SMALL`` ranges are scanned directly. Beyond that the ranges are grouped by width class
-    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`), each class a sorted ``list`` of
-    ``(lo, hi)`` (bisected by the C ``bisect`` module: a stab is a few C calls and one slice; an
-    add or remove moves up to ``r`` pointers with one ``memmove`` — a :class:`sortedcontainers.
-    SortedList` was used before, its Python-level bisects and ``islice`` cost more per stab) and
-    the widest ``hi - lo`` ever filed in it (``wide``; not lowered by removals, an upper bound is
-    enough): a range of class ``e`` containing ``x`` has ``x - wide[e] <= lo <= x``,
-    so a stab bisects that window in each class and checks ``hi >= x`` there — at most about twice
-    the ranges it pushes per class (every range with ``lo >= x - 2**(e-1)`` in the window contains
-    ``x``; when the class's ranges have one width, exactly the ranges it pushes), plus ``O(log r)``
-    per class. Ranges far above (or below) every value are never scanned.
+    (``hi - lo`` in ``[2**(e-1), 2**e)``, :func:`_width_class`). A class is ``[los, his, kids,
+    inversions]``: its ranges as a sorted ``list`` of ``(lo, hi)`` and, in the same order, their
+    ``hi`` values and child nodes, plus the number of adjacent pairs whose ``hi`` values are out of
+    order. All bisects are the C ``bisect`` module's; an add or remove moves up to ``r`` pointers
+    with one ``memmove`` per list.
+
+    * A class with no inversion (``his`` sorted too: no range of the class strictly inside another,
+      e.g. all of one width) is stabbed exactly by two bisects: the ranges with ``lo <= x`` are a
+      prefix of the order, those with ``hi >= x`` a suffix, so the children to push are one slice
+      of ``kids`` — pushed with one C-level ``extend``, no Python step per range.
+    * Otherwise the widest ``hi - lo`` ever filed in the class (``wide``; not lowered by removals, an
+      upper bound is enough) bounds the window: a range of the class containing ``x`` has
+      ``x - wide[e] <= lo <= x``, so a stab bisects that window and checks ``hi >= x`` there — at
+      most about twice the ranges it pushes (every range with ``lo >= x - 2**(e-1)`` in the window
+      contains ``x``), plus ``O(log r)``.
+
+    Ranges far above (or below) every value are never scanned. A :class:`sortedcontainers.SortedList`
+    per class was used before; its Python-level bisects and ``islice`` cost more per stab.
     """
 
     __slots__ = ("classes", "child", "wide")
@@ -519,19 +531,29 @@ class _Ranges:
     def add(self, lo: float, hi: float, child: _Node) -> None:
         self.child[(lo, hi)] = child
         if self.classes is not None:
-            self._file(lo, hi)
+            self._file(lo, hi, child)
         elif len(self.child) > _SMALL:
             self.classes = {}
             self.wide = {}
-            for lo_hi in self.child:
-                self._file(*lo_hi)
+            for lo_hi, c in self.child.items():
+                self._file(lo_hi[0], lo_hi[1], c)
 
-    def _file(self, lo: float, hi: float) -> None:
+    def _file(self, lo: float, hi: float, child: _Node) -> None:
         e = _width_class(lo, hi)
-        sl = self.classes.get(e)  # type: ignore[union-attr]
-        if sl is None:
-            sl = self.classes[e] = []  # type: ignore[index]
-        insort(sl, (lo, hi))
+        cl = self.classes.get(e)  # type: ignore[union-attr]
+        if cl is None:
+            cl = self.classes[e] = [[], [], [], 0]  # type: ignore[index]
+        los, his, kids = cl[0], cl[1], cl[2]
+        i = bisect_left(los, (lo, hi))
+        if 0 < i < len(his):  # the pair (i - 1, i) stops being adjacent
+            cl[3] -= his[i - 1] > his[i]
+        if i > 0:
+            cl[3] += his[i - 1] > hi
+        if i < len(his):
+            cl[3] += hi > his[i]
+        los.insert(i, (lo, hi))
+        his.insert(i, hi)
+        kids.insert(i, child)
         if e is not None and hi - lo > self.wide.get(e, -1):
             self.wide[e] = hi - lo
 
@@ -544,54 +566,76 @@ class _Ranges:
                 self.wide = {}
             else:
                 e = _width_class(lo, hi)
-                sl = classes[e]
-                del sl[bisect_left(sl, (lo, hi))]
-                if not sl:
+                cl = classes[e]
+                los, his, kids = cl[0], cl[1], cl[2]
+                i = bisect_left(los, (lo, hi))
+                n = len(his)
+                if i > 0:
+                    cl[3] -= his[i - 1] > hi
+                if i + 1 < n:
+                    cl[3] -= hi > his[i + 1]
+                if 0 < i < n - 1:  # (i - 1, i + 1) become adjacent
+                    cl[3] += his[i - 1] > his[i + 1]
+                del los[i], his[i], kids[i]
+                if not los:
                     del classes[e]
                     self.wide.pop(e, None)
 
-    def stab(self, x: float, push) -> None:
+    def stab(self, x: float, stack: list) -> None:
         """Push every child whose [lo, hi] contains x: O(c log r + pushed) for c width classes."""
-        child = self.child
         if self.classes is None:
-            for (lo, hi), c in child.items():
+            for (lo, hi), c in self.child.items():
                 if lo <= x <= hi:
-                    push(c)
+                    stack.append(c)
             return
         wide = self.wide
-        for e, sl in self.classes.items():
-            end = bisect_right(sl, (x, _INF))  # lo <= x
+        for e, (los, his, kids, inversions) in self.classes.items():
+            end = bisect_right(los, (x, _INF))  # lo <= x: a prefix of the order
+            if not inversions:  # his sorted as well: hi >= x is a suffix
+                start = bisect_left(his, x)
+                if start < end:
+                    stack += kids[start:end]
+                continue
             start = 0
             if e is not None:
                 w = wide[e]
                 try:  # lo >= x - w, with a margin for the rounding of hi - lo and of the subtraction
-                    start = bisect_left(sl, (x - (w + w * 1e-9 + 4 * math.ulp(x) + 4 * math.ulp(w)), -_INF))
+                    start = bisect_left(los, (x - (w + w * 1e-9 + 4 * math.ulp(x) + 4 * math.ulp(w)), -_INF))
                 except OverflowError:  # a huge int: scan every lo <= x
                     pass
-            if start < end:
-                for lo, hi in sl[start:end]:
-                    if hi >= x:
-                        push(child[(lo, hi)])
+            for i in range(start, end):
+                if his[i] >= x:
+                    stack.append(kids[i])
 
 
 class _Excluded:
     """The anything-but edges of one node and field: excluded set → child, and per value how many
-    sets exclude it. A message value no set excludes satisfies every edge: one C-level ``extend``."""
+    sets exclude it. A message value no set excludes satisfies every edge.
 
-    __slots__ = ("child", "hits")
+    ``split`` (built on first use, dropped by every add / discard here and by every add / remove
+    through one of the children, see :meth:`SubscriptionIndex._insert`) separates the children
+    that are leaves (one subscription, ending there) from the others: a match (inline, see
+    :meth:`SubscriptionIndex.match`) emits the leaves' ids with one C-level ``extend`` when no set
+    excludes the message's value (else one comprehension) instead of visiting each leaf."""
+
+    __slots__ = ("child", "hits", "split")
 
     def __init__(self) -> None:
         self.child: dict[frozenset, _Node] = {}
         self.hits: dict[Hashable, int] = {}
+        # (leaf ids, other children, [(excluded, leaf id)], [(excluded, other child)]) or None
+        self.split: tuple | None = None
 
     def add(self, excluded: frozenset, child: _Node) -> None:
         self.child[excluded] = child
+        self.split = None
         hits = self.hits
         for k in excluded:
             hits[k] = hits.get(k, 0) + 1
 
     def discard(self, excluded: frozenset) -> None:
         del self.child[excluded]
+        self.split = None
         hits = self.hits
         for k in excluded:
             left = hits[k] - 1
@@ -600,15 +644,17 @@ class _Excluded:
             else:
                 del hits[k]
 
-    def satisfied(self, k: Hashable, stack: list) -> None:
-        """Push every child whose set does not contain ``k``: O(1) + output when no set contains
-        ``k``, else O(a) for ``a`` sets."""
-        if k not in self.hits:
-            stack.extend(self.child.values())
-            return
+    def _split(self) -> tuple:
+        """Build :attr:`split`: O(children)."""
+        leaf_pairs = []
+        other_pairs = []
         for excluded, c in self.child.items():
-            if k not in excluded:
-                stack.append(c)
+            if c.count == 1 and c.ends is not None:  # a leaf: ends is its one id
+                leaf_pairs.append((excluded, c.ends))
+            else:
+                other_pairs.append((excluded, c))
+        split = self.split = ([i for _, i in leaf_pairs], [c for _, c in other_pairs], leaf_pairs, other_pairs)
+        return split
 
 
 class _Prefixes:
@@ -818,9 +864,12 @@ class SubscriptionIndex:
         node.tail = None
         seen = self._seen
         for kind, field, arg in labels:
+            parent = node
             node = self._child(node, kind, field, arg)
             node.count += 1
             node.tail = None
+            if kind == _A:  # the child may stop being a leaf: its parent's leaf split is stale
+                parent.more["a"][field].split = None  # type: ignore[index]
             if kind == _V:
                 known = seen.get(field)
                 if known is None:
@@ -935,6 +984,8 @@ class SubscriptionIndex:
             node.count -= 1
             node.tail = None
             parent = node.parent
+            if node.kind == _A:  # the child may become a leaf (or go): its parent's leaf split is stale
+                parent.more["a"][node.field].split = None  # type: ignore[union-attr]
             if node.kind == _V:
                 field, arg = node.field, node.arg
                 known = seen[field]
@@ -1044,55 +1095,53 @@ class SubscriptionIndex:
         out: list = []
         stack = starts
         push = stack.append
-        visits = 0
-        emits = 0  # visits that output something (a node where subscriptions end, a passed tail)
+        pop = stack.pop
+        waste = 0  # visits that output nothing (learning, below)
         while stack:
-            n = stack.pop()
-            visits += 1
-            e = n.ends
-            if n.count == 1:
-                if e is not None:  # its one subscription ends here: a leaf, ends is the id itself
-                    out.append(e)
-                    emits += 1
-                    continue
-                # One subscription below: test its remaining levels directly instead of visiting
-                # a node per level (the same predicates as the edges below, see _tail).
-                tail = n.tail
-                if tail is None:
-                    tail = n.tail = _tail(n)
-                for kind, f, arg in tail[1]:
-                    if kind == "v":
-                        k = kmap.get(f, kmap)
-                        if k is kmap or (k not in arg if type(arg) is frozenset else k != arg):
-                            break
-                    elif kind == "r":
-                        v = nums.get(f)
-                        if v is None or not arg[0] <= v <= arg[1]:
-                            break
-                    elif kind == "a":
+            n = pop()
+            t = n.tail
+            if t is not None or n.count == 1:
+                # One subscription below (a leaf: no labels left): test its remaining levels
+                # directly instead of visiting a node per level (the same predicates as the edges
+                # below, see _tail), and emit its id.
+                if t is None:
+                    t = n.tail = _tail(n)
+                for kind, f, arg in t[1]:
+                    if kind == "a":
                         k = kmap.get(f, kmap)
                         if k is kmap or k in arg:
+                            break
+                    elif kind == "e":
+                        if (f in props) is not arg:
+                            break
+                    elif kind == "v":
+                        k = kmap.get(f, kmap)
+                        if k is kmap or (k not in arg if type(arg) is frozenset else k != arg):
                             break
                     elif kind == "g":
                         if not tag_list or arg.isdisjoint(tag_list):
                             break
-                    elif kind == "e":
-                        if (f in props) is not arg:
+                    elif kind == "r":
+                        v = nums.get(f)
+                        if v is None or not arg[0] <= v <= arg[1]:
                             break
                     else:  # prefix
                         v = strs.get(f)
                         if v is None or not v.startswith(arg):
                             break
                 else:
-                    out.append(tail[0])
-                    emits += 1
+                    out.append(t[0])
+                    continue
+                waste += 1
                 continue
+            e = n.ends
             if e is not None:
-                emits += 1
                 if type(e) is set:
                     out.extend(e)
                 else:
                     out.append(e)
+            else:
+                waste += 1
             ex = n.exact
             if ex is not None:
                 if len(ex) < nkeys:
@@ -1147,15 +1196,20 @@ class SubscriptionIndex:
                                         if lo <= v <= hi:
                                             push(c)
                                 else:
-                                    rg.stab(v, push)
+                                    rg.stab(v, stack)
                 elif key == "a":
                     for f, sets in (per.items() if len(per) <= nkeys else _pairs(per, kmap)):
                         k = kmap.get(f, kmap)
                         if k is not kmap:
+                            split = sets.split  # inline: no call per edge set
+                            if split is None:
+                                split = sets._split()
                             if k in sets.hits:
-                                sets.satisfied(k, stack)
-                            else:  # no set excludes the value: every edge is satisfied
-                                stack.extend(sets.child.values())
+                                out += [i for excluded, i in split[2] if k not in excluded]
+                                stack += [c for excluded, c in split[3] if k not in excluded]
+                            else:  # no set excludes the value: every leaf id, every other child
+                                out += split[0]
+                                stack += split[1]
                 elif key == "p":
                     if strs:
                         for f, pf in (per.items() if len(per) <= len(strs) else _pairs(per, strs)):
@@ -1180,7 +1234,7 @@ class SubscriptionIndex:
         # nothing. When that waste exceeds a budget (proportional to n, doubling after each
         # re-order so re-orders cost O(waste) amortised), re-order by measured pass rates.
         self._matched += 1
-        self._visits = visits  # nodes the last match visited (tests count work with it)
+        self._visits = len(out) + waste  # the last match's work: ids output + visits without output (tests count it)
         sample = self._sample
         seen_props = dict(props)
         if tag_list:
@@ -1189,7 +1243,6 @@ class SubscriptionIndex:
             sample.append(seen_props)
         else:
             sample[self._matched % _SAMPLE] = seen_props
-        waste = visits - emits
         if waste > 0:
             self._waste += waste
             if (self._waste > max(_MIN_WASTE, 2 * len(self._leaf)) << min(self._reorders, 30)
@@ -1301,9 +1354,12 @@ class SubscriptionIndex:
                     assert len(rg.child) <= _SMALL, "large range set without its width classes"
                 else:
                     filed = []
-                    for e, sl in rg.classes.items():
+                    for e, (sl, his, kids, inversions) in rg.classes.items():
                         assert sl, "empty width class left"
                         assert all(a < b for a, b in zip(sl, sl[1:])), "width class not sorted"
+                        assert his == [hi for _, hi in sl] and len(kids) == len(sl), "width class lists"
+                        assert all(rg.child[lo_hi] is c for lo_hi, c in zip(sl, kids)), "width class children"
+                        assert inversions == sum(a > b for a, b in zip(his, his[1:])), "inversion count"
                         for lo, hi in sl:
                             assert _width_class(lo, hi) == e
                             filed.append((lo, hi))
@@ -1318,6 +1374,11 @@ class SubscriptionIndex:
                     for k in excluded:
                         hits[k] = hits.get(k, 0) + 1
                 assert hits == sets.hits, "anything-but value counts"
+                kept = sets.split
+                if kept is not None:  # a kept leaf split must be what a fresh one would be
+                    fresh = sets._split()
+                    sets.split = kept
+                    assert kept == fresh, "stale anything-but leaf split"
                 for excluded, c in sets.child.items():
                     assert c.kind == _A and c.field == field and c.arg == excluded
                     children.append(c)
@@ -1331,5 +1392,5 @@ class SubscriptionIndex:
             total += self._check_node(c, seen)
         assert node.count == total and total > 0, (node.kind, node.field, node.arg, node.count, total)
         if node.tail is not None:  # a tail is kept only while it describes the one path below
-            assert node.count == 1 and node.ends is None and node.tail == _tail(node), "stale tail"
+            assert node.count == 1 and node.tail == _tail(node), "stale tail"
         return total
