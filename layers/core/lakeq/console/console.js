@@ -253,6 +253,88 @@
     return box;
   }
 
+  // ---- peek and redrive (issue 18.3; admin) ----------------------------------------------------
+  async function send(method, path, body) {
+    const key = sessionStorage.getItem(KEY);
+    const r = await fetch(path, {method: method, headers: {"Authorization": "Bearer " + key,
+      "Content-Type": "application/json"}, body: body === undefined ? undefined : JSON.stringify(body)});
+    let out = null;
+    try { out = await r.json(); } catch (_e) { out = null; }
+    if (!r.ok) throw new Error(path + " → " + (out && out.error ? out.error.code + ": " + out.error.message : "HTTP " + r.status));
+    return out;
+  }
+  function opsStatus(text, error) {
+    const s = $("ops-status");
+    s.textContent = text;
+    s.className = error ? "error" : "";
+  }
+  async function peek(ev) {
+    if (ev) ev.preventDefault();
+    const t = $("peek-topic").value.trim(), q = $("peek-queue").value.trim(), from = $("peek-from").value.trim();
+    if (!t) return;
+    try {
+      const page = await api(`/v1/topics/${enc(t)}/queues/${enc(q)}/messages?limit=20` + (from ? "&from=" + enc(from) : ""));
+      const rows = page.messages.map((m) => el("tr", {},
+        cell(m.offset, {field: "offset", offset: m.offset}),
+        cell(m.id, {}, "text"),
+        cell(m.body.length > 80 ? m.body.slice(0, 80) + "…" : m.body, {field: "body", offset: m.offset}, "text"),
+        cell(m.dead_letter ? `${m.dead_letter.reason} from ${m.dead_letter.topic}#${m.dead_letter.queue}@${m.dead_letter.offset}` : "",
+          {field: "dead_letter", offset: m.offset}, "text"),
+        cell(fmtTime(m.produced_at))));
+      $("peek").replaceChildren(
+        el("p", {class: "muted", text: `${t} queue ${page.queue}: offsets ${page.min_offset}–${page.max_offset}` +
+          (page.next === null ? "" : `; next page from ${page.next}`)}),
+        table(["offset", {text: "id", cls: "text"}, {text: "body", cls: "text"}, {text: "dead letter", cls: "text"}, "produced"],
+          rows, "peek-table"));
+      if (page.next !== null) $("peek-from").value = String(page.next);
+    } catch (e) {
+      $("peek").replaceChildren(el("p", {class: "error", text: e.message}));
+    }
+  }
+  async function redrive(ev) {
+    ev.preventDefault();
+    const source = $("redrive-source").value.trim(), rate = parseInt($("redrive-rate").value, 10);
+    if (!source) return;
+    if (!window.confirm(`Move the messages of '${source}' back to the topics they were dead-lettered from, ${rate}/s?`)) {
+      opsStatus("Redrive not started.");
+      return;
+    }
+    try {
+      const r = await send("POST", "/v1/redrives", {source: source, rate: rate});
+      opsStatus(`Redrive ${r.id} ${r.status}: ${r.moved} of ${r.total} moved.`);
+      await loadRedrives();
+    } catch (e) { opsStatus(e.message, true); }
+  }
+  async function cancelRedrive(id) {
+    if (!window.confirm(`Cancel redrive ${id}? What it moved stays moved.`)) return;
+    try {
+      const r = await send("POST", `/v1/redrives/${enc(id)}/cancel`);
+      opsStatus(`Redrive ${r.id} ${r.status}.`);
+      await loadRedrives();
+    } catch (e) { opsStatus(e.message, true); }
+  }
+  async function loadRedrives() {
+    const list = (await api("/v1/redrives")).redrives;
+    const rows = list.map((r) => el("tr", {"data-redrive": r.id},
+      cell(r.id.slice(0, 8), {}, "text"),
+      cell(r.source, {}, "text"),
+      cell(r.destination || "(each message's source)", {}, "text"),
+      cell(r.status, {redrive: r.id, field: "status"}, "text"),
+      cell(r.moved, {redrive: r.id, field: "moved"}),
+      cell(r.total, {redrive: r.id, field: "total"}),
+      cell(r.failed, {redrive: r.id, field: "failed"}),
+      cell(r.rate),
+      el("td", {}, r.status === "running" ? (() => {
+        const b = el("button", {type: "button", class: "cancel", text: "Cancel…", "data-cancel": r.id});
+        b.addEventListener("click", () => cancelRedrive(r.id));
+        return b;
+      })() : "")));
+    $("redrives").replaceChildren(list.length
+      ? table([{text: "redrive", cls: "text"}, {text: "source", cls: "text"}, {text: "destination", cls: "text"},
+        {text: "status", cls: "text"}, "moved", "of", "failed", "msgs/s", ""], rows, "redrives-table")
+      : el("p", {class: "muted", text: "No redrives."}));
+  }
+
   // ---- refresh loop -------------------------------------------------------------------------
   async function refresh() {
     if (busy || !sessionStorage.getItem(KEY)) return;
@@ -264,6 +346,8 @@
       const consumers = who.clients.filter((c) => c.role === "consumer");
       const names = topicNames || [...new Set(consumers.flatMap((c) => c.topics))];
       renderTopics(await loadTopics(names));
+      $("ops-section").hidden = !who.caller.admin;
+      if (who.caller.admin) await loadRedrives();
       const groups = [];
       for (const c of consumers) groups.push(await loadGroup(c, topicNames));
       const gbox = $("groups");
@@ -295,11 +379,16 @@
       sessionStorage.setItem(KEY, k);
       start();
     });
+    $("peek-form").addEventListener("submit", peek);
+    $("redrive-form").addEventListener("submit", redrive);
     $("forget-key").addEventListener("click", () => {
       sessionStorage.clear();
       stop();
       $("topics").replaceChildren();
       $("groups").replaceChildren();
+      $("peek").replaceChildren();
+      $("redrives").replaceChildren();
+      $("ops-section").hidden = true;
       setStatus("No key yet.");
     });
     if (sessionStorage.getItem(KEY)) start();
