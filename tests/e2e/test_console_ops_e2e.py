@@ -73,6 +73,35 @@ def test_peek_and_redrive_from_the_console(stack, browser):  # noqa: F811
     assert rd["status"] in ("cancelled", "cancelling") and rd["moved"] < 6
     expect(page.locator(f'td[data-redrive="{rd["id"]}"][data-field="status"]')).to_have_text(rd["status"])
 
+    # the summary: the total backlog and dead-lettered count over every group and subscription, as
+    # the offsets routes give them now (computed here the same way), and an age for the oldest
+    def total() -> tuple[int, int]:
+        topics = [t["name"] for t in requests.get(f"{u}/v1/topics", headers=admin, timeout=T).json()["topics"]]
+        backlog = dead = 0
+        for cl in requests.get(f"{u}/v1/clients", headers=admin, timeout=T).json()["clients"]:
+            if cl["role"] != "consumer":
+                continue
+            if cl.get("mode") != "broadcasting":
+                for t in topics:
+                    if any(t == g or t.startswith(g + "/") for g in cl["topics"]):
+                        o = requests.get(f"{u}/v1/groups/{cl['name']}/offsets", params={"topic": t}, headers=admin,
+                                         timeout=T).json()
+                        backlog += o["backlog"]
+                        dead += sum(q["dead_lettered"] for q in o["queues"])
+            subs = requests.get(f"{u}/v1/subscriptions", params={"subscriber": cl["name"]}, headers=admin,
+                                timeout=T).json()["subscriptions"]
+            for sub in subs:
+                o = requests.get(f"{u}/v1/subscriptions/{sub['id']}/offsets", headers=admin, timeout=T).json()
+                backlog += o["backlog"]
+                dead += sum(q["dead_lettered"] for q in o["queues"])
+        return backlog, dead
+    backlog, dead = total()
+    assert backlog >= rd["moved"] and dead >= 6  # ops-c has the moved messages to consume again
+    expect(page.locator('#summary-table td[data-field="backlog"]')).to_have_text(str(backlog), timeout=20_000)
+    expect(page.locator('#summary-table td[data-field="dead_lettered"]')).to_have_text(str(dead))
+    expect(page.locator('#summary-table td[data-field="oldest"]')).to_have_text(re.compile(r"^\d+ (s|min|h)$"))
+    expect(page.locator('#summary-table td[data-field="produce_rate"]')).to_have_text(re.compile(r"^\d+\.\d /s$"))
+
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "console-ops.png"
     page.screenshot(path=str(shot), full_page=True)

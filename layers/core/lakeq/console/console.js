@@ -253,6 +253,53 @@
     return box;
   }
 
+  // ---- summary (issue 18.3): totals over what this key sees, rates from successive refreshes -------
+  let lastSample = null;
+  const MAX_AGE_PEEKS = 16;  // oldest-message reads per refresh (one queue peek each)
+  function fmtAge(ms) {
+    if (ms === null) return "none";
+    const s = Math.max(0, Math.round(ms / 1000));
+    return s < 120 ? s + " s" : s < 7200 ? Math.round(s / 60) + " min" : Math.round(s / 3600) + " h";
+  }
+  async function summary(topics, groups) {
+    let backlog = 0, dead = 0, consumed = 0, produced = 0;
+    const oldest = [];
+    for (const t of topics) if (!t.error) produced += t.produced;
+    for (const g of groups) {
+      for (const o of g.offsets) {
+        if (o.error) continue;
+        backlog += o.backlog;
+        for (const q of o.queues) {
+          dead += q.dead_lettered || 0;
+          consumed += q.committed_offset;
+          if (q.backlog > 0) oldest.push([o.topic, q.queue, q.committed_offset]);
+        }
+      }
+      for (const s of g.subs) if (s.offsets) {
+        backlog += s.offsets.backlog;
+        for (const q of s.offsets.queues) dead += q.dead_lettered || 0;
+      }
+    }
+    let first = null;
+    for (const [t, q, from] of oldest.slice(0, MAX_AGE_PEEKS)) {
+      try {
+        const page = await api(`/v1/topics/${enc(t)}/queues/${q}/messages?limit=1&from=${from}`);
+        if (page.messages.length && (first === null || page.messages[0].produced_at < first)) first = page.messages[0].produced_at;
+      } catch (_e) { /* a key that may not read that topic: left out */ }
+    }
+    const now = Date.now();
+    const rate = (cur, key) => (lastSample && now > lastSample.t
+      ? ((cur - lastSample[key]) * 1000 / (now - lastSample.t)).toFixed(1) + " /s" : "—");
+    const cells = [["backlog", "total backlog", backlog], ["oldest", "oldest unconsumed", fmtAge(first === null ? null : now - first)],
+      ["dead_lettered", "dead-lettered", dead], ["produce_rate", "produce rate", rate(produced, "produced")],
+      ["consume_rate", "consume rate", rate(consumed, "consumed")]];
+    lastSample = {t: now, produced: produced, consumed: consumed};
+    $("summary").replaceChildren(table(cells.map((c) => ({text: c[1]})),
+      [el("tr", {}, ...cells.map((c) => cell(c[2], {field: c[0]})))], "summary-table"),
+      el("p", {class: "muted", text: "Over the topics, groups and subscriptions this key sees; the oldest age reads the " +
+        `message at each backlogged queue's committed offset (at most ${MAX_AGE_PEEKS} queues); rates between refreshes.`}));
+  }
+
   // ---- peek and redrive (issue 18.3; admin) ----------------------------------------------------
   async function send(method, path, body) {
     const key = sessionStorage.getItem(KEY);
@@ -345,11 +392,13 @@
       if (who.caller.admin) topicNames = (await api("/v1/topics")).topics.map((t) => t.name);
       const consumers = who.clients.filter((c) => c.role === "consumer");
       const names = topicNames || [...new Set(consumers.flatMap((c) => c.topics))];
-      renderTopics(await loadTopics(names));
+      const topicsLoaded = await loadTopics(names);
+      renderTopics(topicsLoaded);
       $("ops-section").hidden = !who.caller.admin;
       if (who.caller.admin) await loadRedrives();
       const groups = [];
       for (const c of consumers) groups.push(await loadGroup(c, topicNames));
+      await summary(topicsLoaded, groups);
       const gbox = $("groups");
       gbox.replaceChildren(...(groups.length ? groups.map(renderGroup)
         : [el("p", {class: "muted", text: "No consumer groups."})]));
@@ -388,6 +437,8 @@
       $("groups").replaceChildren();
       $("peek").replaceChildren();
       $("redrives").replaceChildren();
+      $("summary").replaceChildren();
+      lastSample = null;
       $("ops-section").hidden = true;
       setStatus("No key yet.");
     });
