@@ -94,3 +94,41 @@ def test_cancel_a_running_task(sqs, queues, monkeypatch):
     assert err(e)[0] == "InvalidParameterValue"
     assert sqs.cancel_message_move_task(TaskHandle=handle)["ApproximateNumberOfMessagesMoved"] == 0
     assert sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["Status"] == "CANCELLED"
+
+
+def test_query_protocol_answers_parse_as_botocore_reads_them(sqs, h, queues):
+    """The XML answers of the three actions, read by botocore's own query parser with SQS's model."""
+    import botocore.session
+    from botocore.parsers import QueryParser
+
+
+    model = botocore.session.get_session().get_service_model("sqs")
+    dlq_arn = arn(sqs, queues["dlq"])
+
+    def call(action: str, form: dict) -> dict:
+        import copy
+        from urllib.parse import urlencode
+
+        from tests.handlers import Context, sample
+        ev = copy.deepcopy(sample("health.json"))
+        ev["routeKey"] = ev["requestContext"]["routeKey"] = "POST /"
+        ev["rawPath"] = ev["requestContext"]["http"]["path"] = "/"
+        ev["requestContext"]["http"]["method"] = "POST"
+        ev["rawQueryString"] = ""
+        ev["headers"] = {"host": "lakeq.test:3000",
+                         "content-type": "application/x-www-form-urlencoded; charset=utf-8",
+                         "authorization": "AWS4-HMAC-SHA256 Credential=admin/20260101/us-east-1/sqs/aws4_request, "
+                                          "SignedHeaders=host, Signature=00"}
+        ev["body"] = urlencode({"Action": action, "Version": "2012-11-05", **form})
+        out = h.handler(ev, Context())
+        assert out["statusCode"] == 200, out["body"]
+        shape = copy.copy(model.operation_model(action).output_shape)  # SQS's model is JSON now: the
+        shape.serialization = {**shape.serialization, "resultWrapper": f"{action}Result"}  # query wrapper
+        return QueryParser().parse({"body": out["body"].encode(), "headers": out["headers"], "status_code": 200},
+                                   shape)
+
+    handle = call("StartMessageMoveTask", {"SourceArn": dlq_arn, "MaxNumberOfMessagesPerSecond": "20"})["TaskHandle"]
+    listed = call("ListMessageMoveTasks", {"SourceArn": dlq_arn, "MaxResults": "5"})["Results"]
+    assert [(r["Status"], r["ApproximateNumberOfMessagesMoved"], r["MaxNumberOfMessagesPerSecond"], r["SourceArn"])
+            for r in listed] == [("COMPLETED", 3, 20, dlq_arn)]
+    assert handle
