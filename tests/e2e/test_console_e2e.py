@@ -210,7 +210,9 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
         str(_ok(requests.get(f"{url}/v1/summary", headers=admin, timeout=T))["totals"]["backlog"]), timeout=20_000)
     assert _text(page, '[data-field="summary_oldest_age"]') not in ("", "—")
     expect(page.locator('[data-field="summary_produce_rate"]')).to_contain_text("msg/s", timeout=20_000)
-    assert page.locator('#summary-table a[href="#group-' + GROUP + '"]').count() == 1  # drill-down link
+    assert page.locator('#summary-table tr[data-group] a[href="#group-' + GROUP + '"]').count() == 1  # drill-down link
+    sub_row = page.locator(f'#summary-table td[data-subscription="{world["sub"]["id"]}"][data-field="summary_sub_backlog"]')
+    assert sub_row.inner_text().strip() == str(next(x for x in summ["subscriptions"] if x["subscription"] == world["sub"]["id"])["backlog"])
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "console.png"

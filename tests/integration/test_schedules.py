@@ -71,7 +71,8 @@ def test_functions_are_invoked_under_their_own_role(template):
     assert sorted(acting) == [("FanoutFunction", "FanoutFunction"),
                               ("GroupsSweepFunction", "GroupsSweepFunction"),
                               ("PromoterFunction", "PromoterFunction"),
-                              ("PushFunction", "PushFunction")]
+                              ("PushFunction", "PushFunction"),
+                              ("RedriveFunction", "RedriveFunction")]
 
 
 def test_sweep_on_schedule_expires_a_silent_member(aws):
@@ -189,7 +190,8 @@ def test_gateway_routes(template):
     assert listed["BacklogJobSchedule"]["active"] is False  # no job runner: make run without WITH_JOBS
     # without a job runner, running "everything" runs the functions only
     assert [r["name"] for r in client.post("/_local/schedules/run").get_json()["runs"]] == \
-        ["GroupsSweepFunction.Sweep", "PromoterFunction.Promote", "FanoutFunction.Redeliver", "PushFunction.Retry"]
+        ["GroupsSweepFunction.Sweep", "PromoterFunction.Promote", "FanoutFunction.Redeliver", "PushFunction.Retry",
+         "RedriveFunction.Run"]
 
 
 def test_a_trigger_firing_while_its_job_runs_is_skipped_not_queued(template):

@@ -116,6 +116,15 @@
         cell(fmtAge(g.oldest_unconsumed_age_ms), {...d, field: "summary_group_oldest_age"}, "text"),
         cell(g.locked_queues, {...d, field: "summary_group_locked"}));
     });
+    for (const x of sum.subscriptions || []) {
+      const d = {subscription: x.subscription};
+      const link = el("a", {href: "#group-" + x.subscriber.replace(/[^A-Za-z0-9_-]/g, "_"), text: x.subscriber});
+      rows.push(el("tr", {"data-subscription": x.subscription}, el("td", {class: "text"}, link, " (subscription)"),
+        cell(x.topic, {}, "text"),
+        cell(x.backlog, {...d, field: "summary_sub_backlog"}, x.backlog > 0 ? "backlog-hot" : ""),
+        cell(x.dead_lettered, {...d, field: "summary_sub_dead_lettered"}),
+        cell(fmtAge(x.oldest_unconsumed_age_ms), {...d, field: "summary_sub_oldest_age"}, "text"), cell("")));
+    }
     rows.sort((a, b) => Number(b.children[2].textContent || 0) - Number(a.children[2].textContent || 0));
     const parts = [box];
     if (rows.length) {
@@ -346,6 +355,88 @@
     return box;
   }
 
+  // ---- peek and redrive (issue 18.3; admin) ----------------------------------------------------
+  async function send(method, path, body) {
+    const key = sessionStorage.getItem(KEY);
+    const r = await fetch(path, {method: method, headers: {"Authorization": "Bearer " + key,
+      "Content-Type": "application/json"}, body: body === undefined ? undefined : JSON.stringify(body)});
+    let out = null;
+    try { out = await r.json(); } catch (_e) { out = null; }
+    if (!r.ok) throw new Error(path + " → " + (out && out.error ? out.error.code + ": " + out.error.message : "HTTP " + r.status));
+    return out;
+  }
+  function opsStatus(text, error) {
+    const s = $("ops-status");
+    s.textContent = text;
+    s.className = error ? "error" : "";
+  }
+  async function peek(ev) {
+    if (ev) ev.preventDefault();
+    const t = $("peek-topic").value.trim(), q = $("peek-queue").value.trim(), from = $("peek-from").value.trim();
+    if (!t) return;
+    try {
+      const page = await api(`/v1/topics/${enc(t)}/queues/${enc(q)}/messages?limit=20` + (from ? "&from=" + enc(from) : ""));
+      const rows = page.messages.map((m) => el("tr", {},
+        cell(m.offset, {field: "offset", offset: m.offset}),
+        cell(m.id, {}, "text"),
+        cell(m.body.length > 80 ? m.body.slice(0, 80) + "…" : m.body, {field: "body", offset: m.offset}, "text"),
+        cell(m.dead_letter ? `${m.dead_letter.reason} from ${m.dead_letter.topic}#${m.dead_letter.queue}@${m.dead_letter.offset}` : "",
+          {field: "dead_letter", offset: m.offset}, "text"),
+        cell(fmtTime(m.produced_at))));
+      $("peek").replaceChildren(
+        el("p", {class: "muted", text: `${t} queue ${page.queue}: offsets ${page.min_offset}–${page.max_offset}` +
+          (page.next === null ? "" : `; next page from ${page.next}`)}),
+        table(["offset", {text: "id", cls: "text"}, {text: "body", cls: "text"}, {text: "dead letter", cls: "text"}, "produced"],
+          rows, "peek-table"));
+      if (page.next !== null) $("peek-from").value = String(page.next);
+    } catch (e) {
+      $("peek").replaceChildren(el("p", {class: "error", text: e.message}));
+    }
+  }
+  async function redrive(ev) {
+    ev.preventDefault();
+    const source = $("redrive-source").value.trim(), rate = parseInt($("redrive-rate").value, 10);
+    if (!source) return;
+    if (!window.confirm(`Move the messages of '${source}' back to the topics they were dead-lettered from, ${rate}/s?`)) {
+      opsStatus("Redrive not started.");
+      return;
+    }
+    try {
+      const r = await send("POST", "/v1/redrives", {source: source, rate: rate});
+      opsStatus(`Redrive ${r.id} ${r.status}: ${r.moved} of ${r.total} moved.`);
+      await loadRedrives();
+    } catch (e) { opsStatus(e.message, true); }
+  }
+  async function cancelRedrive(id) {
+    if (!window.confirm(`Cancel redrive ${id}? What it moved stays moved.`)) return;
+    try {
+      const r = await send("POST", `/v1/redrives/${enc(id)}/cancel`);
+      opsStatus(`Redrive ${r.id} ${r.status}.`);
+      await loadRedrives();
+    } catch (e) { opsStatus(e.message, true); }
+  }
+  async function loadRedrives() {
+    const list = (await api("/v1/redrives")).redrives;
+    const rows = list.map((r) => el("tr", {"data-redrive": r.id},
+      cell(r.id.slice(0, 8), {}, "text"),
+      cell(r.source, {}, "text"),
+      cell(r.destination || "(each message's source)", {}, "text"),
+      cell(r.status, {redrive: r.id, field: "status"}, "text"),
+      cell(r.moved, {redrive: r.id, field: "moved"}),
+      cell(r.total, {redrive: r.id, field: "total"}),
+      cell(r.failed, {redrive: r.id, field: "failed"}),
+      cell(r.rate),
+      el("td", {}, r.status === "running" ? (() => {
+        const b = el("button", {type: "button", class: "cancel", text: "Cancel…", "data-cancel": r.id});
+        b.addEventListener("click", () => cancelRedrive(r.id));
+        return b;
+      })() : "")));
+    $("redrives").replaceChildren(list.length
+      ? table([{text: "redrive", cls: "text"}, {text: "source", cls: "text"}, {text: "destination", cls: "text"},
+        {text: "status", cls: "text"}, "moved", "of", "failed", "msgs/s", ""], rows, "redrives-table")
+      : el("p", {class: "muted", text: "No redrives."}));
+  }
+
   // ---- refresh loop -------------------------------------------------------------------------
   async function refresh() {
     if (busy || !sessionStorage.getItem(KEY)) return;
@@ -358,7 +449,10 @@
       if (who.caller.admin) topicNames = (await api("/v1/topics")).topics.map((t) => t.name);
       const consumers = who.clients.filter((c) => c.role === "consumer");
       const names = topicNames || [...new Set(consumers.flatMap((c) => c.topics))];
-      renderTopics(await loadTopics(names));
+      const topicsLoaded = await loadTopics(names);
+      renderTopics(topicsLoaded);
+      $("ops-section").hidden = !who.caller.admin;
+      if (who.caller.admin) await loadRedrives();
       const groups = [];
       for (const c of consumers) groups.push(await loadGroup(c, topicNames));
       const gbox = $("groups");
@@ -390,6 +484,8 @@
       sessionStorage.setItem(KEY, k);
       start();
     });
+    $("peek-form").addEventListener("submit", peek);
+    $("redrive-form").addEventListener("submit", redrive);
     $("forget-key").addEventListener("click", () => {
       sessionStorage.clear();
       stop();
@@ -397,6 +493,9 @@
       $("topics").replaceChildren();
       $("groups").replaceChildren();
       prevSummary = null;
+      $("peek").replaceChildren();
+      $("redrives").replaceChildren();
+      $("ops-section").hidden = true;
       setStatus("No key yet.");
     });
     if (sessionStorage.getItem(KEY)) start();

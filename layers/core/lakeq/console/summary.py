@@ -8,7 +8,10 @@ a group's key: its own grants), then one row per topic and per (group, topic):
 - ``backlog`` / ``dead_lettered`` — as ``GET /v1/groups/{g}/offsets`` counts them;
 - ``oldest_unconsumed_at`` — ``produced_at`` of the oldest message a group has not settled (the
   message at its committed offset, one per queue with a backlog; ``null`` with no backlog, or when
-  that message is no longer readable), and ``oldest_unconsumed_age_ms`` from it.
+  that message is no longer readable), and ``oldest_unconsumed_age_ms`` from it;
+- per subscription of those consumers, its message list's ``backlog``, ``dead_lettered`` and oldest
+  unconsumed entry (the time it was produced to its source topic). The totals count groups and
+  subscription lists alike.
 
 Rates are not stored anywhere: the console derives produce and consume rates from two summaries
 (``Δproduced / Δcomputed_at``, ``Δconsumed / Δcomputed_at``), and a script can do the same.
@@ -18,7 +21,9 @@ and no counts (``GET /v1/groups/{g}/offsets?client_id=`` has them per instance).
 Store calls (all reads; nothing here writes): the topics' Scan (admin) or GetItems, the clients'
 Scan (admin) or one GetItem, per topic one BatchGetItem of its queue items, per (group, topic) one
 consistent Query of its offset records, and per queue with a backlog one eventually consistent
-Query (limit 1) of the segment at the committed offset. At most :data:`MAX_PAIRS` (group, topic)
+Query (limit 1) of the segment at the committed offset; per consumer one Query of the subscriptions'
+``by-subscriber`` index, and per subscription the same reads as a (group, topic) over its one-queue
+list. At most :data:`MAX_PAIRS` (group, topic)
 pairs are counted per call (``truncated`` says when more exist).
 """
 from __future__ import annotations
@@ -30,8 +35,9 @@ from lakeq.consume.reader import views_of
 from lakeq.log import segments as seg
 from lakeq.store.models import ClientModel, TopicModel, log_of
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
+from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
-MAX_PAIRS = 200
+MAX_PAIRS = 200  # (group, topic) pairs and subscription lists counted per call
 
 
 def _visible(p: Principal) -> tuple[list[TopicModel], list[ClientModel]]:
@@ -98,16 +104,36 @@ def summary(p: Principal) -> dict:
                 "locked_queues": sum(1 for v in vs if v.locked(now)),
                 "oldest_unconsumed_at": first,
                 "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))})
-    counted = [g for g in group_rows if "backlog" in g]
+    sub_rows: list[dict] = []
+    for c in clients:
+        if c.role != "consumer":
+            continue
+        for sub in SubscriptionRepo.of_subscriber(c.name):
+            if pairs >= MAX_PAIRS:
+                truncated = True
+                continue
+            pairs += 1
+            lt, owner = list_topic(sub.id), list_owner(sub.id)
+            vs = views_of(LogRepo.queues(lt, 1), OffsetRepo.records(owner))
+            oldest = [o for o in (oldest_at(lt, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
+                      if o is not None]
+            first = min(oldest) if oldest else None
+            sub_rows.append({
+                "subscription": sub.id, "subscriber": c.name, "topic": sub.topic,
+                "consumed": sum(v.start for v in vs), "backlog": sum(v.backlog for v in vs),
+                "dead_lettered": sum(v.dead_lettered for v in vs),
+                "oldest_unconsumed_at": first,
+                "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))})
+    counted = [g for g in group_rows if "backlog" in g] + sub_rows
     oldest_all = [g["oldest_unconsumed_at"] for g in counted if g["oldest_unconsumed_at"] is not None]
     first_all = min(oldest_all) if oldest_all else None
     return {
         "computed_at": now,
         "totals": {"topics": len(topic_rows), "groups": len({g["group"] for g in group_rows}),
                    "produced": sum(r["produced"] for r in topic_rows),
-                   "consumed": sum(g["consumed"] for g in counted),
+                   "consumed": sum(g["consumed"] for g in counted if "group" in g),
                    "backlog": sum(g["backlog"] for g in counted),
                    "dead_lettered": sum(g["dead_lettered"] for g in counted),
                    "oldest_unconsumed_at": first_all,
                    "oldest_unconsumed_age_ms": None if first_all is None else max(0, now - int(first_all))},
-        "topics": topic_rows, "groups": group_rows, "truncated": truncated}
+        "topics": topic_rows, "groups": group_rows, "subscriptions": sub_rows, "truncated": truncated}

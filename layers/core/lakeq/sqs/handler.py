@@ -25,6 +25,7 @@ from lakeq.sqs.messages import (
     send_message,
     send_message_batch,
 )
+from lakeq.sqs.moves import cancel_message_move_task, list_message_move_tasks, start_message_move_task
 from lakeq.sqs.permissions import Ctx, account_id, authenticate_request, region
 from lakeq.sqs.queues import (
     create_queue,
@@ -49,9 +50,10 @@ ACTIONS: dict[str, Callable[[Ctx, dict], dict]] = {
     "DeleteMessage": delete_message, "DeleteMessageBatch": delete_message_batch,
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
+    "StartMessageMoveTask": start_message_move_task, "ListMessageMoveTasks": list_message_move_tasks,
+    "CancelMessageMoveTask": cancel_message_move_task,
 }
-UNSUPPORTED = {"AddPermission", "RemovePermission", "StartMessageMoveTask", "CancelMessageMoveTask",
-               "ListMessageMoveTasks"}
+UNSUPPORTED = {"AddPermission", "RemovePermission"}
 
 
 # --- the Lambda event ------------------------------------------------------------------------------

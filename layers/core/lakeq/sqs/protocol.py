@@ -681,7 +681,8 @@ _MAPS = {"Attributes": ("Attribute", "Name", "Value"), "Tags": ("Tag", "Key", "V
          "MessageSystemAttributes": ("MessageSystemAttribute", "Name", "Value")}
 _ENTRIES = {"SendMessageBatch": "SendMessageBatchRequestEntry", "DeleteMessageBatch": "DeleteMessageBatchRequestEntry",
             "ChangeMessageVisibilityBatch": "ChangeMessageVisibilityBatchRequestEntry"}
-_INTS = {"DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds", "MaxResults"}
+_INTS = {"DelaySeconds", "MaxNumberOfMessages", "VisibilityTimeout", "WaitTimeSeconds", "MaxResults",
+         "MaxNumberOfMessagesPerSecond"}
 
 
 _INDEXED = re.compile(r"([A-Za-z]+)\.([1-9][0-9]{0,8})(?:\.(.+))?", re.S)  # Wire.N[.rest]; N < 10^9
@@ -860,6 +861,9 @@ def xml_response(action: str, result: dict, request_id: str) -> str:
                 inner += _xml_attrs_map(m.get("Attributes", {}), "Attribute", "Name", "Value")
                 inner += _xml_message_attrs(m.get("MessageAttributes", {}))
                 body += f"<Message>{inner}</Message>"
+        elif k == "Results":  # ListMessageMoveTasks: a flattened list of entries
+            for e in v:
+                body += "<Results>" + "".join(_xml(x, ek) for ek, x in e.items()) + "</Results>"
         elif k in ("Successful", "Failed"):
             entry_tag = {"SendMessageBatch": "SendMessageBatchResultEntry",
                          "DeleteMessageBatch": "DeleteMessageBatchResultEntry",
@@ -877,7 +881,7 @@ def xml_response(action: str, result: dict, request_id: str) -> str:
 
 _HAS_RESULT = {"CreateQueue", "GetQueueUrl", "ListQueues", "SendMessage", "SendMessageBatch", "ReceiveMessage",
                "DeleteMessageBatch", "ChangeMessageVisibilityBatch", "GetQueueAttributes", "ListQueueTags",
-               "ListDeadLetterSourceQueues"}
+               "ListDeadLetterSourceQueues", "StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask"}
 
 
 def xml_error(e: Any, request_id: str) -> tuple[int, dict[str, str], str]:

@@ -1,0 +1,181 @@
+"""Peek use cases: what an operator reads to see what is stuck, with no write at all.
+
+- :func:`queue_messages` — ``GET /v1/topics/{topic}/queues/{queue}/messages?from=&limit=``: a
+  topic queue's messages from an offset (admin, or a consumer granted the topic);
+- :func:`group_pending` — ``GET /v1/groups/{group}/pending?topic=&queue=&client_id=&from=&limit=``:
+  the messages a group has not settled (pending, locked, due, new), with their deliveries and
+  lock state (admin, or the group's key);
+- :func:`subscription_pending` — ``GET /v1/subscriptions/{id}/pending?from=&limit=``: the same for
+  a subscription's list (admin, or the subscriber's key).
+
+Reads only, through the pull's own readers (:func:`lakeq.consume.reader.topic_reader`,
+:func:`~lakeq.consume.reader.list_reader`): eventually consistent segment Queries, the queue
+items (eventually consistent) and the consumer's offset records (one consistent Query). Nothing
+is locked, promoted, dead-lettered or counted: the function serving these routes has a read-only
+role. Check order (API.md): 401 → 400 → 404 → 403.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from lakeq.admin.auth import Principal, authorize, cached_client, client_or_404, topic_or_404
+from lakeq.common import clock
+from lakeq.common.errors import BadRequest, Forbidden, NotFound
+from lakeq.common.names import check_name, check_topic, covers, is_name
+from lakeq.consume.reader import list_reader, topic_reader
+from lakeq.contract import validation as v
+from lakeq.log import peek_plan as plan
+from lakeq.log.selection import QueueView
+from lakeq.store.models import log_of
+from lakeq.store.repos import LogRepo, OffsetRepo
+from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
+
+FIELDS = ("id", "topic", "queue", "offset", "body", "key", "tags", "properties", "produced_at")
+
+
+def shown(m: dict) -> dict:
+    """A peeked message: the pull's fields without ``deliveries`` (a peek is no delivery), and a
+    dead-lettered copy's ``dead_letter``."""
+    out = {k: m.get(k) for k in FIELDS}
+    if m.get("dead_letter") is not None:
+        out["dead_letter"] = m["dead_letter"]
+    return out
+
+
+def _limit(params: dict) -> int:
+    return v.int_param(params, "limit", 1, plan.MAX_PEEK, plan.DEFAULT_PEEK)
+
+
+def _may_read(p: Principal, topic: str) -> None:
+    """Admin, or a consumer granted ``topic`` (403 otherwise)."""
+    if p.admin:
+        return
+    c = cached_client(p.client or "")
+    if c is None or c.role != "consumer" or not any(covers(g, topic) for g in c.topics):
+        raise Forbidden(f"this key may not read topic '{topic}'")
+
+
+def _read(reader, queue: int, offsets: Iterable[int]) -> dict[int, dict]:
+    """The messages at ``offsets`` (ascending), one read per run of consecutive offsets; a message
+    an eventually consistent read does not see yet is left out."""
+    out: dict[int, dict] = {}
+    run: list[int] = []
+    for o in [*offsets, None]:
+        if o is not None and run and run[-1] + 1 == o:
+            run.append(o)
+            continue
+        if run:
+            msgs, _ = reader(queue, run[0], len(run), run[-1] + 1)
+            out.update({m["_log_offset"]: m for m in msgs})
+        run = [] if o is None else [o]
+    return out
+
+
+def queue_messages(p: Principal, topic: str, queue_raw: str, params: dict) -> dict:
+    """One page of a topic queue's messages from offset ``from`` (default: the oldest kept)."""
+    check_topic(topic)
+    if not (queue_raw.isascii() and queue_raw.isdigit() and len(queue_raw) <= 3):
+        raise BadRequest("the queue must be a queue number")
+    queue = int(queue_raw)
+    start = v.int_param(params, "from", 0, 10**15, -1)
+    limit = _limit(params)
+    t = topic_or_404(topic)
+    if queue >= int(t.queues):
+        raise NotFound(f"topic '{topic}' has queues 0-{int(t.queues) - 1}")
+    _may_read(p, topic)
+    log = log_of(t)
+    meta = LogRepo.queue(log, queue, consistent=False)
+    lo_off, hi_off = (0, 0) if meta is None else (int(meta.min_offset), int(meta.max_offset))
+    lo, hi = plan.window(None if start < 0 else start, limit, lo_off, hi_off)
+    msgs, after = topic_reader(log, None)(queue, lo, hi - lo, hi) if hi > lo else ([], lo)
+    return {"topic": topic, "queue": queue, "min_offset": lo_off, "max_offset": hi_off,
+            "messages": [shown(m) for m in msgs], "next": plan.next_cursor(after, hi_off)}
+
+
+def _entries(reader, queue: int, view: QueueView, start: int, limit: int, now: int,
+             shape=shown) -> tuple[list[dict], int | None]:
+    """A consumer's unsettled messages of one queue from ``start``: (entries, next start or None)."""
+    st = view.state()
+    offsets, nxt = plan.unsettled(st, view.max_offset, max(start, view.min_offset), limit)
+    found = _read(reader, queue, offsets)
+    out = []
+    for o in offsets:
+        m = found.get(o)
+        if m is None:  # not readable yet (an eventually consistent read), or gone with retention
+            continue
+        out.append({**shape(m), **plan.entry_state(st, o, now)})
+    return out, nxt
+
+
+def group_pending(p: Principal, group_name: str, params: dict) -> dict:
+    """The group's unsettled messages of ``topic`` (one ``queue`` or all), paged by the cursor
+    ``"<queue>:<offset>"``; ``backlog`` per queue as ``GET /v1/groups/{group}/offsets`` counts it."""
+    check_name(group_name, "group")
+    topic = params.get("topic")
+    check_topic(topic)
+    client_id = params.get("client_id")
+    if client_id is not None:
+        check_name(client_id, "client_id")
+    only = None
+    if params.get("queue") is not None:
+        only = v.int_param(params, "queue", 0, 999, 0)
+    q0, off0 = plan.parse_cursor(params.get("from"))
+    limit = _limit(params)
+    t = topic_or_404(topic)
+    group = client_or_404(group_name, "consumer")
+    if only is not None and only >= int(t.queues):
+        raise NotFound(f"topic '{topic}' has queues 0-{int(t.queues) - 1}")
+    authorize(p, group, topic)
+    if group.mode == "broadcasting" and client_id is None:
+        raise BadRequest("client_id is required for a broadcasting group")
+    log = log_of(t)
+    owner = OffsetRepo.owner(group.name, log, client_id if group.mode == "broadcasting" else None)
+    recs = OffsetRepo.records(owner)
+    metas = LogRepo.queues(log, int(t.queues))
+    now = clock.now()
+    reader = topic_reader(log, None)
+    entries: list[dict] = []
+    nxt: str | None = None
+    backlog: dict[int, int] = {}
+    for m in metas:
+        q = int(m.queue)
+        r = recs.get(q)
+        view = (QueueView(q, int(m.min_offset), int(m.max_offset)) if r is None
+                else OffsetRepo.view_of(r, int(m.min_offset), int(m.max_offset)))
+        backlog[q] = view.backlog
+        if (only is not None and q != only) or q < q0 or nxt is not None:
+            continue
+        got, after = _entries(reader, q, view, off0 if q == q0 else 0, limit - len(entries), now)
+        entries += got
+        if after is not None and len(entries) >= limit:
+            nxt = plan.cursor(q, after)
+    return {"group": group.name, "topic": topic, **({"client_id": client_id} if client_id else {}),
+            "backlog": sum(b for q, b in backlog.items() if only is None or q == only),
+            "messages": entries, "next": nxt}
+
+
+def subscription_pending(p: Principal, sub_id: str, params: dict) -> dict:
+    """A subscription list's unsettled entries from list offset ``from``; each shows its source
+    ``topic``/``queue``/``offset`` and its ``list_offset`` (the cursor's unit)."""
+    check_name(sub_id, "subscription id")
+    start = v.int_param(params, "from", 0, 10**15, 0)
+    limit = _limit(params)
+    s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
+    if s is None:
+        raise NotFound(f"subscription '{sub_id}' does not exist")
+    if not p.may_act_as(s.subscriber):
+        raise Forbidden(f"this key may not act for '{s.subscriber}'")
+    lt = list_topic(sub_id)
+    metas = LogRepo.queues(lt, 1)
+    if not metas:
+        raise NotFound(f"subscription '{sub_id}' does not exist")
+    m = metas[0]
+    r = OffsetRepo.get(list_owner(sub_id), 0)
+    view = (QueueView(0, int(m.min_offset), int(m.max_offset)) if r is None
+            else OffsetRepo.view_of(r, int(m.min_offset), int(m.max_offset)))
+
+    def shape(msg: dict) -> dict:
+        return {**shown(msg), "list_offset": msg["_log_offset"]}
+
+    entries, nxt = _entries(list_reader(lt), 0, view, start, limit, clock.now(), shape)
+    return {"subscription": sub_id, "backlog": view.backlog, "messages": entries, "next": nxt}
