@@ -318,3 +318,24 @@ def test_a_dead_lettered_big_message_is_copied_by_its_claim(api, setup, aws, clo
     s, b = api.call("GET", path("dlq"), query={"group": "dlqc"}, key=c["api_key"])
     assert s == 200, b
     assert [(m["body"] == body, m["dead_letter"]["id"]) for m in b["messages"]] == [(True, "poison")]
+    # siblings (the merge of peek/redrive with the claim check): an operator peeks at the dead-letter
+    # copy (PeekFunction reads the body from the bucket) and redrives it back (RedriveFunction's copy
+    # carries the claim, as the dead-letter copy does, instead of a 1 MiB body in a segment)
+    s, page = api.call("GET", "/v1/topics/dlq/queues/0/messages", query={"from": "0", "limit": "5"})
+    assert s == 200, str(page)[:300]
+    assert [(m["body"] == body) for m in page["messages"]] == [True]
+    s, r = api.call("POST", "/v1/redrives", {"source": "dlq"})
+    assert s == 202, r
+    for _ in range(20):
+        s, r = api.call("GET", f"/v1/redrives/{r['id']}")
+        if r["status"] == "completed":
+            break
+        clock.t += 60_000
+        from tests.handlers import load_function
+        load_function("RedriveFunction")({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())
+    assert r["status"] == "completed" and r["moved"] == 1 and r["failed"] == 0, r
+    back = [s_ for s_ in SegmentModel.query("quotes/sh#0")] + [s_ for s_ in SegmentModel.query("quotes/sh#1")]
+    assert all(len(s_.data) < 4096 for s_ in back)  # the original and its redriven copy: claims only
+    assert len(objects(aws)) == 1  # one object, named by all three
+    got = pull_all(api, setup["risk"], 1)
+    assert [m["body"] == body for m in got] == [True]

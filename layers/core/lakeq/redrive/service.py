@@ -190,9 +190,11 @@ def _batch(r: RedriveModel, prog: mp.Progress, queue: int, n: int, now: int) -> 
             failed += 1
             error = f"message at {queue}:{m['_log_offset']} names no source topic to go back to"
             continue
+        claim = m.get("claim")  # a body in the lake bucket: the copy names the same object (issue 18.2)
         by_dest.setdefault(d, []).append(seg.Message(
-            id=mp.move_id(r.source_log, queue, m["_log_offset"]), body=m["body"], key=m.get("key"),
-            tags=list(m.get("tags") or []), properties=dict(m.get("properties") or {}), produced_at=now))
+            id=mp.move_id(r.source_log, queue, m["_log_offset"]), body="" if claim else m["body"], key=m.get("key"),
+            tags=list(m.get("tags") or []), properties=dict(m.get("properties") or {}), produced_at=now,
+            claim=claim))
     moved = 0
     for d, items in by_dest.items():
         if _copy(d, items, now):
