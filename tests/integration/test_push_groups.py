@@ -381,3 +381,29 @@ def test_push_function_stream_trigger_serves_a_group_endpoint_as_its_role(api, s
         assert len(calls.on("Query", watchers)) == 1 and not calls.on("GetItem", ClientModel.Meta.table_name)
     finally:
         rx.close()
+
+
+def test_registry_writes_are_conditioned_on_the_settings_read(api, setup):
+    """A route that read settings another request has changed meanwhile writes nothing (neither
+    the client item nor a registry row): it reads again. Here the repo is called with stale reads."""
+    register(api, setup["risk"])
+    cur = ClientModel.get("risk").push
+    other = json.dumps({**json.loads(cur), "topic": "quotes/sh"})
+    stale = json.dumps({**json.loads(cur), "batch_size": 99})
+    assert not GroupPushRepo.put("risk", other, None, current=stale, paused=False)
+    assert not GroupPushRepo.put("risk", cur, "[]", current=None)  # "new" although one exists
+    assert not GroupPushRepo.set_paused("risk", True, stale)
+    assert not GroupPushRepo.remove("risk", stale)
+    assert registry() == [("p|quotes", "risk")] and ClientModel.get("risk").push == cur
+    assert not ClientModel.get("risk").push_paused
+    # a pause read as "not paused" while it is paused: refused too (the row stays out)
+    assert GroupPushRepo.set_paused("risk", True, cur) and registry() == []
+    assert not GroupPushRepo.put("risk", other, None, current=cur, paused=False)
+    assert registry() == []
+    # the route itself reads again and succeeds
+    ClientModel("risk").update(actions=[ClientModel.topics.set(["quotes", "quotes/sh"])])
+    lq_auth.clear_caches()
+    s, b = api.call("PUT", G, {"url": URL, "topic": "quotes/sh"}, key=setup["risk"])
+    assert s == 200 and b["paused"] is True and registry() == []
+    assert api.call("POST", f"{G}/resume", key=setup["risk"])[0] == 200
+    assert registry() == [("p|quotes/sh", "risk")]
