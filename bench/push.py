@@ -196,13 +196,15 @@ def latency(n: int) -> None:
     from tests.e2e.conftest import start_stack
 
     arrived: dict[str, float] = {}
+    group_arrived: dict[str, float] = {}
 
     class H(BaseHTTPRequestHandler):
         def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             now = time.monotonic()
+            into = group_arrived if self.path == "/g" else arrived
             for m in json.loads(body)["messages"]:
-                arrived.setdefault(m["body"], now)
+                into.setdefault(m["body"], now)
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -228,6 +230,13 @@ def latency(n: int) -> None:
         r = requests.put(f"{st.url}/v1/subscriptions/{pushed}/push", headers=hk, timeout=30,
                          json={"url": f"http://127.0.0.1:{server.server_port}/h", "batch_size": 10})
         assert r.status_code == 201, r.text
+        # a consumer group's endpoint on the same topic (stream-triggered since h/push3; the
+        # stack's schedule fires every minute, so a schedule-only trigger would show up to 60 s)
+        gkey = post("/v1/clients", {"name": "gpush", "role": "consumer", "topics": ["lat"]})["api_key"]
+        r = requests.put(f"{st.url}/v1/groups/gpush/push", headers={"Authorization": f"Bearer {gkey}"},
+                         timeout=30, json={"url": f"http://127.0.0.1:{server.server_port}/g", "topic": "lat",
+                                           "batch_size": 10})
+        assert r.status_code == 201, r.text
         pulled_at: dict[str, float] = {}
         stop = threading.Event()
 
@@ -251,21 +260,25 @@ def latency(n: int) -> None:
                  {"Authorization": f"Bearer {feed}"})
             time.sleep(0.3)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (len(arrived) < n or len(pulled_at) < n):
+        while time.monotonic() < deadline and (len(arrived) < n or len(pulled_at) < n or len(group_arrived) < n):
             time.sleep(0.2)
         stop.set()
         push_ms = sorted((arrived[b] - sent[b]) * 1000 for b in sent if b in arrived)
         pull_ms = sorted((pulled_at[b] - sent[b]) * 1000 for b in sent if b in pulled_at)
+        group_ms = sorted((group_arrived[b] - sent[b]) * 1000 for b in sent if b in group_arrived)
 
         def pct(xs, q):
             return xs[min(len(xs) - 1, int(q * len(xs)))]
         print(f"# produce -> receiver latency on the local stack, {n} messages 300 ms apart "
-              f"(pushed {len(push_ms)}, pulled {len(pull_ms)})")
+              f"(pushed {len(push_ms)}, pulled {len(pull_ms)}, pushed to the group {len(group_ms)})")
         print(f"{'':>22} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
         print(f"{'push (PushFunction)':>22} {statistics.median(push_ms):>8.0f} {pct(push_ms, .95):>8.0f} "
               f"{push_ms[-1]:>8.0f}")
         print(f"{'long-poll pull':>22} {statistics.median(pull_ms):>8.0f} {pct(pull_ms, .95):>8.0f} "
               f"{pull_ms[-1]:>8.0f}")
+        if group_ms:
+            print(f"{'group push':>22} {statistics.median(group_ms):>8.0f} {pct(group_ms, .95):>8.0f} "
+                  f"{group_ms[-1]:>8.0f}")
         print(f"push/pull p50: {statistics.median(push_ms) / statistics.median(pull_ms):.2f}x")
     finally:
         server.shutdown()

@@ -1,10 +1,11 @@
 """Push function (issue 17): delivers subscriptions' and consumer groups' messages to their push
 endpoints.
 
-Triggers (template.yaml): the SegmentsTable stream, filtered to INSERTs of list segments
-(``pq = "~<id>#0"``), so a subscription's new message is pushed promptly; and a schedule (rate 1
-minute) that runs every active endpoint (due retries; a consumer group's endpoint is served by the
-schedule only). Logic in lakeq.push.delivery (no HTTP use case is loaded here).
+Triggers (template.yaml): the SegmentsTable stream, filtered to INSERTs of segments, so a new
+message is pushed promptly — a list segment (``pq = "~<id>#0"``) to its subscription's endpoint, a
+topic segment to the endpoints of the consumer groups registered on its topic (one registry Query
+per topic per batch); and a schedule (rate 1 minute) that runs every active endpoint (due retries,
+anything the stream missed). Logic in lakeq.push.delivery (no HTTP use case is loaded here).
 """
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -16,7 +17,7 @@ from lakeq.push import delivery as push
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):
     if "Records" in event:
-        out = push.deliver_all(push.subscriptions_of_records(event["Records"]))
+        out = push.stream(event["Records"])
     else:  # the scheduled sweep
         out = push.sweep()
     delivered = sum(d.delivered for d in out.values())

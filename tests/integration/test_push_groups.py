@@ -14,7 +14,9 @@ import pytest
 
 from lakeq.contract import push as contract
 from lakeq.push import delivery as push
-from lakeq.store.models import ClientModel
+from infra.local import interceptor
+from lakeq.admin import auth as lq_auth
+from lakeq.store.models import ClientModel, SegmentModel, WatcherModel
 from lakeq.store.push import GroupPushRepo
 from tests.handlers import Context, load_function
 from tests.integration.test_push import Poster, Receiver, _dead_letters
@@ -252,3 +254,156 @@ def test_two_overlapping_runs_stay_within_max_in_flight(api, setup, aws, clock):
         runs = [f.result() for f in [ex.submit(push.deliver_group, "risk", p) for _ in range(2)]]
     assert sum(r.delivered for r in runs) == 16 and p.calls == 16
     assert p.peak == 2
+
+
+# --- the stream trigger (no sweep) --------------------------------------------------------------------
+class Calls:
+    """An interceptor hook: every DynamoDB call made, as (operation, table, function)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def before(self, call):
+        if call.service == "dynamodb":
+            self.seen.append((call.operation, call.params.get("TableName"), call.function))
+
+    def after(self, call, response):
+        return response
+
+    def on(self, op, table):
+        return [c for c in self.seen if c[0] == op and c[1] == table]
+
+
+def segment_records(aws):
+    """Every record of SegmentsTable's stream so far, as the event source mapping hands them over."""
+    from infra.local.streams import lambda_record
+    ddb, st = aws["dynamodb"], aws["dynamodbstreams"]
+    arn = ddb.describe_table(TableName=SegmentModel.Meta.table_name)["Table"]["LatestStreamArn"]
+    out = []
+    for sh in st.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = st.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
+        out += [lambda_record(r, arn, "us-east-1") for r in st.get_records(ShardIterator=it["ShardIterator"],
+                                                                            Limit=1000)["Records"]]
+    return out
+
+
+def registry():
+    return sorted((r.k, r.c) for r in WatcherModel.scan() if r.k.startswith("p|"))
+
+
+def test_registry_follows_the_endpoint_put_pause_resume_replace_delete(api, setup):
+    assert registry() == []
+    register(api, setup["risk"])
+    assert registry() == [("p|quotes", "risk")] and WatcherModel.get("p|quotes", "risk").expires_at is None
+    assert GroupPushRepo.groups_of_topic("quotes") == ["risk"] and GroupPushRepo.groups_of_topic("other") == []
+    assert api.call("POST", f"{G}/pause", key=setup["risk"])[0] == 200
+    assert registry() == []
+    # replaced while paused: still paused, still out of the registry
+    assert api.call("PUT", G, {"url": URL, "topic": "quotes", "batch_size": 3}, key=setup["risk"])[0] == 200
+    assert registry() == [] and ClientModel.get("risk").push_paused
+    assert api.call("POST", f"{G}/resume", key=setup["risk"])[0] == 200
+    assert registry() == [("p|quotes", "risk")]
+    # replaced with another topic: the row moves (one transaction with the settings)
+    assert api.call("POST", "/v1/topics", {"name": "other", "queues": 1})[0] == 201
+    ClientModel("risk").update(actions=[ClientModel.topics.set(["quotes", "other"])])
+    assert api.call("PUT", G, {"url": URL, "topic": "other"}, key=setup["risk"])[0] == 200
+    assert registry() == [("p|other", "risk")]
+    assert api.call("DELETE", G, key=setup["risk"])[0] == 204
+    assert registry() == []
+    assert api.call("DELETE", G, key=setup["risk"])[0] == 404  # nothing left to delete
+    # a refused PUT (403: a topic not granted) writes no row
+    assert api.call("PUT", G, {"url": URL, "topic": "dlq"}, key=setup["risk"])[0] in (403, 404)
+    assert registry() == []
+
+
+def test_stream_records_name_topics():
+    recs = [{"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": p}}}}
+            for p in ("quotes#2", "~abc#0", "quotes!3#0", "a/b#0")]
+    assert contract.topics_of_records(recs) == ["quotes", "a/b"]
+
+
+def test_push_function_stream_trigger_serves_a_group_endpoint_as_its_role(api, setup, aws, clock, monkeypatch):
+    """A produce's segment records alone (no schedule run) get the group's messages pushed; a topic
+    with no group endpoint costs one registry Query and no delivery attempt; after DELETE, or
+    while paused, nothing is pushed."""
+    monkeypatch.setenv(push.ENV_LOOPBACK, "1")
+    rx = Receiver([])
+    calls = Calls()
+    watchers = WatcherModel.Meta.table_name
+    try:
+        s, reg = api.call("PUT", G, {"url": rx.url, "topic": "quotes"}, key=setup["risk"])
+        assert s == 201
+        fn = load_function("PushFunction")
+        produce(api, setup["feed"], [("k", "s1"), ("k", "s2")])
+        recs = segment_records(aws)
+        topic_recs = [r for r in recs if not r["dynamodb"]["Keys"]["pq"]["S"].startswith("~")]
+        assert topic_recs, recs
+        with interceptor.hooked(calls):
+            assert fn({"Records": recs}, Context()) == {"batchItemFailures": []}
+        assert [m["body"] for m in json.loads(rx.got[-1][1])["messages"]] == ["s1", "s2"]
+        assert contract.verify(rx.got[-1][0][contract.SIGNATURE_HEADER], rx.got[-1][1], reg["secret"],
+                               clock.t // 1000)
+        assert len(calls.on("Query", watchers)) == 1 and {c[2] for c in calls.seen} == {"PushFunction"}
+        assert pull_all(api, setup["risk"]) == []
+        # another topic, nobody's endpoint on it: one registry Query, no delivery attempt
+        assert api.call("POST", "/v1/topics", {"name": "other", "queues": 2})[0] == 201
+        ClientModel("feed").update(actions=[ClientModel.topics.set(["quotes", "other"])])
+        lq_auth.clear_caches()
+        produce(api, setup["feed"], [("a", "o1"), ("b", "o2")], topic="other")
+        other = [r for r in segment_records(aws) if r["dynamodb"]["Keys"]["pq"]["S"].startswith("other#")]
+        assert other
+        n, calls.seen = len(rx.got), []
+        with interceptor.hooked(calls):
+            fn({"Records": other}, Context())
+        assert len(rx.got) == n
+        assert calls.on("Query", watchers) == [("Query", watchers, "PushFunction")]
+        assert not calls.on("GetItem", ClientModel.Meta.table_name)  # no group looked at
+        # paused: nothing pushed; resumed: pushed by the next segment's records
+        assert api.call("POST", f"{G}/pause", key=setup["risk"])[0] == 200
+        seen = len(segment_records(aws))
+        produce(api, setup["feed"], [("k", "p1")])
+        fresh = segment_records(aws)[seen:]
+        assert fresh
+        fn({"Records": fresh}, Context())
+        assert len(rx.got) == n
+        assert api.call("POST", f"{G}/resume", key=setup["risk"])[0] == 200
+        fn({"Records": fresh}, Context())
+        assert len(rx.got) == n + 1 and [m["body"] for m in json.loads(rx.got[-1][1])["messages"]] == ["p1"]
+        # deleted: its row is gone, nothing pushed
+        assert api.call("DELETE", G, key=setup["risk"])[0] == 204
+        seen = len(segment_records(aws))
+        produce(api, setup["feed"], [("k", "d1")])
+        fresh = segment_records(aws)[seen:]
+        calls.seen = []
+        with interceptor.hooked(calls):
+            fn({"Records": fresh}, Context())
+        assert len(rx.got) == n + 1 and registry() == []
+        assert len(calls.on("Query", watchers)) == 1 and not calls.on("GetItem", ClientModel.Meta.table_name)
+    finally:
+        rx.close()
+
+
+def test_registry_writes_are_conditioned_on_the_settings_read(api, setup):
+    """A route that read settings another request has changed meanwhile writes nothing (neither
+    the client item nor a registry row): it reads again. Here the repo is called with stale reads."""
+    register(api, setup["risk"])
+    cur = ClientModel.get("risk").push
+    other = json.dumps({**json.loads(cur), "topic": "quotes/sh"})
+    stale = json.dumps({**json.loads(cur), "batch_size": 99})
+    assert not GroupPushRepo.put("risk", other, None, current=stale, paused=False)
+    assert not GroupPushRepo.put("risk", cur, "[]", current=None)  # "new" although one exists
+    assert not GroupPushRepo.set_paused("risk", True, stale)
+    assert not GroupPushRepo.remove("risk", stale)
+    assert registry() == [("p|quotes", "risk")] and ClientModel.get("risk").push == cur
+    assert not ClientModel.get("risk").push_paused
+    # a pause read as "not paused" while it is paused: refused too (the row stays out)
+    assert GroupPushRepo.set_paused("risk", True, cur) and registry() == []
+    assert not GroupPushRepo.put("risk", other, None, current=cur, paused=False)
+    assert registry() == []
+    # the route itself reads again and succeeds
+    ClientModel("risk").update(actions=[ClientModel.topics.set(["quotes", "quotes/sh"])])
+    lq_auth.clear_caches()
+    s, b = api.call("PUT", G, {"url": URL, "topic": "quotes/sh"}, key=setup["risk"])
+    assert s == 200 and b["paused"] is True and registry() == []
+    assert api.call("POST", f"{G}/resume", key=setup["risk"])[0] == 200
+    assert registry() == [("p|quotes/sh", "risk")]

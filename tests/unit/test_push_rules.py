@@ -189,3 +189,29 @@ def test_retry_and_dead_letter_machine_matches_the_reference(n, batch, max_attem
     for attempt, d in sim.delays:
         assert 1 <= d <= min(base + extra, base * 2 ** attempt)
     assert sim.s.committed == n and sim.s.dead_lettered == len(sim.dead)
+
+
+# --- topics a stream batch names (the group endpoints' stream trigger) ------------------------------
+_topic = st.sampled_from(["quotes", "quotes/sh", "a-b/c", "x"])
+_pq = st.one_of(
+    st.tuples(_topic, st.integers(0, 3), st.integers(0, 5)).map(
+        lambda t: f"{t[0]}{'' if t[1] == 0 else f'!{t[1]}'}#{t[2]}"),
+    st.sampled_from(["~s1#0", "~s2#0"]))
+_rec = st.tuples(st.sampled_from(["INSERT", "INSERT", "MODIFY", "REMOVE"]), _pq).map(
+    lambda t: {"eventName": t[0], "dynamodb": {"Keys": {"pq": {"S": t[1]}, "base": {"N": "0"}}}})
+
+
+@given(st.lists(_rec, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_topics_of_records_are_the_woken_topics_without_lists(recs):
+    """Against the notifier's rule (``wake.plan.woken_keys``): the same topics, in the same
+    first-seen order, minus subscription lists."""
+    from lakeq.wake.plan import woken_keys
+    assert P.topics_of_records(recs) == [k for k in woken_keys(recs) if not k.startswith("~")]
+
+
+def test_topics_of_records_skips_what_is_not_a_segment_key():
+    recs = [{"eventName": "INSERT"}, {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": ""}}}},
+            {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": "nohash"}}}},
+            {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": "t!2#1"}}}}]
+    assert P.topics_of_records(recs) == ["t"]

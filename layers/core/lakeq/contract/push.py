@@ -11,6 +11,9 @@ the request signature, and what a failed delivery does next (the retry rule).
   times are rejected (dead-lettered), the rest retried after ``retry_delay_ms(n - 1)`` (``n``: the
   most deliveries among them; full jitter, :func:`lakeq.common.backoff.delay`'s formula with the
   endpoint's base and cap).
+- :func:`topics_of_records`: the topics a batch of SegmentsTable stream records names (whose
+  consumer groups' endpoints PushFunction's stream trigger then looks up in their registry,
+  :meth:`lakeq.store.push.GroupPushRepo.groups_of_topic`).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from urllib.parse import urlsplit
 
 from lakeq.common import backoff
 from lakeq.common.errors import BadRequest
-from lakeq.common.names import check_topic
+from lakeq.common.names import check_topic, topic_of_log
 
 BATCH_MIN, BATCH_MAX, BATCH_DEFAULT = 1, 100, 10
 IN_FLIGHT_MIN = 1
@@ -289,3 +292,26 @@ def response_outcomes(raw: bytes | None, n: int) -> Answer | None:
 
 def encode(settings: dict) -> str:
     return json.dumps(settings, separators=(",", ":"), sort_keys=True)
+
+
+def topics_of_records(records) -> list[str]:
+    """The topics whose logs got a segment in a batch of SegmentsTable stream records (INSERTs of
+    ``pq = "<log>#<queue>"``; a subscription list's ``~<id>#0`` is not a topic), each once, in
+    first-seen order: every incarnation ``<topic>!<n>`` of a topic names the topic.
+
+    >>> recs = [{"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": p}}}}
+    ...         for p in ("quotes#1", "~s1#0", "quotes!2#0", "risk/a#3", "quotes#0")]
+    >>> topics_of_records(recs + [{"eventName": "REMOVE", "dynamodb": {"Keys": {"pq": {"S": "x#0"}}}}])
+    ['quotes', 'risk/a']
+    """
+    seen: dict[str, None] = {}
+    for r in records:
+        if r.get("eventName") != "INSERT":
+            continue
+        pq = (((r.get("dynamodb") or {}).get("Keys") or {}).get("pq") or {}).get("S")
+        if not isinstance(pq, str) or not pq or pq.startswith("~"):
+            continue
+        log, sep, _ = pq.rpartition("#")
+        if sep and log:
+            seen.setdefault(topic_of_log(log), None)
+    return list(seen)

@@ -391,7 +391,25 @@ def subscriptions_of_records(records: list[dict]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def groups_of_records(records: list[dict]) -> list[str]:
+    """Consumer groups with an active endpoint on a topic whose logs got a segment in ``records``:
+    one registry Query per distinct topic (:meth:`GroupPushRepo.groups_of_topic`), so a topic
+    without group endpoints costs that one Query per stream batch. A group the registry names
+    stale (its grant revoked, its topic re-registered meanwhile) is skipped by :func:`deliver_group`."""
+    out: list[str] = []
+    for topic in contract.topics_of_records(records):
+        out += GroupPushRepo.groups_of_topic(topic)
+    return list(dict.fromkeys(out))
+
+
+def stream(records: list[dict], poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S
+           ) -> dict[str, Delivered]:
+    """PushFunction's stream trigger: the subscriptions whose lists got a segment and the consumer
+    groups registered on the topics that did, in one :func:`deliver_all`."""
+    return deliver_all(subscriptions_of_records(records), poster, budget_s, groups=groups_of_records(records))
+
+
 def sweep(poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S) -> dict[str, Delivered]:
-    """The scheduled run: every active endpoint, subscriptions' (due retries, anything the stream
-    missed) and consumer groups' (their only trigger)."""
+    """The scheduled run: every active endpoint, subscriptions' and consumer groups' (due retries,
+    anything the stream trigger missed)."""
     return deliver_all(PushRepo.active_ids(), poster, budget_s, groups=GroupPushRepo.active_ids())

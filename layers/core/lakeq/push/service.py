@@ -98,13 +98,17 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
         if s.mode == "broadcasting":
             raise BadRequest("a broadcasting group has no push endpoint (each instance keeps its own offsets); "
                              "use a clustering group")
-    now = clock.now()
-    new = s.push is None
-    secret = _new_secret() if new else None
     encoded = contract.encode(settings)
-    stored = json.dumps([{"secret": secret, "created_at": now, "expires_at": None}]) if new else None
-    if not k.repo.put(sub_id, encoded, stored):
-        raise NotFound(f"{k.what} '{sub_id}' does not exist")
+    for _ in range(5):  # a group's write is conditioned on the settings read: read again when they changed
+        now = clock.now()
+        new = s.push is None
+        secret = _new_secret() if new else None
+        stored = json.dumps([{"secret": secret, "created_at": now, "expires_at": None}]) if new else None
+        if k.repo.put(sub_id, encoded, stored, s.push, bool(s.push_paused)):
+            break
+        s = _owner(k, p, sub_id, need_push=False)
+    else:
+        raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
     s.push = encoded
     if new:
         s.push_secrets, s.push_paused, s.push_state = stored, False, None
@@ -122,18 +126,22 @@ def get(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> dict:
 
 def delete(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> None:
     _check(k, sub_id)
-    _owner(k, p, sub_id)
-    if not k.repo.remove(sub_id):
-        raise NotFound(f"{k.what} '{sub_id}' has no push endpoint")
+    for _ in range(5):  # False: gone (the next read answers 404) or, for a group, changed meanwhile
+        s = _owner(k, p, sub_id)
+        if k.repo.remove(sub_id, s.push):
+            return
+    raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
 
 
 def pause(p: Principal, sub_id: str, paused: bool, k: Kind = SUBSCRIPTION) -> dict:
+    """Pause / resume; a group's endpoint leaves / rejoins its topic's registry in the same transaction."""
     _check(k, sub_id)
-    s = _owner(k, p, sub_id)
-    if not k.repo.set_paused(sub_id, paused):
-        raise NotFound(f"{k.what} '{sub_id}' has no push endpoint")
-    s.push_paused = paused
-    return view(s, None, k)
+    for _ in range(5):
+        s = _owner(k, p, sub_id)
+        if k.repo.set_paused(sub_id, paused, s.push):
+            s.push_paused = paused
+            return view(s, None, k)
+    raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
 
 
 def rotate(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> dict:

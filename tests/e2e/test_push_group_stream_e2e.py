@@ -1,0 +1,103 @@
+"""A consumer group's push endpoint served by PushFunction's stream trigger, end to end over the
+local stack started with ``--no-schedules``: no schedule fires by itself, so the 1-minute sweep
+cannot deliver anything here; a message reaches the group's endpoint only through the
+SegmentsTable stream (the local pump) → PushFunction → the registry Query → the delivery.
+Before the stream trigger served groups, nothing would arrive at all in this stack."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.e2e
+T = 30
+WITHIN_S = 15.0  # well under the schedule's 60 s
+
+
+class Receiver:
+    def __init__(self):
+        self.got: list[tuple[float, list[str]]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with outer.lock:
+                    outer.got.append((time.monotonic(), [m["body"] for m in json.loads(body)["messages"]]))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/group"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def arrival(self, body: str) -> float | None:
+        with self.lock:
+            return next((t for t, bodies in self.got if body in bodies), None)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def st(start_local_stack):
+    stack = start_local_stack(args=["--no-schedules"])
+    yield stack
+    code = stack.stop()
+    assert code == 0, stack.stderr[-3000:]
+
+
+def test_group_endpoint_gets_a_message_in_seconds_without_the_schedule(st):
+    rx = Receiver()
+    try:
+        adm = {"Authorization": f"Bearer {st.admin_key}"}
+
+        def call(method, path, headers=adm, status=200, **kw):
+            r = requests.request(method, st.url + path, headers=headers, timeout=T, **kw)
+            assert r.status_code == status, (method, path, r.status_code, r.text)
+            return r.json() if r.content else None
+
+        tag = uuid.uuid4().hex[:6]
+        topic, group, producer = f"gstream-{tag}", f"gs-{tag}", f"feed-{tag}"
+        call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
+        feed = call("POST", "/v1/clients", json={"name": producer, "role": "producer", "topics": [topic]},
+                    status=201)["api_key"]
+        gkey = call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
+                    status=201)["api_key"]
+        gk = {"Authorization": f"Bearer {gkey}"}
+        call("PUT", f"/v1/groups/{group}/push", gk, 201, json={"url": rx.url, "topic": topic})
+        latencies = []
+        for i in range(3):
+            body = f"m{i}-{tag}"
+            t0 = time.monotonic()
+            call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"},
+                 json={"producer": producer, "messages": [{"key": f"k{i}", "body": body}]})
+            while rx.arrival(body) is None and time.monotonic() - t0 < 45:
+                time.sleep(0.05)
+            at = rx.arrival(body)
+            assert at is not None, f"{body} never pushed within 45 s\n{st.stderr[-3000:]}"
+            latencies.append(at - t0)
+        print(f"group push latency, produce answered -> endpoint got it (s): "
+              f"{', '.join(f'{x:.2f}' for x in latencies)}")
+        assert max(latencies) < WITHIN_S, latencies
+        # paused: the stream trigger pushes nothing (and there is no schedule to do it either)
+        call("POST", f"/v1/groups/{group}/push/pause", gk)
+        call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"},
+             json={"producer": producer, "messages": [{"key": "k", "body": f"paused-{tag}"}]})
+        st.drain(30)
+        time.sleep(1.0)
+        assert rx.arrival(f"paused-{tag}") is None
+        pulled = call("GET", f"/v1/topics/{topic}/messages", gk, params={"group": group, "max": 10})["messages"]
+        assert [m["body"] for m in pulled] == [f"paused-{tag}"]
+    finally:
+        rx.close()
