@@ -114,8 +114,10 @@ def read_slice(spark: SparkSession, lake: Lake, kind: str, from_ms: int, to_ms: 
 
 
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
-           flt: Filter) -> DataFrame:
-    """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay, ordered by ``queue, offset``.
+           flt: Filter, parts: int | None = None) -> DataFrame:
+    """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay: ``parts`` partitions (hash of
+    ``queue``: a queue's rows are in one partition), each sorted by ``queue, offset`` — the order
+    the copier needs is per queue, so no global sort (and no sampling pass over the input for one).
     A message whose body row is missing keeps ``body`` null (the copier counts it failed)."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull())
@@ -123,47 +125,60 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     if flt.tags:
         m = m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
                                      F.array(*[F.lit(t) for t in flt.tags])))
-    for needle in field_needles(flt):
-        m = m.where(F.coalesce(F.col("properties"), F.lit("")).contains(needle))
+    props = F.coalesce(F.col("properties"), F.lit(""))
+    for needles in field_needles(flt):  # per level: one of its needles must be in the text
+        cond = props.contains(needles[0])
+        for nd in needles[1:]:
+            cond = cond | props.contains(nd)
+        m = m.where(cond)
     if flt.conditions:
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
         m = m.where(keep(F.col("properties"), F.col("tags")))
     m = m.dropDuplicates(["topic", "queue", "offset"])
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms))
          .select("queue", "offset", "body").dropDuplicates(["queue", "offset"]))
-    return (m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
-            .orderBy("queue", "offset"))
+    j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
+    j = j.repartition(parts, "queue") if parts else j.repartition("queue")
+    return j.sortWithinPartitions("queue", "offset")
 
 
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print) -> dict:
-    """Select, write ``replays/<id>/manifest/part-*.json.gz`` (rows in ``(queue, offset)`` order
-    across the parts, by name) and ``replays/<id>/selection.json``: ``found``, ``missing_bodies``,
-    per part its row count (the copier's cursor is a position in that order) and per queue its
-    count. Returns the summary."""
+    """Select and write ``replays/<id>/manifest/part-*.json.gz`` in one pass over the slice (each part
+    holds whole queues, sorted by ``queue, offset``), then ``replays/<id>/selection.json`` from the
+    manifest itself (small: the selected rows only): ``found``, ``missing_bodies``, per part its key
+    and row count (the copier's cursor is a position in the parts' order) and per queue its count.
+    Returns the summary."""
     t0 = time.perf_counter()
     if flt.conditions:
         ship(spark, "matcher", "lakeq")
-    with progress(spark, f"replay {replay_id}: select", show_progress):
+    out = lake.path(manifest_prefix(replay_id))
+    with progress(spark, f"replay {replay_id}: select + write", show_progress):
         msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
         bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
-        sel = select(msgs, bods, topic, from_ms, to_ms, flt).cache()
-        parts = (sel.groupBy(F.spark_partition_id().alias("part"))
-                 .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.col("body").isNull().cast("long")).alias("missing"))
-                 .orderBy("part").collect())
-    out = lake.path(manifest_prefix(replay_id))
-    with progress(spark, f"replay {replay_id}: write", show_progress):
-        sel.write.mode("overwrite").option("compression", "gzip").json(out)
-        per_queue = sel.groupBy("queue").count().orderBy("queue").collect()
-    sel.unpersist()
-    names = {int(k.rsplit("/", 1)[-1].split("-")[1]): k for k in lake.list_keys(manifest_prefix(replay_id))
-             if k.rsplit("/", 1)[-1].startswith("part-")}
-    found = sum(int(r["rows"]) for r in parts)
+        (select(msgs, bods, topic, from_ms, to_ms, flt).write.mode("overwrite")
+         .option("compression", "gzip").json(out))
+    keys = [k for k in lake.list_keys(manifest_prefix(replay_id)) if k.rsplit("/", 1)[-1].startswith("part-")]
+    per_part, per_queue, missing = [], {}, 0
+    if keys:
+        with progress(spark, f"replay {replay_id}: summary", show_progress):
+            man = (spark.read.schema("queue long, body string").json(out)
+                   .withColumn("file", F.input_file_name()))
+            rows = man.groupBy("file", "queue").agg(
+                F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing")).collect()
+        by_file: dict[str, int] = {}
+        for r in rows:
+            name = r["file"].rsplit("/", 1)[-1]
+            by_file[name] = by_file.get(name, 0) + int(r["n"])
+            per_queue[str(int(r["queue"]))] = int(r["n"])
+            missing += int(r["missing"] or 0)
+        per_part = [{"key": k, "rows": by_file.get(k.rsplit("/", 1)[-1], 0)} for k in keys]
+        per_part = [p for p in per_part if p["rows"]]
+    found = sum(p["rows"] for p in per_part)
     summary = {
         "replay_id": replay_id, "topic": topic, "from": from_ms, "to": to_ms, "filter": flt.to_json(),
-        "found": found, "missing_bodies": sum(int(r["missing"] or 0) for r in parts),
-        "parts": [{"key": names[int(r["part"])], "rows": int(r["rows"])} for r in parts if int(r["rows"])],
-        "queues": {str(int(r["queue"])): int(r["count"]) for r in per_queue},
+        "found": found, "missing_bodies": missing, "parts": per_part,
+        "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
         "manifest": manifest_prefix(replay_id), "seconds": round(time.perf_counter() - t0, 3),
     }
     lake.put_json(summary_key(replay_id), summary)

@@ -73,7 +73,8 @@ def lake_dir(tmp_path_factory):
 def _reference(rows, topic, lo, hi, raw_filter):
     inside = [r for r in rows if r["topic"] == topic and lo <= r["produced_at"] < hi]
     kept = matching(Filter.of(raw_filter), inside)
-    return [(r["queue"], r["offset"], r["id"], r["body"]) for r in sorted(kept, key=lambda r: (r["queue"], r["offset"]))]
+    kept.sort(key=lambda r: (r["queue"], r["offset"]))
+    return [(r["queue"], r["offset"], r["id"], r["body"]) for r in kept]
 
 
 def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir):
@@ -87,8 +88,10 @@ def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir):
     for raw in FILTERS:
         want = _reference(rows, "t", lo, hi, raw)
         got = [(r["queue"], r["offset"], r["id"], r["body"])
-               for r in R.select(msgs, bods, "t", lo, hi, Filter.of(raw)).collect()]
-        assert got == want, raw
+               for r in R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
+        assert sorted(got) == want, raw  # exactly these, once each
+        for q in {w[0] for w in want}:  # in offset order within each queue
+            assert [g for g in got if g[0] == q] == [w for w in want if w[0] == q]
         sizes.append(len(want))
     assert all(0 < n for n in sizes[1:]) and len(set(sizes)) > 4  # the filters really select differently
     # "1" and 1 and true are told apart (the lake's map<string,string> schema would merge them)
@@ -121,12 +124,17 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     want = _reference(rows, "t", lo, hi, raw)
     s = json.loads((root / R.summary_key("r1")).read_text())
     assert s == out and s["found"] == len(want) and s["missing_bodies"] == 0
-    got = []
-    for part in s["parts"]:  # parts in key order = (queue, offset) order; each part's count recorded
+    got, seen_queues = [], []
+    for part in s["parts"]:  # each part: whole queues, sorted by (queue, offset); its count recorded
         lines = gzip.decompress((root / part["key"]).read_bytes()).decode("utf-8").splitlines()
         assert len(lines) == part["rows"]
-        got += [json.loads(x) for x in lines]
+        rs = [json.loads(x) for x in lines]
+        assert [(r["queue"], r["offset"]) for r in rs] == sorted((r["queue"], r["offset"]) for r in rs)
+        seen_queues += sorted({r["queue"] for r in rs})
+        got += rs
+    assert len(seen_queues) == len(set(seen_queues))  # a queue never spans two parts
     assert [p["key"] for p in s["parts"]] == sorted(p["key"] for p in s["parts"])
+    got.sort(key=lambda r: (r["queue"], r["offset"]))
     assert [(r["queue"], r["offset"], r["id"], r["body"]) for r in got] == want
     assert s["queues"] == {str(q): sum(1 for w in want if w[0] == q) for q in {w[0] for w in want}}
     assert json.loads(got[0]["properties"]) == next(r["properties"] for r in rows if r["id"] == got[0]["id"])

@@ -86,21 +86,46 @@ class Filter:
         return f
 
 
-def field_needles(f: Filter) -> list[str]:
-    """The fields the filter requires present (every level but ``exists: false``), as the archiver
-    spells a key in its compact JSON: ``json.dumps(field, ensure_ascii=False) + ":"``. A row whose
-    properties text lacks one of them cannot match (the converse does not hold: a value may contain
-    the text), so this is a pre-filter only.
+def _spelled(v: Any) -> str | None:
+    """``v`` as the lake's JSON text spells it, when that is certain: the archiver writes compact JSON
+    with ``ensure_ascii=False`` and Spark's reader re-writes an object's text with Jackson, which
+    agrees except for ``\\uXXXX`` escapes (hex case): those are left out."""
+    t = json.dumps(v, ensure_ascii=False)
+    return None if "\\u" in t else t
 
-    >>> field_needles(Filter.of({"conditions": [{"field": "sym", "prefix": "A"}, {"field": "x", "exists": False}]}))
-    ['"sym":']
+
+def field_needles(f: Filter) -> list[list[str]]:
+    """A pre-filter for Spark, as substrings of a row's properties text: per level, a list of
+    needles of which the text must contain one (``[]`` levels are left out). Every level but
+    ``exists: false`` needs its field present (``"field":``); a ``values`` level of strings needs
+    ``"field":"value"`` for one of its values, a ``prefix`` level ``"field":"prefix``. Only a
+    necessary condition (a value may contain the text): the matcher decides.
+
+    >>> field_needles(Filter.of({"conditions": [{"field": "sym", "values": ["A", "B"]},
+    ...                                          {"field": "x", "exists": False}]}))
+    [['"sym":"A"', '"sym":"B"']]
+    >>> field_needles(Filter.of({"conditions": [{"field": "px", "range": [1, 2]}, {"field": "s", "prefix": "ab"}]}))
+    [['"px":'], ['"s":"ab']]
     """
     out = []
     for lv in f.levels:
         if lv.get("exists") is False:
             continue
-        out.append(json.dumps(lv["field"], ensure_ascii=False) + ":")
-    return sorted(set(out))
+        key = _spelled(lv["field"])
+        if key is None:
+            continue
+        if "values" in lv and all(isinstance(v, str) for v in lv["values"]):
+            vals = [_spelled(v) for v in lv["values"]]
+            if all(v is not None for v in vals):
+                out.append(sorted(f"{key}:{v}" for v in vals))
+                continue
+        if "prefix" in lv:
+            pre = _spelled(lv["prefix"])
+            if pre is not None:
+                out.append([f"{key}:{pre[:-1]}"])  # without the closing quote
+                continue
+        out.append([f"{key}:"])
+    return out
 
 
 def hour_bounds(from_ms: int, to_ms: int) -> tuple[str, str]:
