@@ -17,12 +17,13 @@ FIELDS = ["k", "s", 'n"q', "é", "a\u0001b"]
 scalar = st.one_of(st.sampled_from(["1", "A", "AB", "é", "x\u0002y", "", "a\"b"]), st.integers(-3, 3),
                    st.sampled_from([1.0, 2.5, True, False]))
 value = st.one_of(scalar, st.just(None), st.lists(scalar, max_size=2), st.dictionaries(st.sampled_from(FIELDS), scalar))
+field = st.sampled_from(FIELDS)
 level = st.one_of(
-    st.builds(lambda f, v: {"field": f, "values": v}, st.sampled_from(FIELDS), st.lists(scalar, min_size=1, max_size=3)),
+    st.builds(lambda f, v: {"field": f, "values": v}, field, st.lists(scalar, min_size=1, max_size=3)),
     st.builds(lambda f, a, b: {"field": f, "range": [min(a, b), max(a, b)]}, st.sampled_from(FIELDS),
               st.integers(-3, 3), st.integers(-3, 3)),
-    st.builds(lambda f, p: {"field": f, "prefix": p}, st.sampled_from(FIELDS), st.sampled_from(["", "A", "é", "x\u0002"])),
-    st.builds(lambda f, v: {"field": f, "anything_but": v}, st.sampled_from(FIELDS), st.lists(scalar, min_size=1, max_size=2)),
+    st.builds(lambda f, p: {"field": f, "prefix": p}, field, st.sampled_from(["", "A", "é", "x\u0002"])),
+    st.builds(lambda f, v: {"field": f, "anything_but": v}, field, st.lists(scalar, min_size=1, max_size=2)),
     st.builds(lambda f, b: {"field": f, "exists": b}, st.sampled_from(FIELDS), st.booleans()),
 )
 
