@@ -2,7 +2,7 @@
 
 One invocation = one batch from one shard (``BatchSize`` / ``MaximumBatchingWindowInSeconds`` in
 template.yaml): its records become gzipped JSON Lines objects under
-``raw/kind=<messages|offsets|members>/dt=…/hour=…/``, one per partition, keyed by the batch's shard
+``raw/kind=<messages|bodies|offsets|members>/dt=…/hour=…/``, one per partition, keyed by the batch's shard
 and first/last sequence numbers (lakeq.lake.archive). An S3 error raises: the event source mapping retries
 the same batch, which rewrites the same keys with the same bytes, so nothing is duplicated (a batch
 bisected by ``BisectBatchOnFunctionError`` gets other keys: the jobs drop duplicate rows by ``seq``).

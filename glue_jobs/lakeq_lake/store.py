@@ -38,6 +38,18 @@ class Lake:
         p = Path(self.path(prefix))
         return p.exists() and any(f.is_file() for f in p.rglob("*"))
 
+    def list_keys(self, prefix: str) -> list[str]:
+        """The keys under ``prefix`` (relative to the lake's root), sorted."""
+        if self.is_s3:
+            out = []
+            for page in self.s3().get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=prefix.rstrip("/") + "/"):
+                out += [o["Key"] for o in page.get("Contents", [])]
+            return sorted(out)
+        base = Path(self.root)
+        p = Path(self.path(prefix))
+        return sorted(str(f.relative_to(base)) for f in p.rglob("*") if f.is_file()) if p.exists() else []
+
     def put_json(self, key: str, obj) -> None:
         data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
         if self.is_s3:

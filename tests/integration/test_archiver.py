@@ -40,8 +40,9 @@ def objects(s3) -> dict[str, list[dict]]:
 
 def test_segments_batch_is_partitioned_by_hour_and_holds_no_bodies(aws, archiver):
     out = archiver.lambda_handler(sample("stream_segments.json"), None)
-    objs = objects(aws["s3"])
-    assert sorted(objs) == out["objects"]
+    every = objects(aws["s3"])
+    assert sorted(every) == out["objects"]
+    objs = {k: v for k, v in every.items() if k.startswith("raw/kind=messages/")}
     assert len(objs) == 2  # three segments, two hours: never one object per message
     keys = sorted(objs)
     assert keys[0].startswith("raw/kind=messages/dt=2026-01-01/hour=00/messages-")
@@ -58,6 +59,25 @@ def test_segments_batch_is_partitioned_by_hour_and_holds_no_bodies(aws, archiver
     # key = shard + first/last sequence number of the rows in the object
     seqs = [r["seq"] for r in first]
     assert keys[0].endswith(f"-{seqs[0]}-{seqs[-1]}.jsonl.gz")
+
+
+def test_segments_bodies_go_to_a_parallel_dataset_partitioned_like_the_messages(aws, archiver):
+    """Issue 18.1 (replay): every message's body is kept, gzipped, under ``raw/kind=bodies/`` in the
+    same hour partitions and batch names as its metadata row (one object per batch and partition)."""
+    archiver.lambda_handler(sample("stream_segments.json"), None)
+    every = objects(aws["s3"])
+    msgs = {k: v for k, v in every.items() if k.startswith("raw/kind=messages/")}
+    bodies = {k: v for k, v in every.items() if k.startswith("raw/kind=bodies/")}
+    assert len(bodies) == 2 and len(every) == 4
+    assert [k.replace("kind=messages/", "").replace("/messages-", "/") for k in sorted(msgs)] == [
+        k.replace("kind=bodies/", "").replace("/bodies-", "/") for k in sorted(bodies)]
+    m_rows = [r for k in sorted(msgs) for r in msgs[k]]
+    b_rows = [r for k in sorted(bodies) for r in bodies[k]]
+    assert [(r["topic"], r["queue"], r["offset"], r["seq"]) for r in m_rows] == [
+        (r["topic"], r["queue"], r["offset"], r["seq"]) for r in b_rows]
+    assert [len(r["body"].encode("utf-8")) for r in b_rows] == [r["size"] for r in m_rows]
+    assert b_rows[0]["body"] == "hello" and len(b_rows[2]["body"]) == 600  # from a zlib-compressed segment
+    assert set(b_rows[0]) == {"topic", "queue", "offset", "body", "seq", "produced_at"}
 
 
 def test_redelivered_batch_overwrites_instead_of_duplicating(aws, archiver):
@@ -163,6 +183,6 @@ def test_the_archiver_makes_its_own_s3_client_on_first_use(aws):
     out = mod.lambda_handler(sample("stream_segments.json"), None)
     client = mod._s3
     assert client is not None and client.meta.service_model.service_name == "s3"
-    assert sorted(objects(aws["s3"])) == out["objects"] and len(out["objects"]) == 2
+    assert sorted(objects(aws["s3"])) == out["objects"] and len(out["objects"]) == 4  # messages + bodies, 2 hours
     mod.lambda_handler(sample("stream_segments.json"), None)
     assert mod._s3 is client

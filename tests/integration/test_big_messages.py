@@ -339,3 +339,32 @@ def test_a_dead_lettered_big_message_is_copied_by_its_claim(api, setup, aws, clo
     assert len(objects(aws)) == 1  # one object, named by all three
     got = pull_all(api, setup["risk"], 1)
     assert [m["body"] == body for m in got] == [True]
+
+
+def test_the_lake_keeps_a_claimed_body_by_its_claim(api, setup, aws):
+    """The archiver's ``kind=bodies`` row of a claim-checked message (issue 18.1 meets 18.2): an empty
+    body and the claim (key, size, digest) — what the replay's copier needs to find the body — and the
+    message row's ``size`` is the body's, not 0."""
+    from lakeq.lake import archive as lake
+
+    arn = aws["dynamodb"].describe_table(TableName=f"{tpl.LOCAL_STACK}-segments")["Table"]["LatestStreamArn"]
+    body = "z" * MIB
+    assert produce(api, setup["feed"], {"id": "big", "body": body}, {"id": "small", "body": "s"})[0] == 200
+    ddbs = aws["dynamodbstreams"]
+    records = []
+    for sh in ddbs.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = ddbs.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
+        records += [lambda_record(x, arn, "us-east-1") for x in ddbs.get_records(ShardIterator=it["ShardIterator"])
+                    ["Records"]]
+    rows, bodies = [], []
+    for r in records:
+        m, b = lake.message_and_body_rows(r)
+        rows += m
+        bodies += b
+    by_id = {r["id"]: (r, b) for r, b in zip(rows, bodies)}
+    big_row, big_body = by_id["big"]
+    assert big_row["size"] == MIB and big_body["body"] == ""
+    [key] = objects(aws)
+    assert big_body["claim"]["key"] == key and big_body["claim"]["size"] == MIB
+    assert claims.verify(big_body["claim"], aws["s3"].get_object(Bucket=BUCKET, Key=key)["Body"].read()) == body
+    assert "claim" not in by_id["small"][1] and by_id["small"][1]["body"] == "s"

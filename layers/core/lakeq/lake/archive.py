@@ -4,7 +4,7 @@ benchmark share one definition of the layout.
 
 Layout (Hive-partitioned, one object per stream batch and partition, never one per message)::
 
-    raw/kind=<messages|offsets|members>/dt=YYYY-MM-DD/hour=HH/<shard>-<first seq>-<last seq>.jsonl.gz
+    raw/kind=<messages|bodies|offsets|members>/dt=YYYY-MM-DD/hour=HH/<shard>-<first seq>-<last seq>.jsonl.gz
 
 * ``<shard>``: Lambda's DynamoDB event carries no shard id, but one invocation's batch comes from one
   shard of one stream, and sequence numbers are unique within a stream; ``<shard>`` is the table's
@@ -18,7 +18,11 @@ Layout (Hive-partitioned, one object per stream batch and partition, never one p
   ``at`` for offsets and members. A batch spanning an hour boundary becomes one object per hour.
 
 Row schemas (JSON, times epoch ms) — ``kind=messages``: ``topic, queue, offset, id, key, size``
-(body bytes), ``tags, properties, produced_at, seq`` (no body); ``kind=offsets``: ``group,
+(body bytes), ``tags, properties, produced_at, seq`` (no body); ``kind=bodies`` (issue 18.1,
+replay): ``topic, queue, offset, body, seq, produced_at`` — the same messages' bodies, in a parallel dataset
+partitioned by the same ``produced_at`` hour and named by the same batch (``bodies-<hash>-…``), so
+the metadata jobs never read a body and the replay job reads the bodies of the hours it replays
+only; ``kind=offsets``: ``group,
 client_id, subscription, topic, queue, committed_offset, prev_committed_offset, lock_ts,
 lock_until, last_consumed_at, event`` (``INSERT``/``MODIFY``/``REMOVE``), ``change``
 (``commit``/``lock``/``reset``/``other``), ``at, seq``; ``kind=members``: ``group, generation,
@@ -40,7 +44,7 @@ from lakeq.common.names import topic_of_log
 from lakeq.log import segments as seg
 
 RAW = "raw"
-KINDS = ("messages", "offsets", "members")
+KINDS = ("messages", "bodies", "offsets", "members")
 
 
 # ------------------------------------------------------------------------------ stream attributes
@@ -93,19 +97,43 @@ def table_of(stream_arn: str) -> str:
 # ------------------------------------------------------------------------------ rows per kind
 def message_rows(record: Mapping[str, Any]) -> list[dict]:
     """A segment item (INSERT, NEW_IMAGE) → one row per message, without bodies."""
+    return message_and_body_rows(record)[0]
+
+
+def body_row(row: Mapping[str, Any], body: str, claim: Mapping[str, Any] | None = None) -> dict:
+    """The ``kind=bodies`` row of a message row: its key, its body as the segment holds it and the
+    record's ``seq``. A body kept in the lake bucket by the claim check (issue 18.2) is an empty
+    ``body`` and its ``claim`` (``key``, ``size``, ``sha256``: where the replay's copier finds it, or
+    what a copy names); other rows have no ``claim``.
+
+    >>> r = {"topic": "t", "queue": 0, "offset": 3, "seq": "9", "produced_at": 1}
+    >>> body_row(r, "", {"key": "bodies/a/b", "size": 5, "sha256": "x"})["claim"]["key"]
+    'bodies/a/b'
+    >>> "claim" in body_row(r, "hi")
+    False
+    """
+    out = {"topic": row["topic"], "queue": row["queue"], "offset": row["offset"], "body": body,
+           "seq": row["seq"], "produced_at": row["produced_at"]}
+    if claim is not None:
+        out["claim"] = dict(claim)
+    return out
+
+
+def message_and_body_rows(record: Mapping[str, Any]) -> tuple[list[dict], list[dict]]:
+    """A segment item → its message rows and its body rows (one decode of the segment)."""
     if record.get("eventName") == "REMOVE":
-        return []  # TTL expiry of a segment: the lake keeps what was produced
+        return [], []  # TTL expiry of a segment: the lake keeps what was produced
     item = image(record, "NewImage")
     if not item or "pq" not in item or "#" not in str(item["pq"]):
-        return []
+        return [], []
     log, _, q = str(item["pq"]).rpartition("#")
     if not q.isdigit() or log.startswith("~"):
-        return []  # a subscription's list (``~<id>#0``) holds copies, not produced messages
+        return [], []  # a subscription's list (``~<id>#0``) holds copies, not produced messages
     topic = topic_of_log(log)  # (a topic made again after a deletion: its log name is ``<topic>!<inc>``)
     s = seg.Segment(int(item["base"]), int(item["count"]), bytes(item["idx"]), bytes(item["data"]),
                     bool(item.get("z", False)))
     sq = seq_of(record)
-    rows = []
+    rows, bodies = [], []
     for m in seg.all_headers(s):
         rows.append({
             "topic": topic, "queue": int(q), "offset": m["offset"], "id": m.get("id"),
@@ -114,7 +142,8 @@ def message_rows(record: Mapping[str, Any]) -> list[dict]:
             "produced_at": int(m.get("produced_at") or item.get("produced_at") or 0),
             "seq": sq,
         })
-    return rows
+        bodies.append(body_row(rows[-1], m["body"], m.get("claim")))
+    return rows, bodies
 
 
 def _body_size(m: dict) -> int:
@@ -268,7 +297,7 @@ def decode_rows(blob: bytes) -> list[dict]:
 
 
 def time_of(kind: str, row: Mapping[str, Any]) -> int:
-    return int(row["produced_at"] if kind == "messages" else row["at"])
+    return int(row["produced_at"] if kind in ("messages", "bodies") else row["at"])
 
 
 def objects(kind: str, stream_arn: str, rows: list[dict]) -> dict[str, bytes]:
@@ -284,17 +313,21 @@ def objects(kind: str, stream_arn: str, rows: list[dict]) -> dict[str, bytes]:
     return out
 
 
-EXTRACT = {"messages": message_rows, "offsets": offset_rows, "members": member_rows}
+EXTRACT = {"offsets": offset_rows, "members": member_rows}
 
 
-def record_rows(record: Mapping[str, Any], kinds_by_table: Mapping[str, str]) -> tuple[str, str, list[dict]] | None:
-    """One stream record → ``(kind, stream ARN, rows)``, None for a table not archived. Raises on a
-    record that cannot be read (a poison record: see :func:`split_batch`)."""
+def record_rows(record: Mapping[str, Any], kinds_by_table: Mapping[str, str]) -> list[tuple[str, str, list[dict]]]:
+    """One stream record → ``[(kind, stream ARN, rows)]`` (a segment gives two: ``messages`` and
+    ``bodies``), ``[]`` for a table not archived. Raises on a record that cannot be read (a poison
+    record: see :func:`split_batch`)."""
     arn = record.get("eventSourceARN") or ""
     kind = kinds_by_table.get(table_of(arn))
     if kind is None:
-        return None
-    return kind, arn, EXTRACT[kind](record)
+        return []
+    if kind == "messages":
+        rows, bodies = message_and_body_rows(record)
+        return [("messages", arn, rows), ("bodies", arn, bodies)]
+    return [(kind, arn, EXTRACT[kind](record))]
 
 
 def split_batch(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, str]
@@ -302,11 +335,11 @@ def split_batch(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, s
     """The objects for the records before the first one that cannot be read, that record's index
     (None when all are fine) and the error. Records after a poison record are not archived in
     this invocation: a shard's rows stay in order, and the retry starts at the poison record."""
-    per: list[tuple[str, str, list[dict]] | None] = []
+    per: list[tuple[str, str, list[dict]]] = []
     bad, error = None, ""
     for i, r in enumerate(records):
         try:
-            per.append(record_rows(r, kinds_by_table))
+            per.extend(record_rows(r, kinds_by_table))
         except Exception as e:  # noqa: BLE001 - one malformed record must not stop the others
             bad, error = i, f"{type(e).__name__}: {e}"
             break
@@ -316,15 +349,13 @@ def split_batch(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, s
 def batch_objects(records: list[Mapping[str, Any]], kinds_by_table: Mapping[str, str]) -> dict[str, bytes]:
     """A Lambda DynamoDB-stream batch → the objects to put. ``kinds_by_table``: table name → kind.
     Records of unknown tables are ignored."""
-    return _objects_of([record_rows(r, kinds_by_table) for r in records])
+    return _objects_of([x for r in records for x in record_rows(r, kinds_by_table)])
 
 
-def _objects_of(per_record: list[tuple[str, str, list[dict]] | None]) -> dict[str, bytes]:
+def _objects_of(per_record: list[tuple[str, str, list[dict]]]) -> dict[str, bytes]:
     rows: dict[tuple[str, str], list[dict]] = {}
-    for x in per_record:
-        if x is not None:
-            kind, arn, rs = x
-            rows.setdefault((kind, arn), []).extend(rs)
+    for kind, arn, rs in per_record:
+        rows.setdefault((kind, arn), []).extend(rs)
     out: dict[str, bytes] = {}
     for (kind, arn), rs in rows.items():
         if rs:

@@ -1,0 +1,187 @@
+"""The replay job's selection (issue 18.1, docs/design.md "Replay"): which archived messages a
+replay copies, in which order, with their bodies.
+
+* :func:`read_slice` — ``raw/kind=<messages|bodies>/`` pruned to the hour partitions of
+  ``[from, to)`` (a filter on the partition columns only: Spark lists and reads those folders
+  only) and to the columns the selection needs. Messages are read with :data:`MESSAGES_RAW`: the
+  ``properties`` object as its JSON text, so the filter sees the typed values (``1``, ``"1"``,
+  ``true``) the archiver wrote, not the lake schema's ``map<string,string>``.
+* :func:`select` — pure (DataFrames in, a DataFrame out): the topic, ``from <= produced_at < to``,
+  duplicates of redelivered batches dropped (``topic, queue, offset``), the filter — tags natively
+  (``arrays_overlap``), each required field natively as a substring of the properties' text, then
+  the matcher layer itself per remaining row (a Python UDF calling
+  :meth:`lakeq.replay.rules.Filter.json_predicate`: the subscriptions' semantics by construction) —
+  joined with the bodies, ordered by ``queue, offset``.
+* :func:`run_replay` — the job body: select, write the manifest (gzipped JSON Lines, parts in
+  ``(queue, offset)`` order) and its summary under ``replays/<id>/``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+import time
+import zipfile
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
+
+from lakeq.replay.rules import Filter, field_needles, hour_bounds
+
+from .progress import progress
+from .store import Lake
+
+MESSAGES_RAW = StructType([
+    StructField("topic", StringType()), StructField("queue", LongType()),
+    StructField("offset", LongType()), StructField("id", StringType()),
+    StructField("key", StringType()), StructField("tags", ArrayType(StringType())),
+    StructField("properties", StringType()),  # the JSON object's text: the values keep their JSON types
+    StructField("produced_at", LongType()),
+])
+
+BODIES = StructType([
+    StructField("topic", StringType()), StructField("queue", LongType()),
+    StructField("offset", LongType()), StructField("body", StringType()),
+    StructField("produced_at", LongType()),
+    StructField("claim", StringType()),  # a body in the lake bucket (issue 18.2): its claim, as JSON text
+])
+
+MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim"]
+
+
+_SHIPPED: dict[str, str] = {}
+
+
+def ship(spark: SparkSession, *packages: str) -> None:
+    """Make ``packages`` importable by the Python workers (the filter's UDF imports the matcher):
+    one zip of each package's ``.py`` files, ``addPyFile``d once per process. Locally the workers do
+    not see the driver's ``sys.path``; on Glue the executors do not see the bundle unpacked on the
+    driver; a zip handed to Spark reaches both."""
+    for name in packages:
+        if name in _SHIPPED:
+            continue
+        root = os.path.dirname(importlib.import_module(name).__file__)
+        path = os.path.join(tempfile.mkdtemp(prefix="lakeq-ship-"), f"{name}.zip")
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for dirpath, _, files in os.walk(root):
+                for f in sorted(files):
+                    if f.endswith(".py"):
+                        full = os.path.join(dirpath, f)
+                        z.write(full, os.path.join(name, os.path.relpath(full, root)))
+        spark.sparkContext.addPyFile(path)
+        _SHIPPED[name] = path
+
+
+def _keep_udf(levels_json: list[str], tags: list[str]):
+    """The filter as a Python UDF; each worker builds the matcher's index once (not pickled)."""
+    cache: dict = {}
+
+    def keep(props, row_tags):
+        pred = cache.get("p")
+        if pred is None:
+            from lakeq.replay.rules import Filter as _F
+
+            pred = cache["p"] = _F(tuple(levels_json), tuple(tags)).json_predicate()
+        return pred(props, row_tags)
+    return F.udf(keep, BooleanType())
+
+
+def manifest_prefix(replay_id: str) -> str:
+    return f"replays/{replay_id}/manifest"
+
+
+def summary_key(replay_id: str) -> str:
+    return f"replays/{replay_id}/selection.json"
+
+
+def _partition_key() -> F.Column:
+    """``"YYYY-MM-DD HH"`` from the partition columns, whatever types discovery gave them (``dt`` a
+    date or a string, ``hour`` an int or ``"07"``)."""
+    return F.concat(F.col("dt").cast("string"), F.lit(" "), F.lpad(F.col("hour").cast("string"), 2, "0"))
+
+
+def read_slice(spark: SparkSession, lake: Lake, kind: str, from_ms: int, to_ms: int) -> DataFrame:
+    """The ``kind`` (``messages`` / ``bodies``) rows of the hour partitions overlapping
+    ``[from_ms, to_ms)``; empty when nothing was archived."""
+    schema = MESSAGES_RAW if kind == "messages" else BODIES
+    prefix = f"raw/kind={kind}"
+    if not lake.exists(prefix):
+        return spark.createDataFrame([], schema)
+    base = lake.path(prefix)
+    lo, hi = hour_bounds(from_ms, to_ms)
+    df = spark.read.schema(schema).option("basePath", base).json(base)
+    return df.where(_partition_key().between(lo, hi)).select(*schema.fieldNames())
+
+
+def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
+           flt: Filter, parts: int | None = None) -> DataFrame:
+    """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay: ``parts`` partitions (hash of
+    ``queue``: a queue's rows are in one partition), each sorted by ``queue, offset`` — the order
+    the copier needs is per queue, so no global sort (and no sampling pass over the input for one).
+    A message whose body row is missing keeps ``body`` null (the copier counts it failed)."""
+    m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
+                        & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull())
+         .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
+    if flt.tags:
+        m = m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
+                                     F.array(*[F.lit(t) for t in flt.tags])))
+    props = F.coalesce(F.col("properties"), F.lit(""))
+    for needles in field_needles(flt):  # per level: one of its needles must be in the text
+        cond = props.contains(needles[0])
+        for nd in needles[1:]:
+            cond = cond | props.contains(nd)
+        m = m.where(cond)
+    if flt.conditions:
+        keep = _keep_udf(list(flt.conditions), list(flt.tags))
+        m = m.where(keep(F.col("properties"), F.col("tags")))
+    m = m.dropDuplicates(["topic", "queue", "offset"])
+    b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms))
+         .select("queue", "offset", "body", "claim").dropDuplicates(["queue", "offset"]))
+    j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
+    j = j.repartition(parts, "queue") if parts else j.repartition("queue")
+    return j.sortWithinPartitions("queue", "offset")
+
+
+def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
+               flt: Filter, show_progress: bool = False, log=print) -> dict:
+    """Select and write ``replays/<id>/manifest/part-*.json.gz`` in one pass over the slice (each part
+    holds whole queues, sorted by ``queue, offset``), then ``replays/<id>/selection.json`` from the
+    manifest itself (small: the selected rows only): ``found``, ``missing_bodies``, per part its key
+    and row count (the copier's cursor is a position in the parts' order) and per queue its count.
+    Returns the summary."""
+    t0 = time.perf_counter()
+    if flt.conditions:
+        ship(spark, "matcher", "lakeq")
+    out = lake.path(manifest_prefix(replay_id))
+    with progress(spark, f"replay {replay_id}: select + write", show_progress):
+        msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
+        bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
+        (select(msgs, bods, topic, from_ms, to_ms, flt).write.mode("overwrite")
+         .option("compression", "gzip").json(out))
+    keys = [k for k in lake.list_keys(manifest_prefix(replay_id)) if k.rsplit("/", 1)[-1].startswith("part-")]
+    per_part, per_queue, missing = [], {}, 0
+    if keys:
+        with progress(spark, f"replay {replay_id}: summary", show_progress):
+            man = (spark.read.schema("queue long, body string").json(out)
+                   .withColumn("file", F.input_file_name()))
+            rows = man.groupBy("file", "queue").agg(
+                F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing")).collect()
+        by_file: dict[str, int] = {}
+        for r in rows:
+            name = r["file"].rsplit("/", 1)[-1]
+            by_file[name] = by_file.get(name, 0) + int(r["n"])
+            per_queue[str(int(r["queue"]))] = int(r["n"])
+            missing += int(r["missing"] or 0)
+        per_part = [{"key": k, "rows": by_file.get(k.rsplit("/", 1)[-1], 0)} for k in keys]
+        per_part = [p for p in per_part if p["rows"]]
+    found = sum(p["rows"] for p in per_part)
+    summary = {
+        "replay_id": replay_id, "topic": topic, "from": from_ms, "to": to_ms, "filter": flt.to_json(),
+        "found": found, "missing_bodies": missing, "parts": per_part,
+        "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
+        "manifest": manifest_prefix(replay_id), "seconds": round(time.perf_counter() - t0, 3),
+    }
+    lake.put_json(summary_key(replay_id), summary)
+    log(f"replay {replay_id}: {found} message(s) selected in {summary['seconds']} s → {out}")
+    return summary

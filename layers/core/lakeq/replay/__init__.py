@@ -1,0 +1,14 @@
+"""Replay from the data lake (issue 18.1): ``rules`` — the replay request, the filter (the
+subscription condition language, evaluated by the matcher layer itself), the hour partitions a
+time range reads, the copies' derived ids and the copier's chunks and pacing; ``copier`` — the copy
+loop (chunks from a cursor, derived ids, a conditional cursor write per chunk, pacing), storage and
+produce passed in. No AWS: the Glue job (``glue_jobs/lakeq_lake/replay.py``) and the copier share
+these definitions.
+"""
+from lakeq import exports
+
+__getattr__, __dir__, __all__ = exports(__name__, {
+    "copier": ("Copy", "Progress", "run",),
+    "rules": ("Filter", "ReplayRequest", "copy_id", "field_needles", "hour_bounds", "next_chunk",
+              "parse_request", "pace_seconds",),
+})
