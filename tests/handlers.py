@@ -147,3 +147,19 @@ class Api:
              raw_body: str | None = None) -> tuple[int, object]:
         ev, h = self.event(method, path, body, query, key, raw_body)
         return self.through_gateway(ev, h)
+
+
+def segment_records(aws, lists: bool = False) -> list[dict]:
+    """Every SegmentsTable stream record so far, as a Lambda trigger receives it, oldest first per
+    shard: INSERTs of topic segments (and, with ``lists``, of subscription lists ``~<id>#0`` too)."""
+    from infra.local.streams import lambda_record
+
+    arn = aws["dynamodb"].describe_table(TableName=f"{tpl.LOCAL_STACK}-segments")["Table"]["LatestStreamArn"]
+    ddbs = aws["dynamodbstreams"]
+    out = []
+    for sh in ddbs.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = ddbs.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
+        out += [lambda_record(x, arn, "us-east-1") for x in ddbs.get_records(ShardIterator=it["ShardIterator"])
+                ["Records"]]
+    return [r for r in out if r["eventName"] == "INSERT"
+            and (lists or not r["dynamodb"]["Keys"]["pq"]["S"].startswith("~"))]

@@ -13,12 +13,11 @@ import random
 import pytest
 
 from infra.local import template as tpl
-from infra.local.streams import lambda_record
 from lakeq.common.payload import LAMBDA_RESPONSE_LIMIT
 from lakeq.log import claims
 from lakeq.store.models import DelayedModel, QueueModel, SegmentModel
 from tests.crash import CountCalls, Crash, CrashAfter
-from tests.handlers import Context
+from tests.handlers import Context, segment_records
 from tests.history import path
 
 MIB = 1024 * 1024
@@ -205,19 +204,11 @@ def test_a_delayed_big_message_keeps_the_claim_in_its_delayed_item(api, setup, a
 
 
 def test_fanout_copies_the_claim_to_a_subscription_list(api, setup, aws, fanout_handler):
-    arn = aws["dynamodb"].describe_table(TableName=f"{tpl.LOCAL_STACK}-segments")["Table"]["LatestStreamArn"]
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes"}, key=setup["risk"])
     assert s == 201, sub
     body = "\U0001f600é" * (MIB // 6)
     assert produce(api, setup["feed"], {"id": "f", "body": body, "properties": {"type": "A"}}, topic="quotes")[0] == 200
-    ddbs = aws["dynamodbstreams"]
-    records = []
-    for sh in ddbs.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        it = ddbs.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
-        records += [lambda_record(x, arn, "us-east-1") for x in ddbs.get_records(ShardIterator=it["ShardIterator"])
-                    ["Records"]]
-    records = [r for r in records
-               if r["eventName"] == "INSERT" and not r["dynamodb"]["Keys"]["pq"]["S"].startswith("~")]
+    records = segment_records(aws)
     assert len(records) == 1
     assert fanout_handler({"Records": records}, Context()) == {"batchItemFailures": []}
     entries = list(SegmentModel.query(f"~{sub['id']}#0"))
@@ -347,17 +338,10 @@ def test_the_lake_keeps_a_claimed_body_by_its_claim(api, setup, aws):
     message row's ``size`` is the body's, not 0."""
     from lakeq.lake import archive as lake
 
-    arn = aws["dynamodb"].describe_table(TableName=f"{tpl.LOCAL_STACK}-segments")["Table"]["LatestStreamArn"]
     body = "z" * MIB
     assert produce(api, setup["feed"], {"id": "big", "body": body}, {"id": "small", "body": "s"})[0] == 200
-    ddbs = aws["dynamodbstreams"]
-    records = []
-    for sh in ddbs.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        it = ddbs.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
-        records += [lambda_record(x, arn, "us-east-1") for x in ddbs.get_records(ShardIterator=it["ShardIterator"])
-                    ["Records"]]
     rows, bodies = [], []
-    for r in records:
+    for r in segment_records(aws):
         m, b = lake.message_and_body_rows(r)
         rows += m
         bodies += b

@@ -162,3 +162,28 @@ def test_summary_counts_dead_letters_and_caps_pairs(api, setup, clock, monkeypat
     monkeypatch.setattr(summary, "MAX_PAIRS", 1)
     b = _summary(api)
     assert b["truncated"] is True and sum(1 for g in b["groups"] if "backlog" in g) == 1
+
+
+def test_summary_counts_subscription_lists(api, setup, clock, aws, fanout_handler, fresh_matcher):
+    """A subscription's list is summed in the totals next to the groups, with its own oldest entry."""
+    from tests.handlers import Context, segment_records
+
+    s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", "conditions": []},
+                      key=setup["risk"])
+    assert s == 201
+    t0 = clock.t
+    assert api.call("POST", T, {"producer": "feed", "messages": [{"key": "a", "body": "x"}, {"key": "b", "body": "y"}]},
+                    key=setup["feed"])[0] == 200
+    assert fanout_handler({"Records": segment_records(aws)}, Context()) == {"batchItemFailures": []}
+    clock.t += 1_000
+    b = _summary(api)
+    [row] = [x for x in b["subscriptions"] if x["subscription"] == sub["id"]]
+    assert (row["subscriber"], row["topic"], row["backlog"], row["dead_lettered"]) == ("risk", "quotes", 2, 0)
+    assert row["oldest_unconsumed_at"] == t0 and row["oldest_unconsumed_age_ms"] == 1_000
+    groups = sum(g["backlog"] for g in b["groups"] if "backlog" in g)
+    assert b["totals"]["backlog"] == groups + 2 and groups == 2
+    s, p = api.call("GET", f"/v1/subscriptions/{sub['id']}/messages", query={"max": "10"}, key=setup["risk"])
+    assert s == 200 and len(p["messages"]) == 2
+    assert api.call("POST", "/v1/acks", {"subscription": sub["id"], "receipt": p["receipt"]}, key=setup["risk"])[0] == 200
+    [row] = [x for x in _summary(api)["subscriptions"] if x["subscription"] == sub["id"]]
+    assert row["backlog"] == 0 and row["oldest_unconsumed_at"] is None

@@ -63,6 +63,17 @@ def oldest_at(log: str, queue: int, start: int, max_offset: int) -> int | None:
     return None
 
 
+def _counts(log: str, vs: list, now: int) -> dict:
+    """One consumer's figures over the queue views ``vs`` of ``log``: what it settled, its backlog,
+    its dead letters and its oldest unsettled message (one segment Query per queue with a backlog)."""
+    oldest = [o for o in (oldest_at(log, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
+              if o is not None]
+    first = min(oldest) if oldest else None
+    return {"consumed": sum(v.start for v in vs), "backlog": sum(v.backlog for v in vs),
+            "dead_lettered": sum(v.dead_lettered for v in vs), "oldest_unconsumed_at": first,
+            "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))}
+
+
 def summary(p: Principal) -> dict:
     now = _clock.now()
     topics, clients = _visible(p)
@@ -92,18 +103,9 @@ def summary(p: Principal) -> dict:
                 continue
             pairs += 1
             log = log_of(t)
-            recs = OffsetRepo.records(OffsetRepo.owner(c.name, log))
-            vs = views_of(metas[t.name], recs)
-            oldest = [o for o in (oldest_at(log, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
-                      if o is not None]
-            first = min(oldest) if oldest else None
-            group_rows.append({
-                "group": c.name, "topic": t.name, "mode": c.mode,
-                "consumed": sum(v.start for v in vs), "backlog": sum(v.backlog for v in vs),
-                "dead_lettered": sum(v.dead_lettered for v in vs),
-                "locked_queues": sum(1 for v in vs if v.locked(now)),
-                "oldest_unconsumed_at": first,
-                "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))})
+            vs = views_of(metas[t.name], OffsetRepo.records(OffsetRepo.owner(c.name, log)))
+            group_rows.append({"group": c.name, "topic": t.name, "mode": c.mode, **_counts(log, vs, now),
+                               "locked_queues": sum(1 for v in vs if v.locked(now))})
     sub_rows: list[dict] = []
     for c in clients:
         if c.role != "consumer":
@@ -113,17 +115,10 @@ def summary(p: Principal) -> dict:
                 truncated = True
                 continue
             pairs += 1
-            lt, owner = list_topic(sub.id), list_owner(sub.id)
-            vs = views_of(LogRepo.queues(lt, 1), OffsetRepo.records(owner))
-            oldest = [o for o in (oldest_at(lt, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
-                      if o is not None]
-            first = min(oldest) if oldest else None
-            sub_rows.append({
-                "subscription": sub.id, "subscriber": c.name, "topic": sub.topic,
-                "consumed": sum(v.start for v in vs), "backlog": sum(v.backlog for v in vs),
-                "dead_lettered": sum(v.dead_lettered for v in vs),
-                "oldest_unconsumed_at": first,
-                "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))})
+            lt = list_topic(sub.id)
+            vs = views_of(LogRepo.queues(lt, 1), OffsetRepo.records(list_owner(sub.id)))
+            sub_rows.append({"subscription": sub.id, "subscriber": c.name, "topic": sub.topic,
+                             **_counts(lt, vs, now)})
     counted = [g for g in group_rows if "backlog" in g] + sub_rows
     oldest_all = [g["oldest_unconsumed_at"] for g in counted if g["oldest_unconsumed_at"] is not None]
     first_all = min(oldest_all) if oldest_all else None

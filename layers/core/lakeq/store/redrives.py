@@ -13,7 +13,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.models import Model
 
 from lakeq.store.models import _meta
-from lakeq.store.repos import TransactionFailed, transact, update_if
+from lakeq.store.repos import transact_if_first, update_if
 
 SOURCE_PREFIX = "~src|"
 
@@ -77,13 +77,7 @@ class RedriveRepo:
             t.update(M(source_key(item.source_log)), actions=[M.active.set(item.id)],
                      condition=M.active.does_not_exist())
             t.save(item, condition=M.id.does_not_exist())
-        try:
-            transact(build)
-        except TransactionFailed as e:
-            if e.failed(0):
-                return False
-            raise
-        return True
+        return transact_if_first(build)
 
     @staticmethod
     def lease(r: RedriveModel, token: str, until: int, now: int) -> bool:
@@ -120,13 +114,7 @@ class RedriveRepo:
             t.update(M(r.id), actions=actions, condition=M.v == v)
             t.update(M(source_key(r.source_log)), actions=[M.pos.set(pos), M.active.remove()],
                      condition=M.active == r.id)
-        try:
-            transact(build)
-        except TransactionFailed as e:
-            if e.failed(0):
-                return False
-            raise
-        return True
+        return transact_if_first(build)
 
     @staticmethod
     def release(rid: str, v: int, token: str) -> bool:
