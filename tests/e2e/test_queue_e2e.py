@@ -179,7 +179,7 @@ BAD = [  # (method, path, json or raw, status) — every route, each must answer
     ("POST", "/v1/clients", [], 400),
     ("POST", "/v1/topics/{topic}/messages", {"producer": "{producer}", "messages": []}, 400),
     ("POST", "/v1/topics/{topic}/messages", {"producer": "{producer}", "messages": [{"body": {"x": 1}}]}, 400),
-    ("POST", "/v1/topics/{topic}/messages", {"producer": "{producer}", "messages": [{"body": "x" * 262145}]}, 413),
+    ("POST", "/v1/topics/{topic}/messages", {"producer": "{producer}", "messages": [{"body": "x" * (1024 * 1024 + 1)}]}, 413),  # 1 MiB + 1 (issue 18.2)
     ("GET", "/v1/topics/{topic}/messages?group={group}&max=0", None, 400),
     ("GET", "/v1/topics/{topic}/messages?group={group}&wait_ms=abc", None, 400),
     ("GET", "/v1/topics/{topic}/messages?group={group}&ack=1:2", None, 400),
