@@ -52,6 +52,9 @@ def fresh_matcher():
 
 
 @pytest.fixture
-def fanout_handler(aws):
+def fanout_handler(aws, fresh_matcher):
+    """FanoutFunction's handler, with a fresh index cache: every test's moto tables start the
+    subscriptions' version counter again, so a cache left by an earlier test would look current
+    (seen: test_poison's subscription test failing after test_big_messages' fan-out in one run)."""
     from tests.handlers import load_function
     return load_function("FanoutFunction")
