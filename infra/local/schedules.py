@@ -412,11 +412,16 @@ class Scheduler:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop firing; wait at most ``timeout`` seconds in all for the schedules' threads (one per
+        schedule: a join of ``timeout`` each made the stack's stop grow with the number of schedules,
+        past 20 s when every thread was still in its first invocation on a loaded machine). A thread
+        still invoking is a daemon; the workers it talks to are killed next."""
         self._stop.set()
         if hasattr(self.job_runner, "stop"):
             self.job_runner.stop()
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self, s: Source) -> None:
         while not self._stop.is_set():

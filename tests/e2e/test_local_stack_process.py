@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import time
 
 import requests
 
@@ -26,9 +28,18 @@ def test_process_prints_url_key_curl_and_stops_cleanly_on_sigterm(start_local_st
 
 
 def test_sigint_also_stops_cleanly(start_local_stack):
+    """Unloaded the stack stops in ~1 s; in one fresh-clone run on a loaded machine it took over 20 s
+    (not reproduced since; the stop's waits were then made one deadline each instead of one per
+    schedule and per worker). The bound is generous, and a miss shows what the stack was doing."""
     st = start_local_stack(admin_key="k", wait_health=False)
+    t = time.monotonic()
     st.proc.send_signal(signal.SIGINT)
-    assert st.proc.wait(20) == 0
+    try:
+        code = st.proc.wait(45)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"no exit 45 s after SIGINT\n{st.stderr[-4000:]}") from None
+    assert code == 0, st.stderr[-3000:]
+    print(f"stopped {time.monotonic() - t:.2f} s after SIGINT")
 
 
 def test_shared_stack_fixture_serves_health_and_admin_key(stack):
