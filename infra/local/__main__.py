@@ -153,11 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     log = logging.getLogger("lakeq.local")
 
-    # SIGTERM behaves like Ctrl-C from here on
+    # SIGTERM behaves like Ctrl-C from here on, and SIGINT stops the stack even when it was started
+    # with SIGINT ignored (a non-interactive shell's background job inherits SIG_IGN, and Python then
+    # installs no handler: the SIGINT test hung so in a CI run launched with `&`)
     def _on_term(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
 
     moto_port = args.moto_port or free_port()
     moto_url = f"http://127.0.0.1:{moto_port}"
