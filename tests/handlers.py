@@ -163,3 +163,11 @@ def segment_records(aws, lists: bool = False) -> list[dict]:
                 ["Records"]]
     return [r for r in out if r["eventName"] == "INSERT"
             and (lists or not r["dynamodb"]["Keys"]["pq"]["S"].startswith("~"))]
+
+
+def make_dlq(api, consumer: str = "ops", queues: int = 1) -> str:
+    """Topic ``dlq`` (``queues`` queues) and a consumer group ``consumer`` reading it; its key."""
+    assert api.call("POST", "/v1/topics", {"name": "dlq", "queues": queues})[0] == 201
+    s, c = api.call("POST", "/v1/clients", {"name": consumer, "role": "consumer", "topics": ["dlq"]})
+    assert s == 201, c
+    return c["api_key"]

@@ -2,7 +2,7 @@ import pytest
 
 from lakeq.admin import auth as lq_auth
 from lakeq.common import clock as lakeq_clock
-from tests.handlers import Api
+from tests.handlers import Api, make_dlq
 
 
 @pytest.fixture
@@ -23,6 +23,12 @@ def setup(api):
                                                "visibility_timeout_ms": 1000})
     assert s == 201
     return {"feed": feed["api_key"], "risk": risk["api_key"]}
+
+
+@pytest.fixture
+def dlq(api):
+    """A dead-letter topic ``dlq`` (1 queue) read by group ``ops``; the group's key."""
+    return make_dlq(api)
 
 
 class Clock:

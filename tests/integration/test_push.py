@@ -204,14 +204,6 @@ def _dead_letters(api, key):
     return b["messages"]
 
 
-@pytest.fixture
-def dlq(api):
-    assert api.call("POST", "/v1/topics", {"name": "dlq", "queues": 1})[0] == 201
-    s, ops = api.call("POST", "/v1/clients", {"name": "ops", "role": "consumer", "topics": ["dlq"]})
-    assert s == 201
-    return ops["api_key"]
-
-
 def test_max_deliveries_dead_letters_as_for_pulls(api, setup, aws, clock, dlq):
     sid = subscribe(api, setup["risk"], max_deliveries=2, dead_letter_topic="dlq")
     register(api, sid, setup["risk"], retry={"max_attempts": 50, "backoff_base_ms": 100, "backoff_cap_ms": 100})

@@ -44,14 +44,6 @@ def pull_all(api, key):
     return b["messages"]
 
 
-@pytest.fixture
-def dlq(api):
-    assert api.call("POST", "/v1/topics", {"name": "dlq", "queues": 1})[0] == 201
-    s, ops = api.call("POST", "/v1/clients", {"name": "ops", "role": "consumer", "topics": ["dlq"]})
-    assert s == 201
-    return ops["api_key"]
-
-
 def _snapshot():
     return sorted((c.name, c.push, c.push_secrets, c.push_paused) for c in ClientModel.scan())
 

@@ -11,7 +11,7 @@ from lakeq.redrive import service as redrive
 from lakeq.store.models import SegmentModel
 from lakeq.store.redrives import RedriveModel
 from tests.crash import CrashAfter
-from tests.handlers import Context, load_function
+from tests.handlers import Context, load_function, make_dlq
 
 T = "/v1/topics/quotes%2Fsh/messages"
 
@@ -40,10 +40,8 @@ def dead_letter(api, setup, n, start=0):
 def dlq(api, setup, clock, monkeypatch):
     """Topic ``dlq`` (2 queues) that risk dead-letters to; consumer ``dlqc`` reads it; the
     runner's sleep moves the fake clock (``slept`` lists the waits, ms)."""
-    assert api.call("POST", "/v1/topics", {"name": "dlq", "queues": 2})[0] == 201
+    dlqc = make_dlq(api, "dlqc", queues=2)
     assert api.call("PATCH", "/v1/clients/risk", {"dead_letter_topic": "dlq"})[0] == 200
-    s, c = api.call("POST", "/v1/clients", {"name": "dlqc", "role": "consumer", "topics": ["dlq"]})
-    assert s == 201
     slept: list[int] = []
     hooks: list = []
 
@@ -54,7 +52,7 @@ def dlq(api, setup, clock, monkeypatch):
         for h in hooks:
             h()
     monkeypatch.setattr(redrive, "sleep", sleep)
-    return {"dlqc": c["api_key"], "slept": slept, "on_sleep": hooks}
+    return {"dlqc": dlqc, "slept": slept, "on_sleep": hooks}
 
 
 def copies(topic_log="quotes/sh"):

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from lakeq.store.models import OffsetModel
+from tests.handlers import make_dlq
 
 T = "/v1/topics/quotes%2Fsh/messages"
 DLQ = "/v1/topics/dlq/messages"
@@ -47,10 +48,7 @@ def offsets(api, key, group="risk", topic="quotes/sh"):
 @pytest.fixture
 def dlq(api, setup):
     """Topic ``dlq`` (1 queue), consumer ``dlqc`` reading it; risk dead-letters there."""
-    assert api.call("POST", "/v1/topics", {"name": "dlq", "queues": 1})[0] == 201
-    s, c = api.call("POST", "/v1/clients", {"name": "dlqc", "role": "consumer", "topics": ["dlq"]})
-    assert s == 201
-    return c["api_key"]
+    return make_dlq(api, "dlqc")
 
 
 def patch(api, name, body, key=None):
