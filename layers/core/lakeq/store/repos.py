@@ -126,19 +126,46 @@ class _Recorder:
         return out
 
 
+TRANSACTION_CONFLICT = "TransactionConflict"
+TRANSACT_ATTEMPTS = 6
+
+
+def only_conflicts(reasons: list[str | None]) -> bool:
+    """Whether a cancellation is only another transaction in flight on some item (nothing failed
+    its condition): the transaction wrote nothing and may be sent again as it is.
+
+    >>> only_conflicts([None, "TransactionConflict"]), only_conflicts(["None", "TransactionConflict"])
+    (True, True)
+    >>> only_conflicts(["TransactionConflict", "ConditionalCheckFailed"]), only_conflicts([None, "None"])
+    (False, False)
+    """
+    codes = {r for r in reasons if r not in (None, "None")}
+    return codes == {TRANSACTION_CONFLICT}
+
+
 def transact(build) -> None:
     """Run ``build(t)`` inside one TransactWrite; raise :class:`TransactionFailed` with the
-    cancellation reasons listed in the order ``build`` added the items."""
-    recorder = None
-    try:
-        with TransactWrite(connection=_connection()) as t:
-            recorder = _Recorder(t)
-            build(recorder)
-    except TransactWriteError as e:
-        reasons = _reasons(e)
-        if not reasons:
-            raise
-        raise TransactionFailed(recorder.in_call_order(reasons) if recorder else reasons) from e
+    cancellation reasons listed in the order ``build`` added the items.
+
+    A cancellation that is only ``TransactionConflict`` (another transaction in flight on one of the
+    items, which the SDK does not retry) is sent again, rebuilt by ``build``, after the common
+    backoff, up to :data:`TRANSACT_ATTEMPTS` times in all: it wrote nothing and every condition
+    is evaluated again. It was a 500 on the routes that met it."""
+    for attempt in range(TRANSACT_ATTEMPTS):
+        recorder = None
+        try:
+            with TransactWrite(connection=_connection()) as t:
+                recorder = _Recorder(t)
+                build(recorder)
+            return
+        except TransactWriteError as e:
+            reasons = _reasons(e)
+            if not reasons:
+                raise
+            if only_conflicts(reasons) and attempt + 1 < TRANSACT_ATTEMPTS:
+                backoff.sleep(attempt, base=0.005, cap=0.32)
+                continue
+            raise TransactionFailed(recorder.in_call_order(reasons) if recorder else reasons) from e
 
 
 def update_if(item, actions: list, condition) -> bool:
