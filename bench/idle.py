@@ -35,7 +35,6 @@ $1.00 per million messages (32-KB units, both directions), $0.25 per million con
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
 import sys
@@ -44,34 +43,14 @@ import types
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher"),
-                str(ROOT / "clients" / "python")]
+import _local  # noqa: E402  (bench/_local.py: this folder is still on sys.path here)
 
-for _var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
-             "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_S3"):
-    os.environ.pop(_var, None)
-os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                   "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled", "LAKEQ_ADMIN_KEY": "local-admin-key",
-                   "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
-                   "POWERTOOLS_LOG_LEVEL": "WARNING"})
+_local.in_process(Path(__file__).resolve().parents[1] / "clients" / "python")
+ROOT = _local.ROOT
 
 from infra.local import template as tpl  # noqa: E402
 
-os.environ.update(tpl.environment(tpl.load_template(), tpl.LOCAL_STACK))
-
-
-def _bench_queue():
-    """bench/queue.py (named like the standard library's ``queue``): its Meter, prices and hooks."""
-    spec = importlib.util.spec_from_file_location("bench_queue", ROOT / "bench" / "queue.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-bq = _bench_queue()
+bq = _local.bench_queue()
 PRICE_WRU, PRICE_RRU = bq.PRICE_WRU, bq.PRICE_RRU
 PRICE_SQS_REQUEST = bq.PRICE_SQS_REQUEST            # $0.40 per million (first 1M free ignored)
 PRICE_HTTP_API_REQUEST = bq.PRICE_HTTP_API_REQUEST  # $1.00 per million
@@ -425,8 +404,8 @@ def main() -> None:
     from lakeq.admin import auth as lq_auth
     from lakeq.common import clock as lakeq_clock
     from lakeq.consume import reader as logread
-    from lakeq.sqs import keys as sqs_keys
     from lakeq.sqs import handler as sqs_service
+    from lakeq.sqs import keys as sqs_keys
 
     lq_auth.clear_caches()
     sqs_keys.clear_caches()

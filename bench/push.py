@@ -24,31 +24,18 @@ topic.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import platform
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher")]
-for _var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-    os.environ.pop(_var, None)
-os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                   "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled", "LAKEQ_ADMIN_KEY": "local-admin-key",
-                   "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
-                   "POWERTOOLS_LOG_LEVEL": "WARNING"})
+import _local  # noqa: E402  (bench/_local.py: this folder is still on sys.path here)
+
+_local.in_process()
+ROOT = _local.ROOT
 
 from infra.local import template as tpl  # noqa: E402
 
-os.environ.update(tpl.environment(tpl.load_template(), tpl.LOCAL_STACK))
-
-_spec = importlib.util.spec_from_file_location("bench_queue", ROOT / "bench" / "queue.py")
-bq = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bq)  # type: ignore[union-attr]
+bq = _local.bench_queue()
 
 PRICE_SNS_HTTP = 0.60        # $ per million HTTP/S notifications
 PRICE_PUBSUB_PER_M = 40.0 / 1024 ** 4 * 1000 * 1e6  # $40/TiB at the 1,000-byte minimum, per million

@@ -73,11 +73,19 @@ class LocalStack:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
                 raise AssertionError("local stack did not stop within "
-                                     f"{timeout}s of SIGTERM\n{self.stderr[-3000:]}")
+                                     f"{timeout}s of SIGTERM\n{self.stderr[-3000:]}") from None
         return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL to the stack's whole process group (its moto server and workers too: killing
+        the parent alone left them running and loading the machine after a failed test)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 def _pump(stream, sink: list[str]) -> None:
@@ -99,6 +107,7 @@ def start_stack(admin_key: str = "e2e-admin-key", port: int | None = None,
         [sys.executable, "-m", "infra.local", "--port", str(port), *(args or [])],
         cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, bufsize=1,
+        start_new_session=True,  # its own process group: kill() reaches its children
     )
     st = LocalStack(proc, port, admin_key)
     threading.Thread(target=_pump, args=(proc.stdout, st.lines), daemon=True).start()

@@ -38,6 +38,7 @@ def test_sigint_also_stops_cleanly(start_local_stack):
     try:
         code = st.proc.wait(45)
     except subprocess.TimeoutExpired:
+        st.kill()  # the whole process group, before failing: a leaked stack loads the next tests
         raise AssertionError(f"no exit 45 s after SIGINT\n{st.stderr[-4000:]}") from None
     assert code == 0, st.stderr[-3000:]
     print(f"stopped {time.monotonic() - t:.2f} s after SIGINT")
