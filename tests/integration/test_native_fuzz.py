@@ -6,29 +6,23 @@ is a 5xx, and an answer >= 400 changes nothing (the observable state is the same
 from __future__ import annotations
 
 import json
-import os
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzz import fuzz_settings, odd_texts, wild_json
 from tests.history import path
 
 T = "quotes/sh"
-FUZZ = settings(max_examples=int(os.environ.get("LAKEQ_FUZZ_EXAMPLES", "150")), deadline=None,
-                suppress_health_check=list(HealthCheck), derandomize="LAKEQ_FUZZ_EXAMPLES" not in os.environ)
+FUZZ = fuzz_settings(150)
 
 KEYS = ["group", "subscription", "client_id", "receipt", "accept", "release", "reject", "acks",
         "visibility_timeout_ms", "max_deliveries", "dead_letter_topic", "producer", "messages", "body", "id", "key",
         "tags", "properties", "delay_ms"]
-odd_text = st.one_of(st.text(max_size=12), st.sampled_from(["", "risk", "feed", "quotes", "quotes/sh", "R", "-1",
-                                                             "9" * 30, "\x00", "sqs.sender", "None"]))
-leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                 st.floats(allow_nan=False), odd_text)
-wild = st.recursive(leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.sampled_from(KEYS), odd_text), inner, max_size=5)),
-    max_leaves=14)
+odd_text = odd_texts(["", "risk", "feed", "quotes", "quotes/sh", "R", "-1", "9" * 30, "\x00", "sqs.sender", "None"])
+wild = wild_json(KEYS, odd_text)
 
 
 @st.composite

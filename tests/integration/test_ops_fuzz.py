@@ -7,33 +7,27 @@ and after)."""
 from __future__ import annotations
 
 import json
-import os
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzz import fuzz_settings, odd_texts, wild_json
 from tests.handlers import make_dlq
 from tests.history import path
 
 T = "quotes/sh"
 TQ = quote(T, safe="")
 URL = "https://hooks.example.com/x"
-FUZZ = settings(max_examples=int(os.environ.get("LAKEQ_FUZZ_EXAMPLES", "60")), deadline=None,
-                suppress_health_check=list(HealthCheck), derandomize="LAKEQ_FUZZ_EXAMPLES" not in os.environ)
+FUZZ = fuzz_settings(60)
 
 KEYS = ["url", "topic", "headers", "batch_size", "max_in_flight", "timeout_ms", "rate", "retry", "max_attempts",
         "backoff_base_ms", "backoff_cap_ms", "source", "destination", "from", "limit", "queue", "client_id",
         "status", "paused"]
-odd_text = st.one_of(st.text(max_size=12), st.sampled_from(
-    ["", "risk", "quotes", T, "dlq", "-1", "0", "1", "1.5", "9" * 30, "\x00", "None", "null", "true", "0:0", "1:x",
-     URL, "http://127.0.0.1:1/x", "https://u:p@h.example/x", "https://" + "a" * 2100]))
-leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                 st.floats(allow_nan=False), odd_text)
-wild = st.recursive(leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.sampled_from(KEYS), odd_text), inner, max_size=5)),
-    max_leaves=14)
+odd_text = odd_texts(["", "risk", "quotes", T, "dlq", "-1", "0", "1", "1.5", "9" * 30, "\x00", "None", "null", "true",
+                      "0:0", "1:x", URL, "http://127.0.0.1:1/x", "https://u:p@h.example/x", "https://" + "a" * 2100])
+wild = wild_json(KEYS, odd_text)
 
 
 @st.composite

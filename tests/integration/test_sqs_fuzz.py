@@ -6,15 +6,15 @@ be < 500 and parse (JSON, or XML for the query protocol)."""
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from urllib.parse import urlencode
 
 import botocore.session
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzz import fuzz_settings, odd_texts, wild_json
 from tests.handlers import Context
 from tests.integration.sqs_harness import Harness, fake_auth, h  # noqa: F401 (h, sqs: fixtures)
 from tests.integration.test_sqs_edges import raw_event
@@ -36,14 +36,9 @@ def urls(h):
     return out + [handle]
 
 
-odd_text = st.one_of(st.text(max_size=20), st.sampled_from(["", "All", ".*", "-1", "0", "9" * 40, "1e400", "²",
-                                                             "\x00", "\ud800", "fz", "http://h/1/fz", "true",
-                                                             "String", "Number", "Binary"]))
-leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-                 st.floats(allow_nan=True, allow_infinity=True), odd_text)
-wild = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                  st.dictionaries(st.one_of(odd_text, st.sampled_from(MEMBERS_ALL)),
-                                                                  inner, max_size=4)), max_leaves=12)
+odd_text = odd_texts(["", "All", ".*", "-1", "0", "9" * 40, "1e400", "²", "\x00", "\ud800", "fz", "http://h/1/fz",
+                      "true", "String", "Number", "Binary"], max_size=20)
+wild = wild_json(MEMBERS_ALL, odd_text, nan=True, max_leaves=12, max_dict=4)
 
 
 def member_value(draw, urls, name):
@@ -84,8 +79,7 @@ def query_call(h, form):
     return out["statusCode"], root
 
 
-FUZZ = settings(max_examples=int(os.environ.get("LAKEQ_FUZZ_EXAMPLES", "300")), deadline=None,
-                suppress_health_check=list(HealthCheck), derandomize="LAKEQ_FUZZ_EXAMPLES" not in os.environ)
+FUZZ = fuzz_settings(300)
 
 
 def test_json_protocol_wrong_types_never_5xx(h, urls):
