@@ -188,3 +188,25 @@ def test_a_job_that_dies_without_a_word_gets_error_json(archived, tmp_path):
         glue.stop()
     err = json.loads(_get(s3, bucket, "replays/rp_dies/error.json"))["error"]
     assert err == "the selection job exited with 3: out of memory, say"
+
+
+def test_glue_calls_are_authorised_on_the_jobs_arn(aws_rules_spec):
+    """Locally a function's Glue call is checked against its role like AWS does: ``glue:StartJobRun``
+    on ``arn:aws:glue:<region>:<account>:job/<name>`` (a function without it is denied)."""
+    from infra.local import aws_rules as R
+    from infra.local.interceptor import Call
+
+    roles, tables = aws_rules_spec
+    arn = "arn:aws:glue:us-east-1:123456789012:job/lakeq-local-replay-select"
+    call = Call("glue", "StartJobRun", {"JobName": REPLAY, "Arguments": {}}, "Starter")
+    assert R.required_permissions(call, R.Arns("us-east-1", "123456789012")) == [R.Permission("glue:StartJobRun", arn)]
+    allowed = R.Role("Starter", "starter-role", "Starter", "123456789012",
+                     [{"Effect": "Allow", "Action": ["glue:StartJobRun"], "Resource": arn}])
+    rules = R.AwsRules({**roles, "Starter": allowed}, tables)
+    rules.before(call)  # allowed
+    with pytest.raises(ClientError) as e:
+        rules.before(Call("glue", "StartJobRun", {"JobName": "lakeq-local-backlog"}, "Starter"))
+    assert e.value.response["Error"]["Code"] == "AccessDeniedException"
+    with pytest.raises(ClientError):
+        rules.before(Call("glue", "StartJobRun", {"JobName": REPLAY}, "AdminFunction"))  # no glue:* at all
+    rules.before(Call("glue", "StartJobRun", {"JobName": REPLAY}, None))  # the stack's own calls: not checked
