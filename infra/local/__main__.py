@@ -250,13 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         # job here; the workers (started from here on) inherit the endpoint (infra/local/glue.py)
         from . import glue as glue_mod
 
+        jobs_runner = glue_runner(port)  # one runner (one job at a time) for the triggers and StartJobRun
         glue = glue_mod.LocalGlue(template, glue_mod.runner(glue_mod.ReplayRun(drain=lambda: pump.drain(120)),
-                                                            glue_runner(port)), stack_name=args.stack_name)
+                                                            jobs_runner), stack_name=args.stack_name)
         os.environ[glue_mod.ENV] = f"http://{args.host}:{port}{glue_mod.PATH}"
         # the template's schedules (and, with --with-jobs, the Glue triggers: the jobs talk to
         # this stack over HTTP, so the runner needs the gateway's port)
         scheduler = Scheduler(template, stack_name=args.stack_name, handler_cache=handlers,
-                              job_runner=glue_runner(port) if args.with_jobs else None,
+                              job_runner=jobs_runner if args.with_jobs else None,
                               jobs_every_s=args.jobs_every)
         gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers,
                           scheduler=scheduler, glue=glue)
