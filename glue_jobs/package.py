@@ -29,11 +29,11 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = ("backlog", "rebalance_plan")
+JOBS = ("backlog", "rebalance_plan", "replay")
 DIST = ROOT / "glue_jobs" / "dist"
 # where the jobs' own packages live (a top-level package name → its parent directory)
 ROOTS = (ROOT / "glue_jobs", ROOT / "layers" / "core", ROOT / "layers" / "matcher")
-_NOT_MODULES = frozenset(JOBS) | {"local", "package", "replay"}  # glue_jobs/*.py that are entry points
+_NOT_MODULES = frozenset(JOBS) | {"local", "package"}  # glue_jobs/*.py that are entry points
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _WIDTH = 100
 

@@ -8,7 +8,8 @@
 4. the scheduler (the template's ``Schedule`` events: each function invoked on its schedule under its
    role; with ``--with-jobs`` / ``LAKEQ_WITH_JOBS=1`` also the Glue triggers, each running its job
    on a local SparkSession; ``LAKEQ_SCHEDULE_SCALE`` compresses time, ``LAKEQ_JOBS_EVERY`` sets
-   the jobs' interval in seconds; ``infra/local/schedules.py``);
+   the jobs' interval in seconds; ``infra/local/schedules.py``); a function's ``StartJobRun`` runs
+   the job too (``/_local/glue``, ``infra/local/glue.py``: the replay's selection job);
 5. the gateway (the template's ``HttpApi`` routes → the functions' handlers) on
    ``127.0.0.1:$LAKEQ_PORT`` (default 3000);
 6. the WebSocket API of the template (wake-ups for waiting consumers, ``infra/local/websocket.py``)
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = None
     wsgw = None
     fast_pump = None
+    glue = None
     try:
         moto = start_moto(moto_port, moto_log)
         wait_for_moto(moto, moto_url)
@@ -244,13 +246,21 @@ def main(argv: list[str] | None = None) -> int:
         server = make_server(args.host, args.port, None, threaded=True,
                              request_handler=_QuietHandler)
         port = server.server_port
+        # Glue's job-run API on the gateway: a function's StartJobRun (the replay function's) runs the
+        # job here; the workers (started from here on) inherit the endpoint (infra/local/glue.py)
+        from . import glue as glue_mod
+
+        jobs_runner = glue_runner(port)  # one runner (one job at a time) for the triggers and StartJobRun
+        glue = glue_mod.LocalGlue(template, glue_mod.runner(glue_mod.ReplayRun(drain=lambda: pump.drain(120)),
+                                                            jobs_runner), stack_name=args.stack_name)
+        os.environ[glue_mod.ENV] = f"http://{args.host}:{port}{glue_mod.PATH}"
         # the template's schedules (and, with --with-jobs, the Glue triggers: the jobs talk to
         # this stack over HTTP, so the runner needs the gateway's port)
         scheduler = Scheduler(template, stack_name=args.stack_name, handler_cache=handlers,
-                              job_runner=glue_runner(port) if args.with_jobs else None,
+                              job_runner=jobs_runner if args.with_jobs else None,
                               jobs_every_s=args.jobs_every)
         gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers,
-                          scheduler=scheduler)
+                          scheduler=scheduler, glue=glue)
         gateway.preload()
         server.app = gateway
         access_log_to_stderr()
@@ -288,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if scheduler is not None:
             scheduler.stop(timeout=5)
+        if glue is not None:
+            glue.stop(timeout=5)
         if server is not None:
             server.server_close()
         if wsgw is not None:

@@ -14,7 +14,8 @@ response)``) that makes every DynamoDB, DynamoDB Streams, S3 and Secrets Manager
    TransactWriteItems on its own table, BatchGet/BatchWrite per table, Query/Scan on an index →
    the index ARN, S3 object ARNs, ListObjectsV2 → ``s3:ListBucket`` on the bucket with the
    ``s3:prefix`` condition key, Secrets Manager calls on the secret's ARN, API Gateway management
-   calls → ``execute-api:ManageConnections`` on ``<api>/<stage>/<VERB>/@connections/<id>``). Wildcards in
+   calls → ``execute-api:ManageConnections`` on ``<api>/<stage>/<VERB>/@connections/<id>``, Glue
+   job-run calls → ``glue:<Operation>`` on the job's ARN). Wildcards in
    ``Action`` / ``Resource``, ``NotAction`` / ``NotResource``, the ``String*`` condition
    operators; an explicit ``Deny`` wins. A denied call raises botocore's ``ClientError`` —
    ``AccessDeniedException`` (S3: ``AccessDenied``, 403) with AWS's message — before anything
@@ -552,6 +553,11 @@ def required_permissions(call: Call, arns: Arns) -> list[Permission]:
         if not sid.startswith("arn:"):
             sid = f"arn:aws:secretsmanager:{arns.region}:{arns.account_id}:secret:{sid}"
         return [Permission(f"secretsmanager:{op}", sid)]
+    if call.service == "glue":
+        # job-run calls on the job's ARN (arn:aws:glue:<region>:<account>:job/<name>)
+        job = p.get("JobName")
+        res = f"arn:aws:glue:{arns.region}:{arns.account_id}:job/{job}" if job else "*"
+        return [Permission(f"glue:{op}", res)]
     return []
 
 
@@ -626,7 +632,8 @@ class AwsRules:
 
     # ----- the hook protocol
     def before(self, call: Call) -> None:
-        if call.service not in ("dynamodb", "dynamodbstreams", "s3", "secretsmanager", "apigatewaymanagementapi"):
+        if call.service not in ("dynamodb", "dynamodbstreams", "s3", "secretsmanager", "apigatewaymanagementapi",
+                                "glue"):
             return
         if self.iam and call.function is not None:
             self.authorize(call)

@@ -23,6 +23,9 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
   rules, Glue triggers) with their runs; ``POST /_local/schedules/run[?name=…]`` fires them now
   (all, or those of one function / trigger / job) → ``{"runs": [{"name", "ok", ...}]}``
   (``infra/local/schedules.py``).
+- ``POST /_local/glue`` (local only): Glue's JSON 1.1 API (``StartJobRun``, ``GetJobRun``,
+  ``GetJobRuns``) for the template's Glue jobs; the stack points every function's Glue client here
+  (``AWS_ENDPOINT_URL_GLUE``), so a ``StartJobRun`` runs the job (``infra/local/glue.py``).
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ DRAIN_PATH = "/_local/streams/drain"
 INFO_PATH = "/_local/info"
 SCHEDULES_PATH = "/_local/schedules"
 SCHEDULES_RUN_PATH = "/_local/schedules/run"
+GLUE_PATH = "/_local/glue"  # the functions' Glue endpoint (AWS_ENDPOINT_URL_GLUE; infra/local/glue.py)
 
 _TEXT_TYPES = (
     "text/", "application/json", "application/xml", "application/javascript",
@@ -182,6 +186,7 @@ class Gateway:
         region: str | None = None,
         handler_cache: HandlerCache | None = None,
         scheduler: Any = None,
+        glue: Any = None,
     ):
         self.template = tpl_mod.load_template(template)
         self.ctx = tpl_mod.make_context(self.template, stack_name, parameters, region=region)
@@ -189,6 +194,7 @@ class Gateway:
         self.routes = RouteTable(self.specs)
         self.pump = pump
         self.scheduler = scheduler
+        self.glue = glue  # infra.local.glue.LocalGlue: Glue's job-run API under /_local/glue
         self.max_body = max_body
         self.handlers = handler_cache or HandlerCache()
         add_to_sys_path(tpl_mod.layer_dirs(self.template))
@@ -243,6 +249,9 @@ class Gateway:
                 return error_response(404, "not_found", f"no schedule named {name}")
             return Response(json.dumps({"runs": self.scheduler.run_now(name)}, default=str),
                             mimetype="application/json")
+
+        if self.glue is not None and (raw_path == GLUE_PATH or raw_path.startswith(GLUE_PATH + "/")):
+            return self.glue.handle(request)
 
         if raw_path == INFO_PATH and method == "GET":
             env = tpl_mod.environment(self.ctx)

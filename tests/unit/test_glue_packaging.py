@@ -131,6 +131,49 @@ def test_generated_backlog_script_runs_a_job_outside_the_repo(tmp_path):
     assert [(q["queue"], q["produced"], q["committed"], q["backlog"]) for q in risk["queues"]] == [(0, 5, 3, 2)]
 
 
+
+@pytest.mark.spark
+def test_generated_replay_script_runs_with_glues_arguments_outside_the_repo(tmp_path):
+    """The replay-select bundle as Glue runs it: its default arguments, the run's and Glue's own ones
+    (ignored) on the command line, over a lake folder the archiver's code wrote from the stream
+    samples → selection.json and the manifest; a run that fails → error.json and exit 1."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java")
+    sys.path.insert(0, str(ROOT / "layers" / "core"))
+    from lakeq.lake import archive as lake
+
+    lake_dir = tmp_path / "lake"
+    ev = json.loads((ROOT / "events" / "stream_segments.json").read_text())
+    for key, blob in lake.batch_objects(ev["Records"], {"lakeq-local-segments": "messages"}).items():
+        (lake_dir / key).parent.mkdir(parents=True, exist_ok=True)
+        (lake_dir / key).write_bytes(blob)
+    script = tmp_path / "replay.py"
+    shutil.copy(P.DIST / "replay.py", script)
+    env = isolated_env(tmp_path)
+    env["PYSPARK_PYTHON"] = sys.executable
+    t0 = 1_767_225_600_000
+    glue_own = ["--JOB_ID", "j_1", "--JOB_RUN_ID", "jr_1", "--job-bookmark-option", "job-bookmark-disable",
+                "--TempDir", "s3://tmp/x", "--enable-metrics", "true", "--job-language", "python"]
+
+    def run(rid: str, flt: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-I", str(script), *glue_own, "--lake", str(lake_dir),
+                               "--replay_id", rid, "--topic", "quotes", "--from_ms", str(t0),
+                               "--to_ms", str(t0 + 2 * 3_600_000), "--filter", flt, "--master", "local[2]",
+                               "--no-progress"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    out = run("rp_ok", '{"tags": ["A"]}')
+    assert out.returncode == 0, out.stderr[-3000:]
+    sel = json.loads((lake_dir / "replays/rp_ok/selection.json").read_text())
+    assert sel["found"] == 2 and sel["missing_bodies"] == 0 and sel["queues"] == {"0": 2}  # offsets 0 and 2
+    assert not (lake_dir / "replays/rp_ok/error.json").exists()
+    out = run("rp_bad", '{"conditions": [{"field": "x"}]}')  # a level without a test: refused
+    assert out.returncode == 1
+    assert json.loads((lake_dir / "replays/rp_bad/error.json").read_text())["error"]
+    assert not (lake_dir / "replays/rp_bad/selection.json").exists()
+
+
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
 
 

@@ -437,6 +437,87 @@
       : el("p", {class: "muted", text: "No redrives."}));
   }
 
+  // ---- replays from the lake (issue 18.1; admin; docs/api.md "Replays") ----------------------------
+  // datetime-local values are read as UTC (the API's from / to are epoch ms; the lake's partitions are UTC)
+  const utcMs = (v) => (v ? Date.parse(v + (v.length === 16 ? ":00" : "") + "Z") : NaN);
+  const fmtUtc = (ms) => new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  function replayStatus(text, error) {
+    const s = $("replay-status");
+    s.textContent = text;
+    s.className = error ? "error" : "";
+  }
+  function replayRequest() {
+    const topic = $("replay-topic").value.trim(), target = $("replay-target").value.trim();
+    const from = utcMs($("replay-from").value), to = utcMs($("replay-to").value);
+    const rate = parseInt($("replay-rate").value, 10), raw = $("replay-filter").value.trim();
+    if (!topic || !target) throw new Error("a topic and a target are needed");
+    if (!Number.isFinite(from) || !Number.isFinite(to) || from >= to) throw new Error("'from' must be before 'to'");
+    if (!Number.isInteger(rate) || rate < 1 || rate > 1000) throw new Error("the rate is 1 to 1000 messages per second");
+    const body = {topic: topic, from: from, to: to, target: {[$("replay-target-kind").value]: target}, rate: rate};
+    if (raw) {
+      let f;
+      try { f = JSON.parse(raw); } catch (_e) { throw new Error("the filter is not JSON"); }
+      if (f === null || typeof f !== "object" || Array.isArray(f)) throw new Error('the filter is an object: {"conditions": [...], "tags": [...]}');
+      body.filter = f;
+    }
+    return body;
+  }
+  async function replay(ev) {
+    ev.preventDefault();
+    let body;
+    try { body = replayRequest(); } catch (e) { replayStatus(e.message, true); return; }
+    const into = body.target.group !== undefined ? `group '${body.target.group}'` : `topic '${body.target.topic}'`;
+    const what = `Replay '${body.topic}' from ${fmtUtc(body.from)} to ${fmtUtc(body.to)}` +
+      (body.filter ? ` (filter ${JSON.stringify(body.filter)})` : "") + ` into ${into}, ${body.rate}/s?`;
+    if (!window.confirm(what)) {
+      replayStatus("Replay not started.");
+      return;
+    }
+    try {
+      const r = await send("POST", "/v1/replays", body);
+      replayStatus(`Replay ${r.id} ${r.status}.`);
+      await loadReplays();
+    } catch (e) { replayStatus(e.message, true); }
+  }
+  async function cancelReplay(id) {
+    if (!window.confirm(`Cancel replay ${id}? What it copied stays copied.`)) return;
+    try {
+      const r = await send("POST", `/v1/replays/${enc(id)}/cancel`);
+      replayStatus(`Replay ${r.id} ${r.status}.`);
+      await loadReplays();
+    } catch (e) { replayStatus(e.message, true); }
+  }
+  async function loadReplays() {
+    const page = await api("/v1/replays?limit=20", true);
+    if (page === null) {  // an API without replays (404): say so rather than fail the whole refresh
+      $("replays").replaceChildren(el("p", {class: "muted", text: "This API has no replays (GET /v1/replays: 404)."}));
+      return;
+    }
+    const target = (t) => (t.group !== undefined ? "group " + t.group : "topic " + t.topic);
+    const rows = page.replays.map((r) => el("tr", {"data-replay": r.id},
+      cell(r.id, {}, "text"),
+      cell(r.topic, {}, "text"),
+      cell(`${fmtUtc(r.from)} – ${fmtUtc(r.to)}`, {}, "text"),
+      cell(r.filter ? JSON.stringify(r.filter) : "", {replay: r.id, field: "filter"}, "text"),
+      cell(target(r.target), {replay: r.id, field: "target"}, "text"),
+      cell(r.status + (r.error ? ": " + r.error : ""), {replay: r.id, field: "status"}, "text"),
+      cell(r.found === null || r.found === undefined ? (r.status === "selecting" ? "…" : "—") : r.found,
+        {replay: r.id, field: "found"}),
+      cell(r.copied, {replay: r.id, field: "copied"}),
+      cell(r.failed, {replay: r.id, field: "failed"}),
+      cell(r.rate),
+      el("td", {}, (r.status === "selecting" || r.status === "copying") ? (() => {
+        const b = el("button", {type: "button", class: "cancel", text: "Cancel…", "data-cancel-replay": r.id});
+        b.addEventListener("click", () => cancelReplay(r.id));
+        return b;
+      })() : "")));
+    $("replays").replaceChildren(page.replays.length
+      ? table([{text: "replay", cls: "text"}, {text: "topic", cls: "text"}, {text: "range (UTC)", cls: "text"},
+        {text: "filter", cls: "text"}, {text: "into", cls: "text"}, {text: "status", cls: "text"},
+        "found", "copied", "failed", "msgs/s", ""], rows, "replays-table")
+      : el("p", {class: "muted", text: "No replays."}));
+  }
+
   // ---- refresh loop -------------------------------------------------------------------------
   async function refresh() {
     if (busy || !sessionStorage.getItem(KEY)) return;
@@ -453,6 +534,8 @@
       renderTopics(topicsLoaded);
       $("ops-section").hidden = !who.caller.admin;
       if (who.caller.admin) await loadRedrives();
+      $("replays-section").hidden = !who.caller.admin;
+      if (who.caller.admin) await loadReplays();
       const groups = [];
       for (const c of consumers) groups.push(await loadGroup(c, topicNames));
       const gbox = $("groups");
@@ -486,6 +569,7 @@
     });
     $("peek-form").addEventListener("submit", peek);
     $("redrive-form").addEventListener("submit", redrive);
+    $("replay-form").addEventListener("submit", replay);
     $("forget-key").addEventListener("click", () => {
       sessionStorage.clear();
       stop();
@@ -496,6 +580,8 @@
       $("peek").replaceChildren();
       $("redrives").replaceChildren();
       $("ops-section").hidden = true;
+      $("replays").replaceChildren();
+      $("replays-section").hidden = true;
       setStatus("No key yet.");
     });
     if (sessionStorage.getItem(KEY)) start();
