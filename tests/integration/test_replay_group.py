@@ -341,3 +341,25 @@ def test_members_of_a_group_share_the_list(api, two):
     assert [m["id"] for m in b3["messages"]] == ["m4", "m1", "m3", "m5"]
     rec = OffsetRepo.get(replay_owner("risk", "rp_m1"), 0)
     assert rec.lock_owner == "mb"
+
+
+def test_broadcasting_instances_each_read_the_list(api, two, clock):
+    s, bc = api.call("POST", "/v1/clients", {"name": "bc", "role": "consumer", "topics": ["quotes"],
+                                             "mode": "broadcasting"})
+    assert s == 201
+    k = bc["api_key"]
+    start("rp_b1", ordered(rows(3)), group="bc")
+    for cid in ("i1", "i2"):  # each instance: every copy once, then its own topic messages
+        b = pull(api, k, group="bc", client_id=cid, max=10)
+        assert [m["id"] for m in b["messages"]] == ["m0", "m2", "m1"]
+        b = pull(api, k, group="bc", client_id=cid, max=10, ack=b["receipt"])
+        assert [m["body"] for m in b["messages"]] == ["t0", "t1", "t2", "t3"]
+        assert ack(api, k, b["receipt"], group="bc", client_id=cid)[0] == 200
+    gt.end("rp_b1", T, "bc", cancelled=False)
+    assert replays_of("bc") == {f"rp_b1|{T}"}  # instances are not known: it stays for the list's TTL
+    lq_auth.clear_caches()
+    assert pull(api, k, group="bc", client_id="i3", max=10)["messages"][0]["id"] == "m0"  # a late instance
+    clock.t += 15 * 24 * 3600 * 1000  # past the list's TTL after the end: the next pull removes it
+    lq_auth.clear_caches()
+    pull(api, k, group="bc", client_id="i1", max=10)
+    assert replays_of("bc") is None
