@@ -363,3 +363,9 @@ def test_broadcasting_instances_each_read_the_list(api, two, clock):
     lq_auth.clear_caches()
     pull(api, k, group="bc", client_id="i1", max=10)
     assert replays_of("bc") is None
+
+
+def test_a_replay_lists_segments_are_no_subscriptions_to_push():
+    from lakeq.push.delivery import subscriptions_of_records
+    rec = lambda pq: {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": pq}}}}  # noqa: E731
+    assert subscriptions_of_records([rec("~r.rp_1#0"), rec("~" + "a" * 32 + "#0")]) == ["a" * 32]
