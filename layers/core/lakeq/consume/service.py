@@ -21,6 +21,7 @@ from lakeq.common import clock as _clock
 from lakeq.common.errors import ApiError, BadRequest, NotFound, StaleReceipt
 from lakeq.common.names import check_name, check_topic
 from lakeq.common.payload import ByteBudget
+from lakeq.consume import replays
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import TopicLog, broker, consume, topic_reader
 from lakeq.consume.reader import views as _views
@@ -30,6 +31,7 @@ from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
 from lakeq.store.models import ClientModel, TopicModel, log_of
+from lakeq.store.replay_lists import active_replays
 from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo
 
 # --- pull / ack -----------------------------------------------------------------------------
@@ -81,6 +83,11 @@ def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt:
                outcomes: Outcomes = Outcomes()) -> dict:
     """Settle a group's receipt (:func:`lakeq.consume.settle.settle`): the whole batch (one UpdateItem
     in the common case) or the offsets ``outcomes`` names."""
+    if receipt.replay is not None:  # an entry of a replay's hidden list (issue 18.1)
+        owner = replays.receipt_owner(p, group, _instance(group, client_id), receipt, STALE)
+        out = settling.settle(owner, 0, receipt, outcomes, settling.policy_of(group),
+                              replays.replay_reader(receipt.queue, None), _clock.now(), STALE)
+        return {"replay": receipt.replay, "queue": 0, **out}
     topic, q, owner = _group_receipt(p, group, client_id, receipt, "acknowledge")
     out = settling.settle(owner, q, receipt, outcomes, settling.policy_of(group), topic_reader(receipt.log, None),
                           _clock.now(), STALE)
@@ -130,6 +137,13 @@ def _ack_batch(p: Principal, req: v.AckBatchIn, subscription_ack) -> dict:
 
 def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
                       visibility_ms: int) -> dict:
+    if receipt.replay is not None:  # an entry of a replay's hidden list (issue 18.1)
+        owner = replays.receipt_owner(p, group, _instance(group, client_id), receipt, STALE)
+        now = _clock.now()
+        until = lock_until(now, visibility_ms)
+        if not settling.visibility(owner, 0, receipt, until, now):
+            raise StaleReceipt(STALE)
+        return {"replay": receipt.replay, "queue": 0, "locked_until": until}
     topic, q, owner = _group_receipt(p, group, client_id, receipt, "name")
     now = _clock.now()
     until = lock_until(now, visibility_ms)
@@ -153,9 +167,11 @@ def visibility(p: Principal, raw: str | None,
 
 
 def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
-         budget: Callable[[], ByteBudget] = ByteBudget) -> dict:
+         budget: Callable[[], ByteBudget] = ByteBudget, with_replays: bool = True) -> dict:
     """``t``: the topic's item when the caller has just read it (as :func:`lakeq.produce.service.produce`);
-    ``budget``: the batch's byte budget (:func:`lakeq.consume.reader.consume`; the SQS endpoint's own)."""
+    ``budget``: the batch's byte budget (:func:`lakeq.consume.reader.consume`; the SQS endpoint's own);
+    ``with_replays``: serve the group's replays' lists first (:mod:`lakeq.consume.replays`; the SQS
+    endpoint's receive does not: its receipt handles name topic queues only)."""
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
@@ -167,8 +183,22 @@ def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
     log = log_of(t)
     owner = OffsetRepo.owner(group.name, log, client_id)
     policy = settling.policy_of(group)
+    # replays into this group (issue 18.1): named by the group's item, read above; none: no store call more
+    active = active_replays(group, topic) if with_replays else []
+    lock_owner = req.member_id or client_id or "-"
     folded = None
-    if ack_receipt is not None:
+    if ack_receipt is not None and ack_receipt.replay is not None:  # an entry of a replay's list
+        r_owner = replays.receipt_owner(p, group, client_id, ack_receipt, STALE)
+
+        def ack_entry() -> dict:
+            return settling.settle(r_owner, 0, ack_receipt, Outcomes(), policy,
+                                   replays.replay_reader(ack_receipt.queue, None), _clock.now(), STALE)
+
+        if ack_receipt.replay in active and not req.tags:
+            folded = (ack_receipt, 0, ack_entry)  # folded into the list's next lock (reader.fold)
+        else:
+            ack_entry()
+    elif ack_receipt is not None:
         # the receipt's checks (the pull's topic item serves them when it is the receipt's topic)
         _, q, ack_owner = _group_receipt(p, group, client_id, ack_receipt, "acknowledge", known=t)
 
@@ -176,15 +206,20 @@ def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
             return settling.settle(ack_owner, q, ack_receipt, Outcomes(), policy,
                                    topic_reader(ack_receipt.log, None), _clock.now(), STALE)
 
-        if ack_owner == owner and ack_receipt.log == log and not req.tags and (allowed is None or q in allowed):
+        if (not active and ack_owner == owner and ack_receipt.log == log and not req.tags
+                and (allowed is None or q in allowed)):
             folded = (ack_receipt, q, ack_alone)  # the ack goes into this pull's lock write (reader.fold)
         else:
             ack_alone()
+    vis = req.visibility_timeout_ms or int(group.visibility_timeout_ms)
+    if active:  # the replays' lists first, without waiting; then the topic's queues as usual
+        out = replays.pull_lists(group, topic, active, client_id, vis, req, policy, lock_owner, folded)
+        if out is not None:
+            return out
+        folded = None  # (a list's piggybacked ack was settled by its poll)
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
-    lock_owner = req.member_id or client_id or "-"
     return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner),
-                   req.visibility_timeout_ms or int(group.visibility_timeout_ms), req, allowed,
-                   policy=policy, folded=folded, budget=budget)
+                   vis, req, allowed, policy=policy, folded=folded, budget=budget)
 
 
 # --- offsets --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ __getattr__, __dir__, __all__ = exports(__name__, {
         "Append", "QUEUE_ITEM_BYTES", "TRANSACT_BYTES", "TRANSACT_ITEMS", "dedup_item_bytes", "plan_parts",
         "pq", "queue_for_key", "segment_item_bytes",
     ),
-    "receipts": ("Receipt", "parse", "subscription_field", "topic_queue_field",),
+    "receipts": ("Receipt", "parse", "replay_field", "subscription_field", "topic_queue_field",),
     "segments": (
         "ENTRY", "Message", "SEGMENT_DATA_LIMIT", "Segment", "all_headers", "encode", "read", "split",
     ),

@@ -4,7 +4,8 @@
 ``<log>@<queue number>`` for a topic queue (``<log>``: the topic's log name, the topic name or
 ``<topic>!<incarnation>`` for a topic created again after a deletion, lakeq.common.names.log_name; topic
 names never contain ``@``, ``:`` or ``!``), ``~<id>``
-for a subscription's list (topic names never start with ``~``). ``offset`` is the first offset
+for a subscription's list (topic names never start with ``~``), ``~r.<replay id>`` for a replay's hidden
+list of a consumer group (issue 18.1: subscription ids are 32 hex digits, never ``r.…``). ``offset`` is the first offset
 delivered, ``next_offset`` the offset after the batch, ``timestamp`` the lock timestamp (epoch ms).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from lakeq.common.errors import BadRequest
 from lakeq.common.names import is_log_name, is_name, topic_of_log
 
 _QUEUE_NUMBER = re.compile(r"[0-9]{1,4}")
+REPLAY_PREFIX = "~r."  # a replay's hidden list: its log name and receipt queue field are ``~r.<replay id>``
 
 
 def _queue_field_ok(queue: str) -> bool:
@@ -45,7 +47,16 @@ class Receipt:
     @property
     def subscription(self) -> str | None:
         """The subscription id when the receipt is for a subscription's list, else None."""
-        return self.queue[1:] if self.queue.startswith("~") else None
+        return self.queue[1:] if self.queue.startswith("~") and not self.queue.startswith(REPLAY_PREFIX) else None
+
+    @property
+    def replay(self) -> str | None:
+        """The replay id when the receipt is for a replay's hidden list of a group, else None.
+
+        >>> parse("b:~r.rp_1:0:5:9").replay, parse("b:~r.rp_1:0:5:9").subscription, parse("b:~ab:0:5:9").replay
+        ('rp_1', None, None)
+        """
+        return self.queue[len(REPLAY_PREFIX):] if self.queue.startswith(REPLAY_PREFIX) else None
 
     @property
     def topic_queue(self) -> tuple[str, int]:
@@ -54,8 +65,8 @@ class Receipt:
         >>> parse("b:t!2@1:0:5:9").topic_queue, parse("b:t!2@1:0:5:9").log, parse("b:t@1:0:5:9").log
         (('t', 1), 't!2', 't')
         """
-        if self.subscription is not None:
-            raise BadRequest("receipt is for a subscription, not a topic queue")
+        if self.queue.startswith("~"):
+            raise BadRequest("receipt is for a subscription or replay list, not a topic queue")
         log, _, q = self.queue.rpartition("@")
         return topic_of_log(log), int(q)
 
@@ -72,6 +83,15 @@ def topic_queue_field(log: str, queue: int) -> str:
 
 def subscription_field(sub_id: str) -> str:
     return f"~{sub_id}"
+
+
+def replay_field(replay_id: str) -> str:
+    """The log name (and receipt queue field) of replay ``replay_id``'s hidden list.
+
+    >>> replay_field("rp_1")
+    '~r.rp_1'
+    """
+    return f"{REPLAY_PREFIX}{replay_id}"
 
 
 def parse(text: object) -> Receipt:

@@ -45,8 +45,8 @@ from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, TopicLog, consume, list_reader, topic_reader
 from lakeq.contract import push as contract
 from lakeq.contract import validation as v
+from lakeq.log.receipts import REPLAY_PREFIX, subscription_field
 from lakeq.log.receipts import parse as parse_receipt
-from lakeq.log.receipts import subscription_field
 from lakeq.log.settlement import Outcomes
 from lakeq.store.models import log_of
 from lakeq.store.push import GroupPushRepo, PushRepo
@@ -386,7 +386,7 @@ def subscriptions_of_records(records: list[dict]) -> list[str]:
         if r.get("eventName") != "INSERT":
             continue
         pq = (((r.get("dynamodb") or {}).get("Keys") or {}).get("pq") or {}).get("S") or ""
-        if pq.startswith("~") and "#" in pq:
+        if pq.startswith("~") and "#" in pq and not pq.startswith(REPLAY_PREFIX):  # (a replay's list: no push)
             out.append(pq[1:].split("#", 1)[0])
     return list(dict.fromkeys(out))
 

@@ -344,7 +344,8 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
         params = {"group": group_name(q.name), "max": str(max_n - held), "wait_ms": str(wait * 1000 if i == 0 else 0),
                   "visibility_timeout_ms": str(max(1000, vis * 1000))}
         got = perm.native(lambda: service.pull(ADMIN, q.name, params, t=q.topic,
-                                               budget=lambda: ByteBudget(left, receive_bytes)))
+                                               budget=lambda: ByteBudget(left, receive_bytes),
+                                               with_replays=False))  # (replay lists: lakeq's pulls only)
         if not got["messages"]:
             break
         batches.append(got)

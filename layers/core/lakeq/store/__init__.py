@@ -15,6 +15,8 @@ __getattr__, __dir__, __all__ = exports(__name__, {
         "OffsetModel", "QueueModel", "SegmentModel", "TopicModel", "log_of", "queue_key",
     ),
     "push": ("GroupPushRepo", "PushRepo"),
+    "replay_lists": ("LIST_TTL_S", "ReplayListRepo", "active_replays", "replay_log", "replay_marker", "replay_markers",
+                     "replay_owner",),
     "repos": (
         "CONDITION_FAILED", "ClientRepo", "DelayedRepo", "LogRepo", "OffsetRepo", "TopicRepo",
         "TransactionFailed", "inc_of", "transact", "warm_transactions",

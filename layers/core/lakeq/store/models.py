@@ -89,6 +89,9 @@ class ClientModel(Model):
     push_dead_lettered = NumberAttribute(null=True)
     push_send_at = NumberAttribute(null=True)
     push_leases = MapAttribute(null=True)
+    # replays into this consumer group (issue 18.1, lakeq.store.replay_lists): "<replay id>|<topic>" per
+    # replay whose hidden list the group's pulls of that topic read first (absent: none, the usual case)
+    replays = UnicodeSetAttribute(null=True)
 
 
 class KeyModel(Model):
@@ -122,6 +125,10 @@ class QueueModel(Model):
     next_due = NumberAttribute(null=True)
     delayed = NumberAttribute(null=True)
     dver = NumberAttribute(null=True)
+    # a replay's hidden list (lakeq.store.replay_lists): the manifest position after the last copy
+    # appended (a re-sent copy below it is already in), and when the replay ended (no more copies)
+    rpos = NumberAttribute(null=True)
+    ended_at = NumberAttribute(null=True)
 
     def __init__(self, topic: str | None = None, queue: int | None = None, **attributes):
         if topic is not None and queue is not None:

@@ -1,0 +1,113 @@
+"""The ``{"group": g}`` target of a replay (issue 18.1; /work contract REPLAY.md §4, docs/design.md
+"Replay from the lake", "Into a group"): the copier (lakeq's ReplayFunction) calls :func:`begin`
+once when the replay starts copying, :func:`sink` for its chunks, :func:`end` when the replay is done,
+cancelled or failed. Storage: :mod:`lakeq.store.replay_lists`; the group's pulls read the list
+(:mod:`lakeq.consume.replays`).
+
+Store calls: ``begin`` one conditional PutItem (the list's queue item) + one UpdateItem (the
+group's marker); a ``sink`` of a chunk one consistent GetItem of the list's queue item + one
+TransactWriteItems per ≤ 3.5 MB / ≤ 99 segments of copies (usually one); ``end`` one conditional
+UpdateItem (``ended_at``) + a GetItem of the group and of its record (to remove the marker at once
+when the list is already drained) or, cancelled, one UpdateItem removing the marker.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from lakeq.common import backoff, clock
+from lakeq.common.errors import LakeqError
+from lakeq.common.names import check_name, check_topic
+from lakeq.log.produce_plan import plan_parts
+from lakeq.replay.copier import Copy
+from lakeq.replay.group_plan import entry, fresh, position
+from lakeq.store.replay_lists import ReplayListRepo, replay_log, replay_owner
+from lakeq.store.repos import ClientRepo, OffsetRepo
+
+log = logging.getLogger("lakeq.replay.group_target")
+
+ATTEMPTS = 40
+
+
+class ListMissing(LakeqError):
+    """A sink before :func:`begin` made the replay's list."""
+
+
+def _check(replay_id: str, topic: str, group: str) -> None:
+    check_name(replay_id, "replay id")
+    check_topic(topic)
+    check_name(group, "target.group")
+
+
+def begin(replay_id: str, topic: str, group: str) -> None:
+    """Make the replay's hidden list and tell ``group`` about it (both idempotent). The list
+    exists before the marker, so a pull that sees the marker finds the list."""
+    _check(replay_id, topic, group)
+    ReplayListRepo.create(replay_id)
+    if not ReplayListRepo.mark(group, replay_id, topic):
+        log.warning("replay %s: group %s is not a consumer group (any more); nothing will pull its copies",
+                    replay_id, group)
+
+
+def sink(replay_id: str, topic: str, group: str) -> Callable[[list[Copy]], int]:
+    """The copier's ``produce`` for this target: append the copies (in manifest order) to the list,
+    each once, and answer how many were new. A copy whose position (``row["pos"]``) is below the
+    list's ``rpos`` is already in (a chunk copied again after a crash between its sink and the
+    cursor write); the rest go at the head, ``rpos`` moving with them in the same transaction."""
+    _check(replay_id, topic, group)
+    log_name = replay_log(replay_id)
+
+    def put(copies: list[Copy]) -> int:
+        copies = sorted(copies, key=position)
+        added = attempt = 0
+        while True:
+            q = ReplayListRepo.queue(replay_id)
+            if q is None:
+                raise ListMissing(f"replay {replay_id}: its list does not exist (begin was not called)")
+            todo = fresh(copies, int(q.rpos or 0))
+            if not todo:
+                return added
+            base = int(q.max_offset)
+            items = [(i, entry(c, topic), False) for i, c in enumerate(todo)]
+            part, placed = plan_parts(log_name, 0, items, base)[0]
+            now = clock.now()
+            if ReplayListRepo.append(replay_id, base, int(q.rpos or 0), position(todo[len(placed) - 1]) + 1,
+                                     part, now):
+                added += len(placed)
+                copies = todo[len(placed):]
+                attempt = 0
+                continue
+            attempt += 1
+            if attempt >= ATTEMPTS:
+                raise LakeqError(f"replay {replay_id}: its list's head moved under {ATTEMPTS} appends in a row")
+            backoff.sleep(attempt)
+    return put
+
+
+def drained(replay_id: str, group: str, client_id: str | None = None) -> bool:
+    """Has the group (or its instance) settled every entry of the list? A consistent GetItem of the
+    list's queue item and one of the record."""
+    q = ReplayListRepo.queue(replay_id)
+    if q is None:
+        return True
+    rec = OffsetRepo.get(replay_owner(group, replay_id, client_id), 0)
+    if rec is None:
+        return int(q.max_offset) == 0
+    return OffsetRepo.view_of(rec, int(q.min_offset), int(q.max_offset)).backlog == 0
+
+
+def end(replay_id: str, topic: str, group: str, cancelled: bool) -> None:
+    """No more copies (done, failed, or ``cancelled``). Cancelled: the group stops seeing the list
+    at once (its marker is removed; the entries expire with the list's TTL). Otherwise the list is
+    marked ended; the marker goes now when a clustering group has already settled every entry, else
+    with the pull that finds it drained (:mod:`lakeq.consume.replays`). Idempotent."""
+    _check(replay_id, topic, group)
+    ReplayListRepo.end(replay_id, clock.now())
+    if cancelled:
+        ReplayListRepo.unmark(group, replay_id, topic)
+        return
+    g = ClientRepo.get(group)
+    if g is None or g.mode == "broadcasting":
+        return  # (broadcasting: each instance reads the list; its pulls remove the marker, docs)
+    if drained(replay_id, group):
+        ReplayListRepo.unmark(group, replay_id, topic)
