@@ -2,8 +2,10 @@
 subscription condition language, evaluated by the matcher layer itself), the hour partitions a
 time range reads, the copies' derived ids and the copier's chunks and pacing; ``copier`` — the copy
 loop (chunks from a cursor, derived ids, a conditional cursor write per chunk, pacing), storage and
-produce passed in. No AWS: the Glue job (``glue_jobs/lakeq_lake/replay.py``) and the copier share
-these definitions.
+produce passed in. No AWS in these two: the Glue job (``glue_jobs/lakeq_lake/replay.py``) and the
+copier share them. ``service`` — the routes' use cases (start, show, list, cancel) and the copier the
+``ReplayFunction`` schedule runs (storage in :mod:`lakeq.store.replays`, the job's start in
+:mod:`lakeq.store.jobs`).
 """
 from lakeq import exports
 
@@ -11,4 +13,5 @@ __getattr__, __dir__, __all__ = exports(__name__, {
     "copier": ("Copy", "Progress", "run",),
     "rules": ("Filter", "ReplayRequest", "copy_id", "field_needles", "hour_bounds", "next_chunk",
               "parse_request", "pace_seconds",),
+    "service": ("Manifest", "cancel", "copy_message", "get", "list_", "run_all", "start", "topic_sink",),
 })
