@@ -423,3 +423,34 @@ def test_the_role_allows_what_the_copier_needs_and_not_more(api, setup, clock, r
             with pytest.raises(ClientError) as e:
                 call()
             assert "AccessDenied" in e.value.response["Error"]["Code"]
+
+
+def test_store_calls_per_chunk(api, setup, clock, replay, aws):
+    """What one copier run costs (docs/design.md "Replay"): per chunk of 100 copies into a topic of
+    3 queues, one dedup BatchGetItem, per target queue a head read and one transaction, one cursor
+    write; per run the live Query, the replay's reads and one GetObject per manifest part."""
+    from collections import Counter
+
+    from tests.crash import CountCalls
+
+    produce(api, setup, clock, 200)
+    lo, hi = T0, T0 + 200_000
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"topic": "replayed"}, "rate": 1000})
+    H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, None, parts=2)
+    H.run_schedule()  # selecting → copying, and the copy
+    got = api.call("GET", f"/v1/replays/{r['id']}")[1]
+    assert (got["status"], got["copied"]) == ("done", 200)
+    assert api.call("POST", "/v1/topics", {"name": "other", "queues": 3})[0] == 201
+    r2 = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"topic": "other"}, "rate": 1000})
+    H.write_manifest(aws, r2["id"], "quotes/sh", lo, hi, None, parts=2)
+    with CountCalls({"ReplayFunction"}) as c:
+        H.run_schedule()
+    ops = Counter(f"{x.service}.{x.operation}" + (f"({x.params.get('TableName', '').rsplit('-', 1)[-1]})"
+                                                   if "TableName" in x.params else "") for x in c.calls)
+    print(dict(ops))
+    assert api.call("GET", f"/v1/replays/{r2['id']}")[1]["copied"] == 200
+    chunks = 2  # 200 rows, chunks of 100
+    assert ops["dynamodb.BatchGetItem"] == chunks
+    assert ops["dynamodb.TransactWriteItems"] <= chunks * 3 + 2  # a write per target queue (+ a lost race)
+    assert ops["dynamodb.UpdateItem(replays)"] == chunks + 2  # the cursor writes, selected, done
+    assert ops["s3.GetObject"] == 1 + 2  # selection.json, then each part once (streamed)
