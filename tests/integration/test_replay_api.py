@@ -454,3 +454,79 @@ def test_store_calls_per_chunk(api, setup, clock, replay, aws):
     assert ops["dynamodb.TransactWriteItems"] <= chunks * 3 + 2  # a write per target queue (+ a lost race)
     assert ops["dynamodb.UpdateItem(replays)"] == chunks + 2  # the cursor writes, selected, done
     assert ops["s3.GetObject"] == 1 + 2  # selection.json, then each part once (streamed)
+
+
+def test_a_group_target_is_wired_to_group_target(api, setup, clock, replay, aws, monkeypatch):
+    """The copier's calls into lakeq.replay.group_target (helper replaygroup's module, replaced here
+    by a recorder): begin once when copying starts, sink per chunk (rows with "pos"), end when done;
+    end(cancelled=True) on a cancel, end on a failed selection."""
+    import sys
+    import types
+
+    import lakeq.replay as pkg
+
+    calls = []
+    fake = types.ModuleType("lakeq.replay.group_target")
+    fake.begin = lambda rid, topic, group: calls.append(("begin", rid, topic, group))
+    fake.end = lambda rid, topic, group, cancelled: calls.append(("end", rid, topic, group, cancelled))
+
+    def sink(rid, topic, group):
+        def put(copies):
+            calls.append(("sink", rid, [c.row["pos"] for c in copies], [c.id for c in copies]))
+            return len(copies)
+        return put
+    fake.sink = sink
+    monkeypatch.setitem(sys.modules, "lakeq.replay.group_target", fake)
+    monkeypatch.setattr(pkg, "group_target", fake, raising=False)
+    monkeypatch.setattr(service, "CHUNK", 4)
+    produce(api, setup, clock, 6)
+    lo, hi = T0, T0 + 6_000
+    want = H.expected(aws, "quotes/sh", lo, hi, None)
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"group": "risk"}, "rate": 1000})
+    assert r["target"] == {"group": "risk"}
+    H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, None)
+    H.run_schedule()
+    rid = r["id"]
+    assert calls[0] == ("begin", rid, "quotes/sh", "risk") and calls[-1] == ("end", rid, "quotes/sh", "risk", False)
+    sinks = [c for c in calls if c[0] == "sink"]
+    assert [p for c in sinks for p in c[2]] == list(range(6)) and [len(c[2]) for c in sinks] == [4, 2]
+    assert sorted(i for c in sinks for i in c[3]) == sorted(H.source_of("quotes/sh", want))
+    assert api.call("GET", f"/v1/replays/{rid}")[1]["status"] == "done"
+    calls.clear()
+    r2 = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"group": "risk"}})
+    assert api.call("POST", f"/v1/replays/{r2['id']}/cancel")[0] == 200
+    r3 = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"group": "risk"}})
+    H.write_error(aws, r3["id"], "boom")
+    H.run_schedule()
+    assert calls == [("end", r2["id"], "quotes/sh", "risk", True), ("end", r3["id"], "quotes/sh", "risk", False)]
+
+
+def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws_rules, tmp_path):
+    """Least privilege, the other way round: a flow that starts, lists, shows, selects, copies (a
+    copy going by claim check) and cancels uses each of the role's own statements (the SAM read
+    policies aside). SegmentsTable Query is the one not reached here: the head read after a lost
+    append race (LogRepo.head(fresh=True))."""
+    record = tmp_path / "iam.txt"
+    aws_rules.record_file = str(record)
+    clock.t = T0
+    hdr = len(json.dumps({"id": "a", "key": "k", "tags": [], "properties": {}, "produced_at": T0},
+                         separators=(",", ":")).encode())
+    m = {"id": "a", "key": "k", "properties": {}, "tags": [], "body": "x" * (claims.INLINE_BYTES - hdr)}
+    assert api.call("POST", T, {"producer": "feed", "messages": [m]}, key=setup["feed"])[0] == 200
+    r = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
+    H.run_schedule()  # selecting: listed, nothing yet
+    H.write_manifest(aws, r["id"], "quotes/sh", T0, T0 + 1, None)
+    H.run_schedule()
+    assert api.call("GET", "/v1/replays")[0] == 200 and api.call("GET", f"/v1/replays/{r['id']}")[0] == 200
+    r2 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
+    assert api.call("POST", f"/v1/replays/{r2['id']}/cancel")[0] == 200
+    used = {(a, res) for fn, a, res, d in (line.split() for line in record.read_text().splitlines())
+            if fn == "ReplayFunction" and d == "allow"}
+    from infra.local.aws_rules import _wild
+
+    own = [st for st in aws_rules.roles["ReplayFunction"].statements  # the template block's Statement list
+           if isinstance(st["Resource"], str) and not st["Action"][0].startswith(("logs:", "xray:"))]
+    assert len(own) == 9
+    granted = [(a, st["Resource"]) for st in own for a in st["Action"]]
+    unused = [(a, res) for a, res in granted if not any(a == ua and _wild(res, ur, True) for ua, ur in used)]
+    assert unused == [("dynamodb:Query", "arn:aws:dynamodb:us-east-1:123456789012:table/lakeq-local-segments")]
