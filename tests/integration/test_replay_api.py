@@ -452,7 +452,7 @@ def test_store_calls_per_chunk(api, setup, clock, replay, aws):
     chunks = 2  # 200 rows, chunks of 100
     assert ops["dynamodb.BatchGetItem"] == chunks
     assert ops["dynamodb.TransactWriteItems"] <= chunks * 3 + 2  # a write per target queue (+ a lost race)
-    assert ops["dynamodb.UpdateItem(replays)"] == chunks + 2  # the cursor writes, selected, done
+    assert ops["dynamodb.UpdateItem(replays)"] == chunks + 3  # the cursor writes, selected, done, unlive
     assert ops["s3.GetObject"] == 1 + 2  # selection.json, then each part once (streamed)
 
 
@@ -499,6 +499,11 @@ def test_a_group_target_is_wired_to_group_target(api, setup, clock, replay, aws,
     H.write_error(aws, r3["id"], "boom")
     H.run_schedule()
     assert calls == [("end", r2["id"], "quotes/sh", "risk", True), ("end", r3["id"], "quotes/sh", "risk", False)]
+    # a copier that died between the final status and end: the next run tells the target (an outbox)
+    calls.clear()
+    ReplayModel(rid).update(actions=[ReplayModel.live.set("1")])
+    assert H.run_schedule() == {"replays": 1, "done": 1}
+    assert calls == [("end", rid, "quotes/sh", "risk", False)] and H.run_schedule() == {"replays": 0}
 
 
 def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws_rules, tmp_path):

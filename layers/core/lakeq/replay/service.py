@@ -21,6 +21,11 @@ copied again after a crash is not stored twice), key, tags and properties kept, 
 manifest or — a body kept in the lake bucket — its claim. ``{"group": g}``:
 :mod:`lakeq.replay.group_target` (imported when used).
 
+**Ending** is an outbox: the final status is written first, the item stays ``live`` until the
+target was told (``group_target.end``) and :meth:`ReplayRepo.unlive` took it out, so a crash in
+between leaves the call to the next run; ``group_target.begin`` is called before the first chunk
+(again after a crash there: it is idempotent).
+
 **Cancel** sets ``cancelled`` without moving ``version``: the copier's next cursor write fails on
 the status, records the chunk in hand on the cancelled item and stops.
 """
@@ -40,14 +45,13 @@ from lakeq.contract import validation as v
 from lakeq.log import claims
 from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
-from lakeq.store.replays import ReplayModel, ReplayObjects, ReplayRepo
+from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
 
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
 sleep = time.sleep
 SELECT_TIMEOUT_MS = 6 * 3_600_000  # a selection job that wrote nothing by then has failed
 CHUNK = 100  # manifest rows per cursor write (at most the rate)
 LIST_LIMIT, LIST_MAX = 50, 100
-FINAL = ("done", "failed", "cancelled")
 
 
 class TargetGone(LakeqError):
@@ -153,9 +157,8 @@ def cancel(p: Principal, rid: str) -> dict:
         if r.status in FINAL:
             raise Conflict(f"replay '{rid}' has ended ({r.status})")
         if ReplayRepo.cancel(rid, clock.now()):
-            r = ReplayRepo.get(rid) or r
-            _end_target(r, cancelled=True)
-            return view(r)
+            _close(ReplayRepo.get(rid) or r)  # (a crash before it: the schedule does it)
+            return view(ReplayRepo.get(rid) or r)
         r = _replay_or_404(rid)
     raise Unavailable("the replay changed too often; retry")  # pragma: no cover
 
@@ -173,11 +176,14 @@ def _begin_target(r: ReplayModel) -> None:
         group_target.begin(r.id, r.topic, name)
 
 
-def _end_target(r: ReplayModel, cancelled: bool) -> None:
+def _close(r: ReplayModel) -> None:
+    """An ended replay still ``live``: tell its target (``group_target.end``, idempotent), then take
+    it out of the schedule's index. Run after every ending and by each run for any left over."""
     kind, name = _target(r)
     if kind == "group":
         from lakeq.replay import group_target
-        group_target.end(r.id, r.topic, name, cancelled)
+        group_target.end(r.id, r.topic, name, r.status == "cancelled")
+    ReplayRepo.unlive(r.id)
 
 
 def copy_message(c: copier.Copy, now: int) -> seg.Message:
@@ -286,24 +292,23 @@ def _select(r: ReplayModel, now: int) -> ReplayModel | None:
     selection, error = ReplayObjects.outcome(r.id)
     if error is not None:
         msg = str(error.get("error") or "the selection job failed")
-        if ReplayRepo.finish(r.id, int(r.version), "failed", now, f"selection: {msg}", expect="selecting"):
-            _end_target(r, cancelled=False)
+        ReplayRepo.finish(r.id, int(r.version), "failed", now, f"selection: {msg}", expect="selecting")
     elif selection is not None:
         parts = [{"key": p["key"], "rows": int(p["rows"])} for p in selection.get("parts") or []]
         found = sum(p["rows"] for p in parts)
-        if ReplayRepo.selected(r.id, int(r.version), found, json.dumps(parts, separators=(",", ":")), now):
-            _begin_target(ReplayRepo.get(r.id) or r)
+        ReplayRepo.selected(r.id, int(r.version), found, json.dumps(parts, separators=(",", ":")), now)
     elif now - int(r.created_at) > SELECT_TIMEOUT_MS:
-        if ReplayRepo.finish(r.id, int(r.version), "failed", now,
-                             "selection: the job wrote neither selection.json nor error.json in time",
-                             expect="selecting"):
-            _end_target(r, cancelled=False)
+        ReplayRepo.finish(r.id, int(r.version), "failed", now,
+                          "selection: the job wrote neither selection.json nor error.json in time",
+                          expect="selecting")
     return ReplayRepo.get(r.id)
 
 
 def _copy(r: ReplayModel, budget_s: float) -> ReplayModel | None:
     """Run the copier on a copying replay for at most ``budget_s``; end it when done."""
     rid = r.id
+    if int(r.cursor or 0) == 0:  # (again after a crash before the first chunk: begin is idempotent)
+        _begin_target(r)
     manifest = Manifest(json.loads(r.parts or "[]"))
 
     def load() -> copier.Progress:
@@ -330,8 +335,7 @@ def _copy(r: ReplayModel, budget_s: float) -> ReplayModel | None:
         return ReplayRepo.get(rid)
     cur = ReplayRepo.get(rid)
     if cur is not None and cur.status == "copying" and int(cur.cursor or 0) >= int(cur.found or 0):
-        if ReplayRepo.finish(rid, int(cur.version), "done", clock.now()):
-            _end_target(cur, cancelled=False)
+        ReplayRepo.finish(rid, int(cur.version), "done", clock.now())
         cur = ReplayRepo.get(rid)
     return cur
 
@@ -345,6 +349,9 @@ def run(rid: str, budget_ms: int) -> dict | None:
         r = _select(r, clock.now())
     if r is not None and r.status == "copying" and budget_ms > 0:
         r = _copy(r, budget_ms / 1000)
+    if r is not None and r.status in FINAL and r.live:
+        _close(r)
+        r = ReplayRepo.get(rid) or r
     return None if r is None else view(r)
 
 

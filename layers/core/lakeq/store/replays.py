@@ -6,9 +6,11 @@ copying → done | failed | cancelled), the copier's progress (``found``, ``curs
 ``failed``, ``duplicates``) and ``version``, which every write but a cancel moves. Every state
 change and cursor move is one conditional UpdateItem on ``version`` and/or ``status``.
 
-``live`` ("1") is set while a replay is selecting or copying and removed when it ends: the sparse
-index ``live`` (keys only) is what the schedule queries, so an idle minute costs one Query of an
-empty index whatever the number of replays kept.
+``live`` ("1") is set when a replay is created and removed once it has ended *and* its target was
+told (``group_target.end``; :meth:`ReplayRepo.unlive`): an outbox, so a crash between the final
+status and that call leaves it to the next run. The sparse index ``live`` (keys only) is what the
+schedule queries, so an idle minute costs one Query of an empty index whatever the number of
+replays kept.
 
 The selection job's objects under ``replays/<id>/`` of the lake bucket (``selection.json``,
 ``error.json``, ``manifest/part-*.json.gz``) are read here too (:class:`ReplayObjects`; S3 through
@@ -30,6 +32,7 @@ from lakeq.store.models import _meta
 from lakeq.store.repos import update_if
 
 LIVE_STATUSES = ("selecting", "copying")
+FINAL = ("done", "failed", "cancelled")
 
 
 class LiveIndex(GlobalSecondaryIndex):
@@ -118,9 +121,9 @@ class ReplayRepo:
     @staticmethod
     def finish(rid: str, version: int, status: str, now: int, error: str | None = None,
                expect: str = "copying") -> bool:
-        """End a replay (``done`` / ``failed``): status set, ``live`` removed; only if it is still at
-        ``version`` and in status ``expect``."""
-        actions = [M.status.set(status), M.live.remove(), M.version.add(1), M.updated_at.set(now)]
+        """End a replay (``done`` / ``failed``; ``live`` stays until :meth:`unlive`); only if it is
+        still at ``version`` and in status ``expect``."""
+        actions = [M.status.set(status), M.version.add(1), M.updated_at.set(now)]
         if error is not None:
             actions.append(M.error.set(error[:1000]))
         return update_if(M(rid), actions, (M.version == version) & (M.status == expect))
@@ -129,8 +132,13 @@ class ReplayRepo:
     def cancel(rid: str, now: int) -> bool:
         """selecting | copying → cancelled (``version`` kept: the copier's next cursor write fails on
         the status and it stops; it records the chunk in hand with ``status="cancelled"``)."""
-        return update_if(M(rid), [M.status.set("cancelled"), M.live.remove(), M.updated_at.set(now)],
+        return update_if(M(rid), [M.status.set("cancelled"), M.updated_at.set(now)],
                          M.status.is_in(*LIVE_STATUSES))
+
+    @staticmethod
+    def unlive(rid: str) -> bool:
+        """An ended replay whose target was told: out of the schedule's index."""
+        return update_if(M(rid), [M.live.remove()], M.status.is_in(*FINAL) & M.live.exists())
 
 
 # --- the selection job's objects in the lake bucket ---------------------------------------------
