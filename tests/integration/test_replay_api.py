@@ -508,9 +508,25 @@ def test_a_group_target_is_wired_to_group_target(api, setup, clock, replay, aws,
 
 def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws_rules, tmp_path):
     """Least privilege, the other way round: a flow that starts, lists, shows, selects, copies (a
-    copy going by claim check) and cancels uses each of the role's own statements (the SAM read
-    policies aside). SegmentsTable Query is the one not reached here: the head read after a lost
-    append race (LogRepo.head(fresh=True))."""
+    copy going by claim check; an append losing a race to a producer of the target topic, so the
+    fresh head read runs) and cancels uses each of the role's own statements (the SAM read
+    policies aside). The producer's messages and the copy are all there afterwards."""
+    from infra.local import interceptor
+
+    class Race:
+        """Before ReplayFunction's first append transaction, a producer appends to every queue of
+        the target: the copier's write at the head it read fails, it reads the head afresh."""
+        fired = False
+
+        def before(self, call):
+            if call.function == "ReplayFunction" and call.operation == "TransactWriteItems" and not self.fired:
+                self.fired = True
+                msgs = [{"body": f"rival {i}", "key": f"r{i}"} for i in range(12)]
+                assert api.call("POST", "/v1/topics/replayed/messages", {"producer": "rp", "messages": msgs})[0] == 200
+
+        def after(self, call, response):
+            return response
+    assert api.call("POST", "/v1/clients", {"name": "rp", "role": "producer", "topics": ["replayed"]})[0] == 201
     record = tmp_path / "iam.txt"
     aws_rules.record_file = str(record)
     clock.t = T0
@@ -521,7 +537,14 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     r = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
     H.run_schedule()  # selecting: listed, nothing yet
     H.write_manifest(aws, r["id"], "quotes/sh", T0, T0 + 1, None)
-    H.run_schedule()
+    race = Race()
+    with interceptor.hooked(race):
+        H.run_schedule()
+    assert race.fired and api.call("GET", f"/v1/replays/{r['id']}")[1]["copied"] == 1
+    held = [m for ms in H.topic_messages("replayed").values() for m in ms]
+    assert sorted(m["id"] for m in held if m["id"].startswith("rp-")) == sorted(H.source_of("quotes/sh", [
+        {"queue": q, "offset": 0} for q, ms in H.topic_messages("quotes/sh").items() if ms]))
+    assert len(held) == 13
     assert api.call("GET", "/v1/replays")[0] == 200 and api.call("GET", f"/v1/replays/{r['id']}")[0] == 200
     r2 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
     assert api.call("POST", f"/v1/replays/{r2['id']}/cancel")[0] == 200
@@ -534,4 +557,4 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     assert len(own) == 9
     granted = [(a, st["Resource"]) for st in own for a in st["Action"]]
     unused = [(a, res) for a, res in granted if not any(a == ua and _wild(res, ur, True) for ua, ur in used)]
-    assert unused == [("dynamodb:Query", "arn:aws:dynamodb:us-east-1:123456789012:table/lakeq-local-segments")]
+    assert unused == []
