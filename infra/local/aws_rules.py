@@ -13,9 +13,9 @@ response)``) that makes every DynamoDB, DynamoDB Streams, S3 and Secrets Manager
    resource ARNs the way AWS authorises it (:func:`required_permissions`: each item of a
    TransactWriteItems on its own table, BatchGet/BatchWrite per table, Query/Scan on an index →
    the index ARN, S3 object ARNs, ListObjectsV2 → ``s3:ListBucket`` on the bucket with the
-   ``s3:prefix`` condition key, Secrets Manager calls on the secret's ARN, Glue job-run calls on the
-   job's ARN, API Gateway management
-   calls → ``execute-api:ManageConnections`` on ``<api>/<stage>/<VERB>/@connections/<id>``). Wildcards in
+   ``s3:prefix`` condition key, Secrets Manager calls on the secret's ARN, API Gateway management
+   calls → ``execute-api:ManageConnections`` on ``<api>/<stage>/<VERB>/@connections/<id>``, Glue
+   job-run calls → ``glue:<Operation>`` on the job's ARN). Wildcards in
    ``Action`` / ``Resource``, ``NotAction`` / ``NotResource``, the ``String*`` condition
    operators; an explicit ``Deny`` wins. A denied call raises botocore's ``ClientError`` —
    ``AccessDeniedException`` (S3: ``AccessDenied``, 403) with AWS's message — before anything
@@ -545,9 +545,6 @@ def required_permissions(call: Call, arns: Arns) -> list[Permission]:
         return [Permission("execute-api:ManageConnections",
                            f"arn:aws:execute-api:{arns.region}:{arns.account_id}:{api}/{stage}/{verb}"
                            f"/@connections/{p.get('ConnectionId', '')}")]
-    if call.service == "glue" and "JobName" in p:
-        # a job's runs (StartJobRun, GetJobRun, ...): on the job's ARN (issue 18.1: ReplayFunction)
-        return [Permission(f"glue:{op}", f"arn:aws:glue:{arns.region}:{arns.account_id}:job/{p['JobName']}")]
     if call.service == "secretsmanager":
         # a secret's ARN (a name is turned into the partial ARN the local stack's Ref gives)
         sid = str(p.get("SecretId") or p.get("Name") or "")
@@ -556,6 +553,11 @@ def required_permissions(call: Call, arns: Arns) -> list[Permission]:
         if not sid.startswith("arn:"):
             sid = f"arn:aws:secretsmanager:{arns.region}:{arns.account_id}:secret:{sid}"
         return [Permission(f"secretsmanager:{op}", sid)]
+    if call.service == "glue":
+        # job-run calls on the job's ARN (arn:aws:glue:<region>:<account>:job/<name>)
+        job = p.get("JobName")
+        res = f"arn:aws:glue:{arns.region}:{arns.account_id}:job/{job}" if job else "*"
+        return [Permission(f"glue:{op}", res)]
     return []
 
 
