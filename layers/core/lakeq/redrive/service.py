@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 import uuid
-import zlib
 
 from lakeq.admin.auth import Principal, require_admin, topic_or_404
 from lakeq.common import clock
@@ -36,8 +35,7 @@ from lakeq.consume.reader import topic_reader
 from lakeq.contract import validation as v
 from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
-from lakeq.log.produce_plan import plan_parts, queue_for_key
-from lakeq.store.append import Contended, append_at_head
+from lakeq.store.append import Contended, append_copies
 from lakeq.store.models import log_of
 from lakeq.store.redrives import RedriveModel, RedriveRepo
 from lakeq.store.repos import LogRepo, TopicRepo
@@ -150,26 +148,15 @@ def cancel(p: Principal, rid: str) -> dict:
 # --- the runner ---------------------------------------------------------------------------------
 def _copy(dest: str, items: list[seg.Message], now: int) -> bool:
     """Append ``items`` (ids derived from their source positions) to topic ``dest`` once each:
-    ids already in its dedup table are skipped, the rest go in with their ids. False: no such topic."""
+    ids already in its dedup table are skipped, the rest go in with their ids
+    (:func:`lakeq.store.append.append_copies`). False: no such topic."""
     t = TopicRepo.get(dest)
     if t is None:
         return False
-    log, n = log_of(t), int(t.queues)
-    known = LogRepo.dedup_lookup(log, [m.id for m in items])
-    per_queue: dict[int, list] = {}
-    for i, m in enumerate(items):
-        if m.id not in known:
-            q = queue_for_key(m.key, n) if m.key is not None else zlib.crc32(m.id.encode()) % n
-            per_queue.setdefault(q, []).append((i, m, True))
-    for q, its in sorted(per_queue.items()):
-        def plan(left: list, base: int, q: int = q) -> tuple:
-            part, placed = plan_parts(log, q, left, base)[0]
-            return part, len(placed)
-        try:
-            append_at_head(log, q, its, now, plan,
-                           on_recorded=lambda left, keys: [it for it in left if it[1].id not in keys])
-        except Contended:
-            raise Unavailable(f"topic '{dest}' is too contended; the redrive retries") from None
+    try:
+        append_copies(log_of(t), int(t.queues), items, now)
+    except Contended:
+        raise Unavailable(f"topic '{dest}' is too contended; the redrive retries") from None
     return True
 
 

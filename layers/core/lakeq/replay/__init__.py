@@ -5,7 +5,9 @@ loop (chunks from a cursor, derived ids, a conditional cursor write per chunk, p
 produce passed in; ``group_target`` — the ``{"group"}`` target (a hidden list per replay that only that
 group's pulls read; pure rules in ``group_plan``, storage in ``lakeq.store.replay_lists``). No AWS in
 ``rules`` and ``copier``: the Glue job (``glue_jobs/lakeq_lake/replay.py``) and the copier share
-these definitions.
+these definitions. ``service`` — the routes' use cases (start, show, list, cancel) and the copier the
+``ReplayFunction`` schedule runs (storage in :mod:`lakeq.store.replays`, the job's start in
+:mod:`lakeq.store.jobs`).
 """
 from lakeq import exports
 
@@ -14,4 +16,5 @@ __getattr__, __dir__, __all__ = exports(__name__, {
     "group_target": ("begin", "end", "sink",),
     "rules": ("Filter", "ReplayRequest", "copy_id", "field_needles", "hour_bounds", "next_chunk",
               "parse_request", "pace_seconds",),
+    "service": ("Manifest", "cancel", "copy_message", "get", "list_", "run_all", "start", "topic_sink",),
 })

@@ -26,7 +26,7 @@ from lakeq.common.errors import BadRequest
 from lakeq.common.names import check_name, check_topic
 
 MAX_RANGE_MS = 400 * 24 * 3_600_000  # the lake keeps raw/ 400 days
-MAX_RATE = 10_000  # messages per second a copier may be asked for
+MAX_RATE = 1_000  # messages per second a copier may be asked for (REPLAY.md: 1..1000)
 DEFAULT_RATE = 100
 
 
@@ -179,7 +179,7 @@ def _int(body: Mapping, name: str, lo: int, hi: int, default: int | None = None)
 def parse_request(body: Any) -> ReplayRequest:
     """``{"topic", "from", "to", "filter"?, "target": {"group"} | {"topic"}, "rate"?}`` →
     :class:`ReplayRequest`; :class:`BadRequest` (400) on anything else. ``from``/``to`` epoch ms,
-    ``from < to``, at most 400 days apart; ``rate`` messages/s in [1, 10000] (default 100)."""
+    ``from < to``, at most 400 days apart; ``rate`` messages/s in [1, 1000] (default 100)."""
     if not isinstance(body, Mapping):
         raise BadRequest("body must be a JSON object")
     unknown = sorted(str(k) for k in body if k not in ("topic", "from", "to", "filter", "target", "rate"))

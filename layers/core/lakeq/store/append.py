@@ -85,3 +85,37 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
         items = items[n:]
         attempt = 0
     return True
+
+
+def append_copies(log: str, n_queues: int, msgs: list, now: int) -> int:
+    """Append copies ``msgs`` (:class:`lakeq.log.segments.Message`, each with a derived id) to log
+    ``log`` of ``n_queues`` queues once each: a copy goes to its key's queue (no key: a hash of its
+    id), ids already in the log's dedup table are skipped (one BatchGetItem), the rest are appended
+    with their ids recorded in the same transactions (an id recorded meanwhile is skipped too).
+    Returns how many were appended; the others were there already (a copy made again after a
+    crash). Used by redrive (:mod:`lakeq.redrive.service`) and replay (:mod:`lakeq.replay.service`).
+    Raises :class:`Contended`; a queue that does not exist appends nothing of its copies."""
+    import zlib
+
+    from lakeq.log.produce_plan import plan_parts, queue_for_key
+
+    known = LogRepo.dedup_lookup(log, [m.id for m in msgs])
+    per_queue: dict[int, list] = {}
+    seen: set[str] = set()
+    for i, m in enumerate(msgs):
+        if m.id not in known and m.id not in seen:
+            seen.add(m.id)
+            q = queue_for_key(m.key, n_queues) if m.key is not None else zlib.crc32(m.id.encode()) % n_queues
+            per_queue.setdefault(q, []).append((i, m, True))
+    appended = 0
+    for q, its in sorted(per_queue.items()):
+        def plan(left: list, base: int, q: int = q) -> tuple:
+            part, placed = plan_parts(log, q, left, base)[0]
+            return part, len(placed)
+
+        def written(done: list, _part) -> None:
+            nonlocal appended
+            appended += len(done)
+        append_at_head(log, q, its, now, plan, written,
+                       on_recorded=lambda left, keys: [it for it in left if it[1].id not in keys])
+    return appended

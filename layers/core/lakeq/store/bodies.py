@@ -24,6 +24,12 @@ def _client():
     return _s3
 
 
+def s3_client():
+    """The container's one S3 client (botocore), made on first use; shared with
+    :mod:`lakeq.store.replays`."""
+    return _client()
+
+
 def _bucket() -> str:
     return os.environ["LAKE_BUCKET"]
 

@@ -1,0 +1,181 @@
+"""Replays' storage (issue 18.1, :mod:`lakeq.replay.service`).
+
+ReplaysTable (``REPLAYS_TABLE``, key ``id``): one item per replay — the request (``topic``,
+``from_ms``, ``to_ms``, ``filter`` and ``target`` as JSON text, ``rate``), ``status`` (selecting →
+copying → done | failed | cancelled), the copier's progress (``found``, ``cursor``, ``copied``,
+``failed``, ``duplicates``) and ``version``, which every write but a cancel moves. Every state
+change and cursor move is one conditional UpdateItem on ``version`` and/or ``status``.
+
+``live`` ("1") is set when a replay is created and removed once it has ended *and* its target was
+told (``group_target.end``; :meth:`ReplayRepo.unlive`): an outbox, so a crash between the final
+status and that call leaves it to the next run. The sparse index ``live`` (keys only) is what the
+schedule queries, so an idle minute costs one Query of an empty index whatever the number of
+replays kept.
+
+The selection job's objects under ``replays/<id>/`` of the lake bucket (``selection.json``,
+``error.json``, ``manifest/part-*.json.gz``) are read here too (:class:`ReplayObjects`; S3 through
+the one botocore client of :mod:`lakeq.store.bodies`).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator
+
+from pynamodb.attributes import NumberAttribute, UnicodeAttribute
+from pynamodb.exceptions import DoesNotExist
+from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
+from pynamodb.models import Model
+
+from lakeq.store.models import _meta
+from lakeq.store.repos import update_if
+
+LIVE_STATUSES = ("selecting", "copying")
+FINAL = ("done", "failed", "cancelled")
+
+
+class LiveIndex(GlobalSecondaryIndex):
+    class Meta:
+        index_name = "live"
+        projection = KeysOnlyProjection()
+    live = UnicodeAttribute(hash_key=True)
+
+
+class ReplayModel(Model):
+    Meta = _meta("REPLAYS_TABLE", "lakeq-replays")
+    id = UnicodeAttribute(hash_key=True)
+    topic = UnicodeAttribute()
+    from_ms = NumberAttribute()
+    to_ms = NumberAttribute()
+    filter = UnicodeAttribute()  # JSON {"conditions": [...], "tags": [...]}
+    target = UnicodeAttribute()  # JSON {"topic": name} | {"group": name}
+    rate = NumberAttribute()
+    status = UnicodeAttribute()
+    created_at = NumberAttribute()
+    updated_at = NumberAttribute()
+    found = NumberAttribute(null=True)  # null while selecting
+    parts = UnicodeAttribute(null=True)  # JSON [{"key", "rows"}]: the manifest, from selection.json
+    cursor = NumberAttribute(default=0)  # manifest rows done (copied, or failed for good)
+    copied = NumberAttribute(default=0)
+    failed = NumberAttribute(default=0)
+    duplicates = NumberAttribute(default=0)
+    version = NumberAttribute(default=0)
+    error = UnicodeAttribute(null=True)
+    live = UnicodeAttribute(null=True)  # "1" while selecting or copying (the sparse index)
+    by_live = LiveIndex()
+
+
+M = ReplayModel
+
+
+class ReplayRepo:
+    @staticmethod
+    def get(rid: str) -> ReplayModel | None:
+        try:
+            return M.get(rid, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
+    def create(item: ReplayModel) -> bool:
+        """One PutItem, if no replay has that id."""
+        from pynamodb.exceptions import PutError
+
+        from lakeq.store.repos import conditional_failed
+        try:
+            item.save(condition=M.id.does_not_exist())
+            return True
+        except PutError as e:
+            if conditional_failed(e):
+                return False
+            raise
+
+    @staticmethod
+    def all() -> list[ReplayModel]:
+        """Every replay, newest first (a Scan: replays are few; the list route pages it)."""
+        return sorted(M.scan(consistent_read=True), key=lambda r: (-int(r.created_at), r.id))
+
+    @staticmethod
+    def live_ids() -> list[str]:
+        """The ids of the replays selecting or copying (a Query of the sparse index ``live``)."""
+        return sorted(r.id for r in M.by_live.query("1"))
+
+    @staticmethod
+    def selected(rid: str, version: int, found: int, parts: str, now: int) -> bool:
+        """selecting → copying, with the manifest's size and parts."""
+        return update_if(M(rid), [M.status.set("copying"), M.found.set(found), M.parts.set(parts),
+                                  M.version.add(1), M.updated_at.set(now)],
+                         (M.version == version) & (M.status == "selecting"))
+
+    @staticmethod
+    def progress(rid: str, version: int, cursor: int, copied: int, failed: int, duplicates: int, now: int,
+                 status: str = "copying") -> bool:
+        """The copier's cursor write: the counts as they are after a chunk, ``version`` + 1; only
+        if the item is still at ``version`` and in ``status`` (``cancelled``: the chunk in hand when
+        a cancel came, recorded after it)."""
+        return update_if(M(rid), [M.cursor.set(cursor), M.copied.set(copied), M.failed.set(failed),
+                                  M.duplicates.set(duplicates), M.version.add(1), M.updated_at.set(now)],
+                         (M.version == version) & (M.status == status))
+
+    @staticmethod
+    def finish(rid: str, version: int, status: str, now: int, error: str | None = None,
+               expect: str = "copying") -> bool:
+        """End a replay (``done`` / ``failed``; ``live`` stays until :meth:`unlive`); only if it is
+        still at ``version`` and in status ``expect``."""
+        actions = [M.status.set(status), M.version.add(1), M.updated_at.set(now)]
+        if error is not None:
+            actions.append(M.error.set(error[:1000]))
+        return update_if(M(rid), actions, (M.version == version) & (M.status == expect))
+
+    @staticmethod
+    def cancel(rid: str, now: int) -> bool:
+        """selecting | copying → cancelled (``version`` kept: the copier's next cursor write fails on
+        the status and it stops; it records the chunk in hand with ``status="cancelled"``)."""
+        return update_if(M(rid), [M.status.set("cancelled"), M.updated_at.set(now)],
+                         M.status.is_in(*LIVE_STATUSES))
+
+    @staticmethod
+    def unlive(rid: str) -> bool:
+        """An ended replay whose target was told: out of the schedule's index."""
+        return update_if(M(rid), [M.live.remove()], M.status.is_in(*FINAL) & M.live.exists())
+
+
+# --- the selection job's objects in the lake bucket ---------------------------------------------
+def _s3():
+    from lakeq.store.bodies import s3_client
+    return s3_client()
+
+
+def _bucket() -> str:
+    return os.environ["LAKE_BUCKET"]
+
+
+def prefix(rid: str) -> str:
+    return f"replays/{rid}/"
+
+
+class ReplayObjects:
+    @staticmethod
+    def outcome(rid: str) -> tuple[dict | None, dict | None]:
+        """``(selection.json, error.json)`` of replay ``rid``, each None while absent: one
+        ListObjectsV2 of ``replays/<id>/`` (delimited: the manifest's parts are not listed), then a
+        GetObject of the one that exists (error.json wins)."""
+        p = prefix(rid)
+        got = _s3().list_objects_v2(Bucket=_bucket(), Prefix=p, Delimiter="/")
+        names = {o["Key"][len(p):] for o in got.get("Contents") or []}
+        for name in ("error.json", "selection.json"):
+            if name in names:
+                obj = _s3().get_object(Bucket=_bucket(), Key=p + name)
+                doc = json.loads(obj["Body"].read().decode("utf-8"))
+                return (None, doc) if name == "error.json" else (doc, None)
+        return None, None
+
+    @staticmethod
+    def rows(key: str) -> Iterator[dict]:
+        """The rows of manifest part ``key`` (gzipped JSON Lines), streamed (one GetObject)."""
+        body = _s3().get_object(Bucket=_bucket(), Key=key)["Body"]
+        with gzip.GzipFile(fileobj=body) as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
