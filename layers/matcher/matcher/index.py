@@ -945,6 +945,15 @@ def _block_match(blk: _Block, kmap: dict, nums: dict, strs: dict, tag_list: Any)
     """The ids of ``blk``'s subscriptions the message passes: O(F x B / 30 + prefix lengths +
     partial range cells + B) in C-level int operations and one ``compress``, where F is the number
     of fields constrained in the block."""
+    m = _block_bits(blk, kmap, nums, strs, tag_list)
+    if not m:
+        return []
+    return list(compress(blk.ids, bin(m)[:1:-1].encode().translate(_BITS)))
+
+
+def _block_bits(blk: _Block, kmap: dict, nums: dict, strs: dict, tag_list: Any) -> int:
+    """The positions of ``blk`` the message passes, as an int: O(F x B / 30 + prefix lengths +
+    partial range cells)."""
     m = blk.alive
     for f, absent, base, eq, ab, abx, pre, lens, rg in blk.fields:
         k = kmap.get(f, kmap)
@@ -980,7 +989,7 @@ def _block_match(blk: _Block, kmap: dict, nums: dict, strs: dict, tag_list: Any)
                             p |= 1 << pos
             m &= p
         if not m:
-            return []
+            return 0
     tags = blk.tags
     if tags is not None:
         p = tags[0]
@@ -991,9 +1000,16 @@ def _block_match(blk: _Block, kmap: dict, nums: dict, strs: dict, tag_list: Any)
                 if x is not None:
                     p |= x
         m &= p
-        if not m:
-            return []
-    return list(compress(blk.ids, bin(m)[:1:-1].encode().translate(_BITS)))
+    return m
+
+
+def _message_views(props: Mapping) -> tuple:
+    """``(kmap, nums, strs)`` of a message's properties as :meth:`SubscriptionIndex.match` builds
+    them: field -> value key, the numbers (not bools, not NaN), the strings. O(fields)."""
+    kmap = {f: value_key(v) for f, v in props.items()}
+    nums = {f: v for f, v in props.items() if type(v) is not bool and isinstance(v, (int, float)) and v == v}
+    strs = {f: v for f, v in props.items() if isinstance(v, str)}
+    return kmap, nums, strs
 
 
 class SubscriptionIndex:
@@ -1152,7 +1168,29 @@ class SubscriptionIndex:
         self._reorders += 1
 
     def _make_block(self, topic: str, members: list[tuple]) -> None:
-        blk = self._blocks[topic] = _Block(topic, members)
+        """Build ``topic``'s block of ``members`` (``(id, labels)``, each eligible), keeping out the
+        ones no message of the traffic sample matches: levels that each pass often can still never
+        pass together (correlated fields), which no per-level rate shows; those go to the trie,
+        where such subscriptions share paths. O(B x (labels + sample x F / 30))."""
+        blk = _Block(topic, members)
+        hit = 0
+        for props in self._sample:
+            tags = props.get(_TAGF, ())
+            hit |= _block_bits(blk, *_message_views({f: v for f, v in props.items() if f != _TAGF}), tags)
+            if hit == blk.alive:
+                break
+        if hit != blk.alive:
+            keep = []
+            for pos, (sid, labels) in enumerate(members):
+                if hit >> pos & 1:
+                    keep.append((sid, labels))
+                else:
+                    self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
+            if not keep:
+                return
+            members = keep
+            blk = _Block(topic, members)
+        self._blocks[topic] = blk
         inblock = self._inblock
         for pos, (sid, _) in enumerate(members):
             inblock[sid] = (blk, pos)
@@ -1173,6 +1211,8 @@ class SubscriptionIndex:
                 members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if sid is not None]
                 moved[topic] = members + moved.get(topic, [])
                 del self._blocks[topic]
+                for sid, _ in members:
+                    del self._inblock[sid]
         self._dead = 0
         for topic, members in moved.items():
             if members:
