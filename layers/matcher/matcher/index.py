@@ -68,6 +68,15 @@ remove through the node; a leaf's tail has no levels); visiting it tests those l
 the same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit,
 not ``k``, and a leaf is one check.
 
+Bit blocks: once the order has been learned from traffic, the subscriptions that match often
+(every level passes at least ``_DENSE`` of the sampled messages, one level per field, and some
+sampled message matches the whole subscription) leave the trie for their topic's
+:class:`_Block`: Python ints as bitsets over their positions, one per value / prefix / excluded
+value / tag / range cell, ANDed per field and decoded by one C-level ``compress`` — no Python step
+per output id. Per message and block ``O(F x B / 30)`` word operations plus ``O(B)`` in C for
+``B`` members; the subscriptions that rarely match stay in the trie, so never-matching ones cost
+the blocks nothing. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
+
 The order (:func:`_canonical`)
 ------------------------------
 ``V`` counts every node whose path the message satisfies; a subscription whose *first* level a
@@ -120,6 +129,7 @@ _MIN_SAMPLE = 32  # no re-order before this many messages
 _MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
 _DENSE = 0.02  # a subscription whose every level passes at least this often goes to its topic's bit block
 _BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it is rebuilt
+_UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
 _CELLS = 256  # at most this many cells per range field of a block
 _BITS = bytes.maketrans(b"01", b"\x00\x01")  # bin() digits -> compress() selectors
 
@@ -391,7 +401,10 @@ def _canonical(levels: list[dict] | None, seen: dict | None = None, learned: "_L
     keyed = []
     for label in labels:
         est = _static_estimate(label, seen)
-        first: tuple = (_unbounded(label),) if learned is None else (learned.rate(label, est), _unbounded(label))
+        unb = _unbounded(label)
+        # learned: an unbounded level goes first only when it passes under half as often as a bounded
+        # one (a bounded level's node is shared by every subscription that starts with it)
+        first: tuple = (unb,) if learned is None else (learned.rate(label, est) * (_UNBOUNDED_W if unb else 1), unb)
         keyed.append((first + (est, _RANK[label[0]], str(label[1])), label))
     orders = [k for k, _ in keyed]
     if len(set(orders)) < len(orders):  # equal estimates on the same kind and field: order by argument
@@ -1079,6 +1092,8 @@ class SubscriptionIndex:
         Complexity: O(L log L + sum over levels of (number of values + log r)) where L is the number
         of levels and r the number of prefix / range edges at a node; independent of how many other
         subscriptions are indexed (amortised dict costs; a range's width class list moves up to r pointers in C).
+        A subscription that qualifies for a bit block (:meth:`_eligible`) goes to the trie too and
+        is moved by a later :meth:`match` (amortised O(1)).
         Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags.
         """
         validate_topic(topic)
@@ -1394,7 +1409,10 @@ class SubscriptionIndex:
         in the module docstring, where T is the topic depth, K the number of message fields, F the
         number of message fields, E the number of exact edges at the node, and a node is visited
         only when the message satisfies every level on its path. For exact-value levels that is
-        O(T + K + levels x matching paths) — independent of the number of subscriptions.
+        O(T + K + levels x matching paths) — independent of the number of subscriptions. Plus, per
+        bit block of the topic and its ancestors, O(F x B / 30 + B) C-level steps for its B
+        members and F constrained fields (:func:`_block_match`), and now and then a rebuild of the
+        blocks after changes (amortised O(1) per add / remove, see :meth:`_rebuild_blocks`).
         Also records the message's properties and tags (a 256-message sample) and, when visits
         without output have exceeded a doubling budget, calls :meth:`reorder` (O(n) once in a
         while, amortised against the waste it removes; see the module docstring).
