@@ -97,7 +97,10 @@ come first. Two sources of that estimate:
    :meth:`SubscriptionIndex.reorder` measures every level's pass rate on that sample
    (:class:`_Learned`: per field counts, sorted numbers and strings; ``O(values + log S)`` per
    level) and re-inserts every subscription with its levels ordered by measured pass rate (then the
-   static key). The doubling budget bounds the total re-order work by a constant times the waste it
+   static key; an unbounded level's rate counts twice, so it goes before a bounded one only when
+   it passes under half as often: a bounded level's node is shared by every subscription starting
+   with it, so levels that each pass half the time and never together stay on one shared path,
+   ``_UNBOUNDED_W``). The doubling budget bounds the total re-order work by a constant times the waste it
    removes. Subscriptions added afterwards use the learned rates too.
 
 Static guesses can be fooled: ``[px in [0, 900], vol in [10**6, 10**9]]`` (a wide range and one
