@@ -132,6 +132,7 @@ _MIN_SAMPLE = 32  # no re-order before this many messages
 _MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
 _DENSE = 0.02  # a subscription whose every level passes at least this often goes to its topic's bit block
 _BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it is rebuilt
+_EXPECT = 3.0  # a block member expected to match this many sampled messages and matching none leaves
 _UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
 _CELLS = 256  # at most this many cells per range field of a block
 _BITS = bytes.maketrans(b"01", b"\x00\x01")  # bin() digits -> compress() selectors
@@ -1117,6 +1118,13 @@ class SubscriptionIndex:
             self._pending.add(sub_id)  # moved to its topic's block by a later match (_rebuild_blocks)
         return levels
 
+    def _expected(self, labels: tuple) -> float:
+        """The product of the levels' measured pass rates: O(L) after the rates are memoised."""
+        p = 1.0
+        for label in labels:
+            p *= self._learned.pass_rate(label)  # type: ignore[union-attr]
+        return p
+
     def _eligible(self, labels: list[tuple] | tuple) -> bool:
         """True when a subscription belongs in its topic's bit block: traffic was measured, it has
         levels, at most one per field, every level passed at least one sampled message (so the
@@ -1189,7 +1197,10 @@ class SubscriptionIndex:
         """Build ``topic``'s block of ``members`` (``(id, labels)``, each eligible), keeping out the
         ones no message of the traffic sample matches: levels that each pass often can still never
         pass together (correlated fields), which no per-level rate shows; those go to the trie,
-        where such subscriptions share paths. O(B x (labels + sample x F / 30))."""
+        where such subscriptions share paths. Only when the sample had room for evidence: a member
+        expected (levels taken as independent) to match at least ``_EXPECT`` sampled messages and
+        matching none; a rarer one missing the sample is no sign of it and stays.
+        O(B x (labels + sample x F / 30))."""
         blk = _Block(topic, members)
         hit = 0
         for props in self._sample:
@@ -1199,8 +1210,9 @@ class SubscriptionIndex:
                 break
         if hit != blk.alive:
             keep = []
+            size = len(self._sample)
             for pos, (sid, labels) in enumerate(members):
-                if hit >> pos & 1:
+                if hit >> pos & 1 or self._expected(labels) * size < _EXPECT:
                     keep.append((sid, labels))
                 else:
                     self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
