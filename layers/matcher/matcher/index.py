@@ -132,6 +132,7 @@ _MIN_SAMPLE = 32  # no re-order before this many messages
 _MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
 _DENSE = 0.02  # a subscription whose every level passes at least this often goes to its topic's bit block
 _BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it is rebuilt
+_MEMO = 1 << 18  # memoised pass rates kept per sample (labels churn across adopted rebuilds)
 _EXPECT = 3.0  # a block member expected to match this many sampled messages and matching none leaves
 _UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
 _CELLS = 256  # at most this many cells per range field of a block
@@ -478,10 +479,12 @@ class _Learned:
         return (hits + prior) / (self.size + 1)
 
     def pass_rate(self, label: tuple) -> float:
-        """:meth:`rate` without a prior (a level no sampled message passes: 0), memoised per label:
-        O(1) after the first call."""
+        """:meth:`rate` without a prior (a level no sampled message passes: 0), memoised per label
+        (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
         r = self.memo.get(label)
         if r is None:
+            if len(self.memo) >= _MEMO:
+                self.memo.clear()
             r = self.memo[label] = self.rate(label, 0.0)
         return r
 
@@ -831,9 +834,10 @@ class _Block:
     """The dense subscriptions of one topic as bitsets (Python ints) over their positions.
 
     A subscription goes here (instead of the topic's trie) when the pass rates measured on the
-    traffic sample make it likely to match (:meth:`SubscriptionIndex._eligible`: the product of its
-    levels' rates >= ``_DENSE``, at most one level per field). Position ``p`` is bit ``p`` of every
-    int; ``ids[p]`` / ``labels[p]`` its subscription (``None`` once removed), ``alive`` the live
+    traffic sample make it likely to match (:meth:`SubscriptionIndex._eligible`: every level passes
+    at least ``_DENSE`` of the sample, at most one level per field; see also :meth:`SubscriptionIndex._make_block`).
+    Position ``p`` is bit ``p`` of every int; ``ids[p]`` / ``labels[p]`` its subscription
+    (``labels[p]`` is ``None`` once removed: an id may be ``None``), ``alive`` the live
     positions. Per constrained field one tuple ``(field, absent, base, eq, ab, abx, pre, lens, rg)``:
 
     * ``absent``: the positions that pass when the message lacks the field (no level on it, or
@@ -1179,7 +1183,7 @@ class SubscriptionIndex:
         self._learned = _Learned(self._sample) if self._sample else None
         subs = [(sid,) + _path(leaf) for sid, leaf in self._leaf.items()]
         for blk in self._blocks.values():
-            subs += [(sid, blk.topic, list(labels)) for sid, labels in zip(blk.ids, blk.labels) if sid is not None]
+            subs += [(sid, blk.topic, list(labels)) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
         self._roots, self._leaf, self._seen = {}, {}, {}
         self._blocks, self._inblock, self._pending, self._dead = {}, {}, set(), 0
         dense: dict[str, list] = {}
@@ -1238,7 +1242,7 @@ class SubscriptionIndex:
         for topic in list(self._blocks):
             blk = self._blocks[topic]
             if topic in moved or blk.count < len(blk.ids):
-                members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if sid is not None]
+                members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
                 moved[topic] = members + moved.get(topic, [])
                 del self._blocks[topic]
                 for sid, _ in members:
@@ -1692,7 +1696,7 @@ class SubscriptionIndex:
         for topic, blk in self._blocks.items():
             assert blk.topic == topic and blk.count > 0, topic
             assert len(blk.ids) == len(blk.labels)
-            lives = [p for p, sid in enumerate(blk.ids) if sid is not None]
+            lives = [p for p, lb in enumerate(blk.labels) if lb is not None]
             assert blk.alive == sum(1 << p for p in lives) and blk.count == len(lives), "alive bits"
             dead += len(blk.ids) - len(lives)
             for p in lives:
