@@ -70,7 +70,8 @@ not ``k``, and a leaf is one check.
 
 Bit blocks: once the order has been learned from traffic, the subscriptions that match often
 (every level passes at least ``_DENSE`` of the sampled messages, one level per field, and some
-sampled message matches the whole subscription) leave the trie for their topic's
+sampled message matches the whole subscription when it should have, ``_EXPECT``) leave the trie
+for their topic's
 :class:`_Block`: Python ints as bitsets over their positions, one per value / prefix / excluded
 value / tag / range cell, ANDed per field and decoded by one C-level ``compress`` — no Python step
 per output id. Per message and block ``O(F x B / 30)`` word operations plus ``O(B)`` in C for
