@@ -1,8 +1,8 @@
 """Subscription matcher benchmark (SPEC §3): SubscriptionIndex vs a linear scan of moto's SNS
 filter-policy matcher, same subscriptions and messages, match sets cross-checked.
 
-Four workloads (``--workload sparse|dense|dense6|distractors``; ``both`` = sparse and dense; default
-``all``):
+Five workloads (``--workload sparse|dense|dense6|distractors|correlated``; ``both`` = sparse and
+dense; default ``all``):
 
 * **sparse** — stock quotes: each stock code has ~2 subscriptions, a few percent use prefix / range /
   anything-but / exists / tags, ~1.1 matches per message at every size.
@@ -26,6 +26,12 @@ Four workloads (``--workload sparse|dense|dense6|distractors``; ``both`` = spars
   ``--no-learn`` keeps the static level order (no re-order from traffic) to show what it alone does.
   Subscriptions are added in shuffled order. The first 200 messages (warm-up, when the index
   learns its order and re-orders) are timed apart and printed above each table.
+* **correlated** — like distractors, but the n - 1,000 never-matching subscriptions have levels
+  that each pass about half the messages and never together (``side: sell`` and ``bid`` exists,
+  where messages carry ``bid`` only on ``buy``): no per-level pass rate shows that they never
+  match, so the learned order cannot put a never-passing level first, and the bit blocks take
+  them as dense. A shape the index is weak on (its time grows with n), kept to show it.
+  ``--no-blocks`` keeps every subscription in the trie (the index before the bit blocks).
 
 For each size (1k, 10k, 100k subscriptions) it reports:
 
@@ -45,8 +51,9 @@ For each size (1k, 10k, 100k subscriptions) it reports:
   answer is also checked against a plain linear reference of API.md's semantics, and each moto
   difference must be explained by that deviation (counted and printed).
 
-    python bench/matcher.py [--quick] [--seed N] [--workload sparse|dense|dense6|distractors|both|all]
-                            [--check] [--no-learn] [--ratio [--against INDEX_PY]]
+    python bench/matcher.py [--quick] [--seed N]
+                            [--workload sparse|dense|dense6|distractors|correlated|both|all]
+                            [--check] [--no-learn] [--no-blocks] [--ratio [--against INDEX_PY]]
 
 ``--ratio``: only dense6 at 10k, the index and moto timed side by side on the same messages,
 interleaved message by message, several rounds; prints CPU and wall ratios per round, their medians
@@ -406,9 +413,43 @@ def gen_distractor_messages(m: int, _codes, rng: random.Random) -> list:
     return gen_dense6_messages(m, None, random.Random(61))  # the same messages at every size
 
 
+def gen_correlated(i: int, rng: random.Random) -> tuple:
+    """A subscription whose levels each pass about half the messages and never together: messages
+    carry ``bid`` only when ``side`` is ``buy`` and ``ask`` only when it is ``sell`` (correlated
+    fields, which no per-level pass rate shows), plus sometimes a broad level."""
+    side = rng.choice(["buy", "sell"])
+    levels = [{"field": "side", "values": [side]}, {"field": "bid" if side == "sell" else "ask", "exists": True}]
+    if rng.random() < 0.5:
+        b = _broad(rng)
+        levels.append(b)
+    rng.shuffle(levels)
+    tags = rng.sample(S_TAGS, rng.randint(1, 3)) if rng.random() < 0.3 else None
+    return (f"cor-{i}", rng.choice(S_TOPICS), levels, tags)
+
+
+def gen_correlated_subscriptions(n: int, rng: random.Random) -> tuple[list, list]:
+    """The same DISTRACTOR_BASE dense6 subscriptions at every size plus n - DISTRACTOR_BASE that
+    never match although each of their levels often passes (:func:`gen_correlated`)."""
+    base_rng = random.Random(16)
+    subs = [gen_dense6_one(i, base_rng) for i in range(min(n, DISTRACTOR_BASE))]
+    subs += [gen_correlated(i, rng) for i in range(n - len(subs))]
+    rng.shuffle(subs)
+    return subs, []
+
+
+def gen_correlated_messages(m: int, _codes, rng: random.Random) -> list:
+    msgs = gen_dense6_messages(m, None, random.Random(61))  # the same messages at every size
+    sides = random.Random(62)
+    for _, props, _ in msgs:
+        side = props["side"] = sides.choice(["buy", "sell"])
+        props["bid" if side == "buy" else "ask"] = props["px"]
+    return msgs
+
+
 WORKLOADS = {"sparse": (gen_subscriptions, gen_messages), "dense": (gen_dense_subscriptions, gen_dense_messages),
              "dense6": (gen_dense6_subscriptions, gen_dense6_messages),
-             "distractors": (gen_distractor_subscriptions, gen_distractor_messages)}
+             "distractors": (gen_distractor_subscriptions, gen_distractor_messages),
+             "correlated": (gen_correlated_subscriptions, gen_correlated_messages)}
 
 
 def to_policy(conds: list[dict], tags) -> dict:
@@ -803,7 +844,13 @@ def main() -> None:
     ap.add_argument("--against", metavar="INDEX_PY",
                     help="with --ratio: also time this other matcher/index.py (e.g. main's) in every round")
     ap.add_argument("--no-learn", action="store_true", help="static level order only: never re-order from traffic")
+    ap.add_argument("--no-blocks", action="store_true",
+                    help="keep every subscription in the trie (no bit blocks: the index before issue 16's fourth pass)")
     args = ap.parse_args()
+    if args.no_blocks:
+        import matcher.index
+
+        matcher.index._DENSE = float("inf")
     if args.no_learn:
         import matcher.index
 
@@ -818,11 +865,15 @@ def main() -> None:
         ("distractors", True): [(1_000, 1_000, 10, False), (10_000, 1_000, 3, False), (100_000, 1_000, 1, False)],
         ("distractors", False): [(1_000, 10_000, 200, True), (10_000, 10_000, 30, True),
                                  (100_000, 10_000, 5, True)],
+        ("correlated", True): [(1_000, 1_000, 10, False), (10_000, 1_000, 3, False), (100_000, 1_000, 1, False)],
+        ("correlated", False): [(1_000, 10_000, 200, True), (10_000, 10_000, 30, True),
+                                (100_000, 10_000, 5, True)],
     }
     workloads = (["sparse", "dense"] if args.workload == "both" else list(WORKLOADS) if args.workload == "all"
                  else [args.workload])
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
-          f"mode={'quick' if args.quick else 'full'} seed={args.seed}{' no-learn' if args.no_learn else ''}")
+          f"mode={'quick' if args.quick else 'full'} seed={args.seed}{' no-learn' if args.no_learn else ''}"
+          f"{' no-blocks' if args.no_blocks else ''}")
     t0 = time.perf_counter()
     if args.ratio:
         ratio_10k(3 if args.quick else 7, 10 if args.quick else 25, args.seed, args.against)

@@ -68,6 +68,16 @@ remove through the node; a leaf's tail has no levels); visiting it tests those l
 the same predicates as the edges — and emits the id, so a chain of ``k`` levels costs one visit,
 not ``k``, and a leaf is one check.
 
+Bit blocks: once the order has been learned from traffic, the subscriptions that match often
+(every level passes at least ``_DENSE`` of the sampled messages, one level per field, and some
+sampled message matches the whole subscription when it should have, ``_EXPECT``) leave the trie
+for their topic's
+:class:`_Block`: Python ints as bitsets over their positions, one per value / prefix / excluded
+value / tag / range cell, ANDed per field and decoded by one C-level ``compress`` — no Python step
+per output id. Per message and block ``O(F x B / 30)`` word operations plus ``O(B)`` in C for
+``B`` members; the subscriptions that rarely match stay in the trie, so never-matching ones cost
+the blocks nothing. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
+
 The order (:func:`_canonical`)
 ------------------------------
 ``V`` counts every node whose path the message satisfies; a subscription whose *first* level a
@@ -88,7 +98,10 @@ come first. Two sources of that estimate:
    :meth:`SubscriptionIndex.reorder` measures every level's pass rate on that sample
    (:class:`_Learned`: per field counts, sorted numbers and strings; ``O(values + log S)`` per
    level) and re-inserts every subscription with its levels ordered by measured pass rate (then the
-   static key). The doubling budget bounds the total re-order work by a constant times the waste it
+   static key; an unbounded level's rate counts twice, so it goes before a bounded one only when
+   it passes under half as often: a bounded level's node is shared by every subscription starting
+   with it, so levels that each pass half the time and never together stay on one shared path,
+   ``_UNBOUNDED_W``). The doubling budget bounds the total re-order work by a constant times the waste it
    removes. Subscriptions added afterwards use the learned rates too.
 
 Static guesses can be fooled: ``[px in [0, 900], vol in [10**6, 10**9]]`` (a wide range and one
@@ -107,6 +120,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
+from itertools import compress
 from typing import Any, Hashable, Iterable
 
 __all__ = ["SubscriptionIndex", "validate_conditions", "validate_tags", "validate_topic", "value_key"]
@@ -117,6 +131,13 @@ _SMALL = 16  # up to this many ranges per node and field: a plain scan
 _SAMPLE = 256  # messages whose properties are kept to measure pass rates
 _MIN_SAMPLE = 32  # no re-order before this many messages
 _MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
+_DENSE = 0.02  # a subscription whose every level passes at least this often goes to its topic's bit block
+_BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it is rebuilt
+_MEMO = 1 << 18  # memoised pass rates kept per sample (labels churn across adopted rebuilds)
+_EXPECT = 3.0  # a block member expected to match this many sampled messages and matching none leaves
+_UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
+_CELLS = 256  # at most this many cells per range field of a block
+_BITS = bytes.maketrans(b"01", b"\x00\x01")  # bin() digits -> compress() selectors
 
 
 class _BoolKey:
@@ -386,7 +407,10 @@ def _canonical(levels: list[dict] | None, seen: dict | None = None, learned: "_L
     keyed = []
     for label in labels:
         est = _static_estimate(label, seen)
-        first: tuple = (_unbounded(label),) if learned is None else (learned.rate(label, est), _unbounded(label))
+        unb = _unbounded(label)
+        # learned: an unbounded level goes first only when it passes under half as often as a bounded
+        # one (a bounded level's node is shared by every subscription that starts with it)
+        first: tuple = (unb,) if learned is None else (learned.rate(label, est) * (_UNBOUNDED_W if unb else 1), unb)
         keyed.append((first + (est, _RANK[label[0]], str(label[1])), label))
     orders = [k for k, _ in keyed]
     if len(set(orders)) < len(orders):  # equal estimates on the same kind and field: order by argument
@@ -404,10 +428,11 @@ class _Learned:
     Building: O(S x fields); :meth:`rate`: O(values + log S).
     """
 
-    __slots__ = ("size", "present", "keys", "nums", "strs", "tagsets")
+    __slots__ = ("size", "present", "keys", "nums", "strs", "tagsets", "memo")
 
     def __init__(self, sample: list[Mapping]) -> None:
         self.size = len(sample)
+        self.memo: dict[tuple, float] = {}
         self.present: dict[str, int] = {}
         self.keys: dict[str, dict[Hashable, int]] = {}
         nums: dict[str, list] = {}
@@ -453,6 +478,16 @@ class _Learned:
             else:
                 hits = len(xs)
         return (hits + prior) / (self.size + 1)
+
+    def pass_rate(self, label: tuple) -> float:
+        """:meth:`rate` without a prior (a level no sampled message passes: 0), memoised per label
+        (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
+        r = self.memo.get(label)
+        if r is None:
+            if len(self.memo) >= _MEMO:
+                self.memo.clear()
+            r = self.memo[label] = self.rate(label, 0.0)
+        return r
 
 
 def _sort_repr(arg: Any) -> str:
@@ -715,6 +750,16 @@ def _tail(node: _Node) -> tuple:
     return node.ends, tuple(labels)
 
 
+def _path(leaf: _Node) -> tuple:
+    """``(topic, labels)`` of the subscription ending at ``leaf``, labels from the leaf up. O(L)."""
+    labels = []
+    node = leaf
+    while node.parent is not None:
+        labels.append((node.kind, node.field, node.arg))
+        node = node.parent
+    return node.arg, labels
+
+
 def _pairs(per: dict, props: Mapping) -> list:
     """The ``(field, entry)`` pairs of ``per`` for the message's fields: O(fields in the message)."""
     get = per.get
@@ -777,6 +822,218 @@ def _ids_iter(holder: Any) -> Iterable:
     return (holder,)
 
 
+# ----------------------------------------------------------------------------------- bit blocks
+def _bits(positions: Iterable[int], nbytes: int) -> int:
+    """The int with exactly the bits ``positions`` set. O(nbytes + positions)."""
+    ba = bytearray(nbytes)
+    for p in positions:
+        ba[p >> 3] |= 1 << (p & 7)
+    return int.from_bytes(ba, "little")
+
+
+class _Block:
+    """The dense subscriptions of one topic as bitsets (Python ints) over their positions.
+
+    A subscription goes here (instead of the topic's trie) when the pass rates measured on the
+    traffic sample make it likely to match (:meth:`SubscriptionIndex._eligible`: every level passes
+    at least ``_DENSE`` of the sample, at most one level per field; see also :meth:`SubscriptionIndex._make_block`).
+    Position ``p`` is bit ``p`` of every int; ``ids[p]`` / ``labels[p]`` its subscription
+    (``labels[p]`` is ``None`` once removed: an id may be ``None``), ``alive`` the live
+    positions. Per constrained field one tuple ``(field, absent, base, eq, ab, abx, pre, lens, rg)``:
+
+    * ``absent``: the positions that pass when the message lacks the field (no level on it, or
+      ``exists: false``); ``base``: those that pass whatever value it has (no level, ``exists: true``);
+    * ``eq``: value key -> positions whose ``values`` contain it; ``ab`` the positions with an
+      ``anything_but`` and ``abx`` value key -> those of them excluding it;
+    * ``pre``: prefix -> positions, ``lens`` the distinct prefix lengths;
+    * ``rg``: ``(cuts, full, part)``: the ranges' endpoints (at most ``_CELLS`` of them as cuts)
+      split the line into cells; ``full[i]`` the positions whose range covers cell ``i`` entirely,
+      ``part[i]`` the ``(lo, hi, position)`` of those with an endpoint inside it (at most two cells
+      per range), tested one by one.
+
+    Tags: ``tags = (untagged positions, tag -> positions)`` or ``None``. A message's answer is
+    ``alive`` AND, per field, the OR of what its value passes, then decoded by one C-level
+    ``compress`` over ``ids`` (see :meth:`match`). The ints are never updated after the build but
+    for ``alive`` (a removal clears the bit): stale bits of dead positions are masked by it. Memory:
+    O(B / 8) bytes per distinct value, prefix, excluded value, tag and range cell, B = positions.
+    """
+
+    __slots__ = ("topic", "ids", "labels", "alive", "count", "fields", "tags")
+
+    def __init__(self, topic: str, members: list[tuple]) -> None:
+        self.topic = topic
+        self.ids = [sid for sid, _ in members]
+        self.labels = [labels for _, labels in members]
+        n = len(members)
+        self.count = n
+        self.alive = (1 << n) - 1
+        nb = (n + 7) >> 3
+        per: dict[Any, list] = {}
+        tagged: dict[str, list] = {}
+        tag_pos: list[int] = []
+        for pos, (_, labels) in enumerate(members):
+            for label in labels:
+                if label[0] == _G:
+                    tag_pos.append(pos)
+                    for t in label[2]:
+                        tagged.setdefault(t, []).append(pos)
+                else:
+                    per.setdefault(label[1], []).append((pos, label))
+        self.tags = None
+        if tag_pos:
+            self.tags = (self.alive & ~_bits(tag_pos, nb), {t: _bits(ps, nb) for t, ps in tagged.items()})
+        fields = []
+        for field, lv in per.items():
+            has, eq, abx, pre, ranges = [], {}, {}, {}, []
+            et, ef, ab = [], [], []
+            for pos, (kind, _, arg) in lv:
+                has.append(pos)
+                if kind == _V:
+                    for k in (arg if type(arg) is frozenset else (arg,)):
+                        eq.setdefault(k, []).append(pos)
+                elif kind == _A:
+                    ab.append(pos)
+                    for k in arg:
+                        abx.setdefault(k, []).append(pos)
+                elif kind == _P:
+                    pre.setdefault(arg, []).append(pos)
+                elif kind == _R:
+                    ranges.append((arg[0], arg[1], pos))
+                else:
+                    (et if arg else ef).append(pos)
+            none = self.alive & ~_bits(has, nb)
+            fields.append((
+                field,
+                none | _bits(ef, nb),
+                none | _bits(et, nb),
+                {k: _bits(ps, nb) for k, ps in eq.items()} or None,
+                _bits(ab, nb),
+                {k: _bits(ps, nb) for k, ps in abx.items()},
+                {k: _bits(ps, nb) for k, ps in pre.items()} or None,
+                sorted({len(k) for k in pre}),
+                _grid(ranges, nb) if ranges else None,
+            ))
+        self.fields = fields
+
+    def discard(self, pos: int) -> None:
+        """Drop the subscription at ``pos``: O(B / 30)."""
+        self.alive &= ~(1 << pos)
+        self.ids[pos] = None
+        self.labels[pos] = None
+        self.count -= 1
+
+
+def _grid(ranges: list[tuple], nb: int) -> tuple:
+    """``(cuts, full, part)`` of :class:`_Block` for ranges ``(lo, hi, position)``, one per position.
+
+    Cell 0 is ``(-inf, cuts[0])``, cell ``i`` ``[cuts[i-1], cuts[i])``, the last ``[cuts[-1], inf)``;
+    a value's cell is ``bisect_right(cuts, x)``. A range covers cell ``i`` iff ``lo <= cuts[i-1]``
+    and ``cuts[i] <= hi``: the cells ``fa..fb`` below; it meets at most its end cells otherwise.
+    Built by a sweep over the cells (one OR and one AND-NOT each): O(cells x B / 30 + r log r)."""
+    ends = sorted({x for lo, hi, _ in ranges for x in (lo, hi)})
+    m = min(_CELLS, len(ranges) // 4 + 1)
+    if len(ends) > m:
+        step = len(ends) / m
+        cuts = [ends[int(i * step)] for i in range(m)]
+    else:
+        cuts = ends
+    ncell = len(cuts) + 1
+    starts: list[list] = [[] for _ in range(ncell)]
+    stops: list[list] = [[] for _ in range(ncell)]
+    part: list[list] = [[] for _ in range(ncell)]
+    for lo, hi, pos in ranges:
+        fa = bisect_left(cuts, lo) + 1
+        fb = bisect_right(cuts, hi) - 1
+        if fa <= fb:
+            starts[fa].append(pos)
+            stops[fb].append(pos)
+        a = bisect_right(cuts, lo)  # the cells of lo and hi: tested one by one unless covered
+        if not fa <= a <= fb:
+            part[a].append((lo, hi, pos))
+        if fb + 1 != a:  # hi's cell (fb + 1) is never covered: hi < its end
+            part[fb + 1].append((lo, hi, pos))
+    full = []
+    cur = 0
+    for i in range(ncell):
+        if starts[i]:
+            cur |= _bits(starts[i], nb)
+        full.append(cur)
+        if stops[i]:
+            cur &= ~_bits(stops[i], nb)
+    return cuts, full, part
+
+
+def _block_match(blk: _Block, kmap: dict, nums: dict, strs: dict, tag_list: Any) -> list:
+    """The ids of ``blk``'s subscriptions the message passes: O(F x B / 30 + prefix lengths +
+    partial range cells + B) in C-level int operations and one ``compress``, where F is the number
+    of fields constrained in the block."""
+    m = _block_bits(blk, kmap, nums, strs, tag_list)
+    if not m:
+        return []
+    return list(compress(blk.ids, bin(m)[:1:-1].encode().translate(_BITS)))
+
+
+def _block_bits(blk: _Block, kmap: dict, nums: dict, strs: dict, tag_list: Any) -> int:
+    """The positions of ``blk`` the message passes, as an int: O(F x B / 30 + prefix lengths +
+    partial range cells)."""
+    m = blk.alive
+    for f, absent, base, eq, ab, abx, pre, lens, rg in blk.fields:
+        k = kmap.get(f, kmap)
+        if k is kmap:
+            m &= absent
+        else:
+            p = base
+            if eq is not None:
+                x = eq.get(k)
+                if x is not None:
+                    p |= x
+            if ab:
+                x = abx.get(k)
+                p |= ab if x is None else ab & ~x
+            if pre is not None:
+                v = strs.get(f)
+                if v is not None:
+                    get = pre.get
+                    for n in lens:
+                        if n > len(v):
+                            break
+                        x = get(v[:n])
+                        if x is not None:
+                            p |= x
+            if rg is not None:
+                v = nums.get(f)
+                if v is not None:
+                    cuts, full, part = rg
+                    i = bisect_right(cuts, v)
+                    p |= full[i]
+                    for lo, hi, pos in part[i]:
+                        if lo <= v <= hi:
+                            p |= 1 << pos
+            m &= p
+        if not m:
+            return 0
+    tags = blk.tags
+    if tags is not None:
+        p = tags[0]
+        if tag_list:
+            get = tags[1].get
+            for t in tag_list:
+                x = get(t)
+                if x is not None:
+                    p |= x
+        m &= p
+    return m
+
+
+def _message_views(props: Mapping) -> tuple:
+    """``(kmap, nums, strs)`` of a message's properties as :meth:`SubscriptionIndex.match` builds
+    them: field -> value key, the numbers (not bools, not NaN), the strings. O(fields)."""
+    kmap = {f: value_key(v) for f, v in props.items()}
+    nums = {f: v for f, v in props.items() if type(v) is not bool and isinstance(v, (int, float)) and v == v}
+    strs = {f: v for f, v in props.items() if isinstance(v, str)}
+    return kmap, nums, strs
+
+
 class SubscriptionIndex:
     """Index of subscriptions answering "which subscriptions match this message?".
 
@@ -807,6 +1064,12 @@ class SubscriptionIndex:
         self._waste = 0
         self._reorders = 0
         self._visits = 0
+        # dense subscriptions as bitsets, per topic (:class:`_Block`); id -> (block, position); ids
+        # in the trie that qualify for a block (added since the last build); removed block positions
+        self._blocks: dict[str, _Block] = {}
+        self._inblock: dict[Hashable, tuple] = {}
+        self._pending: set = set()
+        self._dead = 0
 
     def adopt(self, other: "SubscriptionIndex") -> None:
         """Take over what ``other`` learned from traffic (its message sample, measured pass rates and
@@ -821,15 +1084,15 @@ class SubscriptionIndex:
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
         """Number of subscriptions. O(1)."""
-        return len(self._leaf)
+        return len(self._leaf) + len(self._inblock)
 
     def __contains__(self, sub_id: Hashable) -> bool:
         """True when ``sub_id`` is indexed. O(1)."""
-        return sub_id in self._leaf
+        return sub_id in self._leaf or sub_id in self._inblock
 
     def topics(self) -> list[str]:
         """The topics that have at least one subscription. O(topics)."""
-        return list(self._roots)
+        return list({**dict.fromkeys(self._roots), **dict.fromkeys(self._blocks)})
 
     # ------------------------------------------------------------------------------ add
     def add(self, sub_id: Hashable, topic: str, conditions: Any, tags: Any = None) -> list[dict]:
@@ -838,6 +1101,8 @@ class SubscriptionIndex:
         Complexity: O(L log L + sum over levels of (number of values + log r)) where L is the number
         of levels and r the number of prefix / range edges at a node; independent of how many other
         subscriptions are indexed (amortised dict costs; a range's width class list moves up to r pointers in C).
+        A subscription that qualifies for a bit block (:meth:`_eligible`) goes to the trie too and
+        is moved by a later :meth:`match` (amortised O(1)).
         Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags.
         """
         validate_topic(topic)
@@ -851,10 +1116,41 @@ class SubscriptionIndex:
         if tag_tuple:
             labels.append((_G, _TAGF, frozenset(tag_tuple)))
         labels = _canonical(None, self._seen, self._learned, labels)
-        if sub_id in self._leaf:
+        if sub_id in self:
             self.remove(sub_id)
         self._insert(sub_id, topic, labels)
+        if self._learned is not None and self._eligible(labels):
+            self._pending.add(sub_id)  # moved to its topic's block by a later match (_rebuild_blocks)
         return levels
+
+    def _expected(self, labels: tuple) -> float:
+        """The product of the levels' measured pass rates: O(L) after the rates are memoised."""
+        p = 1.0
+        for label in labels:
+            p *= self._learned.pass_rate(label)  # type: ignore[union-attr]
+        return p
+
+    def _eligible(self, labels: list[tuple] | tuple) -> bool:
+        """True when a subscription belongs in its topic's bit block: traffic was measured, it has
+        levels, at most one per field, every level passed at least one sampled message (so the
+        product of the pass rates, its expected match rate with levels taken as independent, is not
+        0) and the least passing level passes at least ``_DENSE`` of them. In the trie such a
+        subscription costs about a visit whenever its first (least passing) level passes; in a
+        block one bit test (~1/100 of a visit) per message. O(L) after the rates are memoised."""
+        learned = self._learned
+        if learned is None or not labels:
+            return False
+        fields = {label[1] for label in labels}
+        if len(fields) < len(labels):
+            return False
+        p = 1.0
+        lo = 1.0
+        for label in labels:
+            r = learned.pass_rate(label)
+            p *= r
+            if r < lo:
+                lo = r
+        return p > 0 and lo >= _DENSE
 
     def _insert(self, sub_id: Hashable, topic: str, labels: list[tuple]) -> None:
         node = self._roots.get(topic)
@@ -886,19 +1182,76 @@ class SubscriptionIndex:
         Answers never change, only which nodes a message visits. O(n x L log L) plus O(S x fields).
         """
         self._learned = _Learned(self._sample) if self._sample else None
-        subs = []
-        for sid, leaf in self._leaf.items():
-            labels = []
-            node = leaf
-            while node.parent is not None:
-                labels.append((node.kind, node.field, node.arg))
-                node = node.parent
-            subs.append((sid, node.arg, labels))
+        subs = [(sid,) + _path(leaf) for sid, leaf in self._leaf.items()]
+        for blk in self._blocks.values():
+            subs += [(sid, blk.topic, list(labels)) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
         self._roots, self._leaf, self._seen = {}, {}, {}
+        self._blocks, self._inblock, self._pending, self._dead = {}, {}, set(), 0
+        dense: dict[str, list] = {}
         for sid, topic, labels in subs:
-            self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels))
+            if self._eligible(labels):
+                dense.setdefault(topic, []).append((sid, tuple(labels)))
+            else:
+                self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels))
+        for topic, members in dense.items():
+            self._make_block(topic, members)
         self._waste = 0
         self._reorders += 1
+
+    def _make_block(self, topic: str, members: list[tuple]) -> None:
+        """Build ``topic``'s block of ``members`` (``(id, labels)``, each eligible), keeping out the
+        ones no message of the traffic sample matches: levels that each pass often can still never
+        pass together (correlated fields), which no per-level rate shows; those go to the trie,
+        where such subscriptions share paths. Only when the sample had room for evidence: a member
+        expected (levels taken as independent) to match at least ``_EXPECT`` sampled messages and
+        matching none; a rarer one missing the sample is no sign of it and stays.
+        O(B x (labels + sample x F / 30))."""
+        blk = _Block(topic, members)
+        hit = 0
+        for props in self._sample:
+            tags = props.get(_TAGF, ())
+            hit |= _block_bits(blk, *_message_views({f: v for f, v in props.items() if f != _TAGF}), tags)
+            if hit == blk.alive:
+                break
+        if hit != blk.alive:
+            keep = []
+            size = len(self._sample)
+            for pos, (sid, labels) in enumerate(members):
+                if hit >> pos & 1 or self._expected(labels) * size < _EXPECT:
+                    keep.append((sid, labels))
+                else:
+                    self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
+            if not keep:
+                return
+            members = keep
+            blk = _Block(topic, members)
+        self._blocks[topic] = blk
+        inblock = self._inblock
+        for pos, (sid, _) in enumerate(members):
+            inblock[sid] = (blk, pos)
+
+    def _rebuild_blocks(self) -> None:
+        """Move the pending subscriptions out of the trie into their topics' blocks and rebuild the
+        blocks they join or that hold dead positions (no re-measuring: see :meth:`reorder`).
+        O(pending x L + size of the rebuilt blocks)."""
+        moved: dict[str, list] = {}
+        for sid in self._pending:
+            topic, labels = _path(self._leaf[sid])
+            self._trie_remove(sid)
+            moved.setdefault(topic, []).append((sid, tuple(labels)))
+        self._pending = set()
+        for topic in list(self._blocks):
+            blk = self._blocks[topic]
+            if topic in moved or blk.count < len(blk.ids):
+                members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
+                moved[topic] = members + moved.get(topic, [])
+                del self._blocks[topic]
+                for sid, _ in members:
+                    del self._inblock[sid]
+        self._dead = 0
+        for topic, members in moved.items():
+            if members:
+                self._make_block(topic, members)
 
     def _child(self, node: _Node, kind: str, field: str, arg: Any) -> _Node:
         """Find or create the child of ``node`` along the edge ``(kind, field, arg)``."""
@@ -974,8 +1327,23 @@ class SubscriptionIndex:
         """Remove a subscription; :class:`KeyError` if unknown.
 
         Complexity: O(L * (values per level + log r)): walks the subscription's path back to its
-        root through parent links and unlinks nodes that no longer carry any subscription.
+        root through parent links and unlinks nodes that no longer carry any subscription; a
+        subscription in a bit block: O(B / 30) (its bit cleared; the block is rebuilt by a later
+        match once enough are gone, amortised O(1) per removal).
         """
+        where = self._inblock.pop(sub_id, None)
+        if where is not None:  # O(B / 30): clear its bit; a later match rebuilds the block
+            blk, pos = where
+            blk.discard(pos)
+            self._dead += 1
+            if not blk.count:
+                del self._blocks[blk.topic]
+                self._dead -= len(blk.ids)
+            return
+        self._pending.discard(sub_id)
+        self._trie_remove(sub_id)
+
+    def _trie_remove(self, sub_id: Hashable) -> None:
         leaf = self._leaf.pop(sub_id)  # KeyError for an unknown id
         leaf.ends = _ids_remove(leaf.ends, sub_id)
         node: _Node | None = leaf
@@ -1061,25 +1429,42 @@ class SubscriptionIndex:
         in the module docstring, where T is the topic depth, K the number of message fields, F the
         number of message fields, E the number of exact edges at the node, and a node is visited
         only when the message satisfies every level on its path. For exact-value levels that is
-        O(T + K + levels x matching paths) — independent of the number of subscriptions.
+        O(T + K + levels x matching paths) — independent of the number of subscriptions. Plus, per
+        bit block of the topic and its ancestors, O(F x B / 30 + B) C-level steps for its B
+        members and F constrained fields (:func:`_block_match`), and now and then a rebuild of the
+        blocks after changes (amortised O(1) per add / remove, see :meth:`_rebuild_blocks`).
         Also records the message's properties and tags (a 256-message sample) and, when visits
         without output have exceeded a doubling budget, calls :meth:`reorder` (O(n) once in a
         while, amortised against the waste it removes; see the module docstring).
         """
         roots = self._roots
-        if not roots:
+        blocks = self._blocks
+        if self._pending or self._dead:
+            if len(self._pending) + self._dead > max(_BLOCK_MIN, len(self._inblock) >> 1):
+                self._rebuild_blocks()
+                blocks = self._blocks
+        if not roots and not blocks:
             return []
         starts = []
+        bstarts = []
         pos = topic.find("/")
         while pos != -1:
             r = roots.get(topic[:pos])
             if r is not None:
                 starts.append(r)
+            if blocks:
+                b = blocks.get(topic[:pos])
+                if b is not None:
+                    bstarts.append(b)
             pos = topic.find("/", pos + 1)
         r = roots.get(topic)
         if r is not None:
             starts.append(r)
-        if not starts:
+        if blocks:
+            b = blocks.get(topic)
+            if b is not None:
+                bstarts.append(b)
+        if not starts and not bstarts:
             return []
 
         props = properties if properties is not None else {}
@@ -1093,10 +1478,14 @@ class SubscriptionIndex:
         tag_list = tags if isinstance(tags, (list, tuple)) else list(tags) if tags else ()
 
         out: list = []
+        waste = 0  # visits that output nothing (learning, below)
+        for b in bstarts:  # the dense subscriptions: bitsets (see _Block)
+            found = _block_match(b, kmap, nums, strs, tag_list)
+            out += found
+            waste += (b.count - len(found)) >> 5  # ~32 bits tested cost about one node visit
         stack = starts
         push = stack.append
         pop = stack.pop
-        waste = 0  # visits that output nothing (learning, below)
         while stack:
             n = pop()
             t = n.tail
@@ -1261,6 +1650,7 @@ class SubscriptionIndex:
         tag map agree with the nodes; total = ``len(self)``; ``_seen`` counts each exact value's
         subscriptions.
         """
+        self._check_blocks()
         seen: dict[Hashable, _Node] = {}
         total = 0
         for topic, root in self._roots.items():
@@ -1269,6 +1659,8 @@ class SubscriptionIndex:
         assert total == len(self._leaf) == len(seen), (total, len(self._leaf), len(seen))
         for sid, leaf in self._leaf.items():
             assert seen.get(sid) is leaf, sid
+        for sid in self._pending:  # waiting for a block: in the trie, and it would qualify
+            assert sid in self._leaf and self._eligible(_path(self._leaf[sid])[1]), sid
         recount: dict[str, dict[Hashable, int]] = {}
         stack = list(self._roots.values())
         while stack:
@@ -1293,6 +1685,77 @@ class SubscriptionIndex:
                     else:
                         stack.append(x)
         assert recount == self._seen, "value statistics (_seen) disagree with the trie"
+
+    def _check_blocks(self) -> None:
+        """The bit blocks' invariants: the id map, ``alive`` / ``count`` against the live positions,
+        and for every live position and field structure that its bit is set exactly where its own
+        levels say (values, excluded values, prefixes, exists, range cells covered or tested, tags).
+        O(B x (structures + levels)) per block."""
+        assert not set(self._inblock) & set(self._leaf), "an id both in a block and in the trie"
+        live = 0
+        dead = 0
+        for topic, blk in self._blocks.items():
+            assert blk.topic == topic and blk.count > 0, topic
+            assert len(blk.ids) == len(blk.labels)
+            lives = [p for p, lb in enumerate(blk.labels) if lb is not None]
+            assert blk.alive == sum(1 << p for p in lives) and blk.count == len(lives), "alive bits"
+            dead += len(blk.ids) - len(lives)
+            for p in lives:
+                sid, labels = blk.ids[p], blk.labels[p]
+                assert self._inblock.get(sid) == (blk, p), sid
+                assert labels and len({lb[1] for lb in labels}) == len(labels), "levels per field"
+                live += 1
+
+            def bit(x: int, p: int) -> bool:
+                return bool(x >> p & 1)
+
+            own = {p: {lb[1]: lb for lb in blk.labels[p]} for p in lives}
+            for f, absent, base, eq, ab, abx, pre, lens, rg in blk.fields:
+                for p in lives:
+                    lb = own[p].get(f)
+                    kind, arg = (lb[0], lb[2]) if lb is not None else (None, None)
+                    assert bit(absent, p) == (lb is None or (kind == _E and not arg)), (f, p)
+                    assert bit(base, p) == (lb is None or (kind == _E and arg)), (f, p)
+                    vals = (arg if type(arg) is frozenset else (arg,)) if kind == _V else ()
+                    for k, x in (eq or {}).items():
+                        assert bit(x, p) == (k in vals), (f, p, k)
+                    for k in vals:
+                        assert eq is not None and k in eq
+                    assert bit(ab, p) == (kind == _A), (f, p)
+                    for k, x in abx.items():
+                        assert bit(x, p) == (kind == _A and k in arg), (f, p, k)
+                    for k, x in (pre or {}).items():
+                        assert bit(x, p) == (kind == _P and arg == k), (f, p, k)
+                    if kind == _P:
+                        assert pre is not None and arg in pre and len(arg) in lens
+                    if rg is None:
+                        assert kind != _R, (f, p)
+                        continue
+                    cuts, full, part = rg
+                    assert len(full) == len(part) == len(cuts) + 1 and cuts == sorted(set(cuts))
+                    for i in range(len(full)):
+                        tested = [t for t in part[i] if t[2] == p]
+                        if kind != _R:
+                            assert not bit(full[i], p) and not tested, (f, p, i)
+                            continue
+                        lo, hi = arg
+                        covers = 0 < i < len(cuts) and lo <= cuts[i - 1] and cuts[i] <= hi
+                        start = cuts[i - 1] if i else -_INF
+                        end = cuts[i] if i < len(cuts) else _INF
+                        meets = lo < end and hi >= start
+                        assert bit(full[i], p) == covers, (f, p, i)
+                        assert tested == ([] if covers or not meets else [(lo, hi, p)]), (f, p, i)
+            fields = {f for f, *_ in blk.fields}
+            for p in lives:
+                assert {f for f in own[p] if f != _TAGF} <= fields, p
+                g = own[p].get(_TAGF)
+                if blk.tags is None:
+                    assert g is None, p
+                    continue
+                assert bit(blk.tags[0], p) == (g is None), p
+                for t, x in blk.tags[1].items():
+                    assert bit(x, p) == (g is not None and t in g[2]), (p, t)
+        assert live == len(self._inblock) and dead == self._dead, "block ids / dead count"
 
     def _check_node(self, node: _Node, seen: dict) -> int:
         own = 0
