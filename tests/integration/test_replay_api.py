@@ -561,3 +561,57 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     # only the group target (replaygroup's lakeq.replay.group_target, not on this branch) uses these
     assert unused == [("dynamodb:PutItem", table + "queues"), ("dynamodb:UpdateItem", table + "clients"),
                       ("dynamodb:GetItem", table + "offsets")]
+
+
+def test_a_replay_into_a_group_end_to_end_as_replay_function(api, setup, clock, replay, aws, aws_rules):
+    """The real group target (lakeq.replay.group_target) driven by the schedule as ReplayFunction
+    (its role applies): the group gets exactly the selection, in order per source queue, once; a
+    second group of the topic gets nothing of it; the replay stays ``live`` (the schedule asks
+    again) until the group settled every copy, then the marker goes and the replay leaves ``live``.
+    Pulls never write the group's item (ConsumeFunction has no write on ClientsTable)."""
+    from lakeq.admin import auth as lq_auth
+    from lakeq.store.models import ClientModel
+
+    s, other = api.call("POST", "/v1/clients", {"name": "audit", "role": "consumer", "topics": ["quotes"]})
+    assert s == 201
+    produce(api, setup, clock, 20)
+    lo, hi = T0 + 2_000, T0 + 18_000
+    flt = {"tags": ["red"]}
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "filter": flt, "target": {"group": "risk"},
+                    "rate": 1000})
+    want = H.expected(aws, "quotes/sh", lo, hi, flt)
+    assert len(want) == 8  # even i in 2..16
+    H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, flt)
+    assert H.run_schedule() == {"replays": 1, "done": 1}
+    assert ClientModel.get("risk").replays == {f"{r['id']}|quotes/sh"}
+
+    def pull_all(key, group):
+        got, receipt = [], None
+        for _ in range(20):
+            q = {"group": group, "max": 10, **({"ack": receipt} if receipt else {})}
+            s, b = api.call("GET", T, query=q, key=key)
+            assert s == 200, b
+            if not b["messages"]:
+                return got
+            got += [(b["receipt"].split(":")[1].startswith("~r."), m) for m in b["messages"]]
+            receipt = b["receipt"]
+        raise AssertionError("never drained")
+
+    lq_auth.clear_caches()
+    # the replay's copies (same ids as their sources; batches of the list's receipts) come first,
+    # each once; then the topic's own 20
+    got = pull_all(setup["risk"], "risk")
+    copies = [m for from_list, m in got if from_list]
+    assert [from_list for from_list, _ in got] == [True] * len(want) + [False] * 20
+    assert sorted(m["id"] for m in copies) == sorted(w["id"] for w in want)
+    by_queue: dict[int, list[int]] = {}
+    for m in copies:
+        by_queue.setdefault(m["queue"], []).append(m["offset"])
+    assert all(v == sorted(v) for v in by_queue.values())  # in order per source queue
+    assert len(pull_all(other["api_key"], "audit")) == 20  # the other group: its topic only
+    assert ClientModel.get("risk").replays == {f"{r['id']}|quotes/sh"}  # no pull wrote it
+    # the schedule: drained and settled, so the marker goes and the replay leaves live
+    assert H.run_schedule() == {"replays": 1, "done": 1}
+    assert ClientModel.get("risk").replays is None
+    assert H.run_schedule() == {"replays": 0}
+    assert [d for d in aws_rules.denied if d[0] in ("ReplayFunction", "ConsumeFunction")] == []

@@ -7,8 +7,8 @@ the tests call them as it would, with manifest rows as the selection job writes 
 each once, before its topic queues); another group of the topic is untouched (offsets, deliveries,
 store calls); a chunk sunk again after a crash appends nothing twice (hypothesis over crash points,
 through the copier's own loop); acks, folded acks, release/redelivery, reject and max_deliveries
-dead letters, visibility; ``end`` removes the marker (at once when drained, else by the pull that
-finds it drained) and later pulls cost what they did before the replay; members of a group.
+dead letters, visibility; ``end`` removes the marker (when drained; until then it answers False and
+the schedule asks again) and later pulls cost what they did before the replay; members of a group.
 """
 from __future__ import annotations
 
@@ -278,18 +278,21 @@ def test_end_removes_the_marker_and_pulls_cost_what_they_did(api, two):
     # ended while drained: the marker goes at once
     start("rp_e1", ordered(rows(3)))
     drain()
-    gt.end("rp_e1", T, "risk", cancelled=False)
+    assert gt.end("rp_e1", T, "risk", cancelled=False) is True
     assert replays_of("risk") is None
 
-    # ended before drained: the pull that finds the list drained removes it
+    # ended before drained: the marker stays (end says so, and the schedule asks again) until the
+    # group settled every entry; pulls never remove it (ConsumeFunction writes no client item)
     start("rp_e2", ordered(rows(3)))
-    gt.end("rp_e2", T, "risk", cancelled=False)
-    gt.end("rp_e2", T, "risk", cancelled=False)  # idempotent
+    assert gt.end("rp_e2", T, "risk", cancelled=False) is False
+    assert gt.end("rp_e2", T, "risk", cancelled=False) is False  # idempotent
     assert replays_of("risk") == {f"rp_e2|{T}"}
     b = pull(api, two["risk"], max=10)
     assert len(b["messages"]) == 3
-    assert replays_of("risk") == {f"rp_e2|{T}"}
+    assert gt.end("rp_e2", T, "risk", cancelled=False) is False  # delivered, not settled
     assert pull(api, two["risk"], max=10, ack=b["receipt"])["messages"] == []
+    assert replays_of("risk") == {f"rp_e2|{T}"}  # the pull that drained it wrote no client item
+    assert gt.end("rp_e2", T, "risk", cancelled=False) is True
     assert replays_of("risk") is None
 
     lq_auth.clear_caches()
@@ -299,7 +302,7 @@ def test_end_removes_the_marker_and_pulls_cost_what_they_did(api, two):
 
     # cancelled: at once, undelivered copies and all
     start("rp_e3", ordered(rows(3)))
-    gt.end("rp_e3", T, "risk", cancelled=True)
+    assert gt.end("rp_e3", T, "risk", cancelled=True) is True
     assert replays_of("risk") is None
     lq_auth.clear_caches()
     assert pull(api, two["risk"], max=10)["messages"] == []
@@ -355,13 +358,12 @@ def test_broadcasting_instances_each_read_the_list(api, two, clock):
         b = pull(api, k, group="bc", client_id=cid, max=10, ack=b["receipt"])
         assert [m["body"] for m in b["messages"]] == ["t0", "t1", "t2", "t3"]
         assert ack(api, k, b["receipt"], group="bc", client_id=cid)[0] == 200
-    gt.end("rp_b1", T, "bc", cancelled=False)
+    assert gt.end("rp_b1", T, "bc", cancelled=False) is False
     assert replays_of("bc") == {f"rp_b1|{T}"}  # instances are not known: it stays for the list's TTL
     lq_auth.clear_caches()
     assert pull(api, k, group="bc", client_id="i3", max=10)["messages"][0]["id"] == "m0"  # a late instance
-    clock.t += 15 * 24 * 3600 * 1000  # past the list's TTL after the end: the next pull removes it
-    lq_auth.clear_caches()
-    pull(api, k, group="bc", client_id="i1", max=10)
+    clock.t += 15 * 24 * 3600 * 1000  # past the list's TTL after the end: the schedule's next call removes it
+    assert gt.end("rp_b1", T, "bc", cancelled=False) is True
     assert replays_of("bc") is None
 
 

@@ -6,24 +6,24 @@ active replays of ``t`` first polls each of their lists once, without waiting â€
 (:func:`lakeq.consume.reader.consume`) over a :class:`ReplayLog`, the group's (or its broadcasting
 instance's) own offsets record, its policy (deliveries, dead letters), its lock owner and the pull's
 tag filter â€” and serves the first list with something to serve; only then the topic's queues, as
-before. A group without a marker pays nothing more. The pull that finds an ended replay's list
-drained (clustering: the group settled every entry; any mode: :data:`LIST_TTL_S` after the end)
-removes the marker, so later pulls cost what they did before the replay.
+before. A group without a marker pays nothing more. Pulls never write the group's item: the
+marker is removed by ReplayFunction's schedule once the replay ended and its list is drained
+(:func:`lakeq.replay.group_target.end`), so ConsumeFunction needs no write on ClientsTable; until
+then (at most a schedule period and the 5 s cache) a pull polls the drained list for nothing.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Callable
 
-from lakeq.admin.auth import Principal, authorize, forget_client
-from lakeq.common import clock
+from lakeq.admin.auth import Principal, authorize
 from lakeq.common.errors import Forbidden, StaleReceipt
 from lakeq.consume.reader import SCAN_FACTOR, BoundReader, ListLog, broker, consume, read_log
 from lakeq.consume.settle import Policy
 from lakeq.contract import validation as v
 from lakeq.log.receipts import Receipt
 from lakeq.store.models import ClientModel
-from lakeq.store.replay_lists import LIST_TTL_S, ReplayListRepo, replay_log, replay_markers, replay_owner
+from lakeq.store.replay_lists import replay_log, replay_markers, replay_owner
 
 
 def replay_reader(log: str, tags: list[str] | None) -> BoundReader:
@@ -39,42 +39,15 @@ def replay_reader(log: str, tags: list[str] | None) -> BoundReader:
 
 
 class ReplayLog(ListLog):
-    """A replay's hidden list read by a group: receipts name ``~r.<replay id>``; remembers the
-    list's queue item and the record's view its poll read (to tell a drained, ended list)."""
+    """A replay's hidden list read by a group: receipts name ``~r.<replay id>``."""
 
     def __init__(self, replay_id: str, owner: str, meta: dict, lock_owner: str):
         name = replay_log(replay_id)
         super().__init__(name, owner, meta, name)
         self.lock_owner = lock_owner
-        self.item = None
-        self.seen = None
 
     def reader(self, tags: list[str] | None) -> BoundReader:
         return replay_reader(self.name, tags)
-
-    def queues(self) -> list:
-        metas = super().queues()
-        self.item = metas[0] if metas else None
-        return metas
-
-    def views(self, metas: list):
-        vs = super().views(metas)
-        self.seen = vs[0] if vs else None
-        return vs
-
-
-def finished(lg: ReplayLog, broadcasting: bool, now: int) -> bool:
-    """May the pull that just found nothing in ``lg`` remove the replay's marker? Its replay ended
-    and, in clustering mode, the group settled every entry; in any mode, :data:`LIST_TTL_S` after
-    the end (a broadcasting group's instances are not known; the entries expire then)."""
-    item = lg.item
-    if item is None:
-        return True  # the list is gone
-    if item.ended_at is None:
-        return False
-    if now >= int(item.ended_at) + LIST_TTL_S * 1000:
-        return True
-    return not broadcasting and lg.seen is not None and lg.seen.backlog == 0
 
 
 def pull_lists(group: ClientModel, topic: str, replays: list[str], client_id: str | None, visibility_ms: int,
@@ -92,9 +65,6 @@ def pull_lists(group: ClientModel, topic: str, replays: list[str], client_id: st
         out = consume(lg, visibility_ms, quick, None, policy=policy, folded=f)
         if out["messages"]:
             return out
-        if finished(lg, group.mode == "broadcasting", clock.now()):  # (its poll read after any folded ack)
-            ReplayListRepo.unmark(group.name, rid, topic)
-            forget_client(group.name)  # this container reads the group again: no more list polls
     return None
 
 

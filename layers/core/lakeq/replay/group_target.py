@@ -21,7 +21,7 @@ from lakeq.common.names import check_name, check_topic
 from lakeq.log.produce_plan import plan_parts
 from lakeq.replay.copier import Copy
 from lakeq.replay.group_plan import entry, fresh, position
-from lakeq.store.replay_lists import ReplayListRepo, replay_log, replay_owner
+from lakeq.store.replay_lists import LIST_TTL_S, ReplayListRepo, replay_log, replay_owner
 from lakeq.store.repos import ClientRepo, OffsetRepo
 
 log = logging.getLogger("lakeq.replay.group_target")
@@ -96,18 +96,25 @@ def drained(replay_id: str, group: str, client_id: str | None = None) -> bool:
     return OffsetRepo.view_of(rec, int(q.min_offset), int(q.max_offset)).backlog == 0
 
 
-def end(replay_id: str, topic: str, group: str, cancelled: bool) -> None:
-    """No more copies (done, failed, or ``cancelled``). Cancelled: the group stops seeing the list
-    at once (its marker is removed; the entries expire with the list's TTL). Otherwise the list is
-    marked ended; the marker goes now when a clustering group has already settled every entry, else
-    with the pull that finds it drained (:mod:`lakeq.consume.replays`). Idempotent."""
+def end(replay_id: str, topic: str, group: str, cancelled: bool) -> bool:
+    """No more copies (done, failed, or ``cancelled``): the list is marked ended (once), and the
+    group's marker is removed when it may be — at once when cancelled (the group stops seeing the
+    list; the entries expire with its TTL) or the group is gone; for a clustering group once it
+    settled every entry; for a broadcasting group (its instances are not known)
+    :data:`LIST_TTL_S` after the end. True when the marker is gone: the caller (ReplayFunction's
+    schedule, :func:`lakeq.replay.service.run_all`) calls again on its next run until then.
+    Idempotent; pulls never remove the marker (ConsumeFunction writes no client item)."""
     _check(replay_id, topic, group)
-    ReplayListRepo.end(replay_id, clock.now())
-    if cancelled:
-        ReplayListRepo.unmark(group, replay_id, topic)
-        return
+    now = clock.now()
+    ReplayListRepo.end(replay_id, now)
     g = ClientRepo.get(group)
-    if g is None or g.mode == "broadcasting":
-        return  # (broadcasting: each instance reads the list; its pulls remove the marker, docs)
-    if drained(replay_id, group):
+    if cancelled or g is None:
+        release = True
+    elif g.mode == "broadcasting":
+        q = ReplayListRepo.queue(replay_id)
+        release = q is None or now >= int(q.ended_at or now) + LIST_TTL_S * 1000
+    else:
+        release = drained(replay_id, group)
+    if release and g is not None:
         ReplayListRepo.unmark(group, replay_id, topic)
+    return release

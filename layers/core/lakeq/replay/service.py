@@ -178,11 +178,14 @@ def _begin_target(r: ReplayModel) -> None:
 
 def _close(r: ReplayModel) -> None:
     """An ended replay still ``live``: tell its target (``group_target.end``, idempotent), then take
-    it out of the schedule's index. Run after every ending and by each run for any left over."""
+    it out of the schedule's index. Run after every ending and by each run for any left over. A
+    group target whose marker cannot go yet (the group has entries of the list to settle) stays
+    ``live``: each run asks again (two consistent GetItems) until the list is drained."""
     kind, name = _target(r)
     if kind == "group":
         from lakeq.replay import group_target
-        group_target.end(r.id, r.topic, name, r.status == "cancelled")
+        if group_target.end(r.id, r.topic, name, r.status == "cancelled") is False:
+            return
     ReplayRepo.unlive(r.id)
 
 
