@@ -36,11 +36,8 @@ def test_peek_and_redrive_from_the_console(stack, browser):  # noqa: F811
     page = browser.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
-    # (a 404 of /v1/replays is the replay list on a branch without the replay routes, helper replayapi's:
-    # the panel says so, test_console_replays_e2e.py; drop that exception once both are merged)
     page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type == "error"
-            and "/v1/reports/backlog?" not in (m.location or {}).get("url", "")
-            and "/v1/replays?" not in (m.location or {}).get("url", "") else None)
+            and "/v1/reports/backlog?" not in (m.location or {}).get("url", "") else None)
     assert page.goto(u + "/console").status == 200
     page.fill("#key", stack.admin_key)
     page.click("#use-key")

@@ -1,0 +1,98 @@
+"""Replay from the lake (issue 18.1) on the local stack, over HTTP as a client would: messages
+produced to a topic reach the lake through the real archiver; ``POST /v1/replays`` (admin) starts
+the selection job (the stack runs it on ``local[2]`` when ReplayFunction calls Glue's StartJobRun);
+ReplayFunction's schedule (fired through ``/_local/schedules/run``) copies the selection. Into a
+group: that group re-receives exactly the messages of the time range the filter keeps, once, in
+order per queue, before its topic's own; another group of the topic receives nothing of it. Into a
+topic: the copies are produced there (derived ids), exactly the selection. ``GET /v1/replays/{id}``
+shows the progress, ``GET /v1/replays`` lists both."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import requests
+
+pytest.importorskip("pyspark")
+T = 30
+
+
+def test_replay_into_a_group_and_into_a_topic(stack):
+    from infra.local.glue import spark_missing
+
+    if spark_missing():
+        pytest.skip(spark_missing())
+    url, admin = stack.url, {"Authorization": f"Bearer {stack.admin_key}"}
+
+    def call(method, path, key=None, status=200, **kw):
+        h = admin if key is None else {"Authorization": f"Bearer {key}"}
+        r = requests.request(method, url + path, headers=h, timeout=T, **kw)
+        assert r.status_code == status, (method, path, r.status_code, r.text)
+        return r.json() if r.content else None
+
+    tag = uuid.uuid4().hex[:6]
+    topic, copies_topic = f"rp-{tag}", f"rp-copies-{tag}"
+    call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
+    call("POST", "/v1/topics", json={"name": copies_topic, "queues": 2}, status=201)
+    feed = call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                status=201)["api_key"]
+    keys = {g: call("POST", "/v1/clients", json={"name": g, "role": "consumer", "topics": [topic, copies_topic]},
+                    status=201)["api_key"] for g in (f"billing-{tag}", f"audit-{tag}")}
+    billing, audit = keys
+
+    t_from = int(time.time() * 1000) - 1000
+    msgs = [{"id": f"m{i}", "body": f"m{i} é", "key": f"k{i % 3}", "tags": ["even" if i % 2 == 0 else "odd"],
+             "properties": {"n": i}} for i in range(12)]
+    sent = call("POST", f"/v1/topics/{topic}/messages", feed, json={"producer": f"feed-{tag}", "messages": msgs})
+    where = {m["id"]: (m["queue"], m["offset"]) for m in sent["results"]}
+    t_to = int(time.time() * 1000) + 1000
+    flt = {"conditions": [{"field": "n", "range": [0, 8]}], "tags": ["even"]}  # n even, 0 ≤ n ≤ 8
+    want = {f"m{i}" for i in (0, 2, 4, 6, 8)}
+
+    into_group = call("POST", "/v1/replays", status=202, json={
+        "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"group": billing}, "rate": 1000})
+    into_topic = call("POST", "/v1/replays", status=202, json={
+        "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"topic": copies_topic}})
+    assert into_group["status"] == into_topic["status"] == "selecting"
+
+    deadline = time.monotonic() + 600
+    while True:  # the job runs (Spark on local[2]); each schedule run moves what it can
+        run = requests.post(f"{url}/_local/schedules/run", params={"name": "ReplayFunction"}, timeout=120)
+        assert run.status_code == 200, run.text
+        got = {r["id"]: r for r in call("GET", "/v1/replays")["replays"]}
+        states = [got[into_group["id"]]["status"], got[into_topic["id"]]["status"]]
+        if all(s in ("done", "failed", "cancelled") for s in states):
+            break
+        assert time.monotonic() < deadline, (states, stack.stderr[-4000:])
+        time.sleep(2)
+    for r in (into_group, into_topic):
+        r = call("GET", f"/v1/replays/{r['id']}")
+        assert (r["status"], r["found"], r["copied"], r["failed"]) == ("done", 5, 5, 0), (r, stack.stderr[-3000:])
+
+    def pull_all(key, group, t):
+        got, receipt = [], None
+        for _ in range(30):
+            b = call("GET", f"/v1/topics/{t}/messages", key,
+                     params={"group": group, "max": 10, **({"ack": receipt} if receipt else {})})
+            if not b["messages"]:
+                return got
+            got += [(b["receipt"].split(":")[1].startswith("~r."), m) for m in b["messages"]]
+            receipt = b["receipt"]
+        raise AssertionError("never drained")
+
+    # into the group: its copies first (same ids and coordinates as the originals), then the topic's 12
+    got = pull_all(keys[billing], billing, topic)
+    copies = [m for from_list, m in got if from_list]
+    assert [from_list for from_list, _ in got] == [True] * 5 + [False] * 12, got
+    assert sorted(m["id"] for m in copies) == sorted(want)
+    assert all((m["queue"], m["offset"]) == where[m["id"]] and m["body"] == f"{m['id']} é" for m in copies)
+    for q in {m["queue"] for m in copies}:
+        offs = [m["offset"] for m in copies if m["queue"] == q]
+        assert offs == sorted(offs)  # in order per queue
+    assert [from_list for from_list, _ in pull_all(keys[audit], audit, topic)] == [False] * 12  # untouched
+
+    # into a topic: the copies are new messages there, exactly the selection, once
+    got = [m for _, m in pull_all(keys[audit], audit, copies_topic)]
+    assert sorted(m["body"] for m in got) == sorted(f"{i} é" for i in want)
+    assert all(m["id"].startswith("rp-") for m in got) and len({m["id"] for m in got}) == 5
