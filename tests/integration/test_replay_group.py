@@ -371,3 +371,32 @@ def test_a_replay_lists_segments_are_no_subscriptions_to_push():
     from lakeq.push.delivery import subscriptions_of_records
     rec = lambda pq: {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": pq}}}}  # noqa: E731
     assert subscriptions_of_records([rec("~r.rp_1#0"), rec("~" + "a" * 32 + "#0")]) == ["a" * 32]
+
+
+def test_a_group_push_endpoint_delivers_the_replay_first_and_acks_it(api, two, clock):
+    """A group consuming through its push endpoint gets the replay's copies as a pulling group
+    does: the list first (receipt ``~r.<id>``, each copy once, in order per source queue), then the
+    topic's own messages; a 2xx settles the list's entries, so the replay's list is drained and the
+    schedule may remove the marker. Another group's endpoint of the topic gets none of it."""
+    from lakeq.push import delivery as push
+    from tests.integration.test_push import Poster
+
+    for key, group in ((two["risk"], "risk"), (two["audit"], "audit")):
+        s, b = api.call("PUT", f"/v1/groups/{group}/push", {"url": "https://hooks.example.com/g", "topic": T,
+                                                           "batch_size": 4}, key=key)
+        assert s == 201, b
+    rs = ordered(rows(6))
+    start("rp_p1", rs)
+    p = Poster()
+    out = push.deliver_group("risk", p)
+    envs = [json.loads(c[2]) for c in p.calls]
+    from_list = [m for e in envs if e["receipt"].split(":")[1] == "~r.rp_p1" for m in e["messages"]]
+    assert [m["id"] for m in from_list] == [r["id"] for r in rs]  # each once, in manifest order (per queue)
+    assert all(e["receipt"].split(":")[1] == "~r.rp_p1" for e in envs[:2])  # the list went first
+    assert sorted(m["body"] for e in envs[2:] for m in e["messages"]) == [f"t{i}" for i in range(4)]
+    assert out.delivered == 10 and out.failed == 0
+    assert gt.drained("rp_p1", "risk")
+    assert gt.end("rp_p1", T, "risk", cancelled=False) is True
+    q = Poster()
+    push.deliver_group("audit", q)
+    assert sorted(m["body"] for c in q.calls for m in json.loads(c[2])["messages"]) == [f"t{i}" for i in range(4)]

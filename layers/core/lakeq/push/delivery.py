@@ -43,6 +43,7 @@ from lakeq.common.errors import LakeqError, StaleReceipt
 from lakeq.common.names import covers
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, TopicLog, consume, list_reader, topic_reader
+from lakeq.consume.replays import ReplayLog, replay_reader
 from lakeq.contract import push as contract
 from lakeq.contract import validation as v
 from lakeq.log.receipts import REPLAY_PREFIX, subscription_field
@@ -50,6 +51,7 @@ from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.settlement import Outcomes
 from lakeq.store.models import log_of
 from lakeq.store.push import GroupPushRepo, PushRepo
+from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
 from lakeq.store.repos import OffsetRepo, TopicRepo
 from lakeq.store.subscriptions import list_owner, list_topic
 
@@ -180,11 +182,21 @@ class _GroupSource(_Source):
         self.policy = settling.policy_of(g)
 
     def pull(self, visibility_ms: int, n: int) -> dict:
+        """As the group's pull: the lists of its replays into this topic first (issue 18.1; named
+        by the group's item read at the run's start — none: no store call more), then its queues."""
+        for rid in active_replays(self.item, self.topic):
+            lg = ReplayLog(rid, replay_owner(self.name, rid), {"group": self.name, "client_id": None,
+                                                              "topic": replay_log(rid)}, LOCK_OWNER)
+            got = consume(lg, visibility_ms, _req(n), None, policy=self.policy)
+            if got["messages"]:
+                return got
         lg = PushTopicLog(self.log, self.owner, {"group": self.name, "client_id": None, "topic": self.topic},
                           self.n_queues, LOCK_OWNER)
         return consume(lg, visibility_ms, _req(n), None, policy=self.policy)
 
     def where(self, receipt):
+        if receipt.replay is not None:  # an entry of a replay's list: the list's record settles it
+            return replay_owner(self.name, receipt.replay), 0, replay_reader(replay_log(receipt.replay), None)
         return self.owner, receipt.topic_queue[1], topic_reader(self.log, None)
 
     def envelope(self) -> dict:
