@@ -58,7 +58,7 @@ def test_replay_into_a_group_and_into_a_topic(stack):
 
     deadline = time.monotonic() + 600
     while True:  # the job runs (Spark on local[2]); each schedule run moves what it can
-        run = requests.post(f"{url}/_local/schedules/run", params={"name": "ReplayFunction"}, timeout=120)
+        run = requests.post(f"{url}/_local/schedules/run", params={"name": "ReplayCopierFunction"}, timeout=120)
         assert run.status_code == 200, run.text
         got = {r["id"]: r for r in call("GET", "/v1/replays")["replays"]}
         states = [got[into_group["id"]]["status"], got[into_topic["id"]]["status"]]

@@ -116,8 +116,8 @@ def write_error(aws, rid: str, text: str) -> None:
 
 
 def run_schedule(budget_ms: int = 30_000) -> dict:
-    """The 1-minute schedule's invocation of ReplayFunction (its IAM role applies)."""
-    fn = load_function("ReplayFunction")
+    """The 1-minute schedule's invocation of ReplayCopierFunction (its IAM role applies)."""
+    fn = load_function("ReplayCopierFunction")
 
     class Ctx(Context):
         @staticmethod

@@ -1,5 +1,5 @@
 """Replay (issue 18.1) on moto: the routes (validation, auth, nothing written on a 4xx), the Glue
-start, the schedule as ReplayFunction (its IAM role applies) taking a replay from selecting to
+start (ReplayFunction), the schedule as ReplayCopierFunction (its IAM role applies) taking a replay from selecting to
 copying to done from the job's objects, a topic target receiving exactly the selected messages once
 each in order per queue (also across crashes of the copier between produce and cursor write, and
 after any store call), error.json → failed, cancel, the list's pages."""
@@ -100,7 +100,7 @@ def test_a_replay_into_a_topic_end_to_end(api, setup, clock, replay, aws, aws_ru
     check_delivered(want)
     assert H.run_schedule() == {"replays": 0}  # ended: no longer live
     # the schedule ran as ReplayFunction, and its role allowed every call
-    assert [d for d in aws_rules.denied if d[0] == "ReplayFunction"] == []
+    assert [d for d in aws_rules.denied if d[0] in ("ReplayFunction", "ReplayCopierFunction")] == []
     # a second replay of the same slice into the same topic copies nothing twice (derived ids)
     r2 = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "filter": flt, "target": {"topic": "replayed"}})
     H.write_manifest(aws, r2["id"], "quotes/sh", lo, hi, flt)
@@ -277,7 +277,7 @@ def test_a_crash_after_any_store_call_neither_duplicates_nor_loses(api, setup, c
     H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, {"tags": ["red", "blue"]}, parts=2)
     k, crashes = 1, 0
     while True:
-        with CrashAfter(k, {"ReplayFunction"}) as c:
+        with CrashAfter(k, {"ReplayCopierFunction"}) as c:
             crashed, _ = c.run(H.run_schedule)
         if not crashed:
             break
@@ -401,7 +401,7 @@ def test_the_list_pages_newest_first(api, setup, clock, replay):
 
 
 def test_the_role_allows_what_the_copier_needs_and_not_more(api, setup, clock, replay, aws):
-    """As ReplayFunction: the lake's raw data, another job and another table are refused."""
+    """As either replay function: the lake's raw data, another job and another table are refused."""
     import os
 
     import boto3
@@ -413,16 +413,23 @@ def test_the_role_allows_what_the_copier_needs_and_not_more(api, setup, clock, r
     glue = boto3.client("glue", region_name="us-east-1")
     ddb = boto3.client("dynamodb", region_name="us-east-1")
     bucket = os.environ["LAKE_BUCKET"]
-    with interceptor.acting_as("ReplayFunction"):
-        for call in (lambda: s3.get_object(Bucket=bucket, Key="raw/kind=messages/x.jsonl.gz"),
-                     lambda: s3.put_object(Bucket=bucket, Key="replays/x/selection.json", Body=b"{}"),
-                     lambda: s3.list_objects_v2(Bucket=bucket, Prefix="raw/"),
-                     lambda: glue.start_job_run(JobName="lakeq-local-backlog"),
-                     lambda: ddb.scan(TableName=os.environ["OFFSETS_TABLE"]),
-                     lambda: ddb.delete_item(TableName=os.environ["REPLAYS_TABLE"], Key={"id": {"S": "x"}})):
-            with pytest.raises(ClientError) as e:
-                call()
-            assert "AccessDenied" in e.value.response["Error"]["Code"]
+    refused = [lambda: s3.get_object(Bucket=bucket, Key="raw/kind=messages/x.jsonl.gz"),
+               lambda: s3.put_object(Bucket=bucket, Key="replays/x/selection.json", Body=b"{}"),
+               lambda: s3.list_objects_v2(Bucket=bucket, Prefix="raw/"),
+               lambda: glue.start_job_run(JobName="lakeq-local-backlog"),
+               lambda: ddb.scan(TableName=os.environ["OFFSETS_TABLE"]),
+               lambda: ddb.delete_item(TableName=os.environ["REPLAYS_TABLE"], Key={"id": {"S": "x"}})]
+    copier_only = [lambda: glue.start_job_run(JobName="lakeq-local-replay-select"),  # the routes start jobs
+                   lambda: ddb.scan(TableName=os.environ["REPLAYS_TABLE"])]
+    routes_only = [lambda: s3.get_object(Bucket=bucket, Key="replays/x/selection.json"),  # the copier reads
+                   lambda: ddb.batch_get_item(RequestItems={os.environ["DEDUP_TABLE"]: {"Keys": [
+                       {"topic": {"S": "t"}, "id": {"S": "x"}}]}})]
+    for fn, calls in (("ReplayFunction", refused + routes_only), ("ReplayCopierFunction", refused + copier_only)):
+        with interceptor.acting_as(fn):
+            for call in calls:
+                with pytest.raises(ClientError) as e:
+                    call()
+                assert "AccessDenied" in e.value.response["Error"]["Code"], fn
 
 
 def test_store_calls_per_chunk(api, setup, clock, replay, aws):
@@ -443,7 +450,7 @@ def test_store_calls_per_chunk(api, setup, clock, replay, aws):
     assert api.call("POST", "/v1/topics", {"name": "other", "queues": 3})[0] == 201
     r2 = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"topic": "other"}, "rate": 1000})
     H.write_manifest(aws, r2["id"], "quotes/sh", lo, hi, None, parts=2)
-    with CountCalls({"ReplayFunction"}) as c:
+    with CountCalls({"ReplayCopierFunction"}) as c:
         H.run_schedule()
     ops = Counter(f"{x.service}.{x.operation}" + (f"({x.params.get('TableName', '').rsplit('-', 1)[-1]})"
                                                    if "TableName" in x.params else "") for x in c.calls)
@@ -514,12 +521,12 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     from infra.local import interceptor
 
     class Race:
-        """Before ReplayFunction's first append transaction, a producer appends to every queue of
+        """Before ReplayCopierFunction's first append transaction, a producer appends to every queue of
         the target: the copier's write at the head it read fails, it reads the head afresh."""
         fired = False
 
         def before(self, call):
-            if call.function == "ReplayFunction" and call.operation == "TransactWriteItems" and not self.fired:
+            if call.function == "ReplayCopierFunction" and call.operation == "TransactWriteItems" and not self.fired:
                 self.fired = True
                 msgs = [{"body": f"rival {i}", "key": f"r{i}"} for i in range(12)]
                 assert api.call("POST", "/v1/topics/replayed/messages", {"producer": "rp", "messages": msgs})[0] == 200
@@ -548,23 +555,27 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     assert api.call("GET", "/v1/replays")[0] == 200 and api.call("GET", f"/v1/replays/{r['id']}")[0] == 200
     r2 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
     assert api.call("POST", f"/v1/replays/{r2['id']}/cancel")[0] == 200
-    used = {(a, res) for fn, a, res, d in (line.split() for line in record.read_text().splitlines())
-            if fn == "ReplayFunction" and d == "allow"}
     from infra.local.aws_rules import _wild
 
-    own = [st for st in aws_rules.roles["ReplayFunction"].statements  # the template block's Statement list
-           if isinstance(st["Resource"], str) and not st["Action"][0].startswith(("logs:", "xray:"))]
-    assert len(own) == 12
-    granted = [(a, st["Resource"]) for st in own for a in st["Action"]]
-    unused = [(a, res) for a, res in granted if not any(a == ua and _wild(res, ur, True) for ua, ur in used)]
+    lines = [line.split() for line in record.read_text().splitlines()]
     table = "arn:aws:dynamodb:us-east-1:123456789012:table/lakeq-local-"
-    # only the group target (replaygroup's lakeq.replay.group_target, not on this branch) uses these
-    assert unused == [("dynamodb:PutItem", table + "queues"), ("dynamodb:UpdateItem", table + "clients"),
-                      ("dynamodb:GetItem", table + "offsets")]
+    unused = {}
+    for function, n in (("ReplayFunction", 2), ("ReplayCopierFunction", 11)):
+        used = {(a, res) for fn, a, res, d in lines if fn == function and d == "allow"}
+        own = [st for st in aws_rules.roles[function].statements  # the template block's Statement list
+               if isinstance(st["Resource"], str) and not st["Action"][0].startswith(("logs:", "xray:"))]
+        assert len(own) == n, function
+        granted = [(a, st["Resource"]) for st in own for a in st["Action"]]
+        unused[function] = [(a, res) for a, res in granted if not any(a == ua and _wild(res, ur, True)
+                                                                      for ua, ur in used)]
+    # only the group target (test_a_replay_into_a_group_end_to_end_as_replay_function) uses these
+    assert unused == {"ReplayFunction": [], "ReplayCopierFunction": [
+        ("dynamodb:PutItem", table + "queues"), ("dynamodb:UpdateItem", table + "clients"),
+        ("dynamodb:GetItem", table + "offsets")]}
 
 
 def test_a_replay_into_a_group_end_to_end_as_replay_function(api, setup, clock, replay, aws, aws_rules):
-    """The real group target (lakeq.replay.group_target) driven by the schedule as ReplayFunction
+    """The real group target (lakeq.replay.group_target) driven by the schedule as ReplayCopierFunction
     (its role applies): the group gets exactly the selection, in order per source queue, once; a
     second group of the topic gets nothing of it; the replay stays ``live`` (the schedule asks
     again) until the group settled every copy, then the marker goes and the replay leaves ``live``.
@@ -614,4 +625,4 @@ def test_a_replay_into_a_group_end_to_end_as_replay_function(api, setup, clock, 
     assert H.run_schedule() == {"replays": 1, "done": 1}
     assert ClientModel.get("risk").replays is None
     assert H.run_schedule() == {"replays": 0}
-    assert [d for d in aws_rules.denied if d[0] in ("ReplayFunction", "ConsumeFunction")] == []
+    assert [d for d in aws_rules.denied if d[0] in ("ReplayFunction", "ReplayCopierFunction", "ConsumeFunction")] == []

@@ -73,7 +73,7 @@ def test_functions_are_invoked_under_their_own_role(template):
                               ("PromoterFunction", "PromoterFunction"),
                               ("PushFunction", "PushFunction"),
                               ("RedriveFunction", "RedriveFunction"),
-                              ("ReplayFunction", "ReplayFunction")]
+                              ("ReplayCopierFunction", "ReplayCopierFunction")]
 
 
 def test_sweep_on_schedule_expires_a_silent_member(aws):
@@ -192,7 +192,7 @@ def test_gateway_routes(template):
     # without a job runner, running "everything" runs the functions only
     assert [r["name"] for r in client.post("/_local/schedules/run").get_json()["runs"]] == \
         ["GroupsSweepFunction.Sweep", "PromoterFunction.Promote", "FanoutFunction.Redeliver", "PushFunction.Retry",
-         "RedriveFunction.Run", "ReplayFunction.Copy"]
+         "RedriveFunction.Run", "ReplayCopierFunction.Copy"]
 
 
 def test_a_trigger_firing_while_its_job_runs_is_skipped_not_queued(template):

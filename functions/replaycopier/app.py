@@ -1,0 +1,19 @@
+"""Replay copier function: on its EventBridge schedule (rate(1 minute)) each live replay's
+selection outcome, then its copies at its rate (lakeq.replay.service.run_all) for the invocation's
+time left minus a margin. A function of its own, not the routes' ReplayFunction: routes are cut at
+API Gateway's 30 s, so a copier sharing their timeout copied for ~25 s a minute (≈ 0.42 × a
+replay's rate); this one runs ~55 s of each minute, with no Glue right and no route."""
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lakeq.common.obs import logger
+
+MARGIN_MS = 5_000
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict, context: LambdaContext) -> dict:
+    from lakeq.replay.service import run_all
+
+    stats = run_all(max(0, context.get_remaining_time_in_millis() - MARGIN_MS))
+    logger.info("replays run", extra=stats)
+    return stats
