@@ -53,12 +53,21 @@ _INT = r"^-?(?:0|[1-9][0-9]{0,17})$"
 def value_regex(field: str) -> str | None:
     """A Java regex whose group 1 is the token of ``field``'s last pair in a plain text; None when
     ``field`` cannot appear in a plain text (its JSON spelling needs an escape, or it is not
-    valid UTF-8)."""
+    valid UTF-8).
+
+    In a plain text (no backslash) quotes open and close strings alternately. ``{"f":`` or ``,"f":``
+    with ``f`` free of quotes is a key unless its first quote closes a string ending in ``{`` or
+    ``,``: then the characters after that closing quote, ``f`` itself, would start with ``:``, ``,``
+    or ``}`` (all that may follow a string in a flat object). So for any other ``f`` a plain search
+    finds exactly the keys, the greedy ``.*`` the last one; for those three the regex walks whole
+    pairs from the ``{``."""
     if not plain_string(field):
         return None
-    key = '"' + field + '"'
+    key = _quote('"' + field + '"')
+    if field[0] not in ":,}":
+        return f"(?s)^.*[{{,]{key}:({_VAL})"  # (?s): a string may hold U+2028, a line end to Java
     # greedy (?:pair,)*: the longest run of whole pairs before the key, i.e. its last occurrence
-    return f"^\\{{(?:{_PAIR},)*{_quote(key)}:({_VAL})(?:,{_PAIR})*\\}}$"
+    return f"^\\{{(?:{_PAIR},)*{key}:({_VAL})(?:,{_PAIR})*\\}}$"
 
 
 def plain_string(s: str) -> bool:
