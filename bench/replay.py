@@ -8,13 +8,19 @@ queues, properties ``{kind: "k0".."k5", tier: 0..9, code: "0000".."9999"}``, 0-2
 ~100-byte bodies. Generated once by Spark and kept under ``--dir`` (default
 ``/tmp/lakeq-replay-bench``), so a second run measures the job only.
 
-Measured, each in the same session: the *baseline* — a scan that only counts the slice's rows of
-both kinds (the partitions pruned the same way) — and the *job* (``run_replay``: select with a
-filter that goes through the matcher UDF, join the bodies, sort, write the manifest and summary),
-for a 3-hour window and for the whole day. The job's progress bar is on stderr.
+Measured, each in the same session, per filter of :data:`FILTERS` (``--filters``): the *baseline* —
+a scan that only counts the slice's rows of both kinds (the partitions pruned the same way) — and
+the *job* (``run_replay``: select, join the bodies, sort, write the manifest and summary to a
+temporary folder: the generated lake is only read), with the load average before each (the
+machine may be shared: judge by the ratio). The filters: the one the job was built around, no
+filter, filters no substring pre-filter narrows (anything-but, a range, exists + prefix, a mix), a
+90 % one, a single ``code``, tags only. ``--compare`` runs each filter with conditions twice, first
+with the job's previous plan (``native=False``: the matcher UDF on every row the pre-filter lets
+through). The job's progress bar is on stderr.
 
-``python bench/replay.py --quick`` (1M rows, the 3-hour window only: ~1 min once generated) ·
-``python bench/replay.py`` (10M rows, both windows; generating the lake takes ~10 min the first time).
+``python bench/replay.py --quick`` (1M rows, the 3-hour window) ·
+``python bench/replay.py --window 24h --filters mixed-miss,none`` (10M rows, the whole day;
+generating the lake takes ~10 min the first time).
 """
 from __future__ import annotations
 

@@ -178,8 +178,13 @@ def level_column(text: Column, level: dict) -> Column:
     rx = value_regex(field)
     if rx is None:  # the field is absent from every plain text
         return F.lit(level.get("exists") is False)
-    tok = F.regexp_extract(text, rx, 1)  # "" when absent (a present token is never empty)
-    present = tok != F.lit("")
+    # the token once per row: the level's condition is a lambda over a one-element array (Spark
+    # does not share a repeated regexp_extract between a filter's conjuncts)
+    return F.exists(F.array(F.regexp_extract(text, rx, 1)), lambda tok: _on_token(tok, level))
+
+
+def _on_token(tok: Column, level: dict) -> Column:
+    present = tok != F.lit("")  # "" when absent (a present token is never empty)
     if "exists" in level:
         return present if level["exists"] else ~present
     if "values" in level:
