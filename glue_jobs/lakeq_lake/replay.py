@@ -123,7 +123,7 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     A message whose body row is missing keeps ``body`` null (the copier counts it failed).
 
     The filter: tags natively; the levels natively (:mod:`.native_filter`) on every row whose
-    properties text is plain, the matcher UDF on the others only (after the substring
+    properties text is plain, the matcher UDF on the others only (all after the substring
     pre-filter) — two branches of one shuffle (the duplicates' drop), so the slice is read once.
     ``native=False``: the previous plan (pre-filter, then the UDF on every remaining row), kept for
     the benchmark's before/after and the tests."""
@@ -148,10 +148,12 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
         m = m.dropDuplicates(["topic", "queue", "offset"])
     else:
         plain = NF.plain(F.col("properties"))
-        m = m.where(~plain | NF.native_filter(F.col("properties"), flt.levels))  # before the shuffle
+        # before the shuffle: the substring pre-filter first (cheap, and a necessary condition on
+        # every row: a single `code` leaves the regexes a handful of rows), then the native levels
+        m = m.where(needles).where(~plain | NF.native_filter(F.col("properties"), flt.levels))
         m = m.dropDuplicates(["topic", "queue", "offset"])
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
-        m = m.where(plain).unionByName(m.where(~plain & needles).where(keep(F.col("properties"), F.col("tags"))))
+        m = m.where(plain).unionByName(m.where(~plain).where(keep(F.col("properties"), F.col("tags"))))
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms))
          .select("queue", "offset", "body", "claim").dropDuplicates(["queue", "offset"]))
     j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
