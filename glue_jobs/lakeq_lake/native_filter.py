@@ -13,9 +13,10 @@ the text itself, where the text is simple enough for that to be exact:
   ``NaN`` — is left to the UDF. Properties produced through the API are flat (API.md "Produce"),
   so in practice every row is plain unless a string holds a quote, a backslash or a control
   character.
-* on a plain text the value of field ``f`` is the token after the **last** ``"f":`` pair (``json.loads``
-  keeps the last of duplicate keys), found by a regex anchored at ``{`` that walks whole pairs, so
-  a ``"f":`` inside a string value is never taken for a key. A field whose name needs an escape
+* on a plain text the value of field ``f`` is the token after the **last** ``"f":`` key (``json.loads``
+  keeps the last of duplicate keys), found by a plain search (exact there, :func:`value_regex`;
+  for a field starting with ``:``, ``,`` or ``}`` a regex anchored at ``{`` that walks whole
+  pairs), once per row and level (a lambda over a one-element array). A field whose name needs an escape
   (a quote, a backslash, a control character) or is not valid UTF-8 is absent from every plain text.
 * the token's JSON type is its first character (``"`` string, ``t``/``f`` boolean, ``n`` null, else a
   number) and the comparisons follow the matcher's (``matcher.index``): ``"1"`` ≠ ``1`` ≠ ``true``;

@@ -8,8 +8,9 @@ replay copies, in which order, with their bodies.
   ``true``) the archiver wrote, not the lake schema's ``map<string,string>``.
 * :func:`select` — pure (DataFrames in, a DataFrame out): the topic, ``from <= produced_at < to``,
   duplicates of redelivered batches dropped (``topic, queue, offset``), the filter — tags natively
-  (``arrays_overlap``), each required field natively as a substring of the properties' text, then
-  the matcher layer itself per remaining row (a Python UDF calling
+  (``arrays_overlap``), each required field natively as a substring of the properties' text, the
+  levels natively on plain properties texts (:mod:`.native_filter`, proved equal to the matcher by
+  tests), and the matcher layer itself on the other rows only (a Python UDF calling
   :meth:`lakeq.replay.rules.Filter.json_predicate`: the subscriptions' semantics by construction) —
   joined with the bodies, ordered by ``queue, offset``.
 * :func:`run_replay` — the job body: select, write the manifest (gzipped JSON Lines, parts in
