@@ -8,13 +8,19 @@ queues, properties ``{kind: "k0".."k5", tier: 0..9, code: "0000".."9999"}``, 0-2
 ~100-byte bodies. Generated once by Spark and kept under ``--dir`` (default
 ``/tmp/lakeq-replay-bench``), so a second run measures the job only.
 
-Measured, each in the same session: the *baseline* — a scan that only counts the slice's rows of
-both kinds (the partitions pruned the same way) — and the *job* (``run_replay``: select with a
-filter that goes through the matcher UDF, join the bodies, sort, write the manifest and summary),
-for a 3-hour window and for the whole day. The job's progress bar is on stderr.
+Measured, each in the same session, per filter of :data:`FILTERS` (``--filters``): the *baseline* —
+a scan that only counts the slice's rows of both kinds (the partitions pruned the same way) — and
+the *job* (``run_replay``: select, join the bodies, sort, write the manifest and summary to a
+temporary folder: the generated lake is only read), with the load average before each (the
+machine may be shared: judge by the ratio). The filters: the one the job was built around, no
+filter, filters no substring pre-filter narrows (anything-but, a range, exists + prefix, a mix), a
+90 % one, a single ``code``, tags only. ``--compare`` runs each filter with conditions twice, first
+with the job's previous plan (``native=False``: the matcher UDF on every row the pre-filter lets
+through). The job's progress bar is on stderr.
 
-``python bench/replay.py --quick`` (1M rows, the 3-hour window only: ~1 min once generated) ·
-``python bench/replay.py`` (10M rows, both windows; generating the lake takes ~10 min the first time).
+``python bench/replay.py --quick`` (1M rows, the 3-hour window) ·
+``python bench/replay.py --window 24h --filters mixed-miss,none`` (10M rows, the whole day;
+generating the lake takes ~10 min the first time).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +43,20 @@ OBJECTS_PER_HOUR = 12  # one object per 5 minutes and kind
 QUEUES, HOUR, T0 = 64, 3_600_000, 1_767_225_600_000  # 2026-01-01T00:00Z
 FILTER = {"conditions": [{"field": "kind", "values": ["k1", "k2"]}, {"field": "tier", "range": [0, 4]}],
           "tags": ["red", "blue"]}
+# The filter mix (--filters): the one the job was built around, and the ones it was not. Shares of
+# the generated lake in the comments (kind k0..k5, tier 0..9, code "0000".."9999", each tag 1/3).
+FILTERS = {
+    "designed": FILTER,  # 5.2 %: string values + range + tags, the native pre-filters narrow it
+    "none": None,  # 100 %: no filter, the manifest holds every body of the window
+    "anything-but": {"conditions": [{"field": "kind", "anything_but": ["k0", "k5"]}]},  # 67 %
+    "range": {"conditions": [{"field": "tier", "range": [2, 6]}]},  # 50 %
+    "exists+prefix": {"conditions": [{"field": "code", "exists": True}, {"field": "code", "prefix": "1"}]},  # 10 %
+    "mixed-miss": {"conditions": [{"field": "tier", "anything_but": [0]}, {"field": "kind", "exists": True},
+                                  {"field": "tier", "range": [1.5, 9]}]},  # 80 %: no needle narrows it
+    "unselective": {"conditions": [{"field": "tier", "anything_but": [9]}]},  # 90 %
+    "one-code": {"conditions": [{"field": "code", "values": ["0042"]}]},  # 0.01 %
+    "tags-only": {"tags": ["green"]},  # 33 %
+}
 
 
 def generate(spark, root: Path, n: int) -> None:
@@ -74,23 +95,36 @@ def size_of(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.gz"))
 
 
-def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int) -> None:
+def load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
+        native: bool = True) -> None:
+    """One line: the scan baseline then the job with filter ``name``, side by side, the load
+    average (1/5/15 min) read before each. ``native=False``: the job's previous plan (the matcher
+    UDF on every row the substring pre-filter lets through)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
 
     lk = Lake(str(lake_root))
+    load0 = load()
     t = time.perf_counter()
     base_rows = (R.read_slice(spark, lk, "messages", lo, hi).count()
                  + R.read_slice(spark, lk, "bodies", lo, hi).count())
     base_s = time.perf_counter() - t
-    rid = f"bench-{label}"
+    rid = f"bench-{label}-{name}"
+    out = Lake(str(work))  # the manifest goes to our own folder: the generated lake stays read-only
+    load1 = load()
     t = time.perf_counter()
-    s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTER), show_progress=True, log=lambda *_: None)
+    s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
+                     log=lambda *_: None, out=out, native=native)
     job_s = time.perf_counter() - t
-    shutil.rmtree(lake_root / "replays" / rid, ignore_errors=True)
-    print(f"{n:>12,} {label:>10} {base_rows // 2:>12,} {s['found']:>10,} {base_s:>9.1f} {job_s:>8.1f} "
-          f"{job_s / base_s:>6.2f}", flush=True)
+    shutil.rmtree(work / "replays" / rid, ignore_errors=True)
+    print(f"{n:>12,} {label:>6} {name + ('' if native else ' (old)'):>20} {base_rows // 2:>12,} {s['found']:>10,} "
+          f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
+          f"{job_s / base_s:>6.2f}  {load0} {load1}", flush=True)
 
 
 def main() -> int:
@@ -99,6 +133,13 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--dir", default="/tmp/lakeq-replay-bench")
     ap.add_argument("--generate-only", action="store_true")
+    ap.add_argument("--filters", default=",".join(FILTERS),
+                    help=f"comma-separated names among {', '.join(FILTERS)} (default: all)")
+    ap.add_argument("--window", choices=["3h", "24h", "both"], default=None,
+                    help="default: 3h with --quick, both otherwise")
+    ap.add_argument("--compare", action="store_true",
+                    help="also run each filter with the previous plan (native=False) just before")
+    ap.add_argument("--work", default=None, help="where manifests are written (default: a temporary folder)")
     a = ap.parse_args()
     n = a.rows or (1_000_000 if a.quick else 10_000_000)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -124,13 +165,31 @@ def main() -> int:
     m, b = size_of(lake_root / "raw" / "kind=messages"), size_of(lake_root / "raw" / "kind=bodies")
     print(f"lake: messages {m / 1e6:.1f} MB, bodies {b / 1e6:.1f} MB gzipped "
           f"({m / n:.1f} + {b / n:.1f} bytes per message)")
-    print(f"filter: {FILTER}")
-    print(f"{'lake rows':>12} {'window':>10} {'slice rows':>12} {'selected':>10} {'scan s':>9} {'job s':>8} "
-          f"{'ratio':>6}")
-    run(spark, lake_root, n, "3h", T0 + 6 * HOUR, T0 + 9 * HOUR)
-    if not a.quick:
-        run(spark, lake_root, n, "24h", T0, T0 + 24 * HOUR)
+    names = [x for x in a.filters.split(",") if x]
+    unknown = [x for x in names if x not in FILTERS]
+    if unknown:
+        ap.error(f"unknown filter(s) {unknown}; known: {', '.join(FILTERS)}")
+    for name in names:
+        print(f"filter {name}: {FILTERS[name]}")
+    window = a.window or ("3h" if a.quick else "both")
+    windows = [w for w in (("3h", T0 + 6 * HOUR, T0 + 9 * HOUR), ("24h", T0, T0 + 24 * HOUR))
+               if window in (w[0], "both")]
+    work = Path(a.work or tempfile.mkdtemp(prefix="lakeq-replay-bench-out-"))
+    # warm-up (not timed): the first Spark job of a session pays the JIT and the file listing cache
+    from lakeq_lake import replay as R
+    from lakeq_lake.store import Lake
+
+    R.read_slice(spark, Lake(str(lake_root)), "messages", T0, T0 + HOUR).count()
+    print(f"{'lake rows':>12} {'window':>6} {'filter':>20} {'slice rows':>12} {'selected':>10} {'sel %':>6} "
+          f"{'scan s':>7} {'job s':>7} {'ratio':>6}  load before scan, before job (1/5/15 min)")
+    for label, lo, hi in windows:
+        for name in names:
+            if a.compare and FILTERS[name] and FILTERS[name].get("conditions"):
+                run(spark, lake_root, n, label, lo, hi, name, work, native=False)
+            run(spark, lake_root, n, label, lo, hi, name, work)
     spark.stop()
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -8,8 +8,9 @@ replay copies, in which order, with their bodies.
   ``true``) the archiver wrote, not the lake schema's ``map<string,string>``.
 * :func:`select` — pure (DataFrames in, a DataFrame out): the topic, ``from <= produced_at < to``,
   duplicates of redelivered batches dropped (``topic, queue, offset``), the filter — tags natively
-  (``arrays_overlap``), each required field natively as a substring of the properties' text, then
-  the matcher layer itself per remaining row (a Python UDF calling
+  (``arrays_overlap``), each required field natively as a substring of the properties' text, the
+  levels natively on plain properties texts (:mod:`.native_filter`, proved equal to the matcher by
+  tests), and the matcher layer itself on the other rows only (a Python UDF calling
   :meth:`lakeq.replay.rules.Filter.json_predicate`: the subscriptions' semantics by construction) —
   joined with the bodies, ordered by ``queue, offset``.
 * :func:`run_replay` — the job body: select, write the manifest (gzipped JSON Lines, parts in
@@ -29,6 +30,7 @@ from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, Stru
 
 from lakeq.replay.rules import Filter, field_needles, hour_bounds
 
+from . import native_filter as NF
 from .progress import progress
 from .store import Lake
 
@@ -115,11 +117,17 @@ def read_slice(spark: SparkSession, lake: Lake, kind: str, from_ms: int, to_ms: 
 
 
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
-           flt: Filter, parts: int | None = None) -> DataFrame:
+           flt: Filter, parts: int | None = None, native: bool = True) -> DataFrame:
     """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay: ``parts`` partitions (hash of
     ``queue``: a queue's rows are in one partition), each sorted by ``queue, offset`` — the order
     the copier needs is per queue, so no global sort (and no sampling pass over the input for one).
-    A message whose body row is missing keeps ``body`` null (the copier counts it failed)."""
+    A message whose body row is missing keeps ``body`` null (the copier counts it failed).
+
+    The filter: tags natively; the levels natively (:mod:`.native_filter`) on every row whose
+    properties text is plain, the matcher UDF on the others only (all after the substring
+    pre-filter) — two branches of one shuffle (the duplicates' drop), so the slice is read once.
+    ``native=False``: the previous plan (pre-filter, then the UDF on every remaining row), kept for
+    the benchmark's before/after and the tests."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull())
          .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
@@ -127,15 +135,26 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
         m = m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
                                      F.array(*[F.lit(t) for t in flt.tags])))
     props = F.coalesce(F.col("properties"), F.lit(""))
-    for needles in field_needles(flt):  # per level: one of its needles must be in the text
-        cond = props.contains(needles[0])
-        for nd in needles[1:]:
+    needles = F.lit(True)
+    for alternatives in field_needles(flt):  # per level: one of its needles must be in the text
+        cond = props.contains(alternatives[0])
+        for nd in alternatives[1:]:
             cond = cond | props.contains(nd)
-        m = m.where(cond)
-    if flt.conditions:
+        needles = needles & cond
+    if not flt.conditions:
+        m = m.dropDuplicates(["topic", "queue", "offset"])
+    elif not native:
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
-        m = m.where(keep(F.col("properties"), F.col("tags")))
-    m = m.dropDuplicates(["topic", "queue", "offset"])
+        m = m.where(needles).where(keep(F.col("properties"), F.col("tags")))
+        m = m.dropDuplicates(["topic", "queue", "offset"])
+    else:
+        plain = NF.plain(F.col("properties"))
+        # before the shuffle: the substring pre-filter first (cheap, and a necessary condition on
+        # every row: a single `code` leaves the regexes a handful of rows), then the native levels
+        m = m.where(needles).where(~plain | NF.native_filter(F.col("properties"), flt.levels))
+        m = m.dropDuplicates(["topic", "queue", "offset"])
+        keep = _keep_udf(list(flt.conditions), list(flt.tags))
+        m = m.where(plain).unionByName(m.where(~plain).where(keep(F.col("properties"), F.col("tags"))))
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms))
          .select("queue", "offset", "body", "claim").dropDuplicates(["queue", "offset"]))
     j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
@@ -144,26 +163,29 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
 
 
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
-               flt: Filter, show_progress: bool = False, log=print) -> dict:
+               flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
+               native: bool = True) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json.gz`` in one pass over the slice (each part
     holds whole queues, sorted by ``queue, offset``), then ``replays/<id>/selection.json`` from the
     manifest itself (small: the selected rows only): ``found``, ``missing_bodies``, per part its key
     and row count (the copier's cursor is a position in the parts' order) and per queue its count.
-    Returns the summary."""
+    Returns the summary. ``out``: where ``replays/<id>/`` is written (default: ``lake`` itself; the
+    benchmark keeps its generated lake read-only)."""
     t0 = time.perf_counter()
     if flt.conditions:
         ship(spark, "matcher", "lakeq")
-    out = lake.path(manifest_prefix(replay_id))
+    dest = out or lake
+    where = dest.path(manifest_prefix(replay_id))
     with progress(spark, f"replay {replay_id}: select + write", show_progress):
         msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
         bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
-        (select(msgs, bods, topic, from_ms, to_ms, flt).write.mode("overwrite")
-         .option("compression", "gzip").json(out))
-    keys = [k for k in lake.list_keys(manifest_prefix(replay_id)) if k.rsplit("/", 1)[-1].startswith("part-")]
+        (select(msgs, bods, topic, from_ms, to_ms, flt, native=native).write.mode("overwrite")
+         .option("compression", "gzip").json(where))
+    keys = [k for k in dest.list_keys(manifest_prefix(replay_id)) if k.rsplit("/", 1)[-1].startswith("part-")]
     per_part, per_queue, missing = [], {}, 0
     if keys:
         with progress(spark, f"replay {replay_id}: summary", show_progress):
-            man = (spark.read.schema("queue long, body string").json(out)
+            man = (spark.read.schema("queue long, body string").json(where)
                    .withColumn("file", F.input_file_name()))
             rows = man.groupBy("file", "queue").agg(
                 F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing")).collect()
@@ -182,6 +204,6 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
         "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
         "manifest": manifest_prefix(replay_id), "seconds": round(time.perf_counter() - t0, 3),
     }
-    lake.put_json(summary_key(replay_id), summary)
-    log(f"replay {replay_id}: {found} message(s) selected in {summary['seconds']} s → {out}")
+    dest.put_json(summary_key(replay_id), summary)
+    log(f"replay {replay_id}: {found} message(s) selected in {summary['seconds']} s → {where}")
     return summary

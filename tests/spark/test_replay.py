@@ -30,6 +30,12 @@ FILTERS = [
     {"conditions": [{"field": "k", "range": [0, 2]}, {"field": "s", "prefix": "A"}]},
     {"conditions": [{"field": "k", "anything_but": [1, "A"]}, {"field": "s", "exists": False}]},
     {"conditions": [{"field": "n\"q", "exists": True}]},
+    # the adversarial mix of bench/replay.py: nothing a substring pre-filter can narrow
+    {"conditions": [{"field": "k", "anything_but": [1.0, "A", True]}]},
+    {"conditions": [{"field": "k", "range": [0.5, 7]}, {"field": "s", "exists": True}]},
+    {"conditions": [{"field": "s", "prefix": ""}, {"field": "k", "anything_but": ["7"]}]},
+    {"conditions": [{"field": "k", "values": [7]}, {"field": "s", "values": ["", "AB", False]}]},
+    {"conditions": [{"field": "n\"q", "anything_but": [0]}], "tags": ["green"]},
 ]
 
 
@@ -93,7 +99,7 @@ def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir):
         for q in {w[0] for w in want}:  # in offset order within each queue
             assert [g for g in got if g[0] == q] == [w for w in want if w[0] == q]
         sizes.append(len(want))
-    assert all(0 < n for n in sizes[1:]) and len(set(sizes)) > 4  # the filters really select differently
+    assert all(0 < n for n in sizes[1:]) and len(set(sizes)) > 8  # the filters really select differently
     # "1" and 1 and true are told apart (the lake's map<string,string> schema would merge them)
     one, one_s = sizes[2], sizes[3]
     assert one != one_s
@@ -138,3 +144,109 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     assert [(r["queue"], r["offset"], r["id"], r["body"]) for r in got] == want
     assert s["queues"] == {str(q): sum(1 for w in want if w[0] == q) for q in {w[0] for w in want}}
     assert json.loads(got[0]["properties"]) == next(r["properties"] for r in rows if r["id"] == got[0]["id"])
+
+
+# ------------------------------------------------------------------ the native filter vs the matcher
+# Property values that a text comparison could confuse: types (1, 1.0, "1", true), -0.0 and 0,
+# integers beyond a double's precision and beyond 18 digits, numbers in exponent form, strings
+# with a quote, a backslash, a control character, non-ASCII, JSON-looking strings, and the values
+# the API does not let through (null, lists, objects), which the UDF decides.
+CONFUSABLE = [1, 1.0, "1", True, False, "true", 0, -0.0, 0.0, "0", -1, 2.5, "2.5", 7, "7", 7.0,
+              2**53, 2**53 + 1, float(2**53), -(2**53) - 1, 10**18 - 1, 10**18, 10**20, 1e16, 1.5e-7,
+              123456789.125, 1e300, -1e300, 0.1, "", "A", "AB", "ab", "a\"b", "a\\b", "tab\there", "é",
+              "😀", "a\u2028b", ",", "{\"k\":1}", "a,\":1,\":", "[1]", "null", "x,\"k\":1",
+              None, [1], {"x": 1}, 4, "4"]
+FIELDS = ["k", "s", "kk", "n\"q", "a.b", "é", "x:y", "{", ":1,", "}", ",k", "a,", ":true"]
+
+
+def _random_level(rng: random.Random) -> dict:
+    field = rng.choice(FIELDS)
+    scalars = [v for v in CONFUSABLE if isinstance(v, (str, int, float)) and v is not None]
+    kind = rng.choice(["values", "anything_but", "range", "prefix", "exists"])
+    if kind in ("values", "anything_but"):
+        return {"field": field, kind: rng.sample(scalars, rng.randint(1, 3))}
+    if kind == "range":
+        nums = [v for v in scalars if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        lo, hi = sorted(rng.sample(nums, 2))
+        return {"field": field, "range": [lo, hi]}
+    if kind == "prefix":
+        return {"field": field, "prefix": rng.choice(["", "A", "a", "1", "2.", "é", "😀", "a\"", "{", "t", "n"])}
+    return {"field": field, "exists": rng.random() < 0.6}
+
+
+def _random_props(rng: random.Random) -> dict:
+    props = {}
+    for f in FIELDS:
+        if rng.random() < 0.45:
+            props[f] = rng.choice(CONFUSABLE)
+    return props
+
+
+def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(spark, tmp_path):
+    """Every generated filter, on every row the native filter calls plain, decides as the pure
+    matcher does on the properties the archiver wrote; the properties text is the one Spark's JSON
+    reader gives the job (the archiver's encoding read with :data:`R.MESSAGES_RAW`)."""
+    from pyspark.sql import functions as F
+
+    from lakeq_lake import native_filter as NF
+
+    rng = random.Random(1801)
+    rows = []
+    for i in range(1500):
+        props = _random_props(rng)
+        if rng.random() < 0.3:  # the usual shape: flat, plain strings and numbers
+            props = {f: v for f, v in props.items() if isinstance(v, (int, float, str)) and "\\" not in json.dumps(v)}
+        rows.append({"topic": "t", "queue": 0, "offset": i, "id": f"m{i}", "key": None, "size": 0, "tags": [],
+                     "properties": props, "produced_at": T0 + i, "seq": str(i), "body": ""})
+    rows.append({**rows[0], "offset": 1500, "id": "m1500", "properties": None})  # no properties at all
+    # texts where `,":1,":true` is no key: the "," ends the string "9,", the quote after 1, opens ":true"
+    for j, props in enumerate([{"9,": 1, ":true": 2}, {"9,": 1, ":true": 2, "k": "{\"k\":1}"}, {":1,": True}]):
+        rows.append({**rows[0], "offset": 1501 + j, "id": f"m{1501 + j}", "properties": props})
+    _write(tmp_path, rows, ARN)
+    msgs = R.read_slice(spark, Lake(str(tmp_path)), "messages", T0, T0 + H)
+    filters = [Filter.of({"conditions": [_random_level(rng) for _ in range(rng.randint(1, 3))]}) for _ in range(150)]
+    filters += [Filter.of({"conditions": [{"field": ":1,", "exists": True}]}),
+                Filter.of({"conditions": [{"field": ":1,", "values": [True]}]})]
+    # FILTERS' levels too (their tags are the job's business, not the native levels')
+    filters += [Filter.of({"conditions": f["conditions"]}) for f in FILTERS if f and f.get("conditions")]
+    cols = [F.col("offset"), NF.plain(F.col("properties")).alias("plain")]
+    cols += [NF.native_filter(F.col("properties"), f.levels).alias(f"f{i}") for i, f in enumerate(filters)]
+    got = {r["offset"]: r for r in msgs.select(*cols).collect()}
+    assert len(got) == len(rows)
+    plain = [r for r in rows if got[r["offset"]]["plain"]]
+    # the plain rows: without an escape (Jackson escapes quotes, backslashes, control characters and
+    # characters beyond U+FFFF), a nested value or an integer of more than 18 digits
+    assert 300 < len(plain) < len(rows)
+    for r in rows:
+        text = json.dumps(r["properties"] or {}, ensure_ascii=False)
+        usual = all(v is None or isinstance(v, (float, str)) or isinstance(v, int) and abs(v) < 10**18
+                    for v in (r["properties"] or {}).values()) and "\\" not in text
+        usual = usual and all(ord(c) <= 0xFFFF for c in text)
+        assert got[r["offset"]]["plain"] == usual, r["properties"]
+    kept_somewhere, dropped_somewhere = 0, 0
+    for i, f in enumerate(filters):
+        want = {r["offset"] for r in matching(f, plain)}
+        have = {r["offset"] for r in plain if got[r["offset"]][f"f{i}"]}
+        wrong = sorted(want ^ have)[:3]
+        assert have == want, (f.to_json(), wrong, [r["properties"] for r in plain if r["offset"] in wrong])
+        kept_somewhere += bool(want)
+        dropped_somewhere += len(want) < len(plain)
+    assert kept_somewhere > 60 and dropped_somewhere > 60  # the filters really decide
+
+
+def test_native_bounds_are_exact():
+    from lakeq_lake.native_filter import double_bounds, int_bounds
+
+    rng = random.Random(7)
+    nums = [0, -0.0, 1, 1.0, 1.5, -2.5, 2**53, 2**53 + 1, float(2**53), 10**19, -(10**19), 1e300, 5e-324, 2**63,
+            2**63 - 1, -(2**63), 0.1, 3]
+    probes_i = [0, 1, -1, 2, 3, 2**53, 2**53 + 1, 2**53 - 1, 2**63 - 1, -(2**63), 10**18, 123]
+    probes_d = [0.0, -0.0, 1.0, 1.5, 2.5, -2.5, float(2**53), float(2**53 + 2), 1e300, 5e-324, 0.1,
+                float("inf"), float("-inf"), 9.223372036854776e18]
+    for _ in range(400):
+        lo, hi = sorted(rng.sample(nums, 2))
+        ib, db = int_bounds(lo, hi), double_bounds(lo, hi)
+        for v in probes_i:
+            assert (lo <= v <= hi) == (ib is not None and ib[0] <= v <= ib[1]), (lo, hi, v)
+        for v in probes_d:
+            assert (lo <= v <= hi) == (db is not None and db[0] <= v <= db[1]), (lo, hi, v)

@@ -1,0 +1,218 @@
+"""The replay filter (the subscription condition language) as native Spark column expressions, for
+the rows whose properties text is *plain* (:func:`plain`); the matcher UDF decides the others.
+
+The properties arrive as the text Spark's JSON reader re-wrote with Jackson (compact, one object).
+The Python UDF parses it with ``json.loads`` and asks the matcher; here the same decision is taken on
+the text itself, where the text is simple enough for that to be exact:
+
+* **plain** — null, empty (the UDF reads both as ``{}``), or a one-line flat object: ``{}`` or
+  ``"key":value`` pairs separated by ``,``, each value a string, a JSON number whose integer part
+  has at most 18 digits, ``true``, ``false`` or ``null``; no backslash and no control character
+  anywhere (so every string's text *is* its value, no escape to decode), no whitespace, at most
+  :data:`MAX_PLAIN` characters. Anything else — an escape, a nested object or list, a long integer,
+  ``NaN`` — is left to the UDF. Properties produced through the API are flat (API.md "Produce"),
+  so in practice every row is plain unless a string holds a quote, a backslash or a control
+  character.
+* on a plain text the value of field ``f`` is the token after the **last** ``"f":`` key (``json.loads``
+  keeps the last of duplicate keys), found by a plain search (exact there, :func:`value_regex`;
+  for a field starting with ``:``, ``,`` or ``}`` a regex anchored at ``{`` that walks whole
+  pairs), once per row and level (a lambda over a one-element array). A field whose name needs an escape
+  (a quote, a backslash, a control character) or is not valid UTF-8 is absent from every plain text.
+* the token's JSON type is its first character (``"`` string, ``t``/``f`` boolean, ``n`` null, else a
+  number) and the comparisons follow the matcher's (``matcher.index``): ``"1"`` ≠ ``1`` ≠ ``true``;
+  numbers compare as numbers, exactly: an integer token as a ``bigint``, a token with a fraction or
+  an exponent as a ``double`` (``json.loads`` gives ``float`` too, and Java's and Python's decimal →
+  double conversions are both correctly rounded), against bounds converted exactly
+  (:func:`int_bounds`, :func:`double_bounds`: ``2**53 + 1`` is no double, ``1.5`` no integer);
+  ``null`` is present but equal to nothing, in no range and under no prefix.
+
+:func:`native_filter` returns ``(plain, keep)``: a row with ``plain`` true is kept iff ``keep``. The
+pure parts (bounds, the regexes) are plain Python; ``tests/spark/test_replay.py`` proves the whole
+equal to the matcher on generated filters and properties (the type-confusable values included).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+MAX_PLAIN = 16_384  # characters; longer texts go to the UDF (Java's regex recursion stays shallow)
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+_MAX_DOUBLE = sys.float_info.max
+
+_STR = r'"[^"\\\x00-\x1f]*"'  # a string token without escapes
+_NUM = r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_VAL = f"(?:{_STR}|{_NUM}|true|false|null)"
+_PAIR = f"{_STR}:{_VAL}"
+PLAIN = f"^\\{{(?:{_PAIR}(?:,{_PAIR})*)?\\}}$"
+_INT = r"^-?(?:0|[1-9][0-9]{0,17})$"
+
+
+def value_regex(field: str) -> str | None:
+    """A Java regex whose group 1 is the token of ``field``'s last pair in a plain text; None when
+    ``field`` cannot appear in a plain text (its JSON spelling needs an escape, or it is not
+    valid UTF-8).
+
+    In a plain text (no backslash) quotes open and close strings alternately. ``{"f":`` or ``,"f":``
+    with ``f`` free of quotes is a key unless its first quote closes a string ending in ``{`` or
+    ``,``: then the characters after that closing quote, ``f`` itself, would start with ``:``, ``,``
+    or ``}`` (all that may follow a string in a flat object). So for any other ``f`` a plain search
+    finds exactly the keys, the greedy ``.*`` the last one; for those three the regex walks whole
+    pairs from the ``{``."""
+    if not plain_string(field):
+        return None
+    key = _quote('"' + field + '"')
+    if field[0] not in ":,}":
+        return f"(?s)^.*[{{,]{key}:({_VAL})"  # (?s): a string may hold U+2028, a line end to Java
+    # greedy (?:pair,)*: the longest run of whole pairs before the key, i.e. its last occurrence
+    return f"^\\{{(?:{_PAIR},)*{key}:({_VAL})(?:,{_PAIR})*\\}}$"
+
+
+def plain_string(s: str) -> bool:
+    """True when ``s`` is spelled in JSON without an escape (so it can be a plain text's string)."""
+    if any(c in '"\\' or ord(c) < 0x20 for c in s):
+        return False
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: never in a text Spark decoded from UTF-8
+        return False
+    return True
+
+
+def _quote(s: str) -> str:
+    """``s`` as a literal in a Java regex (``\\Q…\\E`` breaks on ``\\E``; ``s`` has no backslash)."""
+    return "".join("\\" + c if c in ".^$|?*+()[]{}" else c for c in s)
+
+
+def int_bounds(lo: int | float, hi: int | float) -> tuple[int, int] | None:
+    """``[a, b]`` with, for every Python int ``v`` in the ``bigint`` range, ``lo <= v <= hi`` iff
+    ``a <= v <= b`` (a, b in that range); None when no such ``v`` exists.
+
+    >>> int_bounds(1.5, 4), int_bounds(2, 2.0), int_bounds(2.5, 2.7), int_bounds(-1e300, 1e300)[0] == -(2**63)
+    ((2, 4), (2, 2), None, True)
+    """
+    a = lo if isinstance(lo, int) else math.ceil(lo)
+    b = hi if isinstance(hi, int) else math.floor(hi)
+    a, b = max(a, LONG_MIN), min(b, LONG_MAX)
+    return (a, b) if a <= b else None
+
+
+def _double_ceil(x: int | float) -> float | None:
+    """The least finite double ``d`` with ``d >= x`` (exact comparison), None when none."""
+    if isinstance(x, float):
+        return x
+    if x > int(_MAX_DOUBLE):
+        return None
+    if x < -int(_MAX_DOUBLE):
+        return -_MAX_DOUBLE
+    d = float(x)
+    return math.nextafter(d, math.inf) if d < x else d
+
+
+def _double_floor(x: int | float) -> float | None:
+    if isinstance(x, float):
+        return x
+    if x < -int(_MAX_DOUBLE):
+        return None
+    if x > int(_MAX_DOUBLE):
+        return _MAX_DOUBLE
+    d = float(x)
+    return math.nextafter(d, -math.inf) if d > x else d
+
+
+def double_bounds(lo: int | float, hi: int | float) -> tuple[float, float] | None:
+    """``[a, b]`` finite doubles with, for every double ``v`` (infinities included), ``lo <= v <= hi``
+    (Python's exact comparison) iff ``a <= v <= b``; None when no double is in the range.
+
+    >>> double_bounds(2**53 + 1, 2**53 + 1), double_bounds(1, 2.5), double_bounds(0, 0)
+    (None, (1.0, 2.5), (0.0, 0.0))
+    """
+    a, b = _double_ceil(lo), _double_floor(hi)
+    if a is None or b is None or a > b:
+        return None
+    return a, b
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _number_in(tok: Column, lo: int | float, hi: int | float) -> Column:
+    """``tok`` (a plain value token) is a number in ``[lo, hi]``, compared exactly."""
+    conds = []
+    ib = int_bounds(lo, hi)
+    if ib is not None:
+        conds.append(tok.rlike(_INT) & tok.cast("bigint").between(F.lit(ib[0]), F.lit(ib[1])))
+    db = double_bounds(lo, hi)
+    if db is not None:
+        conds.append(tok.rlike("^-?[0-9][0-9.]*[.eE]") & tok.cast("double").between(F.lit(db[0]), F.lit(db[1])))
+    out = F.lit(False)
+    for c in conds:
+        out = out | c
+    return out
+
+
+def _equals(tok: Column, v: Any) -> Column:
+    """``tok`` is the JSON value ``v`` (matcher equality: type-sensitive, ``1`` = ``1.0``)."""
+    if isinstance(v, bool):
+        return tok == F.lit("true" if v else "false")
+    if _is_number(v):
+        return _number_in(tok, v, v)
+    if isinstance(v, str):
+        return tok == F.lit('"' + v + '"') if plain_string(v) else F.lit(False)
+    return F.lit(False)
+
+
+def _any(conds: list[Column]) -> Column:
+    out = F.lit(False)
+    for c in conds:
+        out = out | c
+    return out
+
+
+def level_column(text: Column, level: dict) -> Column:
+    """One level of the condition language on a plain ``text`` (never null: ``{}`` for none)."""
+    field = level["field"]
+    rx = value_regex(field)
+    if rx is None:  # the field is absent from every plain text
+        return F.lit(level.get("exists") is False)
+    # the token once per row: the level's condition is a lambda over a one-element array (Spark
+    # does not share a repeated regexp_extract between a filter's conjuncts)
+    return F.exists(F.array(F.regexp_extract(text, rx, 1)), lambda tok: _on_token(tok, level))
+
+
+def _on_token(tok: Column, level: dict) -> Column:
+    present = tok != F.lit("")  # "" when absent (a present token is never empty)
+    if "exists" in level:
+        return present if level["exists"] else ~present
+    if "values" in level:
+        return _any([_equals(tok, v) for v in level["values"]])
+    if "anything_but" in level:
+        return present & ~_any([_equals(tok, v) for v in level["anything_but"]])
+    if "range" in level:
+        lo, hi = level["range"]
+        return _number_in(tok, lo, hi)
+    if "prefix" in level:
+        p = level["prefix"]
+        if not plain_string(p):
+            return F.lit(False)
+        return tok.startswith(F.lit('"' + p))
+    raise ValueError(f"unknown level {level!r}")
+
+
+def plain(props: Column) -> Column:
+    """The rows whose properties text the native filter decides (see the module docstring)."""
+    return props.isNull() | (props == F.lit("")) | ((F.length(props) <= MAX_PLAIN) & props.rlike(PLAIN))
+
+
+def native_filter(props: Column, levels: list[dict]) -> Column:
+    """The conjunction of ``levels`` on the plain rows' properties (null / empty read as ``{}``)."""
+    text = F.coalesce(F.when(props != F.lit(""), props), F.lit("{}"))
+    out = F.lit(True)
+    for lv in levels:
+        out = out & level_column(text, lv)
+    return out
+
