@@ -1103,7 +1103,8 @@ class SubscriptionIndex:
         subscriptions are indexed (amortised dict costs; a range's width class list moves up to r pointers in C).
         A subscription that qualifies for a bit block (:meth:`_eligible`) goes to the trie too and
         is moved by a later :meth:`match` (amortised O(1)).
-        Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags.
+        Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags, or an id that is
+        None or not hashable.
         """
         validate_topic(topic)
         levels = validate_conditions(conditions)
@@ -1112,6 +1113,8 @@ class SubscriptionIndex:
             hash(sub_id)
         except TypeError:
             raise ValueError(f"subscription id must be hashable, got {sub_id!r}") from None
+        if sub_id is None:  # the trie's leaves use None for "no subscription ends here"
+            raise ValueError("subscription id must not be None")
         labels = _labels(levels)
         if tag_tuple:
             labels.append((_G, _TAGF, frozenset(tag_tuple)))
