@@ -11,17 +11,11 @@ from __future__ import annotations
 import os
 
 from lakeq.log import claims
-
-_s3 = None
+from lakeq.store.clients import client
 
 
 def _client():
-    global _s3
-    if _s3 is None:
-        import botocore.session
-
-        _s3 = botocore.session.get_session().create_client("s3")
-    return _s3
+    return client("s3")
 
 
 def s3_client():

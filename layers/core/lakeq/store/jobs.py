@@ -1,30 +1,19 @@
 """Glue job runs started by the functions (issue 18.1: the replay's selection job).
 
-One botocore ``glue`` client per container, made on first use (as :mod:`lakeq.store.bodies` does
-for S3), so a function that starts no job never creates it. The job's name comes from the
-environment (``REPLAY_JOB``: ``<stack>-replay-select``); its outcome is read from the objects the
-job writes, never from ``glue:GetJobRun``.
+One botocore ``glue`` client per container, made on first use (:mod:`lakeq.store.clients`, as
+:mod:`lakeq.store.bodies` makes its S3 one), so a function that starts no job never creates it.
+The job's name comes from the environment (``REPLAY_JOB``: ``<stack>-replay-select``); its
+outcome is read from the objects the job writes, never from ``glue:GetJobRun``.
 """
 from __future__ import annotations
 
 import os
 
-_glue = None
+from lakeq.store.clients import client
 
 
 def _client():
-    global _glue
-    if _glue is None:
-        import botocore.session
-
-        _glue = botocore.session.get_session().create_client("glue")
-    return _glue
-
-
-def reset_client() -> None:
-    """Forget the client (tests: a new moto mock per test)."""
-    global _glue
-    _glue = None
+    return client("glue")
 
 
 def start_replay_selection(args: dict[str, str]) -> str:
