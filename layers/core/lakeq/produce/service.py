@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from dataclasses import replace
 
 from lakeq.admin.auth import (
     Principal,
@@ -20,7 +19,6 @@ from lakeq.common import clock as _clock
 from lakeq.common.errors import NotFound, PayloadTooLarge, Unavailable
 from lakeq.common.names import check_topic, topic_of_log
 from lakeq.contract import validation as v
-from lakeq.log import claims
 from lakeq.log import segments as seg
 from lakeq.log.produce_plan import plan_parts as _plan_parts
 from lakeq.log.produce_plan import queue_for_key
@@ -66,7 +64,7 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
         q = queue_for_key(m.key, n_queues) if m.key is not None else spread
         msg = seg.Message(id=m.id or str(uuid.uuid4()), body=m.body, key=m.key, tags=m.tags,
                           properties=m.properties, produced_at=now)
-        msg = _claim_check(log, msg)
+        msg = BodyStore.claim_checked(log, msg)
         if m.delay_ms:
             delayed.setdefault(q, []).append(_delayed.Delayed(i, msg, m.id is not None, now + m.delay_ms))
         else:
@@ -78,19 +76,6 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}
-
-
-def _claim_check(log: str, msg: seg.Message) -> seg.Message:
-    """``msg`` as it is stored: itself, or, when its stored form is over
-    :data:`lakeq.log.claims.INLINE_BYTES`, with its body put in the lake bucket first (one PutObject,
-    before any write that names it: a crash after it leaves only an object the bucket's lifecycle
-    removes) and a claim in its place (issue 18.2)."""
-    data = msg.body.encode("utf-8")
-    if not claims.needs_claim(len(msg.header()) + len(data)):
-        return msg
-    claim = claims.make(log, msg.id, data)
-    BodyStore.put(claim, data)
-    return replace(msg, body="", claim=claim)
 
 
 def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:

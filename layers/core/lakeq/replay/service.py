@@ -42,9 +42,9 @@ from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Conflict, LakeqError, NotFound, Unavailable
 from lakeq.common.names import covers, is_name
 from lakeq.contract import validation as v
-from lakeq.log import claims
 from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
+from lakeq.store.bodies import BodyStore
 from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
 
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
@@ -202,22 +202,6 @@ def copy_message(c: copier.Copy, now: int) -> seg.Message:
                        claim=claim or None)
 
 
-def _with_claim(log: str, m: seg.Message) -> seg.Message:
-    """A copy whose stored form outgrew a segment entry (its derived id is longer than the
-    original's): its body goes to the lake bucket first, as the produce path does."""
-    if m.claim is not None:
-        return m
-    data = m.body.encode("utf-8")
-    if not claims.needs_claim(len(m.header()) + len(data)):
-        return m
-    from dataclasses import replace
-
-    from lakeq.store.bodies import BodyStore
-    claim = claims.make(log, m.id, data)
-    BodyStore.put(claim, data)
-    return replace(m, body="", claim=claim)
-
-
 def topic_sink(name: str) -> Callable[[list[copier.Copy]], int]:
     """``produce`` for a ``{"topic": name}`` target: how many copies were new."""
     from lakeq.store.append import Contended, append_copies
@@ -229,7 +213,7 @@ def topic_sink(name: str) -> Callable[[list[copier.Copy]], int]:
         if t is None:
             raise TargetGone(f"target topic '{name}' does not exist")
         log, now = log_of(t), clock.now()
-        msgs = [_with_claim(log, copy_message(c, now)) for c in copies]
+        msgs = [BodyStore.claim_checked(log, copy_message(c, now)) for c in copies]
         try:
             return append_copies(log, int(t.queues), msgs, now)
         except Contended:

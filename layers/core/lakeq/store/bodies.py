@@ -9,8 +9,10 @@ no S3 call anywhere.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from lakeq.log import claims
+from lakeq.log import segments as seg
 from lakeq.store.clients import client
 
 
@@ -37,6 +39,22 @@ class BodyStore:
         retried message: it overwrites the same bytes)."""
         _client().put_object(Bucket=_bucket(), Key=claim["key"], Body=data,
                              ContentType="application/octet-stream")
+
+    @staticmethod
+    def claim_checked(log: str, msg: seg.Message) -> seg.Message:
+        """``msg`` as it is stored: itself (it already carries a claim, or fits inline), or, when its
+        stored form is over :data:`lakeq.log.claims.INLINE_BYTES`, with its body put in the lake
+        bucket first (one PutObject, before any write that names it: a crash after it leaves only an
+        object the bucket's lifecycle removes) and a claim in its place (issue 18.2). The produce path
+        and the replay's copies (whose longer derived id can push a copy over) both store this way."""
+        if msg.claim is not None:
+            return msg
+        data = msg.body.encode("utf-8")
+        if not claims.needs_claim(len(msg.header()) + len(data)):
+            return msg
+        claim = claims.make(log, msg.id, data)
+        BodyStore.put(claim, data)
+        return replace(msg, body="", claim=claim)
 
     @staticmethod
     def get(claim: dict) -> str:
