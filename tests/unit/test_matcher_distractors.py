@@ -21,49 +21,7 @@ from hypothesis import strategies as st
 
 import matcher.index as index_mod
 from matcher import SubscriptionIndex
-
-
-# ------------------------------------------------------------------ reference: API.md, linearly
-def _num(v) -> bool:
-    return type(v) in (int, float)
-
-
-def _eq(a, b) -> bool:
-    if type(a) is bool or type(b) is bool:
-        return type(a) is bool and type(b) is bool and a == b
-    if type(a) is str or type(b) is str:
-        return type(a) is str and type(b) is str and a == b
-    return _num(a) and _num(b) and a == b
-
-
-def _level(level: dict, props: dict) -> bool:
-    f = level["field"]
-    if "exists" in level:
-        return (f in props) is level["exists"]
-    if f not in props:
-        return False
-    v = props[f]
-    if "values" in level:
-        return any(_eq(v, x) for x in level["values"])
-    if "anything_but" in level:
-        return not any(_eq(v, x) for x in level["anything_but"])
-    if "range" in level:
-        return _num(v) and level["range"][0] <= v <= level["range"][1]
-    return type(v) is str and v.startswith(level["prefix"])
-
-
-def reference(subs: dict, topic: str, props: dict, tags) -> set:
-    return {sid for sid, (t, levels, sub_tags) in subs.items()
-            if (topic == t or topic.startswith(t + "/"))
-            and all(_level(lv, props) for lv in levels)
-            and (not sub_tags or any(x in tags for x in sub_tags))}
-
-
-def answer(idx: SubscriptionIndex, topic: str, props: dict, tags) -> set:
-    got = idx.match(topic, props, tags)
-    assert len(got) == len(set(got)), "an id matched twice"
-    return set(got)
-
+from tests.matcher_reference import answer, reference
 
 # ------------------------------------------------------------------ the workload
 KINDS = ["k0", "k1", "k2", "k3", "k4", "k5"]
