@@ -83,7 +83,7 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         ev = batch(rnd, max(1000, n // 2))
         t0 = time.perf_counter()
-        pending = fanout.plan(ev["Records"], m)
+        pending = fanout.plan(ev["Records"], m).pending  # plan() returns a Plan (per subscription: its groups)
         plan_ms = (time.perf_counter() - t0) * 1000
         matched = sum(len(g.messages) for gs in pending.values() for g in gs)
         print(f"{n:>7} subscriptions: rebuild {statistics.median(times) * 1000:8.1f} ms "

@@ -1,6 +1,7 @@
 """The subscription matcher's reference (API.md's condition language, evaluated linearly over every
-subscription) that the index's property tests compare with (test_matcher_distractors,
-test_matcher_blocks), and the check of an index's answer (no id twice)."""
+subscription) that the index's property tests compare with (test_matcher_dense,
+test_matcher_distractors, test_matcher_blocks), and the check of an index's answer (a list, no id
+twice)."""
 from __future__ import annotations
 
 from matcher import SubscriptionIndex
@@ -11,6 +12,7 @@ def _num(v) -> bool:
 
 
 def _eq(a, b) -> bool:
+    """JSON equality: "1" is not 1, true is not 1, 1 is 1.0."""
     if type(a) is bool or type(b) is bool:
         return type(a) is bool and type(b) is bool and a == b
     if type(a) is str or type(b) is str:
@@ -22,7 +24,7 @@ def _level(level: dict, props: dict) -> bool:
     f = level["field"]
     if "exists" in level:
         return (f in props) is level["exists"]
-    if f not in props:
+    if f not in props:  # a level on a field the message lacks does not match
         return False
     v = props[f]
     if "values" in level:
@@ -43,5 +45,6 @@ def reference(subs: dict, topic: str, props: dict, tags) -> set:
 
 def answer(idx: SubscriptionIndex, topic: str, props: dict, tags) -> set:
     got = idx.match(topic, props, tags)
+    assert isinstance(got, list)
     assert len(got) == len(set(got)), "an id matched twice"
     return set(got)

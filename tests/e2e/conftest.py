@@ -2,8 +2,8 @@
 
 ``stack`` (session) starts ``python -m infra.local --port <free port>`` with ``LAKEQ_ADMIN_KEY``
 set, waits (60 s at most) until it prints its URL and — when ``functions/admin/app.py`` exists —
-until ``GET /v1/health`` answers 200, yields a :class:`Stack` (``.url``, ``.admin_key``,
-``.drain()``, ``.output``), and at the end sends SIGTERM and asserts a clean exit (code 0).
+until ``GET /v1/health`` answers 200, yields a :class:`LocalStack` (``.url``, ``.admin_key``,
+``.drain()``, ``.call()``, ``.output``), and at the end sends SIGTERM and asserts a clean exit (code 0).
 
 Use it as ``def test_x(stack): requests.get(stack.url + "/v1/health")``; all tests here are
 marked ``e2e``.
@@ -66,6 +66,16 @@ class LocalStack:
 
     def admin_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def call(self, method: str, path: str, key: str | None = None, status: int = 200,
+             timeout: float = 30.0, **kw):
+        """One request to the stack as a client sends it: ``key`` is the API key sent as the bearer
+        token (None: the admin key); asserts the answer's status is ``status``; returns its JSON
+        body (None when empty). ``kw`` goes to ``requests.request`` (``json=``, ``params=``)."""
+        headers = {"Authorization": f"Bearer {self.admin_key if key is None else key}"}
+        r = requests.request(method, self.url + path, headers=headers, timeout=timeout, **kw)
+        assert r.status_code == status, (method, path, r.status_code, r.text)
+        return r.json() if r.content else None
 
     def stop(self, timeout: float = 20.0) -> int:
         if self.proc.poll() is None:

@@ -93,30 +93,22 @@ def st(start_local_stack):
 def test_push_delivers_everything_signed_retries_and_dead_letters(st):
     rx = Receiver(poison="poison", release_me="m5", late_s=1.5)
     try:
-        adm = {"Authorization": f"Bearer {st.admin_key}"}
-
-        def call(method, path, headers=adm, status=200, **kw):
-            r = requests.request(method, st.url + path, headers=headers, timeout=T, **kw)
-            assert r.status_code == status, (method, path, r.status_code, r.text)
-            return r.json() if r.content else None
-
         tag = uuid.uuid4().hex[:6]
         topic, dlq = f"push-{tag}", f"push-dlq-{tag}"
-        call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
-        call("POST", "/v1/topics", json={"name": dlq, "queues": 1}, status=201)
-        feed = call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
-                    status=201)["api_key"]
-        sub_key = call("POST", "/v1/clients", json={"name": f"hook-{tag}", "role": "consumer",
-                                                     "topics": [topic, dlq]}, status=201)["api_key"]
-        sk = {"Authorization": f"Bearer {sub_key}"}
-        sub = call("POST", "/v1/subscriptions", sk, 201, json={
+        st.call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
+        st.call("POST", "/v1/topics", json={"name": dlq, "queues": 1}, status=201)
+        feed = st.call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                       status=201)["api_key"]
+        sub_key = st.call("POST", "/v1/clients", json={"name": f"hook-{tag}", "role": "consumer",
+                                                        "topics": [topic, dlq]}, status=201)["api_key"]
+        sub = st.call("POST", "/v1/subscriptions", sub_key, 201, json={
             "subscriber": f"hook-{tag}", "topic": topic, "max_deliveries": MAX_DELIVERIES, "dead_letter_topic": dlq})
-        reg = call("PUT", f"/v1/subscriptions/{sub['id']}/push", sk, 201, json={
+        reg = st.call("PUT", f"/v1/subscriptions/{sub['id']}/push", sub_key, 201, json={
             "url": rx.url, "batch_size": 4, "timeout_ms": 1000,
             "retry": {"max_attempts": 10, "backoff_base_ms": 200, "backoff_cap_ms": 500}})
         bodies = [f"m{i}" for i in range(12)] + ["poison"] + [f"n{i}" for i in range(5)]
         for i in range(0, len(bodies), 6):
-            call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"}, json={
+            st.call("POST", f"/v1/topics/{topic}/messages", feed, json={
                 "producer": f"feed-{tag}", "messages": [{"body": b, "key": b} for b in bodies[i:i + 6]]})
 
         want = set(bodies) - {"poison"}
@@ -126,7 +118,7 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(st):
             with rx.lock:
                 ok = rx.accepted()
             if ok >= want:
-                dead = call("GET", f"/v1/topics/{dlq}/messages", sk, params={"group": f"hook-{tag}", "max": 10})
+                dead = st.call("GET", f"/v1/topics/{dlq}/messages", sub_key, params={"group": f"hook-{tag}", "max": 10})
                 if dead["messages"]:
                     break
             time.sleep(0.5)
@@ -147,9 +139,9 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(st):
         codes = [c for _h, _b, c, _r in got]
         assert codes[:2] == [0, 500] and any(r for _h, _b, _c, r in got)  # a timeout, a 500, a release
         # nothing left for a pull; the endpoint's state tells what happened
-        left = call("GET", f"/v1/subscriptions/{sub['id']}/messages", sk)
+        left = st.call("GET", f"/v1/subscriptions/{sub['id']}/messages", sub_key)
         assert left["messages"] == []
-        state = call("GET", f"/v1/subscriptions/{sub['id']}/push", sk)["state"]
+        state = st.call("GET", f"/v1/subscriptions/{sub['id']}/push", sub_key)["state"]
         assert state["delivered"] == len(want) and state["dead_lettered"] == 0  # poison: max_deliveries, not a reject
     finally:
         rx.close()
@@ -271,28 +263,20 @@ def test_group_push_in_order_per_key_within_the_in_flight_limit(st, in_flight):
     the first requests fail (500) and one message is released once (per-message outcome)."""
     rx = GroupReceiver(hold_s=0.3, fail=2, release_me="k1-2")
     try:
-        adm = {"Authorization": f"Bearer {st.admin_key}"}
-
-        def call(method, path, headers=adm, status=200, **kw):
-            r = requests.request(method, st.url + path, headers=headers, timeout=T, **kw)
-            assert r.status_code == status, (method, path, r.status_code, r.text)
-            return r.json() if r.content else None
-
         tag = uuid.uuid4().hex[:6]
         topic, group = f"gpush-{tag}", f"grp-{tag}"
-        call("POST", "/v1/topics", json={"name": topic, "queues": 4}, status=201)
-        feed = call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
-                    status=201)["api_key"]
-        gkey = call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
-                    status=201)["api_key"]
-        gk = {"Authorization": f"Bearer {gkey}"}
-        reg = call("PUT", f"/v1/groups/{group}/push", gk, 201, json={
+        st.call("POST", "/v1/topics", json={"name": topic, "queues": 4}, status=201)
+        feed = st.call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                       status=201)["api_key"]
+        gkey = st.call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
+                       status=201)["api_key"]
+        reg = st.call("PUT", f"/v1/groups/{group}/push", gkey, 201, json={
             "url": rx.url, "topic": topic, "batch_size": 2, "max_in_flight": in_flight, "timeout_ms": 2000,
             "retry": {"max_attempts": 10, "backoff_base_ms": 100, "backoff_cap_ms": 300}})
         keys, per_key = [f"k{i}" for i in range(8)], 4
         msgs = [{"key": k, "body": f"{k}-{j}"} for j in range(per_key) for k in keys]
-        call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"},
-             json={"producer": f"feed-{tag}", "messages": msgs})
+        st.call("POST", f"/v1/topics/{topic}/messages", feed,
+                json={"producer": f"feed-{tag}", "messages": msgs})
         want = {m["body"] for m in msgs}
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -316,12 +300,13 @@ def test_group_push_in_order_per_key_within_the_in_flight_limit(st, in_flight):
         for _t, bodies, _k, _c, _r in got:
             assert len(bodies) <= 2
         # nothing left for the group's pulls; the endpoint's state counts it all
-        assert call("GET", f"/v1/topics/{topic}/messages", gk, params={"group": group, "max": 100})["messages"] == []
+        left = st.call("GET", f"/v1/topics/{topic}/messages", gkey, params={"group": group, "max": 100})
+        assert left["messages"] == []
         # the counter is written after the endpoint's answer and the ack: the receiver can have seen the
         # last batch a moment before the deliverer recorded it (a stream-triggered and a scheduled run)
         until = time.monotonic() + 15
         while True:
-            state = call("GET", f"/v1/groups/{group}/push", gk)["state"]
+            state = st.call("GET", f"/v1/groups/{group}/push", gkey)["state"]
             if state["delivered"] >= len(want) or time.monotonic() > until:
                 break
             time.sleep(0.3)

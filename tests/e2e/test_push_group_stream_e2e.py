@@ -12,10 +12,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import requests
 
 pytestmark = pytest.mark.e2e
-T = 30
 WITHIN_S = 15.0  # well under the schedule's 60 s
 
 
@@ -60,28 +58,20 @@ def st(start_local_stack):
 def test_group_endpoint_gets_a_message_in_seconds_without_the_schedule(st):
     rx = Receiver()
     try:
-        adm = {"Authorization": f"Bearer {st.admin_key}"}
-
-        def call(method, path, headers=adm, status=200, **kw):
-            r = requests.request(method, st.url + path, headers=headers, timeout=T, **kw)
-            assert r.status_code == status, (method, path, r.status_code, r.text)
-            return r.json() if r.content else None
-
         tag = uuid.uuid4().hex[:6]
         topic, group, producer = f"gstream-{tag}", f"gs-{tag}", f"feed-{tag}"
-        call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
-        feed = call("POST", "/v1/clients", json={"name": producer, "role": "producer", "topics": [topic]},
-                    status=201)["api_key"]
-        gkey = call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
-                    status=201)["api_key"]
-        gk = {"Authorization": f"Bearer {gkey}"}
-        call("PUT", f"/v1/groups/{group}/push", gk, 201, json={"url": rx.url, "topic": topic})
+        st.call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
+        feed = st.call("POST", "/v1/clients", json={"name": producer, "role": "producer", "topics": [topic]},
+                       status=201)["api_key"]
+        gkey = st.call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
+                       status=201)["api_key"]
+        st.call("PUT", f"/v1/groups/{group}/push", gkey, 201, json={"url": rx.url, "topic": topic})
         latencies = []
         for i in range(3):
             body = f"m{i}-{tag}"
             t0 = time.monotonic()
-            call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"},
-                 json={"producer": producer, "messages": [{"key": f"k{i}", "body": body}]})
+            st.call("POST", f"/v1/topics/{topic}/messages", feed,
+                    json={"producer": producer, "messages": [{"key": f"k{i}", "body": body}]})
             while rx.arrival(body) is None and time.monotonic() - t0 < 45:
                 time.sleep(0.05)
             at = rx.arrival(body)
@@ -91,13 +81,13 @@ def test_group_endpoint_gets_a_message_in_seconds_without_the_schedule(st):
               f"{', '.join(f'{x:.2f}' for x in latencies)}")
         assert max(latencies) < WITHIN_S, latencies
         # paused: the stream trigger pushes nothing (and there is no schedule to do it either)
-        call("POST", f"/v1/groups/{group}/push/pause", gk)
-        call("POST", f"/v1/topics/{topic}/messages", {"Authorization": f"Bearer {feed}"},
-             json={"producer": producer, "messages": [{"key": "k", "body": f"paused-{tag}"}]})
+        st.call("POST", f"/v1/groups/{group}/push/pause", gkey)
+        st.call("POST", f"/v1/topics/{topic}/messages", feed,
+                json={"producer": producer, "messages": [{"key": "k", "body": f"paused-{tag}"}]})
         st.drain(30)
         time.sleep(1.0)
         assert rx.arrival(f"paused-{tag}") is None
-        pulled = call("GET", f"/v1/topics/{topic}/messages", gk, params={"group": group, "max": 10})["messages"]
+        pulled = st.call("GET", f"/v1/topics/{topic}/messages", gkey, params={"group": group, "max": 10})["messages"]
         assert [m["body"] for m in pulled] == [f"paused-{tag}"]
     finally:
         rx.close()

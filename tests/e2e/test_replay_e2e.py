@@ -15,7 +15,6 @@ import pytest
 import requests
 
 pytest.importorskip("pyspark")
-T = 30
 
 
 def test_replay_into_a_group_and_into_a_topic(stack):
@@ -23,36 +22,30 @@ def test_replay_into_a_group_and_into_a_topic(stack):
 
     if spark_missing():
         pytest.skip(spark_missing())
-    url, admin = stack.url, {"Authorization": f"Bearer {stack.admin_key}"}
-
-    def call(method, path, key=None, status=200, **kw):
-        h = admin if key is None else {"Authorization": f"Bearer {key}"}
-        r = requests.request(method, url + path, headers=h, timeout=T, **kw)
-        assert r.status_code == status, (method, path, r.status_code, r.text)
-        return r.json() if r.content else None
-
+    url = stack.url
     tag = uuid.uuid4().hex[:6]
     topic, copies_topic = f"rp-{tag}", f"rp-copies-{tag}"
-    call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
-    call("POST", "/v1/topics", json={"name": copies_topic, "queues": 2}, status=201)
-    feed = call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
-                status=201)["api_key"]
-    keys = {g: call("POST", "/v1/clients", json={"name": g, "role": "consumer", "topics": [topic, copies_topic]},
-                    status=201)["api_key"] for g in (f"billing-{tag}", f"audit-{tag}")}
+    stack.call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
+    stack.call("POST", "/v1/topics", json={"name": copies_topic, "queues": 2}, status=201)
+    feed = stack.call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                      status=201)["api_key"]
+    keys = {g: stack.call("POST", "/v1/clients", status=201,
+                          json={"name": g, "role": "consumer", "topics": [topic, copies_topic]})["api_key"]
+            for g in (f"billing-{tag}", f"audit-{tag}")}
     billing, audit = keys
 
     t_from = int(time.time() * 1000) - 1000
     msgs = [{"id": f"m{i}", "body": f"m{i} é", "key": f"k{i % 3}", "tags": ["even" if i % 2 == 0 else "odd"],
              "properties": {"n": i}} for i in range(12)]
-    sent = call("POST", f"/v1/topics/{topic}/messages", feed, json={"producer": f"feed-{tag}", "messages": msgs})
+    sent = stack.call("POST", f"/v1/topics/{topic}/messages", feed, json={"producer": f"feed-{tag}", "messages": msgs})
     where = {m["id"]: (m["queue"], m["offset"]) for m in sent["results"]}
     t_to = int(time.time() * 1000) + 1000
     flt = {"conditions": [{"field": "n", "range": [0, 8]}], "tags": ["even"]}  # n even, 0 ≤ n ≤ 8
     want = {f"m{i}" for i in (0, 2, 4, 6, 8)}
 
-    into_group = call("POST", "/v1/replays", status=202, json={
+    into_group = stack.call("POST", "/v1/replays", status=202, json={
         "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"group": billing}, "rate": 1000})
-    into_topic = call("POST", "/v1/replays", status=202, json={
+    into_topic = stack.call("POST", "/v1/replays", status=202, json={
         "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"topic": copies_topic}})
     assert into_group["status"] == into_topic["status"] == "selecting"
 
@@ -60,21 +53,21 @@ def test_replay_into_a_group_and_into_a_topic(stack):
     while True:  # the job runs (Spark on local[2]); each schedule run moves what it can
         run = requests.post(f"{url}/_local/schedules/run", params={"name": "ReplayCopierFunction"}, timeout=120)
         assert run.status_code == 200, run.text
-        got = {r["id"]: r for r in call("GET", "/v1/replays")["replays"]}
+        got = {r["id"]: r for r in stack.call("GET", "/v1/replays")["replays"]}
         states = [got[into_group["id"]]["status"], got[into_topic["id"]]["status"]]
         if all(s in ("done", "failed", "cancelled") for s in states):
             break
         assert time.monotonic() < deadline, (states, stack.stderr[-4000:])
         time.sleep(2)
     for r in (into_group, into_topic):
-        r = call("GET", f"/v1/replays/{r['id']}")
+        r = stack.call("GET", f"/v1/replays/{r['id']}")
         assert (r["status"], r["found"], r["copied"], r["failed"]) == ("done", 5, 5, 0), (r, stack.stderr[-3000:])
 
     def pull_all(key, group, t):
         got, receipt = [], None
         for _ in range(30):
-            b = call("GET", f"/v1/topics/{t}/messages", key,
-                     params={"group": group, "max": 10, **({"ack": receipt} if receipt else {})})
+            b = stack.call("GET", f"/v1/topics/{t}/messages", key,
+                           params={"group": group, "max": 10, **({"ack": receipt} if receipt else {})})
             if not b["messages"]:
                 return got
             got += [(b["receipt"].split(":")[1].startswith("~r."), m) for m in b["messages"]]

@@ -3,8 +3,9 @@ conditions of every kind (values with numbers vs strings vs booleans, range, pre
 exists true/false, tags any-of) on a topic hierarchy, ~8 % of the subscriptions matching each
 message — checked against a plain linear scan of API.md's semantics, seeded and with hypothesis.
 
-The reference below is written from API.md "Subscriptions" alone (it shares no code with the index
-or with tests/unit/test_matcher_index.py).
+The reference (tests/matcher_reference.py, shared with test_matcher_blocks and
+test_matcher_distractors) is written from API.md "Subscriptions" alone: it shares no code with the
+index or with tests/unit/test_matcher_index.py.
 """
 from __future__ import annotations
 
@@ -16,54 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from matcher import SubscriptionIndex
-
-
-# ------------------------------------------------------------------ reference: API.md, linearly
-def is_number(v) -> bool:
-    return type(v) in (int, float)
-
-
-def same_json_value(a, b) -> bool:
-    """JSON equality: "1" is not 1, true is not 1, 1 is 1.0."""
-    if type(a) is bool or type(b) is bool:
-        return type(a) is bool and type(b) is bool and a == b
-    if type(a) is str or type(b) is str:
-        return type(a) is str and type(b) is str and a == b
-    return is_number(a) and is_number(b) and a == b
-
-
-def level_matches(level: dict, props: dict) -> bool:
-    field = level["field"]
-    if "exists" in level:
-        return (field in props) is level["exists"]
-    if field not in props:  # a level on a field the message lacks does not match
-        return False
-    v = props[field]
-    if "values" in level:
-        return any(same_json_value(v, x) for x in level["values"])
-    if "anything_but" in level:
-        return not any(same_json_value(v, x) for x in level["anything_but"])
-    if "range" in level:
-        return is_number(v) and level["range"][0] <= v <= level["range"][1]
-    return type(v) is str and v.startswith(level["prefix"])
-
-
-def covers(sub_topic: str, topic: str) -> bool:
-    return topic == sub_topic or topic.startswith(sub_topic + "/")
-
-
-def linear_scan(subs: dict, topic: str, props: dict, tags) -> set:
-    return {sid for sid, (sub_topic, levels, sub_tags) in subs.items()
-            if covers(sub_topic, topic)
-            and all(level_matches(lv, props) for lv in levels)
-            and (not sub_tags or any(t in tags for t in sub_tags))}
-
-
-def answer(idx: SubscriptionIndex, topic: str, props: dict, tags) -> set:
-    got = idx.match(topic, props, tags)
-    assert isinstance(got, list)
-    assert len(got) == len(set(got)), "an id matched twice"
-    return set(got)
+from tests.matcher_reference import answer, reference
 
 
 # ------------------------------------------------------------------ the dense distribution
@@ -142,7 +96,7 @@ def test_dense_seeded_against_linear_scan(seed):
     total = 0
     for _ in range(120):
         topic, props, tags = dense_message(rng, codes)
-        expected = linear_scan(subs, topic, props, tags)
+        expected = reference(subs, topic, props, tags)
         assert answer(idx, topic, props, tags) == expected, (topic, props, tags)
         total += len(expected)
     assert 0.04 < total / 120 / len(subs) < 0.2, "not the dense workload any more"
@@ -164,7 +118,7 @@ def test_dense_with_removals_and_replacements(seed):
             idx.add(sid, *subs[sid][:2], tags=subs[sid][2])
         if step % 25 == 0:
             topic, props, tags = dense_message(rng, codes)
-            assert answer(idx, topic, props, tags) == linear_scan(subs, topic, props, tags)
+            assert answer(idx, topic, props, tags) == reference(subs, topic, props, tags)
         if step % 300 == 0:
             idx._check()
     idx._check()
@@ -183,7 +137,7 @@ def test_insertion_order_does_not_change_answers():
     a, b, c = build(subs, ids), build(subs, list(reversed(ids))), build(subs, shuffled)
     for _ in range(150):
         topic, props, tags = dense_message(rng, codes)
-        expected = linear_scan(subs, topic, props, tags)
+        expected = reference(subs, topic, props, tags)
         assert answer(a, topic, props, tags) == answer(b, topic, props, tags) == answer(c, topic, props, tags) == expected
 
 
@@ -203,7 +157,7 @@ def test_selective_level_goes_first():
     for i in (0, 7, 399):
         for level in (1, "1", 2, 4):
             props = {"level": level, "sym": f"{i:06d}"}
-            assert answer(idx, "t", props, ()) == linear_scan(subs, "t", props, ())
+            assert answer(idx, "t", props, ()) == reference(subs, "t", props, ())
 
 
 # ------------------------------------------------------------------ hypothesis
@@ -240,7 +194,7 @@ def test_dense_hypothesis_against_linear_scan(subs, messages):
     idx = build(table)
     idx._check()
     for topic, props, tags in messages:
-        assert answer(idx, topic, props, tags) == linear_scan(table, topic, props, tags)
+        assert answer(idx, topic, props, tags) == reference(table, topic, props, tags)
 
 
 # ------------------------------------------------------------------ regressions
@@ -258,7 +212,7 @@ def test_copied_index_keeps_boolean_semantics(how):
     idx = copy.deepcopy(idx) if how == "deepcopy" else pickle.loads(pickle.dumps(idx))
     idx._check()
     for props in ({"f": True, "g": False}, {"f": 1, "g": True}, {"f": False, "g": 0}):
-        assert answer(idx, "t", props, ()) == linear_scan(subs, "t", props, ()), props
+        assert answer(idx, "t", props, ()) == reference(subs, "t", props, ()), props
 
 
 @pytest.mark.parametrize("level", [
@@ -272,4 +226,4 @@ def test_huge_integer_condition_is_a_value_not_a_crash(level):
     subs = {"s": ("t", [level], None)}
     idx = build(subs)
     for props in ({"f": 10 ** 400}, {"f": 1}, {"f": 1e308}, {}):
-        assert answer(idx, "t", props, ()) == linear_scan(subs, "t", props, ()), props
+        assert answer(idx, "t", props, ()) == reference(subs, "t", props, ()), props
