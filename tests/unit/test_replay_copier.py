@@ -107,3 +107,38 @@ def test_rate_and_budget():
     assert p.cursor == 30 and not p.done  # 10 rows/s for the 3 s it was given (chunks of <= rate rows)
     assert abs(now[0] - 3.0) < 1e-9 and all(s > 0 for s in slept)
     assert copy_id("src", 0, 1) in w.ids
+
+
+def test_a_chunk_in_flight_is_not_resumed_when_stale_and_a_clean_stop_always_is():
+    """``inflight`` after a crash between produce and cursor write; ``stale`` true → ResumeRefused
+    before any produce. A stop on the time budget clears it, and ``stale`` is then never asked."""
+    import pytest
+
+    from lakeq.replay.copier import ResumeRefused
+
+    rows = manifest([9], set())
+    w = World(rows, {2})  # dies after the 2nd chunk's produce
+    with pytest.raises(Crash):
+        run("src", w.load, w.save, w.read, w.produce, rate=1000, chunk=3)
+    assert w.stored.inflight and w.stored.cursor == 3
+    w.ids.clear()  # the target's dedup forgot them (past its window)
+    produced = w.produces
+    with pytest.raises(ResumeRefused) as e:
+        run("src", w.load, w.save, w.read, w.produce, rate=1000, chunk=3, stale=lambda p: True)
+    assert e.value.progress == w.stored and w.produces == produced  # nothing produced again
+    assert len(w.delivered) == 6  # chunks 1 and 2, once
+
+    w2 = World(rows, set())
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += s
+    run("src", w2.load, w2.save, w2.read, w2.produce, rate=3, chunk=3, clock=lambda: now[0], sleep=sleep,
+        budget_s=1.5)
+    assert 0 < w2.stored.cursor < 9 and not w2.stored.inflight  # a clean stop: nothing in flight
+
+    def never(p):
+        raise AssertionError("a clean stop needs no check")
+    w2.ids.clear()
+    p = run("src", w2.load, w2.save, w2.read, w2.produce, rate=1000, chunk=3, stale=never)
+    assert p.done and sorted(w2.delivered) == [(0, o) for o in range(9)] and not p.inflight
