@@ -25,13 +25,7 @@ _real_sink = service.topic_sink
 @pytest.fixture
 def replay(api, setup, clock, monkeypatch, aws):
     """The Glue job in moto, target topic ``replayed`` (3 queues), a fake copier clock, chunks of 3."""
-    H.create_job(aws)
-    assert api.call("POST", "/v1/topics", {"name": "replayed", "queues": 3})[0] == 201
-    ft = H.FakeTime(clock)
-    monkeypatch.setattr(service, "monotonic", ft.monotonic)
-    monkeypatch.setattr(service, "sleep", ft.sleep)
-    monkeypatch.setattr(service, "CHUNK", 3)
-    return ft
+    return H.into_topic(api, aws, clock, monkeypatch, chunk=3)
 
 
 def expire_dedup(now_ms: int) -> int:
@@ -45,23 +39,6 @@ def expire_dedup(now_ms: int) -> int:
     return gone
 
 
-def crash_after_produce(monkeypatch, which: int) -> None:
-    """The copier dies right after the ``which``-th chunk's copies are appended (before its cursor write)."""
-    real, n = service.topic_sink, [0]
-
-    def sink(name):
-        produce_ = real(name)
-
-        def p(copies):
-            out = produce_(copies)
-            n[0] += 1
-            if n[0] == which:
-                raise Crash("between produce and cursor write")
-            return out
-        return p
-    monkeypatch.setattr(service, "topic_sink", sink)
-
-
 def replay_of(api, setup, clock, aws, n=12) -> tuple[dict, list[dict]]:
     produce(api, setup, clock, n)
     lo, hi = T0, T0 + n * 1000
@@ -73,7 +50,7 @@ def replay_of(api, setup, clock, aws, n=12) -> tuple[dict, list[dict]]:
 def test_a_crash_resumed_past_the_dedup_window_refuses_and_duplicates_nothing(api, setup, clock, replay, aws,
                                                                              monkeypatch):
     r, want = replay_of(api, setup, clock, aws)
-    crash_after_produce(monkeypatch, 2)
+    H.crash_after_produce(monkeypatch, 2)
     with pytest.raises(Crash):
         H.run_schedule()
     monkeypatch.setattr(service, "topic_sink", _real_sink)
@@ -93,7 +70,7 @@ def test_a_crash_resumed_past_the_dedup_window_refuses_and_duplicates_nothing(ap
 
 def test_a_crash_resumed_within_the_window_completes_exactly_once(api, setup, clock, replay, aws, monkeypatch):
     r, want = replay_of(api, setup, clock, aws)
-    crash_after_produce(monkeypatch, 2)
+    H.crash_after_produce(monkeypatch, 2)
     with pytest.raises(Crash):
         H.run_schedule()
     monkeypatch.setattr(service, "topic_sink", _real_sink)
