@@ -1,7 +1,8 @@
 """Shared by the replay tests (moto and Spark): the Glue job in moto, a fake monotonic clock for the
-copier, the manifest the selection job writes (built here from the archiver's own rows of the
-produced segments, in the job's exact format), the schedule run as ReplayFunction, and what a
-topic holds."""
+copier (and the set-up of a replay into a topic: :func:`into_topic`; a copier dying between a
+chunk's produce and its cursor write: :func:`crash_after_produce`), the manifest the selection job
+writes (built here from the archiver's own rows of the produced segments, in the job's exact
+format), the schedule run as ReplayFunction, and what a topic holds."""
 from __future__ import annotations
 
 import gzip
@@ -54,6 +55,43 @@ class FakeTime:
             self.clock.t += round(s * 1000)
         for h in list(self.hooks):
             h()
+
+
+def into_topic(api, aws, clock, monkeypatch, chunk: int | None = None) -> FakeTime:
+    """A replay into a topic's set-up: the Glue job in moto, target topic ``replayed`` (3 queues), the
+    copier's fake clock (moving ``clock`` with it) and, given, its chunk size."""
+    from lakeq.replay import service
+
+    create_job(aws)
+    assert api.call("POST", "/v1/topics", {"name": "replayed", "queues": 3})[0] == 201
+    ft = FakeTime(clock)
+    monkeypatch.setattr(service, "monotonic", ft.monotonic)
+    monkeypatch.setattr(service, "sleep", ft.sleep)
+    if chunk is not None:
+        monkeypatch.setattr(service, "CHUNK", chunk)
+    return ft
+
+
+def crash_after_produce(monkeypatch, which: int, why: str = "between produce and cursor write") -> None:
+    """The copier dies (:class:`tests.crash.Crash`) right after the ``which``-th chunk's copies are
+    appended to a topic target, before its cursor write; ``monkeypatch.undo`` or setting
+    ``service.topic_sink`` back ends it."""
+    from lakeq.replay import service
+    from tests.crash import Crash
+
+    real, n = service.topic_sink, [0]
+
+    def sink(name):
+        produce_ = real(name)
+
+        def produce(copies):
+            out = produce_(copies)
+            n[0] += 1
+            if n[0] == which:
+                raise Crash(why)
+            return out
+        return produce
+    monkeypatch.setattr(service, "topic_sink", sink)
 
 
 def lake_rows(aws) -> tuple[list[dict], dict]:

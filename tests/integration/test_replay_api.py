@@ -23,12 +23,7 @@ T0 = 1_800_000_000_000  # the clock fixture's start
 @pytest.fixture
 def replay(api, setup, clock, monkeypatch, aws):
     """The Glue job in moto, target topic ``replayed`` (3 queues), a fake copier clock."""
-    H.create_job(aws)
-    assert api.call("POST", "/v1/topics", {"name": "replayed", "queues": 3})[0] == 201
-    ft = H.FakeTime(clock)
-    monkeypatch.setattr(service, "monotonic", ft.monotonic)
-    monkeypatch.setattr(service, "sleep", ft.sleep)
-    return ft
+    return H.into_topic(api, aws, clock, monkeypatch)
 
 
 def produce(api, setup, clock, n, start=0, step_ms=1000):

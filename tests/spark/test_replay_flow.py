@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from lakeq.replay import service
 from lakeq.replay.rules import Filter
 from lakeq_lake import replay as R
 from lakeq_lake.store import Lake
@@ -66,12 +65,7 @@ def _publish(aws, root: Path, rid: str) -> None:
 
 
 def test_produce_archive_select_copy_with_a_crash(spark, aws, api, setup, clock, tmp_path, monkeypatch):  # noqa: F811
-    H.create_job(aws)
-    assert api.call("POST", "/v1/topics", {"name": "replayed", "queues": 3})[0] == 201
-    ft = H.FakeTime(clock)
-    monkeypatch.setattr(service, "monotonic", ft.monotonic)
-    monkeypatch.setattr(service, "sleep", ft.sleep)
-    monkeypatch.setattr(service, "CHUNK", 5)
+    H.into_topic(api, aws, clock, monkeypatch, chunk=5)
     _produce(api, setup, clock)
     _build_lake(aws, tmp_path)
 
@@ -91,20 +85,7 @@ def test_produce_archive_select_copy_with_a_crash(spark, aws, api, setup, clock,
     assert any(w["id"] == "m40" for w in want)  # the claim-checked one is selected
     _publish(aws, tmp_path, r["id"])
 
-    real = service.topic_sink
-    calls = [0]
-
-    def crashing(name):
-        p = real(name)
-
-        def produce(copies):
-            n = p(copies)
-            calls[0] += 1
-            if calls[0] == 2:
-                raise Crash("between the appends and the cursor write")
-            return n
-        return produce
-    monkeypatch.setattr(service, "topic_sink", crashing)
+    H.crash_after_produce(monkeypatch, 2, "between the appends and the cursor write")
     with pytest.raises(Crash):
         H.run_schedule()
     mid = api.call("GET", f"/v1/replays/{r['id']}")[1]

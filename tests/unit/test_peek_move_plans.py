@@ -92,3 +92,64 @@ def test_move_ids_and_destinations():
     assert len(ids) == 300 and all(len(i) <= 200 for i in ids)
     assert mp.destination({"dead_letter": {"topic": ""}}, None) is None
     assert mp.destination({"dead_letter": "x"}, None) is None
+
+
+@st.composite
+def sources(draw):
+    """A group's pending sources: 0-3 replay lists and 1-3 topic queues, each with a state and a head."""
+    rids = draw(st.lists(st.sampled_from(["rp_a", "rp_b", "rp_c"]), unique=True, max_size=3))
+    out = [(pp.replay_source(r), *draw(states())) for r in rids]
+    out += [(pp.queue_source(q), *draw(states())) for q in range(draw(st.integers(1, 3)))]
+    return [(src, s, 0, head) for src, s, head in draw(st.permutations(out))]
+
+
+def _reference(srcs):
+    return [(src, o) for src, s, _, head in sorted(srcs, key=lambda x: pp.source_key(x[0]))
+            for o in sorted({*s.pend, *s.due}) + list(range(s.frontier, head))]
+
+
+@given(sources(), st.integers(1, 15))
+def test_a_group_pending_walk_over_lists_and_queues_covers_exactly_the_reference(srcs, limit):
+    """Replays' lists first (by id), then the queues; every page ≤ limit; a page is empty only when
+    it is the last; the cursor text goes through parse_source_cursor (as the route does)."""
+    got, cur, pages = [], None, 0
+    reference = _reference(srcs)
+    while True:
+        at, off = pp.parse_source_cursor(cur)
+        page, cur = pp.page(srcs, at, off, limit)
+        n = sum(len(o) for _, o in page)
+        assert n <= limit and (n or cur is None)
+        got += [(src, o) for src, offs in page for o in offs]
+        pages += 1
+        assert pages <= len(reference) + 1
+        if cur is None:
+            break
+    assert got == reference
+
+
+@given(sources(), st.integers(1, 15), st.data())
+def test_a_replay_gone_between_pages_shifts_nothing_else(srcs, limit, data):
+    """A replay list that ends (its marker removed) after the first page: the rest pages on from the
+    cursor as if it were still there, without a repeat or a gap in the other sources."""
+    page, cur = pp.page(srcs, pp.BEFORE_ALL, 0, limit)
+    first = [(src, o) for src, offs in page for o in offs]
+    lists = [s for s in srcs if s[0][0] == 0]
+    gone = data.draw(st.sampled_from(lists)) if lists else None
+    rest = [s for s in srcs if s is not gone]
+    got = []
+    while cur is not None:
+        page, cur = pp.page(rest, *pp.parse_source_cursor(cur), limit)
+        got += [(src, o) for src, offs in page for o in offs]
+    reference = _reference(srcs)
+    want = [x for x in reference[len(first):] if gone is None or x[0] != gone[0]]
+    assert first == reference[:len(first)] and got == want
+
+
+def test_group_pending_cursors():
+    assert pp.parse_source_cursor(pp.source_cursor(pp.replay_source("rp_1"), 7)) == ((0, "rp_1"), 7)
+    assert pp.parse_source_cursor(pp.source_cursor(pp.queue_source(3), 0)) == ((1, 3), 0)
+    for bad in ("~r.:1", "~r.rp_v1", "~r.rp_v1:", "~r.rp_v1:-1", "~r.rp_v1:x", "~r.a b:1", "~r.rp:v1:1",
+                "~x.rp_v1:1", ":1", "1:", "~r.rp_v1:1234567890123456"):
+        with pytest.raises(BadRequest):
+            pp.parse_source_cursor(bad)
+    assert pp.unsettled(State(10, pend={4: 1}), 13, 0, 0) == ([], 0)  # asked for nothing: was an IndexError

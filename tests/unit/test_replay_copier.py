@@ -107,3 +107,97 @@ def test_rate_and_budget():
     assert p.cursor == 30 and not p.done  # 10 rows/s for the 3 s it was given (chunks of <= rate rows)
     assert abs(now[0] - 3.0) < 1e-9 and all(s > 0 for s in slept)
     assert copy_id("src", 0, 1) in w.ids
+
+
+def test_a_chunk_in_flight_is_not_resumed_when_stale_and_a_clean_stop_always_is():
+    """``inflight`` after a crash between produce and cursor write; ``stale`` true → ResumeRefused
+    before any produce. A stop on the time budget clears it, and ``stale`` is then never asked."""
+    import pytest
+
+    from lakeq.replay.copier import ResumeRefused
+
+    rows = manifest([9], set())
+    w = World(rows, {2})  # dies after the 2nd chunk's produce
+    with pytest.raises(Crash):
+        run("src", w.load, w.save, w.read, w.produce, rate=1000, chunk=3)
+    assert w.stored.inflight and w.stored.cursor == 3
+    w.ids.clear()  # the target's dedup forgot them (past its window)
+    produced = w.produces
+    with pytest.raises(ResumeRefused) as e:
+        run("src", w.load, w.save, w.read, w.produce, rate=1000, chunk=3, stale=lambda p: True)
+    assert e.value.progress == w.stored and w.produces == produced  # nothing produced again
+    assert len(w.delivered) == 6  # chunks 1 and 2, once
+
+    w2 = World(rows, set())
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += s
+    run("src", w2.load, w2.save, w2.read, w2.produce, rate=3, chunk=3, clock=lambda: now[0], sleep=sleep,
+        budget_s=1.5)
+    assert 0 < w2.stored.cursor < 9 and not w2.stored.inflight  # a clean stop: nothing in flight
+
+    def never(p):
+        raise AssertionError("a clean stop needs no check")
+    w2.ids.clear()
+    p = run("src", w2.load, w2.save, w2.read, w2.produce, rate=1000, chunk=3, stale=never)
+    assert p.done and sorted(w2.delivered) == [(0, o) for o in range(9)] and not p.inflight
+
+
+class ForgetfulWorld(World):
+    """A target whose dedup forgets an id ``window`` after it was written, and a wall clock ``now``
+    that the test moves between runs; every save records when it was made."""
+
+    def __init__(self, rows, crashes, window):
+        super().__init__(rows, crashes)
+        self.window, self.now, self.written, self.saved_at = window, 0, {}, 0
+
+    def save(self, old, new):
+        ok = super().save(old, new)
+        if ok:
+            self.saved_at = self.now
+        return ok
+
+    def produce(self, copies):
+        for i, t in list(self.written.items()):
+            if self.now - t >= self.window:  # expired (TTL): the dedup no longer knows it
+                self.ids.discard(i)
+                del self.written[i]
+        for c in copies:
+            self.written.setdefault(c.id, self.now)
+        return super().produce(copies)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 20), min_size=1, max_size=3), chunk=st.integers(1, 5),
+       crashes=st.sets(st.integers(1, 30), max_size=5), gaps=st.lists(st.sampled_from([1, 10, 22, 23, 24, 30, 100]),
+                                                                    min_size=12, max_size=12),
+       budgets=st.lists(st.one_of(st.none(), st.floats(0.5, 4)), min_size=12, max_size=12))
+def test_crashes_and_pauses_of_any_length_never_duplicate(sizes, chunk, crashes, gaps, budgets):
+    """Runs separated by pauses (hours; the dedup forgets after 24, the copier refuses from 23),
+    some cut by their time budget, some dying after a produce: never a copy twice; either every
+    copyable row is delivered once or the copier refused to resume (and then nothing after it)."""
+    from lakeq.replay.copier import ResumeRefused
+
+    rows = manifest(sizes, set())
+    w = ForgetfulWorld(rows, crashes, window=24)
+    refused = False
+    for gap, budget in zip(gaps, budgets):
+        w.now += gap
+        pace = [0.0]
+
+        def sleep(s):
+            pace[0] += s
+        try:
+            p = run("src", w.load, w.save, w.read, w.produce, rate=2, chunk=chunk, clock=lambda: pace[0],
+                    sleep=sleep, budget_s=budget, stale=lambda p: w.now - w.saved_at >= 23)
+        except Crash:
+            continue
+        except ResumeRefused:
+            refused = True
+            break
+        if p.done:
+            break
+    assert len(w.delivered) == len(set(w.delivered))  # never twice
+    if not refused and w.stored.done:
+        assert sorted(w.delivered) == sorted((r["queue"], r["offset"]) for r in rows)

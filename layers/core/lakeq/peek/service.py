@@ -23,10 +23,12 @@ from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Forbidden, NotFound
 from lakeq.common.names import check_name, check_topic, covers, is_name
 from lakeq.consume.reader import list_reader, topic_reader
+from lakeq.consume.replays import replay_reader
 from lakeq.contract import validation as v
 from lakeq.log import peek_plan as plan
 from lakeq.log.selection import QueueView
 from lakeq.store.models import log_of
+from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
 from lakeq.store.repos import LogRepo, OffsetRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
@@ -107,9 +109,26 @@ def _entries(reader, queue: int, view: QueueView, start: int, limit: int, now: i
     return out, nxt
 
 
+def _view(meta_min: int, meta_max: int, queue: int, rec) -> QueueView:
+    return QueueView(queue, meta_min, meta_max) if rec is None else OffsetRepo.view_of(rec, meta_min, meta_max)
+
+
+def _replay_shape(replay_id: str):
+    """A replay copy as the group's pull shows it (the source's ``topic``/``queue``/``offset``),
+    marked with its ``replay`` and ``list_offset`` (the cursor's unit in that list)."""
+    def shape(msg: dict) -> dict:
+        return {**shown(msg), "replay": replay_id, "list_offset": msg["_log_offset"]}
+    return shape
+
+
 def group_pending(p: Principal, group_name: str, params: dict) -> dict:
-    """The group's unsettled messages of ``topic`` (one ``queue`` or all), paged by the cursor
-    ``"<queue>:<offset>"``; ``backlog`` per queue as ``GET /v1/groups/{group}/offsets`` counts it."""
+    """The group's unsettled messages of ``topic``: first the copies waiting in the hidden lists of
+    the live replays of ``topic`` into the group (issue 18.1's ``{"group"}`` target; its pulls serve
+    them first too), oldest replay id first, then the topic's queues (one ``queue`` or all; given
+    ``queue``, that queue only). Paged by the cursor ``"~r.<replay id>:<list offset>"`` or
+    ``"<queue>:<offset>"`` (:func:`lakeq.log.peek_plan.page`). ``backlog``: the topic's queues, as
+    ``GET /v1/groups/{group}/offsets`` counts it; ``replays``: each live replay's ``id`` and the
+    backlog of its list."""
     check_name(group_name, "group")
     topic = params.get("topic")
     check_topic(topic)
@@ -119,7 +138,7 @@ def group_pending(p: Principal, group_name: str, params: dict) -> dict:
     only = None
     if params.get("queue") is not None:
         only = v.int_param(params, "queue", 0, 999, 0)
-    q0, off0 = plan.parse_cursor(params.get("from"))
+    at, off0 = plan.parse_source_cursor(params.get("from"))
     limit = _limit(params)
     t = topic_or_404(topic)
     group = client_or_404(group_name, "consumer")
@@ -128,30 +147,45 @@ def group_pending(p: Principal, group_name: str, params: dict) -> dict:
     authorize(p, group, topic)
     if group.mode == "broadcasting" and client_id is None:
         raise BadRequest("client_id is required for a broadcasting group")
+    instance = client_id if group.mode == "broadcasting" else None
     log = log_of(t)
-    owner = OffsetRepo.owner(group.name, log, client_id if group.mode == "broadcasting" else None)
-    recs = OffsetRepo.records(owner)
+    recs = OffsetRepo.records(OffsetRepo.owner(group.name, log, instance))
     metas = LogRepo.queues(log, int(t.queues))
     now = clock.now()
-    reader = topic_reader(log, None)
-    entries: list[dict] = []
-    nxt: str | None = None
-    backlog: dict[int, int] = {}
+    # each source: (its key, state, min, max) for the page plan; (reader, queue, shape) to read it
+    sources: list[tuple[plan.Source, object, int, int]] = []
+    how: dict[plan.Source, tuple] = {}
+    backlog = 0
     for m in metas:
         q = int(m.queue)
-        r = recs.get(q)
-        view = (QueueView(q, int(m.min_offset), int(m.max_offset)) if r is None
-                else OffsetRepo.view_of(r, int(m.min_offset), int(m.max_offset)))
-        backlog[q] = view.backlog
-        if (only is not None and q != only) or q < q0 or nxt is not None:
+        view = _view(int(m.min_offset), int(m.max_offset), q, recs.get(q))
+        if only is None or q == only:
+            backlog += view.backlog
+            src = plan.queue_source(q)
+            sources.append((src, view.state(), view.min_offset, view.max_offset))
+            how[src] = (topic_reader(log, None), q, shown)
+    replays = []
+    for rid in active_replays(group, topic):  # the group's item names them (no marker: no call)
+        rlog = replay_log(rid)
+        meta = LogRepo.queue(rlog, 0, consistent=False)
+        if meta is None:  # (a marker whose list is gone)
             continue
-        got, after = _entries(reader, q, view, off0 if q == q0 else 0, limit - len(entries), now)
-        entries += got
-        if after is not None and len(entries) >= limit:
-            nxt = plan.cursor(q, after)
+        view = _view(int(meta.min_offset), int(meta.max_offset), 0,
+                     OffsetRepo.get(replay_owner(group.name, rid, instance), 0))
+        replays.append({"id": rid, "backlog": view.backlog})
+        if only is None:
+            src = plan.replay_source(rid)
+            sources.append((src, view.state(), view.min_offset, view.max_offset))
+            how[src] = (replay_reader(rlog, None), 0, _replay_shape(rid))
+    chosen, nxt = plan.page(sources, at, off0, limit)
+    states = {src: st for src, st, _, _ in sources}
+    entries: list[dict] = []
+    for src, offsets in chosen:
+        reader, q, shape = how[src]
+        found = _read(reader, q, offsets)
+        entries += [{**shape(found[o]), **plan.entry_state(states[src], o, now)} for o in offsets if o in found]
     return {"group": group.name, "topic": topic, **({"client_id": client_id} if client_id else {}),
-            "backlog": sum(b for q, b in backlog.items() if only is None or q == only),
-            "messages": entries, "next": nxt}
+            "backlog": backlog, "replays": replays, "messages": entries, "next": nxt}
 
 
 def subscription_pending(p: Principal, sub_id: str, params: dict) -> dict:

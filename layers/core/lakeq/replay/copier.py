@@ -8,6 +8,16 @@ write (``save(old, new)`` true only if the stored progress still is ``old``). A 
 produce and the cursor write makes the next run copy that chunk again with the same ids, which the
 produce's id dedup drops; a lost conditional write (another copier moved the cursor) makes this
 one reload and continue from the stored cursor. Pacing: never faster than ``rate`` rows/s.
+
+**A resume after the dedup window.** The produce's id dedup forgets an id 24 h after it was written,
+so a chunk copied again later than that would be copied twice. The stored progress says whether a
+chunk may be in flight (``Progress.inflight``: set by the write after which the copier produces the
+chunk at ``cursor`` — every cursor write while not done, or a write of its own at the start of a
+run — and cleared by one write when a run stops on its time budget). A run whose loaded progress is
+in flight asks ``stale(progress)`` (the caller knows when that write was made and the target's
+window); true → :class:`ResumeRefused`, nothing produced: the caller fails the replay, saying so.
+A clean stop leaves nothing in flight, so a resume after any pause is safe; a target whose own
+records never expire (a group's list: its ``rpos``) passes no ``stale``.
 """
 from __future__ import annotations
 
@@ -26,10 +36,19 @@ class Progress:
     duplicates: int = 0  # copies the produce dropped by id: a chunk re-copied after a crash
     failed: int = 0  # rows that cannot be copied (no body)
     version: int = 0  # bumped by every save: the conditional write's expected value
+    inflight: bool = False  # the chunk at ``cursor`` may have been produced after this save
 
     @property
     def done(self) -> bool:
         return self.cursor >= self.found
+
+
+class ResumeRefused(Exception):
+    """A chunk may have been produced before a stop, and resuming now could copy it twice unseen."""
+
+    def __init__(self, progress: Progress):
+        super().__init__(f"a chunk from row {progress.cursor} may have been produced before the copier stopped")
+        self.progress = progress
 
 
 @dataclass(frozen=True)
@@ -42,22 +61,34 @@ def run(topic: str, load: Callable[[], Progress], save: Callable[[Progress, Prog
         read: Callable[[int, int], Sequence[Mapping[str, Any]]],
         produce: Callable[[list[Copy]], int], rate: int, chunk: int = 100,
         clock: Callable[[], float] = lambda: 0.0, sleep: Callable[[float], None] = lambda s: None,
-        budget_s: float | None = None) -> Progress:
+        budget_s: float | None = None, stale: Callable[[Progress], bool] | None = None) -> Progress:
     """Copy until done (or ``budget_s`` of ``clock`` elapsed: a Lambda's time left); return the
     stored progress. ``read(start, stop)`` = manifest rows ``[start, stop)``; ``produce(copies)`` =
-    how many were new (the rest were dropped as duplicates by id)."""
+    how many were new (the rest were dropped as duplicates by id). ``stale(p)``: true when a chunk
+    produced before the save of ``p`` may no longer be recognised by the target (raises
+    :class:`ResumeRefused` before anything is produced)."""
     p = load()
+    if not p.done and p.inflight and stale is not None and stale(p):
+        raise ResumeRefused(p)
     t0, sent = clock(), 0
     while not p.done:
         if budget_s is not None and clock() - t0 >= budget_s:
+            if p.inflight:  # a clean stop: nothing in flight (the next run may come at any time)
+                idle = replace(p, inflight=False, version=p.version + 1)
+                p = idle if save(p, idle) else load()
             break
+        if not p.inflight:  # say so before producing the chunk at the cursor
+            nxt = replace(p, inflight=True, version=p.version + 1)
+            p = nxt if save(p, nxt) else load()
+            continue
         span = next_chunk(p.found, p.cursor, min(chunk, max(1, rate)))
         rows = read(span.start, span.stop)
         copies = [Copy(copy_id(topic, int(r["queue"]), int(r["offset"])), r)
                   for r in rows if r.get("body") is not None]
         new = produce(copies) if copies else 0
         nxt = replace(p, cursor=span.stop, copied=p.copied + len(copies), duplicates=p.duplicates + len(copies) - new,
-                      failed=p.failed + len(rows) - len(copies), version=p.version + 1)
+                      failed=p.failed + len(rows) - len(copies), version=p.version + 1,
+                      inflight=span.stop < p.found)
         if not save(p, nxt):
             p = load()  # someone else moved it: continue from theirs
             continue

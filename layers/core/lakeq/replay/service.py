@@ -46,10 +46,14 @@ from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
 from lakeq.store.bodies import BodyStore
 from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
+from lakeq.store.repos import DEDUP_TTL_S
 
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
 sleep = time.sleep
 SELECT_TIMEOUT_MS = 6 * 3_600_000  # a selection job that wrote nothing by then has failed
+# a topic target's copy ids are dropped as duplicates for DEDUP_TTL_S after they were written: a
+# chunk in flight is resumed only well within that (an hour kept for clocks apart)
+RESUME_WINDOW_MS = (DEDUP_TTL_S - 3600) * 1000
 CHUNK = 100  # manifest rows per cursor write (at most the rate)
 LIST_LIMIT, LIST_MAX = 50, 100
 
@@ -267,7 +271,8 @@ class Manifest:
 # --- the schedule -----------------------------------------------------------------------------
 def _progress(r: ReplayModel) -> copier.Progress:
     p = copier.Progress(found=int(r.found or 0), cursor=int(r.cursor or 0), copied=int(r.copied or 0),
-                        duplicates=int(r.duplicates or 0), failed=int(r.failed or 0), version=int(r.version or 0))
+                        duplicates=int(r.duplicates or 0), failed=int(r.failed or 0), version=int(r.version or 0),
+                        inflight=r.inflight is None or bool(r.inflight))  # (absent: not known, so maybe)
     if r.status != "copying":  # cancelled (or ended elsewhere): nothing more to copy
         p = copier.Progress(found=p.cursor, cursor=p.cursor, copied=p.copied, duplicates=p.duplicates,
                             failed=p.failed, version=p.version)
@@ -298,27 +303,49 @@ def _copy(r: ReplayModel, budget_s: float) -> ReplayModel | None:
         _begin_target(r)
     manifest = Manifest(json.loads(r.parts or "[]"))
 
+    saved_at = [int(r.updated_at)]
+
     def load() -> copier.Progress:
         cur = ReplayRepo.get(rid)
-        return _progress(cur) if cur is not None else copier.Progress(found=0)
+        if cur is None:
+            return copier.Progress(found=0)
+        saved_at[0] = int(cur.updated_at)
+        return _progress(cur)
 
     def save(old: copier.Progress, new: copier.Progress) -> bool:
         now = clock.now()
-        if ReplayRepo.progress(rid, old.version, new.cursor, new.copied, new.failed, new.duplicates, now):
+        if ReplayRepo.progress(rid, old.version, new.cursor, new.copied, new.failed, new.duplicates, now,
+                               inflight=new.inflight):
             return True
         # lost: a cancel came (record the chunk in hand on the cancelled item), or another copier
         # moved the cursor (continue from its progress)
         ReplayRepo.progress(rid, old.version, new.cursor, new.copied, new.failed, new.duplicates, now,
-                            status="cancelled")
+                            status="cancelled", inflight=False)
         return False
 
+    def stale(p: copier.Progress) -> bool:
+        """A topic target forgets a copy's id DEDUP_TTL_S after it was written, and the chunk in
+        flight was produced after the save of ``p`` (at ``updated_at``): safe while well within."""
+        return clock.now() - saved_at[0] >= RESUME_WINDOW_MS
+
+    kind, target = _target(r)
     try:
         copier.run(r.topic, load, save, manifest.read, _sink(r), int(r.rate), chunk=CHUNK, clock=monotonic,
-                   sleep=sleep, budget_s=budget_s)
+                   sleep=sleep, budget_s=budget_s, stale=stale if kind == "topic" else None)
     except TargetGone as e:
         cur = ReplayRepo.get(rid)
         if cur is not None and cur.status == "copying":
             ReplayRepo.finish(rid, int(cur.version), "failed", clock.now(), str(e))
+        return ReplayRepo.get(rid)
+    except copier.ResumeRefused as e:
+        p = e.progress
+        span = rules.next_chunk(p.found, p.cursor, min(CHUNK, max(1, int(r.rate))))
+        hours = (clock.now() - saved_at[0]) / 3_600_000
+        ReplayRepo.finish(rid, p.version, "failed", clock.now(),
+                          f"resume refused: the copier stopped while copying rows {span.start}-{span.stop - 1} "
+                          f"and resumed {hours:.1f} h later, past the {DEDUP_TTL_S // 3600} h in which target "
+                          f"topic '{target}' drops a copy made twice by its id: copying them again could "
+                          f"duplicate them (copied {p.copied} of {p.found}; replay the rest with a new replay)")
         return ReplayRepo.get(rid)
     cur = ReplayRepo.get(rid)
     if cur is not None and cur.status == "copying" and int(cur.cursor or 0) >= int(cur.found or 0):

@@ -61,6 +61,9 @@ class ReplayModel(Model):
     failed = NumberAttribute(default=0)
     duplicates = NumberAttribute(default=0)
     version = NumberAttribute(default=0)
+    # 1: the copier may produce the chunk at ``cursor`` after the write that set it (``updated_at``);
+    # 0: a clean stop (lakeq.replay.copier, "A resume after the dedup window"); absent: not known
+    inflight = NumberAttribute(null=True)
     error = UnicodeAttribute(null=True)
     live = UnicodeAttribute(null=True)  # "1" while selecting or copying (the sparse index)
     by_live = LiveIndex()
@@ -103,19 +106,21 @@ class ReplayRepo:
 
     @staticmethod
     def selected(rid: str, version: int, found: int, parts: str, now: int) -> bool:
-        """selecting → copying, with the manifest's size and parts."""
+        """selecting → copying, with the manifest's size and parts (``inflight``: the copier produces
+        next, so its first run writes no intent of its own)."""
         return update_if(M(rid), [M.status.set("copying"), M.found.set(found), M.parts.set(parts),
-                                  M.version.add(1), M.updated_at.set(now)],
+                                  M.inflight.set(1), M.version.add(1), M.updated_at.set(now)],
                          (M.version == version) & (M.status == "selecting"))
 
     @staticmethod
     def progress(rid: str, version: int, cursor: int, copied: int, failed: int, duplicates: int, now: int,
-                 status: str = "copying") -> bool:
-        """The copier's cursor write: the counts as they are after a chunk, ``version`` + 1; only
-        if the item is still at ``version`` and in ``status`` (``cancelled``: the chunk in hand when
-        a cancel came, recorded after it)."""
+                 status: str = "copying", inflight: bool = True) -> bool:
+        """The copier's cursor write: the counts as they are after a chunk, ``inflight``, ``version``
+        + 1; only if the item is still at ``version`` and in ``status`` (``cancelled``: the chunk in
+        hand when a cancel came, recorded after it)."""
         return update_if(M(rid), [M.cursor.set(cursor), M.copied.set(copied), M.failed.set(failed),
-                                  M.duplicates.set(duplicates), M.version.add(1), M.updated_at.set(now)],
+                                  M.duplicates.set(duplicates), M.inflight.set(int(inflight)), M.version.add(1),
+                                  M.updated_at.set(now)],
                          (M.version == version) & (M.status == status))
 
     @staticmethod
