@@ -278,3 +278,69 @@ def test_the_schedule_runs_redrives_as_the_function(api, setup, dlq):
     out = fn({"source": "aws.events", "detail-type": "Scheduled Event", "resources": [], "detail": {}}, Context())
     assert out == {"redrives": 1}
     assert RedriveModel.get(rid).status == "completed" and len(moved()) == 3
+
+
+def _expire_dedup(now_ms: int) -> int:
+    """What DynamoDB's TTL does to the dedup table (moto never expires items): delete the expired."""
+    from datetime import datetime, timezone
+
+    from lakeq.store.models import DedupModel
+    gone = 0
+    for item in DedupModel.scan(consistent_read=True):
+        if item.expires_at is not None and item.expires_at <= datetime.fromtimestamp(now_ms / 1000, timezone.utc):
+            item.delete()
+            gone += 1
+    return gone
+
+
+def _crash_before_progress(rid: str, monkeypatch) -> None:
+    """One run that dies after appending its batch's copies and before recording its progress."""
+    from lakeq.store.redrives import RedriveRepo
+
+    class Died(Exception):
+        pass
+
+    def die(*a, **k):
+        raise Died()
+    with monkeypatch.context() as m:
+        m.setattr(RedriveRepo, "progress", staticmethod(die))
+        with pytest.raises(Died):
+            _run(rid)
+
+
+@pytest.mark.parametrize("hours, refused", [(22, False), (25, True)])
+def test_a_crashed_batch_resumed_past_the_dedup_window_is_refused_not_copied_twice(
+        api, setup, dlq, clock, monkeypatch, hours, refused):
+    """The copies' ids are dropped as duplicates only while the destination's dedup items live
+    (24 h): a runner resumed later than that after a crash between a batch's copies and its
+    progress write would copy the batch again. Within the window it finishes exactly once; past
+    it the redrive fails saying why, and nothing is copied twice."""
+    dead_letter(api, setup, 3)
+    rid = _start_later({"source": "dlq"})
+    _crash_before_progress(rid, monkeypatch)
+    assert sorted(b for _, b in moved()) == ["b0", "b1", "b2"]  # copied, progress not recorded
+    clock.t += hours * 3_600_000
+    assert _expire_dedup(clock.t) == (9 if refused else 0)  # the produce's, the dead letters' and the copies' ids
+    _run(rid)
+    r = RedriveModel.get(rid)
+    assert sorted(b for _, b in moved()) == ["b0", "b1", "b2"]  # each exactly once
+    if refused:
+        assert r.status == "failed" and "resume refused" in r.last_error, r.attribute_values
+        assert int(r.moved) == 0 and r.lease_until is None
+    else:
+        assert r.status == "completed" and int(r.moved) == 3, r.attribute_values
+
+
+def test_a_clean_stop_resumes_after_any_pause(api, setup, dlq, clock, monkeypatch):
+    monkeypatch.setattr(mp, "MAX_BATCH", 2)
+    dead_letter(api, setup, 5)
+    rid = _start_later({"source": "dlq", "rate": 2})  # a batch of 2 a second
+    _run(rid, budget_ms=1_500)  # the budget ends the run: its lease is given back
+    r = RedriveModel.get(rid)
+    assert r.status == "running" and r.lease_until is None and 0 < int(r.moved) < 5, r.attribute_values
+    clock.t += 72 * 3_600_000
+    _expire_dedup(clock.t)
+    _run(rid, budget_ms=60_000)
+    r = RedriveModel.get(rid)
+    assert r.status == "completed" and int(r.moved) == 5, r.attribute_values
+    assert sorted(b for _, b in moved()) == [f"b{i}" for i in range(5)]

@@ -110,6 +110,22 @@ def batch_size(rate: int, left: int) -> int:
     return max(0, min(left, MAX_BATCH, max(1, rate * BATCH_WINDOW_MS // 1000)))
 
 
+def resume_refused(crashed: bool, last_write: int, now: int, window_ms: int) -> bool:
+    """Whether a runner that finds its predecessor's lease still set (``crashed``: it neither
+    released nor finished) must not go on. The batch in flight when it died was copied after
+    ``last_write`` (its lease or its last progress write), so the copies' ids are remembered by the
+    destination's dedup table until at least ``last_write`` + its TTL; past ``window_ms`` (the TTL
+    less a margin) a second copy would no longer be caught.
+
+    >>> H = 3_600_000
+    >>> resume_refused(True, 0, 22 * H, 23 * H), resume_refused(True, 0, 23 * H, 23 * H)
+    (False, True)
+    >>> resume_refused(False, 0, 100 * H, 23 * H)  # a clean stop: any pause resumes
+    False
+    """
+    return crashed and now - last_write >= window_ms
+
+
 def slot(next_at: int, now: int, n: int, rate: int) -> tuple[int, int]:
     """A batch of ``n`` may start at ``start = max(now, next_at)``; the next one at
     ``start + n·1000/rate`` (ms, rounded up). Returns (start, next_at).

@@ -12,7 +12,9 @@ starts where this one stopped. At most one redrive of a source runs at a time (4
 (:func:`lakeq.log.move_plan.move_id`) and appended with the produce path's dedup items (one
 transaction: head, segment, ids), so a batch copied again after a crash or a lost progress write
 is found in the destination's dedup table and not stored twice (within the dedup TTL, 24 h; the
-schedule resumes a crashed redrive within a minute). The position moves only after the batch's
+schedule resumes a crashed redrive within a minute; a run that finds a crashed predecessor's lease
+older than the TTL less an hour fails the redrive, saying so, instead of copying that batch again:
+:func:`lakeq.log.move_plan.resume_refused`). The position moves only after the batch's
 copies are written (one conditional UpdateItem on the redrive's version), so nothing is skipped.
 
 **Where it runs.** :func:`run_all`, invoked by the ``RedriveFunction`` schedule every minute (the
@@ -38,7 +40,7 @@ from lakeq.log import segments as seg
 from lakeq.store.append import Contended, append_copies
 from lakeq.store.models import log_of
 from lakeq.store.redrives import RedriveModel, RedriveRepo
-from lakeq.store.repos import LogRepo, TopicRepo
+from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, LogRepo, TopicRepo
 
 sleep = time.sleep  # the runner's wait for the rate's next slot (tests replace it)
 START_BUDGET_MS = 2_000  # what a POST spends moving before it answers
@@ -208,6 +210,14 @@ def run(rid: str, budget_ms: int) -> dict | None:
     prog = mp.Progress.load(r.pos, r.end)
     if r.status == mp.CANCELLING:
         RedriveRepo.finish(r, ver, mp.CANCELLED, prog.dump()[0], 0, 0, now)
+        return view(RedriveRepo.get(rid) or r)
+    last = int(r.updated_at or r.created_at or 0)
+    if mp.resume_refused(r.lease_until is not None, last, now, RESUME_WINDOW_MS):
+        RedriveRepo.finish(r, ver, mp.FAILED, prog.dump()[0], 0, 0, now, (
+            f"resume refused: the runner stopped while moving a batch and the redrive was resumed "
+            f"{(now - last) / 3_600_000:.1f} h later, past the {DEDUP_TTL_S // 3600} h in which the destination "
+            f"drops a second copy; its position is kept, so a new redrive of '{r.source}' goes on from "
+            f"there and may copy that one batch (at most {mp.MAX_BATCH} messages) twice"))
         return view(RedriveRepo.get(rid) or r)
     t = TopicRepo.get(r.source)
     if t is None or log_of(t) != r.source_log:

@@ -46,14 +46,11 @@ from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
 from lakeq.store.bodies import BodyStore
 from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
-from lakeq.store.repos import DEDUP_TTL_S
+from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS
 
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
 sleep = time.sleep
 SELECT_TIMEOUT_MS = 6 * 3_600_000  # a selection job that wrote nothing by then has failed
-# a topic target's copy ids are dropped as duplicates for DEDUP_TTL_S after they were written: a
-# chunk in flight is resumed only well within that (an hour kept for clocks apart)
-RESUME_WINDOW_MS = (DEDUP_TTL_S - 3600) * 1000
 CHUNK = 100  # manifest rows per cursor write (at most the rate)
 LIST_LIMIT, LIST_MAX = 50, 100
 

@@ -43,6 +43,9 @@ from lakeq.store.models import (
 )
 
 DEDUP_TTL_S = 24 * 3600
+# a copier (replay, redrive) whose copies are dropped as duplicates by their ids resumes a batch in
+# flight only well within the ids' life (an hour kept for clocks apart)
+RESUME_WINDOW_MS = (DEDUP_TTL_S - 3600) * 1000
 CONDITION_FAILED = "ConditionalCheckFailed"
 BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
 # the store's write limits and item-size bounds live with the (pure) produce planner
