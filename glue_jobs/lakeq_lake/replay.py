@@ -116,7 +116,9 @@ def read_slice(spark: SparkSession, lake: Lake, kind: str, from_ms: int, to_ms: 
     return df.where(_partition_key().between(lo, hi)).select(*schema.fieldNames())
 
 
-COPARTITION = "spark.sql.requireAllClusterKeysForCoPartition"
+# set by select() on its session: see its docstring
+SESSION_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false",
+                "spark.sql.codegen.aggregate.sortAggregate.enabled": "true"}
 
 
 def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter, native: bool):
@@ -159,7 +161,9 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     ``spark.sql.requireAllClusterKeysForCoPartition`` is set false here: with its default Spark
     re-shuffles both sides by ``(queue, offset)`` for the join (a partitioning by ``queue`` alone
     satisfies the join, but Spark asks for every key by default) — and the order per part would
-    then need a third exchange.
+    then need a third exchange. ``spark.sql.codegen.aggregate.sortAggregate.enabled`` (Spark 3.3+,
+    off by default) compiles the duplicates' drop (``first`` over strings is a sort-based
+    aggregate): about a third of the merge stage's CPU on the 1M lake (docs/benchmarks.md).
 
     The filter: tags natively; the levels natively (:mod:`.native_filter`) on every row whose
     properties text is plain, the matcher UDF on the others only — after the duplicates' drop, as
@@ -172,7 +176,8 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     if previous:
         return _select_previous(messages, bodies, topic, from_ms, to_ms, flt, parts, native)
     spark = messages.sparkSession
-    spark.conf.set(COPARTITION, "false")
+    for k, val in SESSION_CONF.items():
+        spark.conf.set(k, val)
     parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
     m, plain = _narrowed(messages, topic, from_ms, to_ms, flt, native)
     m = (m.drop("topic").repartition(parts, "queue").sortWithinPartitions("queue", "offset")
@@ -233,13 +238,13 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
 
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
-               native: bool = True) -> dict:
+               native: bool = True, previous: bool = False) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json.gz`` in one pass over the slice (each part
     holds whole queues, sorted by ``queue, offset``), then ``replays/<id>/selection.json`` from the
     manifest itself (small: the selected rows only): ``found``, ``missing_bodies``, per part its key
     and row count (the copier's cursor is a position in the parts' order) and per queue its count.
     Returns the summary. ``out``: where ``replays/<id>/`` is written (default: ``lake`` itself; the
-    benchmark keeps its generated lake read-only)."""
+    benchmark keeps its generated lake read-only). ``native``, ``previous``: :func:`select`'s."""
     t0 = time.perf_counter()
     if flt.conditions:
         ship(spark, "matcher", "lakeq")
@@ -248,7 +253,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     with progress(spark, f"replay {replay_id}: select + write", show_progress):
         msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
         bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
-        (select(msgs, bods, topic, from_ms, to_ms, flt, native=native).write.mode("overwrite")
+        (select(msgs, bods, topic, from_ms, to_ms, flt, native=native, previous=previous).write.mode("overwrite")
          .option("compression", "gzip").json(where))
     keys = [k for k in dest.list_keys(manifest_prefix(replay_id)) if k.rsplit("/", 1)[-1].startswith("part-")]
     per_part, per_queue, missing = [], {}, 0
