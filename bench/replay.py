@@ -14,9 +14,11 @@ the *job* (``run_replay``: select, join the bodies, sort, write the manifest and
 temporary folder: the generated lake is only read), with the load average before each (the
 machine may be shared: judge by the ratio). The filters: the one the job was built around, no
 filter, filters no substring pre-filter narrows (anything-but, a range, exists + prefix, a mix), a
-90 % one, a single ``code``, tags only. ``--compare`` runs each filter with conditions twice, first
-with the job's previous plan (``native=False``: the matcher UDF on every row the pre-filter lets
-through). The job's progress bar is on stderr.
+90 % one, a single ``code``, tags only. ``--compare`` runs each filter twice, first with the job's
+previous plan (``previous=True``: the dedup, join and order shuffles before the one-shuffle
+pipeline), then the current one; ``--compare-udf`` instead runs each filter with conditions first
+with ``native=False`` (the matcher UDF on every row the pre-filter lets through). The job's
+progress bar is on stderr.
 
 ``python bench/replay.py --quick`` (1M rows, the 3-hour window) ·
 ``python bench/replay.py --window 24h --filters mixed-miss,none`` (10M rows, the whole day;
@@ -100,10 +102,10 @@ def load() -> str:
 
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
-        native: bool = True) -> None:
+        native: bool = True, previous: bool = False) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
-    average (1/5/15 min) read before each. ``native=False``: the job's previous plan (the matcher
-    UDF on every row the substring pre-filter lets through)."""
+    average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
+    substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -119,10 +121,11 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     load1 = load()
     t = time.perf_counter()
     s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
-                     log=lambda *_: None, out=out, native=native)
+                     log=lambda *_: None, out=out, native=native, previous=previous)
     job_s = time.perf_counter() - t
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
-    print(f"{n:>12,} {label:>6} {name + ('' if native else ' (old)'):>20} {base_rows // 2:>12,} {s['found']:>10,} "
+    tag = name + ("" if native else " (udf)") + (" (prev)" if previous else "")
+    print(f"{n:>12,} {label:>6} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
           f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
           f"{job_s / base_s:>6.2f}  {load0} {load1}", flush=True)
 
@@ -138,7 +141,9 @@ def main() -> int:
     ap.add_argument("--window", choices=["3h", "24h", "both"], default=None,
                     help="default: 3h with --quick, both otherwise")
     ap.add_argument("--compare", action="store_true",
-                    help="also run each filter with the previous plan (native=False) just before")
+                    help="also run each filter with the previous pipeline (previous=True) just before")
+    ap.add_argument("--compare-udf", action="store_true",
+                    help="also run each filter with conditions with the UDF on every row (native=False) just before")
     ap.add_argument("--work", default=None, help="where manifests are written (default: a temporary folder)")
     a = ap.parse_args()
     n = a.rows or (1_000_000 if a.quick else 10_000_000)
@@ -184,8 +189,10 @@ def main() -> int:
           f"{'scan s':>7} {'job s':>7} {'ratio':>6}  load before scan, before job (1/5/15 min)")
     for label, lo, hi in windows:
         for name in names:
-            if a.compare and FILTERS[name] and FILTERS[name].get("conditions"):
+            if a.compare_udf and FILTERS[name] and FILTERS[name].get("conditions"):
                 run(spark, lake_root, n, label, lo, hi, name, work, native=False)
+            if a.compare:
+                run(spark, lake_root, n, label, lo, hi, name, work, previous=True)
             run(spark, lake_root, n, label, lo, hi, name, work)
     spark.stop()
     if not a.work:

@@ -12,7 +12,7 @@ replay copies, in which order, with their bodies.
   levels natively on plain properties texts (:mod:`.native_filter`, proved equal to the matcher by
   tests), and the matcher layer itself on the other rows only (a Python UDF calling
   :meth:`lakeq.replay.rules.Filter.json_predicate`: the subscriptions' semantics by construction) —
-  joined with the bodies, ordered by ``queue, offset``.
+  joined with the bodies, ordered by ``queue, offset`` — one shuffle per side (by ``queue``).
 * :func:`run_replay` — the job body: select, write the manifest (gzipped JSON Lines, parts in
   ``(queue, offset)`` order) and its summary under ``replays/<id>/``.
 """
@@ -116,18 +116,92 @@ def read_slice(spark: SparkSession, lake: Lake, kind: str, from_ms: int, to_ms: 
     return df.where(_partition_key().between(lo, hi)).select(*schema.fieldNames())
 
 
+# set by select() on its session: see its docstring
+SESSION_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false",
+                "spark.sql.codegen.aggregate.sortAggregate.enabled": "true"}
+
+
+def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter, native: bool):
+    """The slice's message rows of ``topic`` and ``[from, to)`` that may match ``flt``: tags
+    natively, the substring pre-filter, and (``native``) the native levels on plain texts — every
+    test that needs no shuffle. Returns the rows and the ``plain`` column (None without levels)."""
+    m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
+                        & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
+         .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
+    if flt.tags:
+        m = m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
+                                     F.array(*[F.lit(t) for t in flt.tags])))
+    if not flt.conditions:
+        return m, None
+    props = F.coalesce(F.col("properties"), F.lit(""))
+    needles = F.lit(True)
+    for alternatives in field_needles(flt):  # per level: one of its needles must be in the text
+        cond = props.contains(alternatives[0])
+        for nd in alternatives[1:]:
+            cond = cond | props.contains(nd)
+        needles = needles & cond
+    # the substring pre-filter first (cheap, and a necessary condition on every row: a single `code`
+    # leaves the regexes a handful of rows), then the native levels on plain texts
+    plain = NF.plain(F.col("properties"))
+    m = m.where(needles)
+    return (m.where(~plain | NF.native_filter(F.col("properties"), flt.levels)) if native else m), plain
+
+
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
-           flt: Filter, parts: int | None = None, native: bool = True) -> DataFrame:
-    """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay: ``parts`` partitions (hash of
-    ``queue``: a queue's rows are in one partition), each sorted by ``queue, offset`` — the order
-    the copier needs is per queue, so no global sort (and no sampling pass over the input for one).
-    A message whose body row is missing keeps ``body`` null (the copier counts it failed).
+           flt: Filter, parts: int | None = None, native: bool = True, previous: bool = False) -> DataFrame:
+    """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay: ``parts`` partitions (default
+    ``spark.sql.shuffle.partitions``; hash of ``queue``: a queue's rows are in one partition), each
+    sorted by ``queue, offset`` — the order the copier needs is per queue, so no global sort. A
+    message whose body row is missing keeps ``body`` null (the copier counts it failed).
+
+    **One shuffle per side**: the narrowed messages and the slice's bodies are each hash-partitioned
+    by ``queue`` into the same ``parts`` and sorted by ``(queue, offset)`` once; the duplicates'
+    drop (a streaming aggregate over sorted rows), the left join (a merge of co-partitioned sorted
+    sides) and the output order then need no other exchange or sort. The session's
+    ``spark.sql.requireAllClusterKeysForCoPartition`` is set false here: with its default Spark
+    re-shuffles both sides by ``(queue, offset)`` for the join (a partitioning by ``queue`` alone
+    satisfies the join, but Spark asks for every key by default) — and the order per part would
+    then need a third exchange. ``spark.sql.codegen.aggregate.sortAggregate.enabled`` (Spark 3.3+,
+    off by default) compiles the duplicates' drop (``first`` over strings is a sort-based
+    aggregate): about a third of the merge stage's CPU on the 1M lake (docs/benchmarks.md).
 
     The filter: tags natively; the levels natively (:mod:`.native_filter`) on every row whose
-    properties text is plain, the matcher UDF on the others only (all after the substring
-    pre-filter) — two branches of one shuffle (the duplicates' drop), so the slice is read once.
-    ``native=False``: the previous plan (pre-filter, then the UDF on every remaining row), kept for
-    the benchmark's before/after and the tests."""
+    properties text is plain, the matcher UDF on the others only — after the duplicates' drop, as
+    two branches over the one (reused) exchange, then re-partitioned by ``queue`` (the union loses
+    the partitioning: one more exchange of the selected messages' metadata, never of bodies).
+    ``native=False``: the UDF decides every row the substring pre-filter lets through.
+    ``previous=True``: the plan before the one-shuffle pipeline (kept for the benchmark's
+    before/after): a dedup shuffle per side, the join's shuffle by ``(queue, offset)``, a final
+    repartition by ``queue``."""
+    if previous:
+        return _select_previous(messages, bodies, topic, from_ms, to_ms, flt, parts, native)
+    spark = messages.sparkSession
+    for k, val in SESSION_CONF.items():
+        spark.conf.set(k, val)
+    parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    m, plain = _narrowed(messages, topic, from_ms, to_ms, flt, native)
+    m = (m.drop("topic").repartition(parts, "queue").sortWithinPartitions("queue", "offset")
+         .dropDuplicates(["queue", "offset"]))
+    if plain is not None:
+        keep = _keep_udf(list(flt.conditions), list(flt.tags))
+        udf_rows = m.where(keep(F.col("properties"), F.col("tags")))
+        m = udf_rows if not native else m.where(plain).unionByName(udf_rows.where(~plain))
+        m = m.repartition(parts, "queue").sortWithinPartitions("queue", "offset")
+    b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms)
+                      & F.col("offset").isNotNull() & F.col("queue").isNotNull())
+         .select("queue", "offset", "body", "claim").repartition(parts, "queue")
+         .sortWithinPartitions("queue", "offset").dropDuplicates(["queue", "offset"]))
+    j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
+    return j.sortWithinPartitions("queue", "offset")
+
+
+def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
+                     flt: Filter, parts: int | None = None, native: bool = True) -> DataFrame:
+    """:func:`select`'s plan before the one-shuffle pipeline (``previous=True``; for the benchmark's
+    before/after): the duplicates' drop as its own shuffle by ``(topic, queue, offset)`` per side
+    (two sort-based aggregates each), the UDF branch over that shuffle, the join's shuffle by
+    ``(queue, offset)`` and a final repartition by ``queue`` with its sort — five exchanges of which
+    three carry the bodies."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull())
          .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
@@ -164,13 +238,13 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
 
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
-               native: bool = True) -> dict:
+               native: bool = True, previous: bool = False) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json.gz`` in one pass over the slice (each part
     holds whole queues, sorted by ``queue, offset``), then ``replays/<id>/selection.json`` from the
     manifest itself (small: the selected rows only): ``found``, ``missing_bodies``, per part its key
     and row count (the copier's cursor is a position in the parts' order) and per queue its count.
     Returns the summary. ``out``: where ``replays/<id>/`` is written (default: ``lake`` itself; the
-    benchmark keeps its generated lake read-only)."""
+    benchmark keeps its generated lake read-only). ``native``, ``previous``: :func:`select`'s."""
     t0 = time.perf_counter()
     if flt.conditions:
         ship(spark, "matcher", "lakeq")
@@ -179,7 +253,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     with progress(spark, f"replay {replay_id}: select + write", show_progress):
         msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
         bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
-        (select(msgs, bods, topic, from_ms, to_ms, flt, native=native).write.mode("overwrite")
+        (select(msgs, bods, topic, from_ms, to_ms, flt, native=native, previous=previous).write.mode("overwrite")
          .option("compression", "gzip").json(where))
     keys = [k for k in dest.list_keys(manifest_prefix(replay_id)) if k.rsplit("/", 1)[-1].startswith("part-")]
     per_part, per_queue, missing = [], {}, 0
