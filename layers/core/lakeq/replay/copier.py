@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lakeq.common.errors import LakeqError
 from lakeq.replay.rules import copy_id, next_chunk, pace_seconds
 
 
@@ -43,7 +44,7 @@ class Progress:
         return self.cursor >= self.found
 
 
-class ResumeRefused(Exception):
+class ResumeRefused(LakeqError):
     """A chunk may have been produced before a stop, and resuming now could copy it twice unseen."""
 
     def __init__(self, progress: Progress):
