@@ -121,6 +121,27 @@ SESSION_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false",
                 "spark.sql.codegen.aggregate.sortAggregate.enabled": "true"}
 
 
+def _with_tags(m: DataFrame, flt: Filter) -> DataFrame:
+    """``m``'s rows carrying one of the filter's tags (all of them when it names none)."""
+    if not flt.tags:
+        return m
+    return m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
+                                    F.array(*[F.lit(t) for t in flt.tags])))
+
+
+def _needles(flt: Filter):
+    """The substring pre-filter: per level, one of its needles must be in the properties text (a
+    necessary condition on every row)."""
+    props = F.coalesce(F.col("properties"), F.lit(""))
+    needles = F.lit(True)
+    for alternatives in field_needles(flt):
+        cond = props.contains(alternatives[0])
+        for nd in alternatives[1:]:
+            cond = cond | props.contains(nd)
+        needles = needles & cond
+    return needles
+
+
 def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter, native: bool):
     """The slice's message rows of ``topic`` and ``[from, to)`` that may match ``flt``: tags
     natively, the substring pre-filter, and (``native``) the native levels on plain texts — every
@@ -128,22 +149,13 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
          .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
-    if flt.tags:
-        m = m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
-                                     F.array(*[F.lit(t) for t in flt.tags])))
+    m = _with_tags(m, flt)
     if not flt.conditions:
         return m, None
-    props = F.coalesce(F.col("properties"), F.lit(""))
-    needles = F.lit(True)
-    for alternatives in field_needles(flt):  # per level: one of its needles must be in the text
-        cond = props.contains(alternatives[0])
-        for nd in alternatives[1:]:
-            cond = cond | props.contains(nd)
-        needles = needles & cond
     # the substring pre-filter first (cheap, and a necessary condition on every row: a single `code`
     # leaves the regexes a handful of rows), then the native levels on plain texts
     plain = NF.plain(F.col("properties"))
-    m = m.where(needles)
+    m = m.where(_needles(flt))
     return (m.where(~plain | NF.native_filter(F.col("properties"), flt.levels)) if native else m), plain
 
 
@@ -205,16 +217,8 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull())
          .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
-    if flt.tags:
-        m = m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
-                                     F.array(*[F.lit(t) for t in flt.tags])))
-    props = F.coalesce(F.col("properties"), F.lit(""))
-    needles = F.lit(True)
-    for alternatives in field_needles(flt):  # per level: one of its needles must be in the text
-        cond = props.contains(alternatives[0])
-        for nd in alternatives[1:]:
-            cond = cond | props.contains(nd)
-        needles = needles & cond
+    m = _with_tags(m, flt)
+    needles = _needles(flt)
     if not flt.conditions:
         m = m.dropDuplicates(["topic", "queue", "offset"])
     elif not native:
