@@ -42,6 +42,7 @@ from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Conflict, LakeqError, NotFound, Unavailable
 from lakeq.common.names import covers, is_name
 from lakeq.contract import validation as v
+from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
 from lakeq.store.bodies import BodyStore
@@ -322,8 +323,9 @@ def _copy(r: ReplayModel, budget_s: float) -> ReplayModel | None:
 
     def stale(p: copier.Progress) -> bool:
         """A topic target forgets a copy's id DEDUP_TTL_S after it was written, and the chunk in
-        flight was produced after the save of ``p`` (at ``updated_at``): safe while well within."""
-        return clock.now() - saved_at[0] >= RESUME_WINDOW_MS
+        flight was produced after the save of ``p`` (at ``updated_at``): safe while well within
+        (the redrive runner's rule)."""
+        return mp.resume_refused(p.inflight, saved_at[0], clock.now(), RESUME_WINDOW_MS)
 
     kind, target = _target(r)
     try:
