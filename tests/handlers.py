@@ -171,3 +171,19 @@ def make_dlq(api, consumer: str = "ops", queues: int = 1) -> str:
     s, c = api.call("POST", "/v1/clients", {"name": consumer, "role": "consumer", "topics": ["dlq"]})
     assert s == 201, c
     return c["api_key"]
+
+
+def expire_dedup(now_ms: int, topic_prefix: str = "") -> int:
+    """What DynamoDB's TTL does to the dedup table at ``now_ms`` (moto never expires items, and TTL
+    never removes one before its ``expires_at``): delete every expired id. Returns how many of them
+    were of topics starting with ``topic_prefix`` (all, by default)."""
+    from datetime import datetime, timezone
+
+    from lakeq.store.models import DedupModel
+    at = datetime.fromtimestamp(now_ms / 1000, timezone.utc)
+    gone = 0
+    for item in DedupModel.scan(consistent_read=True):
+        if item.expires_at is not None and item.expires_at <= at:
+            item.delete()
+            gone += item.topic.startswith(topic_prefix)
+    return gone

@@ -11,7 +11,7 @@ from lakeq.redrive import service as redrive
 from lakeq.store.models import SegmentModel
 from lakeq.store.redrives import RedriveModel
 from tests.crash import CrashAfter
-from tests.handlers import Context, load_function, make_dlq
+from tests.handlers import Context, expire_dedup, load_function, make_dlq
 
 T = "/v1/topics/quotes%2Fsh/messages"
 
@@ -280,19 +280,6 @@ def test_the_schedule_runs_redrives_as_the_function(api, setup, dlq):
     assert RedriveModel.get(rid).status == "completed" and len(moved()) == 3
 
 
-def _expire_dedup(now_ms: int) -> int:
-    """What DynamoDB's TTL does to the dedup table (moto never expires items): delete the expired."""
-    from datetime import datetime, timezone
-
-    from lakeq.store.models import DedupModel
-    gone = 0
-    for item in DedupModel.scan(consistent_read=True):
-        if item.expires_at is not None and item.expires_at <= datetime.fromtimestamp(now_ms / 1000, timezone.utc):
-            item.delete()
-            gone += 1
-    return gone
-
-
 def _crash_before_progress(rid: str, monkeypatch) -> None:
     """One run that dies after appending its batch's copies and before recording its progress."""
     from lakeq.store.redrives import RedriveRepo
@@ -320,7 +307,7 @@ def test_a_crashed_batch_resumed_past_the_dedup_window_is_refused_not_copied_twi
     _crash_before_progress(rid, monkeypatch)
     assert sorted(b for _, b in moved()) == ["b0", "b1", "b2"]  # copied, progress not recorded
     clock.t += hours * 3_600_000
-    assert _expire_dedup(clock.t) == (9 if refused else 0)  # the produce's, the dead letters' and the copies' ids
+    assert expire_dedup(clock.t) == (9 if refused else 0)  # the produce's, the dead letters' and the copies' ids
     _run(rid)
     r = RedriveModel.get(rid)
     assert sorted(b for _, b in moved()) == ["b0", "b1", "b2"]  # each exactly once
@@ -339,7 +326,7 @@ def test_a_clean_stop_resumes_after_any_pause(api, setup, dlq, clock, monkeypatc
     r = RedriveModel.get(rid)
     assert r.status == "running" and r.lease_until is None and 0 < int(r.moved) < 5, r.attribute_values
     clock.t += 72 * 3_600_000
-    _expire_dedup(clock.t)
+    expire_dedup(clock.t)
     _run(rid, budget_ms=60_000)
     r = RedriveModel.get(rid)
     assert r.status == "completed" and int(r.moved) == 5, r.attribute_values

@@ -7,14 +7,12 @@ TTL applied by hand (moto does not expire items): past the window the replay ref
 it resumes and every copy is there exactly once."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
 from lakeq.replay import service
-from lakeq.store.models import DedupModel
 from lakeq.store.replays import ReplayModel
 from tests.crash import Crash
+from tests.handlers import expire_dedup
 from tests.integration import replay_harness as H
 from tests.integration.test_replay_api import T0, check_delivered, produce, start
 
@@ -26,17 +24,6 @@ _real_sink = service.topic_sink
 def replay(api, setup, clock, monkeypatch, aws):
     """The Glue job in moto, target topic ``replayed`` (3 queues), a fake copier clock, chunks of 3."""
     return H.into_topic(api, aws, clock, monkeypatch, chunk=3)
-
-
-def expire_dedup(now_ms: int) -> int:
-    """What DynamoDB's TTL does to the dedup table (never before ``expires_at``): delete the expired.
-    Returns how many of the target's (``replayed``) went."""
-    gone = 0
-    for item in DedupModel.scan(consistent_read=True):
-        if item.expires_at is not None and item.expires_at <= datetime.fromtimestamp(now_ms / 1000, timezone.utc):
-            item.delete()
-            gone += item.topic.startswith("replayed")
-    return gone
 
 
 def replay_of(api, setup, clock, aws, n=12) -> tuple[dict, list[dict]]:
@@ -55,7 +42,7 @@ def test_a_crash_resumed_past_the_dedup_window_refuses_and_duplicates_nothing(ap
         H.run_schedule()
     monkeypatch.setattr(service, "topic_sink", _real_sink)
     clock.t += 25 * HOUR  # the ReplayFunction schedule did not run for a day
-    assert expire_dedup(clock.t) == 6  # the two chunks' copies' ids (and no more)
+    assert expire_dedup(clock.t, "replayed") == 6  # the two chunks' copies' ids (and no more)
     H.run_schedule()
     msgs = H.topic_messages("replayed")
     ids = [m["id"] for q in msgs.values() for m in q]
@@ -75,7 +62,7 @@ def test_a_crash_resumed_within_the_window_completes_exactly_once(api, setup, cl
         H.run_schedule()
     monkeypatch.setattr(service, "topic_sink", _real_sink)
     clock.t += 22 * HOUR
-    assert expire_dedup(clock.t) == 0
+    assert expire_dedup(clock.t, "replayed") == 0
     H.run_schedule()
     got = api.call("GET", f"/v1/replays/{r['id']}")[1]
     assert (got["status"], got["copied"], got["duplicates"]) == ("done", 12, 3), got  # chunk 2 again, dropped
@@ -90,7 +77,7 @@ def test_a_clean_stop_resumed_days_later_completes(api, setup, clock, replay, aw
     got = api.call("GET", f"/v1/replays/{r['id']}")[1]
     assert got["status"] == "copying" and 0 < got["copied"] < 12, got
     clock.t += 3 * 24 * HOUR
-    assert expire_dedup(clock.t) == got["copied"]
+    assert expire_dedup(clock.t, "replayed") == got["copied"]
     H.run_schedule()
     got = api.call("GET", f"/v1/replays/{r['id']}")[1]
     assert (got["status"], got["copied"], got["duplicates"]) == ("done", 12, 0), got
