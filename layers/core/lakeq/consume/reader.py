@@ -101,15 +101,20 @@ class Log:
         return LogRepo.queues(self.name, self.n_queues, exact=False)
 
     def probe(self, views: list[QueueView], now: int, allowed: set[int] | None) -> list[QueueView]:
-        """``views`` with the heads a pull needs exact (issue 16 item 3): each queue the pull could
-        lock whose ``max_offset`` hint shows nothing to read (:func:`lakeq.log.selection.lagging`)
-        gets its head from its chain (:meth:`lakeq.store.repos.LogRepo.chain_end`: one eventually
-        consistent Query, 0.5 RRU for a small newest segment), so a pull right after a produce's
-        answer finds the message whether or not the stream's head mover ran."""
+        """``views`` with the heads a pull needs (issue 16 item 3): each queue the pull could lock
+        whose ``max_offset`` hint shows nothing to read (:func:`lakeq.log.selection.lagging`) is
+        probed in its chain, so a pull right after a produce's answer finds the message whether
+        or not the stream's head mover ran. One eventually consistent Query: at a frontier equal
+        to the hint (a segment's end, so a boundary) the segment starting there
+        (:meth:`lakeq.store.repos.LogRepo.end_from`: 0.5 RRU when there is none, the common case
+        of a drained queue); at a frontier past the hint (it read past it, possibly into the
+        middle of a segment) the newest segment (:meth:`lakeq.store.repos.LogRepo.chain_end`)."""
         out = []
         for view in views:
             if lagging(view, now, allowed):
-                end = LogRepo.chain_end(LogRepo.pq(self.name, view.queue))
+                pq_ = LogRepo.pq(self.name, view.queue)
+                frontier = view.state().frontier
+                end = LogRepo.end_from(pq_, frontier) if view.max_offset == frontier else LogRepo.chain_end(pq_)
                 if end is not None and end > view.max_offset:
                     view = replace(view, max_offset=end)
             out.append(view)

@@ -402,6 +402,17 @@ class LogRepo:
         return m
 
     @staticmethod
+    def end_from(pq_: str, start: int) -> int | None:
+        """The end of the segment starting at or after ``start`` (one Query, ``base >= start``,
+        one item, eventually consistent), None when there is none: 0.5 RRU when there is none,
+        whatever the size of the queue's segments. Exact only when ``start`` is a segment
+        boundary (a segment holding ``start`` past its base is not seen): the pull's probe asks it
+        at a frontier equal to the queue item's ``max_offset``, always a segment's end."""
+        for item in SegmentModel.query(pq_, SegmentModel.base >= start, limit=1):
+            return int(item.end)
+        return None
+
+    @staticmethod
     def chain_end(pq_: str, consistent: bool = False) -> int | None:
         """The end of queue ``pq_``'s newest segment (one Query, newest first, one item: 0.5 RRU
         per 4 KB of that segment eventually consistent, 1 strongly), None when the chain is empty
