@@ -363,6 +363,18 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     return None
 
 
+def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None):
+    """The queues a poll tries, best first (:func:`lakeq.log.selection.candidates`): those the
+    ``max_offset`` hints rank first; only when none of them was locked (the caller stops at its
+    first lock), the queues whose chain probe (:meth:`Log.probe`) shows more than their hint. So a
+    busy poll pays no probe, and a poll comes back empty only after the probes said every
+    lockable queue is drained (read-after-write); a queue whose hint lags ranks by its hint until
+    the stream's head mover ran (issue 16 item 3)."""
+    yield from candidates(views_, now, allowed)
+    probed = log.probe(views_, now, allowed)
+    yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
+
+
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
             policy: Policy | None = None, folded: tuple[Receipt, int, Callable[[], object]] | None = None,
             budget: Callable[[], ByteBudget] = ByteBudget) -> dict:
@@ -394,7 +406,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         progressed = False
         metas = log.queues()
         log.promote(metas)  # the poll's write step: due delayed messages join their queues first
-        for view in candidates(log.probe(log.views(metas), now, allowed), now, allowed):
+        for view in _ranked(log, log.views(metas), now, allowed):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
                 moved = p.state != view.state()
