@@ -394,11 +394,14 @@ class LogRepo:
             return None
         return cls._exact(m, consistent) if exact else m
 
-    @classmethod
-    def _exact(cls, m: QueueModel, consistent: bool) -> QueueModel:
-        end = cls.chain_end(m.pq, consistent=consistent)
-        if end is not None and end > int(m.max_offset):
-            m.max_offset = end
+    @staticmethod
+    def _exact(m: QueueModel, consistent: bool) -> QueueModel:
+        """``m`` with ``max_offset`` and ``last_produced_at`` (both moved by the head mover) taken
+        from the newest segment when it is ahead."""
+        for item in SegmentModel.query(m.pq, scan_index_forward=False, limit=1, consistent_read=consistent):
+            if int(item.end) > int(m.max_offset):
+                m.max_offset = int(item.end)
+                m.last_produced_at = max(int(m.last_produced_at or 0), int(item.produced_at or 0))
         return m
 
     @staticmethod
