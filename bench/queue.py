@@ -113,6 +113,8 @@ class Meter:
     def after(self, http_response, parsed, model, context, **_):
         op = model.name
         service = model.service_model.service_name
+        if service == "dynamodbstreams":  # the stream pump's reads: free for a Lambda trigger
+            return
         wru, rru = self.units(service, op, context.get("lakeq_params") or {}, parsed)
         with self.lock:
             self.calls[f"{service}.{op}"] += 1
@@ -232,12 +234,46 @@ def start_stack(meter: Meter | None = None, wrap=None):
     app = gateway
     if meter is not None:
         app = PER_REQUEST = PerRequest(gateway, meter)
-    server = make_server("127.0.0.1", 0, Serialised(wrap(app) if wrap else app), threaded=True)
+    serial = Serialised(wrap(app) if wrap else app)
+    server = make_server("127.0.0.1", 0, serial, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    global HEADS
+    HEADS = heads_pump(template, serial.lock)
     return moto, server, f"http://127.0.0.1:{server.server_port}"
 
 
 PER_REQUEST: PerRequest | None = None
+HEADS = None  # the SegmentsTable stream's head mover (HeadsFunction), as the local stack pumps it
+HEADS_HOOK = None  # called with True / False around each of its invocations (bench/sqs_endpoint.py labels them)
+
+
+def heads_pump(template, lock):
+    """The head mover (issue 16 item 3: each queue's ``max_offset`` is moved by the SegmentsTable
+    stream's consumer, not by the producer) on a stream pump thread with the template's batch size
+    and window, as on the local stack; its invocations take the gateway's one-at-a-time lock. Its
+    DynamoDB writes are counted with the produce figures (the run drains it before reading them)."""
+    import importlib.util
+
+    from infra.local import template as tpl
+    from infra.local.streams import StreamPump
+
+    spec = importlib.util.spec_from_file_location("bench_heads_app", ROOT / "functions" / "heads" / "app.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+
+    def handler(event, context):
+        with lock:
+            if HEADS_HOOK is not None:
+                HEADS_HOOK(True)
+            try:
+                return mod.lambda_handler(event, context)
+            finally:
+                if HEADS_HOOK is not None:
+                    HEADS_HOOK(False)
+
+    pump = StreamPump(template, stack_name=tpl.LOCAL_STACK, handlers={"HeadsFunction": handler})
+    pump.mappings = [m for m in pump.mappings if m.spec.logical_id == "HeadsFunction"]
+    return pump.start()
 
 
 # --- workloads ------------------------------------------------------------------------------------
@@ -276,6 +312,8 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
     with ThreadPoolExecutor(threads) as ex:
         list(ex.map(produce, range(total // batch)))
     t_prod = time.perf_counter() - t0
+    if HEADS is not None:  # the head mover's last batches: its writes belong to the produce figures
+        assert HEADS.drain(60)[0], "the head mover did not catch up"
     prod_stats = meter.snapshot()
     prod_units = meter.units_snapshot()
 
@@ -415,6 +453,8 @@ def main() -> None:
             n = total
             rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
     finally:
+        if HEADS is not None:
+            HEADS.stop(timeout=5)
         server.shutdown()
         moto.terminate()
         sqs_proc.terminate()

@@ -117,6 +117,9 @@ def run(env, scenario, k, mode):
 
 @pytest.mark.parametrize("scenario", sorted(REQUESTS))
 def test_crash_after_every_store_call(env, scenario):
+    # the first copy into the dead-letter queue reads its head from the queue item too (its chain is
+    # empty: issue 16 item 3), later ones from the chain alone: count the calls of a later one
+    run(env, scenario, None, "retry")
     n = run(env, scenario, None, "retry")
     assert n >= 2, n  # GetItem + conditional UpdateItem at least
     for k in range(1, n + 1):
@@ -157,6 +160,7 @@ def test_crash_in_a_pull_that_dead_letters_expired_messages(env):
         s, o = api.call("GET", "/v1/groups/risk/offsets", query={"topic": topic}, key=env["risk"])
         assert o["queues"][0]["dead_lettered"] == 3 and o["backlog"] == 0, o
         return n
+    one(None)  # the dead-letter queue's chain is no longer empty (see test_crash_after_every_store_call)
     n = one(None)
     assert n >= 10, n
     for k in range(1, n + 1):

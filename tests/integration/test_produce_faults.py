@@ -248,19 +248,20 @@ def test_request_byte_limit_is_checked_after_auth_and_syntax(api, setup):
                     key=setup["feed"])[0] == 404
 
 
-# --- the head's UpdateItem meeting a transaction in flight -----------------------------------------
+# --- the head mover's UpdateItem meeting a transaction in flight ----------------------------------
 class ConflictOnce:
-    """Hook: the first ``times`` UpdateItems of a queue item made by the produce function fail as
-    AWS fails a write that meets a transaction in flight on the item (not retried by the SDK)."""
+    """Hook: the first ``times`` UpdateItems of a queue item made by ``function`` fail as AWS fails
+    a write that meets a transaction in flight on the item (not retried by the SDK)."""
 
-    def __init__(self, times: int = 2):
+    def __init__(self, times: int = 2, function: str = "HeadsFunction"):
         self.left = times
+        self.function = function
 
     def before(self, call):
         import os
 
         from botocore.exceptions import ClientError
-        if (call.function == "ProduceFunction" and call.operation == "UpdateItem"
+        if (call.function == self.function and call.operation == "UpdateItem"
                 and call.params.get("TableName") == os.environ["QUEUES_TABLE"] and self.left > 0):
             self.left -= 1
             raise ClientError({"Error": {"Code": "TransactionConflictException",
@@ -270,13 +271,28 @@ class ConflictOnce:
         return response
 
 
-def test_head_update_meeting_a_transaction_is_retried(api, setup):
-    """Without ids the head moves in its own UpdateItem, which can meet an id-carrying
-    producer's transaction on the queue item: it is retried, the 2xx comes only once the head is
-    past the messages."""
-    hook = ConflictOnce(2)
-    with interceptor.hooked(hook):
+def test_produce_without_ids_writes_no_queue_item(api, setup):
+    """Issue 16 item 3: an append without ids is one PutItem of its segment; the head's UpdateItem
+    is the stream's head mover's (seen failing on the old code: one UpdateItem per request)."""
+    calls = CountCalls({"ProduceFunction"})
+    with interceptor.hooked(calls):
         s, b = produce(api, setup["feed"], [{"body": "a", "key": "k"}, {"body": "b", "key": "k"}])
     assert s == 200, b
-    assert hook.left == 0
+    ops = [(c.operation, c.params.get("TableName", "").rsplit("-", 1)[-1]) for c in calls.calls]
+    assert ("UpdateItem", "queues") not in ops, ops
+    assert ops.count(("PutItem", "segments")) == 1, ops
     assert [m["body"] for m in drain(api, setup["risk"])] == ["a", "b"]
+
+
+def test_head_update_meeting_a_transaction_is_retried(api, setup, aws):
+    """The head mover's UpdateItem can meet an id-carrying producer's transaction on the queue item:
+    it is retried, the head moves."""
+    from tests.handlers import Context, load_function, segment_records
+    s, b = produce(api, setup["feed"], [{"body": "a", "key": "k"}, {"body": "b", "key": "k"}])
+    assert s == 200, b
+    q = b["results"][0]["queue"]
+    hook = ConflictOnce(2)
+    with interceptor.hooked(hook):
+        out = load_function("HeadsFunction")({"Records": segment_records(aws)}, Context())
+    assert hook.left == 0 and out["moved"] == 1
+    assert int(QueueModel.get(f"quotes/sh#{q}").max_offset) == 2

@@ -365,19 +365,20 @@ def test_offsets_reset(api, setup):
 
 
 def test_lagging_head_after_a_producer_crash(api, setup):
-    """A producer that died between its segment put and the queue item's update leaves
-    ``max_offset`` behind: the next append's conditional put fails, it finds the real head and
-    the log stays contiguous (no hole, no overlap)."""
+    """The queue item's ``max_offset`` lags the chain (issue 16 item 3: the stream's head mover moves
+    it, here it never ran): the producer's head comes from the newest segment, the log stays
+    contiguous (no hole, no overlap) and a pull reads everything."""
     from lakeq.log import segments as seg
+    from lakeq.store.models import QueueModel, SegmentModel
     from lakeq.store.repos import Append, LogRepo
 
     s, b = produce(api, setup["feed"], [{"body": "a", "key": "k"}])
     q = b["results"][0]["queue"]
     crashed = seg.encode([seg.Message(id="lost-update", body="b")], 1)
-    from lakeq.store.models import SegmentModel
     SegmentModel(f"quotes/sh#{q}", 1, end=2, count=1, idx=crashed.idx, data=crashed.data, z=crashed.compressed,
                  produced_at=1).save()  # the segment landed, the queue item was never moved
-    assert LogRepo.head("quotes/sh", q) == 1 and LogRepo.head("quotes/sh", q, fresh=True) == 2
+    assert int(QueueModel.get(f"quotes/sh#{q}").max_offset) == 0  # nothing moved it: no head mover here
+    assert LogRepo.head("quotes/sh", q) == 2 and LogRepo.head("quotes/sh", q, fresh=True) == 2
     s, b = produce(api, setup["feed"], [{"body": "c", "key": "k"}, {"body": "d", "key": "k"}])
     assert [r["offset"] for r in b["results"]] == [2, 3]
     s, p = pull(api, setup["risk"], max=10)

@@ -35,14 +35,19 @@ def calls_of(fn) -> tuple[list[tuple[str, str]], object]:
     return got, out
 
 
-SEND = [("GetItem", "topics"), ("GetItem", "queues"), ("PutItem?", "segments"), ("UpdateItem?", "queues")]
+# issue 16 item 3: the head is the newest segment's end (a Query), the put is the only write (the
+# SegmentsTable stream's head mover moves the queue item's max_offset)
+SEND = [("GetItem", "topics"), ("Query", "segments"), ("PutItem?", "segments")]
+# a queue whose chain is empty (the send's queue is random: the warm-up may not have touched it):
+# the head is the queue item's max_offset
+SEND_EMPTY_CHAIN = [("GetItem", "topics"), ("Query", "segments"), ("GetItem", "queues"), ("PutItem?", "segments")]
 RECEIVE = [("GetItem", "topics"), ("BatchGetItem", "queues"), ("Query", "offsets"), ("Query", "segments"),
            ("UpdateItem?", "offsets")]
 SETTLE_ONE = [("GetItem", "topics"), ("UpdateItem?", "offsets")]
 
 
 @pytest.mark.parametrize("who", ["admin", "clients"])
-def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who):
+def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who, aws):
     """One topic read per action (not one in the endpoint and one in the use case), no client
     lookup per request, and deleting the one message of a batch of one is one conditional write."""
     if who == "admin":
@@ -58,7 +63,11 @@ def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who):
         m = receiver.receive_message(QueueUrl=url)["Messages"][0]
         receiver.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     calls, _ = calls_of(lambda: sender.send_message(QueueUrl=url, MessageBody="x"))
-    assert calls == SEND
+    assert calls in (SEND, SEND_EMPTY_CHAIN), calls
+    # the head mover runs between the send and the receive, as the stream's consumer does on AWS:
+    # the hint shows the message, so the receive probes no chain
+    from tests.handlers import Context, load_function, segment_records
+    load_function("HeadsFunction")({"Records": segment_records(aws)}, Context())
     calls, got = calls_of(lambda: receiver.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"])
     assert calls == RECEIVE and [m["Body"] for m in got] == ["x"]
     calls, _ = calls_of(lambda: receiver.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"],

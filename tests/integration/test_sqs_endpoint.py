@@ -554,7 +554,7 @@ def test_local_gateway_routes_the_sqs_paths():
     assert route is None and allowed == set()
 
 
-def test_store_calls_per_action(sqs, capsys):
+def test_store_calls_per_action(aws, sqs, capsys):
     """DynamoDB calls each action makes as SqsFunction (docs/design.md's cost table comes from this)."""
     from tests.crash import CountCalls
     url = sqs.create_queue(QueueName="cost")["QueueUrl"]
@@ -572,6 +572,10 @@ def test_store_calls_per_action(sqs, capsys):
                                                         MessageDeduplicationId="d"))
     measure("SendMessageBatch 10", lambda: sqs.send_message_batch(
         QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x", "MessageGroupId": "k"} for i in range(10)]))
+    # the SegmentsTable stream's head mover runs between the sends and the receive, as on AWS (issue
+    # 16 item 3): the hints show the sends, so the receive probes no chain
+    from tests.handlers import Context, load_function, segment_records
+    load_function("HeadsFunction")({"Records": segment_records(aws)}, Context())
     got = measure("ReceiveMessage 10", lambda: sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"])
     measure("DeleteMessage", lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"]))
     measure("ChangeMessageVisibility", lambda: sqs.change_message_visibility(

@@ -23,7 +23,7 @@ from lakeq.contract import validation as v
 from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
-from lakeq.log.selection import QueueView, ack_key, candidates, may_fold, next_lock_ts
+from lakeq.log.selection import QueueView, ack_key, candidates, lagging, may_fold, next_lock_ts
 from lakeq.store.bodies import BodyStore
 from lakeq.store.repos import LogRepo, OffsetRepo
 
@@ -96,8 +96,29 @@ class Log:
         raise NotImplementedError
 
     def queues(self) -> list:
-        """The queue items (one BatchGetItem): offsets, and delayed messages' ``next_due``."""
-        return LogRepo.queues(self.name, self.n_queues)
+        """The queue items (one BatchGetItem): offsets, and delayed messages' ``next_due``; their
+        ``max_offset`` as stored (a hint, see :meth:`probe`)."""
+        return LogRepo.queues(self.name, self.n_queues, exact=False)
+
+    def probe(self, views: list[QueueView], now: int, allowed: set[int] | None) -> list[QueueView]:
+        """``views`` with the heads a pull needs (issue 16 item 3): each queue the pull could lock
+        whose ``max_offset`` hint shows nothing to read (:func:`lakeq.log.selection.lagging`) is
+        probed in its chain, so a pull right after a produce's answer finds the message whether
+        or not the stream's head mover ran. One eventually consistent Query: at a frontier equal
+        to the hint (a segment's end, so a boundary) the segment starting there
+        (:meth:`lakeq.store.repos.LogRepo.end_from`: 0.5 RRU when there is none, the common case
+        of a drained queue); at a frontier past the hint (it read past it, possibly into the
+        middle of a segment) the newest segment (:meth:`lakeq.store.repos.LogRepo.chain_end`)."""
+        out = []
+        for view in views:
+            if lagging(view, now, allowed):
+                pq_ = LogRepo.pq(self.name, view.queue)
+                frontier = view.state().frontier
+                end = LogRepo.end_from(pq_, frontier) if view.max_offset == frontier else LogRepo.chain_end(pq_)
+                if end is not None and end > view.max_offset:
+                    view = replace(view, max_offset=end)
+            out.append(view)
+        return out
 
     def promote(self, metas: list) -> None:
         """A poll's write step before it reads: nothing for this kind."""
@@ -138,11 +159,15 @@ class TopicLog(Log):
 
 class ListLog(Log):
     """A subscription's message list ``~<id>`` (one queue): receipts name ``field``, no tag filter,
-    nothing delayed."""
+    nothing delayed; its head is exact (every append to a list is a transaction that moves it), so
+    nothing is probed."""
 
     def __init__(self, name: str, owner: str, meta: dict, field: str):
         super().__init__(name, owner, meta, 1)
         self.field = field
+
+    def probe(self, views: list[QueueView], now: int, allowed: set[int] | None) -> list[QueueView]:
+        return views
 
     def queue_field(self, queue: int) -> str:
         return self.field
@@ -239,7 +264,7 @@ def list_reader(log: str) -> BoundReader:
 def min_offset(log: str, queue: int) -> int | None:
     """The log's ``min_offset`` (consistent GetItem of its queue item): offsets below it are gone.
     None when the queue item is gone too (the log was deleted: every offset is)."""
-    m = LogRepo.queue(log, queue)
+    m = LogRepo.queue(log, queue, exact=False)
     return None if m is None else int(m.min_offset)
 
 
@@ -338,6 +363,18 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     return None
 
 
+def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None):
+    """The queues a poll tries, best first (:func:`lakeq.log.selection.candidates`): those the
+    ``max_offset`` hints rank first; only when none of them was locked (the caller stops at its
+    first lock), the queues whose chain probe (:meth:`Log.probe`) shows more than their hint. So a
+    busy poll pays no probe, and a poll comes back empty only after the probes said every
+    lockable queue is drained (read-after-write); a queue whose hint lags ranks by its hint until
+    the stream's head mover ran (issue 16 item 3)."""
+    yield from candidates(views_, now, allowed)
+    probed = log.probe(views_, now, allowed)
+    yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
+
+
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
             policy: Policy | None = None, folded: tuple[Receipt, int, Callable[[], object]] | None = None,
             budget: Callable[[], ByteBudget] = ByteBudget) -> dict:
@@ -369,7 +406,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         progressed = False
         metas = log.queues()
         log.promote(metas)  # the poll's write step: due delayed messages join their queues first
-        for view in candidates(log.views(metas), now, allowed):
+        for view in _ranked(log, log.views(metas), now, allowed):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
                 moved = p.state != view.state()
@@ -396,7 +433,9 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
                 again = [m for m in again if m["_log_offset"] not in p.state.suspect]
             frontier, fresh = p.state.frontier, []
             if p.fresh and complete and frontier < view.max_offset:
-                read, frontier = reader(view.queue, frontier, p.fresh, view.max_offset)
+                # the hint bounds nothing: the chain past it holds exactly what was appended
+                bound = max(view.max_offset, frontier + max(1000, p.fresh * SCAN_FACTOR))
+                read, frontier = reader(view.queue, frontier, p.fresh, bound)
                 for m in read:
                     if not batch_budget.take(message_out(m)):
                         frontier = m["_log_offset"]  # the lock covers exactly what the response carries

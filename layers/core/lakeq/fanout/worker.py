@@ -211,7 +211,7 @@ def append_groups(sub_id: str, groups: list[Group], now: int) -> int:
         raise AppendFailed(e.remaining, e.cause) from e.cause
     except Exception as e:  # noqa: BLE001 - throttled, too large…: the caller parks
         raise AppendFailed(left, e) from e
-    if added and LogRepo.queue(lt, 0) is None:
+    if added and LogRepo.queue(lt, 0, exact=False) is None:
         # Unsubscribed while we appended: the delete's purge may have run before our put. Purge
         # again; any put that came later than this read saw no head and wrote nothing.
         SubscriptionRepo.purge_list(sub_id)

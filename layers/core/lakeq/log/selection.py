@@ -70,6 +70,26 @@ def candidates(views: Iterable[QueueView], now: int, allowed: set[int] | None = 
     return out
 
 
+def lagging(view: QueueView, now: int, allowed: set[int] | None = None) -> bool:
+    """Does a ranked pull probe this queue's chain (issue 16 item 3)? Its ``max_offset`` is a hint
+    the SegmentsTable stream moves a stream delay after each append without ids, so a queue whose
+    hint shows nothing past the frontier may hold messages a producer was just told are in: a
+    pull may lock it (not locked, ``allowed``) and its hint is at or below the frontier. The
+    probe (one Query of the newest segment) costs 0.5 RRU, so queues whose hint already shows
+    messages are not probed (they rank by the hint).
+
+    >>> lagging(QueueView(0, 0, 5, committed=5), 0), lagging(QueueView(0, 0, 6, committed=5), 0)
+    (True, False)
+    >>> lagging(QueueView(0, 0, 5, committed=5, lock_until=9, lock_ts=1, lock_next=5), 1)
+    False
+    >>> lagging(QueueView(1, 0, 0), 0, allowed={0})
+    False
+    """
+    if view.locked(now) or (allowed is not None and view.queue not in allowed):
+        return False
+    return view.max_offset <= view.state().frontier
+
+
 FOLD_RUN = 16  # a queue is locked by folded acks at most this many times in a row, then ranked again
 
 

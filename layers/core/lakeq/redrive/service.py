@@ -168,7 +168,7 @@ def _batch(r: RedriveModel, prog: mp.Progress, queue: int, n: int, now: int) -> 
     start = prog.pos.get(queue, 0)
     msgs, after = topic_reader(r.source_log, None)(queue, start, n, prog.end[queue])
     if after == start:  # a gap: below the log's retained offsets, or not visible yet
-        meta = LogRepo.queue(r.source_log, queue)
+        meta = LogRepo.queue(r.source_log, queue, exact=False)
         lo = int(meta.min_offset) if meta is not None else prog.end[queue]
         return (lo, 0, 0, None) if lo > start else (start, 0, 0, None)
     by_dest: dict[str, list[seg.Message]] = {}

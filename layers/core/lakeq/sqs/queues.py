@@ -207,7 +207,7 @@ def _counts(q: Queue) -> dict[str, str]:
             visible += max(0, v.backlog - held)
         else:
             visible += v.backlog
-    delayed = sum(int(getattr(m, "delayed", 0) or 0) for m in LogRepo.queues(log, n))
+    delayed = sum(int(getattr(m, "delayed", 0) or 0) for m in LogRepo.queues(log, n, exact=False))
     return {"ApproximateNumberOfMessages": str(visible), "ApproximateNumberOfMessagesNotVisible": str(inflight),
             "ApproximateNumberOfMessagesDelayed": str(delayed)}
 

@@ -156,6 +156,10 @@ class SegmentModel(Model):
     z = BooleanAttribute(default=False)
     produced_at = NumberAttribute()
     expires_at = TTLAttribute(null=True)
+    # put alone, without moving the queue item's head (an append without ids, issue 16 item 3): the
+    # SegmentsTable stream's head mover (lakeq.produce.heads) moves it; absent when the append's
+    # transaction moved the head itself
+    h = BooleanAttribute(null=True)
 
 
 class DedupModel(Model):

@@ -74,7 +74,7 @@ class ReplayListRepo:
     @staticmethod
     def queue(replay_id: str) -> QueueModel | None:
         """The list's queue item (consistent GetItem)."""
-        return LogRepo.queue(replay_log(replay_id), 0)
+        return LogRepo.queue(replay_log(replay_id), 0, exact=False)  # its head moves in its transactions
 
     @staticmethod
     def mark(group: str, replay_id: str, topic: str) -> bool:

@@ -353,14 +353,20 @@ class LogRepo:
     def pq(topic: str, queue: int) -> str:
         return pq(topic, queue)
 
-    @staticmethod
-    def queues(topic: str, n: int, consistent: bool = False) -> list[QueueModel]:
+    @classmethod
+    def queues(cls, topic: str, n: int, consistent: bool = False, exact: bool = True) -> list[QueueModel]:
         """The queue items ``0..n-1`` of a topic (``n`` = the topic item's ``queues``), ordered by
         queue: BatchGetItem, at most 100 keys a call, UnprocessedKeys asked again after a jittered
-        exponential backoff. A missing item (not created yet) is left out. Eventually consistent by
-        default: a lagging ``max_offset`` only delays a pull's view of the newest messages.
+        exponential backoff. A missing item (not created yet) is left out.
         Cost: 0.5 RCU per queue item eventually consistent (1 RCU strongly), against one Query's
-        0.5 RCU per 4 KB when the table was keyed by topic (see docs/design.md)."""
+        0.5 RCU per 4 KB when the table was keyed by topic (see docs/design.md).
+
+        ``max_offset`` is a hint that may lag (issue 16 item 3: an append without ids does not move
+        it; the SegmentsTable stream's consumer does, :mod:`lakeq.produce.heads`). ``exact`` (the
+        default) corrects each item's ``max_offset`` in memory from its chain
+        (:meth:`chain_end`: one Query a queue, consistent when ``consistent``): what every
+        reader outside the hot pull path gets. ``exact=False``: the hints alone (the ranked pull,
+        which probes only the queues whose hint shows nothing to read, ``lakeq.consume.reader``)."""
         keys = [{"pq": queue_key(topic, q)} for q in range(n)]
         conn = QueueModel._get_connection()
         table = QueueModel.Meta.table_name
@@ -376,14 +382,51 @@ class LogRepo:
                 if page:
                     attempt += 1
                     backoff.sleep(attempt, base=0.01, cap=1.0)  # throttled: longer waits
-        return sorted(out, key=lambda m: int(m.queue))
+        out.sort(key=lambda m: int(m.queue))
+        if exact:
+            for m in out:
+                cls._exact(m, consistent)
+        return out
 
-    @staticmethod
-    def queue(topic: str, queue: int, consistent: bool = True) -> QueueModel | None:
+    @classmethod
+    def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> QueueModel | None:
+        """The queue item; ``exact``: its ``max_offset`` corrected from the chain (:meth:`queues`)."""
         try:
-            return QueueModel.get(queue_key(topic, queue), consistent_read=consistent)
+            m = QueueModel.get(queue_key(topic, queue), consistent_read=consistent)
         except DoesNotExist:
             return None
+        return cls._exact(m, consistent) if exact else m
+
+    @staticmethod
+    def _exact(m: QueueModel, consistent: bool) -> QueueModel:
+        """``m`` with ``max_offset`` and ``last_produced_at`` (both moved by the head mover) taken
+        from the newest segment when it is ahead."""
+        for item in SegmentModel.query(m.pq, scan_index_forward=False, limit=1, consistent_read=consistent):
+            if int(item.end) > int(m.max_offset):
+                m.max_offset = int(item.end)
+                m.last_produced_at = max(int(m.last_produced_at or 0), int(item.produced_at or 0))
+        return m
+
+    @staticmethod
+    def end_from(pq_: str, start: int) -> int | None:
+        """The end of the segment starting at or after ``start`` (one Query, ``base >= start``,
+        one item, eventually consistent), None when there is none: 0.5 RRU when there is none,
+        whatever the size of the queue's segments. Exact only when ``start`` is a segment
+        boundary (a segment holding ``start`` past its base is not seen): the pull's probe asks it
+        at a frontier equal to the queue item's ``max_offset``, always a segment's end."""
+        for item in SegmentModel.query(pq_, SegmentModel.base >= start, limit=1):
+            return int(item.end)
+        return None
+
+    @staticmethod
+    def chain_end(pq_: str, consistent: bool = False) -> int | None:
+        """The end of queue ``pq_``'s newest segment (one Query, newest first, one item: 0.5 RRU
+        per 4 KB of that segment eventually consistent, 1 strongly), None when the chain is empty
+        (never written, or every segment expired: then the queue item's ``max_offset`` is exact, the
+        stream's consumer moved it within seconds of each put, long before a segment's TTL)."""
+        for item in SegmentModel.query(pq_, scan_index_forward=False, limit=1, consistent_read=consistent):
+            return int(item.end)
+        return None
 
     @staticmethod
     def dedup_lookup(topic: str, ids: list[str]) -> dict[str, tuple[int, int]]:
@@ -411,19 +454,25 @@ class LogRepo:
     def head(cls, topic: str, queue: int, fresh: bool = False) -> int | None:
         """Where the next segment goes: the end of the queue's last segment.
 
-        Cheap path: the queue item's ``max_offset`` (eventually consistent GetItem). It can lag
-        (a producer that died between its segment put and the queue item's update), never lead:
-        a put at a lagging head fails its condition, and the caller asks again with ``fresh``,
-        which reads the last segment itself (strongly consistent Query, newest first, one item).
-        None when the queue does not exist."""
-        meta = cls.queue(topic, queue, consistent=fresh)
+        Cheap path (issue 16 item 3): the newest segment's end (eventually consistent Query, one
+        item, :meth:`chain_end`); only when the chain is empty, the queue item's ``max_offset``
+        (eventually consistent GetItem: exact then, see :meth:`chain_end`). A stale answer only
+        makes the put fail its condition, and the caller asks again with ``fresh``: the queue item
+        and the newest segment, both strongly consistent. None when the queue does not exist (an
+        empty chain and no queue item; a put at the head of a queue whose item is gone but whose
+        segments are left fails in the transaction paths, and is a deleted incarnation's log)."""
+        if not fresh:
+            end = cls.chain_end(cls.pq(topic, queue))
+            if end is not None:
+                return end
+        meta = cls.queue(topic, queue, consistent=fresh, exact=False)
         if meta is None:
             return None
         head = int(meta.max_offset)
         if fresh:
-            for item in SegmentModel.query(cls.pq(topic, queue), scan_index_forward=False, limit=1,
-                                           consistent_read=True):
-                head = max(head, int(item.end))
+            end = cls.chain_end(cls.pq(topic, queue), consistent=True)
+            if end is not None:
+                head = max(head, end)
         return head
 
     @classmethod
@@ -433,10 +482,11 @@ class LogRepo:
         Each segment item is keyed by its first offset and written only if no segment starts
         there (``attribute_not_exists``): since every segment starts where an existing one ends,
         the log stays one contiguous chain — no hole, no overlap — without a lock or a counter.
-        A part without client-chosen ids and with one segment is one conditional PutItem, then
-        the queue item's ``max_offset`` moves forward (UpdateItem, conditioned on being behind): a
-        crash in between leaves the head lagging behind messages nobody acknowledged; the next
-        append to the queue (a retry, or any producer) finds the real head and moves it past them.
+        A part without client-chosen ids and with one segment is one conditional PutItem and
+        nothing else (issue 16 item 3): the queue item's ``max_offset`` is moved by the
+        SegmentsTable stream's consumer (:mod:`lakeq.produce.heads`), so it lags the chain by a
+        stream delay; readers that need the exact head read the chain (:meth:`queues`,
+        :meth:`queue`, :meth:`chain_end`).
 
         A part with ids (or several segments) is one transaction: the queue item's head move
         (``max_offset <= base`` → the part's end), the segments, then the dedup items (each
@@ -452,18 +502,17 @@ class LogRepo:
         pq = cls.pq(topic, queue)
         end = part.segments[-1].end
 
-        def seg_item(s: seg.Segment) -> SegmentModel:
+        def seg_item(s: seg.Segment, alone: bool = False) -> SegmentModel:
             return SegmentModel(pq, s.base, end=s.end, count=s.count, idx=s.idx, data=s.data, z=s.compressed,
-                                produced_at=now)
+                                produced_at=now, h=True if alone else None)
 
         if not part.dedup and len(part.segments) == 1:
             try:
-                seg_item(part.segments[0]).save(condition=SegmentModel.pq.does_not_exist())
+                seg_item(part.segments[0], alone=True).save(condition=SegmentModel.pq.does_not_exist())
             except PutError as e:
                 if conditional_failed(e):
                     raise TransactionFailed([CONDITION_FAILED]) from None
                 raise
-            cls.advance_head(topic, queue, end, now)
         else:
             def build(t: TransactWrite) -> None:
                 t.update(cls._queue_item(topic, queue),
@@ -484,22 +533,30 @@ class LogRepo:
 
     @classmethod
     def advance_head(cls, topic: str, queue: int, end: int, now: int) -> None:
-        """``max_offset`` := ``end`` unless it is already there or past. A write that meets a
-        transaction in flight on the queue item (``TransactionConflictException``, which the SDK
-        does not retry) is retried: the caller's messages must be below the head before it
-        answers."""
+        """``max_offset`` := ``end`` unless it is already there or past (:meth:`advance_key`)."""
+        cls.advance_key(cls.pq(topic, queue), end, now)
+
+    @staticmethod
+    def advance_key(pq_: str, end: int, produced_at: int) -> bool:
+        """Queue item ``pq_``'s ``max_offset`` := ``end`` unless it is already there or past (one
+        conditional UpdateItem, ``max_offset < end``: the head only ever moves forward, so a
+        stream batch applied twice or late changes nothing). A gone queue item (a deleted
+        topic) is not created. A write that meets a transaction in flight on the queue item
+        (``TransactionConflictException``, which the SDK does not retry) is retried. True when
+        it moved the head."""
         for attempt in range(8):
             try:
-                cls._queue_item(topic, queue).update(
-                    actions=[QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now)],
+                QueueModel(pq_).update(
+                    actions=[QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(produced_at)],
                     condition=QueueModel.topic.exists() & (QueueModel.max_offset < end))
-                return
+                return True
             except UpdateError as e:
                 if conditional_failed(e):
-                    return
+                    return False
                 if getattr(e, "cause_response_code", None) != "TransactionConflictException" or attempt == 7:
                     raise
                 backoff.sleep(attempt, base=0.005, cap=0.32)
+        return False
 
     @classmethod
     def read(cls, topic: str, queue: int, start: int, max_offsets: int):

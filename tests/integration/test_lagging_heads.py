@@ -1,0 +1,235 @@
+"""Issue 16 item 3: the producer's ``max_offset`` write moved to the SegmentsTable stream's head mover
+(``HeadsFunction``, :mod:`lakeq.produce.heads`). An append without ids is one PutItem of its
+segment; the queue item's ``max_offset`` is a hint that lags until the mover ran. Every reader that
+needs the exact head answers right with the hint behind (here the mover never runs unless a test
+calls it), and the mover is safe run late, twice, out of order and concurrently with producers.
+
+Each reader test was seen failing on a naive version (the producer's UpdateItem removed, readers
+left on the hint: ``LogRepo.queues``/``queue`` with ``exact=False`` and no pull probe).
+"""
+from __future__ import annotations
+
+import threading
+
+from infra.local import interceptor
+from lakeq.store.models import QueueModel, SegmentModel
+from lakeq.store.repos import LogRepo
+from tests.crash import CountCalls
+from tests.handlers import Context, load_function, segment_records
+from tests.history import path
+
+T = "quotes/sh"
+P = path(T)
+
+
+def produce(api, key, messages, topic=T):
+    s, b = api.call("POST", path(topic), {"producer": "feed", "messages": messages}, key=key)
+    assert s == 200, b
+    return b["results"]
+
+
+def pull(api, key, group="risk", topic=T, **q):
+    s, b = api.call("GET", path(topic), query={"group": group, "max": 100, **q}, key=key)
+    assert s == 200, b
+    return b
+
+
+def hint(q, log=T):
+    return int(QueueModel.get(f"{log}#{q}").max_offset)
+
+
+def mover():
+    return load_function("HeadsFunction")
+
+
+class Writes:
+    """Hook: every UpdateItem the head mover attempts (failed conditions included)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def before(self, call):
+        if call.function == "HeadsFunction" and call.operation == "UpdateItem":
+            self.n += 1
+
+    def after(self, call, response):
+        return response
+
+
+def move(aws, records=None):
+    return mover()({"Records": segment_records(aws, lists=True) if records is None else records}, Context())
+
+
+def test_pull_right_after_produce_finds_the_message_with_the_hint_behind(api, setup, aws):
+    """Read-after-write: a ``wait_ms=0`` pull right after the produce's answer finds the message
+    although nothing moved the queue item; the probe is one Query of the newest segment per queue
+    whose hint shows nothing (2 queues here), none for a queue whose hint shows messages."""
+    r = produce(api, setup["feed"], [{"body": "a", "key": "k"}])
+    q = r[0]["queue"]
+    assert hint(q) == 0  # the head mover never ran
+    calls = CountCalls({"ConsumeFunction"})
+    with interceptor.hooked(calls):
+        b = pull(api, setup["risk"], wait_ms=0)
+    assert [m["body"] for m in b["messages"]] == ["a"]
+    probes = [c for c in calls.calls if c.operation == "Query" and c.params.get("TableName", "").endswith("-segments")
+              and c.params.get("Limit") == 1]
+    assert len(probes) == 2  # both queues' hints show nothing: both probed (one Query each)
+    # once the mover ran, the hint shows the message's queue: it is not probed
+    produce(api, setup["feed"], [{"body": "b", "key": "k"}])
+    move(aws)
+    assert hint(q) == 2
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
+    calls = CountCalls({"ConsumeFunction"})
+    with interceptor.hooked(calls):
+        b = pull(api, setup["risk"], wait_ms=0)
+    assert [m["body"] for m in b["messages"]] == ["b"]
+    probes = [c for c in calls.calls if c.operation == "Query" and c.params.get("Limit") == 1
+              and f"#{q}" in str(c.params.get("ExpressionAttributeValues"))]
+    assert probes == []
+
+
+def test_a_frontier_past_the_hint_inside_a_segment_still_sees_the_rest(api, setup):
+    """A consumer that read part of a segment the hint does not show yet (its frontier is past the
+    hint, inside the segment): the next pull's probe reads the newest segment, not the one
+    starting at the frontier (there is none), and serves the rest."""
+    r = produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(5)])  # one segment [0, 5)
+    q = r[0]["queue"]
+    b = pull(api, setup["risk"], wait_ms=0, max=2)
+    assert [m["offset"] for m in b["messages"]] == [0, 1]
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
+    assert hint(q) == 0
+    b = pull(api, setup["risk"], wait_ms=0)
+    assert [m["offset"] for m in b["messages"]] == [2, 3, 4]
+
+
+def test_backlog_and_reset_bounds_are_exact_with_the_hint_behind(api, setup):
+    r = produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(3)])
+    q = r[0]["queue"]
+    assert hint(q) == 0
+    s, o = api.call("GET", "/v1/groups/risk/offsets", query={"topic": T}, key=setup["risk"])
+    assert s == 200 and o["backlog"] == 3, o
+    assert [x["max_offset"] for x in o["queues"] if x["queue"] == q] == [3]
+    # a reset to the true head is inside the bounds (a lagging bound would answer 400)
+    s, b = api.call("PUT", "/v1/groups/risk/offsets", {"topic": T, "queue": q, "offset": 3})
+    assert s == 200, b
+    assert pull(api, setup["risk"], wait_ms=0)["messages"] == []
+    assert api.call("PUT", "/v1/groups/risk/offsets", {"topic": T, "queue": q, "offset": 4})[0] == 400
+
+
+def test_delayed_promotion_takes_its_base_from_the_chain(api, setup, clock):
+    """A promotion's transaction is conditioned on ``max_offset <= base``; with the hint behind the
+    base is the chain's end, so the promoted message lands right after the id-less ones."""
+    produce(api, setup["feed"], [{"body": "later", "key": "k", "delay_ms": 1000}])
+    r = produce(api, setup["feed"], [{"body": "a", "key": "k"}, {"body": "b", "key": "k"}])
+    q = r[0]["queue"]
+    assert hint(q) == 0
+    clock.t += 1000
+    b = pull(api, setup["risk"], wait_ms=0)
+    assert [(m["body"], m["offset"]) for m in b["messages"]] == [("a", 0), ("b", 1), ("later", 2)]
+    assert hint(q) == 3  # the promotion's transaction moved the head itself
+
+
+def test_empty_chain_falls_back_to_the_queue_item_the_mover_made_exact(api, setup, aws):
+    """Segments expire (TTL): when a queue's chain is empty the producer's head is the queue item's
+    ``max_offset``, which the mover made exact long before; offsets are never handed out twice."""
+    r = produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(3)])
+    q = r[0]["queue"]
+    produce(api, setup["feed"], [{"body": "3", "key": "k"}])
+    move(aws)
+    assert hint(q) == 4
+    for item in SegmentModel.query(f"{T}#{q}"):
+        item.delete()  # every segment expired
+    assert LogRepo.head(T, q) == 4
+    assert produce(api, setup["feed"], [{"body": "x", "key": "k"}])[0]["offset"] == 4
+
+
+def test_mover_late_twice_out_of_order_and_only_for_puts_alone(api, setup, aws):
+    """The mover's writes are conditional on ``max_offset < end``: a batch applied twice, in reverse,
+    or an older batch after a newer one never moves a head back. Segments whose transaction moved
+    the head (messages with ids) cost no write at all."""
+    produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(2)])
+    r = produce(api, setup["feed"], [{"body": "2", "key": "k"}])
+    q = r[0]["queue"]
+    recs = segment_records(aws)
+    assert len(recs) == 2
+    w = Writes()
+    with interceptor.hooked(w):
+        assert move(aws, recs[1:])["moved"] == 1  # the newer batch first
+        assert hint(q) == 3
+        assert move(aws, recs[:1])["moved"] == 0  # then the older one: no move back
+        assert move(aws, list(reversed(recs)) * 2)["moved"] == 0
+    assert hint(q) == 3
+    assert w.n == 3  # one conditional UpdateItem per queue per batch
+    # with ids: the transaction moved the head, the mover writes nothing
+    produce(api, setup["feed"], [{"id": "i1", "body": "3", "key": "k"}])
+    assert hint(q) == 4
+    w = Writes()
+    with interceptor.hooked(w):
+        assert move(aws, segment_records(aws)[2:])["queues"] == 0
+    assert w.n == 0
+
+
+def test_a_deleted_topics_queue_item_is_not_recreated(api, setup, aws):
+    produce(api, setup["feed"], [{"body": "a", "key": "k"}])
+    recs = segment_records(aws)
+    for m in QueueModel.scan():
+        m.delete()
+    assert move(aws, recs)["moved"] == 0
+    assert list(QueueModel.scan()) == []
+
+
+def test_producers_racing_the_mover_keep_the_log_contiguous(api, setup, aws):
+    """Producers (threads, without ids) and the mover (applying whatever the stream shows so far,
+    again and again) racing on one queue: every message gets its own offset, contiguous, the hint
+    never passes the chain's end, and a final mover pass makes it exact."""
+    import json
+
+    from lakeq.admin.auth import Principal
+    from lakeq.produce import service as produce_service
+
+    results: list[dict] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def producer(n):
+        for i in range(6):
+            with interceptor.acting_as("ProduceFunction"):
+                out = produce_service.produce(Principal(False, "feed"), T, json.dumps(
+                    {"producer": "feed", "messages": [{"body": f"{n}-{i}", "key": "k"}]}))
+            with lock:
+                results.extend(out["results"])
+
+    ahead = []
+
+    def heads():
+        while not stop.is_set():
+            move(aws)
+            q = results[0]["queue"] if results else None
+            if q is not None:
+                h = hint(q)
+                if h > LogRepo.head(T, q, fresh=True):
+                    ahead.append(h)
+
+    ts = [threading.Thread(target=producer, args=(n,)) for n in range(3)]
+    mv = threading.Thread(target=heads)
+    mv.start()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    stop.set()
+    mv.join()
+    q = results[0]["queue"]
+    assert ahead == []
+    assert sorted(r["offset"] for r in results) == list(range(18))
+    move(aws)
+    assert hint(q) == 18 == LogRepo.head(T, q, fresh=True)
+    got = []
+    receipt = None
+    while True:
+        b = pull(api, setup["risk"], wait_ms=0, **({"ack": receipt} if receipt else {}))
+        if not b["messages"]:
+            break
+        got += [m["offset"] for m in b["messages"]]
+        receipt = b["receipt"]
+    assert got == list(range(18))
