@@ -233,3 +233,51 @@ def test_producers_racing_the_mover_keep_the_log_contiguous(api, setup, aws):
         got += [m["offset"] for m in b["messages"]]
         receipt = b["receipt"]
     assert got == list(range(18))
+
+
+def _probes(calls):
+    return [c for c in calls.calls if c.operation == "Query" and c.params.get("TableName", "").endswith("-segments")
+            and c.params.get("Limit") == 1]
+
+
+def _rounds(calls):
+    return [c for c in calls.calls if c.operation == "BatchGetItem"]
+
+
+def test_an_idle_long_poll_probes_the_chains_at_most_once_a_second(api, setup, clock, monkeypatch):
+    """A long poll of an idle topic probes its lagging queues' chains on its first and last rounds
+    and at most once a second between (``selection.probe_due``), not on each of its ~44 rounds:
+    the probes are the price of the producer's head write moved to the stream, and an idle
+    consumer pays them while it waits (issue 16 item 2's subject). Time is the fake clock, moved by
+    the poll's own sleeps."""
+    from lakeq.consume import reader
+    monkeypatch.setattr(reader.time, "sleep", lambda s: setattr(clock, "t", clock.t + round(s * 1000)))
+    calls = CountCalls({"ConsumeFunction"})
+    with interceptor.hooked(calls):
+        assert pull(api, setup["risk"], wait_ms=20000)["messages"] == []
+    rounds, probes = len(_rounds(calls)), len(_probes(calls))
+    assert rounds >= 40  # 50, 100, 200, 400 ms, then 500 ms rounds for 20 s
+    assert probes % 2 == 0 and probes // 2 <= 20000 // 1000 + 2, (rounds, probes)  # 2 queues a probe round
+    assert probes >= 2 * 20  # ... and still about one a second
+
+
+def test_a_message_appended_during_a_long_poll_is_found_within_a_second_without_the_mover(
+        api, setup, clock, monkeypatch):
+    """The head mover never runs here: a message produced while a long poll waits (its hint stays
+    behind) is found by the next probe round, within a second of fake time of its produce."""
+    from lakeq.consume import reader
+    sleeps, produced_at = [], []
+
+    def sleep(s):
+        clock.t += round(s * 1000)
+        sleeps.append(s)
+        if len(sleeps) == 6:  # ~1.25 s into the poll, between probe rounds
+            produce(api, setup["feed"], [{"body": "late", "key": "k"}])
+            produced_at.append(clock.t)
+
+    monkeypatch.setattr(reader.time, "sleep", sleep)
+    start = clock.t
+    b = pull(api, setup["risk"], wait_ms=20000)
+    assert [m["body"] for m in b["messages"]] == ["late"]
+    assert hint(b["messages"][0]["queue"]) == 0  # found by a probe, not by the mover
+    assert produced_at and clock.t - produced_at[0] <= 1000, (produced_at[0] - start, clock.t - start)

@@ -23,7 +23,7 @@ from lakeq.contract import validation as v
 from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
-from lakeq.log.selection import QueueView, ack_key, candidates, lagging, may_fold, next_lock_ts
+from lakeq.log.selection import QueueView, ack_key, candidates, lagging, may_fold, next_lock_ts, probe_due
 from lakeq.store.bodies import BodyStore
 from lakeq.store.repos import LogRepo, OffsetRepo
 
@@ -363,16 +363,18 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     return None
 
 
-def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None):
+def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None, probe: bool = True):
     """The queues a poll tries, best first (:func:`lakeq.log.selection.candidates`): those the
     ``max_offset`` hints rank first; only when none of them was locked (the caller stops at its
-    first lock), the queues whose chain probe (:meth:`Log.probe`) shows more than their hint. So a
-    busy poll pays no probe, and a poll comes back empty only after the probes said every
-    lockable queue is drained (read-after-write); a queue whose hint lags ranks by its hint until
-    the stream's head mover ran (issue 16 item 3)."""
+    first lock) and ``probe`` (:func:`lakeq.log.selection.probe_due`: a long poll's first and last
+    rounds, and at most one round a second between), the queues whose chain probe
+    (:meth:`Log.probe`) shows more than their hint. So a busy poll pays no probe, and a poll comes
+    back empty only after the probes said every lockable queue is drained (read-after-write); a
+    queue whose hint lags ranks by its hint until the stream's head mover ran (issue 16 item 3)."""
     yield from candidates(views_, now, allowed)
-    probed = log.probe(views_, now, allowed)
-    yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
+    if probe:
+        probed = log.probe(views_, now, allowed)
+        yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
 
 
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
@@ -401,12 +403,16 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     reader = log.reader(req.tags)
     deadline = clock.now() + req.wait_ms
     poll = POLL_MIN_MS
+    last_probe = None
     while True:
         now = clock.now()
         progressed = False
         metas = log.queues()
         log.promote(metas)  # the poll's write step: due delayed messages join their queues first
-        for view in _ranked(log, log.views(metas), now, allowed):
+        probe = probe_due(now, last_probe, deadline)
+        if probe:
+            last_probe = now
+        for view in _ranked(log, log.views(metas), now, allowed, probe):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
                 moved = p.state != view.state()
@@ -456,6 +462,9 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
             continue
         remaining = deadline - clock.now()
         if remaining <= 0:
-            return {"messages": [], "receipt": None}
+            if probe:
+                return {"messages": [], "receipt": None}
+            last_probe = None  # the wait is over but this round did not probe: one more round that does
+            continue
         time.sleep(_sleep_ms(min(poll, remaining), log.wake_at()) / 1000)  # delayed delivery: wake when one is due
         poll = min(POLL_MAX_MS, poll * 2)
