@@ -122,7 +122,8 @@ def check_topic(env, topic, msgs, tag):
     assert env.drain(topic) == {}
 
 
-@pytest.mark.parametrize("via", ["promoter", "pull"])
+@pytest.mark.timeout(900)  # every prefix of a pull's calls (~20), each a topic set up and drained: 316-470 s
+@pytest.mark.parametrize("via", ["promoter", "pull"])  # under CI's load, over the suite's 300-s default
 def test_promotion_every_prefix(env, via):
     """Crash the promotion after its k-th store call, for every k; the next run finishes it."""
     run = (lambda topic: env.promoter({}, Context())) if via == "promoter" else (lambda topic: env.pull(topic))

@@ -23,7 +23,7 @@ from lakeq.contract import validation as v
 from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
-from lakeq.log.selection import QueueView, ack_key, candidates, lagging, may_fold, next_lock_ts, probe_due
+from lakeq.log.selection import QueueView, ack_key, candidates, lagging, may_fold, next_lock_ts
 from lakeq.store.bodies import BodyStore
 from lakeq.store.repos import LogRepo, OffsetRepo
 
@@ -104,17 +104,22 @@ class Log:
         """``views`` with the heads a pull needs (issue 16 item 3): each queue the pull could lock
         whose ``max_offset`` hint shows nothing to read (:func:`lakeq.log.selection.lagging`) is
         probed in its chain, so a pull right after a produce's answer finds the message whether
-        or not the stream's head mover ran. One eventually consistent Query: at a frontier equal
-        to the hint (a segment's end, so a boundary) the segment starting there
-        (:meth:`lakeq.store.repos.LogRepo.end_from`: 0.5 RRU when there is none, the common case
-        of a drained queue); at a frontier past the hint (it read past it, possibly into the
-        middle of a segment) the newest segment (:meth:`lakeq.store.repos.LogRepo.chain_end`)."""
+        or not the stream's head mover ran. At a frontier equal to the hint (a segment's end, so a
+        boundary) the segment starting there, for all such queues in one BatchGetItem
+        (:meth:`lakeq.store.repos.LogRepo.ends_at`: 0.5 RRU a queue when there is none, the
+        common case of a drained queue; one round trip however many queues: a 64-queue topic's
+        probes were 64 sequential Queries); at a frontier past the hint (it read past it, possibly
+        into the middle of a segment) the newest segment, one Query each
+        (:meth:`lakeq.store.repos.LogRepo.chain_end`)."""
+        lag = {v.queue: (LogRepo.pq(self.name, v.queue), v.state().frontier)
+               for v in views if lagging(v, now, allowed)}
+        at_hint = {pq_: f for v in views if v.queue in lag for pq_, f in [lag[v.queue]] if f == v.max_offset}
+        found = LogRepo.ends_at(at_hint) if at_hint else {}
         out = []
         for view in views:
-            if lagging(view, now, allowed):
-                pq_ = LogRepo.pq(self.name, view.queue)
-                frontier = view.state().frontier
-                end = LogRepo.end_from(pq_, frontier) if view.max_offset == frontier else LogRepo.chain_end(pq_)
+            if view.queue in lag:
+                pq_, frontier = lag[view.queue]
+                end = found.get(pq_) if pq_ in at_hint else LogRepo.chain_end(pq_)
                 if end is not None and end > view.max_offset:
                     view = replace(view, max_offset=end)
             out.append(view)
@@ -363,18 +368,19 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     return None
 
 
-def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None, probe: bool = True):
+def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None):
     """The queues a poll tries, best first (:func:`lakeq.log.selection.candidates`): those the
     ``max_offset`` hints rank first; only when none of them was locked (the caller stops at its
-    first lock) and ``probe`` (:func:`lakeq.log.selection.probe_due`: a long poll's first and last
-    rounds, and at most one round a second between), the queues whose chain probe
-    (:meth:`Log.probe`) shows more than their hint. So a busy poll pays no probe, and a poll comes
-    back empty only after the probes said every lockable queue is drained (read-after-write); a
-    queue whose hint lags ranks by its hint until the stream's head mover ran (issue 16 item 3)."""
+    first lock), the queues whose chain probe (:meth:`Log.probe`) shows more than their hint. So a
+    busy poll pays no probe, and a poll comes back empty only after the probes said every
+    lockable queue is drained (read-after-write); a queue whose hint lags ranks by its hint until
+    the stream's head mover ran (issue 16 item 3). Every round of a long poll probes: probing
+    at most once a second was tried and measured (bench/idle.py): it halved an idle poll's probes
+    but tripled a waiting consumer's produce-to-delivery p50 (247 → 785 ms), since the mover's
+    1-s batching window is then what shows new messages."""
     yield from candidates(views_, now, allowed)
-    if probe:
-        probed = log.probe(views_, now, allowed)
-        yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
+    probed = log.probe(views_, now, allowed)
+    yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
 
 
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
@@ -403,16 +409,12 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     reader = log.reader(req.tags)
     deadline = clock.now() + req.wait_ms
     poll = POLL_MIN_MS
-    last_probe = None
     while True:
         now = clock.now()
         progressed = False
         metas = log.queues()
         log.promote(metas)  # the poll's write step: due delayed messages join their queues first
-        probe = probe_due(now, last_probe, deadline)
-        if probe:
-            last_probe = now
-        for view in _ranked(log, log.views(metas), now, allowed, probe):
+        for view in _ranked(log, log.views(metas), now, allowed):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
                 moved = p.state != view.state()
@@ -462,9 +464,6 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
             continue
         remaining = deadline - clock.now()
         if remaining <= 0:
-            if probe:
-                return {"messages": [], "receipt": None}
-            last_probe = None  # the wait is over but this round did not probe: one more round that does
-            continue
+            return {"messages": [], "receipt": None}
         time.sleep(_sleep_ms(min(poll, remaining), log.wake_at()) / 1000)  # delayed delivery: wake when one is due
         poll = min(POLL_MAX_MS, poll * 2)

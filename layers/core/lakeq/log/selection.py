@@ -90,26 +90,6 @@ def lagging(view: QueueView, now: int, allowed: set[int] | None = None) -> bool:
     return view.max_offset <= view.state().frontier
 
 
-PROBE_EVERY_MS = 1000  # a long poll's rounds probe the chains at most this often (and first and last)
-
-
-def probe_due(now: int, last_probe: int | None, deadline: int, every_ms: int = PROBE_EVERY_MS) -> bool:
-    """Does this round of a long poll probe the lagging queues' chains (:func:`lagging`)? The
-    first round does (``last_probe`` None: read-after-write for a pull that starts after a
-    produce's answer), the last one does (``now >= deadline``: a poll answers empty only after a
-    probe said every lockable queue is drained), and the rounds between at most every
-    ``every_ms``: the hints catch up a stream delay after each append, so an idle long poll of
-    ~44 rounds pays ~22 probe rounds instead of 44, and a message appended while it waits is
-    found within ``every_ms`` even if the head mover lags longer. O(1).
-
-    >>> probe_due(0, None, 20_000), probe_due(500, 0, 20_000), probe_due(1000, 0, 20_000)
-    (True, False, True)
-    >>> probe_due(20_000, 19_500, 20_000), probe_due(7, None, 0)
-    (True, True)
-    """
-    return last_probe is None or now >= deadline or now - last_probe >= every_ms
-
-
 FOLD_RUN = 16  # a queue is locked by folded acks at most this many times in a row, then ranked again
 
 

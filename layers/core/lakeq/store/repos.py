@@ -408,15 +408,32 @@ class LogRepo:
         return m
 
     @staticmethod
-    def end_from(pq_: str, start: int) -> int | None:
-        """The end of the segment starting at or after ``start`` (one Query, ``base >= start``,
-        one item, eventually consistent), None when there is none: 0.5 RRU when there is none,
-        whatever the size of the queue's segments. Exact only when ``start`` is a segment
-        boundary (a segment holding ``start`` past its base is not seen): the pull's probe asks it
-        at a frontier equal to the queue item's ``max_offset``, always a segment's end."""
-        for item in SegmentModel.query(pq_, SegmentModel.base >= start, limit=1):
-            return int(item.end)
-        return None
+    def ends_at(starts: dict[str, int]) -> dict[str, int]:
+        """For each queue ``pq_ -> start``: the end of the segment starting exactly at ``start``,
+        for those that have one (BatchGetItem of the segment keys, eventually consistent, at most
+        100 keys a call, UnprocessedKeys asked again after a jittered backoff; only ``end`` is
+        returned), for many queues in one round trip: 0.5 RRU per key when there is no such
+        segment (the common case of a drained queue), the segment's size when there is (it is read
+        next anyway). Exact only when each
+        ``start`` is a segment boundary (the pull's probe asks at a frontier equal to the queue
+        item's ``max_offset``, always a segment's end)."""
+        keys = [{"pq": k, "base": int(v)} for k, v in starts.items()]
+        conn = SegmentModel._get_connection()
+        table = SegmentModel.Meta.table_name
+        out: dict[str, int] = {}
+        for i in range(0, len(keys), BATCH_GET_KEYS):
+            page: list[dict] = keys[i:i + BATCH_GET_KEYS]
+            attempt = 0
+            while page:
+                data = conn.batch_get_item(page, attributes_to_get=["pq", "end"])
+                for item in data.get("Responses", {}).get(table, []):
+                    out[item["pq"]["S"]] = int(item["end"]["N"])
+                left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
+                page = [{"pq": k["pq"]["S"], "base": int(k["base"]["N"])} for k in left]
+                if page:
+                    attempt += 1
+                    backoff.sleep(attempt, base=0.01, cap=1.0)
+        return out
 
     @staticmethod
     def chain_end(pq_: str, consistent: bool = False) -> int | None:
