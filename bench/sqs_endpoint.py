@@ -325,6 +325,8 @@ def main() -> None:
             empty: Counter = Counter()
             # warm: the containers' caches (credentials, clients, the queue's SQS clients) as a warm Lambda
             run(send_c, recv_c, url, batch, batch, 1, f"w{batch}", empty)
+            if bq.HEADS is not None:  # the warm-up's head moves (the mover's first, cold call) before the count
+                assert bq.HEADS.drain(60)[0], "the head mover did not catch up"
             meter.reset()
             t_send, t_recv, _ = run(send_c, recv_c, url, batch, total, threads, tag, empty)
             if bq.HEADS is not None:  # the head mover's last batches belong to this run
