@@ -25,9 +25,14 @@ What runs (as ``bench/queue.py``, whose stack, meter and prices this reuses):
   moto's own server, for throughput; and SQS's price (standard queue, $0.40 per million requests,
   64 KB chunks, one request per send / receive / delete call).
 
-Dollars: DynamoDB from the counted request units; *all-in* adds, per HTTP request actually made
-(empty receives included), API Gateway HTTP API + Lambda requests and an estimated (not measured)
-Lambda duration, priced as ``bench/queue.py`` does; *URL* is the same without API Gateway's fee,
+Dollars: DynamoDB from the counted request units (the stream's head mover's writes included);
+*all-in* adds, per HTTP request actually made (empty receives included), API Gateway HTTP API +
+Lambda requests, and Lambda duration **measured**: each handler invocation is timed in-process
+(wall time, an upper bound: moto on this loaded machine answers slower than DynamoDB, and CPU
+time of the serving thread), and its duration at a memory size is modelled as the measured wait
+plus the CPU stretched by Lambda's vCPU share (one vCPU at 1,769 MB), billed per 1 ms; the head
+mover's invocations (``HeadsFunction``, one per stream batch of the template's size and window,
+as many as the run made) are priced the same way. *URL* is the same without API Gateway's fee,
 as a client pays through ``SqsFunction``'s Lambda function URL (template.yaml ``SqsFunctionUrl``).
 
     python bench/sqs_endpoint.py [--quick]
@@ -60,11 +65,29 @@ def _bench_queue():
 
 
 bq = _bench_queue()
-PER_REQUEST = (bq.PRICE_HTTP_API_REQUEST + bq.PRICE_LAMBDA_REQUEST
-               + bq.LAMBDA_MB / 1024 * bq.LAMBDA_MS_ESTIMATE / 1000 * bq.PRICE_LAMBDA_GBS_ARM)
-# the same handler reached through its Lambda function URL (template.yaml SqsFunction's
-# FunctionUrlConfig): no API Gateway request fee, the rest as above
-PER_REQUEST_URL = PER_REQUEST - bq.PRICE_HTTP_API_REQUEST
+FULL_VCPU_MB = 1769  # Lambda: one full vCPU at 1,769 MB, a proportional share below
+MEMORY_SIZES = (128, 256, 512, 1024)
+HEADS_MB = 512  # HeadsFunction: the template's global MemorySize
+
+
+def sqs_function_mb() -> int:
+    """SqsFunction's MemorySize in template.yaml (its own, else the Globals')."""
+    from infra.local import template as tpl
+    t = tpl.load_template()
+    props = t["Resources"]["SqsFunction"]["Properties"]
+    return int(props.get("MemorySize") or t["Globals"]["Function"]["MemorySize"])
+
+
+def modelled_ms(wall_ms: float, cpu_ms: float, mb: int) -> float:
+    """An invocation's Lambda duration at ``mb`` MB from its in-process wall and CPU time here: the
+    waiting (wall - CPU: moto's answers on this loaded machine, an upper bound for DynamoDB's) as
+    measured, the CPU stretched by the vCPU share below 1,769 MB (one core here = one Lambda vCPU)."""
+    return max(0.0, wall_ms - cpu_ms) + cpu_ms * max(1.0, FULL_VCPU_MB / mb)
+
+
+def billed_gbs(invocations: list, mb: int) -> float:
+    """GB-seconds Lambda bills for ``invocations`` [(wall ms, CPU ms)] at ``mb`` MB (1-ms rounding up)."""
+    return sum(math.ceil(modelled_ms(w, c, mb)) for w, c in invocations) / 1000 * mb / 1024
 
 
 class ActionMeter(bq.Meter):
@@ -76,7 +99,12 @@ class ActionMeter(bq.Meter):
         with self.lock:
             self.label: str | None = None
             self.by: dict[str, dict] = defaultdict(lambda: {"requests": 0, "calls": Counter(), "wru": 0.0,
-                                                             "rru": 0.0, "empty": 0})
+                                                             "rru": 0.0, "empty": 0, "inv": []})
+
+    def timed(self, label: str, wall_ms: float, cpu_ms: float) -> None:
+        """One invocation of a function, in-process wall and thread-CPU milliseconds."""
+        with self.lock:
+            self.by[label]["inv"].append((wall_ms, cpu_ms))
 
     def after(self, http_response, parsed, model, context, **_):
         super().after(http_response, parsed, model, context)
@@ -89,6 +117,52 @@ class ActionMeter(bq.Meter):
             a["calls"][op] += 1
             a["wru"] += wru
             a["rru"] += rru
+
+
+def time_handlers(meter: ActionMeter) -> None:
+    """Times every handler invocation the gateway makes (in-process wall time and the serving
+    thread's CPU time, inside the handler: not the gateway's event building), filed under the SQS
+    action being served."""
+    from contextlib import contextmanager
+
+    from infra.local.handlers import HandlerCache
+
+    orig = HandlerCache.instance
+
+    @contextmanager
+    def instance(self, spec):
+        with orig(self, spec) as fn:
+            def timed(event, context):
+                w0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    return fn(event, context)
+                finally:
+                    label = meter.label
+                    if label is not None:
+                        meter.timed(label, (time.perf_counter() - w0) * 1000, (time.thread_time() - c0) * 1000)
+            yield timed
+    HandlerCache.instance = instance
+
+
+class HeadsTimer:
+    """``bench.queue.HEADS_HOOK``: labels the head mover's calls and counts and times its invocations."""
+
+    def __init__(self, meter: ActionMeter):
+        self.meter, self.t = meter, None
+
+    def __call__(self, on: bool) -> None:
+        if on:
+            self.meter.label = HEADS_LABEL
+            with self.meter.lock:
+                self.meter.by[HEADS_LABEL]["requests"] += 1
+            self.t = (time.perf_counter(), time.thread_time())
+        else:
+            w0, c0 = self.t
+            self.meter.timed(HEADS_LABEL, (time.perf_counter() - w0) * 1000, (time.thread_time() - c0) * 1000)
+            self.meter.label = None
+
+
+HEADS_LABEL = "(HeadsFunction)"
 
 
 class Label:
@@ -225,9 +299,12 @@ def main() -> None:
     threads = args.threads
     meter = ActionMeter()
     bq.install_hooks(meter)
+    time_handlers(meter)
     moto, server, base = bq.start_stack(wrap=lambda app: Label(app, meter))
-    # the SegmentsTable stream's head mover (issue 16 item 3): its writes filed under its own label
-    bq.HEADS_HOOK = lambda on: setattr(meter, "label", "(HeadsFunction)" if on else None)
+    # the SegmentsTable stream's head mover (issue 16 item 3): its writes and invocations filed
+    # under its own label (its stream batches: the template's batch size and window, as pumped here)
+    bq.HEADS_HOOK = HeadsTimer(meter)
+    sqs_mb = sqs_function_mb()
     import boto3
 
     from infra.local import template as tpl
@@ -248,11 +325,13 @@ def main() -> None:
             empty: Counter = Counter()
             # warm: the containers' caches (credentials, clients, the queue's SQS clients) as a warm Lambda
             run(send_c, recv_c, url, batch, batch, 1, f"w{batch}", empty)
+            if bq.HEADS is not None:  # the warm-up's head moves (the mover's first, cold call) before the count
+                assert bq.HEADS.drain(60)[0], "the head mover did not catch up"
             meter.reset()
             t_send, t_recv, _ = run(send_c, recv_c, url, batch, total, threads, tag, empty)
             if bq.HEADS is not None:  # the head mover's last batches belong to this run
                 assert bq.HEADS.drain(60)[0], "the head mover did not catch up"
-            by = {k: dict(v, calls=Counter(v["calls"])) for k, v in meter.by.items()}
+            by = {k: dict(v, calls=Counter(v["calls"]), inv=list(v["inv"])) for k, v in meter.by.items()}
             check_empty(base, admin_key, url)
             s = boto3.client("sqs", endpoint_url=sqs_url, region_name="us-east-1")
             surl = s.create_queue(QueueName=f"sqsbench{batch}")["QueueUrl"]
@@ -268,37 +347,70 @@ def main() -> None:
         sqs_proc.terminate()
 
     print()
-    print("## DynamoDB calls and request units per request, by SQS action (counted; caches warm)")
-    print(f"{'batch':>5} {'action':<20} {'requests':>8} {'calls/req':>9} {'RRU/req':>8} {'WRU/req':>8}  "
-          "calls per request")
+    print("## DynamoDB calls and request units per request, by SQS action (counted; caches warm); the handler's")
+    print("## in-process time per invocation (wall: an upper bound, moto on this loaded machine answers slower")
+    print("## than DynamoDB; CPU: the serving thread's); (HeadsFunction): per invocation of the stream's head mover")
+    print(f"{'batch':>5} {'action':<20} {'requests':>8} {'calls/req':>9} {'RRU/req':>8} {'WRU/req':>8} "
+          f"{'wall ms':>8} {'CPU ms':>7}  calls per request")
     for batch, n, by, *_ in rows:
         for action, a in sorted(by.items(), key=lambda kv: kv[0]):
             r = max(1, a["requests"])
             detail = ", ".join(f"{k} {v / r:g}" for k, v in sorted(a["calls"].items()))
+            inv = a["inv"] or [(0.0, 0.0)]
+            wall = sum(w for w, _ in inv) / len(inv)
+            cpu = sum(c for _, c in inv) / len(inv)
             print(f"{batch:>5} {action:<20} {a['requests']:>8} {sum(a['calls'].values()) / r:>9.2f} "
-                  f"{a['rru'] / r:>8.2f} {a['wru'] / r:>8.2f}  {detail}")
+                  f"{a['rru'] / r:>8.2f} {a['wru'] / r:>8.2f} {wall:>8.1f} {cpu:>7.1f}  {detail}")
+    print()
+    print("## Lambda duration per message at each memory size (modelled from the measured wall and CPU: the wait as")
+    print("## measured, the CPU stretched by the vCPU share, 1,769 MB = one vCPU; billed rounded up to 1 ms)")
+    print(f"{'batch':>5} {'MB':>5} {'SqsFunction ms/req':>18} {'p50 ms':>7} {'max ms':>7} {'GB-s $/M msgs':>13} "
+          f"{'HeadsFunction inv/msg':>21} {'its ms':>7}")
+    for batch, n, by, *_ in rows:
+        sqs_inv = [x for k, a in by.items() if k != HEADS_LABEL for x in a["inv"]]
+        h = by.get(HEADS_LABEL, {"inv": [], "requests": 0})
+        h_ms = sum(modelled_ms(w, c, HEADS_MB) for w, c in h["inv"]) / max(1, len(h["inv"]))
+        for mb in MEMORY_SIZES:
+            ms = sorted(modelled_ms(w, c, mb) for w, c in sqs_inv) or [0.0]
+            gbs = billed_gbs(sqs_inv, mb) / n * bq.PRICE_LAMBDA_GBS_ARM * 1e6
+            mark = " <- template" if mb == sqs_mb else ""
+            print(f"{batch:>5} {mb:>5} {sum(ms) / len(ms):>18.1f} {ms[len(ms) // 2]:>7.1f} {ms[-1]:>7.1f} "
+                  f"{gbs:>13.3f} {h['requests'] / n:>21.3f} {h_ms:>7.1f}{mark}")
     print()
     print("## per message (send + receive + delete), us-east-1 list prices, $ per million messages")
     print(f"{'batch':>5} {'msgs':>6} {'empty recv':>10} {'calls':>6} {'RRU':>6} {'WRU':>6} {'DynamoDB':>9} "
-          f"{'requests':>8} {'all-in*':>8} {'URL**':>7} {'SQS':>6} {'DDB/SQS':>8} {'all-in/SQS':>10} "
-          f"{'URL/SQS':>8}")
+          f"{'requests':>8} {'heads inv':>9} {'Lambda':>7} {'Lambda lo':>9} {'all-in*':>8} {'URL**':>7} "
+          f"{'URL lo':>7} {'SQS':>6} {'DDB/SQS':>8} {'all-in/SQS':>10} {'URL/SQS':>8} {'URL lo/SQS':>10}")
     for batch, n, by, emp, _, *_t in rows:
         calls = sum(sum(a["calls"].values()) for a in by.values()) / n
         rru = sum(a["rru"] for a in by.values()) / n
         wru = sum(a["wru"] for a in by.values()) / n
-        reqs = sum(a["requests"] for a in by.values()) / n
+        reqs = sum(a["requests"] for k, a in by.items() if k != HEADS_LABEL) / n
+        h = by.get(HEADS_LABEL, {"inv": [], "requests": 0})
         ddb = (rru * bq.PRICE_RRU + wru * bq.PRICE_WRU) * 1e6
-        allin = ddb + reqs * PER_REQUEST * 1e6
-        url = ddb + reqs * PER_REQUEST_URL * 1e6
+        sqs_inv = [x for k, a in by.items() if k != HEADS_LABEL for x in a["inv"]]
+
+        def lambda_cost(inv, heads_inv):
+            # SqsFunction's requests and duration at its template memory size, plus the head
+            # mover's invocations (one per stream batch, as many as this run made) at its own
+            return (reqs * bq.PRICE_LAMBDA_REQUEST + billed_gbs(inv, sqs_mb) / n * bq.PRICE_LAMBDA_GBS_ARM
+                    + h["requests"] / n * bq.PRICE_LAMBDA_REQUEST
+                    + billed_gbs(heads_inv, HEADS_MB) / n * bq.PRICE_LAMBDA_GBS_ARM) * 1e6
+        lam = lambda_cost(sqs_inv, h["inv"])  # the measured wait (an upper bound)
+        lam_lo = lambda_cost([(c, c) for _, c in sqs_inv], [(c, c) for _, c in h["inv"]])  # no wait at all
+        url, url_lo = ddb + lam, ddb + lam_lo
+        allin = url + reqs * bq.PRICE_HTTP_API_REQUEST * 1e6
         sqs = sqs_price_per_million(batch)
         print(f"{batch:>5} {n:>6} {emp:>10} {calls:>6.2f} {rru:>6.2f} {wru:>6.2f} {ddb:>9.3f} {reqs:>8.2f} "
-              f"{allin:>8.3f} {url:>7.3f} {sqs:>6.3f} {ddb / sqs:>8.2f} {allin / sqs:>10.2f} {url / sqs:>8.2f}")
-    print(f"* all-in: DynamoDB + per HTTP request API Gateway HTTP API ${bq.PRICE_HTTP_API_REQUEST * 1e6:.2f}/M, "
-          f"Lambda ${bq.PRICE_LAMBDA_REQUEST * 1e6:.2f}/M and an estimated {bq.LAMBDA_MS_ESTIMATE} ms x "
-          f"{bq.LAMBDA_MB} MB arm64 (${PER_REQUEST * 1e6:.3f}/M requests in all); SQS: one request per "
-          f"call at ${bq.PRICE_SQS_REQUEST * 1e6:.2f}/M")
-    print(f"** URL: the same through SqsFunction's Lambda function URL (no API Gateway fee: "
-          f"${PER_REQUEST_URL * 1e6:.3f}/M requests)")
+              f"{h['requests'] / n:>9.3f} {lam:>7.3f} {lam_lo:>9.3f} {allin:>8.3f} {url:>7.3f} {url_lo:>7.3f} "
+              f"{sqs:>6.3f} {ddb / sqs:>8.2f} {allin / sqs:>10.2f} {url / sqs:>8.2f} {url_lo / sqs:>10.2f}")
+    print(f"* all-in: DynamoDB (the head mover's writes included) + Lambda + API Gateway HTTP API "
+          f"${bq.PRICE_HTTP_API_REQUEST * 1e6:.2f}/M per HTTP request. Lambda: SqsFunction's requests "
+          f"(${bq.PRICE_LAMBDA_REQUEST * 1e6:.2f}/M) and measured duration at its template's {sqs_mb} MB arm64, and")
+    print(f"  HeadsFunction's invocations in this run ('heads inv' per message) at {HEADS_MB} MB; 'Lambda' takes each "
+          "invocation's in-process wall time (an upper bound), 'lo' its CPU time alone (no wait for DynamoDB: a")
+    print(f"  lower bound). SQS: one request per call at ${bq.PRICE_SQS_REQUEST * 1e6:.2f}/M")
+    print("** URL: the same through SqsFunction's Lambda function URL (no API Gateway fee)")
     print()
     print("## throughput (messages/s), lakeq's SQS endpoint vs SQS on moto (read the ratio)")
     print(f"{'batch':>5} {'msgs':>6} {'lakeq send':>10} {'SQS send':>9} {'ratio':>6} {'lakeq recv+del':>14} "

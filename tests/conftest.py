@@ -119,6 +119,9 @@ def aws(template, aws_rules_spec):
         from lakeq.sqs import keys as sqs_keys
 
         sqs_keys.clear_caches()
+        from lakeq.sqs import permissions as sqs_perm
+
+        sqs_perm.forget_topics()  # (the container's topic cache: a fresh store per test)
         _tpl.create_buckets(clients["s3"], template, _tpl.LOCAL_STACK)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         yield {**clients, "_rules": rules}

@@ -8,6 +8,7 @@ import pytest
 
 from lakeq.admin import auth as lq_auth
 from lakeq.log.produce_plan import queue_for_key
+from lakeq.sqs import permissions as sqs_perm
 from lakeq.sqs import protocol as sp
 from tests.crash import CountCalls
 from tests.integration.sqs_harness import h, sqs  # noqa: F401 (fixtures)
@@ -16,9 +17,10 @@ from tests.integration.test_sqs_endpoint import make_client
 
 @pytest.fixture
 def frozen_caches(monkeypatch):
-    """The container's client and key caches never expire during the test (a slow machine would
-    otherwise see an occasional refresh read and make the exact counts flaky)."""
+    """The container's client, key and topic caches never expire during the test (a slow machine
+    would otherwise see an occasional refresh read and make the exact counts flaky)."""
     monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
+    monkeypatch.setattr(sqs_perm, "monotonic", lambda: 1_000.0)
 
 
 def calls_of(fn) -> tuple[list[tuple[str, str]], object]:
@@ -37,12 +39,13 @@ def calls_of(fn) -> tuple[list[tuple[str, str]], object]:
 
 # issue 16 item 3: the head is the newest segment's end (a Query), the put is the only write (the
 # SegmentsTable stream's head mover moves the queue item's max_offset)
-SEND = [("GetItem", "topics"), ("Query", "segments"), ("PutItem?", "segments")]
+# a producer's sends and the receives take the topic item from the container's cache (read by the
+# warm-up; issue 16 item 4): no GetItem of the topic
+SEND = [("Query", "segments"), ("PutItem?", "segments")]
 # a queue whose chain is empty (the send's queue is random: the warm-up may not have touched it):
 # the head is the queue item's max_offset
-SEND_EMPTY_CHAIN = [("GetItem", "topics"), ("Query", "segments"), ("GetItem", "queues"), ("PutItem?", "segments")]
-RECEIVE = [("GetItem", "topics"), ("BatchGetItem", "queues"), ("Query", "offsets"), ("Query", "segments"),
-           ("UpdateItem?", "offsets")]
+SEND_EMPTY_CHAIN = [("Query", "segments"), ("GetItem", "queues"), ("PutItem?", "segments")]
+RECEIVE = [("BatchGetItem", "queues"), ("Query", "offsets"), ("Query", "segments"), ("UpdateItem?", "offsets")]
 SETTLE_ONE = [("GetItem", "topics"), ("UpdateItem?", "offsets")]
 
 
@@ -63,7 +66,10 @@ def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who, a
         m = receiver.receive_message(QueueUrl=url)["Messages"][0]
         receiver.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     calls, _ = calls_of(lambda: sender.send_message(QueueUrl=url, MessageBody="x"))
-    assert calls in (SEND, SEND_EMPTY_CHAIN), calls
+    # (the admin's sends read the topic item every time: the admin's producer is the queue's SQS
+    # client, deleted with the queue, which a stale copy would not know)
+    topic = [("GetItem", "topics")] if who == "admin" else []
+    assert calls in (topic + SEND, topic + SEND_EMPTY_CHAIN), calls
     # the head mover runs between the send and the receive, as the stream's consumer does on AWS:
     # the hint shows the message, so the receive probes no chain
     from tests.handlers import Context, load_function, segment_records

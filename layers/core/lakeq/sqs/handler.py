@@ -107,7 +107,11 @@ def handle(event: dict, logger: Any = None) -> dict:
                                   json_type="com.amazon.coral.service#UnknownOperationException")
             raise sp.SqsError("InvalidAction", f"The action {action} is not valid for this endpoint.")
         ctx = Ctx(p, base, account_id(), region())
-        result = fn(ctx, req)
+        try:
+            result = fn(ctx, req)
+        finally:
+            if action not in perm.TOPIC_READ_ONLY:  # it may have changed a topic item: read them again
+                perm.forget_topics()
     except sp.SqsError as e:
         return render_error(e)
     except ApiError as e:  # a native error not mapped on the way (never a 5xx for the client's mistake)

@@ -152,7 +152,7 @@ def _sent(q: Queue, p: Prepared, r: dict) -> dict:
 
 def send_message(ctx: Ctx, req: dict) -> dict:
     sp.int_param(req, "DelaySeconds", 0, 900)  # SQS checks the request before the queue exists
-    q = perm.queue_of(req)
+    q = perm.queue_of(req, cached=not ctx.principal.admin)
     p = _prepare(ctx, q, req)
     perm.allow(ctx, "SendMessage", q.name)
     return _sent(q, p, _produce(ctx, q, [p])[0])
@@ -171,7 +171,7 @@ def _entry_size(e: dict) -> int:
 
 
 def send_message_batch(ctx: Ctx, req: dict) -> dict:
-    q = perm.queue_of(req)
+    q = perm.queue_of(req, cached=not ctx.principal.admin)
     entries = sp.check_batch(req.get("Entries"), "SendMessage")
     perm.allow(ctx, "SendMessageBatch", q.name)
     total = sum(_entry_size(e) for e in entries)  # the whole request's, before any entry is judged (SQS)
@@ -272,7 +272,7 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
     max_n = sp.int_param(req, "MaxNumberOfMessages", 1, 10, 1)  # (the request before the queue, as SQS)
     wait = sp.int_param(req, "WaitTimeSeconds", 0, 20)
     vis = sp.int_param(req, "VisibilityTimeout", 0, 43200)
-    q = perm.queue_of(req)
+    q = perm.queue_of(req, cached=True, clients=True)
     system: set[str] = set()
     for key in ("AttributeNames", "MessageSystemAttributeNames"):
         names = req.get(key) or []
@@ -285,11 +285,14 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
                 system.add(n)
     attr_names = req.get("MessageAttributeNames")
     sp.select_message_attributes({}, attr_names)  # type check
-    perm.allow(ctx, "ReceiveMessage", q.name)
-    perm.ensure_clients(q)
-    wait = q.attr_int("ReceiveMessageWaitTimeSeconds") if wait is None else wait
-    vis = q.attr_int("VisibilityTimeout") if vis is None else vis
-    batches = _gather(q, max_n, wait, vis)
+    try:
+        q, batches, vis = _receive(ctx, q, max_n, wait, vis)
+    except (sp.SqsError, ApiError):
+        if not q.cached:
+            raise
+        # the container's copy of the topic item may be stale (the queue deleted, its SQS clients with
+        # it, and made again in another container): once more from the item as stored
+        q, batches, vis = _receive(ctx, perm.queue_of(req), max_n, wait, vis)
     if vis == 0:  # visible again at once (lakeq's shortest lock is 1 s: end them now, once all are gathered)
         for got in batches:
             r = parse_receipt(got["receipt"])
@@ -298,6 +301,14 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
     msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now)
             for m, got in heapq.merge(*[[(m, got) for m in got["messages"]] for got in batches], key=_send_order)]
     return {"Messages": msgs} if msgs else {}
+
+
+def _receive(ctx: Ctx, q: Queue, max_n: int, wait: int | None, vis: int | None) -> tuple[Queue, list[dict], int]:
+    perm.allow(ctx, "ReceiveMessage", q.name)
+    perm.ensure_clients(q)
+    wait = q.attr_int("ReceiveMessageWaitTimeSeconds") if wait is None else wait
+    vis = q.attr_int("VisibilityTimeout") if vis is None else vis
+    return q, _gather(q, max_n, wait, vis), vis
 
 
 def _send_order(mg: tuple[dict, dict]) -> tuple[int, int]:

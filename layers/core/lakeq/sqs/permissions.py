@@ -40,6 +40,11 @@ def now_ms() -> int:
     return _clock.now()
 
 
+def monotonic() -> float:
+    """The container's clock of its caches (a seam for tests)."""
+    return time.monotonic()
+
+
 # --- the auth seam -------------------------------------------------------------------------------
 def _authenticate(method: str, path: str, query: str, headers: dict, body: bytes) -> Principal:
     """SigV4 (:func:`lakeq.sqs.auth.authenticate`); before that module exists: an
@@ -95,6 +100,7 @@ class Queue:
     topic: TopicModel
     doc: dict  # {"attributes", "tags", "modified"}
     raw: str | None  # the stored sqs JSON (compare-and-set)
+    cached: bool = False  # from the container's copy of the topic item (:func:`queue_of`)
 
     @property
     def fifo(self) -> bool:
@@ -118,16 +124,54 @@ class Queue:
         return log_of(self.topic)
 
 
-def load(t: TopicModel | None, name: str) -> Queue:
+def load(t: TopicModel | None, name: str, cached: bool = False) -> Queue:
     if t is None or not sp.is_queue_name(name):
         raise sp.no_queue()
     raw = t.sqs
-    return Queue(name, t, json.loads(raw) if raw else {"attributes": {}, "tags": {}}, raw)
+    return Queue(name, t, json.loads(raw) if raw else {"attributes": {}, "tags": {}}, raw, cached)
 
 
-def queue_of(req: dict) -> Queue:
+# The container's cache of topic items for the sends and receives (issue 16 item 4): a live topic
+# item read by any action is kept TOPIC_CACHE_TTL_S (monotonic) seconds, a missing one never. What
+# a stale entry can do is bounded by the incarnation in its log name (docs/design.md "SQS endpoint:
+# the topic item cache"): a send writes into the log the entry names, never into a later
+# incarnation's; a receive of a deleted incarnation finds no queue items, so locks nothing; deletes,
+# visibility changes and the queue administration read the item consistently every time (a handle
+# of a deleted incarnation is refused as before), and this container's administration of a queue
+# drops the cache (:func:`forget_topics`). Another container's change to the queue's attributes,
+# its queue count or its deletion is seen within the TTL (SQS: up to 60 s).
+TOPIC_CACHE_TTL_S = 5.0
+_TOPICS: dict[str, tuple[float, TopicModel]] = {}
+CACHED_ACTIONS = {"SendMessage", "SendMessageBatch", "ReceiveMessage"}
+# actions that change no topic item: the others drop the cache when they end
+TOPIC_READ_ONLY = CACHED_ACTIONS | READ_ONLY | {"DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
+                                               "ChangeMessageVisibilityBatch", "ListMessageMoveTasks"}
+
+
+def forget_topics() -> None:
+    """Drop the container's cached topic items (after an action that may have changed one)."""
+    _TOPICS.clear()
+
+
+def queue_of(req: dict, cached: bool = False, clients: bool = False) -> Queue:
+    """The request's queue from its topic item: a consistent GetItem, or with ``cached`` the
+    container's copy when younger than :data:`TOPIC_CACHE_TTL_S` (producers' sends and receives;
+    a receive that fails on a copy is tried once more on the item as stored).
+    ``clients``: the action then makes sure of the queue's SQS clients (:func:`ensure_clients`),
+    so a copy serves only while they are known for its incarnation (a stale copy must not make
+    the clients of a deleted queue again)."""
     name = sp.queue_name_of_url(req.get("QueueUrl"))
-    return load(TopicRepo.get(name), name)
+    if cached:
+        hit = _TOPICS.get(name)
+        now = monotonic()
+        if hit is not None and now < hit[0] and (not clients or CLIENTS_SEEN.get(log_of(hit[1]), 0.0) > now):
+            return load(hit[1], name, cached=True)
+    t = TopicRepo.get(name)
+    if t is None:
+        _TOPICS.pop(name, None)
+    else:
+        _TOPICS[name] = (monotonic() + TOPIC_CACHE_TTL_S, t)
+    return load(t, name)
 
 
 def allow(ctx: Ctx, action: str, topic: str) -> None:
@@ -161,7 +205,7 @@ def ensure_clients(q: Queue) -> None:
     """A topic made by lakeq's API gets its SQS clients on first SQS use. Known clients are remembered
     per container for a minute (two GetItems saved per send and receive), per incarnation of the
     topic (its log name): a queue deleted and made again in another container is checked again."""
-    now = time.monotonic()
+    now = monotonic()
     if CLIENTS_SEEN.get(q.log, 0.0) > now:
         return
     if ClientRepo.get(group_name(q.name)) is None or ClientRepo.get(producer_name(q.name)) is None:

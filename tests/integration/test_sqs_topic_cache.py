@@ -1,0 +1,170 @@
+"""The SQS endpoint's container cache of topic items (issue 16 item 4): a producer client's sends
+and the receives take the queue's topic item from the container's copy (5 s); deletes, visibility
+changes, the admin's sends and the administration read it every time. What a stale copy may do
+after another container deleted the queue and made it again (docs/design.md "SQS endpoint: the
+topic item cache"): a send lands in the deleted incarnation's log (SQS:
+a send up to 60 s after DeleteQueue may succeed and be lost), never in the new one's; a receive
+locks nothing; a handle of the deleted incarnation is refused; no SQS client of a deleted queue is
+made again."""
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+
+from lakeq.sqs import handler as sqs_service
+from lakeq.sqs import permissions as sqs_perm
+from lakeq.store.repos import ClientRepo
+from lakeq.store.sqs import group_name, producer_name
+from tests.integration.sqs_harness import Harness, fake_auth
+from tests.integration.test_sqs_endpoint import make_client
+
+Q = "cached"
+
+
+@pytest.fixture
+def mono(monkeypatch):
+    """The container's cache clock, moved by hand."""
+    t = {"now": 1_000.0}
+    monkeypatch.setattr(sqs_perm, "monotonic", lambda: t["now"])
+    return t
+
+
+@pytest.fixture
+def sqs(aws, api, monkeypatch, mono):
+    """The admin's SQS client; ``.p`` / ``.c``: a producer's and a consumer's (clients of the queue)."""
+    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
+    monkeypatch.setattr(sqs_perm, "CLIENTS_SEEN", {})
+    sqs_perm.forget_topics()
+    h = Harness()
+    admin = h.client("admin")
+    admin.create_queue(QueueName=Q)
+    make_client("cp", "producer", [Q])
+    make_client("cc", "consumer", [Q])
+    return admin, h.client("cp"), h.client("cc")
+
+
+def elsewhere(fn):
+    """Run ``fn`` as another container would: this container's topic cache and known clients are
+    left as they were."""
+    topics, seen = dict(sqs_perm._TOPICS), dict(sqs_perm.CLIENTS_SEEN)
+    try:
+        return fn()
+    finally:
+        sqs_perm._TOPICS.clear()
+        sqs_perm._TOPICS.update(topics)
+        sqs_perm.CLIENTS_SEEN.clear()
+        sqs_perm.CLIENTS_SEEN.update(seen)
+
+
+def delete_and_recreate(admin, api, url):
+    elsewhere(lambda: admin.delete_queue(QueueUrl=url))
+    s, b = api.call("POST", "/v1/topics", {"name": Q, "queues": 4})  # (the admin function: no SQS cache)
+    assert s == 201, b
+
+
+def drain(sqs, url) -> list[str]:
+    out = []
+    for _ in range(20):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        for m in got:
+            out.append(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return out
+
+
+def warm(sqs) -> tuple[str, str]:
+    """A producer's send and a consumer's receive fill the cache. Returns (the queue's URL, the
+    received message's handle: in flight)."""
+    admin, p, c = sqs
+    url = admin.get_queue_url(QueueName=Q)["QueueUrl"]
+    p.send_message(QueueUrl=url, MessageBody="old")
+    return url, c.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"][0]["ReceiptHandle"]
+
+
+def test_sends_and_receives_read_the_topic_once_per_ttl(sqs, mono):
+    from tests.crash import CountCalls
+
+    admin, p, c = sqs
+    url, _ = warm(sqs)
+
+    def topic_reads(fn) -> int:
+        with CountCalls({"SqsFunction"}) as calls:
+            fn()
+        return sum(1 for x in calls.calls if x.operation == "GetItem" and x.params["TableName"].endswith("topics"))
+    assert topic_reads(lambda: p.send_message(QueueUrl=url, MessageBody="a")) == 0
+    assert topic_reads(lambda: c.receive_message(QueueUrl=url, MaxNumberOfMessages=10)) == 0
+    assert topic_reads(lambda: admin.send_message(QueueUrl=url, MessageBody="b")) == 1  # (the admin's: read)
+    mono["now"] += sqs_perm.TOPIC_CACHE_TTL_S
+    assert topic_reads(lambda: p.send_message(QueueUrl=url, MessageBody="c")) == 1  # expired: read again
+    assert topic_reads(lambda: p.send_message(QueueUrl=url, MessageBody="d")) == 0
+
+
+def test_a_stale_send_never_reaches_the_new_incarnation(sqs, api, mono):
+    admin, p, c = sqs
+    url, _ = warm(sqs)
+    delete_and_recreate(admin, api, url)
+    # within the cache's life this container still sends into the deleted incarnation's log: SQS's
+    # own window after DeleteQueue (the message is lost, as SQS's may be), or is answered that the
+    # queue does not exist (a lakeq queue whose chain is empty: its head is read from the queue
+    # item, gone with the deleted incarnation)
+    try:
+        p.send_message(QueueUrl=url, MessageBody="stale")
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+    mono["now"] += sqs_perm.TOPIC_CACHE_TTL_S
+    p.send_message(QueueUrl=url, MessageBody="new")
+    assert drain(c, url) == ["new"]
+
+
+def test_a_stale_receive_locks_nothing_of_either_incarnation(sqs, api, mono):
+    admin, p, c = sqs
+    url, _ = warm(sqs)
+    p.send_message(QueueUrl=url, MessageBody="old-visible")
+    delete_and_recreate(admin, api, url)
+    elsewhere(lambda: admin.send_message(QueueUrl=url, MessageBody="new"))  # (another container: the new log)
+    got = [m["Body"] for m in c.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])]
+    # the copy names the deleted log, whose queue items went with it: nothing to lock (or, when
+    # the receive failed on the copy, e.g. the SQS group gone, read again: the new incarnation's)
+    assert got in ([], ["new"]), got
+    mono["now"] += 60  # (a lock of the new message, if any, ended)
+    assert drain(c, url) == ["new"]
+
+
+def test_a_handle_of_the_deleted_incarnation_is_refused_while_the_cache_holds_it(sqs, api, mono):
+    admin, p, c = sqs
+    url, old = warm(sqs)
+    delete_and_recreate(admin, api, url)
+    elsewhere(lambda: admin.send_message(QueueUrl=url, MessageBody="new"))
+    # deletes and visibility changes read the topic item every time: the handle names the deleted
+    # incarnation's log
+    for call in (lambda: c.delete_message(QueueUrl=url, ReceiptHandle=old),
+                 lambda: c.change_message_visibility(QueueUrl=url, ReceiptHandle=old, VisibilityTimeout=0)):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert e.value.response["Error"]["Code"] == "ReceiptHandleIsInvalid"
+    mono["now"] += sqs_perm.TOPIC_CACHE_TTL_S
+    assert drain(c, url) == ["new"]
+
+
+def test_a_stale_copy_never_makes_the_clients_of_a_deleted_queue_again(sqs, api, mono):
+    """A receive (which makes sure of the queue's SQS clients) uses the copy only while the clients of
+    its incarnation are known in this container; otherwise it reads the topic item: here, gone."""
+    admin, p, c = sqs
+    url, _ = warm(sqs)
+    elsewhere(lambda: admin.delete_queue(QueueUrl=url))
+    sqs_perm.CLIENTS_SEEN.clear()  # (this container's knowledge of the clients expired)
+    with pytest.raises(ClientError) as e:
+        c.receive_message(QueueUrl=url, MaxNumberOfMessages=1)
+    assert e.value.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+    assert ClientRepo.get(group_name(Q)) is None and ClientRepo.get(producer_name(Q)) is None
+
+
+def test_this_containers_attribute_changes_are_seen_at_once(sqs, mono):
+    admin, p, c = sqs
+    url, _ = warm(sqs)
+    admin.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": "1024"})
+    with pytest.raises(ClientError) as e:
+        p.send_message(QueueUrl=url, MessageBody="x" * 2000)
+    assert e.value.response["Error"]["Code"] == "InvalidParameterValue"
