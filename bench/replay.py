@@ -14,11 +14,14 @@ the *job* (``run_replay``: select, join the bodies, sort, write the manifest and
 temporary folder: the generated lake is only read), with the load average before each (the
 machine may be shared: judge by the ratio). The filters: the one the job was built around, no
 filter, filters no substring pre-filter narrows (anything-but, a range, exists + prefix, a mix), a
-90 % one, a single ``code``, tags only. ``--compare`` runs each filter twice, first with the job's
-previous plan (``previous=True``: the dedup, join and order shuffles before the one-shuffle
-pipeline), then the current one; ``--compare-udf`` instead runs each filter with conditions first
-with ``native=False`` (the matcher UDF on every row the pre-filter lets through). The job's
-progress bar is on stderr.
+90 % one, a single ``code``, tags only. ``--compare`` runs each filter twice, first with the job
+as it was before its counts were observed during the write (``legacy=True``: the same plan, a
+gzipped manifest and the summary read back from it), then the current one; ``--compare-plan``
+also runs the plan before the one-shuffle pipeline (``previous=True``: the dedup, join and order
+shuffles, with that legacy output); ``--compare-udf`` runs each filter with conditions first with
+``native=False`` (the matcher UDF on every row the pre-filter lets through). Each line also shows
+the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary). The
+job's progress bar is on stderr.
 
 ``python bench/replay.py --quick`` (1M rows, the 3-hour window) ·
 ``python bench/replay.py --window 24h --filters mixed-miss,none`` (10M rows, the whole day;
@@ -102,10 +105,12 @@ def load() -> str:
 
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
-        native: bool = True, previous: bool = False) -> None:
+        native: bool = True, previous: bool = False, legacy: bool = False) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
-    substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline."""
+    substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
+    (with the output before: gzipped parts, the summary read back); ``legacy=True``: the current
+    plan with that output (the job before the counts were observed during the write)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -121,13 +126,14 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     load1 = load()
     t = time.perf_counter()
     s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
-                     log=lambda *_: None, out=out, native=native, previous=previous)
+                     log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy)
     job_s = time.perf_counter() - t
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
-    tag = name + ("" if native else " (udf)") + (" (prev)" if previous else "")
+    tag = name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
+    ph = s["phases"]
     print(f"{n:>12,} {label:>6} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
           f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
-          f"{job_s / base_s:>6.2f}  {load0} {load1}", flush=True)
+          f"{job_s / base_s:>6.2f} {ph['select_write']:>7.1f} {ph['summary']:>7.1f}  {load0} {load1}", flush=True)
 
 
 def main() -> int:
@@ -141,7 +147,11 @@ def main() -> int:
     ap.add_argument("--window", choices=["3h", "24h", "both"], default=None,
                     help="default: 3h with --quick, both otherwise")
     ap.add_argument("--compare", action="store_true",
-                    help="also run each filter with the previous pipeline (previous=True) just before")
+                    help="also run each filter with the job before its counts were observed during the write "
+                         "(legacy=True: gzipped manifest, summary read back) just before")
+    ap.add_argument("--compare-plan", action="store_true",
+                    help="also run each filter with the plan before the one-shuffle pipeline (previous=True, "
+                         "with the legacy output) just before")
     ap.add_argument("--compare-udf", action="store_true",
                     help="also run each filter with conditions with the UDF on every row (native=False) just before")
     ap.add_argument("--work", default=None, help="where manifests are written (default: a temporary folder)")
@@ -186,13 +196,16 @@ def main() -> int:
 
     R.read_slice(spark, Lake(str(lake_root)), "messages", T0, T0 + HOUR).count()
     print(f"{'lake rows':>12} {'window':>6} {'filter':>20} {'slice rows':>12} {'selected':>10} {'sel %':>6} "
-          f"{'scan s':>7} {'job s':>7} {'ratio':>6}  load before scan, before job (1/5/15 min)")
+          f"{'scan s':>7} {'job s':>7} {'ratio':>6} {'sel+wr':>7} {'summ.':>7}  "
+          f"load before scan, before job (1/5/15 min)")
     for label, lo, hi in windows:
         for name in names:
             if a.compare_udf and FILTERS[name] and FILTERS[name].get("conditions"):
                 run(spark, lake_root, n, label, lo, hi, name, work, native=False)
-            if a.compare:
+            if a.compare_plan:
                 run(spark, lake_root, n, label, lo, hi, name, work, previous=True)
+            if a.compare:
+                run(spark, lake_root, n, label, lo, hi, name, work, legacy=True)
             run(spark, lake_root, n, label, lo, hi, name, work)
     spark.stop()
     if not a.work:

@@ -13,12 +13,13 @@ replay copies, in which order, with their bodies.
   tests), and the matcher layer itself on the other rows only (a Python UDF calling
   :meth:`lakeq.replay.rules.Filter.json_predicate`: the subscriptions' semantics by construction) —
   joined with the bodies, ordered by ``queue, offset`` — one shuffle per side (by ``queue``).
-* :func:`run_replay` — the job body: select, write the manifest (gzipped JSON Lines, parts in
+* :func:`run_replay` — the job body: select, write the manifest (JSON Lines, parts in
   ``(queue, offset)`` order) and its summary under ``replays/<id>/``.
 """
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import tempfile
 import time
@@ -26,8 +27,10 @@ import zipfile
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.observation import Observation
 from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
 
+from lakeq.contract.validation import QUEUES_MAX
 from lakeq.replay.rules import Filter, field_needles, hour_bounds
 
 from . import native_filter as NF
@@ -242,31 +245,152 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
 
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
-               native: bool = True, previous: bool = False) -> dict:
-    """Select and write ``replays/<id>/manifest/part-*.json.gz`` in one pass over the slice (each part
-    holds whole queues, sorted by ``queue, offset``), then ``replays/<id>/selection.json`` from the
-    manifest itself (small: the selected rows only): ``found``, ``missing_bodies``, per part its key
-    and row count (the copier's cursor is a position in the parts' order) and per queue its count.
-    Returns the summary. ``out``: where ``replays/<id>/`` is written (default: ``lake`` itself; the
-    benchmark keeps its generated lake read-only). ``native``, ``previous``: :func:`select`'s."""
+               native: bool = True, previous: bool = False, legacy: bool = False) -> dict:
+    """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
+    holds whole queues, sorted by ``queue, offset``) in one pass over the slice, then
+    ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
+    (the copier's cursor is a position in the parts' order) and per queue its count. Returns the
+    summary (``seconds``: the whole job; ``phases``: ``select_write`` and ``summary``, seconds).
+    ``out``: where ``replays/<id>/`` is written (default: ``lake`` itself; the benchmark
+    keeps its generated lake read-only). ``native``, ``previous``: :func:`select`'s.
+
+    The counts come from the write itself (:func:`_observed`: ``DataFrame.observe`` aggregates over
+    the rows as they are written, per queue; each queue's part is its hash partition, checked
+    against the files written), so the manifest is never read back; when that check fails (it
+    never has) the summary falls back to reading the manifest (:func:`_summary_by_reading`).
+    ``legacy=True`` (also implied by ``previous``): the job's output as it was before — gzipped
+    parts (``.json.gz``) and the summary read back from them — kept for ``bench/replay.py``'s
+    before/after."""
     t0 = time.perf_counter()
+    legacy = legacy or previous
     if flt.conditions:
         ship(spark, "matcher", "lakeq")
     dest = out or lake
     where = dest.path(manifest_prefix(replay_id))
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     with progress(spark, f"replay {replay_id}: select + write", show_progress):
         msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
         bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
-        (select(msgs, bods, topic, from_ms, to_ms, flt, native=native, previous=previous).write.mode("overwrite")
-         .option("compression", "gzip").json(where))
-    keys = [k for k in dest.list_keys(manifest_prefix(replay_id)) if k.rsplit("/", 1)[-1].startswith("part-")]
+        df = select(msgs, bods, topic, from_ms, to_ms, flt, parts=parts, native=native, previous=previous)
+        if legacy:
+            df.write.mode("overwrite").option("compression", "gzip").json(where)
+        else:
+            obs = Observation(f"replay-{replay_id}")
+            df.observe(obs, *_observed()).write.mode("overwrite").json(where)
+    t1 = time.perf_counter()
+    counts = None if legacy else _summary_observed(dest, replay_id, obs.get, parts, log)
+    if counts is None:
+        with progress(spark, f"replay {replay_id}: summary", show_progress):
+            counts = _summary_by_reading(spark, dest, replay_id)
+    t2 = time.perf_counter()
+    per_part, per_queue, missing = counts
+    found = sum(p["rows"] for p in per_part)
+    summary = {
+        "replay_id": replay_id, "topic": topic, "from": from_ms, "to": to_ms, "filter": flt.to_json(),
+        "found": found, "missing_bodies": missing, "parts": per_part,
+        "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
+        "manifest": manifest_prefix(replay_id), "seconds": round(time.perf_counter() - t0, 3),
+        "phases": {"select_write": round(t1 - t0, 3), "summary": round(t2 - t1, 3)},
+    }
+    dest.put_json(summary_key(replay_id), summary)
+    log(f"replay {replay_id}: {found} message(s) selected in {summary['seconds']} s → {where}")
+    return summary
+
+
+def _part_keys(dest: Lake, replay_id: str) -> dict[str, int]:
+    """The manifest's part files (key → size), in key order."""
+    sizes = dest.sizes(manifest_prefix(replay_id))
+    return {k: sizes[k] for k in sorted(sizes) if k.rsplit("/", 1)[-1].startswith("part-")}
+
+
+def _observed() -> list[F.Column]:
+    """What the write observes (one pass, no shuffle): the row count, the rows without a body, the
+    smallest and largest queue, and one count per queue number ``0 .. QUEUES_MAX - 1`` (a topic has
+    at most :data:`QUEUES_MAX` queues, numbered from 0; the min/max say when a row is outside)."""
+    q = F.col("queue")
+    return ([F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing"),
+             F.min(q).alias("qmin"), F.max(q).alias("qmax")]
+            + [F.sum(F.when(q == i, 1).otherwise(0)).alias(f"q{i}") for i in range(QUEUES_MAX)])
+
+
+def _mix(h: int, k: int) -> int:
+    m = 0xFFFFFFFF
+    k = (k * 0xCC9E2D51) & m
+    k = ((k << 15) | (k >> 17)) & m
+    k = (k * 0x1B873593) & m
+    h ^= k
+    h = ((h << 13) | (h >> 19)) & m
+    return (h * 5 + 0xE6546B64) & m
+
+
+def hash_partition(value: int, parts: int) -> int:
+    """The partition Spark's hash partitioning by one ``bigint`` column puts ``value`` in:
+    ``pmod(hash(value), parts)``, ``hash`` = Murmur3 x86 32-bit with seed 42 over the long's low
+    then high 32 bits (``Murmur3_x86_32.hashLong``), as a signed int. Tested against Spark."""
+    m = 0xFFFFFFFF
+    h = _mix(_mix(42, value & m), (value >> 32) & m)
+    h ^= 8
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & m
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & m
+    h ^= h >> 16
+    return (h - (1 << 32) if h >= 1 << 31 else h) % parts
+
+
+def _summary_observed(dest: Lake, replay_id: str, metrics: dict, parts: int, log):
+    """``(per_part, per_queue, missing)`` from the observed counts, or None (then the caller reads
+    the manifest back) unless every check holds: each queue within ``0 .. QUEUES_MAX - 1``, the
+    per-queue counts summing to the row count, and each part file where :func:`select`'s
+    partitioning puts its queues — a file ``part-NNNNN-…`` for every partition ``NNNNN`` =
+    ``pmod(hash(queue), parts)`` (Spark's hash partitioning, :func:`hash_partition`) holding rows,
+    whose first row's queue is one of them, and no other non-empty file."""
+    n = int(metrics.get("n") or 0)
+    per_queue = {i: int(metrics.get(f"q{i}") or 0) for i in range(QUEUES_MAX)}
+    per_queue = {i: c for i, c in per_queue.items() if c}
+    files = _part_keys(dest, replay_id)
+    if n and not (0 <= int(metrics["qmin"]) and int(metrics["qmax"]) < QUEUES_MAX):
+        log(f"replay {replay_id}: queue numbers outside 0..{QUEUES_MAX - 1}: counting the manifest")
+        return None
+    if sum(per_queue.values()) != n:
+        log(f"replay {replay_id}: observed counts disagree: counting the manifest")
+        return None
+    part_of = {q: hash_partition(q, parts) for q in range(QUEUES_MAX)}
+    rows_of: dict[int, int] = {}
+    for q, c in per_queue.items():
+        rows_of[part_of[q]] = rows_of.get(part_of[q], 0) + c
+    by_index: dict[int, list[str]] = {}
+    for key, size in files.items():
+        name = key.rsplit("/", 1)[-1]
+        idx = name.split("-")[1] if name.count("-") >= 2 else ""
+        if not idx.isdigit():
+            log(f"replay {replay_id}: unexpected part name {name}: counting the manifest")
+            return None
+        if size:
+            by_index.setdefault(int(idx), []).append(key)
+    if set(by_index) != set(rows_of) or any(len(v) != 1 for v in by_index.values()):
+        log(f"replay {replay_id}: parts written {sorted(by_index)} are not the expected {sorted(rows_of)}: "
+            "counting the manifest")
+        return None
+    for idx, (key,) in by_index.items():
+        first = json.loads(dest.first_line(key))
+        if part_of.get(int(first["queue"])) != idx:
+            log(f"replay {replay_id}: {key} starts with queue {first['queue']}, not of its partition: "
+                "counting the manifest")
+            return None
+    per_part = [{"key": by_index[i][0], "rows": rows_of[i]} for i in sorted(by_index, key=lambda i: by_index[i][0])]
+    return per_part, {str(q): c for q, c in per_queue.items()}, int(metrics.get("missing") or 0)
+
+
+def _summary_by_reading(spark: SparkSession, dest: Lake, replay_id: str):
+    """``(per_part, per_queue, missing)`` by reading the manifest back (one task per part file)."""
+    keys = list(_part_keys(dest, replay_id))
     per_part, per_queue, missing = [], {}, 0
     if keys:
-        with progress(spark, f"replay {replay_id}: summary", show_progress):
-            man = (spark.read.schema("queue long, body string").json(where)
-                   .withColumn("file", F.input_file_name()))
-            rows = man.groupBy("file", "queue").agg(
-                F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing")).collect()
+        man = (spark.read.schema("queue long, body string").json(dest.path(manifest_prefix(replay_id)))
+               .withColumn("file", F.input_file_name()))
+        rows = man.groupBy("file", "queue").agg(
+            F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing")).collect()
         by_file: dict[str, int] = {}
         for r in rows:
             name = r["file"].rsplit("/", 1)[-1]
@@ -275,13 +399,4 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
             missing += int(r["missing"] or 0)
         per_part = [{"key": k, "rows": by_file.get(k.rsplit("/", 1)[-1], 0)} for k in keys]
         per_part = [p for p in per_part if p["rows"]]
-    found = sum(p["rows"] for p in per_part)
-    summary = {
-        "replay_id": replay_id, "topic": topic, "from": from_ms, "to": to_ms, "filter": flt.to_json(),
-        "found": found, "missing_bodies": missing, "parts": per_part,
-        "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
-        "manifest": manifest_prefix(replay_id), "seconds": round(time.perf_counter() - t0, 3),
-    }
-    dest.put_json(summary_key(replay_id), summary)
-    log(f"replay {replay_id}: {found} message(s) selected in {summary['seconds']} s → {where}")
-    return summary
+    return per_part, per_queue, missing

@@ -50,6 +50,29 @@ class Lake:
         p = Path(self.path(prefix))
         return sorted(str(f.relative_to(base)) for f in p.rglob("*") if f.is_file()) if p.exists() else []
 
+    def sizes(self, prefix: str) -> dict[str, int]:
+        """The keys under ``prefix`` (relative to the lake's root) and their sizes in bytes."""
+        if self.is_s3:
+            out = {}
+            for page in self.s3().get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=prefix.rstrip("/") + "/"):
+                out.update({o["Key"]: int(o["Size"]) for o in page.get("Contents", [])})
+            return out
+        base = Path(self.root)
+        p = Path(self.path(prefix))
+        return {str(f.relative_to(base)): f.stat().st_size for f in p.rglob("*") if f.is_file()} if p.exists() else {}
+
+    def first_line(self, key: str) -> bytes:
+        """The first line of object ``key`` (streamed: the object is not read past it)."""
+        if self.is_s3:
+            body = self.s3().get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                return next(iter(body.iter_lines()), b"")
+            finally:
+                body.close()
+        with open(self.path(key), "rb") as f:
+            return f.readline().rstrip(b"\r\n")
+
     def put_json(self, key: str, obj) -> None:
         data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
         if self.is_s3:

@@ -115,9 +115,10 @@ def expected(aws, topic: str, lo: int, hi: int, flt: dict | None) -> list[dict]:
 
 
 def write_manifest(aws, rid: str, topic: str, lo: int, hi: int, flt: dict | None, parts: int = 2,
-                   drop_body: set | None = None) -> dict:
-    """What the selection job writes for replay ``rid``: ``replays/<id>/manifest/part-*.json.gz``
-    (gzipped JSON Lines, columns :data:`MANIFEST_COLUMNS`, properties and claim as JSON text, null
+                   drop_body: set | None = None, gz: bool = False) -> dict:
+    """What the selection job writes for replay ``rid``: ``replays/<id>/manifest/part-*.json``
+    (JSON Lines — ``gz``: gzipped ``part-*.json.gz``, as the job wrote them before 2026-11-25 —
+    columns :data:`MANIFEST_COLUMNS`, properties and claim as JSON text, null
     fields left out as Spark's writer does; a queue's rows in one part, sorted) and
     ``replays/<id>/selection.json``. ``drop_body``: (queue, offset)s whose body row is missing."""
     import os
@@ -135,9 +136,9 @@ def write_manifest(aws, rid: str, topic: str, lo: int, hi: int, flt: dict | None
     s3, bucket = aws["s3"], os.environ[BUCKET_ENV]
     listed = []
     for i in sorted(by_part):
-        key = f"replays/{rid}/manifest/part-{i:05d}-0a1b.c000.json.gz"
-        text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in by_part[i])
-        s3.put_object(Bucket=bucket, Key=key, Body=gzip.compress(text.encode("utf-8")))
+        key = f"replays/{rid}/manifest/part-{i:05d}-0a1b.c000.json" + (".gz" if gz else "")
+        text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in by_part[i]).encode("utf-8")
+        s3.put_object(Bucket=bucket, Key=key, Body=gzip.compress(text) if gz else text)
         listed.append({"key": key, "rows": len(by_part[i])})
     summary = {"replay_id": rid, "topic": topic, "from": lo, "to": hi, "filter": Filter.of(flt).to_json(),
                "found": len(rows), "missing_bodies": len(drop_body or ()), "parts": listed,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -132,7 +133,8 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     assert s == out and s["found"] == len(want) and s["missing_bodies"] == 0
     got, seen_queues = [], []
     for part in s["parts"]:  # each part: whole queues, sorted by (queue, offset); its count recorded
-        lines = gzip.decompress((root / part["key"]).read_bytes()).decode("utf-8").splitlines()
+        assert part["key"].endswith(".json")  # JSON Lines, uncompressed (the copier reads `.json.gz` too)
+        lines = (root / part["key"]).read_bytes().decode("utf-8").splitlines()
         assert len(lines) == part["rows"]
         rs = [json.loads(x) for x in lines]
         assert [(r["queue"], r["offset"]) for r in rs] == sorted((r["queue"], r["offset"]) for r in rs)
@@ -145,6 +147,75 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     assert s["queues"] == {str(q): sum(1 for w in want if w[0] == q) for q in {w[0] for w in want}}
     assert json.loads(got[0]["properties"]) == next(r["properties"] for r in rows if r["id"] == got[0]["id"])
 
+
+
+def _manifest_rows(root: Path, summary: dict) -> list[list[dict]]:
+    out = []
+    for part in summary["parts"]:
+        data = (root / part["key"]).read_bytes()
+        text = (gzip.decompress(data) if part["key"].endswith(".gz") else data).decode("utf-8")
+        out.append([json.loads(x) for x in text.splitlines()])
+    return out
+
+
+@pytest.mark.parametrize("raw", [None, {"conditions": [{"field": "k", "range": [0, 2]}], "tags": ["red"]}])
+def test_the_counts_observed_during_the_write_are_the_manifest_read_back(spark, lake_dir, tmp_path, raw):
+    """The summary from the write's observed counts equals the one read back from the manifest (the
+    job before: gzipped parts, ``legacy=True``), part by part, with the same rows in each part; and
+    both equal what the parts hold. Missing bodies are counted the same way."""
+    root, rows = lake_dir
+    lk = Lake(str(root))
+    lo, hi = T0 + 600_000, T0 + 3 * H
+    quiet = lambda *_: None  # noqa: E731
+    new = R.run_replay(spark, lk, "obs", "t", lo, hi, Filter.of(raw), log=quiet, out=Lake(str(tmp_path / "a")))
+    old = R.run_replay(spark, lk, "obs", "t", lo, hi, Filter.of(raw), log=quiet, out=Lake(str(tmp_path / "b")),
+                       legacy=True)
+    assert all(p["key"].endswith(".json") for p in new["parts"])
+    assert all(p["key"].endswith(".json.gz") for p in old["parts"])
+    strip = lambda s: {k: v for k, v in s.items() if k not in ("seconds", "phases", "parts")}  # noqa: E731
+    assert strip(new) == strip(old) and new["found"] == len(_reference(rows, "t", lo, hi, raw)) > 10
+    assert [p["rows"] for p in new["parts"]] == [p["rows"] for p in old["parts"]]
+    got_new, got_old = _manifest_rows(tmp_path / "a", new), _manifest_rows(tmp_path / "b", old)
+    assert got_new == got_old and [len(x) for x in got_new] == [p["rows"] for p in new["parts"]]
+    assert len(new["parts"]) > 1  # per-part counts really tested (3 queues, 2 shuffle partitions in these tests)
+
+
+
+def test_hash_partition_is_sparks(spark):
+    """The summary's map from a queue to its part: Spark's own ``pmod(hash(queue), n)``."""
+    from pyspark.sql import functions as F
+
+    qs = list(range(0, 70)) + [2**31 - 1, 2**31, 2**40 + 3, -1, -(2**63)]
+    for n in (1, 2, 3, 8, 200):
+        got = {int(r["q"]): int(r["p"]) for r in spark.createDataFrame([(q,) for q in qs], "q long").select(
+            "q", F.pmod(F.hash("q"), F.lit(n)).alias("p")).collect()}
+        assert got == {q: R.hash_partition(q, n) for q in qs}
+
+def test_the_summary_falls_back_to_reading_the_manifest_when_a_check_fails(spark, lake_dir, tmp_path, monkeypatch):
+    """A queue number the observed counts do not cover (here: QUEUES_MAX lowered to 2, the lake has
+    queues 0-2) → the summary is read back from the manifest, and is still exact."""
+    root, rows = lake_dir
+    lk = Lake(str(root))
+    lo, hi = T0, T0 + 3 * H
+    want = R.run_replay(spark, lk, "fb", "t", lo, hi, Filter.of(None), log=lambda *_: None,
+                        out=Lake(str(tmp_path / "a")))
+    monkeypatch.setattr(R, "QUEUES_MAX", 2)
+    said = []
+    got = R.run_replay(spark, lk, "fb", "t", lo, hi, Filter.of(None), log=said.append, out=Lake(str(tmp_path / "b")))
+    assert any("outside 0..1: counting the manifest" in m for m in said)
+    assert got["queues"] == want["queues"] and got["found"] == want["found"] == len(_reference(rows, "t", lo, hi, None))
+    assert [p["rows"] for p in got["parts"]] == [p["rows"] for p in want["parts"]]
+    assert set(want["queues"]) == {"0", "1", "2"}
+
+
+def test_an_empty_selection_writes_an_empty_summary(spark, lake_dir, tmp_path):
+    """Nothing in the range (and nothing archived at all): found 0, no parts, the write's
+    observation does not wait for metrics that never come."""
+    root, _ = lake_dir
+    for lk in (Lake(str(root)), Lake(str(tmp_path / "nothing"))):
+        s = R.run_replay(spark, lk, "e", "t", T0 + 30 * H, T0 + 31 * H, Filter.of(None), log=lambda *_: None,
+                         out=Lake(str(tmp_path / "out")))
+        assert (s["found"], s["missing_bodies"], s["parts"], s["queues"]) == (0, 0, [], {})
 
 # ------------------------------------------------------------------ the native filter vs the matcher
 # Property values that a text comparison could confuse: types (1, 1.0, "1", true), -0.0 and 0,

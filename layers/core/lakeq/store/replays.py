@@ -13,8 +13,9 @@ schedule queries, so an idle minute costs one Query of an empty index whatever t
 replays kept.
 
 The selection job's objects under ``replays/<id>/`` of the lake bucket (``selection.json``,
-``error.json``, ``manifest/part-*.json.gz``) are read here too (:class:`ReplayObjects`; S3 through
-the one botocore client of :mod:`lakeq.store.bodies`).
+``error.json``, ``manifest/part-*.json`` — ``.json.gz`` for manifests written before 2026-11-25)
+are read here too (:class:`ReplayObjects`; S3 through the one botocore client of
+:mod:`lakeq.store.bodies`).
 """
 from __future__ import annotations
 
@@ -178,9 +179,13 @@ class ReplayObjects:
 
     @staticmethod
     def rows(key: str) -> Iterator[dict]:
-        """The rows of manifest part ``key`` (gzipped JSON Lines), streamed (one GetObject)."""
+        """The rows of manifest part ``key`` (JSON Lines; gzipped when ``key`` ends in ``.gz``, as
+        the job wrote them before 2026-11-25), streamed (one GetObject)."""
         body = _s3().get_object(Bucket=_bucket(), Key=key)["Body"]
-        with gzip.GzipFile(fileobj=body) as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)
+        with body:
+            if key.endswith(".gz"):
+                with gzip.GzipFile(fileobj=body) as f:
+                    yield from (json.loads(x) for x in f if x.strip())
+                return
+            # (the writer escapes \r and \n inside strings: a raw line break ends a row)
+            yield from (json.loads(x) for x in body.iter_lines(chunk_size=1 << 16) if x.strip())
