@@ -77,3 +77,16 @@ def h(aws, monkeypatch):
 @pytest.fixture
 def sqs(h):
     return h.client("admin")
+
+
+def drain_sqs(sqs, url) -> list[str]:
+    """Receive (10 at a time) and delete until a receive comes back empty; the bodies in order."""
+    out = []
+    for _ in range(20):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            return out
+        for m in got:
+            out.append(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return out

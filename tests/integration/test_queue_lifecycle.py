@@ -12,7 +12,7 @@ from lakeq.produce import delayed
 from lakeq.sqs import handler as sqs_service
 from lakeq.sqs import permissions as sqs_perm
 from tests.history import path
-from tests.integration.sqs_harness import Harness, fake_auth
+from tests.integration.sqs_harness import Harness, drain_sqs, fake_auth
 
 Q = "jobs"
 
@@ -62,18 +62,6 @@ def drain_native(api, key, group, topic=Q):
         out += [m["body"] for m in b["messages"]]
         s, r = api.call("POST", "/v1/acks", {"group": group, "receipt": b["receipt"]}, key=key)
         assert s == 200, r
-    return out
-
-
-def drain_sqs(sqs, url):
-    out = []
-    for _ in range(20):
-        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not got:
-            return out
-        for m in got:
-            out.append(m["Body"])
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     return out
 
 

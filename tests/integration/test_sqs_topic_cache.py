@@ -15,7 +15,7 @@ from lakeq.sqs import handler as sqs_service
 from lakeq.sqs import permissions as sqs_perm
 from lakeq.store.repos import ClientRepo
 from lakeq.store.sqs import group_name, producer_name
-from tests.integration.sqs_harness import Harness, fake_auth
+from tests.integration.sqs_harness import Harness, drain_sqs, fake_auth
 from tests.integration.test_sqs_endpoint import make_client
 
 Q = "cached"
@@ -62,18 +62,6 @@ def delete_and_recreate(admin, api, url):
     assert s == 201, b
 
 
-def drain(sqs, url) -> list[str]:
-    out = []
-    for _ in range(20):
-        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not got:
-            return out
-        for m in got:
-            out.append(m["Body"])
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-    return out
-
-
 def warm(sqs) -> tuple[str, str]:
     """A producer's send and a consumer's receive fill the cache. Returns (the queue's URL, the
     received message's handle: in flight)."""
@@ -115,7 +103,7 @@ def test_a_stale_send_never_reaches_the_new_incarnation(sqs, api, mono):
         assert e.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
     mono["now"] += sqs_perm.TOPIC_CACHE_TTL_S
     p.send_message(QueueUrl=url, MessageBody="new")
-    assert drain(c, url) == ["new"]
+    assert drain_sqs(c, url) == ["new"]
 
 
 def test_a_stale_receive_locks_nothing_of_either_incarnation(sqs, api, mono):
@@ -129,7 +117,7 @@ def test_a_stale_receive_locks_nothing_of_either_incarnation(sqs, api, mono):
     # the receive failed on the copy, e.g. the SQS group gone, read again: the new incarnation's)
     assert got in ([], ["new"]), got
     mono["now"] += 60  # (a lock of the new message, if any, ended)
-    assert drain(c, url) == ["new"]
+    assert drain_sqs(c, url) == ["new"]
 
 
 def test_a_handle_of_the_deleted_incarnation_is_refused_while_the_cache_holds_it(sqs, api, mono):
@@ -145,7 +133,7 @@ def test_a_handle_of_the_deleted_incarnation_is_refused_while_the_cache_holds_it
             call()
         assert e.value.response["Error"]["Code"] == "ReceiptHandleIsInvalid"
     mono["now"] += sqs_perm.TOPIC_CACHE_TTL_S
-    assert drain(c, url) == ["new"]
+    assert drain_sqs(c, url) == ["new"]
 
 
 def test_a_stale_copy_never_makes_the_clients_of_a_deleted_queue_again(sqs, api, mono):
