@@ -7,13 +7,14 @@ the stack's lake bucket with exactly the matching messages and their bodies; a r
 writes ``error.json``."""
 from __future__ import annotations
 
-import gzip
 import json
 import time
 
 import boto3
 import pytest
 import requests
+
+from tests.manifest import manifest_rows
 
 pytest.importorskip("pyspark")
 TOPIC, PRODUCER = "replay-e2e", "replay-e2e-p"
@@ -65,8 +66,8 @@ def test_start_job_run_selects_from_the_stacks_lake(stack):
         pytest.skip(spark_missing())
     assert run["JobRunState"] == "SUCCEEDED", run.get("ErrorMessage") + "\n" + stack.stderr[-4000:]
     sel = json.loads(s3.get_object(Bucket=bucket, Key="replays/rp_e2e/selection.json")["Body"].read())
-    rows = [json.loads(x) for p in sel["parts"]
-            for x in gzip.decompress(s3.get_object(Bucket=bucket, Key=p["key"])["Body"].read()).splitlines()]
+    rows = [r for p in sel["parts"]
+            for r in manifest_rows(p["key"], s3.get_object(Bucket=bucket, Key=p["key"])["Body"].read())]
     assert sel["found"] == len(rows) == 5 and sel["missing_bodies"] == 0
     assert sorted(r["body"] for r in rows) == [f"m{i} é" for i in (0, 2, 4, 6, 8)]
     for q in {r["queue"] for r in rows}:  # in offset order within each queue

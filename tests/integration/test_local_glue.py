@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import os
@@ -23,6 +22,7 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request
 
 from infra.local import glue as G
+from tests.manifest import manifest_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAY = "lakeq-local-replay-select"
@@ -148,7 +148,7 @@ def test_a_run_selects_from_the_archived_lake(archived):
     assert drained == [1]  # the streams are brought into the lake first
     sel = json.loads(_get(s3, bucket, "replays/rp_ok/selection.json"))
     assert sel["found"] == 2 and sel["queues"] == {"0": 2} and sel["missing_bodies"] == 0
-    rows = [json.loads(x) for p in sel["parts"] for x in gzip.decompress(_get(s3, bucket, p["key"])).splitlines()]
+    rows = [r for p in sel["parts"] for r in manifest_rows(p["key"], _get(s3, bucket, p["key"]))]
     assert [(r["queue"], r["offset"], r["body"]) for r in rows] == [(0, 0, "hello"), (0, 2, "x" * len(rows[1]["body"]))]
     assert _get(s3, bucket, "replays/rp_ok/error.json") is None
 

@@ -4,7 +4,6 @@ matcher (lakeq.replay.rules.matching) as the reference — once each (redelivere
 lake), in (queue, offset) order, with their bodies; and the manifest the job writes."""
 from __future__ import annotations
 
-import gzip
 import json
 import random
 from pathlib import Path
@@ -15,6 +14,7 @@ from lakeq.lake import archive as lake
 from lakeq.replay.rules import Filter, matching
 from lakeq_lake import replay as R
 from lakeq_lake.store import Lake
+from tests.manifest import manifest_rows
 
 H = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z
@@ -152,9 +152,7 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
 def _manifest_rows(root: Path, summary: dict) -> list[list[dict]]:
     out = []
     for part in summary["parts"]:
-        data = (root / part["key"]).read_bytes()
-        text = (gzip.decompress(data) if part["key"].endswith(".gz") else data).decode("utf-8")
-        out.append([json.loads(x) for x in text.splitlines()])
+        out.append(manifest_rows(part["key"], (root / part["key"]).read_bytes()))
     return out
 
 
