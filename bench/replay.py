@@ -19,7 +19,8 @@ as it was before its counts were observed during the write (``legacy=True``: the
 gzipped manifest and the summary read back from it), then the current one; ``--compare-plan``
 also runs the plan before the one-shuffle pipeline (``previous=True``: the dedup, join and order
 shuffles, with that legacy output); ``--compare-udf`` runs each filter with conditions first with
-``native=False`` (the matcher UDF on every row the pre-filter lets through). Each line also shows
+``native=False`` (the matcher UDF on every row the pre-filter lets through); ``--compare-bodies``
+runs each filtered replay first with every body of the slice shuffled (``narrow_bodies=False``). Each line also shows
 the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary). The
 job's progress bar is on stderr.
 
@@ -105,12 +106,14 @@ def load() -> str:
 
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
-        native: bool = True, previous: bool = False, legacy: bool = False) -> None:
+        native: bool = True, previous: bool = False, legacy: bool = False, narrow_bodies: bool = True) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
     substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
     (with the output before: gzipped parts, the summary read back); ``legacy=True``: the current
-    plan with that output (the job before the counts were observed during the write)."""
+    plan with that output (the job before the counts were observed during the write);
+    ``narrow_bodies=False``: every body of the slice shuffled (before the bodies were narrowed to
+    the selected messages)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -126,10 +129,12 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     load1 = load()
     t = time.perf_counter()
     s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
-                     log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy)
+                     log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
+                     narrow_bodies=narrow_bodies)
     job_s = time.perf_counter() - t
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
-    tag = name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
+    tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
+           + ("" if narrow_bodies else " (all b.)"))
     ph = s["phases"]
     print(f"{n:>12,} {label:>6} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
           f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
@@ -154,6 +159,9 @@ def main() -> int:
                          "with the legacy output) just before")
     ap.add_argument("--compare-udf", action="store_true",
                     help="also run each filter with conditions with the UDF on every row (native=False) just before")
+    ap.add_argument("--compare-bodies", action="store_true",
+                    help="also run each filter with every body of the slice shuffled (narrow_bodies=False: "
+                         "before the bodies were narrowed to the selected messages) just before")
     ap.add_argument("--work", default=None, help="where manifests are written (default: a temporary folder)")
     a = ap.parse_args()
     n = a.rows or (1_000_000 if a.quick else 10_000_000)
@@ -206,6 +214,8 @@ def main() -> int:
                 run(spark, lake_root, n, label, lo, hi, name, work, previous=True)
             if a.compare:
                 run(spark, lake_root, n, label, lo, hi, name, work, legacy=True)
+            if a.compare_bodies and FILTERS[name]:
+                run(spark, lake_root, n, label, lo, hi, name, work, narrow_bodies=False)
             run(spark, lake_root, n, label, lo, hi, name, work)
     spark.stop()
     if not a.work:

@@ -163,7 +163,8 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
 
 
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
-           flt: Filter, parts: int | None = None, native: bool = True, previous: bool = False) -> DataFrame:
+           flt: Filter, parts: int | None = None, native: bool = True, previous: bool = False,
+           narrow_bodies: bool = True) -> DataFrame:
     """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay: ``parts`` partitions (default
     ``spark.sql.shuffle.partitions``; hash of ``queue``: a queue's rows are in one partition), each
     sorted by ``queue, offset`` — the order the copier needs is per queue, so no global sort. A
@@ -185,6 +186,10 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     two branches over the one (reused) exchange, then re-partitioned by ``queue`` (the union loses
     the partitioning: one more exchange of the selected messages' metadata, never of bodies).
     ``native=False``: the UDF decides every row the substring pre-filter lets through.
+    A filtered replay (``narrow_bodies``, the default) computes its selected messages first and
+    narrows the bodies to them before their shuffle (:func:`_bodies_of_selected`): ``select`` then
+    runs one Spark job itself. ``narrow_bodies=False``: every body of the slice is shuffled (the
+    plan before; kept for the benchmark's before/after).
     ``previous=True``: the plan before the one-shuffle pipeline (kept for the benchmark's
     before/after): a dedup shuffle per side, the join's shuffle by ``(queue, offset)``, a final
     repartition by ``queue``."""
@@ -204,10 +209,31 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
         m = m.repartition(parts, "queue").sortWithinPartitions("queue", "offset")
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms)
                       & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("queue", "offset", "body", "claim").repartition(parts, "queue")
+         .select("queue", "offset", "body", "claim"))
+    if narrow_bodies and (flt.conditions or flt.tags):
+        m, b = _bodies_of_selected(m, b)
+    b = (b.repartition(parts, "queue")
          .sortWithinPartitions("queue", "offset").dropDuplicates(["queue", "offset"]))
     j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
     return j.sortWithinPartitions("queue", "offset")
+
+
+SEMI_JOIN_KEYS_MAX = 2_000_000  # selected messages up to which the bodies are narrowed first
+
+
+def _bodies_of_selected(m: DataFrame, b: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """A filtered replay's selected messages ``m`` (partitioned by ``queue`` and sorted) and the
+    bodies ``b`` to join: ``m`` computed once and kept (``localCheckpoint``, memory then disk: the
+    partitioning and order stay, so the join still needs no exchange on that side), and when it
+    holds at most :data:`SEMI_JOIN_KEYS_MAX` rows, ``b`` narrowed to their ``(queue, offset)``
+    before its shuffle (a left semi-join with the keys broadcast: tens of bytes a key) — a
+    5 % filter then shuffles and sorts 5 % of the bodies, not all of them (docs/benchmarks.md,
+    "Bodies of the selected only"). Over the limit ``b`` is unchanged; the kept ``m`` costs one
+    write of the selected metadata."""
+    m = m.localCheckpoint(eager=True)
+    if m.count() <= SEMI_JOIN_KEYS_MAX:
+        b = b.join(F.broadcast(m.select("queue", "offset")), ["queue", "offset"], "left_semi")
+    return m, b
 
 
 def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
@@ -245,14 +271,15 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
 
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
-               native: bool = True, previous: bool = False, legacy: bool = False) -> dict:
+               native: bool = True, previous: bool = False, legacy: bool = False,
+               narrow_bodies: bool = True) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
     holds whole queues, sorted by ``queue, offset``) in one pass over the slice, then
     ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
     (the copier's cursor is a position in the parts' order) and per queue its count. Returns the
     summary (``seconds``: the whole job; ``phases``: ``select_write`` and ``summary``, seconds).
     ``out``: where ``replays/<id>/`` is written (default: ``lake`` itself; the benchmark
-    keeps its generated lake read-only). ``native``, ``previous``: :func:`select`'s.
+    keeps its generated lake read-only). ``native``, ``previous``, ``narrow_bodies``: :func:`select`'s.
 
     The counts come from the write itself (:func:`_observed`: ``DataFrame.observe`` aggregates over
     the rows as they are written, per queue; each queue's part is its hash partition, checked
@@ -271,7 +298,8 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     with progress(spark, f"replay {replay_id}: select + write", show_progress):
         msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
         bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
-        df = select(msgs, bods, topic, from_ms, to_ms, flt, parts=parts, native=native, previous=previous)
+        df = select(msgs, bods, topic, from_ms, to_ms, flt, parts=parts, native=native, previous=previous,
+                    narrow_bodies=narrow_bodies)
         if legacy:
             df.write.mode("overwrite").option("compression", "gzip").json(where)
         else:

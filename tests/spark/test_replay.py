@@ -106,6 +106,43 @@ def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir):
     assert one != one_s
 
 
+def _plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+@pytest.mark.parametrize("raw", [FILTERS[1], FILTERS[5], FILTERS[8]], ids=["tags", "range+prefix", "anything-but"])
+def test_a_filtered_replay_shuffles_only_the_bodies_of_its_selected_messages(spark, lake_dir, monkeypatch, raw):
+    """The bodies are narrowed to the selected messages' keys (a broadcast left semi-join) before
+    their shuffle; over SEMI_JOIN_KEYS_MAX they are not. Same rows, same order either way, and both
+    the pure matcher's."""
+    root, rows = lake_dir
+    lk = Lake(str(root))
+    lo, hi = T0 + H // 2 + 4_500, T0 + 2 * H + 123
+    msgs, bods = R.read_slice(spark, lk, "messages", lo, hi), R.read_slice(spark, lk, "bodies", lo, hi)
+    R.ship(spark, "matcher", "lakeq")
+    want = _reference(rows, "t", lo, hi, raw)
+    narrowed = R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2)
+    assert "LeftSemi" in _plan(narrowed)
+    monkeypatch.setattr(R, "SEMI_JOIN_KEYS_MAX", len(want) - 1)  # one key over the limit
+    whole = R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2)
+    assert "LeftSemi" not in _plan(whole)
+    plain = R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2, narrow_bodies=False)
+    for df in (narrowed, whole, plain):
+        got = [(r["queue"], r["offset"], r["id"], r["body"]) for r in df.collect()]
+        assert sorted(got) == want
+        for q in {w[0] for w in want}:
+            assert [g for g in got if g[0] == q] == [w for w in want if w[0] == q]
+
+
+def test_an_unfiltered_replay_does_not_narrow_the_bodies(spark, lake_dir):
+    root, _ = lake_dir
+    lk = Lake(str(root))
+    lo, hi = T0, T0 + 3 * H
+    df = R.select(R.read_slice(spark, lk, "messages", lo, hi), R.read_slice(spark, lk, "bodies", lo, hi),
+                  "t", lo, hi, Filter.of(None), parts=2)
+    assert "LeftSemi" not in _plan(df)
+
+
 def test_read_slice_reads_only_the_hours_of_the_range(spark, tmp_path):
     """Objects of other hours are never opened: here they are not even gzip, and reading them fails."""
     rows = [r for r in _rows(random.Random(1))[:1200] if T0 + H <= r["produced_at"] < T0 + 2 * H]

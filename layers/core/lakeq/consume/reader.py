@@ -113,7 +113,11 @@ class Log:
         (:meth:`lakeq.store.repos.LogRepo.chain_end`)."""
         lag = {v.queue: (LogRepo.pq(self.name, v.queue), v.state().frontier)
                for v in views if lagging(v, now, allowed)}
-        at_hint = {pq_: f for v in views if v.queue in lag for pq_, f in [lag[v.queue]] if f == v.max_offset}
+        hints = {v.queue: v.max_offset for v in views}
+        at_hint = {}  # the lagging queues whose frontier is their hint: one BatchGetItem for them all
+        for q, (pq_, frontier) in lag.items():
+            if frontier == hints[q]:
+                at_hint[pq_] = frontier
         found = LogRepo.ends_at(at_hint) if at_hint else {}
         out = []
         for view in views:

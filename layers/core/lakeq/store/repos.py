@@ -348,6 +348,29 @@ def remember_segment_size(pq_: str, count: int) -> None:
     _segment_sizes[pq_] = count
 
 
+def _batch_get(model, keys: list[dict], consistent: bool = False,
+               attributes: list[str] | None = None) -> list[dict]:
+    """The raw items of ``model``'s table at ``keys`` (plain key dicts), in no particular order;
+    a missing item is left out. BatchGetItem, at most :data:`BATCH_GET_KEYS` keys a call,
+    UnprocessedKeys asked again after a jittered exponential backoff (throttled: longer waits).
+    ``attributes``: a projection (only those attributes come back)."""
+    conn = model._get_connection()
+    table = model.Meta.table_name
+    out: list[dict] = []
+    for i in range(0, len(keys), BATCH_GET_KEYS):
+        page: list[dict] = keys[i:i + BATCH_GET_KEYS]
+        attempt = 0
+        while page:
+            data = conn.batch_get_item(page, consistent_read=consistent, attributes_to_get=attributes)
+            out.extend(data.get("Responses", {}).get(table, []))
+            left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
+            page = [{name: int(v["N"]) if "N" in v else v["S"] for name, v in k.items()} for k in left]
+            if page:
+                attempt += 1
+                backoff.sleep(attempt, base=0.01, cap=1.0)
+    return out
+
+
 class LogRepo:
     @staticmethod
     def pq(topic: str, queue: int) -> str:
@@ -368,20 +391,7 @@ class LogRepo:
         reader outside the hot pull path gets. ``exact=False``: the hints alone (the ranked pull,
         which probes only the queues whose hint shows nothing to read, ``lakeq.consume.reader``)."""
         keys = [{"pq": queue_key(topic, q)} for q in range(n)]
-        conn = QueueModel._get_connection()
-        table = QueueModel.Meta.table_name
-        out: list[QueueModel] = []
-        for i in range(0, len(keys), BATCH_GET_KEYS):
-            page: list[dict] = keys[i:i + BATCH_GET_KEYS]
-            attempt = 0
-            while page:
-                data = conn.batch_get_item(page, consistent_read=consistent)
-                out.extend(QueueModel.from_raw_data(item) for item in data.get("Responses", {}).get(table, []))
-                left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
-                page = [{"pq": k["pq"]["S"]} for k in left]
-                if page:
-                    attempt += 1
-                    backoff.sleep(attempt, base=0.01, cap=1.0)  # throttled: longer waits
+        out = [QueueModel.from_raw_data(item) for item in _batch_get(QueueModel, keys, consistent=consistent)]
         out.sort(key=lambda m: int(m.queue))
         if exact:
             for m in out:
@@ -401,11 +411,19 @@ class LogRepo:
     def _exact(m: QueueModel, consistent: bool) -> QueueModel:
         """``m`` with ``max_offset`` and ``last_produced_at`` (both moved by the head mover) taken
         from the newest segment when it is ahead."""
-        for item in SegmentModel.query(m.pq, scan_index_forward=False, limit=1, consistent_read=consistent):
-            if int(item.end) > int(m.max_offset):
-                m.max_offset = int(item.end)
-                m.last_produced_at = max(int(m.last_produced_at or 0), int(item.produced_at or 0))
+        item = LogRepo._newest(m.pq, consistent)
+        if item is not None and int(item.end) > int(m.max_offset):
+            m.max_offset = int(item.end)
+            m.last_produced_at = max(int(m.last_produced_at or 0), int(item.produced_at or 0))
         return m
+
+    @staticmethod
+    def _newest(pq_: str, consistent: bool) -> SegmentModel | None:
+        """Queue ``pq_``'s newest segment (one Query, newest first, one item), None when the chain
+        is empty."""
+        for item in SegmentModel.query(pq_, scan_index_forward=False, limit=1, consistent_read=consistent):
+            return item
+        return None
 
     @staticmethod
     def ends_at(starts: dict[str, int]) -> dict[str, int]:
@@ -418,22 +436,8 @@ class LogRepo:
         ``start`` is a segment boundary (the pull's probe asks at a frontier equal to the queue
         item's ``max_offset``, always a segment's end)."""
         keys = [{"pq": k, "base": int(v)} for k, v in starts.items()]
-        conn = SegmentModel._get_connection()
-        table = SegmentModel.Meta.table_name
-        out: dict[str, int] = {}
-        for i in range(0, len(keys), BATCH_GET_KEYS):
-            page: list[dict] = keys[i:i + BATCH_GET_KEYS]
-            attempt = 0
-            while page:
-                data = conn.batch_get_item(page, attributes_to_get=["pq", "end"])
-                for item in data.get("Responses", {}).get(table, []):
-                    out[item["pq"]["S"]] = int(item["end"]["N"])
-                left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
-                page = [{"pq": k["pq"]["S"], "base": int(k["base"]["N"])} for k in left]
-                if page:
-                    attempt += 1
-                    backoff.sleep(attempt, base=0.01, cap=1.0)
-        return out
+        return {item["pq"]["S"]: int(item["end"]["N"])
+                for item in _batch_get(SegmentModel, keys, attributes=["pq", "end"])}
 
     @staticmethod
     def chain_end(pq_: str, consistent: bool = False) -> int | None:
@@ -441,9 +445,8 @@ class LogRepo:
         per 4 KB of that segment eventually consistent, 1 strongly), None when the chain is empty
         (never written, or every segment expired: then the queue item's ``max_offset`` is exact, the
         stream's consumer moved it within seconds of each put, long before a segment's TTL)."""
-        for item in SegmentModel.query(pq_, scan_index_forward=False, limit=1, consistent_read=consistent):
-            return int(item.end)
-        return None
+        item = LogRepo._newest(pq_, consistent)
+        return None if item is None else int(item.end)
 
     @staticmethod
     def dedup_lookup(topic: str, ids: list[str]) -> dict[str, tuple[int, int]]:
