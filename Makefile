@@ -68,6 +68,13 @@ bench: $(VENV)/.stamp
 	$(PY) bench/rebalance.py --quick
 	$(PY) bench/idle.py --quick
 	$(PY) bench/coldstart.py --quick
+	$(PY) bench/fanout.py --quick
+	$(PY) bench/group_storage.py --quick
+	$(PY) bench/imports.py --quick
+	$(PY) bench/push.py --quick
+	$(PY) bench/sqs_endpoint.py --quick
+	$(PY) bench/lake.py --quick
+	$(PY) bench/replay.py --quick
 
 # the data-lake jobs once, on local[2], against the stack `make run` serves on LAKEQ_PORT
 jobs: $(VENV)/.stamp

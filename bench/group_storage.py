@@ -2,7 +2,7 @@
 members (in-process moto, tables from template.yaml; units computed from the items' sizes as
 DynamoDB bills them on demand: reads per 4 KB, consistent; writes per 1 KB; transactional ×2).
 
-    .venv/bin/python -m bench.group_storage
+    python bench/group_storage.py [--quick]     (--quick: 10 and 100 members only)
 
 Each group: n-1 stable members written through the repository, each on the same 3 topics of 64
 queues (60-character names); then the n-th member joins over the service (a full rebalance), syncs,
@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# bench/queue.py would shadow the standard library's ``queue`` (urllib3 imports it)
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path[:0] = [str(ROOT), str(ROOT / "layers" / "core"), str(ROOT / "layers" / "matcher")]
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
@@ -162,20 +164,26 @@ def measure(n: int) -> dict:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="10 and 100 members only")
+    args = ap.parse_args()
     rows = []
-    for n in (10, 100, 1000):
+    for n in (10, 100) if args.quick else (10, 100, 1000):
         with mock_aws():
             tpl.create_tables(boto3.client("dynamodb", region_name="us-east-1"), tpl.load_template(), tpl.LOCAL_STACK)
             rows.append(measure(n))
     print(json.dumps([{k: v for k, v in r.items()} for r in rows], indent=None))
     print()
-    print("| members | header item | old single item | join RRU/WRU | sync RRU/WRU | heartbeat RRU/WRU (write) "
+    print("| members | header item | old single item (baseline) | header / old | join RRU/WRU | sync RRU/WRU | heartbeat RRU/WRU (write) "
           "| lease-renewing heartbeat RRU/WRU |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         hb = r["heartbeat"]
         print(f"| {r['members']} | {r['header_bytes']:,} B{' (zlib)' if r['header_compressed'] else ''} "
-              f"| {r['one_item_per_group_bytes']:,} B | {r['join']['rru']:g} / {r['join']['wru']} "
+              f"| {r['one_item_per_group_bytes']:,} B | {r['header_bytes'] / r['one_item_per_group_bytes']:.3f}× "
+              f"| {r['join']['rru']:g} / {r['join']['wru']} "
               f"| {r['sync']['rru']:g} / {r['sync']['wru']} "
               f"| {hb['rru']:g} / {hb['wru']} ({', '.join(f'{t} {s} B' for t, s in hb['writes'])}) "
               f"| {r['heartbeat_renewing_leases']['rru']:g} / {r['heartbeat_renewing_leases']['wru']} |")

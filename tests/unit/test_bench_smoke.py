@@ -15,3 +15,13 @@ def test_fanout_bench_quick_runs_and_prints_its_figures():
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "10,000" in out.stdout or "10000" in out.stdout, out.stdout
+    assert "baseline" in out.stdout, out.stdout  # each figure next to its baseline, side by side
+
+
+def test_group_storage_bench_quick_runs_as_a_script_and_prints_its_ratio():
+    """Run as ``python bench/group_storage.py``: its folder first on the path once made
+    ``bench/queue.py`` shadow the standard library's ``queue`` (urllib3 failed to import)."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "group_storage.py"), "--quick"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "header / old" in out.stdout and "| 100 |" in out.stdout, out.stdout
