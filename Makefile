@@ -61,20 +61,10 @@ integration: $(VENV)/.stamp
 e2e: $(VENV)/.stamp $(CHROMIUM)
 	$(PY) -m pytest -q tests/e2e
 
+# every benchmark's --quick (each under a minute on an idle machine, docs/benchmarks.md)
+BENCHES := queue bitmap matcher rebalance idle coldstart fanout group_storage imports push sqs_endpoint lake replay
 bench: $(VENV)/.stamp
-	$(PY) bench/queue.py --quick
-	$(PY) bench/bitmap.py --quick
-	$(PY) bench/matcher.py --quick
-	$(PY) bench/rebalance.py --quick
-	$(PY) bench/idle.py --quick
-	$(PY) bench/coldstart.py --quick
-	$(PY) bench/fanout.py --quick
-	$(PY) bench/group_storage.py --quick
-	$(PY) bench/imports.py --quick
-	$(PY) bench/push.py --quick
-	$(PY) bench/sqs_endpoint.py --quick
-	$(PY) bench/lake.py --quick
-	$(PY) bench/replay.py --quick
+	set -e; for b in $(BENCHES); do $(PY) bench/$$b.py --quick; done
 
 # the data-lake jobs once, on local[2], against the stack `make run` serves on LAKEQ_PORT
 jobs: $(VENV)/.stamp
