@@ -6,7 +6,8 @@ replay copies, in which order, with their bodies.
   only) and to the columns the selection needs. Messages are read with :data:`MESSAGES_RAW`: the
   ``properties`` object as its JSON text, so the filter sees the typed values (``1``, ``"1"``,
   ``true``) the archiver wrote, not the lake schema's ``map<string,string>``.
-* :func:`select` — pure (DataFrames in, a DataFrame out): the topic, ``from <= produced_at < to``,
+* :func:`select` — DataFrames in, a DataFrame out (with a filter it runs the selection first,
+  :func:`_bodies_of_selected`): the topic, ``from <= produced_at < to``,
   duplicates of redelivered batches dropped (``topic, queue, offset``), the filter — tags natively
   (``arrays_overlap``), each required field natively as a substring of the properties' text, the
   levels natively on plain properties texts (:mod:`.native_filter`, proved equal to the matcher by
@@ -188,7 +189,8 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     ``native=False``: the UDF decides every row the substring pre-filter lets through.
     A filtered replay (``narrow_bodies``, the default) computes its selected messages first and
     narrows the bodies to them before their shuffle (:func:`_bodies_of_selected`): ``select`` then
-    runs one Spark job itself. ``narrow_bodies=False``: every body of the slice is shuffled (the
+    runs Spark jobs itself (the checkpoint and its count); its blocks are freed by Spark's
+    ContextCleaner once the returned frame is garbage-collected. ``narrow_bodies=False``: every body of the slice is shuffled (the
     plan before; kept for the benchmark's before/after).
     ``previous=True``: the plan before the one-shuffle pipeline (kept for the benchmark's
     before/after): a dedup shuffle per side, the join's shuffle by ``(queue, offset)``, a final
@@ -223,13 +225,17 @@ SEMI_JOIN_KEYS_MAX = 2_000_000  # selected messages up to which the bodies are n
 
 def _bodies_of_selected(m: DataFrame, b: DataFrame) -> tuple[DataFrame, DataFrame]:
     """A filtered replay's selected messages ``m`` (partitioned by ``queue`` and sorted) and the
-    bodies ``b`` to join: ``m`` computed once and kept (``localCheckpoint``, memory then disk: the
-    partitioning and order stay, so the join still needs no exchange on that side), and when it
+    bodies ``b`` to join: ``m`` computed once and kept (``localCheckpoint``, memory then disk), and when it
     holds at most :data:`SEMI_JOIN_KEYS_MAX` rows, ``b`` narrowed to their ``(queue, offset)``
     before its shuffle (a left semi-join with the keys broadcast: tens of bytes a key) — a
     5 % filter then shuffles and sorts 5 % of the bodies, not all of them (docs/benchmarks.md,
     "Bodies of the selected only"). Over the limit ``b`` is unchanged; the kept ``m`` costs one
     write of the selected metadata."""
+    # With adaptive execution on (Spark's default, and Glue's) the checkpoint does not keep the
+    # partitioning and order (an adaptive plan reports none), so the join shuffles and sorts the
+    # selection once more: small for a selective filter. Turning adaptive execution off for the
+    # checkpoint's job keeps them, but made the 10M `designed` job 67.4 s instead of 49.7 s
+    # (docs/benchmarks.md, "Idle 10M runs"), so it stays on.
     m = m.localCheckpoint(eager=True)
     if m.count() <= SEMI_JOIN_KEYS_MAX:
         b = b.join(F.broadcast(m.select("queue", "offset")), ["queue", "offset"], "left_semi")

@@ -21,7 +21,9 @@ response)``) that makes every DynamoDB, DynamoDB Streams, S3 and Secrets Manager
    ``AccessDeniedException`` (S3: ``AccessDenied``, 403) with AWS's message — before anything
    reaches the store. Calls made as nobody (test set-up, the stack's own plumbing) are not
    IAM-checked.
-2. **DynamoDB limits** (``ValidationException`` with DynamoDB's messages), for every call: 400 KB
+2. **DynamoDB limits** (``ValidationException`` with DynamoDB's messages), for every call: the
+   attribute values' wire types (``{"N": 5}`` is a ``SerializationException``: numbers travel as
+   strings; pynamodb's client does not validate what its low-level calls are given); 400 KB
    items (PutItem, BatchWriteItem, TransactWriteItems puts; for UpdateItem and transaction updates
    that set 1 KB or more, the *resulting* item, computed by applying the update expression to the
    stored item with moto's own update-expression engine), sizes by DynamoDB's rules
@@ -93,6 +95,39 @@ def _validation(operation: str, message: str) -> ClientError:
          "ResponseMetadata": {"HTTPStatusCode": 400}},
         operation,
     )
+
+
+def _serialization(operation: str, message: str) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": "SerializationException", "Message": message},
+         "ResponseMetadata": {"HTTPStatusCode": 400}},
+        operation,
+    )
+
+
+def wire_type_error(value: Any) -> str | None:
+    """DynamoDB's message for the first attribute value in ``value`` (a request's parameters, walked
+    whole) whose wire type is wrong, or None: a number (``N``) or string (``S``) must be sent as a
+    JSON string, a number or string set (``NS`` / ``SS``) as a list of them. boto3 validates this
+    before sending; pynamodb's client does not (``parameter_validation=False``), and moto accepts
+    ``{"N": 5}``, which DynamoDB refuses."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            (t, v), = value.items()
+            if t in ("N", "S") and not isinstance(v, str):
+                return f"{'NUMBER' if t == 'N' else 'STRING'}_VALUE cannot be converted to String"
+            if t in ("NS", "SS") and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+                return f"{'NUMBER' if t == 'NS' else 'STRING'}_SET_VALUE cannot be converted to String"
+        for v in value.values():
+            err = wire_type_error(v)
+            if err:
+                return err
+    elif isinstance(value, list):
+        for v in value:
+            err = wire_type_error(v)
+            if err:
+                return err
+    return None
 
 
 # ------------------------------------------------------------------------------- DynamoDB sizes
@@ -671,6 +706,9 @@ class AwsRules:
     # ----- DynamoDB request limits
     def check_request(self, call: Call) -> None:
         op, p = call.operation, call.params or {}
+        wire = wire_type_error(p)
+        if wire:
+            raise _serialization(op, wire)
         if op == "PutItem":
             if item_size(p.get("Item")) > ITEM_LIMIT:
                 raise _validation(op, "Item size has exceeded the maximum allowed size")

@@ -330,6 +330,52 @@ def test_batch_get_over_16_mb_returns_unprocessed_keys(aws):
     assert cut["UnprocessedKeys"][SEGMENTS] == {"Keys": keys[kept:], "ConsistentRead": True}
 
 
+def test_attribute_values_of_the_wrong_wire_type_are_refused_as_dynamodb_does(aws):
+    """A number must travel as a JSON string (``{"N": "5"}``). boto3 validates that; pynamodb's
+    client does not, and moto takes ``{"N": 5}``: the pull's segment probe (``LogRepo.ends_at``)
+    sent its ``base`` so, which DynamoDB refuses with a SerializationException."""
+    assert ar.wire_type_error({"Keys": [{"pq": {"S": "a"}, "base": {"N": 5}}]}) == "NUMBER_VALUE cannot be converted to String"
+    assert ar.wire_type_error({"Keys": [{"pq": {"S": "a"}, "base": {"N": "5"}}]}) is None
+    assert ar.wire_type_error({"Item": {"x": {"NS": ["1", 2]}}})
+    assert ar.wire_type_error({"Item": {"x": {"L": [{"M": {"y": {"S": 3}}}]}}})
+    assert ar.wire_type_error({"Item": {"x": {"M": {"y": {"BOOL": True}}, "z": {"NULL": True}}}}) is None
+    from pynamodb.exceptions import GetError
+
+    from lakeq.store.models import SegmentModel
+    with pytest.raises(GetError) as e:
+        SegmentModel._get_connection().batch_get_item([{"pq": "t#1", "base": 5}])
+    assert e.value.cause_response_code == "SerializationException"
+
+
+def test_the_segment_probe_sends_numbers_as_strings_and_asks_unprocessed_keys_again(aws, monkeypatch):
+    """``LogRepo.ends_at`` (one BatchGetItem of segment keys, number range key ``base``): its
+    keys pass the wire-type rule, and keys DynamoDB leaves unprocessed (typed, as it returns them)
+    are asked again as they are."""
+    from pynamodb.connection.table import TableConnection
+
+    from lakeq.store.repos import LogRepo
+    ddb = aws["dynamodb"]
+    for q in range(3):
+        ddb.put_item(TableName=SEGMENTS, Item={"pq": {"S": f"t#{q}"}, "base": {"N": "7"}, "end": {"N": str(9 + q)}})
+    real = TableConnection.batch_get_item
+    asked = []
+
+    def once_unprocessed(self, keys, **kw):
+        asked.append(list(keys))
+        out = real(self, keys, **kw)
+        if len(asked) == 1:  # the first call: one key left unprocessed, typed as DynamoDB returns it
+            rows = out["Responses"][SEGMENTS]
+            left = next(r for r in rows if r["pq"]["S"] == "t#1")
+            out["Responses"][SEGMENTS] = [r for r in rows if r is not left]
+            out["UnprocessedKeys"] = {SEGMENTS: {"Keys": [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]}}
+        return out
+
+    monkeypatch.setattr(TableConnection, "batch_get_item", once_unprocessed)
+    got = LogRepo.ends_at({"t#0": 7, "t#1": 7, "t#2": 7, "t#3": 7})
+    assert got == {"t#0": 9, "t#1": 10, "t#2": 11}  # t#3 has no segment at 7
+    assert asked[1] == [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]
+
+
 # ------------------------------------------------------------------ Lambda and API Gateway limits
 
 BIG = textwrap.dedent('''

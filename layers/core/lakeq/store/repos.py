@@ -348,6 +348,13 @@ def remember_segment_size(pq_: str, count: int) -> None:
     _segment_sizes[pq_] = count
 
 
+def _wire_key(key: dict) -> dict:
+    """A plain key as pynamodb's low-level calls need it: a number as its string (``{"N": "5"}``);
+    pynamodb's client does not validate parameters, so an ``int`` would go out as a JSON number,
+    which moto accepts and DynamoDB rejects (SerializationException)."""
+    return {k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in key.items()}
+
+
 def _batch_get(model, keys: list[dict], consistent: bool = False,
                attributes: list[str] | None = None) -> list[dict]:
     """The raw items of ``model``'s table at ``keys`` (plain key dicts), in no particular order;
@@ -358,13 +365,13 @@ def _batch_get(model, keys: list[dict], consistent: bool = False,
     table = model.Meta.table_name
     out: list[dict] = []
     for i in range(0, len(keys), BATCH_GET_KEYS):
-        page: list[dict] = keys[i:i + BATCH_GET_KEYS]
+        page: list[dict] = [_wire_key(k) for k in keys[i:i + BATCH_GET_KEYS]]
         attempt = 0
         while page:
             data = conn.batch_get_item(page, consistent_read=consistent, attributes_to_get=attributes)
             out.extend(data.get("Responses", {}).get(table, []))
             left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
-            page = [{name: int(v["N"]) if "N" in v else v["S"] for name, v in k.items()} for k in left]
+            page = left  # already typed (``{"S": …}`` / ``{"N": "…"}``): pynamodb passes those as they are
             if page:
                 attempt += 1
                 backoff.sleep(attempt, base=0.01, cap=1.0)
