@@ -6,6 +6,7 @@ import hashlib
 import heapq
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -492,20 +493,67 @@ def _change_visibility(q: Queue, handle: object, timeout: object) -> None:
         raise _not_inflight(handle)
 
 
+def _names_log(q: Queue, handle: object) -> bool:
+    try:
+        _handle(q, handle)
+    except sp.SqsError:
+        return False
+    return True
+
+
+def _queue_for(req: dict, handles: list[object]) -> Queue:
+    """The queue of a delete or visibility change: the container's copy of its topic item when
+    every handle names the copy's incarnation, else the item as stored (no copy, a handle of a
+    newer incarnation than the copy, a malformed handle). One topic read less per delete while the
+    copy lives (issue 16 item 4; docs/design.md "SQS endpoint: the topic item cache")."""
+    q = perm.queue_of(req, cached=True)
+    if q.cached and not all(_names_log(q, h) for h in handles):
+        q = perm.queue_of(req)
+    return q
+
+
+def _settling(q: Queue, req: dict, n: int, act: Callable[[Queue, list[int]], list[sp.SqsError | None]]
+              ) -> list[sp.SqsError | None]:
+    """``act(q, indices)``: a delete or visibility change of the request's handles at ``indices``
+    (of ``n``), answering each one's error. On a copy of the topic item, the handles that failed
+    are tried once more on the item as stored (the queue deleted meanwhile: its SQS group gone)."""
+    out = act(q, list(range(n)))
+    failed = [i for i, e in enumerate(out) if e is not None]
+    if q.cached and failed:
+        for i, e in zip(failed, act(perm.queue_of(req), failed)):
+            out[i] = e
+    return out
+
+
 def delete_message(ctx: Ctx, req: dict) -> dict:
-    q = perm.queue_of(req)
-    _handle(q, req.get("ReceiptHandle"))
+    handle = req.get("ReceiptHandle")
+    q = _queue_for(req, [handle])
+    _handle(q, handle)
     perm.allow(ctx, "DeleteMessage", q.name)
-    err = _delete(q, [req.get("ReceiptHandle")])[0]
+    err = _settling(q, req, 1, lambda q, _: _delete(q, [handle]))[0]
     if err is not None:
         raise err
     return {}
 
 
+def _visibility_errors(q: Queue, handles: list[object], timeouts: list[object]) -> list[sp.SqsError | None]:
+    errors: list[sp.SqsError | None] = []
+    for h, t in zip(handles, timeouts):
+        try:
+            _change_visibility(q, h, t)
+            errors.append(None)
+        except sp.SqsError as err:
+            errors.append(err)
+    return errors
+
+
 def change_message_visibility(ctx: Ctx, req: dict) -> dict:
-    q = perm.queue_of(req)
+    handle, timeout = req.get("ReceiptHandle"), req.get("VisibilityTimeout")
+    q = _queue_for(req, [handle])
     perm.allow(ctx, "ChangeMessageVisibility", q.name)
-    _change_visibility(q, req.get("ReceiptHandle"), req.get("VisibilityTimeout"))
+    err = _settling(q, req, 1, lambda q, _: _visibility_errors(q, [handle], [timeout]))[0]
+    if err is not None:
+        raise err
     return {}
 
 
@@ -515,21 +563,20 @@ def _batch_result(entries: list[dict], errors: list[sp.SqsError | None]) -> dict
 
 
 def delete_message_batch(ctx: Ctx, req: dict) -> dict:
-    q = perm.queue_of(req)
+    perm.queue_of(req, cached=True)  # (QueueDoesNotExist before the entries' errors, as SQS answers)
     entries = sp.check_batch(req.get("Entries"), "DeleteMessage")
+    handles = [e.get("ReceiptHandle") for e in entries]
+    q = _queue_for(req, handles)
     perm.allow(ctx, "DeleteMessageBatch", q.name)
-    return _batch_result(entries, _delete(q, [e.get("ReceiptHandle") for e in entries]))
+    return _batch_result(entries, _settling(q, req, len(handles),
+                                            lambda q, at: _delete(q, [handles[i] for i in at])))
 
 
 def change_message_visibility_batch(ctx: Ctx, req: dict) -> dict:
-    q = perm.queue_of(req)
+    perm.queue_of(req, cached=True)  # (QueueDoesNotExist before the entries' errors, as SQS answers)
     entries = sp.check_batch(req.get("Entries"), "ChangeMessageVisibility")
+    handles, timeouts = [e.get("ReceiptHandle") for e in entries], [e.get("VisibilityTimeout") for e in entries]
+    q = _queue_for(req, handles)
     perm.allow(ctx, "ChangeMessageVisibilityBatch", q.name)
-    errors: list[sp.SqsError | None] = []
-    for e in entries:
-        try:
-            _change_visibility(q, e.get("ReceiptHandle"), e.get("VisibilityTimeout"))
-            errors.append(None)
-        except sp.SqsError as err:
-            errors.append(err)
-    return _batch_result(entries, errors)
+    return _batch_result(entries, _settling(q, req, len(handles), lambda q, at: _visibility_errors(
+        q, [handles[i] for i in at], [timeouts[i] for i in at])))

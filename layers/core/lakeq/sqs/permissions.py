@@ -135,17 +135,20 @@ def load(t: TopicModel | None, name: str, cached: bool = False) -> Queue:
 # item read by any action is kept TOPIC_CACHE_TTL_S (monotonic) seconds, a missing one never. What
 # a stale entry can do is bounded by the incarnation in its log name (docs/design.md "SQS endpoint:
 # the topic item cache"): a send writes into the log the entry names, never into a later
-# incarnation's; a receive of a deleted incarnation finds no queue items, so locks nothing; deletes,
-# visibility changes and the queue administration read the item consistently every time (a handle
-# of a deleted incarnation is refused as before), and this container's administration of a queue
-# drops the cache (:func:`forget_topics`). Another container's change to the queue's attributes,
-# its queue count or its deletion is seen within the TTL (SQS: up to 60 s).
+# incarnation's; a receive of a deleted incarnation finds no queue items, so locks nothing; a
+# delete or visibility change uses the copy only when every handle names the copy's incarnation
+# (else it reads the item: a handle of a newer incarnation), settles only in that incarnation's
+# offset records (a deleted incarnation's handle, within the TTL: answered as a stale handle,
+# nothing of a newer incarnation touched), and tries a failed handle once more on the stored item;
+# the queue administration reads the item consistently every time, and this container's
+# administration of a queue drops the cache (:func:`forget_topics`). Another container's change
+# to the queue's attributes, its queue count or its deletion is seen within the TTL (SQS: up to 60 s).
 TOPIC_CACHE_TTL_S = 5.0
 _TOPICS: dict[str, tuple[float, TopicModel]] = {}
-CACHED_ACTIONS = {"SendMessage", "SendMessageBatch", "ReceiveMessage"}
+CACHED_ACTIONS = {"SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch",
+                  "ChangeMessageVisibility", "ChangeMessageVisibilityBatch"}
 # actions that change no topic item: the others drop the cache when they end
-TOPIC_READ_ONLY = CACHED_ACTIONS | READ_ONLY | {"DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
-                                               "ChangeMessageVisibilityBatch", "ListMessageMoveTasks"}
+TOPIC_READ_ONLY = CACHED_ACTIONS | READ_ONLY | {"ListMessageMoveTasks"}
 
 
 def forget_topics() -> None:
