@@ -90,6 +90,9 @@ def billed_gbs(invocations: list, mb: int) -> float:
     return sum(math.ceil(modelled_ms(w, c, mb)) for w, c in invocations) / 1000 * mb / 1024
 
 
+METER_CPU = threading.local()  # the serving thread's CPU seconds in the meter's hooks (not lakeq's)
+
+
 class ActionMeter(bq.Meter):
     """:class:`bench.queue.Meter` that also files each call under the SQS action being served
     (``label``: set by :class:`Label` while the gateway serves one request at a time)."""
@@ -98,15 +101,27 @@ class ActionMeter(bq.Meter):
         super().reset()
         with self.lock:
             self.label: str | None = None
+            self.profiling = False  # profile the invocations of the counted phases only
             self.by: dict[str, dict] = defaultdict(lambda: {"requests": 0, "calls": Counter(), "wru": 0.0,
-                                                             "rru": 0.0, "empty": 0, "inv": []})
+                                                             "rru": 0.0, "empty": 0, "inv": [], "call_cpu": []})
 
-    def timed(self, label: str, wall_ms: float, cpu_ms: float) -> None:
-        """One invocation of a function, in-process wall and thread-CPU milliseconds."""
+    def timed(self, label: str, wall_ms: float, cpu_ms: float, call_cpu_ms: float = 0.0) -> None:
+        """One invocation of a function, in-process wall and thread-CPU milliseconds (``call_cpu_ms``:
+        the part of the CPU spent inside botocore's API calls: serialising, signing, sending, parsing)."""
         with self.lock:
             self.by[label]["inv"].append((wall_ms, cpu_ms))
+            self.by[label]["call_cpu"].append(call_cpu_ms)
 
     def after(self, http_response, parsed, model, context, **_):
+        # the meter's own CPU (sizing every item of every call) is the benchmark's, not lakeq's: it
+        # is kept apart (METER_CPU) and taken out of the invocations' measured CPU
+        c0 = time.thread_time()
+        try:
+            self._after(http_response, parsed, model, context)
+        finally:
+            METER_CPU.s = getattr(METER_CPU, "s", 0.0) + time.thread_time() - c0
+
+    def _after(self, http_response, parsed, model, context):
         super().after(http_response, parsed, model, context)
         service, op = model.service_model.service_name, model.name
         if service != "dynamodb":
@@ -119,27 +134,46 @@ class ActionMeter(bq.Meter):
             a["rru"] += rru
 
 
-def time_handlers(meter: ActionMeter) -> None:
+def time_handlers(meter: ActionMeter, profile=None) -> None:
     """Times every handler invocation the gateway makes (in-process wall time and the serving
     thread's CPU time, inside the handler: not the gateway's event building), filed under the SQS
-    action being served."""
+    action being served. ``profile``: a ``cProfile.Profile`` that also profiles each invocation
+    (invocations are serialised, so one profile object serves them all)."""
     from contextlib import contextmanager
+
+    import botocore.client
 
     from infra.local.handlers import HandlerCache
 
     orig = HandlerCache.instance
+    in_calls = threading.local()  # the serving thread's CPU seconds inside botocore API calls
+    api_call = botocore.client.BaseClient._make_api_call
+
+    def _make_api_call(self, *args, **kwargs):
+        c0 = time.thread_time()
+        try:
+            return api_call(self, *args, **kwargs)
+        finally:
+            in_calls.cpu = getattr(in_calls, "cpu", 0.0) + time.thread_time() - c0
+    botocore.client.BaseClient._make_api_call = _make_api_call
 
     @contextmanager
     def instance(self, spec):
         with orig(self, spec) as fn:
             def timed(event, context):
-                w0, c0 = time.perf_counter(), time.thread_time()
+                w0, c0, k0 = time.perf_counter(), time.thread_time(), getattr(in_calls, "cpu", 0.0)
+                m0 = getattr(METER_CPU, "s", 0.0)
                 try:
+                    if profile is not None and meter.profiling:
+                        return profile.runcall(fn, event, context)
                     return fn(event, context)
                 finally:
                     label = meter.label
                     if label is not None:
-                        meter.timed(label, (time.perf_counter() - w0) * 1000, (time.thread_time() - c0) * 1000)
+                        metering = getattr(METER_CPU, "s", 0.0) - m0
+                        meter.timed(label, (time.perf_counter() - w0 - metering) * 1000,
+                                    (time.thread_time() - c0 - metering) * 1000,
+                                    (getattr(in_calls, "cpu", 0.0) - k0 - metering) * 1000)
             yield timed
     HandlerCache.instance = instance
 
@@ -155,10 +189,12 @@ class HeadsTimer:
             self.meter.label = HEADS_LABEL
             with self.meter.lock:
                 self.meter.by[HEADS_LABEL]["requests"] += 1
-            self.t = (time.perf_counter(), time.thread_time())
+            self.t = (time.perf_counter(), time.thread_time(), getattr(METER_CPU, "s", 0.0))
         else:
-            w0, c0 = self.t
-            self.meter.timed(HEADS_LABEL, (time.perf_counter() - w0) * 1000, (time.thread_time() - c0) * 1000)
+            w0, c0, m0 = self.t
+            metering = getattr(METER_CPU, "s", 0.0) - m0
+            self.meter.timed(HEADS_LABEL, (time.perf_counter() - w0 - metering) * 1000,
+                             (time.thread_time() - c0 - metering) * 1000)
             self.meter.label = None
 
 
@@ -292,6 +328,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small runs, under a minute")
     ap.add_argument("--threads", type=int, default=2, help="client threads per phase (default 2)")
+    ap.add_argument("--profile", metavar="FILE", help="also profile the handlers' invocations (cProfile stats to FILE; "
+                    "the counted single-message phase only; the timings then include the profiler's overhead)")
     args = ap.parse_args()
     import faulthandler
     faulthandler.dump_traceback_later(170 if args.quick else 900, exit=True)
@@ -299,7 +337,11 @@ def main() -> None:
     threads = args.threads
     meter = ActionMeter()
     bq.install_hooks(meter)
-    time_handlers(meter)
+    profile = None
+    if args.profile:
+        import cProfile
+        profile = cProfile.Profile()
+    time_handlers(meter, profile)
     moto, server, base = bq.start_stack(wrap=lambda app: Label(app, meter))
     # the SegmentsTable stream's head mover (issue 16 item 3): its writes and invocations filed
     # under its own label (its stream batches: the template's batch size and window, as pumped here)
@@ -328,10 +370,13 @@ def main() -> None:
             if bq.HEADS is not None:  # the warm-up's head moves (the mover's first, cold call) before the count
                 assert bq.HEADS.drain(60)[0], "the head mover did not catch up"
             meter.reset()
+            meter.profiling = batch == 1
             t_send, t_recv, _ = run(send_c, recv_c, url, batch, total, threads, tag, empty)
+            meter.profiling = False
             if bq.HEADS is not None:  # the head mover's last batches belong to this run
                 assert bq.HEADS.drain(60)[0], "the head mover did not catch up"
-            by = {k: dict(v, calls=Counter(v["calls"]), inv=list(v["inv"])) for k, v in meter.by.items()}
+            by = {k: dict(v, calls=Counter(v["calls"]), inv=list(v["inv"]), call_cpu=list(v["call_cpu"]))
+                  for k, v in meter.by.items()}
             check_empty(base, admin_key, url)
             s = boto3.client("sqs", endpoint_url=sqs_url, region_name="us-east-1")
             surl = s.create_queue(QueueName=f"sqsbench{batch}")["QueueUrl"]
@@ -350,8 +395,9 @@ def main() -> None:
     print("## DynamoDB calls and request units per request, by SQS action (counted; caches warm); the handler's")
     print("## in-process time per invocation (wall: an upper bound, moto on this loaded machine answers slower")
     print("## than DynamoDB; CPU: the serving thread's); (HeadsFunction): per invocation of the stream's head mover")
+    print("## (in calls: the part of the CPU inside botocore's API calls — serialising, signing, HTTP, parsing)")
     print(f"{'batch':>5} {'action':<20} {'requests':>8} {'calls/req':>9} {'RRU/req':>8} {'WRU/req':>8} "
-          f"{'wall ms':>8} {'CPU ms':>7}  calls per request")
+          f"{'wall ms':>8} {'CPU ms':>7} {'in calls':>8}  calls per request")
     for batch, n, by, *_ in rows:
         for action, a in sorted(by.items(), key=lambda kv: kv[0]):
             r = max(1, a["requests"])
@@ -359,8 +405,9 @@ def main() -> None:
             inv = a["inv"] or [(0.0, 0.0)]
             wall = sum(w for w, _ in inv) / len(inv)
             cpu = sum(c for _, c in inv) / len(inv)
+            in_calls = sum(a.get("call_cpu") or [0.0]) / len(inv)
             print(f"{batch:>5} {action:<20} {a['requests']:>8} {sum(a['calls'].values()) / r:>9.2f} "
-                  f"{a['rru'] / r:>8.2f} {a['wru'] / r:>8.2f} {wall:>8.1f} {cpu:>7.1f}  {detail}")
+                  f"{a['rru'] / r:>8.2f} {a['wru'] / r:>8.2f} {wall:>8.1f} {cpu:>7.1f} {in_calls:>8.1f}  {detail}")
     print()
     print("## Lambda duration per message at each memory size (modelled from the measured wall and CPU: the wait as")
     print("## measured, the CPU stretched by the vCPU share, 1,769 MB = one vCPU; billed rounded up to 1 ms)")
@@ -418,6 +465,9 @@ def main() -> None:
     for batch, n, by, emp, semp, ts, tr, ss, sr in rows:
         print(f"{batch:>5} {n:>6} {n / ts:>10.0f} {n / ss:>9.0f} {ss / ts:>6.2f} {n / tr:>14.0f} {n / sr:>12.0f} "
               f"{sr / tr:>6.2f} {semp[0]:>14} {semp[1]:>9}")
+    if profile is not None:
+        profile.dump_stats(args.profile)
+        print(f"# handler profile written to {args.profile} (python -m pstats {args.profile})")
 
 
 if __name__ == "__main__":
