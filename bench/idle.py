@@ -435,6 +435,24 @@ def main() -> None:
                                key=key))["messages"]
         scenarios.append((f"native pull, topic of {n} queues", "ConsumeFunction", pull))
 
+    # a member of a consumer group spread over 16 members (4 of the 64 queues each): its poll reads
+    # its own queues' items only (issue 16; before, every queue item of the topic)
+    gkey = ok(api.call("POST", "/v1/clients", {"name": "g64", "role": "consumer", "topics": ["idle64"]}))["api_key"]
+    members = [f"m{i}" for i in range(16)]
+
+    def mpull(wait=WAIT_MS):
+        if wait == 0 and not getattr(mpull, "joined", False):  # the warm-up: the members join, then sync
+            for m in members:
+                ok(api.call("POST", "/v1/groups/g64/members",
+                            {"member_id": m, "topics": ["idle64"], "session_timeout_ms": 300_000}, key=gkey))
+            gen = ok(api.call("GET", "/v1/groups/g64", key=gkey))["generation"]
+            for m in members:
+                ok(api.call("POST", f"/v1/groups/g64/members/{m}/sync", {"generation": gen}, key=gkey))
+            mpull.joined = True
+        return ok(api.call("GET", "/v1/topics/idle64/messages",
+                           query={"group": "g64", "member_id": members[0], "wait_ms": wait}, key=gkey))["messages"]
+    scenarios.append(("group member (4 of 64 queues, 16 members)", "ConsumeFunction", mpull))
+
     ok(api.call("POST", "/v1/topics", {"name": "idleb", "queues": 4}))
     bkey = ok(api.call("POST", "/v1/clients", {"name": "b4", "role": "consumer", "topics": ["idleb"],
                                                "mode": "broadcasting"}))["api_key"]

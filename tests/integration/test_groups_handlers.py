@@ -252,6 +252,35 @@ def test_member_pull_serves_only_assigned_queues(api, setup, clock):
     assert item() == before  # a pull writes nothing to the group
 
 
+def test_a_members_pull_reads_only_its_queues_items(api, setup, clock):
+    """A member's poll reads the queue items of its assigned queues of the topic, not every queue
+    item of the topic (issue 16: a 64-queue topic over 16 members read 64 items a poll for the 4 it
+    may serve); a pull without ``member_id`` still reads all of them. Seen failing before the change
+    (the BatchGetItem asked for all 4 keys)."""
+    from tests.crash import CountCalls
+
+    k = setup["risk"]
+    join(api, k, {"member_id": "m1", "topics": ["quotes"]})
+    join(api, k, {"member_id": "m2", "topics": ["quotes"]})
+    mine = {q for t, q in unwire(sync(api, k, "m1", 2)[1]["assignment"]) if t == "quotes"}
+    sync(api, k, "m2", 2)
+    assert mine and mine != set(range(4))
+
+    def queue_keys(query):
+        with CountCalls() as calls:
+            s, b = api.call("GET", "/v1/topics/quotes/messages", query=query, key=k)
+        assert s == 200, b
+        return sorted(int(key["pq"]["S"].rsplit("#", 1)[1]) for x in calls.calls if x.operation == "BatchGetItem"
+                      for t, req in x.params["RequestItems"].items() if t.endswith("queues") for key in req["Keys"])
+    assert queue_keys({"group": "risk", "member_id": "m1"}) == sorted(mine)
+    assert queue_keys({"group": "risk"}) == [0, 1, 2, 3]
+    # served as before: each member gets what is in its queues, nothing of the other's
+    msgs = [{"body": str(i), "key": f"k{i}"} for i in range(20)]
+    assert api.call("POST", "/v1/topics/quotes/messages", {"producer": "feed", "messages": msgs})[0] == 200
+    s, b = api.call("GET", "/v1/topics/quotes/messages", query={"group": "risk", "member_id": "m1"}, key=k)
+    assert b["messages"] and {m["queue"] for m in b["messages"]} <= mine
+
+
 def test_patch_topic(api, setup, clock):
     k = setup["risk"]
     for b, code in [({"queues": 4}, 400), ({"queues": 2}, 400), ({"queues": 65}, 400), ({"queues": "5"}, 400),

@@ -80,12 +80,15 @@ def views_of(metas: list, recs: dict) -> list[QueueView]:
 class Log:
     """What the pull loop (:func:`consume`) reads and locks: consumer ``owner``'s log ``name``
     with ``n_queues`` queues; ``meta``: what its offset records keep (``group``, ``topic``…);
-    ``lock_owner``: who a lock names. The kinds differ in the receipt's queue field, the reader,
+    ``lock_owner``: who a lock names; ``only``: the queues a poll reads at all (a group member's
+    assigned ones; None: every queue). The kinds differ in the receipt's queue field, the reader,
     and whether a poll first promotes delayed messages (:meth:`promote`): :class:`TopicLog`,
     :class:`ListLog`."""
 
-    def __init__(self, name: str, owner: str, meta: dict, n_queues: int, lock_owner: str = "-"):
+    def __init__(self, name: str, owner: str, meta: dict, n_queues: int, lock_owner: str = "-",
+                 only: set[int] | None = None):
         self.name, self.owner, self.meta, self.n_queues, self.lock_owner = name, owner, meta, n_queues, lock_owner
+        self.only = only
 
     def queue_field(self, queue: int) -> str:
         """The receipt's queue field for ``queue``."""
@@ -96,9 +99,11 @@ class Log:
         raise NotImplementedError
 
     def queues(self) -> list:
-        """The queue items (one BatchGetItem): offsets, and delayed messages' ``next_due``; their
-        ``max_offset`` as stored (a hint, see :meth:`probe`)."""
-        return LogRepo.queues(self.name, self.n_queues, exact=False)
+        """The queue items (one BatchGetItem; with :attr:`only`, of those queues alone: a member of
+        a group whose queues are spread over many members reads its own, not the topic's every
+        queue item): offsets, and delayed messages' ``next_due``; their ``max_offset`` as stored (a
+        hint, see :meth:`probe`)."""
+        return LogRepo.queues(self.name, self.n_queues, exact=False, only=self.only)
 
     def probe(self, views: list[QueueView], now: int, allowed: set[int] | None) -> list[QueueView]:
         """``views`` with the heads a pull needs (issue 16 item 3): each queue the pull could lock

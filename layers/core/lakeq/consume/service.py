@@ -218,7 +218,7 @@ def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
             return out
         folded = None  # (a list's piggybacked ack was settled by its poll)
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
-    return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner),
+    return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner, only=allowed),
                    vis, req, allowed, policy=policy, folded=folded, budget=budget)
 
 

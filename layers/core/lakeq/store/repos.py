@@ -8,6 +8,7 @@ in ``docs/design.md``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from datetime import datetime, timezone
 
 from pynamodb.connection import Connection
@@ -384,10 +385,12 @@ class LogRepo:
         return pq(topic, queue)
 
     @classmethod
-    def queues(cls, topic: str, n: int, consistent: bool = False, exact: bool = True) -> list[QueueModel]:
+    def queues(cls, topic: str, n: int, consistent: bool = False, exact: bool = True,
+               only: Iterable[int] | None = None) -> list[QueueModel]:
         """The queue items ``0..n-1`` of a topic (``n`` = the topic item's ``queues``), ordered by
         queue: BatchGetItem, at most 100 keys a call, UnprocessedKeys asked again after a jittered
-        exponential backoff. A missing item (not created yet) is left out.
+        exponential backoff. A missing item (not created yet) is left out. ``only``: just those of
+        these queue numbers (a group member's assigned queues: its pull reads no other member's).
         Cost: 0.5 RCU per queue item eventually consistent (1 RCU strongly), against one Query's
         0.5 RCU per 4 KB when the table was keyed by topic (see docs/design.md).
 
@@ -397,7 +400,8 @@ class LogRepo:
         (:meth:`chain_end`: one Query a queue, consistent when ``consistent``): what every
         reader outside the hot pull path gets. ``exact=False``: the hints alone (the ranked pull,
         which probes only the queues whose hint shows nothing to read, ``lakeq.consume.reader``)."""
-        keys = [{"pq": queue_key(topic, q)} for q in range(n)]
+        numbers = range(n) if only is None else sorted(q for q in set(only) if 0 <= q < n)
+        keys = [{"pq": queue_key(topic, q)} for q in numbers]
         out = [QueueModel.from_raw_data(item) for item in _batch_get(QueueModel, keys, consistent=consistent)]
         out.sort(key=lambda m: int(m.queue))
         if exact:
