@@ -281,6 +281,54 @@ def test_a_members_pull_reads_only_its_queues_items(api, setup, clock):
     assert b["messages"] and {m["queue"] for m in b["messages"]} <= mine
 
 
+def test_members_under_random_mixes_each_read_and_serve_their_own_queues_only(api, clock):
+    """Seeded mixes unlike the friendly one: 1-8 queues, 1-5 members (some with no queue at all),
+    keys skewed onto one queue, members pulling in a random order with the ack riding on the next
+    pull. Every message is delivered exactly once over the members, each by the member that owns its
+    queue, and no member's poll reads another member's queue items."""
+    from tests.crash import CountCalls
+
+    for seed in (3, 11, 29):
+        rnd = random.Random(seed)
+        topic, group = f"mix{seed}", f"g{seed}"
+        n_queues, n_members = rnd.randint(1, 8), rnd.randint(1, 5)
+        assert api.call("POST", "/v1/topics", {"name": topic, "queues": n_queues})[0] == 201
+        key = api.call("POST", "/v1/clients", {"name": group, "role": "consumer", "topics": [topic]})[1]["api_key"]
+        assert api.call("POST", "/v1/clients", {"name": f"p{seed}", "role": "producer", "topics": [topic]})[0] == 201
+        members = [f"m{i}" for i in range(n_members)]
+        for m in members:
+            assert join(api, key, {"member_id": m, "topics": [topic]}, group=group)[0] == 200
+        gen = describe(api, key, group=group)[1]["generation"]
+        owned = {m: {q for t, q in unwire(sync(api, key, m, gen, group=group)[1]["assignment"]) if t == topic}
+                 for m in members}
+        assert set().union(*owned.values()) == set(range(n_queues))
+        hot = f"hot{seed}"
+        msgs = [{"body": f"{seed}-{i}", "key": hot if rnd.random() < 0.7 else f"k{rnd.randint(0, 50)}"}
+                for i in range(rnd.randint(20, 60))]
+        for i in range(0, len(msgs), 10):
+            assert api.call("POST", f"/v1/topics/{topic}/messages",
+                            {"producer": f"p{seed}", "messages": msgs[i:i + 10]})[0] == 200
+        # until every member came back empty since the last delivery (so each one's last batch was
+        # acknowledged by its empty pull)
+        delivered, receipts, quiet = [], {m: None for m in members}, set()
+        while quiet != set(members):
+            m = rnd.choice(members)
+            q = {"group": group, "member_id": m, "max": rnd.randint(1, 7)}
+            if receipts[m] is not None:
+                q["ack"] = receipts[m]
+            with CountCalls() as calls:
+                s, b = api.call("GET", f"/v1/topics/{topic}/messages", query=q, key=key)
+            assert s == 200, b
+            read = {int(k["pq"]["S"].rsplit("#", 1)[1]) for x in calls.calls if x.operation == "BatchGetItem"
+                    for t, req in x.params["RequestItems"].items() if t.endswith("queues") for k in req["Keys"]}
+            assert read <= owned[m], (seed, m, read, owned[m])
+            assert {x["queue"] for x in b["messages"]} <= owned[m]
+            delivered += [x["body"] for x in b["messages"]]
+            receipts[m] = b["receipt"]
+            quiet = quiet | {m} if not b["messages"] else set()
+        assert sorted(delivered) == sorted(x["body"] for x in msgs), seed
+
+
 def test_patch_topic(api, setup, clock):
     k = setup["risk"]
     for b, code in [({"queues": 4}, 400), ({"queues": 2}, 400), ({"queues": 65}, 400), ({"queues": "5"}, 400),
