@@ -24,7 +24,9 @@ The WebSocket consumer (issue 16 item 2, ``lakeq_client.Consumer(wake_url=...)``
 its month is priced from what it does while idle — connection-minutes, one keep-alive
 ``{"action":"ping"}`` (message in, ``pong`` out, one WakeFunction invocation) every ``keepalive_s``,
 a reconnection every 2 hours (API Gateway's maximum: ``$connect``, ``watch``, ``$disconnect``
-invocations and one catch-up pull), and a fallback pull with ``wait_ms=0`` every ``fallback_s``.
+invocations and one catch-up pull), and a fallback pull with ``wait_ms=0`` every ``fallback_s``
+(as the client makes them: one in ``FALLBACK_PROBE_EVERY`` probes the queues' chains, the others
+trust the head hints, ``probe=false``; both kinds measured).
 Each of those is run here on moto through the real handlers and its DynamoDB calls counted; its
 billed duration is its measured wall time in this process (moto in-process included, so an upper
 bound for the store calls' share), rounded up to the next ms. API Gateway WebSocket prices:
@@ -49,6 +51,8 @@ _local.in_process(Path(__file__).resolve().parents[1] / "clients" / "python")
 ROOT = _local.ROOT
 
 from infra.local import template as tpl  # noqa: E402
+
+from lakeq_client.client import FALLBACK_PROBE_EVERY  # noqa: E402  (the client's fallback pulls)
 
 bq = _local.bench_queue()
 PRICE_WRU, PRICE_RRU = bq.PRICE_WRU, bq.PRICE_RRU
@@ -200,11 +204,14 @@ def measure_ws(meter, api, key: str, topic: str, group: str, reps: int) -> dict:
     out["notify"]["posts"] = len(posted) / reps
     out["notify"]["bytes"] = max(len(d) for _, d in posted)
 
-    def fallback(i):
-        s, b = api.call("GET", f"/v1/topics/{topic}/messages", query={"group": group, "wait_ms": 0}, key=key)
+    def fallback(i, probe=True):
+        q = {"group": group, "wait_ms": 0} if probe else {"group": group, "wait_ms": 0, "probe": "false"}
+        s, b = api.call("GET", f"/v1/topics/{topic}/messages", query=q, key=key)
         assert s == 200 and not b["messages"], (s, b)
     fallback(0)
     out["pull"] = part(fallback)
+    # the client's fallback pulls trust the head hints but one in FALLBACK_PROBE_EVERY (probe=false)
+    out["pull hints"] = part(lambda i: fallback(i, probe=False))
     return out
 
 
@@ -220,12 +227,17 @@ def price_ws(parts: dict, mem_mb: int, arch: str, fallback_s: float, keepalive_s
 
     connects = MONTH_S / connection_s
     pings = MONTH_S / keepalive_s
-    pulls = MONTH_S / fallback_s + connects  # the timer, plus one catch-up pull per (re)connection
+    timer = MONTH_S / fallback_s
+    # the timer's pulls, one in FALLBACK_PROBE_EVERY probing (the client's wait_pull), plus one
+    # catch-up pull per (re)connection, probing
+    probing = timer / FALLBACK_PROBE_EVERY + connects
+    hinted = timer - timer / FALLBACK_PROBE_EVERY
+    pulls = probing + hinted
     rows = {}
     for name, p, n in (("connect", parts["connect"], connects), ("watch", parts["watch"], connects),
                        ("disconnect", parts["disconnect"], connects), ("ping", parts["ping"], pings)):
         rows[name] = lam(p, n)
-    ddb, lreq, dur = lam(parts["pull"], pulls)
+    ddb, lreq, dur = (a + b for a, b in zip(lam(parts["pull"], probing), lam(parts["pull hints"], hinted)))
     rows["pull"] = (ddb, lreq + pulls * PRICE_HTTP_API_REQUEST, dur)
     # WebSocket messages: ping + pong, watch + its answer; connection-minutes
     ws_msgs = 2 * pings + 2 * connects

@@ -298,3 +298,21 @@ def test_a_message_appended_during_a_long_poll_is_found_within_a_second_without_
     assert [m["body"] for m in b["messages"]] == ["late"]
     assert hint(b["messages"][0]["queue"]) == 0  # found by a probe, not by the mover
     assert produced_at and clock.t - produced_at[0] <= 1000, (produced_at[0] - start, clock.t - start)
+
+
+def test_a_pull_with_probe_false_trusts_the_hints(api, setup, aws):
+    """``probe=false`` (a safety-net look: the WebSocket client's fallback pull, issue 16): no chain is
+    probed, so a message the head mover has not shown yet waits for a later pull; once the mover ran,
+    the same pull serves it. A bad value is a 400 that changes nothing."""
+    produce(api, setup["feed"], [{"body": "a", "key": "k"}])
+    calls = CountCalls({"ConsumeFunction"})
+    with interceptor.hooked(calls):
+        assert pull(api, setup["risk"], wait_ms=0, probe="false")["messages"] == []
+    assert _probe_calls(calls) == [] and len(_rounds(calls)) == 1
+    for bad in ("no", "False", "0", ""):
+        s, b = api.call("GET", P, query={"group": "risk", "probe": bad}, key=setup["risk"])
+        assert (s, b["error"]["code"]) == (400, "bad_request"), (bad, s, b)
+    move(aws)
+    b = pull(api, setup["risk"], wait_ms=0, probe="false")
+    assert [m["body"] for m in b["messages"]] == ["a"]
+    assert pull(api, setup["risk"], wait_ms=0, probe="true", ack=b["receipt"])["messages"] == []

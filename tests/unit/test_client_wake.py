@@ -146,3 +146,45 @@ def test_wait_pull_falls_back_to_a_timer_without_wake_ups():
         assert w.error is not None and w.error.status == 401
     finally:
         w.close()
+
+
+def test_fallback_pulls_trust_the_hints_but_one_in_five_and_woken_pulls_probe():
+    """The first pull and every pull after a wake-up probe the chains; a fallback pull (the timer,
+    no wake-up) sends ``probe=false`` except every FALLBACK_PROBE_EVERY-th since the last wake-up."""
+    from lakeq_client.client import FALLBACK_PROBE_EVERY
+
+    n = 2 * FALLBACK_PROBE_EVERY + 1
+    conn = FakeConn([{"messages": []}] * n + [{"messages": [{"body": "z", "offset": 2}], "receipt": "r"}])
+    c = Consumer(connection=conn, group="g", topic="t", fallback_s=0.01)
+    c.waker = w = Waker("ws://x/ws", "k1", {"topic": "t", "group": "g"},
+                        connect=lambda *a, **k: (_ for _ in ()).throw(WebSocketError("refused", 401)),
+                        reconnect_max_s=60)
+    try:
+        time.sleep(0.2)
+        w.arm()
+        assert c.wait_pull().messages == [{"body": "z", "offset": 2}]
+        probes = ["probe" not in p for p in conn.calls]
+        assert probes[0]  # the first pull
+        # then fallbacks 1..n: a probe at every FALLBACK_PROBE_EVERY-th
+        assert probes[1:] == [k % FALLBACK_PROBE_EVERY == 0 for k in range(1, n + 1)]
+        assert all(p.get("probe", "false") == "false" for p in conn.calls)
+    finally:
+        w.close()
+    # a wake-up: the next pull probes, and the count of fallbacks starts again
+    conn = FakeConn([{"messages": []}, {"messages": []}, {"messages": [{"body": "w", "offset": 3}], "receipt": "r"}])
+    c = Consumer(connection=conn, group="g", topic="t", fallback_s=30)
+    c._fallbacks = 3
+    c.waker = w = _waker()
+    try:
+        assert w.ready.wait(5)
+        done = []
+        th = threading.Thread(target=lambda: done.append(c.wait_pull()))
+        th.start()
+        for _ in range(2):
+            time.sleep(0.3)
+            FakeWs.instances[-1].inbox.put(json.dumps({"type": "wake", "topics": ["t"], "subscriptions": []}))
+        th.join(5)
+        assert done and done[0].messages == [{"body": "w", "offset": 3}]
+        assert all("probe" not in p for p in conn.calls) and c._fallbacks == 0
+    finally:
+        w.close()

@@ -39,6 +39,8 @@ from .http import (
 MAX_MESSAGES = 100          # API.md: 1-100 messages a produce request
 MAX_REQUEST_BYTES = 3_000_000  # docs/api.md "Limits": a produce request body (UTF-8)
 MAX_WAIT_MS = 20_000
+# waiting mode: one fallback pull in this many (the rest trust the head hints: ``probe=false``)
+FALLBACK_PROBE_EVERY = 5
 
 
 def _connection(url: str | None, key: str | None, connection: Connection | None,
@@ -343,6 +345,7 @@ class Consumer:
         # a WebSocket wake-up (or ``fallback_s``, the bound on a lost wake-up's latency) and pull
         # with wait_ms=0, instead of holding a long poll open
         self.fallback_s = fallback_s
+        self._fallbacks = 0  # fallback pulls since the last wake-up (wait_pull)
         self.waker = None
         if wake_url is not None:
             from .ws import Waker, consumer_watch
@@ -370,12 +373,16 @@ class Consumer:
             body["client_id"] = self.client_id
         return body
 
-    def pull(self, max: int | None = None, wait_ms: int | None = None) -> Batch:
-        """One pull (carrying a pending settle as ``ack=``); an empty batch when nothing came."""
+    def pull(self, max: int | None = None, wait_ms: int | None = None, probe: bool = True) -> Batch:
+        """One pull (carrying a pending settle as ``ack=``); an empty batch when nothing came.
+        ``probe=False`` (a topic's pull): trust the queues' head hints (``probe=false``, docs/api.md):
+        fewer reads, and a message produced a moment before may wait for the next pull."""
         wait = self.wait_ms if wait_ms is None else wait_ms
         params: dict[str, Any] = {"max": max or self.max, "wait_ms": wait}
         if self.subscription is None:
             params.update(group=self.group, client_id=self.client_id, member_id=self.member_id)
+            if not probe:
+                params["probe"] = "false"
             if self.tags:
                 params["tags"] = "||".join(self.tags)
         with self._lock:
@@ -451,17 +458,24 @@ class Consumer:
         ``stop`` is set). Without ``wake_url``: one long poll (:meth:`pull`)."""
         if self.waker is None:
             return self.pull(max)
+        probe = True  # the first pull, and each after a wake-up, probes the chains (read-after-write)
         while True:
             self.waker.arm()  # a wake-up arriving during the pull is kept: no gap
-            b = self.pull(max, wait_ms=0)
+            b = self.pull(max, wait_ms=0, probe=probe)
             if b.messages or (stop is not None and stop.is_set()):
                 return b
             deadline = time.monotonic() + self.fallback_s
-            while not self.waker.wait(min(1.0, deadline - time.monotonic())):
+            woken = False
+            while not (woken := self.waker.wait(min(1.0, deadline - time.monotonic()))):
                 if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
                     break
             if stop is not None and stop.is_set():
                 return b
+            # a fallback pull (no wake-up came) is a safety net for a lost one: it trusts the head
+            # hints, except every FALLBACK_PROBE_EVERY-th (a lost wake-up and a stuck head mover
+            # together still cost at most that many fallback periods)
+            self._fallbacks = 0 if woken else self._fallbacks + 1
+            probe = woken or self._fallbacks % FALLBACK_PROBE_EVERY == 0
 
     def batches(self, stop: threading.Event | None = None, *, idle_exit: bool = False
                 ) -> Iterator[Batch]:

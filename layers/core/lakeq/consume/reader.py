@@ -377,7 +377,7 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     return None
 
 
-def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None):
+def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None, probe: bool = True):
     """The queues a poll tries, best first (:func:`lakeq.log.selection.candidates`): those the
     ``max_offset`` hints rank first; only when none of them was locked (the caller stops at its
     first lock), the queues whose chain probe (:meth:`Log.probe`) shows more than their hint. So a
@@ -386,8 +386,11 @@ def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | Non
     the stream's head mover ran (issue 16 item 3). Every round of a long poll probes: probing
     at most once a second was tried and measured (bench/idle.py): it halved an idle poll's probes
     but tripled a waiting consumer's produce-to-delivery p50 (247 → 785 ms), since the mover's
-    1-s batching window is then what shows new messages."""
+    1-s batching window is then what shows new messages. ``probe=False`` (the pull's ``probe=false``:
+    a safety-net look, e.g. the WebSocket client's fallback pull, issue 16): the hints alone."""
     yield from candidates(views_, now, allowed)
+    if not probe:
+        return
     probed = log.probe(views_, now, allowed)
     yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
 
@@ -423,7 +426,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         progressed = False
         metas = log.queues()
         log.promote(metas)  # the poll's write step: due delayed messages join their queues first
-        for view in _ranked(log, log.views(metas), now, allowed):
+        for view in _ranked(log, log.views(metas), now, allowed, req.probe):
             p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
             if p.upkeep:  # dead-letter what is due first, then look again
                 moved = p.state != view.state()

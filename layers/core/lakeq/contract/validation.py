@@ -227,6 +227,7 @@ class PullRequest:
     tags: list[str] | None
     ack: str | None
     visibility_timeout_ms: int | None = None  # this batch's lock, instead of the consumer's
+    probe: bool = True  # False: trust the queues' head hints (no chain probe; docs/api.md, the pull)
 
 
 def pull(params: dict, group_required: bool = True) -> PullRequest:
@@ -251,6 +252,9 @@ def pull(params: dict, group_required: bool = True) -> PullRequest:
     ack = params.get("ack")
     if ack is not None and not ack:
         raise BadRequest("'ack' must be a receipt")
+    probe = params.get("probe")
+    if probe is not None and probe not in ("true", "false"):
+        raise BadRequest("'probe' must be true or false")
     return PullRequest(
         group=group, client_id=client_id, member_id=member_id,
         max=int_param(params, "max", 1, MAX_PULL, DEFAULT_PULL),
@@ -258,6 +262,7 @@ def pull(params: dict, group_required: bool = True) -> PullRequest:
         tags=tags, ack=ack,
         visibility_timeout_ms=(int_param(params, "visibility_timeout_ms", VISIBILITY_MIN, VISIBILITY_MAX, 0)
                                if params.get("visibility_timeout_ms") is not None else None),
+        probe=probe != "false",
     )
 
 
