@@ -111,35 +111,49 @@ class FakeConn:
         return self.answers.pop(0) if self.answers else {"messages": []}
 
 
+def _woken_pull(c, wakes: int, pause: float):
+    """``c.wait_pull()`` on a thread while ``wakes`` wake-ups arrive, ``pause`` s apart (the first
+    after ``pause``). Returns (its batch or None, seconds from the last wake-up to its return)."""
+    assert c.waker.ready.wait(5)
+    done = []
+    th = threading.Thread(target=lambda: done.append(c.wait_pull()))
+    th.start()
+    for _ in range(wakes):
+        time.sleep(pause)
+        started = time.monotonic()
+        FakeWs.instances[-1].inbox.put(json.dumps({"type": "wake", "topics": ["t"], "subscriptions": []}))
+    th.join(5)
+    return (done[0] if done else None), time.monotonic() - started
+
+
 def test_wait_pull_pulls_with_wait_ms_0_and_again_when_woken():
     conn = FakeConn([{"messages": []}, {"messages": [{"body": "x", "offset": 0}], "receipt": "r"}])
     c = Consumer(connection=conn, group="g", topic="t", fallback_s=30)
     c.waker = w = _waker()
     try:
-        assert w.ready.wait(5)
-        done = []
-        th = threading.Thread(target=lambda: done.append(c.wait_pull()))
-        th.start()
-        time.sleep(0.5)
-        started = time.monotonic()
-        FakeWs.instances[0].inbox.put(json.dumps({"type": "wake", "topics": ["t"], "subscriptions": []}))
-        th.join(5)
-        assert done and done[0].messages == [{"body": "x", "offset": 0}]
-        assert time.monotonic() - started < 2  # woken, not the 30-s fallback
+        b, after = _woken_pull(c, 1, 0.5)
+        assert b is not None and b.messages == [{"body": "x", "offset": 0}]
+        assert after < 2  # woken, not the 30-s fallback
         assert all(p["wait_ms"] == 0 for p in conn.calls) and len(conn.calls) >= 2
     finally:
         w.close()
 
 
-def test_wait_pull_falls_back_to_a_timer_without_wake_ups():
-    conn = FakeConn([{"messages": []}, {"messages": []}, {"messages": [{"body": "y", "offset": 1}], "receipt": "r"}])
-    c = Consumer(connection=conn, group="g", topic="t", fallback_s=0.3)
+def _unwoken(conn, fallback_s):
+    """A waiting consumer whose WebSocket is refused (no wake-up ever comes: only its timer), armed."""
+    c = Consumer(connection=conn, group="g", topic="t", fallback_s=fallback_s)
     c.waker = w = Waker("ws://x/ws", "k1", {"topic": "t", "group": "g"},
                         connect=lambda *a, **k: (_ for _ in ()).throw(WebSocketError("refused", 401)),
                         reconnect_max_s=60)
+    time.sleep(0.2)
+    w.arm()
+    return c, w
+
+
+def test_wait_pull_falls_back_to_a_timer_without_wake_ups():
+    conn = FakeConn([{"messages": []}, {"messages": []}, {"messages": [{"body": "y", "offset": 1}], "receipt": "r"}])
+    c, w = _unwoken(conn, 0.3)
     try:
-        time.sleep(0.2)
-        w.arm()
         t0 = time.monotonic()
         b = c.wait_pull()
         assert b.messages == [{"body": "y", "offset": 1}] and time.monotonic() - t0 >= 0.3
@@ -155,13 +169,8 @@ def test_fallback_pulls_trust_the_hints_but_one_in_five_and_woken_pulls_probe():
 
     n = 2 * FALLBACK_PROBE_EVERY + 1
     conn = FakeConn([{"messages": []}] * n + [{"messages": [{"body": "z", "offset": 2}], "receipt": "r"}])
-    c = Consumer(connection=conn, group="g", topic="t", fallback_s=0.01)
-    c.waker = w = Waker("ws://x/ws", "k1", {"topic": "t", "group": "g"},
-                        connect=lambda *a, **k: (_ for _ in ()).throw(WebSocketError("refused", 401)),
-                        reconnect_max_s=60)
+    c, w = _unwoken(conn, 0.01)
     try:
-        time.sleep(0.2)
-        w.arm()
         assert c.wait_pull().messages == [{"body": "z", "offset": 2}]
         probes = ["probe" not in p for p in conn.calls]
         assert probes[0]  # the first pull
@@ -176,15 +185,8 @@ def test_fallback_pulls_trust_the_hints_but_one_in_five_and_woken_pulls_probe():
     c._fallbacks = 3
     c.waker = w = _waker()
     try:
-        assert w.ready.wait(5)
-        done = []
-        th = threading.Thread(target=lambda: done.append(c.wait_pull()))
-        th.start()
-        for _ in range(2):
-            time.sleep(0.3)
-            FakeWs.instances[-1].inbox.put(json.dumps({"type": "wake", "topics": ["t"], "subscriptions": []}))
-        th.join(5)
-        assert done and done[0].messages == [{"body": "w", "offset": 3}]
+        b, _ = _woken_pull(c, 2, 0.3)
+        assert b is not None and b.messages == [{"body": "w", "offset": 3}]
         assert all("probe" not in p for p in conn.calls) and c._fallbacks == 0
     finally:
         w.close()
