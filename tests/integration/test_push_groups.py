@@ -170,6 +170,38 @@ def test_paused_or_deleted_topic_pushes_nothing(api, setup, aws, clock):
     assert push.deliver_group("risk", p).batches == 0 and p.bodies() == [["a"]]
 
 
+def test_a_pause_written_during_a_batch_ends_the_run_after_it(api, setup, aws, clock):
+    """A run started before the pause: the pause lands while its first request is in flight (the
+    endpoint answers after it); the run posts no other batch, although more are servable, and the
+    rest waits for the resume. Before, a run read the pause once, at its start, and went on for its
+    whole budget (the e2e stream test saw a message produced after the pause pushed)."""
+    for kind in ("group", "subscription"):
+        if kind == "group":
+            register(api, setup["risk"], batch_size=1)
+            path, run = G, lambda p: push.deliver_group("risk", p)
+        else:
+            from tests.integration.test_push import fan_out, subscribe
+            from tests.integration.test_push import register as register_sub
+            sid = subscribe(api, setup["risk"])
+            register_sub(api, sid, setup["risk"], batch_size=1)
+            path, run = f"/v1/subscriptions/{sid}/push", lambda p: push.deliver(sid, p)
+        produce(api, setup["feed"], [("k", f"{kind}{i}") for i in range(3)])
+        if kind == "subscription":
+            fan_out(aws)
+
+        class Pausing(Poster):
+            def __call__(self, url, headers, body, timeout_s):
+                if not self.calls:  # the pause written while the first request is in flight
+                    assert api.call("POST", path + "/pause", key=setup["risk"])[0] == 200
+                return super().__call__(url, headers, body, timeout_s)
+        p = Pausing()
+        out = run(p)
+        assert out.batches == 1 and p.bodies() == [[f"{kind}0"]], (kind, p.bodies())
+        assert run(p).batches == 0  # paused: nothing
+        api.call("POST", path + "/resume", key=setup["risk"])
+        assert run(p).delivered == 2 and p.bodies()[1:] == [[f"{kind}1"], [f"{kind}2"]]
+
+
 class Slow:
     """A poster that holds each request ``hold_s`` and measures how many are in flight at once."""
 

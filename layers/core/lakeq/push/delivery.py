@@ -229,8 +229,10 @@ def _lock_state(owner: str, queue: int):
 
 
 def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None) -> Delivered:
-    """One delivery thread: batch after batch until nothing is servable, a delivery fails, or the
-    deadline (no new batch after it)."""
+    """One delivery thread: batch after batch until nothing is servable, a delivery fails, the
+    deadline (no new batch after it), or the endpoint is paused or deleted (each batch's record
+    write returns the endpoint's item: a pause written while a batch was in flight ends the run
+    after that batch)."""
     out = Delivered()
     cfg, repo, name = src.cfg, src.repo, src.name
     retry, timeout_ms, rate = cfg["retry"], cfg["timeout_ms"], cfg.get("rate")
@@ -306,9 +308,9 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
             stop = True
         out.delivered += delivered
         out.dead_lettered += dead
-        repo.record(name, json.dumps({"last_status": status, "last_attempt_at": now, "next_attempt_at": next_at},
-                                     separators=(",", ":")), ok, delivered, dead)
-        if stop:
+        going = repo.record(name, json.dumps({"last_status": status, "last_attempt_at": now,
+                                              "next_attempt_at": next_at}, separators=(",", ":")), ok, delivered, dead)
+        if stop or not going:  # (not going: paused or deleted meanwhile — no batch after this one)
             break
     return out
 

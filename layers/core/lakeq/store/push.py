@@ -107,14 +107,23 @@ class PushRepo:
     @classmethod
     def record(cls, sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int) -> bool:
         """One delivery attempt's outcome: one UpdateItem (the last attempt set, the counters added;
-        ``push_failures`` reset by a success, else incremented)."""
+        ``push_failures`` reset by a success, else incremented). True while deliveries may go on:
+        the endpoint still registered and not paused, as the same write's returned item says (no
+        read more), so a run started before a pause starts no batch after it has seen it."""
         M = cls.M
         actions = [M.push_state.set(last), M.push_failures.set(0) if ok else M.push_failures.add(1)]
         if delivered:
             actions.append(M.push_delivered.add(delivered))
         if dead_lettered:
             actions.append(M.push_dead_lettered.add(dead_lettered))
-        return cls._update(sub_id, actions, cls._exists() & M.push.exists())
+        item = M(sub_id)
+        try:
+            item.update(actions=actions, condition=cls._exists() & M.push.exists())
+        except UpdateError as e:  # only the condition failing (the endpoint gone) is an answer
+            if conditional_failed(e):
+                return False
+            raise
+        return not item.push_paused
 
     @classmethod
     def _update(cls, sub_id: str, actions: list, condition) -> bool:
