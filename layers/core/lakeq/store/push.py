@@ -116,25 +116,25 @@ class PushRepo:
             actions.append(M.push_delivered.add(delivered))
         if dead_lettered:
             actions.append(M.push_dead_lettered.add(dead_lettered))
-        item = M(sub_id)
-        try:
-            item.update(actions=actions, condition=cls._exists() & M.push.exists())
-        except UpdateError as e:  # only the condition failing (the endpoint gone) is an answer
-            if conditional_failed(e):
-                return False
-            raise
-        return not item.push_paused
+        item = cls._updated(sub_id, actions, cls._exists() & M.push.exists())
+        return item is not None and not item.push_paused
 
     @classmethod
     def _update(cls, sub_id: str, actions: list, condition) -> bool:
-        M = cls.M
+        return cls._updated(sub_id, actions, condition) is not None
+
+    @classmethod
+    def _updated(cls, sub_id: str, actions: list, condition):
+        """One conditional UpdateItem; the item as the write left it (pynamodb asks ALL_NEW), None
+        when the condition failed (the only failure that is an answer)."""
+        item = cls.M(sub_id)
         try:
-            M(sub_id).update(actions=actions, condition=condition)
-            return True
-        except UpdateError as e:  # only the condition failing is an answer
+            item.update(actions=actions, condition=condition)
+        except UpdateError as e:
             if conditional_failed(e):
-                return False
+                return None
             raise
+        return item
 
     @classmethod
     def get(cls, sub_id: str) -> SubscriptionModel | None:
