@@ -465,7 +465,6 @@ class Consumer:
             if b.messages or (stop is not None and stop.is_set()):
                 return b
             deadline = time.monotonic() + self.fallback_s
-            woken = False
             while not (woken := self.waker.wait(min(1.0, deadline - time.monotonic()))):
                 if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
                     break
