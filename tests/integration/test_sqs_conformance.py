@@ -20,7 +20,9 @@ MessageGroupId/key over N lakeq queues), the scenario is skipped with the reason
 """
 from __future__ import annotations
 
+import itertools
 import re
+import types
 from unittest.mock import ANY
 
 import boto3
@@ -28,6 +30,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from lakeq.produce import service as produce_service
 from lakeq.sqs import handler as sqs_service
 from tests.integration.sqs_harness import BASE, Harness, fake_auth
 
@@ -539,7 +542,14 @@ def _quiet(q, op: str, **kw):
         return None
 
 
-def test_receive_gathers_up_to_max_across_lakeq_queues(pair):
+def test_receive_gathers_up_to_max_across_lakeq_queues(pair, monkeypatch):
+    # Sends spread round-robin over the lakeq queues, not at random: with a random spread all three n's
+    # land in one lakeq queue 1 time in 16, and the receive of 2 then locks that queue with n2 behind
+    # the lock — the documented difference "messages behind a lock wait" (docs/api.md), which this
+    # scenario does not check (seen failing so in a fresh-clone CI run, 1 in 12 locally)
+    turns = itertools.count()
+    monkeypatch.setattr(produce_service, "random", types.SimpleNamespace(randrange=lambda n: next(turns) % n))
+
     def s(q):
         q("create_queue", QueueName="gather")
         u = q.url("gather")
