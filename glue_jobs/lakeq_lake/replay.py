@@ -8,14 +8,14 @@ replay copies, in which order, with their bodies.
   ``true``) the archiver wrote, not the lake schema's ``map<string,string>``.
 * :func:`select` — DataFrames in, a DataFrame out (with a filter it runs the selection first,
   :func:`_bodies_of_selected`): the topic, ``from <= produced_at < to``,
-  duplicates of redelivered batches dropped (``topic, queue, offset``), the filter — tags natively
+  duplicates of redelivered batches dropped (``topic, inc, queue, offset``: :data:`KEYS`), the filter — tags natively
   (``arrays_overlap``), each required field natively as a substring of the properties' text, the
   levels natively on plain properties texts (:mod:`.native_filter`, proved equal to the matcher by
   tests), and the matcher layer itself on the other rows only (a Python UDF calling
   :meth:`lakeq.replay.rules.Filter.json_predicate`: the subscriptions' semantics by construction) —
-  joined with the bodies, ordered by ``queue, offset`` — one shuffle per side (by ``queue``).
+  joined with the bodies, ordered by ``queue, inc, offset`` — one shuffle per side (by ``queue``).
 * :func:`run_replay` — the job body: select, write the manifest (JSON Lines, parts in
-  ``(queue, offset)`` order) and its summary under ``replays/<id>/``.
+  ``(queue, inc, offset)`` order) and its summary under ``replays/<id>/``.
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ MESSAGES_RAW = StructType([
     StructField("key", StringType()), StructField("tags", ArrayType(StringType())),
     StructField("properties", StringType()),  # the JSON object's text: the values keep their JSON types
     StructField("produced_at", LongType()),
+    StructField("inc", LongType()),  # the topic's incarnation (lakeq.lake.archive); null (0) in older rows
 ])
 
 BODIES = StructType([
@@ -51,9 +52,14 @@ BODIES = StructType([
     StructField("offset", LongType()), StructField("body", StringType()),
     StructField("produced_at", LongType()),
     StructField("claim", StringType()),  # a body in the lake bucket (issue 18.2): its claim, as JSON text
+    StructField("inc", LongType()),
 ])
 
-MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim"]
+MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim", "inc"]
+# A message of the lake is (topic, inc, queue, offset): a topic deleted and made again (SQS DeleteQueue,
+# then CreateQueue) starts its offsets at 0 again in its next incarnation ``inc``; per queue the
+# manifest is in (inc, offset) order, which is produce order.
+KEYS = ["queue", "inc", "offset"]
 
 
 _SHIPPED: dict[str, str] = {}
@@ -125,6 +131,11 @@ SESSION_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false",
                 "spark.sql.codegen.aggregate.sortAggregate.enabled": "true"}
 
 
+def _inc() -> F.Column:
+    """The row's incarnation of its topic (rows written before the lake had it: 0)."""
+    return F.coalesce(F.col("inc"), F.lit(0)).cast("long").alias("inc")
+
+
 def _with_tags(m: DataFrame, flt: Filter) -> DataFrame:
     """``m``'s rows carrying one of the filter's tags (all of them when it names none)."""
     if not flt.tags:
@@ -152,7 +163,7 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
     test that needs no shuffle. Returns the rows and the ``plain`` column (None without levels)."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
+         .select("topic", "queue", _inc(), "offset", "id", "key", "tags", "properties", "produced_at"))
     m = _with_tags(m, flt)
     if not flt.conditions:
         return m, None
@@ -168,7 +179,7 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
            narrow_bodies: bool = True) -> DataFrame:
     """The manifest rows (:data:`MANIFEST_COLUMNS`) of a replay: ``parts`` partitions (default
     ``spark.sql.shuffle.partitions``; hash of ``queue``: a queue's rows are in one partition), each
-    sorted by ``queue, offset`` — the order the copier needs is per queue, so no global sort. A
+    sorted by :data:`KEYS` ``queue, inc, offset`` — the order the copier needs is per queue, so no global sort. A
     message whose body row is missing keeps ``body`` null (the copier counts it failed).
 
     **One shuffle per side**: the narrowed messages and the slice's bodies are each hash-partitioned
@@ -202,22 +213,22 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
         spark.conf.set(k, val)
     parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
     m, plain = _narrowed(messages, topic, from_ms, to_ms, flt, native)
-    m = (m.drop("topic").repartition(parts, "queue").sortWithinPartitions("queue", "offset")
-         .dropDuplicates(["queue", "offset"]))
+    m = (m.drop("topic").repartition(parts, "queue").sortWithinPartitions(*KEYS)
+         .dropDuplicates(KEYS))
     if plain is not None:
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
         udf_rows = m.where(keep(F.col("properties"), F.col("tags")))
         m = udf_rows if not native else m.where(plain).unionByName(udf_rows.where(~plain))
-        m = m.repartition(parts, "queue").sortWithinPartitions("queue", "offset")
+        m = m.repartition(parts, "queue").sortWithinPartitions(*KEYS)
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms)
                       & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("queue", "offset", "body", "claim"))
+         .select("queue", _inc(), "offset", "body", "claim"))
     if narrow_bodies and (flt.conditions or flt.tags):
         m, b = _bodies_of_selected(m, b)
     b = (b.repartition(parts, "queue")
-         .sortWithinPartitions("queue", "offset").dropDuplicates(["queue", "offset"]))
-    j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
-    return j.sortWithinPartitions("queue", "offset")
+         .sortWithinPartitions(*KEYS).dropDuplicates(KEYS))
+    j = m.join(b, KEYS, "left").select(*MANIFEST_COLUMNS)
+    return j.sortWithinPartitions(*KEYS)
 
 
 SEMI_JOIN_KEYS_MAX = 2_000_000  # selected messages up to which the bodies are narrowed first
@@ -238,7 +249,7 @@ def _bodies_of_selected(m: DataFrame, b: DataFrame) -> tuple[DataFrame, DataFram
     # (docs/benchmarks.md, "Idle 10M runs"), so it stays on.
     m = m.localCheckpoint(eager=True)
     if m.count() <= SEMI_JOIN_KEYS_MAX:
-        b = b.join(F.broadcast(m.select("queue", "offset")), ["queue", "offset"], "left_semi")
+        b = b.join(F.broadcast(m.select(*KEYS)), KEYS, "left_semi")
     return m, b
 
 
@@ -251,28 +262,28 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
     three carry the bodies."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull())
-         .select("topic", "queue", "offset", "id", "key", "tags", "properties", "produced_at"))
+         .select("topic", "queue", _inc(), "offset", "id", "key", "tags", "properties", "produced_at"))
     m = _with_tags(m, flt)
     needles = _needles(flt)
     if not flt.conditions:
-        m = m.dropDuplicates(["topic", "queue", "offset"])
+        m = m.dropDuplicates(["topic", *KEYS])
     elif not native:
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
         m = m.where(needles).where(keep(F.col("properties"), F.col("tags")))
-        m = m.dropDuplicates(["topic", "queue", "offset"])
+        m = m.dropDuplicates(["topic", *KEYS])
     else:
         plain = NF.plain(F.col("properties"))
         # before the shuffle: the substring pre-filter first (cheap, and a necessary condition on
         # every row: a single `code` leaves the regexes a handful of rows), then the native levels
         m = m.where(needles).where(~plain | NF.native_filter(F.col("properties"), flt.levels))
-        m = m.dropDuplicates(["topic", "queue", "offset"])
+        m = m.dropDuplicates(["topic", *KEYS])
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
         m = m.where(plain).unionByName(m.where(~plain).where(keep(F.col("properties"), F.col("tags"))))
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms))
-         .select("queue", "offset", "body", "claim").dropDuplicates(["queue", "offset"]))
-    j = m.join(b, ["queue", "offset"], "left").select(*MANIFEST_COLUMNS)
+         .select("queue", _inc(), "offset", "body", "claim").dropDuplicates(KEYS))
+    j = m.join(b, KEYS, "left").select(*MANIFEST_COLUMNS)
     j = j.repartition(parts, "queue") if parts else j.repartition("queue")
-    return j.sortWithinPartitions("queue", "offset")
+    return j.sortWithinPartitions(*KEYS)
 
 
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
@@ -280,7 +291,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                native: bool = True, previous: bool = False, legacy: bool = False,
                narrow_bodies: bool = True) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
-    holds whole queues, sorted by ``queue, offset``) in one pass over the slice, then
+    holds whole queues, sorted by ``queue, inc, offset``) in one pass over the slice, then
     ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
     (the copier's cursor is a position in the parts' order) and per queue its count. Returns the
     summary (``seconds``: the whole job; ``phases``: ``select_write`` and ``summary``, seconds).

@@ -16,6 +16,7 @@ MESSAGES = StructType([
     StructField("tags", ArrayType(StringType())),
     StructField("properties", MapType(StringType(), StringType())),
     StructField("produced_at", LongType()), StructField("seq", StringType()),
+    StructField("inc", LongType()),  # the topic's incarnation (lakeq.lake.archive); null (0) in older rows
 ])
 
 OFFSETS = StructType([
@@ -26,6 +27,7 @@ OFFSETS = StructType([
     StructField("lock_until", LongType()), StructField("last_consumed_at", LongType()),
     StructField("event", StringType()), StructField("change", StringType()),
     StructField("at", LongType()), StructField("seq", StringType()),
+    StructField("inc", LongType()),  # the topic's incarnation; null (0) in older rows
 ])
 
 MEMBERS = StructType([

@@ -18,10 +18,17 @@ from pyspark.sql import functions as F
 GROUP_KEYS = ["group", "client_id", "topic", "queue"]
 
 
+def _inc() -> F.Column:
+    """The row's incarnation of its topic (``lakeq.lake.archive``; rows written before it have none: 0)."""
+    return F.coalesce(F.col("inc"), F.lit(0)).cast("long")
+
+
 def clean_messages(messages: DataFrame) -> DataFrame:
-    """Drop rows a redelivered stream batch wrote twice: a message is ``(topic, queue, offset)``."""
+    """Drop rows a redelivered stream batch wrote twice: a message is ``(topic, inc, queue, offset)``
+    (a topic made again after a deletion starts its offsets at 0 again: its rows are not duplicates)."""
     return (messages.where(F.col("topic").isNotNull() & F.col("offset").isNotNull())
-            .dropDuplicates(["topic", "queue", "offset"]))
+            .withColumn("inc", _inc())
+            .dropDuplicates(["topic", "inc", "queue", "offset"]))
 
 
 def clean_offsets(offsets: DataFrame) -> DataFrame:
@@ -29,8 +36,19 @@ def clean_offsets(offsets: DataFrame) -> DataFrame:
     (``seq``); ``client_id`` is ``""`` for clustering groups so it can be a join key."""
     return (offsets.where(F.col("group").isNotNull() & F.col("topic").isNotNull()
                           & F.col("committed_offset").isNotNull())
-            .dropDuplicates(["seq", "group", "client_id", "topic", "queue"])
+            .withColumn("inc", _inc())
+            .dropDuplicates(["seq", "group", "client_id", "topic", "inc", "queue"])
             .withColumn("client_id", F.coalesce(F.col("client_id"), F.lit(""))))
+
+
+def current_incarnation(*frames: DataFrame) -> DataFrame:
+    """``(topic, inc)``: the newest incarnation of each topic among ``frames`` (each with ``topic``
+    and ``inc``; small, aggregated frames, so the result is broadcast). The reports describe a topic
+    as it is: a deleted incarnation's queues, offsets and group positions are not the topic's any more."""
+    both = frames[0].select("topic", "inc")
+    for f in frames[1:]:
+        both = both.unionByName(f.select("topic", "inc"))
+    return F.broadcast(both.groupBy("topic").agg(F.max("inc").alias("inc")))
 
 
 def seq_order(col: str = "seq"):
@@ -48,7 +66,9 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
     Keys: every ``(group, client, topic)`` seen in the offsets log × every queue of that topic that
     has messages (a queue the group never pulled has ``committed`` 0, as the API says), plus queues
     with offset records only. Buckets: from the topic's first event to the bucket holding
-    ``as_of_ms``; rows after ``as_of_ms`` are ignored. ``at`` = the bucket's end, or ``as_of_ms`` for
+    ``as_of_ms``; rows after ``as_of_ms`` are ignored. Only the topic's newest incarnation counts
+    (:func:`current_incarnation`: a topic deleted and made again restarts at offset 0, and the old
+    log's ends and commits are not the new one's). ``at`` = the bucket's end, or ``as_of_ms`` for
     the last bucket. ``committed`` carries the committed offset of the change with the highest
     stream sequence number (numeric, :func:`seq_order`) among those recorded before ``at`` (0
     before any): the writers' clocks only place a change in a bucket, never order two changes. ``oldest_unconsumed_age_ms`` = ``at`` − ``produced_at`` of the message at ``committed``
@@ -58,17 +78,21 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
     rows), one join of the messages with the (broadcast) grid for the ages."""
     last_b = as_of_ms // bucket_ms
     m = (clean_messages(messages).where(F.col("produced_at") <= as_of_ms)
-         .select("topic", "queue", "offset", "produced_at")
+         .select("topic", "inc", "queue", "offset", "produced_at")
          .withColumn("b", F.floor(F.col("produced_at") / bucket_ms).cast("long")))
     o = (clean_offsets(offsets).where(F.col("at") <= as_of_ms)
-         .select("group", "client_id", "topic", "queue", "committed_offset", "at", "seq")
+         .select("group", "client_id", "topic", "inc", "queue", "committed_offset", "at", "seq")
          .withColumn("b", F.floor(F.col("at") / bucket_ms).cast("long"))
          .withColumn("order", seq_order("seq")))
 
-    mb = m.groupBy("topic", "queue", "b").agg(
+    mb = m.groupBy("topic", "inc", "queue", "b").agg(
         F.count(F.lit(1)).alias("produced_in_bucket"), (F.max("offset") + 1).alias("end_in_bucket"))
-    ob = o.groupBy(*GROUP_KEYS, "b").agg(
+    ob = o.groupBy(*GROUP_KEYS, "inc", "b").agg(
         F.max(F.struct("order", "committed_offset")).alias("latest_b"))
+    current = current_incarnation(mb, ob)
+    mb = mb.join(current, ["topic", "inc"]).drop("inc")
+    ob = ob.join(current, ["topic", "inc"]).drop("inc")
+    m = m.join(current, ["topic", "inc"]).drop("inc")
 
     starts = (mb.select("topic", "b").unionByName(ob.select("topic", "b"))
               .groupBy("topic").agg(F.min("b").alias("start_b")))
@@ -129,7 +153,9 @@ def queue_weights(messages: DataFrame, latest_backlog: DataFrame, as_of_ms: int,
     lo = as_of_ms - lookback_ms
     rates = (clean_messages(messages)
              .where((F.col("produced_at") > lo) & (F.col("produced_at") <= as_of_ms))
-             .groupBy("topic", "queue").agg((F.count(F.lit(1)) / (lookback_ms / 1000.0)).alias("rate")))
+             .groupBy("topic", "inc", "queue").agg((F.count(F.lit(1)) / (lookback_ms / 1000.0)).alias("rate")))
+    # the newest incarnation's rates only (a topic deleted and made again within the lookback)
+    rates = rates.join(current_incarnation(rates), ["topic", "inc"]).drop("inc")
     lag = latest_backlog.where(F.col("client_id").isNull()).select("group", "topic", "queue", "backlog")
     return (lag.join(rates, ["topic", "queue"], "left")
             .withColumn("rate", F.coalesce("rate", F.lit(0.0)).cast("double"))

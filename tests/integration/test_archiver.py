@@ -77,7 +77,33 @@ def test_segments_bodies_go_to_a_parallel_dataset_partitioned_like_the_messages(
         (r["topic"], r["queue"], r["offset"], r["seq"]) for r in b_rows]
     assert [len(r["body"].encode("utf-8")) for r in b_rows] == [r["size"] for r in m_rows]
     assert b_rows[0]["body"] == "hello" and len(b_rows[2]["body"]) == 600  # from a zlib-compressed segment
-    assert set(b_rows[0]) == {"topic", "queue", "offset", "body", "seq", "produced_at"}
+    assert set(b_rows[0]) == {"topic", "inc", "queue", "offset", "body", "seq", "produced_at"}
+
+
+def test_rows_of_a_topic_made_again_carry_its_incarnation(aws, archiver):
+    """A topic deleted (SQS DeleteQueue) and made again writes its log under ``<topic>!<inc>``, offsets
+    from 0 again: its rows name the topic and carry ``inc``, so the jobs keep its messages apart from
+    the deleted log's at the same offsets (message, body and offset rows alike)."""
+    seg = copy.deepcopy(sample("stream_segments.json"))
+    for r in seg["Records"]:
+        r["dynamodb"]["NewImage"]["pq"]["S"] = r["dynamodb"]["NewImage"]["pq"]["S"].replace("quotes#", "quotes!2#")
+    offs = copy.deepcopy(sample("stream_offsets.json"))
+    for r in offs["Records"]:
+        for img in ("NewImage", "OldImage", "Keys"):
+            o = r["dynamodb"].get(img, {}).get("owner")
+            if o:
+                o["S"] = o["S"].replace("|quotes", "|quotes!2")
+    archiver.lambda_handler(seg, None)
+    archiver.lambda_handler(offs, None)
+    every = objects(aws["s3"])
+    rows = {kind: [r for k in sorted(every) if k.startswith(f"raw/kind={kind}/") for r in every[k]]
+            for kind in ("messages", "bodies", "offsets")}
+    for kind in ("messages", "bodies"):
+        assert [(r["topic"], r["inc"], r["offset"]) for r in rows[kind] if r["queue"] == 0] == [
+            ("quotes", 2, o) for o in range(5)]
+        assert {(r["topic"], r["inc"]) for r in rows[kind] if r["queue"] == 1} == {("quotes/sh", 0)}
+    assert [(r["group"], r["topic"], r["inc"]) for r in rows["offsets"]] == [
+        ("risk", "quotes", 2), ("risk", "quotes", 2), ("bc", "quotes", 2), (None, None, None)]
 
 
 def test_redelivered_batch_overwrites_instead_of_duplicating(aws, archiver):

@@ -1,7 +1,10 @@
 """The replay job's selection (issue 18.1) on a lake folder written by the archiver's own encoding:
 exactly the messages of the range and topic that the filter keeps — the filter judged by the pure
 matcher (lakeq.replay.rules.matching) as the reference — once each (redelivered batches in the
-lake), in (queue, offset) order, with their bodies; and the manifest the job writes."""
+lake), in (queue, inc, offset) order, with their bodies; and the manifest the job writes. Topic
+``t`` of the generated lake is deleted and made again half-way (its next incarnation restarts every
+queue at offset 0, rows ``inc`` 1), and its first incarnation's rows carry no ``inc`` (rows archived
+before the lake had it), so every test here sees two messages at each early ``(queue, offset)``."""
 from __future__ import annotations
 
 import json
@@ -45,8 +48,9 @@ def _rows(rng: random.Random) -> list[dict]:
     for i in range(1200):
         topic = rng.choice(["t", "t", "t", "t/sub", "u"])
         q = rng.randrange(3)
-        off = offsets.get((topic, q), 0)
-        offsets[(topic, q)] = off + 1
+        inc = 1 if topic == "t" and i >= 600 else 0  # t deleted and made again at row 600
+        off = offsets.get((topic, inc, q), 0)
+        offsets[(topic, inc, q)] = off + 1
         props = {}
         for f in ("k", "s", 'n"q'):
             if rng.random() < 0.7:
@@ -54,13 +58,18 @@ def _rows(rng: random.Random) -> list[dict]:
         tags = rng.sample(["red", "blue", "green"], rng.randrange(3))
         rows.append({"topic": topic, "queue": q, "offset": off, "id": f"m{i}", "key": None, "size": 0,
                      "tags": tags, "properties": props, "produced_at": T0 + i * 9_000, "seq": str(1000 + i),
-                     "body": f"body-{topic}-{q}-{off}-é"})
+                     "body": f"body-{topic}-{inc}-{q}-{off}-é", **({"inc": inc} if inc else {})})
     return rows  # 1200 × 9 s = 3 hours
+
+
+def _no_inc_0(row: dict) -> dict:
+    """A row as the archiver wrote it before ``inc``: incarnation 0 without the field."""
+    return {k: v for k, v in row.items() if k != "inc" or v}
 
 
 def _write(root, rows: list[dict], shard_arn: str) -> None:
     for kind, rs in (("messages", [{k: v for k, v in r.items() if k != "body"} for r in rows]),
-                     ("bodies", [lake.body_row(r, r["body"]) for r in rows])):
+                     ("bodies", [_no_inc_0(lake.body_row(r, r["body"])) for r in rows])):
         for i in range(0, len(rs), 250):  # one object per "batch" and partition, as the archiver does
             for key, blob in lake.objects(kind, shard_arn, rs[i:i + 250]).items():
                 p = root / key
@@ -80,8 +89,8 @@ def lake_dir(tmp_path_factory):
 def _reference(rows, topic, lo, hi, raw_filter):
     inside = [r for r in rows if r["topic"] == topic and lo <= r["produced_at"] < hi]
     kept = matching(Filter.of(raw_filter), inside)
-    kept.sort(key=lambda r: (r["queue"], r["offset"]))
-    return [(r["queue"], r["offset"], r["id"], r["body"]) for r in kept]
+    kept.sort(key=lambda r: (r["queue"], r.get("inc", 0), r["offset"]))
+    return [(r["queue"], r.get("inc", 0), r["offset"], r["id"], r["body"]) for r in kept]
 
 
 def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir):
@@ -94,10 +103,10 @@ def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir):
     sizes = []
     for raw in FILTERS:
         want = _reference(rows, "t", lo, hi, raw)
-        got = [(r["queue"], r["offset"], r["id"], r["body"])
+        got = [(r["queue"], r["inc"], r["offset"], r["id"], r["body"])
                for r in R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
         assert sorted(got) == want, raw  # exactly these, once each
-        for q in {w[0] for w in want}:  # in offset order within each queue
+        for q in {w[0] for w in want}:  # in (incarnation, offset) order within each queue
             assert [g for g in got if g[0] == q] == [w for w in want if w[0] == q]
         sizes.append(len(want))
     assert all(0 < n for n in sizes[1:]) and len(set(sizes)) > 8  # the filters really select differently
@@ -139,7 +148,7 @@ def test_a_filtered_replay_shuffles_only_the_bodies_of_its_selected_messages(spa
         spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
     plain = R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2, narrow_bodies=False)
     for df in (narrowed, whole, plain):
-        got = [(r["queue"], r["offset"], r["id"], r["body"]) for r in df.collect()]
+        got = [(r["queue"], r["inc"], r["offset"], r["id"], r["body"]) for r in df.collect()]
         assert sorted(got) == want
         for q in {w[0] for w in want}:
             assert [g for g in got if g[0] == q] == [w for w in want if w[0] == q]
@@ -180,18 +189,19 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     s = json.loads((root / R.summary_key("r1")).read_text())
     assert s == out and s["found"] == len(want) and s["missing_bodies"] == 0
     got, seen_queues = [], []
-    for part in s["parts"]:  # each part: whole queues, sorted by (queue, offset); its count recorded
+    for part in s["parts"]:  # each part: whole queues, sorted by (queue, inc, offset); its count recorded
         assert part["key"].endswith(".json")  # JSON Lines, uncompressed (the copier reads `.json.gz` too)
         lines = (root / part["key"]).read_bytes().decode("utf-8").splitlines()
         assert len(lines) == part["rows"]
         rs = [json.loads(x) for x in lines]
-        assert [(r["queue"], r["offset"]) for r in rs] == sorted((r["queue"], r["offset"]) for r in rs)
+        assert [(r["queue"], r["inc"], r["offset"]) for r in rs] == sorted((r["queue"], r["inc"], r["offset"]) for r in rs)
         seen_queues += sorted({r["queue"] for r in rs})
         got += rs
     assert len(seen_queues) == len(set(seen_queues))  # a queue never spans two parts
     assert [p["key"] for p in s["parts"]] == sorted(p["key"] for p in s["parts"])
-    got.sort(key=lambda r: (r["queue"], r["offset"]))
-    assert [(r["queue"], r["offset"], r["id"], r["body"]) for r in got] == want
+    got.sort(key=lambda r: (r["queue"], r["inc"], r["offset"]))
+    assert [(r["queue"], r["inc"], r["offset"], r["id"], r["body"]) for r in got] == want
+    assert {r["inc"] for r in got} == {0, 1}  # both incarnations, their shared offsets kept apart
     assert s["queues"] == {str(q): sum(1 for w in want if w[0] == q) for q in {w[0] for w in want}}
     assert json.loads(got[0]["properties"]) == next(r["properties"] for r in rows if r["id"] == got[0]["id"])
 

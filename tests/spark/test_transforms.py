@@ -20,12 +20,12 @@ H = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z
 
 
-def msg(topic, queue, offset, at, seq="s"):
-    return (topic, queue, offset, f"id{offset}", None, 1, [], {}, at, seq)
+def msg(topic, queue, offset, at, seq="s", inc=None):
+    return (topic, queue, offset, f"id{offset}", None, 1, [], {}, at, seq, inc)
 
 
-def off(group, topic, queue, committed, at, seq, client=None):
-    return (group, client, None, topic, queue, committed, None, 0, 0, 0, "MODIFY", "commit", at, seq)
+def off(group, topic, queue, committed, at, seq, client=None, inc=None):
+    return (group, client, None, topic, queue, committed, None, 0, 0, 0, "MODIFY", "commit", at, seq, inc)
 
 
 def test_backlog_over_time_with_duplicates(spark):
@@ -55,7 +55,7 @@ def test_broadcasting_clients_are_separate_and_subscriptions_ignored(spark):
     msgs = spark.createDataFrame([msg("t", 0, i, T0 + i) for i in range(3)], schemas.MESSAGES)
     offs = spark.createDataFrame([
         off("b", "t", 0, 1, T0 + 10, "1", client="c1"), off("b", "t", 0, 3, T0 + 11, "2", client="c2"),
-        (None, None, "sub", None, 0, 2, None, 0, 0, 0, "MODIFY", "commit", T0 + 12, "3"),
+        (None, None, "sub", None, 0, 2, None, 0, 0, 0, "MODIFY", "commit", T0 + 12, "3", None),
     ], schemas.OFFSETS)
     got = T.latest(T.backlog(msgs, offs, T0 + 100, H)).select("group", "client_id", "committed", "backlog")
     expected = spark.createDataFrame([("b", "c1", 1, 2), ("b", "c2", 3, 0)], got.schema)
@@ -133,3 +133,21 @@ def test_offset_changes_ordered_by_numeric_stream_sequence_number(spark):
     assert got[("a", T0)] == 5 and got[("a", T0 + H)] == 5
     assert got[("b", T0)] == 7 and got[("b", T0 + H)] == 7
     assert got[("c", T0)] == 9 and got[("c", T0 + H)] == 9
+
+
+def test_a_topic_made_again_is_reported_as_its_new_incarnation(spark):
+    """SQS DeleteQueue then CreateQueue: the new incarnation (``inc`` 1) restarts every queue at
+    offset 0. Its messages are not duplicates of the old log's (same ``(topic, queue, offset)``), and
+    the backlog and the weights are the new log's alone: the old log's end (10) and its group's
+    commits are not the new topic's. Rows of incarnation 0 carry no ``inc`` (archived before it)."""
+    old = [msg("t", 0, i, T0 + i, seq=f"o{i}") for i in range(10)]
+    new = [msg("t", 0, i, T0 + 1000 + i, seq=f"n{i}", inc=1) for i in range(3)]
+    o = [off("g", "t", 0, 10, T0 + 500, "10"), off("g", "t", 0, 1, T0 + 2000, "20", inc=1)]
+    msgs, offs = spark.createDataFrame(old + new, schemas.MESSAGES), spark.createDataFrame(o, schemas.OFFSETS)
+    assert T.clean_messages(msgs).count() == 13  # none of the new log's rows taken for a duplicate
+    as_of = T0 + 3000
+    (r,) = T.latest(T.backlog(msgs, offs, as_of, H)).collect()
+    assert (r["produced"], r["committed"], r["backlog"], r["produced_in_bucket"]) == (3, 1, 2, 3)
+    assert r["oldest_unconsumed_age_ms"] == as_of - (T0 + 1001)  # the new log's offset 1, not the old one's
+    (w,) = T.queue_weights(msgs, T.latest(T.backlog(msgs, offs, as_of, H)), as_of, lookback_ms=H).collect()
+    assert w["backlog"] == 2 and abs(w["rate"] - 3 / 3600) < 1e-12  # the new log's 3 messages an hour

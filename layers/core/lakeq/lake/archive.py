@@ -17,17 +17,22 @@ Layout (Hive-partitioned, one object per stream batch and partition, never one p
 * the partition (``dt``, ``hour``, UTC) is the row's own event time: ``produced_at`` for messages,
   ``at`` for offsets and members. A batch spanning an hour boundary becomes one object per hour.
 
-Row schemas (JSON, times epoch ms) — ``kind=messages``: ``topic, queue, offset, id, key, size``
+Row schemas (JSON, times epoch ms) — ``kind=messages``: ``topic, inc, queue, offset, id, key, size``
 (body bytes), ``tags, properties, produced_at, seq`` (no body); ``kind=bodies`` (issue 18.1,
-replay): ``topic, queue, offset, body, seq, produced_at`` — the same messages' bodies, in a parallel dataset
+replay): ``topic, inc, queue, offset, body, seq, produced_at`` — the same messages' bodies, in a parallel dataset
 partitioned by the same ``produced_at`` hour and named by the same batch (``bodies-<hash>-…``), so
 the metadata jobs never read a body and the replay job reads the bodies of the hours it replays
 only; ``kind=offsets``: ``group,
-client_id, subscription, topic, queue, committed_offset, prev_committed_offset, lock_ts,
+client_id, subscription, topic, inc, queue, committed_offset, prev_committed_offset, lock_ts,
 lock_until, last_consumed_at, event`` (``INSERT``/``MODIFY``/``REMOVE``), ``change``
 (``commit``/``lock``/``reset``/``other``), ``at, seq``; ``kind=members``: ``group, generation,
 member_id, change`` (``joined``/``left``/``changed``), ``state, topics, assignment``
 (``["topic#queue", …]``), ``at, seq``.
+
+``inc`` is the topic's incarnation (``lakeq.common.names.split_log``: 0 for a topic never deleted, n
+for the n-th made again after an SQS ``DeleteQueue``): a re-created topic starts its offsets at 0
+again, so a message is ``(topic, inc, queue, offset)``. Rows written before ``inc`` existed have
+none; the jobs read a missing ``inc`` as 0.
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lakeq.common.names import topic_of_log
+from lakeq.common.names import split_log
 from lakeq.log import segments as seg
 
 RAW = "raw"
@@ -112,8 +117,8 @@ def body_row(row: Mapping[str, Any], body: str, claim: Mapping[str, Any] | None 
     >>> "claim" in body_row(r, "hi")
     False
     """
-    out = {"topic": row["topic"], "queue": row["queue"], "offset": row["offset"], "body": body,
-           "seq": row["seq"], "produced_at": row["produced_at"]}
+    out = {"topic": row["topic"], "inc": int(row.get("inc") or 0), "queue": row["queue"], "offset": row["offset"],
+           "body": body, "seq": row["seq"], "produced_at": row["produced_at"]}
     if claim is not None:
         out["claim"] = dict(claim)
     return out
@@ -129,14 +134,14 @@ def message_and_body_rows(record: Mapping[str, Any]) -> tuple[list[dict], list[d
     log, _, q = str(item["pq"]).rpartition("#")
     if not q.isdigit() or log.startswith("~"):
         return [], []  # a subscription's list (``~<id>#0``) holds copies, not produced messages
-    topic = topic_of_log(log)  # (a topic made again after a deletion: its log name is ``<topic>!<inc>``)
+    topic, inc = split_log(log)  # (a topic made again after a deletion: its log name is ``<topic>!<inc>``)
     s = seg.Segment(int(item["base"]), int(item["count"]), bytes(item["idx"]), bytes(item["data"]),
                     bool(item.get("z", False)))
     sq = seq_of(record)
     rows, bodies = [], []
     for m in seg.all_headers(s):
         rows.append({
-            "topic": topic, "queue": int(q), "offset": m["offset"], "id": m.get("id"),
+            "topic": topic, "inc": inc, "queue": int(q), "offset": m["offset"], "id": m.get("id"),
             "key": m.get("key"), "size": _body_size(m), "tags": m.get("tags") or [],
             "properties": m.get("properties") or {},
             "produced_at": int(m.get("produced_at") or item.get("produced_at") or 0),
@@ -158,16 +163,24 @@ def _body_size(m: dict) -> int:
 
 
 def parse_owner(owner: str) -> dict:
-    """``g|group|topic``, ``b|group|client_id|topic`` or ``s|sub_id`` → fields."""
+    """``g|group|log``, ``b|group|client_id|log`` or ``s|sub_id`` → fields (``topic`` and ``inc``, the
+    incarnation, from the log name).
+
+    >>> parse_owner("g|billing|jobs!2")["topic"], parse_owner("g|billing|jobs!2")["inc"]
+    ('jobs', 2)
+    >>> parse_owner("b|fan|c1|jobs")["inc"], parse_owner("s|s1")["inc"]
+    (0, None)
+    """
     parts = owner.split("|")
     if parts[0] == "g" and len(parts) >= 3:
-        return {"group": parts[1], "client_id": None, "subscription": None, "topic": topic_of_log("|".join(parts[2:]))}
+        topic, inc = split_log("|".join(parts[2:]))
+        return {"group": parts[1], "client_id": None, "subscription": None, "topic": topic, "inc": inc}
     if parts[0] == "b" and len(parts) >= 4:
-        return {"group": parts[1], "client_id": parts[2], "subscription": None,
-                "topic": topic_of_log("|".join(parts[3:]))}
+        topic, inc = split_log("|".join(parts[3:]))
+        return {"group": parts[1], "client_id": parts[2], "subscription": None, "topic": topic, "inc": inc}
     if parts[0] == "s" and len(parts) >= 2:
-        return {"group": None, "client_id": None, "subscription": "|".join(parts[1:]), "topic": None}
-    return {"group": None, "client_id": None, "subscription": None, "topic": None}
+        return {"group": None, "client_id": None, "subscription": "|".join(parts[1:]), "topic": None, "inc": None}
+    return {"group": None, "client_id": None, "subscription": None, "topic": None, "inc": None}
 
 
 def _num(d: Mapping | None, k: str) -> int | None:
@@ -184,7 +197,7 @@ def offset_rows(record: Mapping[str, Any]) -> list[dict]:
         return []
     who = parse_owner(str(cur["owner"]))
     if who["topic"] is None and cur.get("topic"):
-        who["topic"] = cur["topic"]
+        who["topic"], who["inc"] = split_log(str(cur["topic"]))
     committed, prev = _num(new, "committed_offset"), _num(old, "committed_offset")
     lock_ts, prev_lock = _num(new, "lock_ts"), _num(old, "lock_ts")
     if new is None:

@@ -84,7 +84,7 @@ def run(topic: str, load: Callable[[], Progress], save: Callable[[Progress, Prog
             continue
         span = next_chunk(p.found, p.cursor, min(chunk, max(1, rate)))
         rows = read(span.start, span.stop)
-        copies = [Copy(copy_id(topic, int(r["queue"]), int(r["offset"])), r)
+        copies = [Copy(copy_id(topic, int(r["queue"]), int(r["offset"]), int(r.get("inc") or 0)), r)
                   for r in rows if r.get("body") is not None]
         new = produce(copies) if copies else 0
         nxt = replace(p, cursor=span.stop, copied=p.copied + len(copies), duplicates=p.duplicates + len(copies) - new,

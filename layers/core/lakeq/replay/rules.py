@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakeq.common.errors import BadRequest
-from lakeq.common.names import check_name, check_topic
+from lakeq.common.names import check_name, check_topic, log_name
 
 MAX_RANGE_MS = 400 * 24 * 3_600_000  # the lake keeps raw/ 400 days
 MAX_RATE = 1_000  # messages per second a copier may be asked for (REPLAY.md: 1..1000)
@@ -139,15 +139,19 @@ def hour_bounds(from_ms: int, to_ms: int) -> tuple[str, str]:
     return key(from_ms), key(max(from_ms, to_ms - 1))
 
 
-def copy_id(topic: str, queue: int, offset: int) -> str:
-    """The id of the replayed copy of message ``(topic, queue, offset)``: deterministic, ≤ 200
+def copy_id(topic: str, queue: int, offset: int, inc: int = 0) -> str:
+    """The id of the replayed copy of message ``(topic, inc, queue, offset)``: deterministic, ≤ 200
     characters (``MAX_ID_LEN``), so a copy produced twice (a copier restarted between its produce
-    and its cursor write) is dropped by the produce's id dedup.
+    and its cursor write) is dropped by the produce's id dedup. ``inc``: the topic's incarnation
+    (the lake's ``inc``; the hash is of its log name, so incarnation 0 keeps the ids it always had
+    and a topic made again, whose offsets restart at 0, never shares an id with the deleted one).
 
     >>> copy_id("quotes/sh", 3, 17)
     'rp-3-17-84126f9b10e3e35d'
+    >>> copy_id("quotes/sh", 3, 17, 0) == copy_id("quotes/sh", 3, 17) != copy_id("quotes/sh", 3, 17, 1)
+    True
     """
-    h = hashlib.sha256(topic.encode("utf-8")).hexdigest()[:16]
+    h = hashlib.sha256(log_name(topic, inc).encode("utf-8")).hexdigest()[:16]
     return f"rp-{int(queue)}-{int(offset)}-{h}"
 
 
