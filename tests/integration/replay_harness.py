@@ -17,7 +17,7 @@ from tests.handlers import Context, load_function, sample, segment_records
 
 JOB = f"{tpl.LOCAL_STACK}-replay-select"
 BUCKET_ENV = "LAKE_BUCKET"
-MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim"]
+MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim", "inc"]
 
 
 def create_job(aws) -> None:
@@ -95,23 +95,24 @@ def crash_after_produce(monkeypatch, which: int, why: str = "between produce and
 
 
 def lake_rows(aws) -> tuple[list[dict], dict]:
-    """The archiver's message rows and body rows (by (topic, queue, offset)) of every segment
+    """The archiver's message rows and body rows (by (topic, inc, queue, offset)) of every segment
     written so far (its own decoding of the stream records)."""
     msgs, bodies = [], {}
     for rec in segment_records(aws):
         rows, bods = archive.message_and_body_rows(rec)
         msgs += rows
         for b in bods:
-            bodies[(b["topic"], b["queue"], b["offset"])] = b
+            bodies[(b["topic"], b["inc"], b["queue"], b["offset"])] = b
     return msgs, bodies
 
 
 def expected(aws, topic: str, lo: int, hi: int, flt: dict | None) -> list[dict]:
-    """The rows a replay selects, in (queue, offset) order: the pure matcher as the reference."""
+    """The rows a replay selects, in (queue, inc, offset) order: the pure matcher as the reference."""
     msgs, _ = lake_rows(aws)
-    inside = {(r["queue"], r["offset"]): r for r in msgs if r["topic"] == topic and lo <= r["produced_at"] < hi}
+    inside = {(r["queue"], r["inc"], r["offset"]): r for r in msgs
+              if r["topic"] == topic and lo <= r["produced_at"] < hi}
     kept = matching(Filter.of(flt), list(inside.values()))
-    return sorted(kept, key=lambda r: (r["queue"], r["offset"]))
+    return sorted(kept, key=lambda r: (r["queue"], r["inc"], r["offset"]))
 
 
 def write_manifest(aws, rid: str, topic: str, lo: int, hi: int, flt: dict | None, parts: int = 2,
@@ -127,11 +128,13 @@ def write_manifest(aws, rid: str, topic: str, lo: int, hi: int, flt: dict | None
     rows = expected(aws, topic, lo, hi, flt)
     by_part: dict[int, list[dict]] = {}
     for r in rows:
-        b = None if (r["queue"], r["offset"]) in (drop_body or set()) else bodies.get((topic, r["queue"], r["offset"]))
+        b = (None if (r["queue"], r["offset"]) in (drop_body or set())
+             else bodies.get((topic, r["inc"], r["queue"], r["offset"])))
         out = {"queue": r["queue"], "offset": r["offset"], "id": r["id"], "key": r["key"], "tags": r["tags"],
                "properties": json.dumps(r["properties"], separators=(",", ":"), ensure_ascii=False),
                "produced_at": r["produced_at"], "body": None if b is None else b["body"],
-               "claim": None if b is None or "claim" not in b else json.dumps(b["claim"], separators=(",", ":"))}
+               "claim": None if b is None or "claim" not in b else json.dumps(b["claim"], separators=(",", ":")),
+               "inc": r["inc"]}
         by_part.setdefault(r["queue"] % parts, []).append({k: v for k, v in out.items() if v is not None})
     s3, bucket = aws["s3"], os.environ[BUCKET_ENV]
     listed = []
