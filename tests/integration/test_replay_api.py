@@ -106,6 +106,35 @@ def test_a_replay_into_a_topic_end_to_end(api, setup, clock, replay, aws, aws_ru
     check_delivered(want)
 
 
+def test_a_deleted_queue_is_replayed_into_a_topic_from_the_lake(api, setup, clock, replay, aws):
+    """A queue deleted (SQS DeleteQueue: its topic item is a tombstone) can still be replayed into a
+    topic: the lake keeps its messages. Into a group it cannot (no group reads a deleted topic), and a
+    name never made is 404 as before."""
+    from lakeq.store.repos import TopicRepo
+    from lakeq.store.sqs import SqsRepo
+
+    produce(api, setup, clock, 10)
+    assert SqsRepo.delete(TopicRepo.get("quotes/sh"), T0 + 20_000)
+    assert TopicRepo.get("quotes/sh") is None
+    lo, hi = T0, T0 + 10_000
+    before = scan()
+    s, b = api.call("POST", "/v1/replays", {"topic": "quotes/sh", "from": lo, "to": hi,
+                                            "target": {"group": "risk"}})
+    assert s == 404 and "quotes/sh" in b["error"]["message"], b
+    s, b = api.call("POST", "/v1/replays", {"topic": "never/made", "from": lo, "to": hi,
+                                            "target": {"topic": "replayed"}})
+    assert s == 404 and "never/made" in b["error"]["message"], b
+    assert scan() == before and H.job_runs() == []
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"topic": "replayed"}, "rate": 1000})
+    want = H.expected(aws, "quotes/sh", lo, hi, None)
+    assert len(want) == 10
+    H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, None)
+    assert H.run_schedule() == {"replays": 1, "done": 1}
+    s, got = api.call("GET", f"/v1/replays/{r['id']}")
+    assert (got["status"], got["found"], got["copied"], got["failed"]) == ("done", 10, 10, 0)
+    check_delivered(want)
+
+
 def test_the_sample_event_and_the_rate(api, setup, clock, replay, aws):
     """events/replays_start.json through the gateway; the copier keeps the replay's rate."""
     produce(api, setup, clock, 30)

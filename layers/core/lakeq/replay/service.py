@@ -47,7 +47,7 @@ from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
 from lakeq.store.bodies import BodyStore
 from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
-from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS
+from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, TopicRepo
 
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
 sleep = time.sleep
@@ -80,6 +80,16 @@ def _replay_or_404(rid: str) -> ReplayModel:
 
 
 # --- use cases --------------------------------------------------------------------------------
+def _source_or_404(name: str) -> None:
+    """A ``{"topic"}`` target's source: a topic, or one deleted through the SQS endpoint (its
+    tombstone, ``TopicRepo.get_any``): the lake keeps a deleted queue's messages for its 400 days, so a
+    queue deleted by mistake can be replayed into another topic. A name never made is 404."""
+    from lakeq.store.repos import TopicRepo
+
+    if TopicRepo.get_any(name) is None:
+        raise NotFound(f"topic '{name}' does not exist")
+
+
 def start(p: Principal, raw: str | None) -> dict:
     """``POST /v1/replays`` → 202 and the replay (``selecting``). API.md's order: 400 → 404 → 403."""
     body = v.json_body(raw)
@@ -87,10 +97,11 @@ def start(p: Principal, raw: str | None) -> dict:
     if isinstance(target, Mapping) and len(target) > 1 and {"group", "topic"} <= set(target):
         raise BadRequest("'target' names a group or a topic, not both")
     req = rules.parse_request(body)
-    topic_or_404(req.topic)
     if req.target_topic is not None:
+        _source_or_404(req.topic)
         topic_or_404(req.target_topic)
     else:
+        topic_or_404(req.topic)
         g = client_or_404(req.target_group, "consumer")
         if not any(covers(t, req.topic) for t in g.topics):  # the group could never read these messages
             raise NotFound(f"consumer group '{req.target_group}' is not granted topic '{req.topic}'")
