@@ -17,12 +17,26 @@ import requests
 pytest.importorskip("pyspark")
 
 
+def until_ended(stack, *ids: str, timeout: float = 600) -> None:
+    """Fire ReplayCopierFunction's schedule until every replay of ``ids`` has ended (the job runs on
+    Spark ``local[2]``; each schedule run moves what it can)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = requests.post(f"{stack.url}/_local/schedules/run", params={"name": "ReplayCopierFunction"}, timeout=120)
+        assert run.status_code == 200, run.text
+        got = {r["id"]: r for r in stack.call("GET", "/v1/replays")["replays"]}
+        states = [got[i]["status"] for i in ids]
+        if all(s in ("done", "failed", "cancelled") for s in states):
+            return
+        assert time.monotonic() < deadline, (states, stack.stderr[-4000:])
+        time.sleep(2)
+
+
 def test_replay_into_a_group_and_into_a_topic(stack):
     from infra.local.glue import spark_missing
 
     if spark_missing():
         pytest.skip(spark_missing())
-    url = stack.url
     tag = uuid.uuid4().hex[:6]
     topic, copies_topic = f"rp-{tag}", f"rp-copies-{tag}"
     stack.call("POST", "/v1/topics", json={"name": topic, "queues": 2}, status=201)
@@ -49,16 +63,7 @@ def test_replay_into_a_group_and_into_a_topic(stack):
         "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"topic": copies_topic}})
     assert into_group["status"] == into_topic["status"] == "selecting"
 
-    deadline = time.monotonic() + 600
-    while True:  # the job runs (Spark on local[2]); each schedule run moves what it can
-        run = requests.post(f"{url}/_local/schedules/run", params={"name": "ReplayCopierFunction"}, timeout=120)
-        assert run.status_code == 200, run.text
-        got = {r["id"]: r for r in stack.call("GET", "/v1/replays")["replays"]}
-        states = [got[into_group["id"]]["status"], got[into_topic["id"]]["status"]]
-        if all(s in ("done", "failed", "cancelled") for s in states):
-            break
-        assert time.monotonic() < deadline, (states, stack.stderr[-4000:])
-        time.sleep(2)
+    until_ended(stack, into_group["id"], into_topic["id"])
     for r in (into_group, into_topic):
         r = stack.call("GET", f"/v1/replays/{r['id']}")
         assert (r["status"], r["found"], r["copied"], r["failed"]) == ("done", 5, 5, 0), (r, stack.stderr[-3000:])
@@ -125,15 +130,8 @@ def test_a_replay_across_a_deleted_and_recreated_queue_copies_both_logs(stack):
     t_to = int(time.time() * 1000) + 1000
     rp = stack.call("POST", "/v1/replays", status=202, json={
         "topic": topic, "from": t_from, "to": t_to, "target": {"topic": copies_topic}, "rate": 1000})
-    deadline = time.monotonic() + 600
-    while True:
-        run = requests.post(f"{url}/_local/schedules/run", params={"name": "ReplayCopierFunction"}, timeout=120)
-        assert run.status_code == 200, run.text
-        r = stack.call("GET", f"/v1/replays/{rp['id']}")
-        if r["status"] in ("done", "failed", "cancelled"):
-            break
-        assert time.monotonic() < deadline, (r, stack.stderr[-4000:])
-        time.sleep(2)
+    until_ended(stack, rp["id"])
+    r = stack.call("GET", f"/v1/replays/{rp['id']}")
     assert (r["status"], r["found"], r["copied"], r["failed"]) == ("done", 6, 6, 0), (r, stack.stderr[-3000:])
     reader = stack.call("POST", "/v1/clients", status=201,
                         json={"name": f"rq-reader-{tag}", "role": "consumer", "topics": [copies_topic]})["api_key"]

@@ -194,7 +194,8 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
         lines = (root / part["key"]).read_bytes().decode("utf-8").splitlines()
         assert len(lines) == part["rows"]
         rs = [json.loads(x) for x in lines]
-        assert [(r["queue"], r["inc"], r["offset"]) for r in rs] == sorted((r["queue"], r["inc"], r["offset"]) for r in rs)
+        keys = [(r["queue"], r["inc"], r["offset"]) for r in rs]
+        assert keys == sorted(keys)
         seen_queues += sorted({r["queue"] for r in rs})
         got += rs
     assert len(seen_queues) == len(set(seen_queues))  # a queue never spans two parts
