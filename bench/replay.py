@@ -90,12 +90,12 @@ def generate(spark, root: Path, n: int) -> None:
         F.struct(F.concat(F.lit("k"), (F.abs(h) % 6).cast("string")).alias("kind"),
                  (F.abs(F.shiftright(h, 24)) % 10).alias("tier"),
                  F.lpad((F.abs(F.shiftright(h, 32)) % 10000).cast("string"), 4, "0").alias("code")).alias("properties"),
-        "produced_at", "seq", "dt", "hour")
+        "produced_at", "seq", F.lit(0).alias("inc"), "dt", "hour")
     bodies = base.select("topic", "queue", "offset",
                          F.concat(F.lit("{\"order\":"), F.col("id").cast("string"),
                                   F.lit(",\"note\":\""), F.sha1(F.col("id").cast("string")),
                                   F.lit("\",\"qty\":"), (F.col("id") % 97).cast("string"), F.lit("}")).alias("body"),
-                         "seq", "produced_at", "dt", "hour")
+                         "seq", "produced_at", F.lit(0).alias("inc"), "dt", "hour")
     for kind, df in (("messages", msgs), ("bodies", bodies)):
         (df.write.mode("overwrite")
          .partitionBy("dt", "hour").option("compression", "gzip").json(str(root / "raw" / f"kind={kind}")))
