@@ -47,7 +47,7 @@ from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
 from lakeq.store.bodies import BodyStore
 from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
-from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, TopicRepo
+from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS
 
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
 sleep = time.sleep
