@@ -36,7 +36,7 @@ def synthetic(spark, n: int):
         F.lit(None).cast("string").alias("key"), F.lit(100).cast("long").alias("size"),
         F.array().cast("array<string>").alias("tags"), F.create_map().cast("map<string,string>").alias("properties"),
         (F.lit(T0) + F.floor(F.floor(F.col("id") / QUEUES) * SPAN_MS / max(per_q, 1))).cast("long").alias("produced_at"),
-        F.col("id").cast("string").alias("seq")))
+        F.col("id").cast("string").alias("seq"), F.lit(0).cast("long").alias("inc")))  # (schemas.MESSAGES)
     k = n // 20  # commit points per group
     offs = (spark.range(k * GROUPS).select(
         F.concat(F.lit("g"), (F.col("id") % GROUPS).cast("string")).alias("group"),
@@ -49,7 +49,7 @@ def synthetic(spark, n: int):
         F.lit("MODIFY").alias("event"), F.lit("commit").alias("change"),
         (F.lit(T0 + 1_800_000) + F.floor(F.floor(F.floor(F.col("id") / GROUPS) / QUEUES) * 20 * SPAN_MS
                                            / max(per_q, 1))).cast("long").alias("at"),
-        F.col("id").cast("string").alias("seq")))
+        F.col("id").cast("string").alias("seq"), F.lit(0).cast("long").alias("inc")))  # (schemas.OFFSETS)
     return msgs, offs
 
 
