@@ -41,14 +41,18 @@ def clean_offsets(offsets: DataFrame) -> DataFrame:
             .withColumn("client_id", F.coalesce(F.col("client_id"), F.lit(""))))
 
 
-def current_incarnation(*frames: DataFrame) -> DataFrame:
-    """``(topic, inc)``: the newest incarnation of each topic among ``frames`` (each with ``topic``
-    and ``inc``; small, aggregated frames, so the result is broadcast). The reports describe a topic
-    as it is: a deleted incarnation's queues, offsets and group positions are not the topic's any more."""
-    both = frames[0].select("topic", "inc")
-    for f in frames[1:]:
-        both = both.unionByName(f.select("topic", "inc"))
-    return F.broadcast(both.groupBy("topic").agg(F.max("inc").alias("inc")))
+def current_incarnation(df: DataFrame) -> DataFrame:
+    """``df``'s rows of each topic's newest incarnation among them (``df`` with ``topic`` and
+    ``inc``; meant for small, aggregated frames: a window by ``topic``, no join, so the frame is
+    computed once). The reports describe a topic as it is: a deleted incarnation's queues, offsets
+    and group positions are not the topic's any more.
+
+    Cost: one shuffle of ``df`` by ``topic``. (A join with a broadcast ``max(inc)`` of the same
+    frames, the first version, made Spark compute the messages' and offsets' aggregates twice —
+    the join's inferred filters kept the exchanges from being reused: the backlog of
+    ``bench/lake.py --quick`` went 18.8 s → 47.1 s; docs/benchmarks.md.)"""
+    newest = F.max("inc").over(Window.partitionBy("topic"))
+    return df.withColumn("_newest", newest).where(F.col("inc") == F.col("_newest")).drop("_newest")
 
 
 def seq_order(col: str = "seq"):
@@ -67,12 +71,13 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
     has messages (a queue the group never pulled has ``committed`` 0, as the API says), plus queues
     with offset records only. Buckets: from the topic's first event to the bucket holding
     ``as_of_ms``; rows after ``as_of_ms`` are ignored. Only the topic's newest incarnation counts
-    (:func:`current_incarnation`: a topic deleted and made again restarts at offset 0, and the old
-    log's ends and commits are not the new one's). ``at`` = the bucket's end, or ``as_of_ms`` for
-    the last bucket. ``committed`` carries the committed offset of the change with the highest
-    stream sequence number (numeric, :func:`seq_order`) among those recorded before ``at`` (0
-    before any): the writers' clocks only place a change in a bucket, never order two changes. ``oldest_unconsumed_age_ms`` = ``at`` − ``produced_at`` of the message at ``committed``
-    when there is a backlog, else 0.
+    (:func:`current_incarnation`, decided once on the topics' start buckets: a topic deleted and
+    made again restarts at offset 0, and the old log's ends and commits are not the new one's).
+    ``at`` = the bucket's end, or ``as_of_ms`` for the last bucket. ``committed`` carries the
+    committed offset of the change with the highest stream sequence number (numeric,
+    :func:`seq_order`) among those recorded before ``at`` (0 before any): the writers' clocks only
+    place a change in a bucket, never order two changes. ``oldest_unconsumed_age_ms`` = ``at`` −
+    ``produced_at`` of the message at ``committed`` when there is a backlog, else 0.
 
     Cost: one aggregation of each log, one sort per key for the running windows (keys × buckets
     rows), one join of the messages with the (broadcast) grid for the ages."""
@@ -89,25 +94,24 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
         F.count(F.lit(1)).alias("produced_in_bucket"), (F.max("offset") + 1).alias("end_in_bucket"))
     ob = o.groupBy(*GROUP_KEYS, "inc", "b").agg(
         F.max(F.struct("order", "committed_offset")).alias("latest_b"))
-    current = current_incarnation(mb, ob)
-    mb = mb.join(current, ["topic", "inc"]).drop("inc")
-    ob = ob.join(current, ["topic", "inc"]).drop("inc")
-    m = m.join(current, ["topic", "inc"]).drop("inc")
-
-    starts = (mb.select("topic", "b").unionByName(ob.select("topic", "b"))
-              .groupBy("topic").agg(F.min("b").alias("start_b")))
+    # (topic, inc) is the log; the grid is built for each topic's newest incarnation only (the
+    # inner join with ``starts``), so the left joins below take only that log's rows
+    starts = current_incarnation(
+        mb.select("topic", "inc", "b").unionByName(ob.select("topic", "inc", "b"))
+        .groupBy("topic", "inc").agg(F.min("b").alias("start_b")))
+    # (a group seen in an older incarnation's offsets only still gets the newest one's queues, at 0)
     keys = (o.select("group", "client_id", "topic").distinct()
-            .join(mb.select("topic", "queue").distinct(), "topic")
-            .unionByName(ob.select(*GROUP_KEYS))
+            .join(mb.select("topic", "inc", "queue").distinct(), "topic")
+            .unionByName(ob.select(*GROUP_KEYS, "inc"))
             .distinct())
-    grid = (keys.join(starts, "topic")
+    grid = (keys.join(starts, ["topic", "inc"])
             .withColumn("b", F.explode(F.sequence(F.col("start_b"), F.lit(last_b))))
             .drop("start_b"))
 
     w = Window.partitionBy(*GROUP_KEYS).orderBy("b")
     running = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    g = (grid.join(mb, ["topic", "queue", "b"], "left")
-         .join(ob, [*GROUP_KEYS, "b"], "left")
+    g = (grid.join(mb, ["topic", "inc", "queue", "b"], "left")
+         .join(ob, [*GROUP_KEYS, "inc", "b"], "left")
          .withColumn("produced", F.coalesce(F.max("end_in_bucket").over(running), F.lit(0)).cast("long"))
          # the change with the highest sequence number among those stamped up to this bucket
          .withColumn("committed", F.coalesce(F.max("latest_b").over(running)["committed_offset"],
@@ -123,10 +127,11 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
          .withColumn("consumption_rate", (F.col("consumed_in_bucket") / secs).cast("double")))
 
     # age of the oldest unconsumed message: the message at ``committed`` (grid rows with a backlog)
-    pending = g.where(F.col("backlog") > 0).select("topic", "queue", F.col("committed").alias("offset")).distinct()
-    heads = (m.join(F.broadcast(pending), ["topic", "queue", "offset"])
-             .select("topic", "queue", F.col("offset").alias("committed"), "produced_at"))
-    g = (g.join(heads, ["topic", "queue", "committed"], "left")
+    pending = (g.where(F.col("backlog") > 0)
+               .select("topic", "inc", "queue", F.col("committed").alias("offset")).distinct())
+    heads = (m.join(F.broadcast(pending), ["topic", "inc", "queue", "offset"])
+             .select("topic", "inc", "queue", F.col("offset").alias("committed"), "produced_at"))
+    g = (g.join(heads, ["topic", "inc", "queue", "committed"], "left")
          .withColumn("oldest_unconsumed_age_ms",
                      F.when(F.col("backlog") > 0,
                             F.greatest(F.col("at") - F.col("produced_at"), F.lit(0)))
@@ -155,7 +160,7 @@ def queue_weights(messages: DataFrame, latest_backlog: DataFrame, as_of_ms: int,
              .where((F.col("produced_at") > lo) & (F.col("produced_at") <= as_of_ms))
              .groupBy("topic", "inc", "queue").agg((F.count(F.lit(1)) / (lookback_ms / 1000.0)).alias("rate")))
     # the newest incarnation's rates only (a topic deleted and made again within the lookback)
-    rates = rates.join(current_incarnation(rates), ["topic", "inc"]).drop("inc")
+    rates = current_incarnation(rates).drop("inc")
     lag = latest_backlog.where(F.col("client_id").isNull()).select("group", "topic", "queue", "backlog")
     return (lag.join(rates, ["topic", "queue"], "left")
             .withColumn("rate", F.coalesce("rate", F.lit(0.0)).cast("double"))
