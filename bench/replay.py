@@ -20,7 +20,9 @@ gzipped manifest and the summary read back from it), then the current one; ``--c
 also runs the plan before the one-shuffle pipeline (``previous=True``: the dedup, join and order
 shuffles, with that legacy output); ``--compare-udf`` runs each filter with conditions first with
 ``native=False`` (the matcher UDF on every row the pre-filter lets through); ``--compare-bodies``
-runs each filtered replay first with every body of the slice shuffled (``narrow_bodies=False``). Each line also shows
+runs each filtered replay first with every body of the slice shuffled (``narrow_bodies=False``);
+``--compare-sides`` runs each first with the messages joined with the bodies (``one_sided=False``:
+the plan before body rows carried their metadata, on the same lake). Each line also shows
 the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary). The
 job's progress bar is on stderr.
 
@@ -84,14 +86,17 @@ def generate(spark, root: Path, n: int) -> None:
     tag_list = ["red", "blue", "green", "x"]
     tags = F.filter(F.array(*[F.when(F.shiftright(h, 4 * i) % 3 == 0, F.lit(t)) for i, t in enumerate(tag_list)]),
                     lambda c: c.isNotNull())
-    msgs = base.select(
-        "topic", "queue", "offset", F.concat(F.lit("m"), F.col("id").cast("string")).alias("id"),
-        F.lit(None).cast("string").alias("key"), F.lit(100).cast("long").alias("size"), tags.alias("tags"),
-        F.struct(F.concat(F.lit("k"), (F.abs(h) % 6).cast("string")).alias("kind"),
-                 (F.abs(F.shiftright(h, 24)) % 10).alias("tier"),
-                 F.lpad((F.abs(F.shiftright(h, 32)) % 10000).cast("string"), 4, "0").alias("code")).alias("properties"),
-        "produced_at", "seq", F.lit(0).alias("inc"), "dt", "hour")
-    bodies = base.select("topic", "queue", "offset",
+    mid = F.concat(F.lit("m"), F.col("id").cast("string")).alias("id")
+    key = F.lit(None).cast("string").alias("key")
+    props = F.struct(F.concat(F.lit("k"), (F.abs(h) % 6).cast("string")).alias("kind"),
+                     (F.abs(F.shiftright(h, 24)) % 10).alias("tier"),
+                     F.lpad((F.abs(F.shiftright(h, 32)) % 10000).cast("string"), 4, "0").alias("code"),
+                     ).alias("properties")
+    msgs = base.select("topic", "queue", "offset", mid, key, F.lit(100).cast("long").alias("size"), tags.alias("tags"),
+                       props, "produced_at", "seq", F.lit(0).alias("inc"), "dt", "hour")
+    # body rows carry their message's metadata, as the archiver writes them since 2026-11-28
+    # (lakeq.lake.archive.body_row): a replay selects from them alone (replay.select_one_sided)
+    bodies = base.select("topic", "queue", "offset", mid, key, tags.alias("tags"), props,
                          F.concat(F.lit("{\"order\":"), F.col("id").cast("string"),
                                   F.lit(",\"note\":\""), F.sha1(F.col("id").cast("string")),
                                   F.lit("\",\"qty\":"), (F.col("id") % 97).cast("string"), F.lit("}")).alias("body"),
@@ -110,14 +115,16 @@ def load() -> str:
 
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
-        native: bool = True, previous: bool = False, legacy: bool = False, narrow_bodies: bool = True) -> None:
+        native: bool = True, previous: bool = False, legacy: bool = False, narrow_bodies: bool = True,
+        one_sided: bool = True) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
     substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
     (with the output before: gzipped parts, the summary read back); ``legacy=True``: the current
     plan with that output (the job before the counts were observed during the write);
     ``narrow_bodies=False``: every body of the slice shuffled (before the bodies were narrowed to
-    the selected messages)."""
+    the selected messages); ``one_sided=False``: the messages joined with the bodies (the plan
+    before body rows carried their metadata)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -134,11 +141,11 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     t = time.perf_counter()
     s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
                      log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
-                     narrow_bodies=narrow_bodies)
+                     narrow_bodies=narrow_bodies, one_sided=one_sided)
     job_s = time.perf_counter() - t
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
     tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
-           + ("" if narrow_bodies else " (all b.)"))
+           + ("" if narrow_bodies else " (all b.)") + ("" if s.get("plan") != "two sides" else " (2 sides)"))
     ph = s["phases"]
     print(f"{n:>12,} {label:>6} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
           f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
@@ -167,6 +174,9 @@ def main() -> int:
     ap.add_argument("--compare-bodies", action="store_true",
                     help="also run each filter with every body of the slice shuffled (narrow_bodies=False: "
                          "before the bodies were narrowed to the selected messages) just before")
+    ap.add_argument("--compare-sides", action="store_true",
+                    help="also run each filter with the messages joined with the bodies (one_sided=False: the "
+                         "plan before body rows carried their metadata) just before")
     ap.add_argument("--work", default=None, help="where manifests are written (default: a temporary folder)")
     a = ap.parse_args()
     n = a.rows or (1_000_000 if a.quick else 10_000_000)
@@ -182,7 +192,7 @@ def main() -> int:
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
           f"Python {platform.python_version()}, Spark {spark.version} local[2]; "
           f"start-up {time.perf_counter() - t:.1f}s")
-    lake_root = Path(a.dir) / f"n{n}"
+    lake_root = Path(a.dir) / f"n{n}-v2"  # v2: body rows with their metadata (2026-11-28)
     if not (lake_root / "_generated").exists():
         t = time.perf_counter()
         generate(spark, lake_root, n)
@@ -221,6 +231,8 @@ def main() -> int:
                 run(spark, lake_root, n, label, lo, hi, name, work, legacy=True)
             if a.compare_bodies and FILTERS[name]:
                 run(spark, lake_root, n, label, lo, hi, name, work, narrow_bodies=False)
+            if a.compare_sides:
+                run(spark, lake_root, n, label, lo, hi, name, work, one_sided=False)
             run(spark, lake_root, n, label, lo, hi, name, work)
     spark.stop()
     if not a.work:

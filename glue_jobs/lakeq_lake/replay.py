@@ -50,6 +50,10 @@ MESSAGES_RAW = StructType([
 BODIES = StructType([
     StructField("topic", StringType()), StructField("queue", LongType()),
     StructField("offset", LongType()), StructField("body", StringType()),
+    # the message's metadata, archived with its body since 2026-11-28 (lakeq.lake.archive.body_row):
+    # a replay then reads this kind alone (select_one_sided); null in rows archived before
+    StructField("id", StringType()), StructField("key", StringType()),
+    StructField("tags", ArrayType(StringType())), StructField("properties", StringType()),
     StructField("produced_at", LongType()),
     StructField("claim", StringType()),  # a body in the lake bucket (issue 18.2): its claim, as JSON text
     StructField("inc", LongType()),
@@ -136,12 +140,17 @@ def _inc() -> F.Column:
     return F.coalesce(F.col("inc"), F.lit(0)).cast("long").alias("inc")
 
 
-def _with_tags(m: DataFrame, flt: Filter) -> DataFrame:
-    """``m``'s rows carrying one of the filter's tags (all of them when it names none)."""
+def _with_tags(m: DataFrame, flt: Filter, unknown: F.Column | None = None) -> DataFrame:
+    """``m``'s rows carrying one of the filter's tags (all of them when it names none), and the
+    ``unknown`` ones (see :func:`_narrowed`)."""
     if not flt.tags:
         return m
-    return m.where(F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
-                                    F.array(*[F.lit(t) for t in flt.tags])))
+    return m.where(_or(unknown, F.arrays_overlap(F.coalesce(F.col("tags"), F.array().cast("array<string>")),
+                                                 F.array(*[F.lit(t) for t in flt.tags]))))
+
+
+def _or(unknown: F.Column | None, cond: F.Column) -> F.Column:
+    return cond if unknown is None else unknown | cond
 
 
 def _needles(flt: Filter):
@@ -157,21 +166,25 @@ def _needles(flt: Filter):
     return needles
 
 
-def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter, native: bool):
+def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter, native: bool,
+              extra: tuple[str, ...] = (), unknown: F.Column | None = None):
     """The slice's message rows of ``topic`` and ``[from, to)`` that may match ``flt``: tags
     natively, the substring pre-filter, and (``native``) the native levels on plain texts — every
-    test that needs no shuffle. Returns the rows and the ``plain`` column (None without levels)."""
+    test that needs no shuffle. Returns the rows (with the ``extra`` columns too) and the ``plain``
+    column (None without levels). ``unknown``: rows the filter cannot judge (body rows archived
+    without their metadata) and lets through, for :func:`run_replay` to count them."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("topic", "queue", _inc(), "offset", "id", "key", "tags", "properties", "produced_at"))
-    m = _with_tags(m, flt)
+         .select("topic", "queue", _inc(), "offset", "id", "key", "tags", "properties", "produced_at", *extra))
+    m = _with_tags(m, flt, unknown)
     if not flt.conditions:
         return m, None
     # the substring pre-filter first (cheap, and a necessary condition on every row: a single `code`
-    # leaves the regexes a handful of rows), then the native levels on plain texts
+    # leaves the regexes a handful of rows), then the native levels on plain texts (a null text is
+    # plain: an unknown row stays on the native side)
     plain = NF.plain(F.col("properties"))
-    m = m.where(_needles(flt))
-    return (m.where(~plain | NF.native_filter(F.col("properties"), flt.levels)) if native else m), plain
+    m = m.where(_or(unknown, _needles(flt)))
+    return (m.where(_or(unknown, ~plain | NF.native_filter(F.col("properties"), flt.levels))) if native else m), plain
 
 
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
@@ -201,8 +214,8 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     A filtered replay (``narrow_bodies``, the default) computes its selected messages first and
     narrows the bodies to them before their shuffle (:func:`_bodies_of_selected`): ``select`` then
     runs Spark jobs itself (the checkpoint and its count); its blocks are freed by Spark's
-    ContextCleaner once the returned frame is garbage-collected. ``narrow_bodies=False``: every body of the slice is shuffled (the
-    plan before; kept for the benchmark's before/after).
+    ContextCleaner once the returned frame is garbage-collected. ``narrow_bodies=False``: every body
+    of the slice is shuffled (the plan before; kept for the benchmark's before/after).
     ``previous=True``: the plan before the one-shuffle pipeline (kept for the benchmark's
     before/after): a dedup shuffle per side, the join's shuffle by ``(queue, offset)``, a final
     repartition by ``queue``."""
@@ -212,14 +225,7 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     for k, val in SESSION_CONF.items():
         spark.conf.set(k, val)
     parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    m, plain = _narrowed(messages, topic, from_ms, to_ms, flt, native)
-    m = (m.drop("topic").repartition(parts, "queue").sortWithinPartitions(*KEYS)
-         .dropDuplicates(KEYS))
-    if plain is not None:
-        keep = _keep_udf(list(flt.conditions), list(flt.tags))
-        udf_rows = m.where(keep(F.col("properties"), F.col("tags")))
-        m = udf_rows if not native else m.where(plain).unionByName(udf_rows.where(~plain))
-        m = m.repartition(parts, "queue").sortWithinPartitions(*KEYS)
+    m = _deduplicated_and_filtered(*_narrowed(messages, topic, from_ms, to_ms, flt, native), flt, parts, native)
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms)
                       & F.col("offset").isNotNull() & F.col("queue").isNotNull())
          .select("queue", _inc(), "offset", "body", "claim"))
@@ -229,6 +235,65 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
          .sortWithinPartitions(*KEYS).dropDuplicates(KEYS))
     j = m.join(b, KEYS, "left").select(*MANIFEST_COLUMNS)
     return j.sortWithinPartitions(*KEYS)
+
+
+def _deduplicated_and_filtered(m: DataFrame, plain, flt: Filter, parts: int, native: bool,
+                               unknown: F.Column | None = None) -> DataFrame:
+    """:func:`_narrowed`'s rows hash-partitioned by ``queue`` into ``parts``, sorted by :data:`KEYS`,
+    duplicates dropped, and the rest of the filter (the UDF on what the native test cannot judge):
+    one shuffle, or two with a UDF branch (the union loses the partitioning). ``unknown`` rows
+    (:func:`_narrowed`) are kept."""
+    m = (m.drop("topic").repartition(parts, "queue").sortWithinPartitions(*KEYS)
+         .dropDuplicates(KEYS))
+    if plain is not None:
+        keep = _keep_udf(list(flt.conditions), list(flt.tags))
+        udf_rows = m.where(_or(unknown, keep(F.col("properties"), F.col("tags"))))
+        m = udf_rows if not native else m.where(plain).unionByName(udf_rows.where(~plain))
+        m = m.repartition(parts, "queue").sortWithinPartitions(*KEYS)
+    return m
+
+
+def _without_metadata() -> F.Column:
+    """A ``kind=bodies`` row archived before body rows carried their message's metadata (2026-11-28):
+    no ``properties`` (the archiver writes ``{}`` for a message without any)."""
+    return F.col("properties").isNull()
+
+
+def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter,
+                     parts: int | None = None, native: bool = True, matcher: bool = True) -> DataFrame:
+    """:func:`select` over the ``kind=bodies`` rows alone, for rows archived with their metadata
+    (since 2026-11-28, ``lakeq.lake.archive.body_row``): the same filter, duplicates' drop and order,
+    with no ``kind=messages`` side — one dataset read, one shuffle, no join.
+
+    Rows the native filter cannot judge are let through by every test, so they reach the output,
+    where :func:`run_replay` counts them (in the write's own observation: :func:`_unjudged`) and
+    then selects again another way: a row without metadata (:func:`_without_metadata`: archived
+    before), and — ``matcher=False`` — a row whose properties text is not plain
+    (:func:`.native_filter.plain`). ``matcher=True``: those go to the matcher UDF as in
+    :func:`select`, a branch whose union with the native rows loses the partitioning — a second
+    shuffle, here of the selected rows *with their bodies*: ``anything-but`` at 10M took 84.8 s
+    with it and ~40 % less without (docs/benchmarks.md "One side"), hence the first pass without.
+    ``native=False``: the UDF judges every row the substring pre-filter lets through."""
+    spark = bodies.sparkSession
+    for k, val in SESSION_CONF.items():
+        spark.conf.set(k, val)
+    parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    unknown = _without_metadata()
+    m, plain = _narrowed(bodies, topic, from_ms, to_ms, flt, native, ("body", "claim"), unknown)
+    if not (matcher or not native):
+        plain = None  # (no UDF branch: the rows not plain went through the native test unjudged)
+    m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown)
+    return m.select(*MANIFEST_COLUMNS).sortWithinPartitions(*KEYS)
+
+
+def _unjudged(flt: Filter) -> list[F.Column]:
+    """What :func:`run_replay` observes on a one-sided selection's output: the rows without metadata
+    (``without_metadata``) and, when the filter has levels, the rows whose properties text is not
+    plain (``not_plain``; a row without metadata counts in the first only: a null text is plain)."""
+    out = [F.sum(_without_metadata().cast("long")).alias("without_metadata")]
+    if flt.conditions:
+        out.append(F.sum((~NF.plain(F.col("properties"))).cast("long")).alias("not_plain"))
+    return out
 
 
 SEMI_JOIN_KEYS_MAX = 2_000_000  # selected messages up to which the bodies are narrowed first
@@ -289,7 +354,7 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
                native: bool = True, previous: bool = False, legacy: bool = False,
-               narrow_bodies: bool = True) -> dict:
+               narrow_bodies: bool = True, one_sided: bool = True) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
     holds whole queues, sorted by ``queue, inc, offset``) in one pass over the slice, then
     ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
@@ -302,6 +367,14 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     the rows as they are written, per queue; each queue's part is its hash partition, checked
     against the files written), so the manifest is never read back; when that check fails (it
     never has) the summary falls back to reading the manifest (:func:`_summary_by_reading`).
+    **One side first** (``one_sided``, the default): the slice's ``kind=bodies`` rows carry their
+    message's metadata (since 2026-11-28), so the job selects from them alone
+    (:func:`select_one_sided`: one dataset read and shuffled, no join), counting on the way the slice's
+    rows without metadata (archived before); when there are any, it selects again the two-sided way
+    (:func:`select`, the messages joined), overwriting the manifest — a replay of hours archived
+    before pays both passes. The summary's ``plan`` says which one wrote the manifest
+    (``one side`` / ``two sides``). ``one_sided=False``, ``narrow_bodies=False`` or ``legacy``:
+    the two-sided selection only.
     ``legacy=True`` (also implied by ``previous``): the job's output as it was before — gzipped
     parts (``.json.gz``) and the summary read back from them — kept for ``bench/replay.py``'s
     before/after."""
@@ -312,16 +385,41 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     dest = out or lake
     where = dest.path(manifest_prefix(replay_id))
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    with progress(spark, f"replay {replay_id}: select + write", show_progress):
-        msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
-        bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
-        df = select(msgs, bods, topic, from_ms, to_ms, flt, parts=parts, native=native, previous=previous,
-                    narrow_bodies=narrow_bodies)
-        if legacy:
-            df.write.mode("overwrite").option("compression", "gzip").json(where)
-        else:
-            obs = Observation(f"replay-{replay_id}")
-            df.observe(obs, *_observed()).write.mode("overwrite").json(where)
+    plan = "one side" if one_sided and not legacy and narrow_bodies else "two sides"
+    if plan == "one side":
+        # the native filter alone first (each row the native test cannot judge is let through and
+        # counted), then, only if some were: the matcher UDF for the rows not plain, or both sides
+        # joined for rows archived without metadata
+        for matcher in (False, True):
+            with progress(spark, f"replay {replay_id}: select + write (one side)", show_progress):
+                bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
+                df = select_one_sided(bods, topic, from_ms, to_ms, flt, parts=parts, native=native,
+                                      matcher=matcher)
+                obs = Observation(f"replay-{replay_id}")
+                df.observe(obs, *_observed(), *_unjudged(flt)).write.mode("overwrite").json(where)
+            seen = obs.get
+            without, not_plain = int(seen.get("without_metadata") or 0), int(seen.get("not_plain") or 0)
+            if without:
+                log(f"replay {replay_id}: {without} body row(s) of the slice archived without metadata: "
+                    "selecting again with the messages joined")
+                plan = "two sides"
+                break
+            if not not_plain or matcher or not native:
+                plan = "one side" + (", matcher" if matcher else "")
+                break
+            log(f"replay {replay_id}: {not_plain} row(s) the native filter cannot judge: "
+                "selecting again with the matcher")
+    if plan == "two sides":
+        with progress(spark, f"replay {replay_id}: select + write", show_progress):
+            msgs = read_slice(spark, lake, "messages", from_ms, to_ms)
+            bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
+            df = select(msgs, bods, topic, from_ms, to_ms, flt, parts=parts, native=native, previous=previous,
+                        narrow_bodies=narrow_bodies)
+            if legacy:
+                df.write.mode("overwrite").option("compression", "gzip").json(where)
+            else:
+                obs = Observation(f"replay-{replay_id}")
+                df.observe(obs, *_observed()).write.mode("overwrite").json(where)
     t1 = time.perf_counter()
     counts = None if legacy else _summary_observed(dest, replay_id, obs.get, parts, log)
     if counts is None:
@@ -334,7 +432,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
         "replay_id": replay_id, "topic": topic, "from": from_ms, "to": to_ms, "filter": flt.to_json(),
         "found": found, "missing_bodies": missing, "parts": per_part,
         "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
-        "manifest": manifest_prefix(replay_id), "seconds": round(time.perf_counter() - t0, 3),
+        "manifest": manifest_prefix(replay_id), "plan": plan, "seconds": round(time.perf_counter() - t0, 3),
         "phases": {"select_write": round(t1 - t0, 3), "summary": round(t2 - t1, 3)},
     }
     dest.put_json(summary_key(replay_id), summary)
@@ -350,12 +448,18 @@ def _part_keys(dest: Lake, replay_id: str) -> dict[str, int]:
 
 def _observed() -> list[F.Column]:
     """What the write observes (one pass, no shuffle): the row count, the rows without a body, the
-    smallest and largest queue, and one count per queue number ``0 .. QUEUES_MAX - 1`` (a topic has
-    at most :data:`QUEUES_MAX` queues, numbered from 0; the min/max say when a row is outside)."""
+    smallest and largest queue, and the rows per queue (``per_queue``: a histogram of the queue
+    numbers with :data:`QUEUES_MAX` bins, as JSON text). A topic has at most :data:`QUEUES_MAX`
+    queues, numbered from 0 (the min/max say when a row is outside), and ``histogram_numeric``
+    merges bins only when it sees more distinct values than bins, so each bin is one queue and its
+    count is exact — :func:`_summary_observed` checks it (integral centres and counts, summing to
+    the row count). One aggregate instead of one ``sum(when(queue == i))`` per queue: observed
+    metrics are evaluated row by row outside the generated code, and the 64 sums took ~20 s of task
+    time on a 10M-row manifest (the histogram ~5 s; docs/benchmarks.md "One side")."""
     q = F.col("queue")
-    return ([F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing"),
-             F.min(q).alias("qmin"), F.max(q).alias("qmax")]
-            + [F.sum(F.when(q == i, 1).otherwise(0)).alias(f"q{i}") for i in range(QUEUES_MAX)])
+    return [F.count(F.lit(1)).alias("n"), F.sum(F.col("body").isNull().cast("long")).alias("missing"),
+            F.min(q).alias("qmin"), F.max(q).alias("qmax"),
+            F.to_json(F.histogram_numeric(q, F.lit(QUEUES_MAX))).alias("per_queue")]
 
 
 def _mix(h: int, k: int) -> int:
@@ -391,8 +495,12 @@ def _summary_observed(dest: Lake, replay_id: str, metrics: dict, parts: int, log
     ``pmod(hash(queue), parts)`` (Spark's hash partitioning, :func:`hash_partition`) holding rows,
     whose first row's queue is one of them, and no other non-empty file."""
     n = int(metrics.get("n") or 0)
-    per_queue = {i: int(metrics.get(f"q{i}") or 0) for i in range(QUEUES_MAX)}
-    per_queue = {i: c for i, c in per_queue.items() if c}
+    bins = json.loads(metrics.get("per_queue") or "null") or []
+    if any(float(b["x"]) != int(b["x"]) or float(b["y"]) != int(b["y"]) for b in bins) or len(
+            {int(b["x"]) for b in bins}) != len(bins):
+        log(f"replay {replay_id}: the per-queue histogram merged queues: counting the manifest")
+        return None
+    per_queue = {int(b["x"]): int(b["y"]) for b in bins if int(b["y"])}
     files = _part_keys(dest, replay_id)
     if n and not (0 <= int(metrics["qmin"]) and int(metrics["qmax"]) < QUEUES_MAX):
         log(f"replay {replay_id}: queue numbers outside 0..{QUEUES_MAX - 1}: counting the manifest")

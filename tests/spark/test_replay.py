@@ -67,9 +67,19 @@ def _no_inc_0(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != "inc" or v}
 
 
+OLD_UNTIL = T0 + 1_800_000  # body rows produced before: archived without their metadata (before 2026-11-28)
+
+
+def _as_archived(body_row: dict) -> dict:
+    """A body row as the archiver wrote it then: without metadata in the lake's first half hour."""
+    if body_row["produced_at"] < OLD_UNTIL:
+        body_row = {k: v for k, v in body_row.items() if k not in ("id", "key", "tags", "properties")}
+    return _no_inc_0(body_row)
+
+
 def _write(root, rows: list[dict], shard_arn: str) -> None:
     for kind, rs in (("messages", [{k: v for k, v in r.items() if k != "body"} for r in rows]),
-                     ("bodies", [_no_inc_0(lake.body_row(r, r["body"])) for r in rows])):
+                     ("bodies", [_as_archived(lake.body_row(r, r["body"])) for r in rows])):
         for i in range(0, len(rs), 250):  # one object per "batch" and partition, as the archiver does
             for key, blob in lake.objects(kind, shard_arn, rs[i:i + 250]).items():
                 p = root / key
@@ -163,6 +173,54 @@ def test_an_unfiltered_replay_does_not_narrow_the_bodies(spark, lake_dir):
     assert "LeftSemi" not in _plan(df)
 
 
+def _plain_only(row: dict) -> dict:
+    """``row`` with properties every native test can judge (no nested value, no escaped field)."""
+    props = {k: v for k, v in row["properties"].items() if k != 'n"q' and not isinstance(v, (list, dict))}
+    return {**row, "properties": props}
+
+
+def test_one_side_selects_what_two_sides_select_and_falls_back_when_it_must(spark, lake_dir, tmp_path):
+    """Body rows carrying their metadata (the archiver since 2026-11-28): ``select_one_sided`` over
+    them alone gives exactly ``select``'s rows in the same order, for every filter (with the matcher
+    UDF for rows not plain); without it (``matcher=False``) it keeps every row it cannot judge.
+    ``run_replay`` takes the native one-sided pass first and selects again only when that pass wrote
+    rows it could not judge: rows not plain → the matcher UDF (``one side, matcher``), rows without
+    metadata (the lake's first half hour was archived before) → both sides joined (``two sides``).
+    Every plan's manifest is the pure matcher's selection."""
+    root, rows = lake_dir
+    lk = Lake(str(root))
+    R.ship(spark, "matcher", "lakeq")
+    lo, hi = OLD_UNTIL, T0 + 2 * H + 123
+    msgs, bods = R.read_slice(spark, lk, "messages", lo, hi), R.read_slice(spark, lk, "bodies", lo, hi)
+    for raw in FILTERS:
+        one = [tuple(r) for r in R.select_one_sided(bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
+        two = [tuple(r) for r in R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
+        assert one == two, raw
+        assert sorted((r[0], r[9], r[1], r[2], r[7]) for r in one) == _reference(rows, "t", lo, hi, raw)
+        fast = {(r[0], r[9], r[1]) for r in
+                R.select_one_sided(bods, "t", lo, hi, Filter.of(raw), parts=2, matcher=False).collect()}
+        assert fast >= {(r[0], r[9], r[1]) for r in one}, raw  # never fewer: unjudged rows are kept
+
+    plain_root = tmp_path / "plain-lake"
+    plain_rows = [_plain_only(r) for r in rows]
+    _write(plain_root, plain_rows, ARN)
+    raw = {"conditions": [{"field": "k", "range": [0, 2]}], "tags": ["red"]}
+    cases = [(lk, rows, (lo, hi), raw, "one side, matcher", "cannot judge"),
+             (lk, rows, (lo, hi), {"tags": ["red"]}, "one side", None),
+             (Lake(str(plain_root)), plain_rows, (lo, hi), raw, "one side", None),
+             (Lake(str(plain_root)), plain_rows, (lo, hi), FILTERS[8], "one side", None),
+             (lk, rows, (T0, hi), raw, "two sides", "without metadata")]
+    for i, (source, reference_rows, (a, b), flt, plan, said_what) in enumerate(cases):
+        said = []
+        s = R.run_replay(spark, source, f"p{i}", "t", a, b, Filter.of(flt), log=said.append, out=Lake(str(tmp_path)))
+        want = _reference(reference_rows, "t", a, b, flt)
+        assert s["plan"] == plan and s["found"] == len(want), (i, s["plan"], said)
+        assert [m for m in said if "selecting again" in m] == [m for m in said if said_what and said_what in m], said
+        got = sorted((r["queue"], r["inc"], r["offset"], r["id"], r["body"])
+                     for part in _manifest_rows(tmp_path, s) for r in part)
+        assert got == want, i
+
+
 def test_read_slice_reads_only_the_hours_of_the_range(spark, tmp_path):
     """Objects of other hours are never opened: here they are not even gzip, and reading them fails."""
     rows = [r for r in _rows(random.Random(1))[:1200] if T0 + H <= r["produced_at"] < T0 + 2 * H]
@@ -229,7 +287,7 @@ def test_the_counts_observed_during_the_write_are_the_manifest_read_back(spark, 
                        legacy=True)
     assert all(p["key"].endswith(".json") for p in new["parts"])
     assert all(p["key"].endswith(".json.gz") for p in old["parts"])
-    strip = lambda s: {k: v for k, v in s.items() if k not in ("seconds", "phases", "parts")}  # noqa: E731
+    strip = lambda s: {k: v for k, v in s.items() if k not in ("seconds", "phases", "parts", "plan")}  # noqa: E731
     assert strip(new) == strip(old) and new["found"] == len(_reference(rows, "t", lo, hi, raw)) > 10
     assert [p["rows"] for p in new["parts"]] == [p["rows"] for p in old["parts"]]
     got_new, got_old = _manifest_rows(tmp_path / "a", new), _manifest_rows(tmp_path / "b", old)
@@ -263,6 +321,18 @@ def test_the_summary_falls_back_to_reading_the_manifest_when_a_check_fails(spark
     assert got["queues"] == want["queues"] and got["found"] == want["found"] == len(_reference(rows, "t", lo, hi, None))
     assert [p["rows"] for p in got["parts"]] == [p["rows"] for p in want["parts"]]
     assert set(want["queues"]) == {"0", "1", "2"}
+
+
+def test_a_merged_per_queue_histogram_is_not_trusted(tmp_path):
+    """The per-queue counts are one ``histogram_numeric`` (exact while it sees no more queues than
+    bins): a merged bin (a centre between two queues, or a fractional count) sends the summary to
+    the manifest, as does a total that disagrees with the row count."""
+    said = []
+    for bins, n in (([{"x": 0.5, "y": 4.0}], 4), ([{"x": 1, "y": 2.5}], 3), ([{"x": 1, "y": 3.0}], 4)):
+        metrics = {"n": n, "missing": 0, "qmin": 0, "qmax": 1, "per_queue": json.dumps(bins)}
+        assert R._summary_observed(Lake(str(tmp_path)), "h", metrics, 2, said.append) is None, bins
+    merged = "the per-queue histogram merged queues: counting the manifest"
+    assert [m.split(": ", 1)[1] for m in said] == [merged] * 2 + ["observed counts disagree: counting the manifest"]
 
 
 def test_an_empty_selection_writes_an_empty_summary(spark, lake_dir, tmp_path):

@@ -19,7 +19,8 @@ Layout (Hive-partitioned, one object per stream batch and partition, never one p
 
 Row schemas (JSON, times epoch ms) — ``kind=messages``: ``topic, inc, queue, offset, id, key, size``
 (body bytes), ``tags, properties, produced_at, seq`` (no body); ``kind=bodies`` (issue 18.1,
-replay): ``topic, inc, queue, offset, body, seq, produced_at`` — the same messages' bodies, in a parallel dataset
+replay): ``topic, inc, queue, offset, id, key, tags, properties, body, seq, produced_at`` — the same
+messages' bodies with their metadata (since 2026-11-28: a replay reads this kind alone), in a parallel dataset
 partitioned by the same ``produced_at`` hour and named by the same batch (``bodies-<hash>-…``), so
 the metadata jobs never read a body and the replay job reads the bodies of the hours it replays
 only; ``kind=offsets``: ``group,
@@ -106,10 +107,12 @@ def message_rows(record: Mapping[str, Any]) -> list[dict]:
 
 
 def body_row(row: Mapping[str, Any], body: str, claim: Mapping[str, Any] | None = None) -> dict:
-    """The ``kind=bodies`` row of a message row: its key, its body as the segment holds it and the
-    record's ``seq``. A body kept in the lake bucket by the claim check (issue 18.2) is an empty
-    ``body`` and its ``claim`` (``key``, ``size``, ``sha256``: where the replay's copier finds it, or
-    what a copy names); other rows have no ``claim``.
+    """The ``kind=bodies`` row of a message row: its key, its metadata (``id, key, tags,
+    properties``: a replay then reads this kind alone, without joining the messages — rows archived
+    before 2026-11-28 have none), its body as the segment holds it and the record's ``seq``. A body
+    kept in the lake bucket by the claim check (issue 18.2) is an empty ``body`` and its ``claim``
+    (``key``, ``size``, ``sha256``: where the replay's copier finds it, or what a copy names); other
+    rows have no ``claim``.
 
     >>> r = {"topic": "t", "queue": 0, "offset": 3, "seq": "9", "produced_at": 1}
     >>> body_row(r, "", {"key": "bodies/a/b", "size": 5, "sha256": "x"})["claim"]["key"]
@@ -118,6 +121,8 @@ def body_row(row: Mapping[str, Any], body: str, claim: Mapping[str, Any] | None 
     False
     """
     out = {"topic": row["topic"], "inc": int(row.get("inc") or 0), "queue": row["queue"], "offset": row["offset"],
+           "id": row.get("id"), "key": row.get("key"), "tags": row.get("tags") or [],
+           "properties": row.get("properties") or {},
            "body": body, "seq": row["seq"], "produced_at": row["produced_at"]}
     if claim is not None:
         out["claim"] = dict(claim)
