@@ -37,7 +37,7 @@ import math
 import sys
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 MAX_PLAIN = 16_384  # characters; longer texts go to the UDF (Java's regex recursion stays shallow)
@@ -176,6 +176,31 @@ def _any(conds: list[Column]) -> Column:
     for c in conds:
         out = out | c
     return out
+
+
+def with_levels(df: DataFrame, props: str, levels: list[dict],
+                name: str = "lakeq-native-levels") -> tuple[DataFrame, Column, list[str]]:
+    """:func:`native_filter` for a filter over ``df``: ``df`` with one token column per field the
+    ``levels`` name (each token computed once per row, in a projection), the levels' conjunction
+    over those columns, and the columns to drop after the filter. Same decisions as
+    :func:`native_filter` (the same :func:`_token` and :func:`_on_token`), without its lambdas:
+    Spark evaluates a higher-order function row by row outside the generated code, which made
+    three levels cost as much as reading the rows (docs/benchmarks.md "One side"). A named
+    ``observe`` (a row count nobody reads) stands between the projection and the filter: without
+    it the optimizer pushes the filter below the projection and writes each token into every
+    condition that uses it (``name``: the observation's, unique within a query)."""
+    fields = list(dict.fromkeys(lv["field"] for lv in levels if value_regex(lv["field"]) is not None))
+    names = {f: f"__{name}_{i}" for i, f in enumerate(fields)}
+    text = F.coalesce(F.when(F.col(props) != F.lit(""), F.col(props)), F.lit("{}"))
+    df = df.select("*", *[_token(text, f, value_regex(f)).alias(names[f]) for f in fields])
+    df = df.observe(name, F.count(F.lit(1)).alias("rows"))
+    keep = F.lit(True)
+    for lv in levels:
+        if lv["field"] in names:
+            keep = keep & _on_token(F.col(names[lv["field"]]), lv)
+        else:  # the field is absent from every plain text
+            keep = keep & F.lit(lv.get("exists") is False)
+    return df, keep, list(names.values())
 
 
 def level_column(text: Column, level: dict) -> Column:

@@ -184,7 +184,10 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
     # plain: an unknown row stays on the native side)
     plain = NF.plain(F.col("properties"))
     m = m.where(_or(unknown, _needles(flt)))
-    return (m.where(_or(unknown, ~plain | NF.native_filter(F.col("properties"), flt.levels))) if native else m), plain
+    if not native:
+        return m, plain
+    m, keep, tokens = NF.with_levels(m, "properties", flt.levels)
+    return m.where(_or(unknown, ~plain | keep)).drop(*tokens), plain
 
 
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,

@@ -409,7 +409,15 @@ def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(sp
     filters += [Filter.of({"conditions": f["conditions"]}) for f in FILTERS if f and f.get("conditions")]
     cols = [F.col("offset"), NF.plain(F.col("properties")).alias("plain")]
     cols += [NF.native_filter(F.col("properties"), f.levels).alias(f"f{i}") for i, f in enumerate(filters)]
-    got = {r["offset"]: r for r in msgs.select(*cols).collect()}
+    got = {r["offset"]: r.asDict() for r in msgs.select(*cols).collect()}
+    # and as the job applies them (with_levels: the tokens in a projection, no lambda), 25 a query
+    for lo in range(0, len(filters), 25):
+        df = msgs
+        for i in range(lo, min(lo + 25, len(filters))):
+            df, keep, tokens = NF.with_levels(df, "properties", filters[i].levels, name=f"lv{i}")
+            df = df.withColumn(f"w{i}", keep).drop(*tokens)
+        for r in df.select("offset", *[c for c in df.columns if c.startswith("w")]).collect():
+            got[r["offset"]].update(r.asDict())
     assert len(got) == len(rows)
     plain = [r for r in rows if got[r["offset"]]["plain"]]
     # the plain rows: without an escape (Jackson escapes quotes, backslashes, control characters and
@@ -427,6 +435,7 @@ def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(sp
         have = {r["offset"] for r in plain if got[r["offset"]][f"f{i}"]}
         wrong = sorted(want ^ have)[:3]
         assert have == want, (f.to_json(), wrong, [r["properties"] for r in plain if r["offset"] in wrong])
+        assert {r["offset"] for r in plain if got[r["offset"]][f"w{i}"]} == want, f.to_json()
         kept_somewhere += bool(want)
         dropped_somewhere += len(want) < len(plain)
     assert kept_somewhere > 60 and dropped_somewhere > 60  # the filters really decide
