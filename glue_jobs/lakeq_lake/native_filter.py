@@ -17,8 +17,10 @@ the text itself, where the text is simple enough for that to be exact:
   keeps the last of duplicate keys), found by a plain search (exact there, :func:`value_regex`),
   done with string functions (:func:`_token`: ``substring_index``, no regex; for a field starting
   with ``:``, ``,`` or ``}`` a regex anchored at ``{`` that walks whole pairs), once per row and
-  level (a lambda over a one-element array). A field whose name needs an escape (a quote, a
-  backslash, a control character) or is not valid UTF-8 is absent from every plain text.
+  field in the job (:func:`with_levels`: token columns in a projection), once per row and level in
+  :func:`native_filter` (a lambda over a one-element array; the plan before, and the tests). A
+  field whose name needs an escape (a quote, a backslash, a control character) or is not valid
+  UTF-8 is absent from every plain text.
 * the token's JSON type is its first character (``"`` string, ``t``/``f`` boolean, ``n`` null, else a
   number) and the comparisons follow the matcher's (``matcher.index``): ``"1"`` ≠ ``1`` ≠ ``true``;
   numbers compare as numbers, exactly: an integer token as a ``bigint``, a token with a fraction or
@@ -189,10 +191,10 @@ def with_levels(df: DataFrame, props: str, levels: list[dict],
     ``observe`` (a row count nobody reads) stands between the projection and the filter: without
     it the optimizer pushes the filter below the projection and writes each token into every
     condition that uses it (``name``: the observation's, unique within a query)."""
-    fields = list(dict.fromkeys(lv["field"] for lv in levels if value_regex(lv["field"]) is not None))
-    names = {f: f"__{name}_{i}" for i, f in enumerate(fields)}
+    regexes = {f: rx for f in dict.fromkeys(lv["field"] for lv in levels) if (rx := value_regex(f)) is not None}
+    names = {f: f"__{name}_{i}" for i, f in enumerate(regexes)}
     text = F.coalesce(F.when(F.col(props) != F.lit(""), F.col(props)), F.lit("{}"))
-    df = df.select("*", *[_token(text, f, value_regex(f)).alias(names[f]) for f in fields])
+    df = df.select("*", *[_token(text, f, rx).alias(names[f]) for f, rx in regexes.items()])
     df = df.observe(name, F.count(F.lit(1)).alias("rows"))
     keep = F.lit(True)
     for lv in levels:

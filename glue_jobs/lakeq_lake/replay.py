@@ -283,7 +283,7 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
     parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
     unknown = _without_metadata()
     m, plain = _narrowed(bodies, topic, from_ms, to_ms, flt, native, ("body", "claim"), unknown)
-    if not (matcher or not native):
+    if native and not matcher:
         plain = None  # (no UDF branch: the rows not plain went through the native test unjudged)
     m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown)
     return m.select(*MANIFEST_COLUMNS).sortWithinPartitions(*KEYS)
@@ -372,12 +372,13 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     never has) the summary falls back to reading the manifest (:func:`_summary_by_reading`).
     **One side first** (``one_sided``, the default): the slice's ``kind=bodies`` rows carry their
     message's metadata (since 2026-11-28), so the job selects from them alone
-    (:func:`select_one_sided`: one dataset read and shuffled, no join), counting on the way the slice's
-    rows without metadata (archived before); when there are any, it selects again the two-sided way
-    (:func:`select`, the messages joined), overwriting the manifest — a replay of hours archived
-    before pays both passes. The summary's ``plan`` says which one wrote the manifest
-    (``one side`` / ``two sides``). ``one_sided=False``, ``narrow_bodies=False`` or ``legacy``:
-    the two-sided selection only.
+    (:func:`select_one_sided`: one dataset read and shuffled, no join, the native filter only),
+    counting in the write's observation the rows it could not judge (:func:`_unjudged`): with rows
+    archived without metadata it selects again the two-sided way (:func:`select`, the messages
+    joined), with rows whose properties are not plain it selects one-sided again with the matcher
+    UDF branch, each time overwriting the manifest — such a replay pays two passes. The summary's
+    ``plan`` says which one wrote the manifest (``one side``, ``one side, matcher``, ``two sides``).
+    ``one_sided=False``, ``narrow_bodies=False`` or ``legacy``: the two-sided selection only.
     ``legacy=True`` (also implied by ``previous``): the job's output as it was before — gzipped
     parts (``.json.gz``) and the summary read back from them — kept for ``bench/replay.py``'s
     before/after."""
