@@ -180,8 +180,8 @@ def _any(conds: list[Column]) -> Column:
     return out
 
 
-def with_levels(df: DataFrame, props: str, levels: list[dict],
-                name: str = "lakeq-native-levels") -> tuple[DataFrame, Column, list[str]]:
+def with_levels(df: DataFrame, props: str, levels: list[dict], name: str = "lakeq-native-levels",
+                plain_as: str | None = None) -> tuple[DataFrame, Column, list[str]]:
     """:func:`native_filter` for a filter over ``df``: ``df`` with one token column per field the
     ``levels`` name (each token computed once per row, in a projection), the levels' conjunction
     over those columns, and the columns to drop after the filter. Same decisions as
@@ -190,11 +190,14 @@ def with_levels(df: DataFrame, props: str, levels: list[dict],
     three levels cost as much as reading the rows (docs/benchmarks.md "One side"). A named
     ``observe`` (a row count nobody reads) stands between the projection and the filter: without
     it the optimizer pushes the filter below the projection and writes each token into every
-    condition that uses it (``name``: the observation's, unique within a query)."""
+    condition that uses it (``name``: the observation's, unique within a query). ``plain_as``: also
+    project :func:`plain` of ``props`` under that name (not in the columns to drop), so that the
+    caller tests it, and carries it on, without evaluating the regex again."""
     regexes = {f: rx for f in dict.fromkeys(lv["field"] for lv in levels) if (rx := value_regex(f)) is not None}
     names = {f: f"__{name}_{i}" for i, f in enumerate(regexes)}
     text = F.coalesce(F.when(F.col(props) != F.lit(""), F.col(props)), F.lit("{}"))
-    df = df.select("*", *[_token(text, f, rx).alias(names[f]) for f, rx in regexes.items()])
+    extra = [plain(F.col(props)).alias(plain_as)] if plain_as else []
+    df = df.select("*", *[_token(text, f, rx).alias(names[f]) for f, rx in regexes.items()], *extra)
     df = df.observe(name, F.count(F.lit(1)).alias("rows"))
     keep = F.lit(True)
     for lv in levels:

@@ -64,6 +64,8 @@ MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produ
 # then CreateQueue) starts its offsets at 0 again in its next incarnation ``inc``; per queue the
 # manifest is in (inc, offset) order, which is produce order.
 KEYS = ["queue", "inc", "offset"]
+# the column carrying a row's `plain` test (native_filter.plain) from the native filter to the write
+PLAIN = "__lakeq_plain"
 
 
 _SHIPPED: dict[str, str] = {}
@@ -170,8 +172,9 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
               extra: tuple[str, ...] = (), unknown: F.Column | None = None):
     """The slice's message rows of ``topic`` and ``[from, to)`` that may match ``flt``: tags
     natively, the substring pre-filter, and (``native``) the native levels on plain texts — every
-    test that needs no shuffle. Returns the rows (with the ``extra`` columns too) and the ``plain``
-    column (None without levels). ``unknown``: rows the filter cannot judge (body rows archived
+    test that needs no shuffle. Returns the rows (with the ``extra`` columns too and, ``native``
+    with levels, :data:`PLAIN`) and the ``plain`` test (None without levels; ``native``: that
+    column). ``unknown``: rows the filter cannot judge (body rows archived
     without their metadata) and lets through, for :func:`run_replay` to count them."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
@@ -182,11 +185,13 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
     # the substring pre-filter first (cheap, and a necessary condition on every row: a single `code`
     # leaves the regexes a handful of rows), then the native levels on plain texts (a null text is
     # plain: an unknown row stays on the native side)
-    plain = NF.plain(F.col("properties"))
     m = m.where(_or(unknown, _needles(flt)))
     if not native:
-        return m, plain
-    m, keep, tokens = NF.with_levels(m, "properties", flt.levels)
+        return m, NF.plain(F.col("properties"))
+    # `plain` once per row, in with_levels' projection, carried on as a column (PLAIN) to the UDF
+    # branch's split and the write's `not_plain` count instead of the regex again on each
+    m, keep, tokens = NF.with_levels(m, "properties", flt.levels, plain_as=PLAIN)
+    plain = F.col(PLAIN)
     return m.where(_or(unknown, ~plain | keep)).drop(*tokens), plain
 
 
@@ -235,9 +240,20 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     if narrow_bodies and (flt.conditions or flt.tags):
         m, b = _bodies_of_selected(m, b)
     b = (b.repartition(parts, "queue")
-         .sortWithinPartitions(*KEYS).dropDuplicates(KEYS))
+         .sortWithinPartitions(*KEYS))
+    b = _deduplicated(b)
     j = m.join(b, KEYS, "left").select(*MANIFEST_COLUMNS)
     return j.sortWithinPartitions(*KEYS)
+
+
+def _deduplicated(df: DataFrame) -> DataFrame:
+    """``df`` (partitioned by ``queue``, sorted by :data:`KEYS`) with one row per key: a streaming
+    aggregate taking each key's first row whole (``first`` of one struct of the other columns), so
+    the partitioning and order stay. ``dropDuplicates(KEYS)`` is the same aggregate with one
+    ``first`` per column, which cost ~40 % more of the merge stage's CPU on the 10M lake (20 against
+    12 task-seconds over the sort, docs/benchmarks.md "One side"); the columns come out keys first."""
+    others = [c for c in df.columns if c not in KEYS]
+    return df.groupBy(*KEYS).agg(F.first(F.struct(*others)).alias("__row")).select(*KEYS, "__row.*")
 
 
 def _deduplicated_and_filtered(m: DataFrame, plain, flt: Filter, parts: int, native: bool,
@@ -246,8 +262,7 @@ def _deduplicated_and_filtered(m: DataFrame, plain, flt: Filter, parts: int, nat
     duplicates dropped, and the rest of the filter (the UDF on what the native test cannot judge):
     one shuffle, or two with a UDF branch (the union loses the partitioning). ``unknown`` rows
     (:func:`_narrowed`) are kept."""
-    m = (m.drop("topic").repartition(parts, "queue").sortWithinPartitions(*KEYS)
-         .dropDuplicates(KEYS))
+    m = _deduplicated(m.drop("topic").repartition(parts, "queue").sortWithinPartitions(*KEYS))
     if plain is not None:
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
         udf_rows = m.where(_or(unknown, keep(F.col("properties"), F.col("tags"))))
@@ -263,7 +278,8 @@ def _without_metadata() -> F.Column:
 
 
 def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter,
-                     parts: int | None = None, native: bool = True, matcher: bool = True) -> DataFrame:
+                     parts: int | None = None, native: bool = True, matcher: bool = True,
+                     keep_plain: bool = False) -> DataFrame:
     """:func:`select` over the ``kind=bodies`` rows alone, for rows archived with their metadata
     (since 2026-11-28, ``lakeq.lake.archive.body_row``): the same filter, duplicates' drop and order,
     with no ``kind=messages`` side — one dataset read, one shuffle, no join.
@@ -276,7 +292,9 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
     :func:`select`, a branch whose union with the native rows loses the partitioning — a second
     shuffle, here of the selected rows *with their bodies*: ``anything-but`` at 10M took 84.8 s
     with it and ~40 % less without (docs/benchmarks.md "One side"), hence the first pass without.
-    ``native=False``: the UDF judges every row the substring pre-filter lets through."""
+    ``native=False``: the UDF judges every row the substring pre-filter lets through.
+    ``keep_plain``: the output also has the :data:`PLAIN` column when the native filter computed it
+    (for :func:`_unjudged`; the caller drops it before writing)."""
     spark = bodies.sparkSession
     for k, val in SESSION_CONF.items():
         spark.conf.set(k, val)
@@ -286,16 +304,21 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
     if native and not matcher:
         plain = None  # (no UDF branch: the rows not plain went through the native test unjudged)
     m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown)
-    return m.select(*MANIFEST_COLUMNS).sortWithinPartitions(*KEYS)
+    extra = [PLAIN] if keep_plain and PLAIN in m.columns else []
+    return m.select(*MANIFEST_COLUMNS, *extra).sortWithinPartitions(*KEYS)
 
 
-def _unjudged(flt: Filter) -> list[F.Column]:
-    """What :func:`run_replay` observes on a one-sided selection's output: the rows without metadata
-    (``without_metadata``) and, when the filter has levels, the rows whose properties text is not
-    plain (``not_plain``; a row without metadata counts in the first only: a null text is plain)."""
+def _unjudged(flt: Filter, columns: list[str]) -> list[F.Column]:
+    """What :func:`run_replay` observes on a one-sided selection's output (whose ``columns``): the
+    rows without metadata (``without_metadata``) and, when the filter has levels, the rows whose
+    properties text is not plain (``not_plain``; a row without metadata counts in the first only: a
+    null text is plain) — from the :data:`PLAIN` column when the output carries it (an observed
+    metric is evaluated row by row outside the generated code: the regex again there cost more
+    than the rest of the observation), else by the regex."""
     out = [F.sum(_without_metadata().cast("long")).alias("without_metadata")]
     if flt.conditions:
-        out.append(F.sum((~NF.plain(F.col("properties"))).cast("long")).alias("not_plain"))
+        plain = F.col(PLAIN) if PLAIN in columns else NF.plain(F.col("properties"))
+        out.append(F.sum((~plain).cast("long")).alias("not_plain"))
     return out
 
 
@@ -398,9 +421,10 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
             with progress(spark, f"replay {replay_id}: select + write (one side)", show_progress):
                 bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
                 df = select_one_sided(bods, topic, from_ms, to_ms, flt, parts=parts, native=native,
-                                      matcher=matcher)
+                                      matcher=matcher, keep_plain=True)
                 obs = Observation(f"replay-{replay_id}")
-                df.observe(obs, *_observed(), *_unjudged(flt)).write.mode("overwrite").json(where)
+                (df.observe(obs, *_observed(), *_unjudged(flt, df.columns)).select(*MANIFEST_COLUMNS)
+                 .write.mode("overwrite").json(where))
             seen = obs.get
             without, not_plain = int(seen.get("without_metadata") or 0), int(seen.get("not_plain") or 0)
             if without:

@@ -216,8 +216,9 @@ def test_one_side_selects_what_two_sides_select_and_falls_back_when_it_must(spar
         want = _reference(reference_rows, "t", a, b, flt)
         assert s["plan"] == plan and s["found"] == len(want), (i, s["plan"], said)
         assert [m for m in said if "selecting again" in m] == [m for m in said if said_what and said_what in m], said
-        got = sorted((r["queue"], r["inc"], r["offset"], r["id"], r["body"])
-                     for part in _manifest_rows(tmp_path, s) for r in part)
+        manifest = [r for part in _manifest_rows(tmp_path, s) for r in part]
+        assert all(set(r) <= set(R.MANIFEST_COLUMNS) for r in manifest), i  # no working column (R.PLAIN)
+        got = sorted((r["queue"], r["inc"], r["offset"], r["id"], r["body"]) for r in manifest)
         assert got == want, i
 
 
