@@ -7,12 +7,14 @@ the text itself, where the text is simple enough for that to be exact:
 
 * **plain** — null, empty (the UDF reads both as ``{}``), or a one-line flat object: ``{}`` or
   ``"key":value`` pairs separated by ``,``, each value a string, a JSON number whose integer part
-  has at most 18 digits, ``true``, ``false`` or ``null``; no backslash and no control character
-  anywhere (so every string's text *is* its value, no escape to decode), no whitespace, at most
-  :data:`MAX_PLAIN` characters. Anything else — an escape, a nested object or list, a long integer,
-  ``NaN`` — is left to the UDF. Properties produced through the API are flat (API.md "Produce"),
-  so in practice every row is plain unless a string holds a quote, a backslash or a control
-  character.
+  has at most 18 digits, ``true``, ``false`` or ``null``; no escape in a key, in a string value
+  only ``\"`` and ``\\`` (so a value's text is its JSON spelling, :func:`spelled`, the same for
+  every text: Jackson's and ``json.dumps``'), no control character, no whitespace, at most
+  :data:`MAX_PLAIN` characters. Anything else — another escape (a control character, a character
+  beyond U+FFFF), a nested object or list, a long integer, ``NaN`` — is left to the UDF.
+  Properties produced through the API are flat (API.md "Produce"), so in practice every row is
+  plain unless a string holds a control character or an emoji (quotes and backslashes in values
+  are plain since 2026-11-28: one such row in a slice sent the whole replay through a second pass).
 * on a plain text the value of field ``f`` is the token after the **last** ``"f":`` key (``json.loads``
   keeps the last of duplicate keys), found by a plain search (exact there, :func:`value_regex`),
   done with string functions (:func:`_token`: ``substring_index``, no regex; for a field starting
@@ -27,7 +29,9 @@ the text itself, where the text is simple enough for that to be exact:
   an exponent as a ``double`` (``json.loads`` gives ``float`` too, and Java's and Python's decimal →
   double conversions are both correctly rounded), against bounds converted exactly
   (:func:`int_bounds`, :func:`double_bounds`: ``2**53 + 1`` is no double, ``1.5`` no integer);
-  ``null`` is present but equal to nothing, in no range and under no prefix.
+  ``null`` is present but equal to nothing, in no range and under no prefix; strings compare
+  spelled (:func:`spelled`: the spelling escapes character by character, so a prefix is a prefix
+  of the spelled text).
 
 :func:`native_filter` returns ``(plain, keep)``: a row with ``plain`` true is kept iff ``keep``. The
 pure parts (bounds, the regexes) are plain Python; ``tests/spark/test_replay.py`` proves the whole
@@ -46,11 +50,15 @@ MAX_PLAIN = 16_384  # characters; longer texts go to the UDF (Java's regex recur
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 _MAX_DOUBLE = sys.float_info.max
 
-_STR = r'"[^"\\\x00-\x1f]*"'  # a string token without escapes
+_KEY = r'"[^"\\\x00-\x1f]*"'  # a key: a string without escapes
+# a string value: its only escapes \" and \\ (what Jackson writes for a quote and a backslash);
+# unrolled (no alternation per character), so a text without any escape costs what it did before
+_STR = r'"[^"\\\x00-\x1f]*(?:\\["\\][^"\\\x00-\x1f]*)*"'
 _NUM = r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _VAL = f"(?:{_STR}|{_NUM}|true|false|null)"
-_PAIR = f"{_STR}:{_VAL}"
+_PAIR = f"{_KEY}:{_VAL}"
 PLAIN = f"^\\{{(?:{_PAIR}(?:,{_PAIR})*)?\\}}$"
+ESCAPED_STRING = f"^({_STR})"  # the string token at the start of a plain text's rest (:func:`_token`)
 
 
 def value_regex(field: str) -> str | None:
@@ -58,12 +66,15 @@ def value_regex(field: str) -> str | None:
     ``field`` cannot appear in a plain text (its JSON spelling needs an escape, or it is not
     valid UTF-8).
 
-    In a plain text (no backslash) quotes open and close strings alternately. ``{"f":`` or ``,"f":``
-    with ``f`` free of quotes is a key unless its first quote closes a string ending in ``{`` or
-    ``,``: then the characters after that closing quote, ``f`` itself, would start with ``:``, ``,``
-    or ``}`` (all that may follow a string in a flat object). So for any other ``f`` a plain search
-    finds exactly the keys, the greedy ``.*`` the last one; for those three the regex walks whole
-    pairs from the ``{``."""
+    In a plain text the unescaped quotes open and close strings alternately, and a quote inside a
+    string is escaped — preceded by a backslash, which neither ``f`` (free of quotes and
+    backslashes) nor ``{`` / ``,`` is. ``{"f":`` or ``,"f":`` is then a key unless its first quote
+    closes a string ending in ``{`` or ``,``: then the characters after that closing quote, ``f``
+    itself, would start with ``:``, ``,`` or ``}`` (all that may follow a string in a flat
+    object). So for any other ``f`` a plain search finds exactly the keys, the greedy ``.*`` the
+    last one; for those three the regex walks whole pairs from the ``{``. (A bare ``"f":`` is a
+    key too: its second quote is unescaped — ``f`` does not end in a backslash — and followed by
+    ``:``, so it closes a key; keys hold no escape, so its first quote opens that key.)"""
     if not plain_string(field):
         return None
     key = _quote('"' + field + '"')
@@ -82,6 +93,22 @@ def plain_string(s: str) -> bool:
     except UnicodeEncodeError:  # a lone surrogate: never in a text Spark decoded from UTF-8
         return False
     return True
+
+
+def spelled(s: str) -> str | None:
+    r"""``s`` as a string value of a plain text spells it, quotes included (a quote and a backslash
+    escaped, as Jackson and ``json.dumps`` write them), or None when no plain text holds it (a
+    control character, which needs another escape; a character beyond U+FFFF, which Jackson writes
+    as two ``\u`` escapes; a lone surrogate). The spelling escapes character by character and no
+    character's spelling is a prefix of another's, so ``spelled(p)[:-1]`` starts ``spelled(s)``
+    exactly when ``p`` starts ``s``: prefixes compare on the spelled text.
+
+    >>> spelled('a"b'), spelled("a\\b"), spelled("tab\there"), spelled("😀")
+    ('"a\\"b"', '"a\\\\b"', None, None)
+    """
+    if any(ord(c) < 0x20 or ord(c) > 0xFFFF or 0xD800 <= ord(c) <= 0xDFFF for c in s):
+        return None
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _quote(s: str) -> str:
@@ -169,7 +196,8 @@ def _equals(tok: Column, v: Any) -> Column:
     if _is_number(v):
         return _number_in(tok, v, v)
     if isinstance(v, str):
-        return tok == F.lit('"' + v + '"') if plain_string(v) else F.lit(False)
+        sp = spelled(v)
+        return tok == F.lit(sp) if sp is not None else F.lit(False)
     return F.lit(False)
 
 
@@ -223,8 +251,10 @@ def _token(text: Column, field: str, rx: str) -> Column:
     """The token of ``field``'s last pair in a plain ``text``, ``""`` when absent. For a field not
     starting with ``:``, ``,`` or ``}`` the last ``"field":`` is its last key (:func:`value_regex`),
     so string functions find it — the text after its last occurrence (``substring_index``), then
-    up to the string's closing quote (no string of a plain text holds a quote) or to the next ``,``
-    / ``}`` (no other token holds one) — which costs a fraction of the regex; for the three others
+    up to the string's closing quote (the first quote after the opening one, unless the rest holds
+    a backslash: then an escaped quote may come first, and the regex :data:`ESCAPED_STRING` reads
+    the string) or to the next ``,`` / ``}`` (no other token holds one) — which costs a fraction of
+    the regex; for the three others
     the regex walks whole pairs. Both are proved equal to the matcher by
     ``tests/spark/test_replay.py``."""
     if field[0] in ":,}":
@@ -232,8 +262,10 @@ def _token(text: Column, field: str, rx: str) -> Column:
     key = '"' + field + '":'
     rest = F.substring_index(text, key, -1)
     string = F.concat(F.lit('"'), F.substring_index(rest.substr(F.lit(2), F.length(rest)), '"', 1), F.lit('"'))
+    escaped = F.regexp_extract(rest, ESCAPED_STRING, 1)
     other = F.substring_index(F.substring_index(rest, ",", 1), "}", 1)
-    return (F.when(~text.contains(key), F.lit("")).when(rest.startswith('"'), string).otherwise(other))
+    return (F.when(~text.contains(key), F.lit("")).when(~rest.startswith('"'), other)
+            .when(rest.contains("\\"), escaped).otherwise(string))
 
 
 def _on_token(tok: Column, level: dict) -> Column:
@@ -248,10 +280,10 @@ def _on_token(tok: Column, level: dict) -> Column:
         lo, hi = level["range"]
         return _number_in(tok, lo, hi)
     if "prefix" in level:
-        p = level["prefix"]
-        if not plain_string(p):
+        sp = spelled(level["prefix"])
+        if sp is None:
             return F.lit(False)
-        return tok.startswith(F.lit('"' + p))
+        return tok.startswith(F.lit(sp[:-1]))
     raise ValueError(f"unknown level {level!r}")
 
 

@@ -399,13 +399,21 @@ def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(sp
                      "properties": props, "produced_at": T0 + i, "seq": str(i), "body": ""})
     rows.append({**rows[0], "offset": 1500, "id": "m1500", "properties": None})  # no properties at all
     # texts where `,":1,":true` is no key: the "," ends the string "9,", the quote after 1, opens ":true"
-    for j, props in enumerate([{"9,": 1, ":true": 2}, {"9,": 1, ":true": 2, "k": "{\"k\":1}"}, {":1,": True}]):
+    # and values with quotes and backslashes, which a plain text spells escaped
+    for j, props in enumerate([{"9,": 1, ":true": 2}, {"9,": 1, ":true": 2, "k": "{\"k\":1}"}, {":1,": True},
+                               {"k": "a\\b"}, {"k": 'a"b'}, {"k": 'a\\"b', "s": "x\\"}, {"k": "x\\", "s": '"'},
+                               {"k": 'a\\\\"b,"s":"1"'}, {"s": "\\", "k": "a\\b"}]):
         rows.append({**rows[0], "offset": 1501 + j, "id": f"m{1501 + j}", "properties": props})
     _write(tmp_path, rows, ARN)
     msgs = R.read_slice(spark, Lake(str(tmp_path)), "messages", T0, T0 + H)
     filters = [Filter.of({"conditions": [_random_level(rng) for _ in range(rng.randint(1, 3))]}) for _ in range(150)]
     filters += [Filter.of({"conditions": [{"field": ":1,", "exists": True}]}),
                 Filter.of({"conditions": [{"field": ":1,", "values": [True]}]})]
+    filters += [Filter.of({"conditions": [lv]}) for lv in (
+        {"field": "k", "values": ["a\\b"]}, {"field": "k", "values": ['a"b']}, {"field": "k", "values": ['a\\"b']},
+        {"field": "k", "prefix": "a\\"}, {"field": "k", "prefix": 'a"'}, {"field": "k", "prefix": "x\\"},
+        {"field": "s", "prefix": '"'}, {"field": "s", "values": ["\\"]},
+        {"field": "k", "anything_but": ['a"b', "a\\b"]}, {"field": "s", "values": ["1"]})]
     # FILTERS' levels too (their tags are the job's business, not the native levels')
     filters += [Filter.of({"conditions": f["conditions"]}) for f in FILTERS if f and f.get("conditions")]
     cols = [F.col("offset"), NF.plain(F.col("properties")).alias("plain")]
@@ -421,15 +429,21 @@ def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(sp
             got[r["offset"]].update(r.asDict())
     assert len(got) == len(rows)
     plain = [r for r in rows if got[r["offset"]]["plain"]]
-    # the plain rows: without an escape (Jackson escapes quotes, backslashes, control characters and
-    # characters beyond U+FFFF), a nested value or an integer of more than 18 digits
+    # the plain rows: no escape in a key, none but \" and \\ in a value (Jackson escapes control
+    # characters and characters beyond U+FFFF too), no nested value, no integer of more than 18 digits
     assert 300 < len(plain) < len(rows)
+    escaped_plain = 0
     for r in rows:
-        text = json.dumps(r["properties"] or {}, ensure_ascii=False)
+        props = r["properties"] or {}
+        text = json.dumps(props, ensure_ascii=False)
         usual = all(v is None or isinstance(v, (float, str)) or isinstance(v, int) and abs(v) < 10**18
-                    for v in (r["properties"] or {}).values()) and "\\" not in text
+                    for v in props.values())
+        usual = usual and all("\\" not in json.dumps(k, ensure_ascii=False) for k in props)
+        usual = usual and all(ord(c) >= 0x20 for v in props.values() if isinstance(v, str) for c in v)
         usual = usual and all(ord(c) <= 0xFFFF for c in text)
         assert got[r["offset"]]["plain"] == usual, r["properties"]
+        escaped_plain += usual and "\\" in text
+    assert escaped_plain > 50  # values with a quote or a backslash are decided natively
     kept_somewhere, dropped_somewhere = 0, 0
     for i, f in enumerate(filters):
         want = {r["offset"] for r in matching(f, plain)}
