@@ -23,8 +23,11 @@ shuffles, with that legacy output); ``--compare-udf`` runs each filter with cond
 runs each filtered replay first with every body of the slice shuffled (``narrow_bodies=False``);
 ``--compare-sides`` runs each first with the messages joined with the bodies (``one_sided=False``:
 the plan before body rows carried their metadata, on the same lake). Each line also shows
-the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary). The
-job's progress bar is on stderr.
+the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary), and
+after the filter's name the plan that wrote the manifest when the job had to select twice
+(``(+matcher)``: rows whose properties are not plain; ``(2 sides)``: rows archived without
+metadata). ``--dir`` may name a lake made by hand (e.g. the generated one with a few objects of
+such rows added). The job's progress bar is on stderr.
 
 ``python bench/replay.py --quick`` (1M rows, the 3-hour window, the filters of :data:`QUICK_FILTERS`) ·
 ``python bench/replay.py --window 24h --filters mixed-miss,none`` (10M rows, the whole day;
@@ -145,7 +148,8 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     job_s = time.perf_counter() - t
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
     tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
-           + ("" if narrow_bodies else " (all b.)") + ("" if s.get("plan") != "two sides" else " (2 sides)"))
+           + ("" if narrow_bodies else " (all b.)")
+           + {"two sides": " (2 sides)", "one side, matcher": " (+matcher)"}.get(s.get("plan"), ""))
     ph = s["phases"]
     print(f"{n:>12,} {label:>6} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
           f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
