@@ -36,6 +36,7 @@ from lakeq.replay.rules import Filter, field_needles, hour_bounds
 
 from . import native_filter as NF
 from .progress import progress
+from .schemas import incarnation
 from .store import Lake
 
 MESSAGES_RAW = StructType([
@@ -137,11 +138,6 @@ SESSION_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false",
                 "spark.sql.codegen.aggregate.sortAggregate.enabled": "true"}
 
 
-def _inc() -> F.Column:
-    """The row's incarnation of its topic (rows written before the lake had it: 0)."""
-    return F.coalesce(F.col("inc"), F.lit(0)).cast("long").alias("inc")
-
-
 def _with_tags(m: DataFrame, flt: Filter, unknown: F.Column | None = None) -> DataFrame:
     """``m``'s rows carrying one of the filter's tags (all of them when it names none), and the
     ``unknown`` ones (see :func:`_narrowed`)."""
@@ -178,7 +174,7 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
     without their metadata) and lets through, for :func:`run_replay` to count them."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("topic", "queue", _inc(), "offset", "id", "key", "tags", "properties", "produced_at", *extra))
+         .select("topic", "queue", incarnation(), "offset", "id", "key", "tags", "properties", "produced_at", *extra))
     m = _with_tags(m, flt, unknown)
     if not flt.conditions:
         return m, None
@@ -236,7 +232,7 @@ def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_
     m = _deduplicated_and_filtered(*_narrowed(messages, topic, from_ms, to_ms, flt, native), flt, parts, native)
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms)
                       & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("queue", _inc(), "offset", "body", "claim"))
+         .select("queue", incarnation(), "offset", "body", "claim"))
     if narrow_bodies and (flt.conditions or flt.tags):
         m, b = _bodies_of_selected(m, b)
     b = (b.repartition(parts, "queue")
@@ -353,7 +349,7 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
     three carry the bodies."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull())
-         .select("topic", "queue", _inc(), "offset", "id", "key", "tags", "properties", "produced_at"))
+         .select("topic", "queue", incarnation(), "offset", "id", "key", "tags", "properties", "produced_at"))
     m = _with_tags(m, flt)
     needles = _needles(flt)
     if not flt.conditions:
@@ -371,7 +367,7 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
         m = m.where(plain).unionByName(m.where(~plain).where(keep(F.col("properties"), F.col("tags"))))
     b = (bodies.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms) & (F.col("produced_at") < to_ms))
-         .select("queue", _inc(), "offset", "body", "claim").dropDuplicates(KEYS))
+         .select("queue", incarnation(), "offset", "body", "claim").dropDuplicates(KEYS))
     j = m.join(b, KEYS, "left").select(*MANIFEST_COLUMNS)
     j = j.repartition(parts, "queue") if parts else j.repartition("queue")
     return j.sortWithinPartitions(*KEYS)

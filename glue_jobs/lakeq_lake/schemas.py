@@ -1,4 +1,6 @@
 """Explicit schemas of the raw log rows (lakeq.lake.archive): the jobs never infer a schema from the lake."""
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DoubleType,
@@ -49,3 +51,9 @@ BACKLOG = StructType([
     StructField("consumed_in_bucket", LongType()), StructField("production_rate", DoubleType()),
     StructField("consumption_rate", DoubleType()), StructField("oldest_unconsumed_age_ms", LongType()),
 ])
+
+
+def incarnation() -> Column:
+    """The row's incarnation of its topic, as column ``inc`` (``lakeq.lake.archive``; rows written
+    before the lake had it: 0)."""
+    return F.coalesce(F.col("inc"), F.lit(0)).cast("long").alias("inc")

@@ -15,19 +15,16 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from .schemas import incarnation
+
 GROUP_KEYS = ["group", "client_id", "topic", "queue"]
-
-
-def _inc() -> F.Column:
-    """The row's incarnation of its topic (``lakeq.lake.archive``; rows written before it have none: 0)."""
-    return F.coalesce(F.col("inc"), F.lit(0)).cast("long")
 
 
 def clean_messages(messages: DataFrame) -> DataFrame:
     """Drop rows a redelivered stream batch wrote twice: a message is ``(topic, inc, queue, offset)``
     (a topic made again after a deletion starts its offsets at 0 again: its rows are not duplicates)."""
     return (messages.where(F.col("topic").isNotNull() & F.col("offset").isNotNull())
-            .withColumn("inc", _inc())
+            .withColumn("inc", incarnation())
             .dropDuplicates(["topic", "inc", "queue", "offset"]))
 
 
@@ -36,7 +33,7 @@ def clean_offsets(offsets: DataFrame) -> DataFrame:
     (``seq``); ``client_id`` is ``""`` for clustering groups so it can be a join key."""
     return (offsets.where(F.col("group").isNotNull() & F.col("topic").isNotNull()
                           & F.col("committed_offset").isNotNull())
-            .withColumn("inc", _inc())
+            .withColumn("inc", incarnation())
             .dropDuplicates(["seq", "group", "client_id", "topic", "inc", "queue"])
             .withColumn("client_id", F.coalesce(F.col("client_id"), F.lit(""))))
 
