@@ -46,14 +46,20 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-MAX_PLAIN = 16_384  # characters; longer texts go to the UDF (Java's regex recursion stays shallow)
+MAX_PLAIN = 16_384  # characters; longer texts go to the UDF
+# Java's regex engine recurses once per repetition of a group: the pairs' loop overflowed a 1 MB
+# thread stack at 500-600 pairs (a text the API never writes: 64 properties at most), which would
+# kill the job. A plain text has at most MAX_PAIRS colons (so pairs); the strings' escape loops are
+# possessive, which Java runs without recursion (500,000 escapes in one string matched).
+MAX_PAIRS = 256
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 _MAX_DOUBLE = sys.float_info.max
 
 _KEY = r'"[^"\\\x00-\x1f]*"'  # a key: a string without escapes
 # a string value: its only escapes \" and \\ (what Jackson writes for a quote and a backslash);
-# unrolled (no alternation per character), so a text without any escape costs what it did before
-_STR = r'"[^"\\\x00-\x1f]*(?:\\["\\][^"\\\x00-\x1f]*)*"'
+# unrolled (no alternation per character), so a text without any escape costs what it did before;
+# possessive (one parse only: the same matches), so Java does not recurse per escape
+_STR = r'"[^"\\\x00-\x1f]*+(?:\\["\\][^"\\\x00-\x1f]*+)*+"'
 _NUM = r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _VAL = f"(?:{_STR}|{_NUM}|true|false|null)"
 _PAIR = f"{_KEY}:{_VAL}"
@@ -73,8 +79,11 @@ def value_regex(field: str) -> str | None:
     itself, would start with ``:``, ``,`` or ``}`` (all that may follow a string in a flat
     object). So for any other ``f`` a plain search finds exactly the keys, the greedy ``.*`` the
     last one; for those three the regex walks whole pairs from the ``{``. (A bare ``"f":`` is a
-    key too: its second quote is unescaped — ``f`` does not end in a backslash — and followed by
-    ``:``, so it closes a key; keys hold no escape, so its first quote opens that key.)"""
+    key too: its second quote is unescaped — ``f`` does not end in a backslash — so its first
+    quote is unescaped as well (an escaped one would lie inside a value, which the second quote
+    would then close before a ``:``); that first quote cannot close a string (``f`` does not start
+    with ``:``, ``,`` or ``}``), so it opens one whose text is ``f``, closed by the second quote
+    and followed by ``:`` — a key.)"""
     if not plain_string(field):
         return None
     key = _quote('"' + field + '"')
@@ -98,15 +107,17 @@ def plain_string(s: str) -> bool:
 def spelled(s: str) -> str | None:
     r"""``s`` as a string value of a plain text spells it, quotes included (a quote and a backslash
     escaped, as Jackson and ``json.dumps`` write them), or None when no plain text holds it (a
-    control character, which needs another escape; a character beyond U+FFFF, which Jackson writes
-    as two ``\u`` escapes; a lone surrogate). The spelling escapes character by character and no
-    character's spelling is a prefix of another's, so ``spelled(p)[:-1]`` starts ``spelled(s)``
-    exactly when ``p`` starts ``s``: prefixes compare on the spelled text.
+    control character, which needs another escape; a lone surrogate, never in a text Spark decoded
+    from UTF-8). A character beyond U+FFFF is spelled as itself: Jackson writes it as two ``\u``
+    escapes (so that text is not plain), and a text holding it raw compares it raw. The spelling
+    escapes character by character and no character's spelling is a prefix of another's, so
+    ``spelled(p)[:-1]`` starts ``spelled(s)`` exactly when ``p`` starts ``s``: prefixes compare on
+    the spelled text.
 
-    >>> spelled('a"b'), spelled("a\\b"), spelled("tab\there"), spelled("😀")
-    ('"a\\"b"', '"a\\\\b"', None, None)
+    >>> spelled('a"b'), spelled("a\\b"), spelled("tab\there"), spelled("😀"), spelled("\ud800")
+    ('"a\\"b"', '"a\\\\b"', None, '"😀"', None)
     """
-    if any(ord(c) < 0x20 or ord(c) > 0xFFFF or 0xD800 <= ord(c) <= 0xDFFF for c in s):
+    if any(ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF for c in s):
         return None
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -257,8 +268,8 @@ def _token(text: Column, field: str, rx: str) -> Column:
     the regex; for the three others
     the regex walks whole pairs. Both are proved equal to the matcher by
     ``tests/spark/test_replay.py``."""
-    if field[0] in ":,}":
-        return F.regexp_extract(text, rx, 1)
+    if field[0] in ":,}":  # (a text that is not shallow is not plain: its token is never asked)
+        return F.when(shallow(text), F.regexp_extract(text, rx, 1)).otherwise(F.lit(""))
     key = '"' + field + '":'
     rest = F.substring_index(text, key, -1)
     string = F.concat(F.lit('"'), F.substring_index(rest.substr(F.lit(2), F.length(rest)), '"', 1), F.lit('"'))
@@ -287,9 +298,15 @@ def _on_token(tok: Column, level: dict) -> Column:
     raise ValueError(f"unknown level {level!r}")
 
 
+def shallow(text: Column) -> Column:
+    """``text`` is short enough for the pairs' regexes (:data:`MAX_PLAIN` characters, at most
+    :data:`MAX_PAIRS` colons): they recurse once per pair, and only on such texts do they run."""
+    return (F.length(text) <= MAX_PLAIN) & (F.length(text) - F.length(F.translate(text, ":", "")) <= MAX_PAIRS)
+
+
 def plain(props: Column) -> Column:
     """The rows whose properties text the native filter decides (see the module docstring)."""
-    return props.isNull() | (props == F.lit("")) | ((F.length(props) <= MAX_PLAIN) & props.rlike(PLAIN))
+    return props.isNull() | (props == F.lit("")) | (shallow(props) & props.rlike(PLAIN))
 
 
 def native_filter(props: Column, levels: list[dict]) -> Column:

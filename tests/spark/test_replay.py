@@ -402,7 +402,12 @@ def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(sp
     # and values with quotes and backslashes, which a plain text spells escaped
     for j, props in enumerate([{"9,": 1, ":true": 2}, {"9,": 1, ":true": 2, "k": "{\"k\":1}"}, {":1,": True},
                                {"k": "a\\b"}, {"k": 'a"b'}, {"k": 'a\\"b', "s": "x\\"}, {"k": "x\\", "s": '"'},
-                               {"k": 'a\\\\"b,"s":"1"'}, {"s": "\\", "k": "a\\b"}]):
+                               {"k": 'a\\\\"b,"s":"1"'}, {"s": "\\", "k": "a\\b"},
+                               # texts Java's regexes would recurse deep on: a string of 2,000 escapes (plain),
+                               # one of 30,000 (too long), 200 pairs (plain), 300 and 1,000 (too many)
+                               {"k": '"' * 2000, "s": "1"}, {"k": "\\" * 30000},
+                               {f"p{i}": i for i in range(200)}, {**{f"p{i}": i for i in range(300)}, "k": 'a"b'},
+                               {**{f"p{i}": 0 for i in range(1000)}, ":1,": True, "k": "a\\b"}]):
         rows.append({**rows[0], "offset": 1501 + j, "id": f"m{1501 + j}", "properties": props})
     _write(tmp_path, rows, ARN)
     msgs = R.read_slice(spark, Lake(str(tmp_path)), "messages", T0, T0 + H)
@@ -441,7 +446,9 @@ def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(sp
         usual = usual and all("\\" not in json.dumps(k, ensure_ascii=False) for k in props)
         usual = usual and all(ord(c) >= 0x20 for v in props.values() if isinstance(v, str) for c in v)
         usual = usual and all(ord(c) <= 0xFFFF for c in text)
-        assert got[r["offset"]]["plain"] == usual, r["properties"]
+        compact = json.dumps(props, ensure_ascii=False, separators=(",", ":"))  # Jackson's, but for numbers
+        usual = usual and len(compact) <= NF.MAX_PLAIN and compact.count(":") <= NF.MAX_PAIRS
+        assert got[r["offset"]]["plain"] == usual, str(r["properties"])[:200]
         escaped_plain += usual and "\\" in text
     assert escaped_plain > 50  # values with a quote or a backslash are decided natively
     kept_somewhere, dropped_somewhere = 0, 0
