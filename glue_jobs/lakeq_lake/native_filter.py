@@ -94,14 +94,9 @@ def value_regex(field: str) -> str | None:
 
 
 def plain_string(s: str) -> bool:
-    """True when ``s`` is spelled in JSON without an escape (so it can be a plain text's string)."""
-    if any(c in '"\\' or ord(c) < 0x20 for c in s):
-        return False
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: never in a text Spark decoded from UTF-8
-        return False
-    return True
+    """True when ``s`` is spelled in JSON without an escape (so it can be a plain text's key):
+    :func:`spelled` holds the rule for what a plain text can hold; here nothing may be escaped."""
+    return spelled(s) == '"' + s + '"'
 
 
 def spelled(s: str) -> str | None:

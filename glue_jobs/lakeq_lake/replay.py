@@ -247,7 +247,7 @@ def _deduplicated(df: DataFrame) -> DataFrame:
     aggregate taking each key's first row whole (``first`` of one struct of the other columns), so
     the partitioning and order stay. ``dropDuplicates(KEYS)`` is the same aggregate with one
     ``first`` per column, which cost ~40 % more of the merge stage's CPU on the 10M lake (20 against
-    12 task-seconds over the sort, docs/benchmarks.md "One side"); the columns come out keys first."""
+    12 task-seconds over the sort, docs/benchmarks.md "Under the line"); the columns come out keys first."""
     others = [c for c in df.columns if c not in KEYS]
     return df.groupBy(*KEYS).agg(F.first(F.struct(*others)).alias("__row")).select(*KEYS, "__row.*")
 
