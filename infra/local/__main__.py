@@ -116,6 +116,29 @@ def _print_sqs(base: str, secrets: dict[str, str], any_signature: bool) -> None:
               "accepts any well-formed signature", flush=True)
 
 
+class Stopped(BaseException):
+    """Raised in the main thread by SIGINT or SIGTERM: the stack stops and exits 0.
+
+    Not ``KeyboardInterrupt``: CPython (3.11) remembers a ``KeyboardInterrupt`` that escapes code
+    run by ``exec`` of a string (``dataclasses`` builds its methods so) and then ends the process
+    with SIGINT (exit -2) after ``main()`` returned 0, although ``main()`` caught it: the SIGINT
+    test failed so when the signal landed while a module defined a dataclass. A ``BaseException``
+    so that no ``except Exception`` on the way swallows it."""
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise :class:`Stopped` in the main thread from here on. SIGINT too stops
+    the stack when it was started with SIGINT ignored (a non-interactive shell's background job
+    inherits SIG_IGN, and Python then installs no handler: the SIGINT test hung so in a CI run
+    launched with `&`)."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, _raise_stopped)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.local", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get("LAKEQ_PORT") or 3000),
@@ -154,14 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     log = logging.getLogger("lakeq.local")
 
-    # SIGTERM behaves like Ctrl-C from here on, and SIGINT stops the stack even when it was started
-    # with SIGINT ignored (a non-interactive shell's background job inherits SIG_IGN, and Python then
-    # installs no handler: the SIGINT test hung so in a CI run launched with `&`)
-    def _on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGINT, _on_term)
+    stop_on_signals()
 
     moto_port = args.moto_port or free_port()
     moto_url = f"http://127.0.0.1:{moto_port}"
@@ -285,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'  (on demand only: POST /_local/schedules/run)' if args.no_schedules else ''}", flush=True)
         print("Ctrl-C to stop.", flush=True)
         server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
+    except (Stopped, KeyboardInterrupt):
         pass
     except Exception:  # noqa: BLE001
         log.exception("local stack failed")
