@@ -122,6 +122,9 @@ def aws(template, aws_rules_spec):
         from lakeq.sqs import permissions as sqs_perm
 
         sqs_perm.forget_topics()  # (the container's topic cache: a fresh store per test)
+        from lakeq.store.repos import LogRepo
+
+        LogRepo.forget_hints()  # (the container's copies of queue items, as the topic cache)
         _tpl.create_buckets(clients["s3"], template, _tpl.LOCAL_STACK)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         yield {**clients, "_rules": rules}

@@ -46,6 +46,13 @@ SEND = [("Query", "segments"), ("PutItem?", "segments")]
 # the head is the queue item's max_offset
 SEND_EMPTY_CHAIN = [("Query", "segments"), ("GetItem", "queues"), ("PutItem?", "segments")]
 RECEIVE = [("BatchGetItem", "queues"), ("Query", "offsets"), ("Query", "segments"), ("UpdateItem?", "offsets")]
+# a receive within HINTS_MAX_AGE_S of the container's last read of the queue items ranks by that copy
+# (issue 16 item 4): no BatchGetItem when the copy shows messages on an unlocked queue ...
+RECEIVE_FROM_COPY = [("Query", "offsets"), ("Query", "segments"), ("UpdateItem?", "offsets")]
+# ... and when it shows none (older than the head mover's last move), the items read again before
+# any probe: the calls of a receive without a copy
+RECEIVE_COPY_REFRESHED = [("Query", "offsets"), ("BatchGetItem", "queues"), ("Query", "segments"),
+                          ("UpdateItem?", "offsets")]
 # deletes and visibility changes too, while every handle names the copy's incarnation (issue 16 item 4)
 SETTLE_ONE = [("UpdateItem?", "offsets")]
 
@@ -76,7 +83,7 @@ def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who, a
     from tests.handlers import Context, load_function, segment_records
     load_function("HeadsFunction")({"Records": segment_records(aws)}, Context())
     calls, got = calls_of(lambda: receiver.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"])
-    assert calls == RECEIVE and [m["Body"] for m in got] == ["x"]
+    assert calls == RECEIVE_COPY_REFRESHED and [m["Body"] for m in got] == ["x"], calls
     calls, _ = calls_of(lambda: receiver.change_message_visibility(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"],
                                                                    VisibilityTimeout=60))
     assert calls == SETTLE_ONE
@@ -86,6 +93,70 @@ def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who, a
     # deleted, not merely hidden
     attrs = h.client("admin").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
+
+
+def test_receives_rank_by_the_copy_of_the_queue_items_while_it_is_young(sqs, frozen_caches, monkeypatch, aws):
+    """A busy queue's receives: the first reads the queue items, the next ones (within
+    HINTS_MAX_AGE_S) rank by the container's copy (3 calls, no BatchGetItem); once the copy is older,
+    a receive reads them again. Every message once, in the end none left."""
+    from lakeq.sqs import messages as sqs_messages
+    from lakeq.store import repos
+    from tests.handlers import Context, load_function, segment_records
+
+    clock = [5_000.0]
+    monkeypatch.setattr(repos, "_monotonic", lambda: clock[0])
+    url = sqs.create_queue(QueueName="busy")["QueueUrl"]
+    bodies = [f"m{i}" for i in range(12)]
+    for b in bodies:
+        sqs.send_message(QueueUrl=url, MessageBody=b)
+    load_function("HeadsFunction")({"Records": segment_records(aws)}, Context())  # the hints show them
+    seen, shapes = [], []
+    for i in range(12):
+        if i == 8:
+            clock[0] += sqs_messages.HINTS_MAX_AGE_S + 0.01  # the copy expires
+        calls, got = calls_of(lambda: sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"])
+        shapes.append([c for c in calls if c[0] != "GetItem"])  # (the first: the client and topic caches)
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+        seen += [m["Body"] for m in got]
+    assert sorted(seen) == sorted(bodies)
+    assert shapes[0] == RECEIVE and shapes[8] == RECEIVE, shapes
+    assert all(c == RECEIVE_FROM_COPY for j, c in enumerate(shapes) if j not in (0, 8)), shapes
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert counts(sqs, url) == ("0", "0")
+
+
+def test_a_copy_never_hides_a_new_message_nor_delays_a_due_one(sqs, frozen_caches, monkeypatch):
+    """Read-after-write with a copy that shows the queues drained: a message sent right after is
+    received (the items are read again before the probes); a delayed message is never served from
+    a copy (items naming delayed messages are not kept), so it comes when due."""
+    from lakeq.common import clock as lq_clock
+    from lakeq.store import repos
+
+    monkeypatch.setattr(repos, "_monotonic", lambda: 5_000.0)  # the copy never expires by age
+    url = sqs.create_queue(QueueName="raw")["QueueUrl"]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # the copy: every queue empty
+    for i in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=f"n{i}")  # (the head mover does not run)
+        got = sqs.receive_message(QueueUrl=url)["Messages"]
+        assert [m["Body"] for m in got] == [f"n{i}"]
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    t0 = lq_clock.now()
+    sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=2)
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert not repos._HINTS or all(
+        "next_due" not in item for _, items in repos._HINTS.values() for item in items)
+    monkeypatch.setattr(lq_clock, "now", lambda: t0 + 2_100)
+    got = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert [m["Body"] for m in got] == ["later"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    # sent after the copy was made (it names no delayed message) and due at the next receive: the
+    # receive reads the items again (the copy showed nothing) and promotes it then
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    assert repos._HINTS
+    sqs.send_message(QueueUrl=url, MessageBody="later2", DelaySeconds=2)
+    monkeypatch.setattr(lq_clock, "now", lambda: t0 + 4_300)
+    got = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert [m["Body"] for m in got] == ["later2"]
 
 
 def counts(sqs, url) -> tuple[str, str]:

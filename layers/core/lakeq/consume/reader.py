@@ -139,7 +139,13 @@ class Log:
 
     def views(self, metas: list) -> list[QueueView]:
         """The queues' views with the owner's records (one Query)."""
-        return views_of(metas, OffsetRepo.records(self.owner))
+        self._recs = OffsetRepo.records(self.owner)
+        return views_of(metas, self._recs)
+
+    def refreshed(self) -> list[QueueView] | None:
+        """The last :meth:`views` again from queue items read now, when those views ranked by a
+        copy of them (:class:`TopicLog`'s ``hints_max_age_s``), the same records; None otherwise."""
+        return None
 
     def wake_at(self) -> int | None:
         """When the long poll should look again at the latest (None: its own backoff)."""
@@ -149,9 +155,37 @@ class Log:
 class TopicLog(Log):
     """A topic's queues (``name``: its log name): receipts name ``<topic>@<queue>``, a pull may
     filter by tags, and each poll first promotes the delayed messages that are due
-    (:func:`lakeq.produce.delayed.promote_due`: free to find, the poll reads the queue items anyway)."""
+    (:func:`lakeq.produce.delayed.promote_due`: free to find, the poll reads the queue items anyway).
+    ``hints_max_age_s`` > 0: the polls take the queue items from the container's copy when younger
+    than that (:meth:`lakeq.store.repos.LogRepo.queue_hints`; the SQS endpoint's receives)."""
 
     _wake: int | None = None
+
+    def __init__(self, name: str, owner: str, meta: dict, n_queues: int, lock_owner: str = "-",
+                 only: set[int] | None = None, hints_max_age_s: float = 0.0):
+        super().__init__(name, owner, meta, n_queues, lock_owner, only)
+        self.hints_max_age_s = hints_max_age_s
+
+    _copied = False
+
+    def queues(self) -> list:
+        if self.hints_max_age_s <= 0:
+            return super().queues()
+        metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only)
+        return metas
+
+    def refreshed(self) -> list[QueueView] | None:
+        """When the poll ranked by the container's copy of the queue items and locked nothing: the
+        items read now (and the copy renewed), due delayed messages promoted, the views rebuilt on
+        the poll's records (one BatchGetItem; no second Query). So a copy older than the stream's
+        head mover's last move costs this poll what it costs without a copy, and a poll comes back
+        empty only after fresh items and the probes said so."""
+        if not self._copied:
+            return None
+        metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only,
+                                                  refresh=True)
+        self.promote(metas)
+        return views_of(metas, self._recs)
 
     def queue_field(self, queue: int) -> str:
         return topic_queue_field(self.name, queue)
@@ -388,7 +422,14 @@ def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | Non
     but tripled a waiting consumer's produce-to-delivery p50 (247 → 785 ms), since the mover's
     1-s batching window is then what shows new messages. ``probe=False`` (the pull's ``probe=false``:
     a safety-net look, e.g. the WebSocket client's fallback pull, issue 16): the hints alone."""
-    yield from candidates(views_, now, allowed)
+    tried = set()
+    for view in candidates(views_, now, allowed):
+        tried.add(view.queue)
+        yield view
+    fresh = log.refreshed()  # ranked by a copy of the queue items and nothing locked: by fresh ones
+    if fresh is not None:
+        views_ = fresh
+        yield from (view for view in candidates(views_, now, allowed) if view.queue not in tried)
     if not probe:
         return
     probed = log.probe(views_, now, allowed)

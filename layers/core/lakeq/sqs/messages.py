@@ -338,6 +338,13 @@ def receive_bytes(m: dict) -> int:
             + RECEIVE_EXTRA)
 
 
+# A receive ranks the lakeq queues by queue items at most this old (the container's copy): one
+# BatchGetItem fewer per receive while a container serves a queue at least once a second (issue 16
+# item 4; docs/design.md "SQS endpoint: the queue items' copy"). The stream's head mover already moves
+# the hints up to ~1 s after an append; a queue whose hint shows nothing is probed as before.
+HINTS_MAX_AGE_S = 1.0
+
+
 def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
     """Up to ``max_n`` messages over the queue's lakeq queues, as SQS answers whatever its internals:
     native pulls, each locking one more lakeq queue's batch with its conditional write (each message's
@@ -357,7 +364,8 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
                   "visibility_timeout_ms": str(max(1000, vis * 1000))}
         got = perm.native(lambda: service.pull(ADMIN, q.name, params, t=q.topic,
                                                budget=lambda: ByteBudget(left, receive_bytes),
-                                               with_replays=False))  # (replay lists: lakeq's pulls only)
+                                               with_replays=False,  # (replay lists: lakeq's pulls only)
+                                               hints_max_age_s=HINTS_MAX_AGE_S))
         if not got["messages"]:
             break
         batches.append(got)

@@ -8,6 +8,7 @@ in ``docs/design.md``.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
@@ -379,6 +380,16 @@ def _batch_get(model, keys: list[dict], consistent: bool = False,
     return out
 
 
+# The container's copies of queue items (LogRepo.queue_hints): (topic, n, only) -> (monotonic expiry, raw items)
+_HINTS: dict[tuple, tuple[float, list[dict]]] = {}
+HINTS_KEPT = 1024  # at most this many copies (expired ones dropped first; past it, none kept)
+
+
+def _monotonic() -> float:
+    """The clock of the container's copies (a seam for tests)."""
+    return time.monotonic()
+
+
 class LogRepo:
     @staticmethod
     def pq(topic: str, queue: int) -> str:
@@ -400,14 +411,55 @@ class LogRepo:
         (:meth:`chain_end`: one Query a queue, consistent when ``consistent``): what every
         reader outside the hot pull path gets. ``exact=False``: the hints alone (the ranked pull,
         which probes only the queues whose hint shows nothing to read, ``lakeq.consume.reader``)."""
-        numbers = range(n) if only is None else sorted(q for q in set(only) if 0 <= q < n)
-        keys = [{"pq": queue_key(topic, q)} for q in numbers]
-        out = [QueueModel.from_raw_data(item) for item in _batch_get(QueueModel, keys, consistent=consistent)]
+        out = [QueueModel.from_raw_data(item) for item in cls.queue_items(topic, n, consistent, only)]
         out.sort(key=lambda m: int(m.queue))
         if exact:
             for m in out:
                 cls._exact(m, consistent)
         return out
+
+    @staticmethod
+    def queue_items(topic: str, n: int, consistent: bool = False, only: Iterable[int] | None = None) -> list[dict]:
+        """The raw items :meth:`queues` reads (one BatchGetItem; in no particular order): what a
+        container may keep a copy of (``QueueModel.from_raw_data`` makes fresh models of it)."""
+        numbers = range(n) if only is None else sorted(q for q in set(only) if 0 <= q < n)
+        keys = [{"pq": queue_key(topic, q)} for q in numbers]
+        return _batch_get(QueueModel, keys, consistent=consistent)
+
+    @staticmethod
+    def forget_hints() -> None:
+        """Drop the container's copies of queue items (:meth:`queue_hints`; tests: a fresh store)."""
+        _HINTS.clear()
+
+    @classmethod
+    def queue_hints(cls, topic: str, n: int, max_age_s: float, only: Iterable[int] | None = None,
+                    refresh: bool = False) -> tuple[list[QueueModel], bool]:
+        """:meth:`queues` with ``exact=False`` (the hints), from the container's copy when it is
+        younger than ``max_age_s`` (monotonic): no store call then. A pull that takes these (the
+        SQS endpoint's receives, issue 16 item 4) ranks by hints at most that much older than the
+        stream's head mover already makes them, probes the queues whose hint shows nothing
+        (read-after-write kept, :meth:`lakeq.consume.reader.Log.probe`) and locks with its
+        conditional write on the offset record, read consistently each time: a stale copy costs a
+        read that finds nothing, never a wrong lock. Items naming delayed messages (``next_due``)
+        are never kept: such a topic's pulls read them each time, so its promotions are due to the
+        millisecond. Fresh models each call (a poll moves their heads in memory), and whether they
+        came from the copy; ``refresh``: read the items now (and keep them). O(n)."""
+        key = (topic, n, None if only is None else tuple(sorted(set(only))))
+        now = _monotonic()
+        hit = None if refresh else _HINTS.get(key)
+        copied = hit is not None and hit[0] > now
+        if copied:
+            items = hit[1]
+        else:
+            items = cls.queue_items(topic, n, only=only)
+            if len(_HINTS) >= HINTS_KEPT:
+                for k in [k for k, (until, _) in _HINTS.items() if until <= now]:
+                    del _HINTS[k]
+            if any("next_due" in item for item in items) or len(_HINTS) >= HINTS_KEPT:
+                _HINTS.pop(key, None)
+            else:
+                _HINTS[key] = (now + max_age_s, items)
+        return sorted((QueueModel.from_raw_data(item) for item in items), key=lambda m: int(m.queue)), copied
 
     @classmethod
     def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> QueueModel | None:
