@@ -85,6 +85,24 @@ def test_pull_right_after_produce_finds_the_message_with_the_hint_behind(api, se
     assert f"{T}#{q}" not in _probes(calls)
 
 
+def test_a_consumer_that_keeps_up_probes_every_queue_in_one_call(api, setup):
+    """Produce, pull, ack, again, the head mover never running (a consumer that keeps up is always
+    ahead of the hints): each pull probes both queues in one BatchGetItem and no newest-first Query,
+    since its lock recorded the end of the segment it read (OffsetModel.bnd), so its frontier is
+    known to be a boundary. Before, the queue it read was probed with a Query of its own."""
+    got = []
+    for i in range(4):
+        r = produce(api, setup["feed"], [{"body": f"m{i}", "key": "k"}])
+        calls = CountCalls({"ConsumeFunction"})
+        with interceptor.hooked(calls):
+            b = pull(api, setup["risk"], wait_ms=0)
+        got += [m["body"] for m in b["messages"]]
+        assert [c.operation for c in _probe_calls(calls)] == ["BatchGetItem"], [c.operation for c in calls.calls]
+        assert sorted(_probes(calls)) == [f"{T}#0", f"{T}#1"]
+        assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
+    assert got == [f"m{i}" for i in range(4)] and hint(r[0]["queue"]) == 0
+
+
 def test_a_frontier_past_the_hint_inside_a_segment_still_sees_the_rest(api, setup):
     """A consumer that read part of a segment the hint does not show yet (its frontier is past the
     hint, inside the segment): the next pull's probe reads the newest segment, not the one

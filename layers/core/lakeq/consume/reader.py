@@ -72,9 +72,14 @@ def views_of(metas: list, recs: dict) -> list[QueueView]:
         r = recs.get(int(m.queue))
         if r is None:
             out.append(QueueView(int(m.queue), int(m.min_offset), int(m.max_offset)))
-        else:
-            out.append(OffsetRepo.view_of(r, int(m.min_offset), int(m.max_offset)))
+        else:  # the hint, or the end of the newest segment the record's locks read when that is further
+            out.append(OffsetRepo.view_of(r, int(m.min_offset), max(int(m.max_offset), int(r.bnd or 0))))
     return out
+
+
+def _bnd(fresh: list[dict]) -> int | None:
+    """The end of the segment the last of a lock's fresh messages came from (None: no fresh message)."""
+    return fresh[-1].get("_seg_end") if fresh else None
 
 
 class Log:
@@ -110,7 +115,9 @@ class Log:
         whose ``max_offset`` hint shows nothing to read (:func:`lakeq.log.selection.lagging`) is
         probed in its chain, so a pull right after a produce's answer finds the message whether
         or not the stream's head mover ran. At a frontier equal to the hint (a segment's end, so a
-        boundary) the segment starting there, for all such queues in one BatchGetItem
+        boundary: the queue item's ``max_offset``, or the end of the newest segment the record's
+        locks read when further, ``OffsetModel.bnd`` — a consumer that keeps up stands there
+        while the stream's head mover is behind it) the segment starting there, for all such queues in one BatchGetItem
         (:meth:`lakeq.store.repos.LogRepo.ends_at`: 0.5 RRU a queue when there is none, the
         common case of a drained queue; one round trip however many queues: a 64-queue topic's
         probes were 64 sequential Queries); at a frontier past the hint (it read past it, possibly
@@ -175,11 +182,11 @@ class TopicLog(Log):
         return metas
 
     def refreshed(self) -> list[QueueView] | None:
-        """When the poll ranked by the container's copy of the queue items and locked nothing: the
-        items read now (and the copy renewed), due delayed messages promoted, the views rebuilt on
-        the poll's records (one BatchGetItem; no second Query). So a copy older than the stream's
-        head mover's last move costs this poll what it costs without a copy, and a poll comes back
-        empty only after fresh items and the probes said so."""
+        """When the poll ranked by the container's copy of the queue items and neither the copy's
+        hints nor the probes found anything to lock: the items read now (and the copy renewed), due
+        delayed messages promoted, the views rebuilt on the poll's records (one BatchGetItem; no
+        second Query). A probe is exact from the chain, so the fresh items add only what a
+        promotion brings; a poll comes back empty only after they said so too."""
         if not self._copied:
             return None
         metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only,
@@ -252,6 +259,7 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
         for off, msg in seg.read(s, nxt, budget - (nxt - start), tags):
             if msg is not None:
                 msg["_log_offset"] = off  # the message's offset in this log (a list entry's "offset" is its source's)
+                msg["_seg_end"] = int(s.end)  # (a lock records the last one: OffsetModel.bnd)
                 shape(msg, off)
                 if msg.get("claim") is not None:  # a body in the lake bucket (issue 18.2): one GetObject,
                     msg["body"] = BodyStore.get(msg["claim"])  # checked; "claim" stays for copies of it
@@ -402,7 +410,7 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
             new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],
                                   [m["_log_offset"] for m in fresh], frontier)
             if OffsetRepo.write_state(log.owner, view, new, log.meta, now, lock_owner=log.lock_owner,
-                                      consumed=True, ack=key, run=view.run + 1):
+                                      consumed=True, ack=key, run=view.run + 1, bnd=_bnd(fresh)):
                 return _answer(log, queue, new, fresh)
             ack_alone()  # the record moved since it was read: settle the receipt on its own
             return None
@@ -414,7 +422,9 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
 def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | None, probe: bool = True):
     """The queues a poll tries, best first (:func:`lakeq.log.selection.candidates`): those the
     ``max_offset`` hints rank first; only when none of them was locked (the caller stops at its
-    first lock), the queues whose chain probe (:meth:`Log.probe`) shows more than their hint. So a
+    first lock), the queues whose chain probe (:meth:`Log.probe`) shows more than their hint; then,
+    when the hints came from the container's copy (:meth:`Log.refreshed`), those that queue items
+    read now show (a delayed message promoted since), not tried yet. So a
     busy poll pays no probe, and a poll comes back empty only after the probes said every
     lockable queue is drained (read-after-write); a queue whose hint lags ranks by its hint until
     the stream's head mover ran (issue 16 item 3). Every round of a long poll probes: probing
@@ -426,14 +436,14 @@ def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | Non
     for view in candidates(views_, now, allowed):
         tried.add(view.queue)
         yield view
-    fresh = log.refreshed()  # ranked by a copy of the queue items and nothing locked: by fresh ones
+    if probe:
+        probed = log.probe(views_, now, allowed)
+        for view in candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed):
+            tried.add(view.queue)
+            yield view
+    fresh = log.refreshed()  # ranked by a copy of the queue items, and nothing locked: by fresh ones
     if fresh is not None:
-        views_ = fresh
-        yield from (view for view in candidates(views_, now, allowed) if view.queue not in tried)
-    if not probe:
-        return
-    probed = log.probe(views_, now, allowed)
-    yield from candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed)
+        yield from (view for view in candidates(fresh, now, allowed) if view.queue not in tried)
 
 
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
@@ -510,7 +520,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
             ts = next_lock_ts(now, p.state.lock_ts)
             new = settlement.lock(p.state, ts, now + visibility_ms, [m["_log_offset"] for m in again],
                                   [m["_log_offset"] for m in fresh], frontier)
-            if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner):
+            if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner, bnd=_bnd(fresh)):
                 continue
             return _answer(log, view.queue, new, again + fresh)
         if progressed:

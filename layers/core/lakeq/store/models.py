@@ -219,6 +219,10 @@ class OffsetModel(Model):
     # How many locks in a row were taken by a pull that folded the previous lock's ack into its
     # lock write (lakeq.log.selection.may_fold); absent after a lock chosen by ranking the queues.
     run = NumberAttribute(null=True)
+    # The end of the newest segment a lock of this record read (a segment boundary the log reached,
+    # never past its head): the pulls rank by max(queue item's hint, bnd), so a frontier equal to it is
+    # known to be a boundary and probed with the others in one BatchGetItem (lakeq.consume.reader.Log.probe)
+    bnd = NumberAttribute(null=True)
 
 
 class GroupModel(Model):

@@ -841,13 +841,14 @@ class OffsetRepo:
     @classmethod
     def write_state(cls, owner: str, view: QueueView, state, meta: dict | None, now: int, *,
                     lock_owner: str | None = None, consumed: bool = False, ack: str | None = None,
-                    run: int | None = None) -> bool:
+                    run: int | None = None, bnd: int | None = None) -> bool:
         """Store a :class:`lakeq.log.settlement.State` on the record ``view`` was read from, if it is
         still exactly that (:meth:`_expect`): committed offset, lock, ``settle`` (removed in the
         simple form), ``dead_lettered``; ``lock_owner`` for a new lock (which also trims ``acks``),
         ``ack`` appended to ``acks`` (a whole-batch ack; with ``lock_owner``: the previous lock's
         ack folded into the new lock, :func:`lakeq.consume.reader.fold`), ``run`` the new lock's place in
-        a run of folded locks (with ``lock_owner`` and no ``run``: the run ends). One conditional
+        a run of folded locks (with ``lock_owner`` and no ``run``: the run ends), ``bnd`` the end of
+        the newest segment the lock read (:attr:`lakeq.store.models.OffsetModel.bnd`). One conditional
         UpdateItem; False when the record moved meanwhile."""
         from lakeq.log.settlement import to_settle
         raw = to_settle(state)
@@ -869,6 +870,8 @@ class OffsetRepo:
                 actions.append(OffsetModel.acks.set(kept))
         if consumed:
             actions.append(OffsetModel.last_consumed_at.set(now))
+        if bnd is not None:
+            actions.append(OffsetModel.bnd.set(bnd))
         if ack is not None and lock_owner is None:
             actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
         if view.committed is None and meta:
