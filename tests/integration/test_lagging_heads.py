@@ -95,10 +95,12 @@ def test_a_consumer_that_keeps_up_probes_every_queue_in_one_call(api, setup):
         r = produce(api, setup["feed"], [{"body": f"m{i}", "key": "k"}])
         calls = CountCalls({"ConsumeFunction"})
         with interceptor.hooked(calls):
-            b = pull(api, setup["risk"], wait_ms=0)
+            b = pull(api, setup["risk"], wait_ms=0, max=1)
         got += [m["body"] for m in b["messages"]]
         assert [c.operation for c in _probe_calls(calls)] == ["BatchGetItem"], [c.operation for c in calls.calls]
         assert sorted(_probes(calls)) == [f"{T}#0", f"{T}#1"]
+        # and the segment it found is the one read (it holds the batch of one): no Query of the segments
+        assert not [c for c in calls.calls if c.operation == "Query" and c.params["TableName"].endswith("-segments")]
         assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
     assert got == [f"m{i}" for i in range(4)] and hint(r[0]["queue"]) == 0
 

@@ -55,9 +55,8 @@ RECEIVE_FROM_COPY = [("Query", "offsets"), ("Query", "segments"), ("UpdateItem?"
 # ... and when it shows none (older than the head mover's last move), the probe of every queue at its
 # frontier (one BatchGetItem of segment keys: the frontier the receive's last lock reached is a known
 # segment boundary, OffsetModel.bnd) finds the message; the items are read again only when that finds
-# nothing either (RECEIVE_EMPTY_FROM_COPY)
-RECEIVE_COPY_PROBED = [("Query", "offsets"), ("BatchGetItem", "segments"), ("Query", "segments"),
-                       ("UpdateItem?", "offsets")]
+# nothing either (RECEIVE_EMPTY_FROM_COPY); the segment the probe found is the one read (no Query)
+RECEIVE_COPY_PROBED = [("Query", "offsets"), ("BatchGetItem", "segments"), ("UpdateItem?", "offsets")]
 RECEIVE_EMPTY_FROM_COPY = [("Query", "offsets"), ("BatchGetItem", "segments"), ("BatchGetItem", "queues")]
 # deletes and visibility changes too, while every handle names the copy's incarnation (issue 16 item 4)
 SETTLE_ONE = [("UpdateItem?", "offsets")]

@@ -94,6 +94,7 @@ class Log:
                  only: set[int] | None = None):
         self.name, self.owner, self.meta, self.n_queues, self.lock_owner = name, owner, meta, n_queues, lock_owner
         self.only = only
+        self._first: dict[int, object] = {}  # queue -> the segment the last probe found at its frontier
 
     def queue_field(self, queue: int) -> str:
         """The receipt's queue field for ``queue``."""
@@ -130,7 +131,11 @@ class Log:
         for q, (pq_, frontier) in lag.items():
             if frontier == hints[q]:
                 at_hint[pq_] = frontier
-        found = LogRepo.ends_at(at_hint) if at_hint else {}
+        segs = LogRepo.segments_at(at_hint) if at_hint else {}
+        found = {pq_: int(m.end) for pq_, m in segs.items()}
+        # the segments found: the read of the queue this poll locks starts from there, not a Query
+        self._first.clear()
+        self._first.update({q: segs[pq_] for q, (pq_, _) in lag.items() if pq_ in segs})
         out = []
         for view in views:
             if view.queue in lag:
@@ -198,7 +203,7 @@ class TopicLog(Log):
         return topic_queue_field(self.name, queue)
 
     def reader(self, tags: list[str] | None) -> LogReader:
-        return topic_reader(self.name, tags)
+        return topic_reader(self.name, tags, self._first)
 
     def promote(self, metas: list) -> None:
         """Due delayed messages join their queues (a write), and ``metas``' heads move past them
@@ -238,7 +243,7 @@ def _sleep_ms(ms: int, wake_at: int | None) -> int:
 
 
 def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shape: Callable[[dict, int], None],
-             tags: list[str] | None = None, scan: int | None = None) -> tuple[list[dict], int]:
+             tags: list[str] | None = None, scan: int | None = None, first=None) -> tuple[list[dict], int]:
     """Read log (``log``, ``queue``) from ``start``: up to ``limit`` deliverable messages among at
     most ``scan`` offsets (default ``limit``), contiguous offsets only (stop at a gap: never deliver
     n+1 before n), and no more than fit one Lambda response (:class:`lakeq.common.payload.ByteBudget`;
@@ -248,12 +253,13 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
     so the lock covers exactly what the response carries. ``next_offset == start``: nothing yet.
     A message whose body is in the lake bucket (a ``claim``, :mod:`lakeq.log.claims`) is fetched
     (one GetObject, size and digest checked) when it is read, before the byte budget measures it;
-    small messages cost no S3 call."""
+    small messages cost no S3 call. ``first``: the segment at ``start`` when the caller has it
+    (:meth:`lakeq.store.repos.LogRepo.read`)."""
     budget = min(scan or limit, max_offset - start)
     size = ByteBudget()
     out: list[dict] = []
     nxt = after = start
-    for s in LogRepo.read(log, queue, start, budget):
+    for s in LogRepo.read(log, queue, start, budget, first=first):
         if s.base > nxt:
             break
         for off, msg in seg.read(s, nxt, budget - (nxt - start), tags):
@@ -293,16 +299,19 @@ class BoundReader:
         return min_offset(self._log, queue if self._queue is None else self._queue)
 
 
-def topic_reader(log: str, tags: list[str] | None) -> BoundReader:
+def topic_reader(log: str, tags: list[str] | None, first: dict | None = None) -> BoundReader:
     """A topic's queues (``log``: its log name, lakeq.common.names.log_name), filtered by ``tags`` (any
-    of; skipped messages count as read). Messages name the topic itself."""
+    of; skipped messages count as read). Messages name the topic itself. ``first``: queue -> a
+    segment already read (:meth:`Log.probe`'s), used once by the next read of that queue when it
+    starts there."""
     topic = topic_of_log(log)
 
     def read(queue: int, start: int, limit: int, max_offset: int) -> tuple[list[dict], int]:
         def shape_q(msg: dict, off: int) -> None:
             msg["topic"], msg["queue"] = topic, queue
         scan = limit if not tags else max(1000, limit * SCAN_FACTOR)
-        return read_log(log, queue, start, limit, max_offset, shape_q, tags, scan)
+        return read_log(log, queue, start, limit, max_offset, shape_q, tags, scan,
+                        first=first.pop(queue, None) if first else None)
     return BoundReader(log, read)
 
 

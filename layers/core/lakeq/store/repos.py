@@ -503,6 +503,18 @@ class LogRepo:
                 for item in _batch_get(SegmentModel, keys, attributes=["pq", "end"])}
 
     @staticmethod
+    def segments_at(starts: dict[str, int]) -> dict[str, SegmentModel]:
+        """:meth:`ends_at` with the whole segments (the same one BatchGetItem and the same request
+        units: a BatchGetItem bills each item's full size whatever it returns of it), so the pull
+        that locks one of them reads it from here instead of a Query (:meth:`read`'s ``first``)."""
+        keys = [{"pq": k, "base": int(v)} for k, v in starts.items()]
+        out = {}
+        for item in _batch_get(SegmentModel, keys):
+            m = SegmentModel.from_raw_data(item)
+            out[m.pq] = m
+        return out
+
+    @staticmethod
     def chain_end(pq_: str, consistent: bool = False) -> int | None:
         """The end of queue ``pq_``'s newest segment (one Query, newest first, one item: 0.5 RRU
         per 4 KB of that segment eventually consistent, 1 strongly), None when the chain is empty
@@ -642,12 +654,14 @@ class LogRepo:
         return False
 
     @classmethod
-    def read(cls, topic: str, queue: int, start: int, max_offsets: int):
+    def read(cls, topic: str, queue: int, start: int, max_offsets: int, first: SegmentModel | None = None):
         """Yield the segments holding offsets ``start..`` in order, until ``max_offsets`` offsets
         are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
         previous batch ended mid-segment), one more Query, newest first, for the segment that
         contains it. Eventually consistent: a segment not yet visible only shortens the batch
-        (the caller stops at the first gap).
+        (the caller stops at the first gap). ``first``: the segment starting at ``start`` when
+        the caller already read it (the pull's probe, :meth:`segments_at`): no Query when it covers
+        ``max_offsets``, else the Query from its end.
 
         The forward Query's first page asks for as many segments as the batch should need
         (:func:`lakeq.log.selection.segments_wanted`, from the messages per segment this container
@@ -655,9 +669,18 @@ class LogRepo:
         and a page of 8 segments of a hundred messages was ~10 times what a batch of a hundred
         needs. Further pages (when the segments are smaller than that) ask for 8 as before."""
         pq = cls.pq(topic, queue)
+        boundary = False  # is ``start`` known to be a segment's base or end (no segment around it)?
+        if first is not None and int(first.base) == start:
+            s = cls._segment(first)
+            remember_segment_size(pq, s.count)
+            yield s
+            if s.end - start >= max_offsets:
+                return
+            max_offsets -= s.end - start
+            start, boundary = s.end, True
         forward = cls._forward(pq, start, segments_wanted(max_offsets, _segment_sizes.get(pq)))
         first = next(forward, None)
-        if first is None or int(first.base) > start:
+        if not boundary and (first is None or int(first.base) > start):
             for item in SegmentModel.query(pq, SegmentModel.base < start, scan_index_forward=False, limit=1):
                 if int(item.end) > start:
                     yield cls._segment(item)
