@@ -107,8 +107,8 @@ def test_a_consumer_that_keeps_up_probes_every_queue_in_one_call(api, setup):
 
 def test_a_frontier_past_the_hint_inside_a_segment_still_sees_the_rest(api, setup):
     """A consumer that read part of a segment the hint does not show yet (its frontier is past the
-    hint, inside the segment): the next pull's probe reads the newest segment, not the one
-    starting at the frontier (there is none), and serves the rest."""
+    hint, inside the segment): its lock recorded the segment's end (OffsetModel.bnd), so the next
+    pull ranks the queue by it and serves the rest without a probe."""
     r = produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(5)])  # one segment [0, 5)
     q = r[0]["queue"]
     b = pull(api, setup["risk"], wait_ms=0, max=2)
@@ -117,6 +117,26 @@ def test_a_frontier_past_the_hint_inside_a_segment_still_sees_the_rest(api, setu
     assert hint(q) == 0
     b = pull(api, setup["risk"], wait_ms=0)
     assert [m["offset"] for m in b["messages"]] == [2, 3, 4]
+
+
+def test_a_reset_into_a_segment_is_probed_by_the_newest_segment(api, setup):
+    """A frontier inside a segment that no lock of the record read (an offset reset, the hint
+    behind): neither the hint nor ``bnd`` says it is a boundary, so the probe asks the newest
+    segment (one newest-first Query), not the key at the frontier (there is none), and the pull
+    serves the rest."""
+    r = produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(5)])  # one segment [0, 5)
+    q = r[0]["queue"]
+    assert api.call("PUT", "/v1/groups/risk/offsets", {"topic": T, "queue": q, "offset": 2})[0] == 200
+    assert hint(q) == 0
+    calls = CountCalls({"ConsumeFunction"})
+    with interceptor.hooked(calls):
+        b = pull(api, setup["risk"], wait_ms=0)
+    assert [m["offset"] for m in b["messages"]] == [2, 3, 4]
+    newest_first = [c for c in _probe_calls(calls) if c.operation == "Query"]
+    # the probe's, then the read's lookup of the segment holding offset 2 (LogRepo.read); no BatchGetItem
+    # of the key at the frontier (there is no segment starting at 2)
+    assert len(newest_first) == 2 and all(f"{T}#{q}" in str(c.params) for c in newest_first)
+    assert f"{T}#{q}" not in [p for c in _probe_calls(calls) if c.operation == "BatchGetItem" for p in _probes_of(c)]
 
 
 def test_backlog_and_reset_bounds_are_exact_with_the_hint_behind(api, setup):
@@ -263,6 +283,10 @@ def _probe_calls(calls):
               and c.params.get("Limit") == 1 and c.params.get("ScanIndexForward") is False):
             out.append(c)
     return out
+
+
+def _probes_of(c):
+    return [k["pq"]["S"] for r in c.params["RequestItems"].values() for k in r["Keys"]]
 
 
 def _probes(calls):

@@ -133,8 +133,9 @@ def test_receives_rank_by_the_copy_of_the_queue_items_while_it_is_young(sqs, fro
 
 def test_a_copy_never_hides_a_new_message_nor_delays_a_due_one(sqs, frozen_caches, monkeypatch):
     """Read-after-write with a copy that shows the queues drained: a message sent right after is
-    received (the items are read again before the probes); a delayed message is never served from
-    a copy (items naming delayed messages are not kept), so it comes when due."""
+    received (the probes find it; the items are read again when they find nothing); a delayed
+    message is never served from a copy (items naming delayed messages are not kept), so it comes
+    when due; and a DeleteQueue in this container drops the copies."""
     from lakeq.common import clock as lq_clock
     from lakeq.store import repos
 
@@ -163,6 +164,11 @@ def test_a_copy_never_hides_a_new_message_nor_delays_a_due_one(sqs, frozen_cache
     monkeypatch.setattr(lq_clock, "now", lambda: t0 + 4_300)
     got = sqs.receive_message(QueueUrl=url)["Messages"]
     assert [m["Body"] for m in got] == ["later2"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)  # (a copy again: nothing delayed left)
+    assert repos._HINTS
+    sqs.delete_queue(QueueUrl=url)
+    assert not repos._HINTS
 
 
 def counts(sqs, url) -> tuple[str, str]:

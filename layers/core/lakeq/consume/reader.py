@@ -119,7 +119,8 @@ class Log:
         boundary: the queue item's ``max_offset``, or the end of the newest segment the record's
         locks read when further, ``OffsetModel.bnd`` — a consumer that keeps up stands there
         while the stream's head mover is behind it) the segment starting there, for all such queues in one BatchGetItem
-        (:meth:`lakeq.store.repos.LogRepo.ends_at`: 0.5 RRU a queue when there is none, the
+        (:meth:`lakeq.store.repos.LogRepo.segments_at`, whole segments, the one the poll locks then
+        read from there: 0.5 RRU a queue when there is none, the
         common case of a drained queue; one round trip however many queues: a 64-queue topic's
         probes were 64 sequential Queries); at a frontier past the hint (it read past it, possibly
         into the middle of a segment) the newest segment, one Query each
@@ -441,18 +442,19 @@ def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | Non
     but tripled a waiting consumer's produce-to-delivery p50 (247 → 785 ms), since the mover's
     1-s batching window is then what shows new messages. ``probe=False`` (the pull's ``probe=false``:
     a safety-net look, e.g. the WebSocket client's fallback pull, issue 16): the hints alone."""
-    tried = set()
+    tried: dict[int, int] = {}  # queue -> the max_offset it was tried with
     for view in candidates(views_, now, allowed):
-        tried.add(view.queue)
+        tried[view.queue] = view.max_offset
         yield view
     if probe:
         probed = log.probe(views_, now, allowed)
         for view in candidates([p for p, v in zip(probed, views_) if p is not v], now, allowed):
-            tried.add(view.queue)
+            tried[view.queue] = view.max_offset
             yield view
     fresh = log.refreshed()  # ranked by a copy of the queue items, and nothing locked: by fresh ones
-    if fresh is not None:
-        yield from (view for view in candidates(fresh, now, allowed) if view.queue not in tried)
+    if fresh is not None:  # (a queue tried already, again only when it grew since: a promotion)
+        yield from (view for view in candidates(fresh, now, allowed)
+                    if view.max_offset > tried.get(view.queue, -1))
 
 
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,

@@ -135,7 +135,10 @@ def load(t: TopicModel | None, name: str, cached: bool = False) -> Queue:
 # item read by any action is kept TOPIC_CACHE_TTL_S (monotonic) seconds, a missing one never. What
 # a stale entry can do is bounded by the incarnation in its log name (docs/design.md "SQS endpoint:
 # the topic item cache"): a send writes into the log the entry names, never into a later
-# incarnation's; a receive of a deleted incarnation finds no queue items, so locks nothing; a
+# incarnation's; a receive of a deleted incarnation finds no queue items, so locks nothing (but
+# within 1 s of the deletion the container's copy of those items may still rank them, and such a
+# receive may then deliver a message of the deleted queue: docs/design.md "SQS endpoint: the queue
+# items' copy"); a
 # delete or visibility change uses the copy only when every handle names the copy's incarnation
 # (else it reads the item: a handle of a newer incarnation), settles only in that incarnation's
 # offset records (a deleted incarnation's handle, within the TTL: answered as a stale handle,
@@ -152,8 +155,13 @@ TOPIC_READ_ONLY = CACHED_ACTIONS | READ_ONLY | {"ListMessageMoveTasks"}
 
 
 def forget_topics() -> None:
-    """Drop the container's cached topic items (after an action that may have changed one)."""
+    """Drop the container's cached topic items (after an action that may have changed one), and its
+    copies of queue items (a DeleteQueue here: no receive of this container reads the deleted
+    queue's copy; lakeq.store.repos.LogRepo.queue_hints)."""
     _TOPICS.clear()
+    from lakeq.store.repos import LogRepo
+
+    LogRepo.forget_hints()
 
 
 def queue_of(req: dict, cached: bool = False, clients: bool = False) -> Queue:

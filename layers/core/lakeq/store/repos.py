@@ -440,7 +440,9 @@ class LogRepo:
         stream's head mover already makes them, probes the queues whose hint shows nothing
         (read-after-write kept, :meth:`lakeq.consume.reader.Log.probe`) and locks with its
         conditional write on the offset record, read consistently each time: a stale copy costs a
-        read that finds nothing, never a wrong lock. Items naming delayed messages (``next_due``)
+        read that finds nothing, never a wrong lock (but the copy outlives its queue for up to
+        ``max_age_s`` when another container deletes it: see docs/design.md "SQS endpoint: the
+        queue items' copy"). Items naming delayed messages (``next_due``)
         are never kept: such a topic's pulls read them each time, so its promotions are due to the
         millisecond. Fresh models each call (a poll moves their heads in memory), and whether they
         came from the copy; ``refresh``: read the items now (and keep them). O(n)."""
@@ -453,9 +455,10 @@ class LogRepo:
         else:
             items = cls.queue_items(topic, n, only=only)
             if len(_HINTS) >= HINTS_KEPT:
-                for k in [k for k, (until, _) in _HINTS.items() if until <= now]:
-                    del _HINTS[k]
-            if any("next_due" in item for item in items) or len(_HINTS) >= HINTS_KEPT:
+                for k, (until, _) in list(_HINTS.items()):
+                    if until <= now:
+                        _HINTS.pop(k, None)
+            if any("next_due" in item for item in items) or (len(_HINTS) >= HINTS_KEPT and key not in _HINTS):
                 _HINTS.pop(key, None)
             else:
                 _HINTS[key] = (now + max_age_s, items)
