@@ -374,6 +374,11 @@ def test_the_segment_probe_sends_numbers_as_strings_and_asks_unprocessed_keys_ag
     got = LogRepo.ends_at({"t#0": 7, "t#1": 7, "t#2": 7, "t#3": 7})
     assert got == {"t#0": 9, "t#1": 10, "t#2": 11}  # t#3 has no segment at 7
     assert asked[1] == [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]
+    # the pull's probe asks the whole segments the same way (LogRepo.segments_at)
+    asked.clear()
+    segs = LogRepo.segments_at({"t#0": 7, "t#1": 7, "t#2": 7, "t#3": 7})
+    assert {pq: (int(m.base), int(m.end)) for pq, m in segs.items()} == {"t#0": (7, 9), "t#1": (7, 10), "t#2": (7, 11)}
+    assert asked[1] == [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]
 
 
 # ------------------------------------------------------------------ Lambda and API Gateway limits

@@ -22,11 +22,11 @@ class EmptyReads:
         self.on, self.topic, self.calls = False, topic, 0
         real = LogRepo.read.__func__
 
-        def read(cls, topic, queue, start, max_offsets):
-            if self.on and topic == self.topic:
+        def read(cls, topic, queue, start, max_offsets, first=None):
+            if self.on and topic == self.topic:  # (a segment the pull's probe found is not seen either)
                 self.calls += 1
                 return iter(())
-            return real(cls, topic, queue, start, max_offsets)
+            return real(cls, topic, queue, start, max_offsets, first=first)
         monkeypatch.setattr(LogRepo, "read", classmethod(read))
 
 
@@ -102,8 +102,8 @@ class HiddenSegment:
         self.on, self.topic, self.hide = False, topic, hide
         real = LogRepo.read.__func__
 
-        def read(cls, topic, queue, start, max_offsets):
-            segs = real(cls, topic, queue, start, max_offsets)
+        def read(cls, topic, queue, start, max_offsets, first=None):
+            segs = real(cls, topic, queue, start, max_offsets, first=first)
             if not (self.on and topic == self.topic):
                 return segs
             return (s for s in segs if not s.base <= self.hide < s.end)
