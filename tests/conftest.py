@@ -121,10 +121,7 @@ def aws(template, aws_rules_spec):
         sqs_keys.clear_caches()
         from lakeq.sqs import permissions as sqs_perm
 
-        sqs_perm.forget_topics()  # (the container's topic cache: a fresh store per test)
-        from lakeq.store.repos import LogRepo
-
-        LogRepo.forget_hints()  # (the container's copies of queue items, as the topic cache)
+        sqs_perm.forget_topics()  # (the container's topic cache and copies of queue items: a fresh store per test)
         _tpl.create_buckets(clients["s3"], template, _tpl.LOCAL_STACK)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         yield {**clients, "_rules": rules}

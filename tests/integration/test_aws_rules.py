@@ -332,7 +332,7 @@ def test_batch_get_over_16_mb_returns_unprocessed_keys(aws):
 
 def test_attribute_values_of_the_wrong_wire_type_are_refused_as_dynamodb_does(aws):
     """A number must travel as a JSON string (``{"N": "5"}``). boto3 validates that; pynamodb's
-    client does not, and moto takes ``{"N": 5}``: the pull's segment probe (``LogRepo.ends_at``)
+    client does not, and moto takes ``{"N": 5}``: the pull's segment probe (``LogRepo.segments_at``)
     sent its ``base`` so, which DynamoDB refuses with a SerializationException."""
     assert ar.wire_type_error({"Keys": [{"pq": {"S": "a"}, "base": {"N": 5}}]}) == "NUMBER_VALUE cannot be converted to String"
     assert ar.wire_type_error({"Keys": [{"pq": {"S": "a"}, "base": {"N": "5"}}]}) is None
@@ -348,7 +348,7 @@ def test_attribute_values_of_the_wrong_wire_type_are_refused_as_dynamodb_does(aw
 
 
 def test_the_segment_probe_sends_numbers_as_strings_and_asks_unprocessed_keys_again(aws, monkeypatch):
-    """``LogRepo.ends_at`` (one BatchGetItem of segment keys, number range key ``base``): its
+    """``LogRepo.segments_at`` (one BatchGetItem of segment keys, number range key ``base``): its
     keys pass the wire-type rule, and keys DynamoDB leaves unprocessed (typed, as it returns them)
     are asked again as they are."""
     from pynamodb.connection.table import TableConnection
@@ -371,13 +371,9 @@ def test_the_segment_probe_sends_numbers_as_strings_and_asks_unprocessed_keys_ag
         return out
 
     monkeypatch.setattr(TableConnection, "batch_get_item", once_unprocessed)
-    got = LogRepo.ends_at({"t#0": 7, "t#1": 7, "t#2": 7, "t#3": 7})
-    assert got == {"t#0": 9, "t#1": 10, "t#2": 11}  # t#3 has no segment at 7
-    assert asked[1] == [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]
-    # the pull's probe asks the whole segments the same way (LogRepo.segments_at)
-    asked.clear()
     segs = LogRepo.segments_at({"t#0": 7, "t#1": 7, "t#2": 7, "t#3": 7})
-    assert {pq: (int(m.base), int(m.end)) for pq, m in segs.items()} == {"t#0": (7, 9), "t#1": (7, 10), "t#2": (7, 11)}
+    assert {pq: int(m.end) for pq, m in segs.items()} == {"t#0": 9, "t#1": 10, "t#2": 11}  # t#3 has none at 7
+    assert {pq: int(m.base) for pq, m in segs.items()} == {"t#0": 7, "t#1": 7, "t#2": 7}
     assert asked[1] == [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]
 
 

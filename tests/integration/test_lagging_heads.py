@@ -308,7 +308,7 @@ def _rounds(calls):
 
 def test_an_idle_long_poll_probes_all_its_queues_in_one_call_a_round(api, setup, clock, monkeypatch):
     """Each round of a long poll of an idle topic probes every lagging queue's chain in one
-    BatchGetItem of the segment keys at their frontiers (``LogRepo.ends_at``), not one Query a
+    BatchGetItem of the segment keys at their frontiers (``LogRepo.segments_at``), not one Query a
     queue: a 64-queue topic's empty pull made 64 sequential calls (bench/idle.py: 1.5 s of a
     fallback pull, 17× SQS a month). Time is the fake clock, moved by the poll's own sleeps."""
     from lakeq.consume import reader

@@ -133,7 +133,6 @@ class Log:
             if frontier == hints[q]:
                 at_hint[pq_] = frontier
         segs = LogRepo.segments_at(at_hint) if at_hint else {}
-        found = {pq_: int(m.end) for pq_, m in segs.items()}
         # the segments found: the read of the queue this poll locks starts from there, not a Query
         self._first.clear()
         self._first.update({q: segs[pq_] for q, (pq_, _) in lag.items() if pq_ in segs})
@@ -141,7 +140,10 @@ class Log:
         for view in views:
             if view.queue in lag:
                 pq_, frontier = lag[view.queue]
-                end = found.get(pq_) if pq_ in at_hint else LogRepo.chain_end(pq_)
+                if pq_ in at_hint:
+                    end = int(segs[pq_].end) if pq_ in segs else None
+                else:
+                    end = LogRepo.chain_end(pq_)
                 if end is not None and end > view.max_offset:
                     view = replace(view, max_offset=end)
             out.append(view)

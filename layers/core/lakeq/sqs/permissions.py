@@ -18,7 +18,7 @@ from lakeq.common.errors import ApiError, Forbidden, NotFound, Unavailable
 from lakeq.common.names import covers
 from lakeq.sqs import protocol as sp
 from lakeq.store.models import TopicModel, log_of
-from lakeq.store.repos import ClientRepo, TopicRepo
+from lakeq.store.repos import ClientRepo, LogRepo, TopicRepo
 from lakeq.store.sqs import SqsRepo, group_name, producer_name
 
 ADMIN = Principal(admin=True)
@@ -159,8 +159,6 @@ def forget_topics() -> None:
     copies of queue items (a DeleteQueue here: no receive of this container reads the deleted
     queue's copy; lakeq.store.repos.LogRepo.queue_hints)."""
     _TOPICS.clear()
-    from lakeq.store.repos import LogRepo
-
     LogRepo.forget_hints()
 
 

@@ -492,24 +492,16 @@ class LogRepo:
         return None
 
     @staticmethod
-    def ends_at(starts: dict[str, int]) -> dict[str, int]:
-        """For each queue ``pq_ -> start``: the end of the segment starting exactly at ``start``,
-        for those that have one (BatchGetItem of the segment keys, eventually consistent, at most
-        100 keys a call, UnprocessedKeys asked again after a jittered backoff; only ``end`` is
-        returned), for many queues in one round trip: 0.5 RRU per key when there is no such
-        segment (the common case of a drained queue), the segment's size when there is (it is read
-        next anyway). Exact only when each
-        ``start`` is a segment boundary (the pull's probe asks at a frontier equal to the queue
-        item's ``max_offset``, always a segment's end)."""
-        keys = [{"pq": k, "base": int(v)} for k, v in starts.items()]
-        return {item["pq"]["S"]: int(item["end"]["N"])
-                for item in _batch_get(SegmentModel, keys, attributes=["pq", "end"])}
-
-    @staticmethod
     def segments_at(starts: dict[str, int]) -> dict[str, SegmentModel]:
-        """:meth:`ends_at` with the whole segments (the same one BatchGetItem and the same request
-        units: a BatchGetItem bills each item's full size whatever it returns of it), so the pull
-        that locks one of them reads it from here instead of a Query (:meth:`read`'s ``first``)."""
+        """For each queue ``pq_ -> start``: the segment starting exactly at ``start``, for those
+        that have one (BatchGetItem of the segment keys, eventually consistent, at most 100 keys a
+        call, UnprocessedKeys asked again after a jittered backoff), for many queues in one round
+        trip: 0.5 RRU per key when there is no such segment (the common case of a drained queue),
+        the segment's size when there is (a BatchGetItem bills each item's full size whatever it
+        returns of it; the pull that locks it reads it from here instead of a Query, :meth:`read`'s
+        ``first``). Exact only when each ``start`` is a segment boundary (the pull's probe asks at
+        a frontier equal to the queue item's ``max_offset`` or the record's ``bnd``, each a
+        segment's end)."""
         keys = [{"pq": k, "base": int(v)} for k, v in starts.items()]
         out = {}
         for item in _batch_get(SegmentModel, keys):
