@@ -9,5 +9,6 @@ import json
 
 def manifest_rows(key: str, data: bytes) -> list[dict]:
     """The rows of manifest part ``key`` whose stored bytes are ``data``."""
-    text = (gzip.decompress(data) if key.endswith(".gz") else data).decode("utf-8")
-    return [json.loads(x) for x in text.splitlines() if x.strip()]
+    raw = gzip.decompress(data) if key.endswith(".gz") else data
+    # split the bytes (as the copier does): str.splitlines would also split at a U+2028 in a value
+    return [json.loads(x) for x in raw.splitlines() if x.strip()]

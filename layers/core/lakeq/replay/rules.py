@@ -89,9 +89,17 @@ class Filter:
 def _spelled(v: Any) -> str | None:
     """``v`` as the lake's JSON text spells it, when that is certain: the archiver writes compact JSON
     with ``ensure_ascii=False`` and Spark's reader re-writes an object's text with Jackson, which
-    agrees except for ``\\uXXXX`` escapes (hex case): those are left out."""
+    agrees except for ``\\uXXXX`` escapes (hex case) and for a character beyond U+FFFF (an emoji),
+    which Jackson writes as two ``\\u`` escapes where ``json.dumps`` writes it as is: those are left
+    out (a needle spelled the other way would drop every row holding the value).
+
+    >>> _spelled("é"), _spelled("a\\nb"), _spelled("\\u0001"), _spelled("😀"), _spelled("\\ud800")
+    ('"é"', '"a\\\\nb"', None, None, None)
+    """
     t = json.dumps(v, ensure_ascii=False)
-    return None if "\\u" in t else t
+    if "\\u" in t or any(ord(c) > 0xFFFF or 0xD800 <= ord(c) <= 0xDFFF for c in t):
+        return None
+    return t
 
 
 def field_needles(f: Filter) -> list[list[str]]:
