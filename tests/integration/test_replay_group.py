@@ -367,6 +367,20 @@ def test_broadcasting_instances_each_read_the_list(api, two, clock):
     assert replays_of("bc") is None
 
 
+def test_a_clustering_group_that_never_settles_the_list_is_released_after_its_ttl(api, two, clock):
+    """A group that never pulls its replay's copies: the list cannot drain (its entries expire with
+    the list's TTL), so the marker goes, and the replay stops being live, once the TTL has passed
+    since the end — not never (the schedule asked every minute for ever before)."""
+    start("rp_n1", ordered(rows(3)))
+    assert gt.end("rp_n1", T, "risk", cancelled=False) is False
+    clock.t += 13 * 24 * 3600 * 1000  # within the TTL: still waiting for the group
+    assert gt.end("rp_n1", T, "risk", cancelled=False) is False
+    assert replays_of("risk") == {f"rp_n1|{T}"}
+    clock.t += 2 * 24 * 3600 * 1000  # past it
+    assert gt.end("rp_n1", T, "risk", cancelled=False) is True
+    assert replays_of("risk") is None
+
+
 def test_a_replay_lists_segments_are_no_subscriptions_to_push():
     from lakeq.push.delivery import subscriptions_of_records
     rec = lambda pq: {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": pq}}}}  # noqa: E731

@@ -84,10 +84,14 @@ def sink(replay_id: str, topic: str, group: str) -> Callable[[list[Copy]], int]:
     return put
 
 
-def drained(replay_id: str, group: str, client_id: str | None = None) -> bool:
+_READ = object()
+
+
+def drained(replay_id: str, group: str, client_id: str | None = None, q=_READ) -> bool:
     """Has the group (or its instance) settled every entry of the list? A consistent GetItem of the
-    list's queue item and one of the record."""
-    q = ReplayListRepo.queue(replay_id)
+    list's queue item (unless the caller passes it as ``q``) and one of the record."""
+    if q is _READ:
+        q = ReplayListRepo.queue(replay_id)
     if q is None:
         return True
     rec = OffsetRepo.get(replay_owner(group, replay_id, client_id), 0)
@@ -100,8 +104,10 @@ def end(replay_id: str, topic: str, group: str, cancelled: bool) -> bool:
     """No more copies (done, failed, or ``cancelled``): the list is marked ended (once), and the
     group's marker is removed when it may be — at once when cancelled (the group stops seeing the
     list; the entries expire with its TTL) or the group is gone; for a clustering group once it
-    settled every entry; for a broadcasting group (its instances are not known)
-    :data:`LIST_TTL_S` after the end. True when the marker is gone: the caller (ReplayFunction's
+    settled every entry, or :data:`LIST_TTL_S` after the end if it never does (the entries it left
+    have expired by then: the list would never drain, and the replay would stay live for ever); for
+    a broadcasting group (its instances are not known) :data:`LIST_TTL_S` after the end. True when
+    the marker is gone: the caller (ReplayFunction's
     schedule, :func:`lakeq.replay.service.run_all`) calls again on its next run until then.
     Idempotent; pulls never remove the marker (ConsumeFunction writes no client item)."""
     _check(replay_id, topic, group)
@@ -110,11 +116,11 @@ def end(replay_id: str, topic: str, group: str, cancelled: bool) -> bool:
     g = ClientRepo.get(group)
     if cancelled or g is None:
         release = True
-    elif g.mode == "broadcasting":
+    else:
         q = ReplayListRepo.queue(replay_id)
         release = q is None or now >= int(q.ended_at or now) + LIST_TTL_S * 1000
-    else:
-        release = drained(replay_id, group)
+        if not release and g.mode != "broadcasting":
+            release = drained(replay_id, group, q=q)
     if release and g is not None:
         ReplayListRepo.unmark(group, replay_id, topic)
     return release
