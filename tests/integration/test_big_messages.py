@@ -311,7 +311,8 @@ def test_a_dead_lettered_big_message_is_copied_by_its_claim(api, setup, aws, clo
     assert [(m["body"] == body, m["dead_letter"]["id"]) for m in b["messages"]] == [(True, "poison")]
     # siblings (the merge of peek/redrive with the claim check): an operator peeks at the dead-letter
     # copy (PeekFunction reads the body from the bucket) and redrives it back (RedriveFunction's copy
-    # carries the claim, as the dead-letter copy does, instead of a 1 MiB body in a segment)
+    # carries a claim, as the dead-letter copy does, instead of a 1 MiB body in a segment: a claim of
+    # its own object, copied in the bucket, so it lives as long as a new message's)
     s, page = api.call("GET", "/v1/topics/dlq/queues/0/messages", query={"from": "0", "limit": "5"})
     assert s == 200, str(page)[:300]
     assert [(m["body"] == body) for m in page["messages"]] == [True]
@@ -327,7 +328,9 @@ def test_a_dead_lettered_big_message_is_copied_by_its_claim(api, setup, aws, clo
     assert r["status"] == "completed" and r["moved"] == 1 and r["failed"] == 0, r
     back = [s_ for s_ in SegmentModel.query("quotes/sh#0")] + [s_ for s_ in SegmentModel.query("quotes/sh#1")]
     assert all(len(s_.data) < 4096 for s_ in back)  # the original and its redriven copy: claims only
-    assert len(objects(aws)) == 1  # one object, named by all three
+    assert len(objects(aws)) == 2  # the original's (named by it and the dead-letter copy), the redriven copy's
+    first = claims.object_key(T, "poison", claims.digest(body.encode()))
+    aws["s3"].delete_object(Bucket=BUCKET, Key=first)  # the first object expires: the copy keeps its body
     got = pull_all(api, setup["risk"], 1)
     assert [m["body"] == body for m in got] == [True]
 

@@ -372,8 +372,9 @@ def test_cancel_records_the_chunk_in_hand(api, setup, clock, replay, aws, monkey
 
 def test_a_copy_outgrowing_a_segment_entry_goes_by_claim_and_claims_are_carried(api, setup, clock, replay, aws):
     """A body just under the inline limit with a short id: the copy's longer derived id pushes it
-    over, so its body goes to the lake bucket (bodies/*); a claim-checked source body is carried as
-    its claim (the same object)."""
+    over, so its body goes to the lake bucket (bodies/*); a claim-checked source body is copied to
+    the copy's own object (its lifetime starts again: the bucket expires bodies/ by age) — and the
+    copy is still delivered after the source's object is gone."""
     clock.t = T0
     base = {"id": "a", "key": "k", "properties": {}, "tags": []}
     hdr = len(json.dumps({"id": "a", "key": "k", "tags": [], "properties": {}, "produced_at": T0},
@@ -391,13 +392,17 @@ def test_a_copy_outgrowing_a_segment_entry_goes_by_claim_and_claims_are_carried(
     msgs = [m for ms in H.topic_messages("replayed").values() for m in ms]
     by_body = {m["claim"]["size"] if m.get("claim") else -1: m for m in msgs}
     assert set(by_body) == {len(near["body"]), 400 * 1024}
-    # the big one names the source's object; the near one got its own (put by the copier)
+    # the big one names its own copy of the source's object; the near one got its own (put by the copier)
     src = {m["id"]: m for ms in H.topic_messages("quotes/sh").values() for m in ms}
-    assert by_body[400 * 1024]["claim"] == src["b"]["claim"]
+    copied = by_body[400 * 1024]["claim"]
+    assert copied["key"] != src["b"]["claim"]["key"]
+    assert {**copied, "key": None} == {**src["b"]["claim"], "key": None}  # same size and digest
     assert "claim" not in src["a"] or src["a"].get("claim") is None
     import os
     key = by_body[len(near["body"])]["claim"]["key"]
     assert aws["s3"].get_object(Bucket=os.environ["LAKE_BUCKET"], Key=key)["Body"].read() == near["body"].encode()
+    # the source's object expires (the bucket's lifecycle, by age): the copy keeps its body
+    aws["s3"].delete_object(Bucket=os.environ["LAKE_BUCKET"], Key=src["b"]["claim"]["key"])
     # through the API: a consumer of replayed reads both bodies
     s, c = api.call("POST", "/v1/clients", {"name": "rc", "role": "consumer", "topics": ["replayed"]})
     got_bodies = []
@@ -565,18 +570,19 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     hdr = len(json.dumps({"id": "a", "key": "k", "tags": [], "properties": {}, "produced_at": T0},
                          separators=(",", ":")).encode())
     m = {"id": "a", "key": "k", "properties": {}, "tags": [], "body": "x" * (claims.INLINE_BYTES - hdr)}
-    assert api.call("POST", T, {"producer": "feed", "messages": [m]}, key=setup["feed"])[0] == 200
+    big = {"id": "b", "key": "k", "properties": {}, "tags": [], "body": "y" * (400 * 1024)}  # copied in the bucket
+    assert api.call("POST", T, {"producer": "feed", "messages": [m, big]}, key=setup["feed"])[0] == 200
     r = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
     H.run_schedule()  # selecting: listed, nothing yet
     H.write_manifest(aws, r["id"], "quotes/sh", T0, T0 + 1, None)
     race = Race()
     with interceptor.hooked(race):
         H.run_schedule()
-    assert race.fired and api.call("GET", f"/v1/replays/{r['id']}")[1]["copied"] == 1
+    assert race.fired and api.call("GET", f"/v1/replays/{r['id']}")[1]["copied"] == 2
     held = [m for ms in H.topic_messages("replayed").values() for m in ms]
     assert sorted(m["id"] for m in held if m["id"].startswith("rp-")) == sorted(H.source_of("quotes/sh", [
-        {"queue": q, "offset": 0} for q, ms in H.topic_messages("quotes/sh").items() if ms]))
-    assert len(held) == 13
+        {"queue": q, "offset": o} for q, ms in H.topic_messages("quotes/sh").items() for o in range(len(ms))]))
+    assert len(held) == 14
     assert api.call("GET", "/v1/replays")[0] == 200 and api.call("GET", f"/v1/replays/{r['id']}")[0] == 200
     r2 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
     assert api.call("POST", f"/v1/replays/{r2['id']}/cancel")[0] == 200

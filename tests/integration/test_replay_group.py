@@ -381,6 +381,32 @@ def test_a_clustering_group_that_never_settles_the_list_is_released_after_its_tt
     assert replays_of("risk") is None
 
 
+def test_a_claimed_body_is_copied_to_the_lists_own_object(api, two, aws):
+    """A manifest row whose body is in the lake bucket (a claim): the list's entry names its own
+    object (copied in the bucket, a new lifetime: the bucket expires bodies/ by age, and a replay may
+    copy a message made 399 days ago), so the group still gets the body once the source's object is
+    gone. Sunk again (a chunk re-copied after a crash): the same object, nothing new."""
+    import os
+
+    from lakeq.log import claims
+    from lakeq.store.bodies import BodyStore
+
+    bucket = os.environ["LAKE_BUCKET"]
+    data = ("z" * 400_000).encode()
+    src = claims.make(T, "m0", data)
+    BodyStore.put(src, data)
+    rs = ordered(rows(2, body=lambda pos: ""))
+    rs[0]["claim"] = json.dumps(src)
+    assert start("rp_c1", rs) == 2
+    assert start("rp_c1", rs) == 0  # again: nothing new, no second object
+    keys = sorted(o["Key"] for o in aws["s3"].list_objects_v2(Bucket=bucket, Prefix=claims.PREFIX)["Contents"])
+    assert len(keys) == 2 and src["key"] in keys
+    aws["s3"].delete_object(Bucket=bucket, Key=src["key"])  # the source's object expires
+    b = pull(api, two["risk"], max=10)
+    got = {m["id"]: m["body"] for m in b["messages"] if m["id"].startswith("m")}
+    assert got == {"m0": data.decode(), "m1": ""}
+
+
 def test_a_replay_lists_segments_are_no_subscriptions_to_push():
     from lakeq.push.delivery import subscriptions_of_records
     rec = lambda pq: {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": pq}}}}  # noqa: E731

@@ -38,6 +38,7 @@ from lakeq.contract import validation as v
 from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
 from lakeq.store.append import Contended, append_copies
+from lakeq.store.bodies import BodyStore
 from lakeq.store.models import log_of
 from lakeq.store.redrives import RedriveModel, RedriveRepo
 from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, LogRepo, TopicRepo
@@ -179,9 +180,11 @@ def _batch(r: RedriveModel, prog: mp.Progress, queue: int, n: int, now: int) -> 
             failed += 1
             error = f"message at {queue}:{m['_log_offset']} names no source topic to go back to"
             continue
-        claim = m.get("claim")  # a body in the lake bucket: the copy names the same object (issue 18.2)
+        mid = mp.move_id(r.source_log, queue, m["_log_offset"])
+        claim = m.get("claim")  # a body in the lake bucket (issue 18.2): the copy's own object (renewed)
+        claim = BodyStore.renewed(r.source_log, mid, claim) if claim is not None else None
         by_dest.setdefault(d, []).append(seg.Message(
-            id=mp.move_id(r.source_log, queue, m["_log_offset"]), body="" if claim else m["body"], key=m.get("key"),
+            id=mid, body="" if claim else m["body"], key=m.get("key"),
             tags=list(m.get("tags") or []), properties=dict(m.get("properties") or {}), produced_at=now,
             claim=claim))
     moved = 0

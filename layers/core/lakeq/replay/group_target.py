@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from lakeq.common import backoff, clock
 from lakeq.common.errors import LakeqError
@@ -21,6 +22,7 @@ from lakeq.common.names import check_name, check_topic
 from lakeq.log.produce_plan import plan_parts
 from lakeq.replay.copier import Copy
 from lakeq.replay.group_plan import entry, fresh, position
+from lakeq.store.bodies import BodyStore
 from lakeq.store.replay_lists import LIST_TTL_S, ReplayListRepo, replay_log, replay_owner
 from lakeq.store.repos import ClientRepo, OffsetRepo
 
@@ -57,7 +59,17 @@ def sink(replay_id: str, topic: str, group: str) -> Callable[[list[Copy]], int]:
     _check(replay_id, topic, group)
     log_name = replay_log(replay_id)
 
+    entries: dict[str, object] = {}
+
+    def stored(c: Copy):
+        """The list's entry for ``c``, a claim it carries renewed under the copy's own key (once)."""
+        if c.id not in entries:
+            e = entry(c, topic)
+            entries[c.id] = e if e.claim is None else replace(e, claim=BodyStore.renewed(log_name, c.id, e.claim))
+        return entries[c.id]
+
     def put(copies: list[Copy]) -> int:
+        entries.clear()
         copies = sorted(copies, key=position)
         added = attempt = 0
         while True:
@@ -68,7 +80,7 @@ def sink(replay_id: str, topic: str, group: str) -> Callable[[list[Copy]], int]:
             if not todo:
                 return added
             base = int(q.max_offset)
-            items = [(i, entry(c, topic), False) for i, c in enumerate(todo)]
+            items = [(i, stored(c), False) for i, c in enumerate(todo)]
             part, placed = plan_parts(log_name, 0, items, base)[0]
             now = clock.now()
             if ReplayListRepo.append(replay_id, base, int(q.rpos or 0), position(todo[len(placed) - 1]) + 1,

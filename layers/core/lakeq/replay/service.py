@@ -204,7 +204,8 @@ def _close(r: ReplayModel) -> None:
 
 def copy_message(c: copier.Copy, now: int) -> seg.Message:
     """The message a manifest row's copy is: derived id, key, tags and properties kept, the body —
-    or the claim of a body kept in the lake bucket (the copy names the same object)."""
+    or the claim of a body kept in the lake bucket (the original's object; the sinks store the copy
+    under its own, :meth:`lakeq.store.bodies.BodyStore.stored_copy`)."""
     row = c.row
     claim = row.get("claim")
     claim = json.loads(claim) if isinstance(claim, str) else claim
@@ -226,7 +227,7 @@ def topic_sink(name: str) -> Callable[[list[copier.Copy]], int]:
         if t is None:
             raise TargetGone(f"target topic '{name}' does not exist")
         log, now = log_of(t), clock.now()
-        msgs = [BodyStore.claim_checked(log, copy_message(c, now)) for c in copies]
+        msgs = [BodyStore.stored_copy(log, copy_message(c, now)) for c in copies]
         try:
             return append_copies(log, int(t.queues), msgs, now)
         except Contended:

@@ -57,6 +57,39 @@ class BodyStore:
         return replace(msg, body="", claim=claim)
 
     @staticmethod
+    def renewed(log: str, message_id: str, claim: dict) -> dict:
+        """The claim of a *copy* (message ``message_id`` of ``log``: a replay's or a redrive's) of a
+        body another message's ``claim`` names: the same bytes under the copy's own key (one
+        CopyObject inside the bucket, before the write that names it, as :meth:`claim_checked`'s put),
+        so the copy's object lives as long as a new message's — the bucket's lifecycle removes
+        ``bodies/`` objects by age, and a copy naming the original's object (a replay of a message
+        made 399 days ago) would lose its body within days, its pulls failing on
+        :class:`lakeq.log.claims.ClaimMissing`. The same copy again (a retried chunk) copies to the
+        same key. When the original's object is already gone the claim is kept as it is (nothing
+        is left to copy; a pull of the copy then fails as a pull of the original would)."""
+        from botocore.exceptions import ClientError
+
+        key = claims.object_key(log, message_id, claim["sha256"])
+        if key == claim["key"]:
+            return claim
+        try:
+            _client().copy_object(Bucket=_bucket(), Key=key, CopySource={"Bucket": _bucket(), "Key": claim["key"]},
+                                  MetadataDirective="COPY")
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return claim
+            raise
+        return {**claim, "key": key}
+
+    @staticmethod
+    def stored_copy(log: str, msg: seg.Message) -> seg.Message:
+        """A copy ``msg`` of ``log`` as it is stored: a claim it carries :meth:`renewed`, else
+        :meth:`claim_checked` (a body that does not fit inline put under the copy's key)."""
+        if msg.claim is not None:
+            return replace(msg, claim=BodyStore.renewed(log, msg.id, msg.claim))
+        return BodyStore.claim_checked(log, msg)
+
+    @staticmethod
     def get(claim: dict) -> str:
         """The body ``claim`` names (one GetObject), checked against its size and digest:
         :class:`lakeq.log.claims.ClaimMismatch` when it differs, :class:`lakeq.log.claims.ClaimMissing`
