@@ -9,8 +9,8 @@ import re
 import requests
 from playwright.sync_api import expect
 
-from tests.e2e.test_console_e2e import browser  # noqa: F401 (the Chromium fixture)
-from tests.e2e.test_console_e2e import screenshot
+from tests.e2e.test_console_e2e import browser, screenshot  # noqa: F401 (browser: the Chromium fixture)
+
 T = 15
 
 

@@ -15,8 +15,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.e2e.test_console_e2e import browser  # noqa: F401 (the Chromium fixture)
-from tests.e2e.test_console_e2e import screenshot
+from tests.e2e.test_console_e2e import browser, screenshot  # noqa: F401 (browser: the Chromium fixture)
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -19,8 +19,7 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.test_console_e2e import browser  # noqa: F401 (the Chromium fixture)
-from tests.e2e.test_console_e2e import screenshot
+from tests.e2e.test_console_e2e import browser, screenshot  # noqa: F401 (browser: the Chromium fixture)
 from tests.e2e.test_replay_e2e import until_ended  # (skips this module without pyspark, as there)
 
 
