@@ -5,8 +5,8 @@ against the local stack.
 The operator pastes the admin key; produce / join / sync / pull / ack / subscribe go through the
 API; the page must show exactly the numbers the JSON routes return (topic offsets, per-queue
 backlog, lock holder, dead-lettered counts, members, generation and assignment, subscription list backlog, the lake
-report in the chart), refresh by itself, and log no console error. A screenshot is kept in
-``tests/artifacts/console.png`` (git-ignored; its path is printed).
+report in the chart), refresh by itself, and log no console error. Screenshots are kept in ``docs/screenshots/``
+(committed, shown in docs/api.md's console section; :func:`screenshot`, used by every console test).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import requests
 from playwright.sync_api import expect
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TOPIC, FEED, GROUP = "console.quotes", "console-feed", "console-risk"
@@ -111,6 +111,17 @@ def _expected(m) -> bool:
     still logs every non-2xx fetch as a console error. Nothing else is expected."""
     return m.type == "error" and "/v1/reports/backlog?" in (m.location or {}).get("url", "") \
         and "status of 404" in m.text
+
+
+def screenshot(page, name: str) -> Path:
+    """The page, full height, as ``docs/screenshots/<name>.png`` (committed: the console's tests keep
+    what they saw; docs/api.md links them). Returns the path, also printed."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"\nconsole screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+    return shot
 
 
 def _text(page, selector: str) -> str:
@@ -214,11 +225,7 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     sub_row = page.locator(f'#summary-table td[data-subscription="{world["sub"]["id"]}"][data-field="summary_sub_backlog"]')
     assert sub_row.inner_text().strip() == str(next(x for x in summ["subscriptions"] if x["subscription"] == world["sub"]["id"])["backlog"])
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "console.png"
-    page.screenshot(path=str(shot), full_page=True)
-    print(f"\nconsole screenshot: {shot}")
-    assert shot.stat().st_size > 10_000
+    screenshot(page, "console")
 
     assert problems == [], problems
     assert off_origin == [], off_origin  # no CDN: the machine has no internet
@@ -241,6 +248,7 @@ def test_console_with_a_group_key_shows_only_that_group(world, browser, stack):
                            headers=_h(world["gk"]), timeout=T))
     expect(page.locator(f'[data-field="total_backlog"][data-topic="{TOPIC}"]')).to_have_text(
         str(off["backlog"]), timeout=20_000)
+    screenshot(page, "console-group-key")
     page.click("#forget-key")
     assert page.evaluate("sessionStorage.length") == 0 and page.locator(".group").count() == 0
     assert problems == [], problems

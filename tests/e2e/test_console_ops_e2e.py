@@ -1,18 +1,16 @@
 """The console's peek and redrive panel (issue 18.3) in Chromium (Playwright, as
 test_console_e2e.py): the admin peeks at a dead-letter topic, starts a redrive after confirming
-(a dismissed confirmation starts nothing), sees its progress and cancels it after confirming. A
-screenshot is kept in ``tests/artifacts/console-ops.png`` (git-ignored)."""
+(a dismissed confirmation starts nothing), sees its progress and cancels it after confirming. The
+screenshot is kept as ``docs/screenshots/console-ops.png``."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import requests
 from playwright.sync_api import expect
 
-from tests.e2e.test_console_e2e import browser  # noqa: F401 (the Chromium fixture)
+from tests.e2e.test_console_e2e import browser, screenshot  # noqa: F401 (browser: the Chromium fixture)
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 T = 15
 
 
@@ -104,9 +102,6 @@ def test_peek_and_redrive_from_the_console(stack, browser):  # noqa: F811
     expect(page.locator('[data-field="summary_oldest_age"]')).to_have_text(re.compile(r"^\d+(\.\d)? (s|min|h|d)$"))
     expect(page.locator('[data-field="summary_produce_rate"]')).to_have_text(re.compile(r" msg/s$"), timeout=20_000)
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "console-ops.png"
-    page.screenshot(path=str(shot), full_page=True)
-    print(f"\nconsole screenshot: {shot}")
+    screenshot(page, "console-ops")
     assert problems == [], problems
     page.close()

@@ -1,23 +1,22 @@
-"""The console's replays panel (issue 18.1) in Chromium (Playwright, as test_console_ops_e2e.py): the
-admin sees the replays with their status and progress (found / copied / failed), starts one from the
-form only after confirming (a dismissed confirmation sends nothing), is told about a bad filter
-before anything is sent, and cancels a replay after confirming. A screenshot is kept in
-``tests/artifacts/console-replays.png`` (git-ignored).
-
-The replay routes are answered by ``page.route`` per the contract (/work/wt/REPLAY.md §1, docs/api.md
-"Replays"): they land from another branch (helper replayapi's), written at the same time as this
-panel; the rest of the console talks to the real local stack."""
+"""The console's replays panel (issue 18.1) in Chromium (Playwright, as test_console_ops_e2e.py),
+with the replay routes answered by ``page.route`` (:class:`FakeReplays`, per docs/api.md
+"Replays"); the rest of the console talks to the real local stack. The real routes, the selection
+job on Spark and the copier are driven from the console in test_console_replays_live_e2e.py; this
+test keeps what the local stack does not produce on demand: a replay that failed (its error shown,
+found "—"), one copying with failures counted, the exact request bodies the form sends (from / to
+read as UTC, a filter, a topic target) and a bad filter refused before any confirmation or
+request. Also an API without the replay routes (404). The screenshot
+is kept as ``docs/screenshots/console-replays-fake.png`` (the fake's replays, not the stack's).
+"""
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from playwright.sync_api import expect
 
-from tests.e2e.test_console_e2e import browser  # noqa: F401 (the Chromium fixture)
+from tests.e2e.test_console_e2e import browser, screenshot  # noqa: F401 (browser: the Chromium fixture)
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
@@ -147,10 +146,7 @@ def test_replays_list_form_and_cancel(stack, browser):  # noqa: F811
     expect(cellof("rp_copying", "status")).to_have_text("cancelled")
     expect(page.locator('button[data-cancel-replay="rp_copying"]')).to_have_count(0)
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "console-replays.png"
-    page.screenshot(path=str(shot), full_page=True)
-    print(f"\nconsole screenshot: {shot}")
+    screenshot(page, "console-replays-fake")
     assert problems == [], problems
     page.close()
 
