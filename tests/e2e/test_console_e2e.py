@@ -11,6 +11,7 @@ report in the chart), refresh by itself, and log no console error. Screenshots a
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -21,7 +22,11 @@ import requests
 from playwright.sync_api import expect
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# where the console's tests keep what they saw: docs/screenshots/ (committed, linked from docs/api.md)
+# when LAKEQ_KEEP_SCREENSHOTS=1 (refresh them with `LAKEQ_KEEP_SCREENSHOTS=1 make e2e`), else
+# tests/artifacts/ (git-ignored), so that a test run leaves the tree clean
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / ("docs/screenshots" if os.environ.get("LAKEQ_KEEP_SCREENSHOTS") == "1" else "tests/artifacts")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TOPIC, FEED, GROUP = "console.quotes", "console-feed", "console-risk"
@@ -114,8 +119,9 @@ def _expected(m) -> bool:
 
 
 def screenshot(page, name: str) -> Path:
-    """The page, full height, as ``docs/screenshots/<name>.png`` (committed: the console's tests keep
-    what they saw; docs/api.md links them). Returns the path, also printed."""
+    """The page, full height, as ``<name>.png`` in :data:`SCREENSHOTS` (``docs/screenshots/``,
+    committed and linked from docs/api.md, with ``LAKEQ_KEEP_SCREENSHOTS=1``). Returns the path,
+    also printed."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     shot = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(shot), full_page=True)
