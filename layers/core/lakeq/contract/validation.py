@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,21 @@ def json_body(raw: str | None) -> dict:
     if _SURROGATE.search(raw) and _has_lone_surrogate(value):
         raise BadRequest("request body contains a lone UTF-16 surrogate (not valid Unicode text)")
     return value
+
+
+def known_fields(body: Mapping, fields: Iterable[str]) -> None:
+    """400 when ``body`` has a field not in ``fields``: a misspelt optional field (``"destinaton"``)
+    is refused instead of silently ignored (the request would then do its default).
+
+    >>> known_fields({"source": "d"}, ("source", "rate"))
+    >>> known_fields({"source": "d", "destinaton": "t"}, ("source", "destination"))
+    Traceback (most recent call last):
+    ...
+    lakeq.common.errors.BadRequest: unknown field(s): destinaton (this request takes destination, source)
+    """
+    unknown = sorted(str(k) for k in body if k not in fields)
+    if unknown:
+        raise BadRequest(f"unknown field(s): {', '.join(unknown)} (this request takes {', '.join(sorted(fields))})")
 
 
 def _has_lone_surrogate(value: Any) -> bool:
