@@ -282,6 +282,13 @@ def pull(params: dict, group_required: bool = True) -> PullRequest:
     )
 
 
+def grow_topic(body: dict) -> int:
+    """``PATCH /v1/topics/{topic}`` ``{"queues": n}``: the new count (1-64; growth is checked
+    against the topic's), nothing else."""
+    known_fields(body, ("queues",))
+    return int_field(body, "queues", QUEUES_MIN, QUEUES_MAX, required=True)
+
+
 def create_topic(body: dict) -> tuple[str, int]:
     name = check_topic(body.get("name"), "name")
     return name, int_field(body, "queues", QUEUES_MIN, QUEUES_MAX, QUEUES_DEFAULT)
@@ -451,7 +458,9 @@ class VisibilityIn:
 
 
 def visibility(body: dict) -> VisibilityIn:
-    """``POST /v1/visibility``: an ack's fields plus ``visibility_timeout_ms`` 0–43200000 (0: unlock now)."""
+    """``POST /v1/visibility``: an ack's fields plus ``visibility_timeout_ms`` 0–43200000 (0: unlock now);
+    nothing else (an ack's ``accept`` / ``release`` / ``reject`` included: a visibility settles nothing)."""
+    known_fields(body, ("group", "subscription", "client_id", "receipt", "visibility_timeout_ms"))
     req = ack(body)
     return VisibilityIn(req, int_field(body, "visibility_timeout_ms", 0, VISIBILITY_MAX, required=True))
 
