@@ -357,6 +357,16 @@ def test_patch_topic(api, setup, clock):
     assert {r["queue"] for r in out["results"]} & {4, 5}
 
 
+def test_patch_topic_unknown_field_is_400_and_changes_nothing(api, setup):
+    """An unknown field was ignored: ``{"queues": 6, "name": "other"}`` grew ``quotes`` (200)."""
+    for body in ({"queues": 6, "name": "other"}, {"queues": 6, "parent": None}):
+        s, out = api.call("PATCH", "/v1/topics/quotes", body)
+        assert s == 400, (body, out)
+        assert out["error"]["code"] == "bad_request" and next(iter(set(body) - {"queues"})) in out["error"]["message"]
+    assert sorted(int(q.queue) for q in QueueModel.scan() if q.topic == "quotes") == list(range(4))
+    assert [t["queues"] for t in api.call("GET", "/v1/topics")[1]["topics"] if t["name"] == "quotes"] == [4]
+
+
 # -------------------------------------------------------------------------------- concurrency
 def _history(aws):
     """Every image the GroupsTable stream recorded, in order."""

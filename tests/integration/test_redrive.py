@@ -151,6 +151,24 @@ def test_bad_requests_and_auth_change_nothing(api, setup, dlq):
     assert moved() == []
 
 
+def test_an_unknown_field_is_400_and_changes_nothing(api, setup, dlq):
+    """A typo of ``destination`` was ignored: the redrive started (202) and sent the messages back to
+    their sources instead of to ``retry``."""
+    assert api.call("POST", "/v1/topics", {"name": "retry", "queues": 1})[0] == 201
+    dead_letter(api, setup, 2)
+    segments = sorted(str(i.attribute_values) for i in SegmentModel.scan(consistent_read=True))
+    for body in ({"source": "dlq", "destinaton": "retry"}, {"source": "dlq", "rate": 5, "speed": 1}):
+        s, b = api.call("POST", "/v1/redrives", body)
+        assert s == 400, b
+        assert set(b) == {"error"} and b["error"]["code"] == "bad_request"
+        assert ("destinaton" if "destinaton" in body else "speed") in b["error"]["message"]
+    assert sorted(str(i.attribute_values) for i in RedriveModel.scan()) == []  # no redrive, no kept position
+    assert sorted(str(i.attribute_values) for i in SegmentModel.scan(consistent_read=True)) == segments
+    assert moved() == moved("retry") == []
+    s, b = api.call("POST", "/v1/redrives", {"source": "dlq", "destination": "retry"})  # as meant: 202
+    assert s == 202 and b["moved"] == 2 and len(moved("retry")) == 2, b
+
+
 def _start_later(body: dict) -> str:
     """A redrive created without running it (the schedule will)."""
     import json

@@ -135,6 +135,18 @@ def test_bad_input_400_and_changes_nothing(api, setup, clock, batch):
     assert renew(api, setup["risk"], r, 43_200_000)[1]["locked_until"] == clock.t + 43_200_000  # the bound itself
 
 
+def test_an_unknown_field_is_400_and_changes_nothing(api, setup, clock, batch):
+    """The body's ack fields were parsed whole, so ``"reject": [0]`` (an ack's outcome) or a misspelt
+    field was accepted and ignored: the lock was ended (or extended) and nothing rejected."""
+    before = offsets()
+    for extra in ({"reject": [0]}, {"release": [1]}, {"visibility_timout": 5}):
+        s, e = renew(api, setup["risk"], batch["receipt"], 0, **extra)
+        assert s == 400, (extra, e)
+        assert set(e) == {"error"} and e["error"]["code"] == "bad_request" and next(iter(extra)) in e["error"]["message"]
+    assert offsets() == before
+    assert pull(api, setup["risk"])[1]["messages"] == []  # still locked
+
+
 def test_auth_not_found_forbidden(api, setup, clock, batch):
     r = batch["receipt"]
     broker, q, off, nxt, ts = r.split(":")

@@ -63,7 +63,7 @@ def grow_topic(p: Principal, name: str, raw: str | None) -> dict:
     One transaction: the topic's count (conditioned on the count read) and the new queue items.
     Consumer groups notice the new count on their next request and rebalance."""
     check_topic(name)
-    queues = v.int_field(v.json_body(raw), "queues", v.QUEUES_MIN, v.QUEUES_MAX, required=True)
+    queues = v.grow_topic(v.json_body(raw))
     t = topic_or_404(name)
     require_admin(p)
     for _ in range(APPEND_ATTEMPTS):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,21 @@ def json_body(raw: str | None) -> dict:
     if _SURROGATE.search(raw) and _has_lone_surrogate(value):
         raise BadRequest("request body contains a lone UTF-16 surrogate (not valid Unicode text)")
     return value
+
+
+def known_fields(body: Mapping, fields: Iterable[str]) -> None:
+    """400 when ``body`` has a field not in ``fields``: a misspelt optional field (``"destinaton"``)
+    is refused instead of silently ignored (the request would then do its default).
+
+    >>> known_fields({"source": "d"}, ("source", "rate"))
+    >>> known_fields({"source": "d", "destinaton": "t"}, ("source", "destination"))
+    Traceback (most recent call last):
+    ...
+    lakeq.common.errors.BadRequest: unknown field(s): destinaton (this request takes destination, source)
+    """
+    unknown = sorted(str(k) for k in body if k not in fields)
+    if unknown:
+        raise BadRequest(f"unknown field(s): {', '.join(unknown)} (this request takes {', '.join(sorted(fields))})")
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -266,6 +282,13 @@ def pull(params: dict, group_required: bool = True) -> PullRequest:
     )
 
 
+def grow_topic(body: dict) -> int:
+    """``PATCH /v1/topics/{topic}`` ``{"queues": n}``: the new count (1-64; growth is checked
+    against the topic's), nothing else."""
+    known_fields(body, ("queues",))
+    return int_field(body, "queues", QUEUES_MIN, QUEUES_MAX, required=True)
+
+
 def create_topic(body: dict) -> tuple[str, int]:
     name = check_topic(body.get("name"), "name")
     return name, int_field(body, "queues", QUEUES_MIN, QUEUES_MAX, QUEUES_DEFAULT)
@@ -435,7 +458,9 @@ class VisibilityIn:
 
 
 def visibility(body: dict) -> VisibilityIn:
-    """``POST /v1/visibility``: an ack's fields plus ``visibility_timeout_ms`` 0–43200000 (0: unlock now)."""
+    """``POST /v1/visibility``: an ack's fields plus ``visibility_timeout_ms`` 0–43200000 (0: unlock now);
+    nothing else (an ack's ``accept`` / ``release`` / ``reject`` included: a visibility settles nothing)."""
+    known_fields(body, ("group", "subscription", "client_id", "receipt", "visibility_timeout_ms"))
     req = ack(body)
     return VisibilityIn(req, int_field(body, "visibility_timeout_ms", 0, VISIBILITY_MAX, required=True))
 

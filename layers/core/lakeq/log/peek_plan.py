@@ -194,7 +194,8 @@ def page(sources: list[tuple[Source, State, int, int]], at: Source, offset: int,
     state, ``min_offset``, ``max_offset``): walked in :func:`source_key` order from the cursor
     (``at``, ``offset``), at most ``limit`` offsets. Returns ([(source, offsets)], the next page's
     cursor or None when nothing is left). The page is cut by offsets alone (a message a read does
-    not return is left out of the page, never from the paging). A page that one source fills
+    not return is left out of the page, never from the paging); the caller may cut it shorter by
+    bytes, its cursor then naming the first message left out (:func:`source_cursor`). A page that one source fills
     exactly points at the next source with anything unsettled (none: None).
 
     >>> a, b = State(2, pend={0: 1}), State(0)

@@ -16,12 +16,13 @@ role. Check order (API.md): 401 → 400 → 404 → 403.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from lakeq.admin.auth import Principal, authorize, cached_client, client_or_404, topic_or_404
 from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Forbidden, NotFound
 from lakeq.common.names import check_name, check_topic, covers, is_name
+from lakeq.common.payload import ByteBudget
 from lakeq.consume.reader import list_reader, topic_reader
 from lakeq.consume.replays import replay_reader
 from lakeq.contract import validation as v
@@ -57,20 +58,34 @@ def _may_read(p: Principal, topic: str) -> None:
         raise Forbidden(f"this key may not read topic '{topic}'")
 
 
-def _read(reader, queue: int, offsets: Iterable[int]) -> dict[int, dict]:
-    """The messages at ``offsets`` (ascending), one read per run of consecutive offsets; a message
-    an eventually consistent read does not see yet is left out."""
-    out: dict[int, dict] = {}
-    run: list[int] = []
-    for o in [*offsets, None]:
-        if o is not None and run and run[-1] + 1 == o:
-            run.append(o)
-            continue
-        if run:
-            msgs, _ = reader(queue, run[0], len(run), run[-1] + 1)
-            out.update({m["_log_offset"]: m for m in msgs})
-        run = [] if o is None else [o]
-    return out
+def _take(reader, queue: int, offsets: Iterable[int], entry: Callable[[dict, int], dict],
+          budget: ByteBudget) -> tuple[list[dict], int | None]:
+    """The entries (``entry(message, offset)``) of the messages at ``offsets`` (ascending) while they
+    fit ``budget``, the page's one byte budget: (entries, the offset of the first message that did
+    not fit, or None). One read per run of consecutive offsets; a read that comes back short of its
+    run (its own byte budget, or a message an eventually consistent read does not see yet) is read
+    again from there, and a message that read does not return either is left out with the rest of
+    its run (as the read stops at it)."""
+    runs: list[list[int]] = []
+    for o in offsets:
+        if runs and runs[-1][-1] + 1 == o:
+            runs[-1].append(o)
+        else:
+            runs.append([o])
+    out: list[dict] = []
+    for run in runs:
+        at = run[0]
+        while at <= run[-1]:
+            msgs, _ = reader(queue, at, run[-1] + 1 - at, run[-1] + 1)
+            if not msgs:
+                break
+            for m in msgs:
+                e = entry(m, m["_log_offset"])
+                if not budget.take(e):
+                    return out, m["_log_offset"]
+                out.append(e)
+            at = msgs[-1]["_log_offset"] + 1
+    return out, None
 
 
 def queue_messages(p: Principal, topic: str, queue_raw: str, params: dict) -> dict:
@@ -99,14 +114,9 @@ def _entries(reader, queue: int, view: QueueView, start: int, limit: int, now: i
     """A consumer's unsettled messages of one queue from ``start``: (entries, next start or None)."""
     st = view.state()
     offsets, nxt = plan.unsettled(st, view.max_offset, max(start, view.min_offset), limit)
-    found = _read(reader, queue, offsets)
-    out = []
-    for o in offsets:
-        m = found.get(o)
-        if m is None:  # not readable yet (an eventually consistent read), or gone with retention
-            continue
-        out.append({**shape(m), **plan.entry_state(st, o, now)})
-    return out, nxt
+    out, cut = _take(reader, queue, offsets, lambda m, o: {**shape(m), **plan.entry_state(st, o, now)},
+                     ByteBudget())
+    return out, (nxt if cut is None else cut)
 
 
 def _view(meta_min: int, meta_max: int, queue: int, rec) -> QueueView:
@@ -180,10 +190,15 @@ def group_pending(p: Principal, group_name: str, params: dict) -> dict:
     chosen, nxt = plan.page(sources, at, off0, limit)
     states = {src: st for src, st, _, _ in sources}
     entries: list[dict] = []
+    budget = ByteBudget()  # the page's, over every source: one Lambda response (as a pull's batch)
     for src, offsets in chosen:
         reader, q, shape = how[src]
-        found = _read(reader, q, offsets)
-        entries += [{**shape(found[o]), **plan.entry_state(states[src], o, now)} for o in offsets if o in found]
+        st = states[src]
+        got, cut = _take(reader, q, offsets, lambda m, o: {**shape(m), **plan.entry_state(st, o, now)}, budget)
+        entries += got
+        if cut is not None:  # the next page starts at the first message this one could not carry
+            nxt = plan.source_cursor(src, cut)
+            break
     return {"group": group.name, "topic": topic, **({"client_id": client_id} if client_id else {}),
             "backlog": backlog, "replays": replays, "messages": entries, "next": nxt}
 

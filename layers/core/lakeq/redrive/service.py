@@ -73,6 +73,7 @@ def _redrive_or_404(rid: str) -> RedriveModel:
 def start(p: Principal, raw: str | None, origin: str | None = None, budget_ms: int = START_BUDGET_MS) -> dict:
     """``POST /v1/redrives`` ``{"source", "destination"?, "rate"?}`` → 202 and the redrive."""
     body = v.json_body(raw)
+    v.known_fields(body, ("source", "destination", "rate"))  # a typo is no default: "destinaton" → 400
     source = check_topic(body.get("source"), "source")
     dest = body.get("destination")
     if dest is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from lakeq.common.errors import BadRequest
 from lakeq.common.names import check_name, check_topic, log_name
+from lakeq.contract.validation import known_fields
 
 MAX_RANGE_MS = 400 * 24 * 3_600_000  # the lake keeps raw/ 400 days
 MAX_RATE = 1_000  # messages per second a copier may be asked for (REPLAY.md: 1..1000)
@@ -194,9 +195,7 @@ def parse_request(body: Any) -> ReplayRequest:
     ``from < to``, at most 400 days apart; ``rate`` messages/s in [1, 1000] (default 100)."""
     if not isinstance(body, Mapping):
         raise BadRequest("body must be a JSON object")
-    unknown = sorted(str(k) for k in body if k not in ("topic", "from", "to", "filter", "target", "rate"))
-    if unknown:
-        raise BadRequest(f"unknown field(s): {', '.join(unknown)}")
+    known_fields(body, ("topic", "from", "to", "filter", "target", "rate"))
     topic = check_topic(body.get("topic"))
     lo = _int(body, "from", 0, 2**53)
     hi = _int(body, "to", 0, 2**53)
