@@ -7,14 +7,14 @@ the text itself, where the text is simple enough for that to be exact:
 
 * **plain** — null, empty (the UDF reads both as ``{}``), or a one-line flat object: ``{}`` or
   ``"key":value`` pairs separated by ``,``, each value a string, a JSON number whose integer part
-  has at most 18 digits, ``true``, ``false`` or ``null``; no escape in a key, in a string value
-  only ``\"`` and ``\\`` (so a value's text is its JSON spelling, :func:`spelled`, the same for
-  every text: Jackson's and ``json.dumps``'), no control character, no whitespace, at most
-  :data:`MAX_PLAIN` characters. Anything else — another escape (a control character, a character
-  beyond U+FFFF), a nested object or list, a long integer, ``NaN`` — is left to the UDF.
-  Properties produced through the API are flat (API.md "Produce"), so in practice every row is
-  plain unless a string holds a control character or an emoji (quotes and backslashes in values
-  are plain since 2026-11-28: one such row in a slice sent the whole replay through a second pass).
+  has at most 18 digits, ``true``, ``false`` or ``null``; no escape in a key; in a string value the
+  escapes Jackson writes (:data:`_ESC`: ``\\"``, ``\\\\``, ``\\n`` and the other short forms,
+  ``\\u00XX`` for a control character, a surrogate pair for a character beyond U+FFFF; never a lone
+  surrogate); no whitespace, at most :data:`MAX_PLAIN` characters. Anything else — an escape in a
+  key, a nested object or list, a long integer, ``NaN`` — is left to the UDF. Properties produced
+  through the API are flat (API.md "Produce"), so in practice every row is plain (since
+  2026-12-05 also a value holding an emoji or a control character: before, one such row in a slice
+  sent the whole replay through a second pass, ~120 s instead of ~55 s at 10M).
 * on a plain text the value of field ``f`` is the token after the **last** ``"f":`` key (``json.loads``
   keeps the last of duplicate keys), found by a plain search (exact there, :func:`value_regex`),
   done with string functions (:func:`_token`: ``substring_index``, no regex; for a field starting
@@ -29,9 +29,10 @@ the text itself, where the text is simple enough for that to be exact:
   an exponent as a ``double`` (``json.loads`` gives ``float`` too, and Java's and Python's decimal →
   double conversions are both correctly rounded), against bounds converted exactly
   (:func:`int_bounds`, :func:`double_bounds`: ``2**53 + 1`` is no double, ``1.5`` no integer);
-  ``null`` is present but equal to nothing, in no range and under no prefix; strings compare
-  spelled (:func:`spelled`: the spelling escapes character by character, so a prefix is a prefix
-  of the spelled text).
+  ``null`` is present but equal to nothing, in no range and under no prefix; a string token
+  without a backslash compares spelled (:func:`spelled`: the spelling escapes character by
+  character, so a prefix is a prefix of the spelled text), one with a backslash decoded
+  (:func:`_decoded`, a JVM expression evaluated only for such tokens).
 
 :func:`native_filter` returns ``(plain, keep)``: a row with ``plain`` true is kept iff ``keep``. The
 pure parts (bounds, the regexes) are plain Python; ``tests/spark/test_replay.py`` proves the whole
@@ -56,10 +57,14 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 _MAX_DOUBLE = sys.float_info.max
 
 _KEY = r'"[^"\\\x00-\x1f]*"'  # a key: a string without escapes
-# a string value: its only escapes \" and \\ (what Jackson writes for a quote and a backslash);
-# unrolled (no alternation per character), so a text without any escape costs what it did before;
-# possessive (one parse only: the same matches), so Java does not recurse per escape
-_STR = r'"[^"\\\x00-\x1f]*+(?:\\["\\][^"\\\x00-\x1f]*+)*+"'
+# the escapes Jackson writes in a string (and json.dumps, but for the hex digits' case): a quote, a
+# backslash, the short forms of five control characters, \u00XX for the other control characters,
+# and a character beyond U+FFFF as its surrogate pair; never a lone surrogate (a text decoded from
+# UTF-8 holds none; json.loads would keep one, Java would not: such a text goes to the UDF)
+_ESC = r'\\(?:["\\/bfnrt]|u00[01][0-9a-fA-F]|u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})'
+# a string value: unrolled (no alternation per character), so a text without any escape costs what
+# it did before; possessive (one parse only: the same matches), so Java does not recurse per escape
+_STR = r'"[^"\\\x00-\x1f]*+(?:' + _ESC + r'[^"\\\x00-\x1f]*+)*+"'
 _NUM = r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _VAL = f"(?:{_STR}|{_NUM}|true|false|null)"
 _PAIR = f"{_KEY}:{_VAL}"
@@ -195,15 +200,30 @@ def _number_in(tok: Column, lo: int | float, hi: int | float) -> Column:
     return out
 
 
+def _decoded(tok: Column) -> Column:
+    """The text of string token ``tok`` with its escapes decoded (Jackson, as ``json.loads`` decodes
+    them): asked only of a token holding a backslash, so a text without escapes never pays it."""
+    return F.get_json_object(F.concat(F.lit('{"v":'), tok, F.lit("}")), "$.v")
+
+
+def _lone_surrogate(s: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in s)
+
+
 def _equals(tok: Column, v: Any) -> Column:
-    """``tok`` is the JSON value ``v`` (matcher equality: type-sensitive, ``1`` = ``1.0``)."""
+    """``tok`` is the JSON value ``v`` (matcher equality: type-sensitive, ``1`` = ``1.0``). A string
+    token holding an escape is compared decoded (:func:`_decoded`: Jackson escapes a control
+    character, and writes a character beyond U+FFFF as two escapes); any other by its spelling."""
     if isinstance(v, bool):
         return tok == F.lit("true" if v else "false")
     if _is_number(v):
         return _number_in(tok, v, v)
     if isinstance(v, str):
+        if _lone_surrogate(v):  # no plain text holds one
+            return F.lit(False)
         sp = spelled(v)
-        return tok == F.lit(sp) if sp is not None else F.lit(False)
+        raw = tok == F.lit(sp) if sp is not None else F.lit(False)
+        return F.when(tok.contains("\\"), tok.startswith('"') & (_decoded(tok) == F.lit(v))).otherwise(raw)
     return F.lit(False)
 
 
@@ -286,10 +306,12 @@ def _on_token(tok: Column, level: dict) -> Column:
         lo, hi = level["range"]
         return _number_in(tok, lo, hi)
     if "prefix" in level:
-        sp = spelled(level["prefix"])
-        if sp is None:
+        p = level["prefix"]
+        if _lone_surrogate(p):  # no plain text holds one
             return F.lit(False)
-        return tok.startswith(F.lit(sp[:-1]))
+        sp = spelled(p)
+        raw = tok.startswith(F.lit(sp[:-1])) if sp is not None else F.lit(False)
+        return F.when(tok.contains("\\"), tok.startswith('"') & _decoded(tok).startswith(F.lit(p))).otherwise(raw)
     raise ValueError(f"unknown level {level!r}")
 
 
