@@ -63,19 +63,26 @@ class FakeReplays:
         return [(p, b) for m, p, b in self.requests if m == "POST"]
 
 
-def test_replays_list_form_and_cancel(stack, browser):  # noqa: F811
-    fake = FakeReplays()
-    page = browser.new_page()
+def open_replays_panel(page, stack) -> list[str]:
+    """``page`` on the console with the admin key, refreshed once, the replays panel shown; returns
+    the list the page's errors (script errors, console errors but the lake report's 404s) go to."""
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
     page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type == "error"
             and "/v1/reports/backlog?" not in (m.location or {}).get("url", "") else None)
-    page.route(re.compile(r".*/v1/replays(/[^?]*)?(\?.*)?$"), fake)
     assert page.goto(stack.url + "/console").status == 200
     page.fill("#key", stack.admin_key)
     page.click("#use-key")
     expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"^\d+$"), timeout=30_000)
     expect(page.locator("#replays-section")).to_be_visible()
+    return problems
+
+
+def test_replays_list_form_and_cancel(stack, browser):  # noqa: F811
+    fake = FakeReplays()
+    page = browser.new_page()
+    page.route(re.compile(r".*/v1/replays(/[^?]*)?(\?.*)?$"), fake)
+    problems = open_replays_panel(page, stack)
 
     # the list: status and progress per replay; found is "…" while selecting
     cellof = lambda rid, f: page.locator(f'td[data-replay="{rid}"][data-field="{f}"]')  # noqa: E731

@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.test_console_e2e import browser, screenshot  # noqa: F401 (browser: the Chromium fixture)
+from tests.e2e.test_console_replays_e2e import open_replays_panel
 from tests.e2e.test_replay_e2e import until_ended  # (skips this module without pyspark, as there)
 
 
@@ -51,15 +52,7 @@ def test_replay_started_watched_and_cancelled_from_the_console(stack, browser): 
         return [r for r in stack.call("GET", "/v1/replays", params={"limit": 100})["replays"] if r["topic"] == topic]
 
     page = browser.new_page()
-    problems: list[str] = []
-    page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
-    page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type == "error"
-            and "/v1/reports/backlog?" not in (m.location or {}).get("url", "") else None)
-    assert page.goto(stack.url + "/console").status == 200
-    page.fill("#key", stack.admin_key)
-    page.click("#use-key")
-    expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"^\d+$"), timeout=30_000)
-    expect(page.locator("#replays-section")).to_be_visible()
+    problems = open_replays_panel(page, stack)
     cellof = lambda rid, f: page.locator(f'td[data-replay="{rid}"][data-field="{f}"]')  # noqa: E731
 
     def fill(target_kind: str, target: str, rate: int, filter_: dict | None) -> None:
