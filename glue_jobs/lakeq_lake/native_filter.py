@@ -109,7 +109,8 @@ def spelled(s: str) -> str | None:
     escaped, as Jackson and ``json.dumps`` write them), or None when no plain text holds it (a
     control character, which needs another escape; a lone surrogate, never in a text Spark decoded
     from UTF-8). A character beyond U+FFFF is spelled as itself: Jackson writes it as two ``\u``
-    escapes (so that text is not plain), and a text holding it raw compares it raw. The spelling
+    escapes (a token holding them is compared decoded, :func:`_decoded`), and a text holding it
+    raw compares it raw. The spelling
     escapes character by character and no character's spelling is a prefix of another's, so
     ``spelled(p)[:-1]`` starts ``spelled(s)`` exactly when ``p`` starts ``s``: prefixes compare on
     the spelled text.

@@ -355,3 +355,39 @@ def test_the_lake_keeps_a_claimed_body_by_its_claim(api, setup, aws):
     assert big_body["claim"]["key"] == key and big_body["claim"]["size"] == MIB
     assert claims.verify(big_body["claim"], aws["s3"].get_object(Bucket=BUCKET, Key=key)["Body"].read()) == body
     assert "claim" not in by_id["small"][1] and by_id["small"][1]["body"] == "s"
+
+
+@pytest.mark.parametrize("answer", ["NoSuchKey", "AccessDenied"])
+def test_a_copy_of_a_body_whose_object_is_gone_keeps_what_is_left(aws, monkeypatch, answer):
+    """``BodyStore.renewed`` when the original's object has expired: S3 answers a CopyObject of a
+    missing source ``NoSuchKey`` to a caller allowed ``s3:ListBucket`` (moto's answer) and
+    ``AccessDenied`` to the others (lakeq's functions): either way the copy keeps its claim (nothing
+    to copy; no error that would stall a replay or a redrive), or its own object when an earlier
+    attempt made it (a chunk copied again after a crash, the original gone meanwhile). Any other
+    error is raised."""
+    from botocore.exceptions import ClientError
+
+    from lakeq.store import bodies
+
+    data = b"q" * 400_000
+    src = claims.make("src", "m1", data)  # never put: its object is gone
+    real = bodies._client()
+
+    def failing(code):
+        class Client:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def copy_object(self, **kw):
+                raise ClientError({"Error": {"Code": code, "Message": code}}, "CopyObject")
+        return Client()
+
+    if answer == "AccessDenied":
+        monkeypatch.setattr(bodies, "_client", lambda: failing("AccessDenied"))
+    assert bodies.BodyStore.renewed("dst", "c1", src) == src
+    own = claims.object_key("dst", "c1", src["sha256"])
+    real.put_object(Bucket=BUCKET, Key=own, Body=data)  # an earlier attempt's copy
+    assert bodies.BodyStore.renewed("dst", "c1", src) == {**src, "key": own}
+    monkeypatch.setattr(bodies, "_client", lambda: failing("SlowDown"))
+    with pytest.raises(ClientError):
+        bodies.BodyStore.renewed("dst", "c2", src)

@@ -8,12 +8,18 @@ no S3 call anywhere.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 
 from lakeq.log import claims
 from lakeq.log import segments as seg
 from lakeq.store.clients import client
+
+logger = logging.getLogger("lakeq.store.bodies")
+# what S3 answers a CopyObject whose source is missing: NoSuchKey to a caller allowed s3:ListBucket,
+# AccessDenied (403) to any other
+_SOURCE_GONE = ("NoSuchKey", "404", "NotFound", "AccessDenied", "403")
 
 
 def _client():
@@ -65,8 +71,13 @@ class BodyStore:
         ``bodies/`` objects by age, and a copy naming the original's object (a replay of a message
         made 399 days ago) would lose its body within days, its pulls failing on
         :class:`lakeq.log.claims.ClaimMissing`. The same copy again (a retried chunk) copies to the
-        same key. When the original's object is already gone the claim is kept as it is (nothing
-        is left to copy; a pull of the copy then fails as a pull of the original would)."""
+        same key. When the original's object is already gone the copy keeps what is left: its own
+        object if an earlier attempt made it (a chunk copied again after a crash; one HeadObject),
+        else the claim as it is (nothing is left to copy; a pull of the copy then fails as a pull of
+        the original would). S3 tells a missing source as ``NoSuchKey`` only to a caller allowed
+        ``s3:ListBucket``, which these functions are not (it would let them list the whole lake):
+        ``AccessDenied`` is read the same way, never raised, so one expired body cannot stall a
+        replay or a redrive; a real denial then also keeps the claim, logged."""
         from botocore.exceptions import ClientError
 
         key = claims.object_key(log, message_id, claim["sha256"])
@@ -76,9 +87,15 @@ class BodyStore:
             _client().copy_object(Bucket=_bucket(), Key=key, CopySource={"Bucket": _bucket(), "Key": claim["key"]},
                                   MetadataDirective="COPY")
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            code = e.response.get("Error", {}).get("Code")
+            if code not in _SOURCE_GONE:
+                raise
+            try:
+                _client().head_object(Bucket=_bucket(), Key=key)
+            except ClientError:
+                logger.warning("body object %s could not be copied (%s): the copy %s keeps its claim",
+                            claim["key"], code, message_id)
                 return claim
-            raise
         return {**claim, "key": key}
 
     @staticmethod
