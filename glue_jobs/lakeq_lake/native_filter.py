@@ -207,6 +207,12 @@ def _decoded(tok: Column) -> Column:
     return F.get_json_object(F.concat(F.lit('{"v":'), tok, F.lit("}")), "$.v")
 
 
+def _by_text(tok: Column, decoded: Column, spelled_: Column) -> Column:
+    """A string test on token ``tok``: ``decoded`` (a condition over :func:`_decoded`) when the
+    token holds an escape, else ``spelled_`` (a condition on its spelling)."""
+    return F.when(tok.contains("\\"), tok.startswith('"') & decoded).otherwise(spelled_)
+
+
 def _lone_surrogate(s: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in s)
 
@@ -224,7 +230,7 @@ def _equals(tok: Column, v: Any) -> Column:
             return F.lit(False)
         sp = spelled(v)
         raw = tok == F.lit(sp) if sp is not None else F.lit(False)
-        return F.when(tok.contains("\\"), tok.startswith('"') & (_decoded(tok) == F.lit(v))).otherwise(raw)
+        return _by_text(tok, _decoded(tok) == F.lit(v), raw)
     return F.lit(False)
 
 
@@ -312,7 +318,7 @@ def _on_token(tok: Column, level: dict) -> Column:
             return F.lit(False)
         sp = spelled(p)
         raw = tok.startswith(F.lit(sp[:-1])) if sp is not None else F.lit(False)
-        return F.when(tok.contains("\\"), tok.startswith('"') & _decoded(tok).startswith(F.lit(p))).otherwise(raw)
+        return _by_text(tok, _decoded(tok).startswith(F.lit(p)), raw)
     raise ValueError(f"unknown level {level!r}")
 
 

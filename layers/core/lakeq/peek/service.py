@@ -88,6 +88,11 @@ def _take(reader, queue: int, offsets: Iterable[int], entry: Callable[[dict, int
     return out, None
 
 
+def _entry_of(shape, st, now: int) -> Callable[[dict, int], dict]:
+    """A pending page's entry of message ``m`` at offset ``o``: as shown, with its state in ``st``."""
+    return lambda m, o: {**shape(m), **plan.entry_state(st, o, now)}
+
+
 def queue_messages(p: Principal, topic: str, queue_raw: str, params: dict) -> dict:
     """One page of a topic queue's messages from offset ``from`` (default: the oldest kept)."""
     check_topic(topic)
@@ -114,8 +119,7 @@ def _entries(reader, queue: int, view: QueueView, start: int, limit: int, now: i
     """A consumer's unsettled messages of one queue from ``start``: (entries, next start or None)."""
     st = view.state()
     offsets, nxt = plan.unsettled(st, view.max_offset, max(start, view.min_offset), limit)
-    out, cut = _take(reader, queue, offsets, lambda m, o: {**shape(m), **plan.entry_state(st, o, now)},
-                     ByteBudget())
+    out, cut = _take(reader, queue, offsets, _entry_of(shape, st, now), ByteBudget())
     return out, (nxt if cut is None else cut)
 
 
@@ -193,8 +197,7 @@ def group_pending(p: Principal, group_name: str, params: dict) -> dict:
     budget = ByteBudget()  # the page's, over every source: one Lambda response (as a pull's batch)
     for src, offsets in chosen:
         reader, q, shape = how[src]
-        st = states[src]
-        got, cut = _take(reader, q, offsets, lambda m, o: {**shape(m), **plan.entry_state(st, o, now)}, budget)
+        got, cut = _take(reader, q, offsets, _entry_of(shape, states[src], now), budget)
         entries += got
         if cut is not None:  # the next page starts at the first message this one could not carry
             nxt = plan.source_cursor(src, cut)

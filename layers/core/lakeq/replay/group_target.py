@@ -96,14 +96,14 @@ def sink(replay_id: str, topic: str, group: str) -> Callable[[list[Copy]], int]:
     return put
 
 
-_READ = object()
-
-
-def drained(replay_id: str, group: str, client_id: str | None = None, q=_READ) -> bool:
+def drained(replay_id: str, group: str, client_id: str | None = None) -> bool:
     """Has the group (or its instance) settled every entry of the list? A consistent GetItem of the
-    list's queue item (unless the caller passes it as ``q``) and one of the record."""
-    if q is _READ:
-        q = ReplayListRepo.queue(replay_id)
+    list's queue item and one of the record."""
+    return _settled(ReplayListRepo.queue(replay_id), replay_id, group, client_id)
+
+
+def _settled(q, replay_id: str, group: str, client_id: str | None = None) -> bool:
+    """:func:`drained` on the list's queue item ``q`` already read (None: the list is gone)."""
     if q is None:
         return True
     rec = OffsetRepo.get(replay_owner(group, replay_id, client_id), 0)
@@ -132,7 +132,7 @@ def end(replay_id: str, topic: str, group: str, cancelled: bool) -> bool:
         q = ReplayListRepo.queue(replay_id)
         release = q is None or now >= int(q.ended_at or now) + LIST_TTL_S * 1000
         if not release and g.mode != "broadcasting":
-            release = drained(replay_id, group, q=q)
+            release = _settled(q, replay_id, group)
     if release and g is not None:
         ReplayListRepo.unmark(group, replay_id, topic)
     return release
