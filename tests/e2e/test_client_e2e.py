@@ -36,7 +36,10 @@ def setup(admin: Admin, queues: int = 2):
 
 def test_produce_consume_settle(stack, admin):
     topic, feed, fk, risk, rk = setup(admin, 3)
-    with Producer(stack.url, fk, producer=feed, linger=0.05) as p:
+    # a linger no run reaches: the batches are cut by count (the send that fills 100) and by
+    # close (the last 50) only, so the request count does not depend on the machine's load (with
+    # 50 ms, a stall of a loaded CI machine between two sends cut a third batch)
+    with Producer(stack.url, fk, producer=feed, linger=600) as p:
         futs = [p.send(topic, f"body-{i}", key=f"k{i % 7}", tags=["A"] if i % 2 else ["B"],
                        properties={"n": i}) for i in range(150)]
     results = [f.result() for f in futs]

@@ -233,7 +233,8 @@ def test_producer_linger_sends_a_partial_batch_by_itself():
     c, fake, _ = conn(produce_ok)
     p = Producer(producer="feed", connection=c, linger=0.05)
     try:
-        futs = [p.send("quotes", str(i)) for i in range(3)]
+        with p._cond:  # the linger thread waits for the three sends, however slow the machine
+            futs = [p.send("quotes", str(i)) for i in range(3)]
         assert [f.result(timeout=5)["offset"] for f in futs] == [0, 1, 2]
         assert len(fake.calls) == 1 and len(fake.calls[0].body["messages"]) == 3
     finally:
