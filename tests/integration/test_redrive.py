@@ -349,3 +349,41 @@ def test_a_clean_stop_resumes_after_any_pause(api, setup, dlq, clock, monkeypatc
     r = RedriveModel.get(rid)
     assert r.status == "completed" and int(r.moved) == 5, r.attribute_values
     assert sorted(b for _, b in moved()) == [f"b{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("failing", [False, True])
+def test_the_schedule_shares_its_time_and_a_failing_redrive_stops_none(api, setup, dlq, clock, monkeypatch,
+                                                                       failing):
+    """Running redrives of two sources (three with ``failing``) at 1 message a second, one
+    invocation of 6 s: the one whose batches raise is logged and counted in ``errors``; the two
+    others each get their share of the time (before, the first took the whole budget and the
+    second moved nothing; and a raise ended the invocation)."""
+    dead_letter(api, setup, 6)
+    for name in ("dlq2", "dlq3"):
+        assert api.call("POST", "/v1/topics", {"name": name, "queues": 1})[0] == 201
+        assert api.call("POST", "/v1/clients", {"name": f"{name}feed", "role": "producer",
+                                                "topics": [name]})[0] == 201
+        msgs = [{"body": f"{name}-{i}"} for i in range(6)]
+        assert api.call("POST", f"/v1/topics/{name}/messages", {"producer": f"{name}feed", "messages": msgs})[0] == 200
+    ids = {"dlq": _start_later({"source": "dlq", "rate": 1}),
+           "dlq2": _start_later({"source": "dlq2", "destination": "quotes/sh", "rate": 1})}
+    if failing:
+        ids["dlq3"] = _start_later({"source": "dlq3", "destination": "quotes/sh", "rate": 1})
+    real = redrive._batch
+
+    def batch(r, *a, **k):
+        if r.source == "dlq3":
+            raise RuntimeError("this destination refuses every write")
+        return real(r, *a, **k)
+    monkeypatch.setattr(redrive, "_batch", batch)
+    with interceptor.acting_as("RedriveFunction"):
+        out = redrive.run_all(6_000)
+    assert out == ({"redrives": 3, "errors": 1} if failing else {"redrives": 2})
+    got = {s: RedriveModel.get(rid) for s, rid in ids.items()}
+    if failing:
+        assert got["dlq3"].status == mp.RUNNING and int(got["dlq3"].moved or 0) == 0
+    moved_ = {s: int(got[s].moved or 0) for s in ("dlq", "dlq2")}
+    # (the order is the ids': a share is 2 or 3 s, a message a second, the first at once; a run
+    # that stops before its share's end (its next slot past it) leaves the rest to those after it)
+    assert min(moved_.values()) >= 2 and sum(moved_.values()) <= 7, moved_
+    assert all(got[s].status == mp.RUNNING for s in moved_)  # the rest waits for the next minute

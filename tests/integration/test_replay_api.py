@@ -657,3 +657,25 @@ def test_a_replay_into_a_group_end_to_end_as_replay_function(api, setup, clock, 
     assert ClientModel.get("risk").replays is None
     assert H.run_schedule() == {"replays": 0}
     assert [d for d in aws_rules.denied if d[0] in ("ReplayFunction", "ReplayCopierFunction", "ConsumeFunction")] == []
+
+
+def test_a_replay_whose_turn_fails_does_not_stop_the_others(api, setup, clock, replay, aws):
+    """Two live replays; the schedule takes them oldest id first. The first one's manifest part is
+    gone (its turn raises NoSuchKey): it is logged and counted in ``errors``, stays copying for the
+    next invocation, and the second is still copied in the same invocation."""
+    import os
+
+    produce(api, setup, clock, 10)
+    lo, hi = T0, T0 + 10_000
+    body = {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"topic": "replayed"}, "rate": 1000}
+    ids = sorted([start(api, body)["id"], start(api, body)["id"]])
+    broken = H.write_manifest(aws, ids[0], "quotes/sh", lo, hi, None)
+    H.write_manifest(aws, ids[1], "quotes/sh", lo, hi, None)
+    for p in broken["parts"]:
+        aws["s3"].delete_object(Bucket=os.environ[H.BUCKET_ENV], Key=p["key"])
+    assert H.run_schedule() == {"replays": 2, "errors": 1, "done": 1}
+    got = {i: api.call("GET", f"/v1/replays/{i}")[1] for i in ids}
+    assert (got[ids[0]]["status"], got[ids[0]]["copied"]) == ("copying", 0)
+    assert (got[ids[1]]["status"], got[ids[1]]["copied"]) == ("done", 10)
+    check_delivered(H.expected(aws, "quotes/sh", lo, hi, None))
+    assert H.run_schedule() == {"replays": 1, "errors": 1}  # tried again, still failing, logged

@@ -26,6 +26,7 @@ within a short budget. Messages without a destination (not a dead-lettered copy 
 """
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -43,6 +44,7 @@ from lakeq.store.models import log_of
 from lakeq.store.redrives import RedriveModel, RedriveRepo
 from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, LogRepo, TopicRepo
 
+logger = logging.getLogger("lakeq.redrive")
 sleep = time.sleep  # the runner's wait for the rate's next slot (tests replace it)
 START_BUDGET_MS = 2_000  # what a POST spends moving before it answers
 LEASE_MARGIN_MS = 10_000
@@ -260,16 +262,23 @@ def run(rid: str, budget_ms: int) -> dict | None:
 
 
 def run_all(budget_ms: int) -> dict:
-    """The schedule's invocation: run every running (or cancelling) redrive in turn, sharing
-    ``budget_ms``."""
+    """The schedule's invocation: every running (or cancelling) redrive in turn, each given an equal
+    share of the time left (a redrive moving a big dead-letter topic at a low rate uses its whole
+    share, so the first one no longer takes the whole minute from the others). A redrive whose run
+    raises is logged and counted in ``errors``, and the next one still runs: one redrive that keeps
+    failing (a store error, a destination that refuses every write) does not stop the others; its
+    lease lapses and the next invocation tries it again."""
     deadline = clock.now() + budget_ms
-    ran = 0
-    for r in RedriveRepo.all():
-        if r.status not in (mp.RUNNING, mp.CANCELLING):
-            continue
+    ids = [r.id for r in RedriveRepo.all() if r.status in (mp.RUNNING, mp.CANCELLING)]
+    out: dict[str, int] = {"redrives": 0}
+    for i, rid in enumerate(ids):
         left = deadline - clock.now()
         if left <= 0:
             break
-        run(r.id, left)
-        ran += 1
-    return {"redrives": ran}
+        try:
+            run(rid, left // (len(ids) - i))
+        except Exception:
+            logger.exception("redrive %s: its run failed; the next invocation tries it again", rid)
+            out["errors"] = out.get("errors", 0) + 1
+        out["redrives"] += 1
+    return out

@@ -32,6 +32,7 @@ the status, records the chunk in hand on the cancelled item and stops.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -49,6 +50,7 @@ from lakeq.store.bodies import BodyStore
 from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
 from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS
 
+logger = logging.getLogger("lakeq.replay")
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
 sleep = time.sleep
 SELECT_TIMEOUT_MS = 6 * 3_600_000  # a selection job that wrote nothing by then has failed
@@ -382,14 +384,20 @@ def run(rid: str, budget_ms: int) -> dict | None:
 
 def run_all(budget_ms: int) -> dict:
     """The schedule's invocation: every live replay in turn (oldest id first), each given an equal
-    share of the time left."""
+    share of the time left. A replay whose turn raises is logged and counted in ``errors``, and the
+    next one still gets its turn: a replay that keeps failing (a manifest part gone, a store error)
+    does not stop the ones after it; the next invocation tries it again."""
     t0 = monotonic()
     ids = ReplayRepo.live_ids()
     out: dict[str, int] = {"replays": len(ids)}
     for i, rid in enumerate(ids):
         left = budget_ms - (monotonic() - t0) * 1000
-        got = run(rid, int(max(0, left) / (len(ids) - i)))
+        try:
+            got = run(rid, int(max(0, left) / (len(ids) - i)))
+        except Exception:
+            logger.exception("replay %s: its turn failed; the next invocation tries it again", rid)
+            out["errors"] = out.get("errors", 0) + 1
+            continue
         status = got["status"] if got else "gone"
         out[status] = out.get(status, 0) + 1
     return out
-
