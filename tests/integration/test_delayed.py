@@ -400,3 +400,34 @@ def test_big_delayed_messages_join_in_several_transactions(api, setup, clock):
     assert [m["id"] for m in ms] == sorted(f"big{r}{j:02d}" for r in range(2) for j in range(14))
     assert all(len(m["body"]) == 200_002 or len(m["body"]) == 200_001 for m in ms)
     assert detail(api)["delayed"] == 0
+
+
+def test_a_queue_whose_promotion_raises_does_not_stop_the_sweep(api, setup, clock, monkeypatch):
+    """The promoter's queues come in the Scan's order: the first one's promotion raises (a store
+    error); it is logged and counted in ``errors``, the other queues with due messages are still
+    promoted in the same run, and the next run promotes the first."""
+    t0 = clock.t
+    msgs = [{"id": f"d{i}", "body": str(i), "key": f"k{i}", "delay_ms": 50} for i in range(12)]
+    for topic in (T, "quotes"):
+        s, b = produce(api, setup["feed"], msgs, topic=topic)
+        assert s == 200, b
+    due = sorted({(r.topic, int(r.queue)) for r in QueueModel.scan() if r.next_due is not None})
+    assert len(due) >= 3
+    clock.t = t0 + 50
+    real, failing = delayed.promote, []
+
+    def promote(topic, q, now, meta=None):
+        if not failing:
+            failing.append((topic, q))
+        if (topic, q) == failing[0]:
+            raise RuntimeError("the store refused")
+        return real(topic, q, now, meta)
+    monkeypatch.setattr(delayed, "promote", promote)
+    out = as_function("PromoterFunction", delayed.sweep)
+    assert (out["queues"], out["errors"]) == (len(due), 1)
+    left = {(r.topic, int(r.queue)) for r in QueueModel.scan() if r.next_due is not None}
+    assert left == {failing[0]}  # every other queue was promoted
+    monkeypatch.setattr(delayed, "promote", real)
+    out = as_function("PromoterFunction", delayed.sweep)
+    assert out["queues"] == 1 and "errors" not in out
+    assert not [r for r in QueueModel.scan() if r.next_due is not None]

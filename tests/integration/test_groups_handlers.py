@@ -436,3 +436,31 @@ def test_concurrent_joins_and_heartbeats_lose_nothing(aws, api, setup, clock, mo
         per_gen.setdefault(s["generation"], set()).add(targets)
     assert all(len(v) == 1 for v in per_gen.values()), per_gen
     assert set(per_gen) == set(range(1, n + 2))
+
+
+def test_a_group_whose_sweep_raises_does_not_stop_the_others(api, setup, clock, monkeypatch):
+    """Two groups with a silent member each; the sweep of the first in the Scan's order raises (a
+    store error): it is logged and counted in ``errors``, and the other group's member still
+    expires in the same sweep."""
+    s, c = api.call("POST", "/v1/clients", {"name": "audit", "role": "consumer", "topics": ["quotes"]})
+    assert s == 201, c
+    keys = {"risk": setup["risk"], "audit": c["api_key"]}
+    for group, k in keys.items():
+        join(api, k, {"member_id": "m1", "topics": ["quotes"], "session_timeout_ms": 1000}, group=group)
+    clock.t += 1500
+    real, failing = group_store.GroupRepo.read, []
+
+    def read(group, *a, **k):
+        if not failing:
+            failing.append(group)
+        if group == failing[0]:
+            raise RuntimeError("the store refused")
+        return real(group, *a, **k)
+    monkeypatch.setattr(group_store.GroupRepo, "read", staticmethod(read))
+    stats = group_store.sweep()
+    monkeypatch.setattr(group_store.GroupRepo, "read", staticmethod(real))
+    assert stats == {"groups": 2, "expired": 1, "changed": 1, "errors": 1}
+    other = ({"risk", "audit"} - set(failing)).pop()
+    assert group_store.GroupRepo.load(other).members == {}
+    assert set(group_store.GroupRepo.load(failing[0]).members) == {"m1"}
+    assert group_store.sweep() == {"groups": 2, "expired": 1, "changed": 1}

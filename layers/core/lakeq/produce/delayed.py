@@ -166,19 +166,26 @@ def promote_due(topic: str, metas: list[QueueModel], now: int | None = None) -> 
 
 def sweep(now: int | None = None) -> dict:
     """The scheduled promoter: every queue whose ``next_due`` has come (one Scan of the queue items,
-    filtered on ``next_due``), promoted. Returns counts for the log."""
+    filtered on ``next_due``), promoted. A queue whose promotion raises (a store error, an entry
+    that cannot be read) is logged and counted in ``errors``, and the queues after it in the Scan's
+    order are still promoted. Returns counts for the log."""
     now = clock.now() if now is None else now
-    queues = promoted = 0
+    out = {"queues": 0, "promoted": 0}
     for m in QueueModel.scan(QueueModel.next_due <= now,
                              attributes_to_get=["pq", "topic", "queue", "max_offset", "next_due"]):
         if m.topic is None or m.queue is None:
             continue
-        queues += 1
+        out["queues"] += 1
         before = int(m.max_offset)
-        head = promote(m.topic, int(m.queue), now)
+        try:
+            head = promote(m.topic, int(m.queue), now)
+        except Exception:
+            log.exception("promoting the due messages of %s#%s failed; the next run tries again", m.topic, m.queue)
+            out["errors"] = out.get("errors", 0) + 1
+            continue
         if head is not None:
-            promoted += max(0, head - before)
-    return {"queues": queues, "promoted": promoted}
+            out["promoted"] += max(0, head - before)
+    return out
 
 
 __all__ = ["Delayed", "due_count", "known_results", "produce_delayed", "promote", "promote_due", "promote_queue",

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -63,6 +64,8 @@ from lakeq.rebalance import codec
 from lakeq.rebalance import state as g
 from lakeq.store.models import GroupMemberModel, GroupModel, TopicModel
 from lakeq.store.repos import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
+
+log = logging.getLogger("lakeq.store.groups")
 
 ATTEMPTS = 12
 BACKOFF_BASE_S = 0.005
@@ -389,38 +392,48 @@ def sweep(now_ms: int | None = None, max_member_topics: int = MAX_MEMBER_TOPICS)
     member looks silent) and re-expand each member's requested topics against the current topics
     (one Scan of TopicsTable per sweep), then write back conditionally (retrying that group on a
     conflict) when anything changed. A group whose write is refused by a limit is skipped (counted
-    in ``refused``). Returns counts for the log."""
+    in ``refused``); one whose sweep raises (a store error) is logged and counted in ``errors``, and
+    the groups after it are still swept. Returns counts for the log."""
     all_topics = {t.name: int(t.queues) for t in TopicModel.scan() if t.deleted_at is None}
     stats = {"groups": 0, "expired": 0, "changed": 0}
     for header in GroupModel.scan():
         stats["groups"] += 1
-        group = header.group
-        for attempt in range(ATTEMPTS):
-            now = now_ms if now_ms is not None else _clock.now()
-            v = GroupRepo.read(group, now)
-            if v.header is None:
-                break
-            st, resp = g.expire(v.state, now, all_topics)
-            expired = len(resp["expired"])
-            for mid, asked in sorted(v.subs.items()):
-                if mid in st.members:
-                    topics = expand_topics(asked, all_topics)
-                    if len(topics) > max_member_topics:
-                        continue  # grown past the cap: the member keeps its topics until it re-joins
-                    if topics != st.members[mid].topics:
-                        st, _ = g.topics_changed(st, mid, topics, now, all_topics)
-            if _encode(st) == _encode(v.state) and not v.queried:
-                break
-            try:
-                GroupRepo.save(v, st, v.subs, now)
-            except Conflict:
-                backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
-                continue
-            except ApiError:
-                stats["refused"] = stats.get("refused", 0) + 1
-                break
-            stats["expired"] += expired
-            if _encode(st) != _encode(v.state):
-                stats["changed"] += 1
-            break
+        try:
+            _sweep_group(header.group, now_ms, all_topics, max_member_topics, stats)
+        except Exception:
+            log.exception("sweeping consumer group %s failed; the next sweep tries again", header.group)
+            stats["errors"] = stats.get("errors", 0) + 1
     return stats
+
+
+def _sweep_group(group: str, now_ms: int | None, all_topics: dict[str, int], max_member_topics: int,
+                 stats: dict) -> None:
+    """:func:`sweep`'s work on one group, its counts added to ``stats``."""
+    for attempt in range(ATTEMPTS):
+        now = now_ms if now_ms is not None else _clock.now()
+        v = GroupRepo.read(group, now)
+        if v.header is None:
+            break
+        st, resp = g.expire(v.state, now, all_topics)
+        expired = len(resp["expired"])
+        for mid, asked in sorted(v.subs.items()):
+            if mid in st.members:
+                topics = expand_topics(asked, all_topics)
+                if len(topics) > max_member_topics:
+                    continue  # grown past the cap: the member keeps its topics until it re-joins
+                if topics != st.members[mid].topics:
+                    st, _ = g.topics_changed(st, mid, topics, now, all_topics)
+        if _encode(st) == _encode(v.state) and not v.queried:
+            break
+        try:
+            GroupRepo.save(v, st, v.subs, now)
+        except Conflict:
+            backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
+            continue
+        except ApiError:
+            stats["refused"] = stats.get("refused", 0) + 1
+            break
+        stats["expired"] += expired
+        if _encode(st) != _encode(v.state):
+            stats["changed"] += 1
+        break
