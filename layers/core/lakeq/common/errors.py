@@ -12,8 +12,13 @@ Every exception class lakeq defines derives from :class:`LakeqError`. Two kinds:
   rendered in SQS's wire format by :func:`lakeq.sqs.handler.handle`.
 
 :func:`http_error` is the mapping; :func:`lakeq.api.http.make_app` answers every error with it.
+:func:`counted` is what a scheduled job does with one item's unexpected error.
 """
 from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class LakeqError(Exception):
@@ -86,3 +91,24 @@ class Unavailable(ApiError):
     """The store kept refusing a conditional write under contention; the client may retry."""
 
     status, code = 503, "busy"
+
+
+@contextmanager
+def counted(out: dict, log: logging.Logger, what: str, *args: object) -> Iterator[None]:
+    """One item of a scheduled job's walk (the replay copier, the redrive runner, the promoter, the
+    groups sweep): an ``Exception`` raised inside is logged (``what % args``, with its traceback)
+    and counted in ``out["errors"]`` instead of ending the walk, so the items after it still run;
+    the rest of the block is skipped. A ``BaseException`` (a Lambda timeout, a crash the tests
+    inject) still ends it.
+
+    >>> out = {}
+    >>> with counted(out, logging.getLogger("doctest"), "item %s failed", 1):
+    ...     raise KeyError(1)
+    >>> out
+    {'errors': 1}
+    """
+    try:
+        yield
+    except Exception:
+        log.exception(what, *args)
+        out["errors"] = out.get("errors", 0) + 1

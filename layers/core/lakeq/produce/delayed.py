@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 
 from lakeq.common import backoff, clock
-from lakeq.common.errors import NotFound, Unavailable
+from lakeq.common.errors import NotFound, Unavailable, counted
 from lakeq.log.delay_plan import Delayed, decode_message, due_count, plan_delayed, promotion_extra
 from lakeq.log.produce_plan import plan_parts
 from lakeq.store.models import QueueModel
@@ -177,14 +177,11 @@ def sweep(now: int | None = None) -> dict:
             continue
         out["queues"] += 1
         before = int(m.max_offset)
-        try:
+        with counted(out, log, "promoting the due messages of %s#%s failed; the next run tries again",
+                     m.topic, m.queue):
             head = promote(m.topic, int(m.queue), now)
-        except Exception:
-            log.exception("promoting the due messages of %s#%s failed; the next run tries again", m.topic, m.queue)
-            out["errors"] = out.get("errors", 0) + 1
-            continue
-        if head is not None:
-            out["promoted"] += max(0, head - before)
+            if head is not None:
+                out["promoted"] += max(0, head - before)
     return out
 
 

@@ -32,7 +32,7 @@ import uuid
 
 from lakeq.admin.auth import Principal, require_admin, topic_or_404
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
+from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable, counted
 from lakeq.common.names import check_name, check_topic, is_name
 from lakeq.consume.reader import topic_reader
 from lakeq.contract import validation as v
@@ -275,10 +275,7 @@ def run_all(budget_ms: int) -> dict:
         left = deadline - clock.now()
         if left <= 0:
             break
-        try:
-            run(rid, left // (len(ids) - i))
-        except Exception:
-            logger.exception("redrive %s: its run failed; the next invocation tries it again", rid)
-            out["errors"] = out.get("errors", 0) + 1
         out["redrives"] += 1
+        with counted(out, logger, "redrive %s: its run failed; the next invocation tries it again", rid):
+            run(rid, left // (len(ids) - i))
     return out

@@ -40,7 +40,7 @@ from typing import Any
 
 from lakeq.admin.auth import Principal, client_or_404, require_admin, topic_or_404
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Conflict, LakeqError, NotFound, Unavailable
+from lakeq.common.errors import BadRequest, Conflict, LakeqError, NotFound, Unavailable, counted
 from lakeq.common.names import covers, is_name
 from lakeq.contract import validation as v
 from lakeq.log import move_plan as mp
@@ -392,12 +392,8 @@ def run_all(budget_ms: int) -> dict:
     out: dict[str, int] = {"replays": len(ids)}
     for i, rid in enumerate(ids):
         left = budget_ms - (monotonic() - t0) * 1000
-        try:
+        with counted(out, logger, "replay %s: its turn failed; the next invocation tries it again", rid):
             got = run(rid, int(max(0, left) / (len(ids) - i)))
-        except Exception:
-            logger.exception("replay %s: its turn failed; the next invocation tries it again", rid)
-            out["errors"] = out.get("errors", 0) + 1
-            continue
-        status = got["status"] if got else "gone"
-        out[status] = out.get(status, 0) + 1
+            status = got["status"] if got else "gone"
+            out[status] = out.get(status, 0) + 1
     return out

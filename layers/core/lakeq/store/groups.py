@@ -59,7 +59,7 @@ from pynamodb.exceptions import DeleteError, DoesNotExist, PutError
 
 from lakeq.common import backoff
 from lakeq.common import clock as _clock
-from lakeq.common.errors import ApiError, LakeqError, NotFound, Unavailable
+from lakeq.common.errors import ApiError, LakeqError, NotFound, Unavailable, counted
 from lakeq.rebalance import codec
 from lakeq.rebalance import state as g
 from lakeq.store.models import GroupMemberModel, GroupModel, TopicModel
@@ -398,11 +398,8 @@ def sweep(now_ms: int | None = None, max_member_topics: int = MAX_MEMBER_TOPICS)
     stats = {"groups": 0, "expired": 0, "changed": 0}
     for header in GroupModel.scan():
         stats["groups"] += 1
-        try:
+        with counted(stats, log, "sweeping consumer group %s failed; the next sweep tries again", header.group):
             _sweep_group(header.group, now_ms, all_topics, max_member_topics, stats)
-        except Exception:
-            log.exception("sweeping consumer group %s failed; the next sweep tries again", header.group)
-            stats["errors"] = stats.get("errors", 0) + 1
     return stats
 
 
