@@ -98,8 +98,51 @@ def aws_rules(aws):
     return aws["_rules"]
 
 
+# The moto backends whose state after creating the template's tables and bucket is kept once per
+# session and restored (deep-copied) for each test: creating the 14 tables through the API cost
+# 1-4 s a test on this 2-core machine, a restore ~0.05 s. Secrets (a fresh master per test) and
+# the SQS queues (moto's SQS backend holds locks, which do not deep-copy) are made per test.
+_SNAPSHOT_BACKENDS = ("dynamodb", "s3")
+
+
+@pytest.fixture(scope="session")
+def _aws_clients():
+    """boto3 clients made once: moto's stubber is a botocore handler registered when ``moto`` is
+    imported (above), so a client made before a ``mock_aws()`` is served by the mock while it is active."""
+    return {name: boto3.client(name, region_name="us-east-1")
+            for name in ("dynamodb", "s3", "dynamodbstreams", "sqs", "secretsmanager")}
+
+
+@pytest.fixture(scope="session")
+def _aws_snapshot(template, _aws_clients):
+    """``{backend: {account: {region: backend object}}}`` right after the template's tables and
+    bucket were created on an empty moto (the state every test starts from)."""
+    import copy
+
+    from moto.backends import get_backend
+
+    with mock_aws():
+        _tpl.create_tables(_aws_clients["dynamodb"], template, _tpl.LOCAL_STACK)
+        _tpl.create_buckets(_aws_clients["s3"], template, _tpl.LOCAL_STACK)
+        return {name: {acct: {region: copy.deepcopy(be) for region, be in regions.items()}
+                       for acct, regions in get_backend(name).items()}
+                for name in _SNAPSHOT_BACKENDS}
+
+
+def _restore(snapshot: dict) -> None:
+    import copy
+
+    from moto.backends import get_backend
+
+    for name, accounts in snapshot.items():
+        live = get_backend(name)
+        for acct, regions in accounts.items():
+            for region, be in regions.items():
+                live[acct][region] = copy.deepcopy(be)
+
+
 @pytest.fixture
-def aws(template, aws_rules_spec):
+def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot):
     from infra.local import aws_rules, interceptor
 
     roles, tables = aws_rules_spec
@@ -107,14 +150,8 @@ def aws(template, aws_rules_spec):
     # for every call (see infra/local/aws_rules.py)
     rules = aws_rules.AwsRules(roles, tables, audit_file=os.environ.get("LAKEQ_IAM_AUDIT") or None)
     with mock_aws(), interceptor.hooked(rules):
-        clients = {
-            "dynamodb": boto3.client("dynamodb", region_name="us-east-1"),
-            "s3": boto3.client("s3", region_name="us-east-1"),
-            "dynamodbstreams": boto3.client("dynamodbstreams", region_name="us-east-1"),
-            "sqs": boto3.client("sqs", region_name="us-east-1"),
-            "secretsmanager": boto3.client("secretsmanager", region_name="us-east-1"),
-        }
-        _tpl.create_tables(clients["dynamodb"], template, _tpl.LOCAL_STACK)
+        clients = dict(_aws_clients)
+        _restore(_aws_snapshot)  # the template's tables and bucket, empty (a fresh moto: mock_aws() reset it)
         _tpl.create_secrets(clients["secretsmanager"], template, _tpl.LOCAL_STACK)  # a fresh master per test
         from lakeq.sqs import keys as sqs_keys
 
@@ -122,6 +159,5 @@ def aws(template, aws_rules_spec):
         from lakeq.sqs import permissions as sqs_perm
 
         sqs_perm.forget_topics()  # (the container's topic cache and copies of queue items: a fresh store per test)
-        _tpl.create_buckets(clients["s3"], template, _tpl.LOCAL_STACK)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         yield {**clients, "_rules": rules}

@@ -6,6 +6,7 @@ template does not wire to a function cannot pass here either.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import json
 import re
@@ -52,9 +53,29 @@ def _load(spec: tpl.FunctionSpec):
     return as_function
 
 
+@functools.cache
+def _functions() -> tuple:
+    """``template.yaml``'s functions, read once per test process (the file does not change during a run)."""
+    return tuple(tpl.functions(tpl.load_template()))
+
+
+@functools.cache
+def _routes() -> tuple:
+    """(method, path, compiled regex, function spec) for each HttpApi route, the route with more literal
+    segments first, as API Gateway (and the local gateway) prefer: ``POST /v1/subscriptions`` wins
+    over ``POST /{account}/{queue}``."""
+    routes = []
+    for method, path, spec in tpl.iter_routes(list(_functions())):
+        regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$"
+        routes.append((method, path, re.compile(regex), spec))
+    routes.sort(key=lambda r: -sum(1 for seg in r[1].split("/") if seg and not seg.startswith("{")))
+    return tuple(routes)
+
+
 def load_function(logical_id: str):
-    """The handler of ``template.yaml``'s function ``logical_id``, run as that function."""
-    return _load(next(s for s in tpl.functions(tpl.load_template()) if s.logical_id == logical_id))
+    """The handler of ``template.yaml``'s function ``logical_id``, run as that function (its module
+    executed anew: module state is per call)."""
+    return _load(next(s for s in _functions() if s.logical_id == logical_id))
 
 
 def sqs_messages(sqs, queue_name: str) -> list[dict]:
@@ -74,13 +95,7 @@ class Api:
     """``api.call("POST", "/v1/topics", body={...}, key=...)`` → (status, json body)."""
 
     def __init__(self):
-        self.routes = []
-        for method, path, spec in tpl.iter_routes(tpl.functions(tpl.load_template())):
-            regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$"
-            self.routes.append((method, path, re.compile(regex), spec))
-        # API Gateway (and the local gateway) prefer the route with more literal segments:
-        # ``POST /v1/subscriptions`` wins over ``POST /{account}/{queue}``
-        self.routes.sort(key=lambda r: -sum(1 for seg in r[1].split("/") if seg and not seg.startswith("{")))
+        self.routes = list(_routes())
         self._handlers: dict[str, object] = {}
 
     def handler(self, spec):

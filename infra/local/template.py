@@ -48,8 +48,9 @@ class Template(dict):
         return self.path.parent if self.path is not None else REPO_ROOT
 
 
-class CfnLoader(yaml.SafeLoader):
-    """SafeLoader that understands CloudFormation's short-form intrinsic tags."""
+class CfnLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """SafeLoader that understands CloudFormation's short-form intrinsic tags (libyaml's when
+    PyYAML has it: template.yaml parses in ~0.15 s instead of ~1.3 s, the same document)."""
 
 
 def _construct_tag(loader: CfnLoader, tag_suffix: str, node: yaml.Node) -> Any:
