@@ -322,6 +322,60 @@ def latency_run(n: int, produce, receive, seed: int) -> tuple[list[float], list[
     return [(got[b] - sent[b]) * 1000 for b in sent if b != "m0"], took
 
 
+def delayed_run(url: str, hdr: dict, n: int, seed: int) -> dict:
+    """Delayed delivery (``delay_ms``) to a waiting consumer — the latency bound that
+    ``tests/e2e/test_delayed_e2e.py`` leaves to this bench (the test keeps "never before
+    ``deliver_at``" and a generous limit): one consumer long-polls ``wait_ms=20000`` a topic of its
+    own while one producer sends single messages with a random delay of 0.5-3 s at random
+    intervals of 0.2-1.0 s; lateness = the wall-clock ms at which the consumer's response carrying a
+    message came back minus that message's ``deliver_at`` (the stack runs on this machine's clock).
+    Bound: within 1 s after ``deliver_at``, never before it."""
+    import random
+    import threading
+
+    import requests
+
+    rng = random.Random(seed)
+    requests.post(f"{url}/v1/topics", json={"name": "dly", "queues": 4}, headers=hdr).raise_for_status()
+    prod = requests.post(f"{url}/v1/clients", json={"name": "dp", "role": "producer", "topics": ["dly"]},
+                         headers=hdr).json()["api_key"]
+    cons = requests.post(f"{url}/v1/clients", json={"name": "dc", "role": "consumer", "topics": ["dly"]},
+                         headers=hdr).json()["api_key"]
+    ps, cs = requests.Session(), requests.Session()
+    due: dict[str, int] = {}
+    got: dict[str, float] = {}
+    stop = time.monotonic() + 60 + 3 * n
+
+    def consumer():
+        receipt = None
+        while len(got) < n and time.monotonic() < stop:
+            q = {"group": "dc", "wait_ms": 20000, "max": 10, **({"ack": receipt} if receipt else {})}
+            r = cs.get(f"{url}/v1/topics/dly/messages", params=q, headers={"Authorization": f"Bearer {cons}"},
+                       timeout=40)
+            at = time.time() * 1000
+            r.raise_for_status()
+            b = r.json()
+            receipt = b["receipt"]
+            for m in b["messages"]:
+                got.setdefault(m["id"], at)
+    t = threading.Thread(target=consumer, daemon=True)
+    t.start()
+    time.sleep(1.0)  # the consumer is waiting before the first message
+    for i in range(n):
+        time.sleep(rng.uniform(0.2, 1.0))
+        r = ps.post(f"{url}/v1/topics/dly/messages", headers={"Authorization": f"Bearer {prod}"}, timeout=30,
+                    json={"producer": "dp", "messages": [{"id": f"d{i}", "body": "x",
+                                                          "delay_ms": rng.randint(500, 3000)}]})
+        r.raise_for_status()
+        (res,) = r.json()["results"]
+        due[res["id"]] = res["deliver_at"]
+    t.join(timeout=max(1.0, stop - time.monotonic()))
+    missing = [m for m in due if m not in got]
+    assert not missing, f"not delivered: {missing}"
+    late = [got[m] - due[m] for m in due]
+    return {"late": late, "early": sum(1 for x in late if x < 0), "within_1s": sum(1 for x in late if 0 <= x <= 1000)}
+
+
 def latency(n: int):
     import boto3
     import requests
@@ -354,6 +408,7 @@ def latency(n: int):
             receipt[0] = b["receipt"]
             return [m["body"] for m in b["messages"]]
         lq = latency_run(n, produce, receive, seed=1)
+        dl = delayed_run(url, hdr, n, seed=1)
 
         # the same, waiting on WebSocket wake-ups (a second group: same topic, its own offsets)
         from lakeq_client import Consumer
@@ -399,7 +454,7 @@ def latency(n: int):
                 p.wait(timeout=20)
             except Exception:
                 p.kill()
-    return lq, sq, lw
+    return lq, sq, lw, dl
 
 
 def main() -> None:
@@ -511,7 +566,7 @@ def main() -> None:
         ws_rows.append((n, parts))
     mock.stop()
     print("# running: latency on the local stack and SQS-on-moto...", file=sys.stderr, flush=True)
-    (lq, lq_prod), (sq, sq_prod), (lw, lw_prod) = latency(args.samples or (10 if args.quick else 60))
+    (lq, lq_prod), (sq, sq_prod), (lw, lw_prod), dl = latency(args.samples or (10 if args.quick else 60))
 
     print()
     print("## per 20-s idle poll (counted)")
@@ -567,6 +622,14 @@ def main() -> None:
         print(f"{name:<30} {pct(xs, 50) / pct(sq, 50):>7.2f} {pct(xs, 99) / pct(sq, 99):>7.2f} "
               f"{max(xs) / max(sq):>7.2f} {sum(xs) / sum(sq):>7.2f}")
     print(f"WebSocket wake-ups within 1 s: {sum(1 for x in lw if x <= 1000)} of {len(lw)}")
+    xs = dl["late"]
+    print()
+    print(f"## delayed delivery to a waiting consumer (ms after deliver_at; {len(xs)} messages, delay_ms 500-3000, "
+          "one long-polling consumer wait_ms=20000; bound: never before deliver_at, within 1 s after)")
+    print(f"{'':<30} {'min':>7} {'p50':>7} {'p99':>7} {'max':>7}")
+    print(f"{'lakeq delay_ms, long poll':<30} {min(xs):>7.0f} {pct(xs, 50):>7.0f} {pct(xs, 99):>7.0f} {max(xs):>7.0f}")
+    print(f"delayed messages before deliver_at: {dl['early']} of {len(xs)} (must be 0); "
+          f"within 1 s after: {dl['within_1s']} of {len(xs)}")
 
 
 if __name__ == "__main__":

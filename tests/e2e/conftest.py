@@ -1,8 +1,10 @@
 """End-to-end fixtures: a real local stack (``python -m infra.local``) in a subprocess.
 
 ``stack`` (session) starts ``python -m infra.local --port <free port>`` with ``LAKEQ_ADMIN_KEY``
-set, waits (60 s at most) until it prints its URL and — when ``functions/admin/app.py`` exists —
-until ``GET /v1/health`` answers 200, yields a :class:`LocalStack` (``.url``, ``.admin_key``,
+set, waits (``START_TIMEOUT``, 180 s at most: a machine whose cores other work keeps busy starts
+the stack's processes slowly) until it prints its URL and — when ``functions/admin/app.py`` exists —
+until ``GET /v1/health`` answers 200 (a port another process took between the choice and the bind:
+started again on another port), yields a :class:`LocalStack` (``.url``, ``.admin_key``,
 ``.drain()``, ``.call()``, ``.output``), and at the end sends SIGTERM and asserts a clean exit (code 0).
 
 Use it as ``def test_x(stack): requests.get(stack.url + "/v1/health")``; all tests here are
@@ -24,7 +26,8 @@ import pytest
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 60.0
+START_TIMEOUT = float(os.environ.get("LAKEQ_E2E_START_TIMEOUT") or 180)
+STOP_TIMEOUT = 60.0
 
 
 def free_port() -> int:
@@ -77,7 +80,7 @@ class LocalStack:
         assert r.status_code == status, (method, path, r.status_code, r.text)
         return r.json() if r.content else None
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -104,10 +107,27 @@ def _pump(stream, sink: list[str]) -> None:
     stream.close()
 
 
+class PortTaken(RuntimeError):
+    """The stack exited at start because its port was taken meanwhile."""
+
+
 def start_stack(admin_key: str = "e2e-admin-key", port: int | None = None,
                 wait_health: bool | None = None, extra_env: dict | None = None,
                 args: list[str] | None = None) -> LocalStack:
-    port = port or free_port()
+    """A started stack; on a free port chosen here unless ``port`` is given. ``free_port`` closes
+    its socket before the stack binds it, so another process (other tests' stacks, anything on the
+    machine) may take it meanwhile: then the stack is started again on another port."""
+    for attempt in range(3):
+        try:
+            return _start_stack(admin_key, port or free_port(), wait_health, extra_env, args)
+        except PortTaken:
+            if port is not None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_stack(admin_key: str, port: int, wait_health: bool | None, extra_env: dict | None,
+                 args: list[str] | None) -> LocalStack:
     env = dict(os.environ)
     for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
         env.pop(var, None)
@@ -128,7 +148,9 @@ def start_stack(admin_key: str = "e2e-admin-key", port: int | None = None,
     try:
         while st.url not in st.output:
             if proc.poll() is not None:
-                raise RuntimeError(f"local stack exited with {proc.returncode}:\n{st.stderr[-3000:]}")
+                time.sleep(0.2)  # its last lines
+                err = RuntimeError if "in use" not in st.stderr else PortTaken
+                raise err(f"local stack exited with {proc.returncode}:\n{st.stderr[-3000:]}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"local stack printed no URL within {START_TIMEOUT}s:\n"
                                    f"{st.output}\n{st.stderr[-3000:]}")

@@ -288,16 +288,38 @@ def test_broadcasting(api, setup):
     assert o["backlog"] == 3
 
 
-def test_long_poll_wakes_on_produce(api, setup):
+def test_long_poll_wakes_on_produce(api, setup, monkeypatch):
+    """The produce comes while the pull waits: it is sent once the long poll first sleeps. (Sent at
+    a fixed 0.6 s, on a loaded machine it overlapped the pull's own start, and the two in-process
+    invocations, one Lambda container each on AWS, mixed their events: the pull answered 400.)"""
+    from lakeq.consume import reader
+
+    waiting = threading.Event()
+    real_sleep = time.sleep
+
+    class ReaderTime:  # the reader's own ``time``: its sleeps say the poll is waiting
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(s):
+            waiting.set()
+            real_sleep(s)
+    monkeypatch.setattr(reader, "time", ReaderTime())
+
     def later():
-        time.sleep(0.6)
+        assert waiting.wait(60)
+        real_sleep(0.6)
         produce(api, setup["feed"], [{"body": "late", "key": "k"}])
 
-    threading.Thread(target=later).start()
+    th = threading.Thread(target=later)
+    th.start()
     t0 = time.monotonic()
-    s, b = pull(api, setup["risk"], wait_ms=5000)
+    s, b = pull(api, setup["risk"], wait_ms=20000)
     took = time.monotonic() - t0
-    assert [m["body"] for m in b["messages"]] == ["late"] and 0.5 < took < 4
+    th.join(60)
+    # woken by the produce, not answered at the poll's end (20 s), however loaded the machine
+    assert [m["body"] for m in b["messages"]] == ["late"] and 0.5 < took < 19, (s, b)
     t0 = time.monotonic()
     assert pull(api, setup["risk"], wait_ms=300)[1]["messages"] == []
     assert time.monotonic() - t0 >= 0.3

@@ -76,8 +76,10 @@ def test_functions_are_invoked_under_their_own_role(template):
                               ("ReplayCopierFunction", "ReplayCopierFunction")]
 
 
-def test_sweep_on_schedule_expires_a_silent_member(aws):
-    """The real handler, in-process, with IAM enforced: the sweep alone removes a silent member."""
+def test_sweep_on_schedule_expires_a_silent_member(aws, clock):
+    """The real handler, in-process, with IAM enforced: the sweep alone removes a silent member.
+    On the fake clock: with the wall clock, a loaded machine's second between the join and the read
+    below let that read expire the member before the sweep ran."""
     lq_auth.clear_caches()
     api = Api()
     assert api.call("POST", "/v1/topics", {"name": "quotes", "queues": 2})[0] == 201
@@ -88,7 +90,7 @@ def test_sweep_on_schedule_expires_a_silent_member(aws):
                          key=risk["api_key"])
     assert s == 200, joined
     before = api.call("GET", "/v1/groups/risk")
-    time.sleep(1.3)
+    clock.t += 1300  # past the session timeout
     sched = Scheduler(handler_cache=HandlerCache())
     runs = sched.run_now("GroupsSweepFunction")
     assert runs[0]["ok"], runs
@@ -100,7 +102,24 @@ def test_sweep_on_schedule_expires_a_silent_member(aws):
     lq_auth.clear_caches()
 
 
+def _run_until(sched, done, timeout_s: float = 60.0) -> float:
+    """Start ``sched``, wait until ``done()`` (at most ``timeout_s``: however slowly a loaded machine
+    runs the schedules' threads), stop it; the real seconds it ran, from its creation (its virtual
+    clock's origin) to after the stop (no run can start later)."""
+    sched.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        sched.stop()
+    return sched.clock() - sched._start_real
+
+
 def test_time_compression_fires_rate_schedules_on_the_virtual_clock(template):
+    """Every schedule fires, and never more often than the virtual clock allows. How many runs a
+    given wall time holds depends on the machine's load (a late thread skips a run, as EventBridge
+    does not catch up either), so the test waits for the runs and bounds them from above only."""
     calls: list[str] = []
     lock = threading.Lock()
 
@@ -110,28 +129,21 @@ def test_time_compression_fires_rate_schedules_on_the_virtual_clock(template):
 
     sched = Scheduler(template, invoke=invoke, scale=300)  # 1 minute = 0.2 s, 5 minutes = 1 s
     assert not any(s["active"] for s in sched.describe() if s["kind"] == "glue")  # no job runner
-    sched.start()
-    try:
-        time.sleep(2.3)
-    finally:
-        sched.stop()
+    ran_s = _run_until(sched, lambda: calls.count("GroupsSweepFunction") >= 6 and calls.count("FanoutFunction") >= 1)
     sweeps, redeliveries = calls.count("GroupsSweepFunction"), calls.count("FanoutFunction")
-    # nominally 11 and 2 (some slack for a loaded machine)
-    assert 6 <= sweeps <= 14, calls
-    assert 1 <= redeliveries <= 3, calls
+    assert sweeps >= 6 and redeliveries >= 1, calls
+    # rate(1 minute) and rate(5 minutes), counted from the start: at most one run per elapsed period
+    assert sweeps <= ran_s * 300 / 60 + 1, (ran_s, calls)
+    assert redeliveries <= ran_s * 300 / 300 + 1, (ran_s, calls)
 
 
 def test_glue_triggers_run_their_jobs_on_schedule(template):
     ran: list[str] = []
     sched = Scheduler(template, invoke=lambda *a: None, job_runner=lambda script: ran.append(script) or 0,
                       scale=3600)  # one virtual hour a second: each hourly trigger about once a second
-    sched.start()
-    try:
-        time.sleep(2.2)
-    finally:
-        sched.stop()
-    assert 1 <= ran.count("backlog") <= 3, ran
-    assert 1 <= ran.count("rebalance_plan") <= 3, ran
+    ran_s = _run_until(sched, lambda: ran.count("backlog") >= 1 and ran.count("rebalance_plan") >= 1)
+    assert 1 <= ran.count("backlog") <= ran_s + 1, (ran_s, ran)
+    assert 1 <= ran.count("rebalance_plan") <= ran_s + 1, (ran_s, ran)
     assert sched.runs["BacklogJobSchedule"] == ran.count("backlog")
 
 
@@ -139,12 +151,9 @@ def test_glue_jobs_every_overrides_the_triggers_schedule(template):
     ran: list[str] = []
     sched = Scheduler(template, invoke=lambda *a: None, job_runner=lambda s: ran.append(s) or 0,
                       jobs_every_s=0.3)
-    sched.start()
-    try:
-        time.sleep(1.1)
-    finally:
-        sched.stop()
-    assert 2 <= ran.count("backlog") <= 5 and 2 <= ran.count("rebalance_plan") <= 5, ran
+    ran_s = _run_until(sched, lambda: ran.count("backlog") >= 2 and ran.count("rebalance_plan") >= 2)
+    assert 2 <= ran.count("backlog") <= ran_s / 0.3 + 1, (ran_s, ran)
+    assert 2 <= ran.count("rebalance_plan") <= ran_s / 0.3 + 1, (ran_s, ran)
 
 
 def test_a_running_job_is_not_started_again(template):
@@ -206,11 +215,8 @@ def test_a_trigger_firing_while_its_job_runs_is_skipped_not_queued(template):
         return 0
 
     sched = Scheduler(template, invoke=lambda *a: None, job_runner=runner, jobs_every_s=0.2)
-    sched.start()
-    try:
-        time.sleep(1.8)
-    finally:
-        sched.stop()
+    _run_until(sched, lambda: all(len(v) >= 2 for v in starts.values())
+               and sched.skipped["BacklogJobSchedule"] and sched.skipped["RebalancePlanJobSchedule"])
     for job, trigger in (("backlog", "BacklogJobSchedule"), ("rebalance_plan", "RebalancePlanJobSchedule")):
         gaps = [b - a for a, b in zip(starts[job], starts[job][1:])]
         assert len(starts[job]) >= 2, starts

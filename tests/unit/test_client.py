@@ -398,9 +398,11 @@ def test_member_thread_gets_assignment_pulls_with_member_id_and_leaves():
     c, fake, _ = conn(g)
     with GroupMember(group="risk", topics=["quotes"], member_id="m1", connection=c,
                      wait_ms=0) as m:
-        assert m.wait_for_assignment(5) == [{"topic": "quotes", "queue": 1}]
+        assert m.wait_for_assignment(30) == [{"topic": "quotes", "queue": 1}]
         m.pull()
-        time.sleep(0.1)  # a few heartbeats at 20 ms
+        deadline = time.monotonic() + 30  # a few heartbeats at 20 ms: however slowly the thread is run
+        while m.actions.count("none") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
     pulls = [x for x in fake.calls if x.method == "GET"]
     assert pulls[0].params["member_id"] == "m1" and pulls[0].path == "/v1/topics/quotes/messages"
     assert m.actions[0] == "sync" and m.actions.count("none") >= 2
@@ -413,7 +415,7 @@ def test_member_stops_on_a_client_error_and_pull_raises_it():
     m = GroupMember(group="risk", topics=["quotes"], member_id="m1", connection=c)
     m.start()
     with pytest.raises(ApiError):
-        m.wait_for_assignment(5)
+        m.wait_for_assignment(30)
     with pytest.raises(ApiError):
         m.pull()
     m.close()

@@ -295,6 +295,9 @@ def consume_once(sim: Sim, kind: str, limit: int, poison: set[int], rnd) -> None
     sim.check()
 
 
+# 400 simulated runs of up to 45 messages: a niced run on a machine whose cores other work kept busy
+# passed the suite's 300 s (pytest-timeout ended it mid-draw: Hypothesis reported a FlakyFailure)
+@pytest.mark.timeout(1800)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 45), data=st.data(), maxd=st.integers(1, 5),
        kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=3),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import string
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import pytest
 from botocore.auth import SigV4Auth, SigV4QueryAuth
@@ -102,6 +102,41 @@ def _mutate_char(s: str, i: int) -> str:
     return s[:i] + repl + s[i + 1:]
 
 
+_HEX = set("0123456789abcdefABCDEF")
+
+
+def _escape_digits(query: str) -> set[int]:
+    """Positions of the hex digits of the query's ``%XX`` escapes."""
+    return {j for i, c in enumerate(query) if c == "%" and set(query[i + 1:i + 3]) <= _HEX and len(query) > i + 2
+            for j in (i + 1, i + 2)}
+
+
+def _query_mutations(query: str) -> list[tuple[int, str]]:
+    """Every single-character change of the query that changes what it means — the premise of the
+    test below. A query is signed decoded (``canonical_query``: ``%2B`` and ``%2b`` are the same
+    byte, and the same signature), so a hex digit of an escape is changed to another *value*, never
+    to another case of the same one; any other letter or digit to another letter."""
+    hexd = _escape_digits(query)
+    out = []
+    for i, c in enumerate(query):
+        if i in hexd:
+            out.append((i, "%X" % ((int(c, 16) + 1) % 16)))
+        elif c.isalnum():
+            out.append((i, "b" if c != "b" else "c"))
+    return out
+
+
+def _meaning(query: str) -> list[tuple[bytes, bytes]]:
+    """What a query says, independently of lakeq's code: its name/value pairs, percent-decoded to
+    bytes (``+`` is a space), sorted. Two queries with the same meaning have the same signature."""
+    pairs = []
+    for part in query.split("&"):
+        if part:
+            k, _, v = part.partition("=")
+            pairs.append((unquote_to_bytes(k.replace("+", " ")), unquote_to_bytes(v.replace("+", " "))))
+    return sorted(pairs)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(r=requests, where=st.sampled_from(["method", "path", "query", "header", "body", "signature",
                                           "host", "date"]), pick=st.integers(min_value=0, max_value=10_000))
@@ -119,9 +154,12 @@ def test_any_single_change_of_a_signed_part_fails(monkeypatch, r, where, pick):
         else:
             path = path + "x"
     elif where == "query":
-        idx = [i for i, c in enumerate(query) if c.isalnum()]
-        assume(idx)
-        query = _mutate_char(query, idx[pick % len(idx)])
+        changes = _query_mutations(query)
+        assume(changes)
+        i, c = changes[pick % len(changes)]
+        mutated = query[:i] + c + query[i + 1:]
+        assert _meaning(mutated) != _meaning(query), (query, mutated)  # the premise: it says something else
+        query = mutated
     elif where == "header":
         names = sorted(k for k in headers if k.lower() in r["headers"])
         assume(names)
@@ -148,6 +186,20 @@ def test_any_single_change_of_a_signed_part_fails(monkeypatch, r, where, pick):
     with pytest.raises(sigv4.SigV4Error) as e:
         _verify(m, path, query, headers, body)
     assert e.value.code == "SignatureDoesNotMatch"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(r=requests, params=st.dictionaries(qkeys, qvals.map(lambda v: v + "+/é"), min_size=1, max_size=3))
+def test_a_query_spelled_otherwise_with_the_same_meaning_still_verifies(monkeypatch, r, params):
+    """The other side of the premise above: the escapes' hex digits in lower case (``%2b`` for
+    ``%2B``) say the same thing, and the signature still holds (as on AWS)."""
+    _freeze(monkeypatch)
+    m, path, query, headers, body = _botocore_sign(r["method"], f"http://{r['host']}{r['path']}", r["headers"],
+                                                   r["body"], region=r["region"], params=params)
+    hexd = _escape_digits(query)
+    lower = "".join(c.lower() if i in hexd else c for i, c in enumerate(query))
+    assert lower != query and _meaning(lower) == _meaning(query)
+    _verify(m, path, lower, headers, body)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -182,13 +182,16 @@ def test_query_protocol_xml():
 
 # --- issue 14: the query-protocol parser is linear and counts entries before building them ----------------
 def _timed(fn):
+    """``fn()`` and the CPU seconds this process spent on it: the bounds below are against a parser
+    that is quadratic (minutes), not a latency, so they are measured in CPU time, which other work
+    on the machine does not stretch as it stretches the wall clock."""
     import time
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         out = fn()
     except sp.SqsError as e:
         out = e
-    return out, time.perf_counter() - t0
+    return out, time.process_time() - t0
 
 
 def test_query_parser_refuses_too_many_entries_before_building_them():
@@ -197,7 +200,7 @@ def test_query_parser_refuses_too_many_entries_before_building_them():
         f"SendMessageBatchRequestEntry.{i}.Id=a{i}&SendMessageBatchRequestEntry.{i}.MessageBody=b" for i in range(1, n))
     out, secs = _timed(lambda: sp.query_request(form))
     assert isinstance(out, sp.SqsError) and out.name == "TooManyEntriesInBatchRequest", out
-    assert secs < 5, secs
+    assert secs < 20, secs
 
 
 def test_query_parser_is_linear_in_attributes_and_lists():
@@ -208,7 +211,7 @@ def test_query_parser_is_linear_in_attributes_and_lists():
     parts += [f"Attribute.{i}.Name=a{i}&Attribute.{i}.Value=v" for i in range(1, n)]
     parts += [f"AttributeName.{i}=All" for i in range(1, n)]
     out, secs = _timed(lambda: sp.query_request("&".join(parts)))
-    assert secs < 5, secs
+    assert secs < 20, secs
     _, req = out
     assert len(req["MessageAttributes"]) == n - 1 and len(req["Attributes"]) == n - 1
     assert req["MessageAttributes"]["n7"] == {"DataType": "String", "StringValue": "v"}
@@ -220,7 +223,7 @@ def test_query_parser_huge_indices_do_not_allocate():
         f"Action=DeleteMessageBatch&QueueUrl=q&DeleteMessageBatchRequestEntry.{big}.Id=a&"
         f"DeleteMessageBatchRequestEntry.{big}.ReceiptHandle=h&DeleteMessageBatchRequestEntry.1.Id=b&"
         f"DeleteMessageBatchRequestEntry.1.ReceiptHandle=h&AttributeName.{big}=All&MaxNumberOfMessages={big}"))
-    assert secs < 1
+    assert secs < 5, secs
     assert not isinstance(out, Exception) or out.status < 500
     if not isinstance(out, Exception):
         assert len(out[1]["Entries"]) <= 2
