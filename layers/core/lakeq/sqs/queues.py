@@ -36,8 +36,8 @@ def _check_redrive_target(ctx: Ctx, attrs: dict[str, str], fifo: bool) -> None:
     rp = attrs.get("RedrivePolicy")
     if rp:
         target, _ = sp.parse_redrive(rp)
-        t = TopicRepo.get(target)
-        if t is None:
+        t = TopicRepo.get(target) if ctx.owns_arn(json.loads(rp)["deadLetterTargetArn"]) else None
+        if t is None:  # (another account's or region's ARN names no queue here)
             raise sp.invalid(f"Value {rp} for parameter RedrivePolicy is invalid. Reason: Dead letter target does "
                              "not exist.")
         if target.endswith(".fifo") != fifo:
