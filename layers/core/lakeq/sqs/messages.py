@@ -280,6 +280,7 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
         if not isinstance(names, list):
             raise sp.invalid(f"{key} must be a list.")
         for n in names:
+            n = n.strip() if isinstance(n, str) else n  # (as the queue attributes' names)
             if n == "All":
                 system |= sp.MESSAGE_SYSTEM_NAMES
             elif n in sp.MESSAGE_SYSTEM_NAMES:

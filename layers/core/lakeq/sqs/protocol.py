@@ -220,6 +220,7 @@ def check_attributes(attrs: object, fifo: bool, creating: bool) -> dict[str, str
         raise invalid("Attributes must be a map of attribute names to strings.")
     out: dict[str, str] = {}
     for name, value in attrs.items():
+        name = name.strip() if isinstance(name, str) else name  # ("VisibilityTimeout ": moto and its suite)
         allowed = _SETTABLE | (_FIFO_ONLY if fifo else set()) | ({"FifoQueue"} if creating else set())
         if name not in allowed:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
@@ -291,6 +292,7 @@ def requested_attribute_names(names: object, known: set[str]) -> set[str]:
         raise invalid("AttributeNames must be a list.")
     out: set[str] = set()
     for n in names:
+        n = n.strip() if isinstance(n, str) else n  # (as check_attributes)
         if n == "All":
             out |= known
         elif n in known:
@@ -555,6 +557,9 @@ def int_param(req: dict, name: str, lo: int, hi: int, default: int | None = None
     if isinstance(v, str) and int_text(v) is not None:
         v = int(v)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        if name == "DelaySeconds":  # (SQS's own words for this one)
+            raise invalid(f"Value {req.get(name)} for parameter {name} is invalid. Reason: DelaySeconds must be "
+                          f">= {lo} and <= {hi}.")
         raise invalid(f"Value {req.get(name)} for parameter {name} is invalid. Reason: Must be between {lo} and "
                       f"{hi}, if provided.")
     return v

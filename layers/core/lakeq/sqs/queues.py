@@ -69,9 +69,9 @@ def _apply_redrive(name: str, attrs: dict[str, str]) -> None:
 
 def create_queue(ctx: Ctx, req: dict) -> dict:
     name = req.get("QueueName")
-    if name is None or name == "":
+    if name is None:
         raise sp.missing("QueueName")
-    if not sp.is_queue_name(name):
+    if not sp.is_queue_name(name):  # ("" too, as SQS)
         raise sp.invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
     fifo = name.endswith(".fifo")
     attrs = sp.check_attributes(req.get("Attributes"), fifo, creating=True)
