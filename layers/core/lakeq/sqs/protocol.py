@@ -679,7 +679,8 @@ def json_error(e: Any) -> tuple[int, dict[str, str], str]:
 # --- query protocol -------------------------------------------------------------------------------
 # how the query protocol flattens the members that are lists or maps (JSON member -> wire form)
 _LISTS = {"AttributeNames": "AttributeName", "MessageAttributeNames": "MessageAttributeName",
-          "MessageSystemAttributeNames": "MessageSystemAttributeName", "TagKeys": "TagKey"}
+          "MessageSystemAttributeNames": "MessageSystemAttributeName", "TagKeys": "TagKey",
+          "AWSAccountIds": "AWSAccountId", "Actions": "ActionName"}
 _MAPS = {"Attributes": ("Attribute", "Name", "Value"), "Tags": ("Tag", "Key", "Value"),
          "tags": ("Tag", "Key", "Value"),
          "MessageAttributes": ("MessageAttribute", "Name", "Value"),
