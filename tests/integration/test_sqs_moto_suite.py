@@ -109,3 +109,13 @@ def test_remove_permission_of_an_unknown_label(sqs):
     assert (code(e), e.value.response["Error"]["Message"]) == (
         "InvalidParameterValue", "Value test for parameter Label is invalid. Reason: can't find label on existing "
         "policy.")
+
+
+def test_a_prefix_wildcard_selects_the_attributes_that_start_with_the_prefix(sqs):
+    url = sqs.create_queue(QueueName="wild")["QueueUrl"]
+    attrs = {n: {"DataType": "String", "StringValue": n} for n in ("Custom1", "Custom.x", "Other")}
+    sqs.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=attrs)
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["Custom.*"], VisibilityTimeout=0)["Messages"]
+    assert sorted(got[0]["MessageAttributes"]) == ["Custom.x", "Custom1"]
+    got = sqs.receive_message(QueueUrl=url, MessageAttributeNames=[".*"], VisibilityTimeout=0)["Messages"]
+    assert sorted(got[0]["MessageAttributes"]) == ["Custom.x", "Custom1", "Other"]

@@ -421,10 +421,11 @@ def attributes_from_json(text: str) -> dict[str, dict]:
 
 def select_message_attributes(attrs: dict[str, dict], names: object) -> dict[str, dict]:
     """ReceiveMessage ``MessageAttributeNames``: ``All`` / ``.*`` → every one, ``prefix.*`` → those
-    starting with ``prefix.``, else exact names.
+    starting with ``prefix`` (``.*`` read as the pattern's "anything": ``Custom.*`` selects
+    ``Custom1`` and ``Custom.x``, as moto and its suite), else exact names.
 
-    >>> sorted(select_message_attributes({"a.x": 1, "a.y": 2, "b": 3}, ["a.*"]))
-    ['a.x', 'a.y']
+    >>> sorted(select_message_attributes({"a.x": 1, "a.y": 2, "ab": 3, "b": 4}, ["a.*"]))
+    ['a.x', 'a.y', 'ab']
     """
     if not names:
         return {}
@@ -437,7 +438,7 @@ def select_message_attributes(attrs: dict[str, dict], names: object) -> dict[str
         if n in ("All", ".*"):
             return dict(attrs)
         if n.endswith(".*"):
-            out.update({k: v for k, v in attrs.items() if k.startswith(n[:-1])})
+            out.update({k: v for k, v in attrs.items() if k.startswith(n[:-2])})
         elif n in attrs:
             out[n] = attrs[n]
     return out
