@@ -132,3 +132,77 @@ def test_query_protocol_answers_parse_as_botocore_reads_them(sqs, h, queues):
     assert [(r["Status"], r["ApproximateNumberOfMessagesMoved"], r["MaxNumberOfMessagesPerSecond"], r["SourceArn"])
             for r in listed] == [("COMPLETED", 3, 20, dlq_arn)]
     assert handle
+
+
+def _json(h, action: str, req: dict, key: str = "admin") -> tuple[int, dict]:
+    from tests.handlers import Context
+    from tests.integration.test_sqs_edges import raw_event
+    ev = raw_event("/", json.dumps(req), {"content-type": "application/x-amz-json-1.0",
+                                          "x-amz-target": f"AmazonSQS.{action}"})
+    ev["headers"]["authorization"] = ev["headers"]["authorization"].replace("Credential=admin/", f"Credential={key}/")
+    out = h.handler(ev, Context())
+    return out["statusCode"], json.loads(out["body"] or "{}")
+
+
+@pytest.fixture
+def dlq_pair(sqs):
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": arn(sqs, dlq), "maxReceiveCount": 1})
+    src = sqs.create_queue(QueueName="src", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    return arn(sqs, dlq), arn(sqs, src)
+
+
+def test_move_task_numbers_of_a_wrong_type_or_range_are_400(sqs, h, dlq_pair):
+    """Issue 30 item 8: a rate or MaxResults that is a JSON string (or any other wrong type) answered
+    500, even to a producer's credential; each is InvalidParameterValue (400), and nothing starts."""
+    dlq_arn, _ = dlq_pair
+    for key in ("admin", "feed"):
+        for value in ("x", "", "1.5", 1.5, True, [], [10], {}, {"a": 1}, -1, 0, 501, 2**40):
+            for action, req in (("StartMessageMoveTask", {"SourceArn": dlq_arn, "MaxNumberOfMessagesPerSecond": value}),
+                                ("ListMessageMoveTasks", {"SourceArn": dlq_arn, "MaxResults": value})):
+                if action == "ListMessageMoveTasks" and value == 501:
+                    continue
+                status, doc = _json(h, action, req, key)
+                assert status == 400 and doc["__type"].endswith("#InvalidParameterValue"), (key, action, value, doc)
+    assert sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)["Results"] == []
+    status, doc = _json(h, "ListMessageMoveTasks", {"SourceArn": dlq_arn, "MaxResults": "10"})
+    assert (status, doc) == (200, {"Results": []})  # digits: an integer, as the query protocol sends each one
+    status, doc = _json(h, "StartMessageMoveTask", {"SourceArn": dlq_arn, "MaxNumberOfMessagesPerSecond": "20"})
+    assert status == 200, doc
+    assert sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"][0]["MaxNumberOfMessagesPerSecond"] == 20
+
+
+def test_move_task_arns_of_another_account_or_region_are_not_found(sqs, h, dlq_pair):
+    """A SourceArn / DestinationArn naming a queue of another account or region names no queue of
+    this deployment (ResourceNotFoundException, as SQS answers an ARN of a queue it does not have),
+    even when a queue of that name exists here."""
+    dlq_arn, src_arn = dlq_pair
+    region, account = dlq_arn.split(":")[3:5]
+    other_account = dlq_arn.replace(f":{account}:", ":999999999999:")
+    other_region = dlq_arn.replace(f":{region}:", ":eu-west-3:")
+    for bad in (other_account, other_region):
+        for call in (lambda: sqs.start_message_move_task(SourceArn=bad),
+                     lambda: sqs.list_message_move_tasks(SourceArn=bad),
+                     lambda: sqs.start_message_move_task(SourceArn=dlq_arn,
+                                                         DestinationArn=bad.replace(":dlq", ":src"))):
+            with pytest.raises(ClientError) as e:
+                call()
+            assert err(e)[0] == "ResourceNotFoundException", e.value.response
+    assert sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"] == []  # nothing was started
+
+
+def test_redrive_policy_target_of_another_account_or_region_is_refused(sqs, dlq_pair):
+    """Sibling: a RedrivePolicy's deadLetterTargetArn of another account or region names no queue of
+    this deployment, even when a queue of that name exists here (InvalidParameterValue, as SQS)."""
+    dlq_arn, _ = dlq_pair
+    region, account = dlq_arn.split(":")[3:5]
+    for bad in (dlq_arn.replace(f":{account}:", ":999999999999:"), dlq_arn.replace(f":{region}:", ":eu-west-3:")):
+        policy = json.dumps({"deadLetterTargetArn": bad, "maxReceiveCount": 2})
+        with pytest.raises(ClientError) as e:
+            sqs.create_queue(QueueName="other", Attributes={"RedrivePolicy": policy})
+        assert err(e)[0] == "InvalidParameterValue"
+        url = sqs.create_queue(QueueName="plain")["QueueUrl"]
+        with pytest.raises(ClientError) as e:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy})
+        assert err(e)[0] == "InvalidParameterValue"
+        assert "RedrivePolicy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]

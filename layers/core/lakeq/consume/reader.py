@@ -461,7 +461,7 @@ def _ranked(log: Log, views_: list[QueueView], now: int, allowed: set[int] | Non
 
 def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None,
             policy: Policy | None = None, folded: tuple[Receipt, int, Callable[[], object]] | None = None,
-            budget: Callable[[], ByteBudget] = ByteBudget) -> dict:
+            budget: Callable[[], ByteBudget] = ByteBudget, suspects: str = "serve") -> dict:
     """The pull loop shared by topic queues and subscription lists (SPEC §1): per poll, promote
     (:meth:`Log.promote`), choose, read, lock with a conditional write, answer; long-poll until
     ``wait_ms`` passes.
@@ -473,7 +473,12 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     first (:func:`lakeq.consume.settle.flush_due`). ``policy``: the consumer's dead-letter settings.
     ``folded``: (receipt, its queue, the ack on its own) of a piggybacked ack to fold into this
     pull's lock (:func:`fold`) before the first poll. ``budget()``: a new batch's byte budget (the
-    SQS endpoint's receive passes what is left of its one response, in its own encoding's measure)."""
+    SQS endpoint's receive passes what is left of its one response, in its own encoding's measure).
+    ``suspects`` (the SQS endpoint's receive, which gathers several pulls into one answer, issue 30
+    item 7): ``"serve"`` as above; ``"mark"`` as above, the answer telling in ``alone`` whether it
+    is a suspect served alone (the receive then adds nothing to it); ``"skip"``: a queue whose next
+    batch would be a suspect alone is passed over (it waits for a pull of its own), so a suspect
+    never joins other messages in one answer."""
     policy = policy or Policy()
     if folded is not None:
         receipt, queue, ack_alone = folded
@@ -498,6 +503,8 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
                     after = flush_due(owner, view.queue, policy, whole, now)
                     # a due message not readable yet stays due: look again at the next poll, not now
                     progressed |= moved or after is None or after.due != p.state.due
+                continue
+            if p.alone and suspects == "skip":  # a suspect is never answered with others
                 continue
             batch_budget = budget()
             if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone
@@ -535,7 +542,10 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
                                   [m["_log_offset"] for m in fresh], frontier)
             if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner, bnd=_bnd(fresh)):
                 continue
-            return _answer(log, view.queue, new, again + fresh)
+            out = _answer(log, view.queue, new, again + fresh)
+            if suspects == "mark":
+                out["alone"] = p.alone
+            return out
         if progressed:
             continue
         remaining = deadline - clock.now()

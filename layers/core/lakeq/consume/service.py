@@ -168,12 +168,13 @@ def visibility(p: Principal, raw: str | None,
 
 def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
          budget: Callable[[], ByteBudget] = ByteBudget, with_replays: bool = True,
-         hints_max_age_s: float = 0.0) -> dict:
+         hints_max_age_s: float = 0.0, suspects: str = "serve") -> dict:
     """``t``: the topic's item when the caller has just read it (as :func:`lakeq.produce.service.produce`);
     ``budget``: the batch's byte budget (:func:`lakeq.consume.reader.consume`; the SQS endpoint's own);
     ``with_replays``: serve the group's replays' lists first (:mod:`lakeq.consume.replays`; the SQS
     endpoint's receive does not: its receipt handles name topic queues only); ``hints_max_age_s``:
-    the queue items may come from the container's copy that young (:class:`lakeq.consume.reader.TopicLog`)."""
+    the queue items may come from the container's copy that young (:class:`lakeq.consume.reader.TopicLog`);
+    ``suspects``: :func:`lakeq.consume.reader.consume`'s (the SQS endpoint's receive)."""
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
@@ -222,7 +223,7 @@ def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
     meta = {"group": group.name, "client_id": client_id, "topic": topic}
     return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner, only=allowed,
                             hints_max_age_s=hints_max_age_s),
-                   vis, req, allowed, policy=policy, folded=folded, budget=budget)
+                   vis, req, allowed, policy=policy, folded=folded, budget=budget, suspects=suspects)
 
 
 # --- offsets --------------------------------------------------------------------------------

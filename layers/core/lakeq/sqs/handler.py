@@ -28,6 +28,7 @@ from lakeq.sqs.messages import (
 from lakeq.sqs.moves import cancel_message_move_task, list_message_move_tasks, start_message_move_task
 from lakeq.sqs.permissions import Ctx, account_id, authenticate_request, region
 from lakeq.sqs.queues import (
+    add_permission,
     create_queue,
     delete_queue,
     get_queue_attributes,
@@ -36,6 +37,7 @@ from lakeq.sqs.queues import (
     list_queue_tags,
     list_queues,
     purge_queue,
+    remove_permission,
     set_queue_attributes,
     tag_queue,
     untag_queue,
@@ -51,9 +53,10 @@ ACTIONS: dict[str, Callable[[Ctx, dict], dict]] = {
     "ChangeMessageVisibility": change_message_visibility,
     "ChangeMessageVisibilityBatch": change_message_visibility_batch,
     "StartMessageMoveTask": start_message_move_task, "ListMessageMoveTasks": list_message_move_tasks,
-    "CancelMessageMoveTask": cancel_message_move_task,
+    "CancelMessageMoveTask": cancel_message_move_task, "AddPermission": add_permission,
+    "RemovePermission": remove_permission,
 }
-UNSUPPORTED = {"AddPermission", "RemovePermission"}
+UNSUPPORTED: set[str] = set()
 
 
 # --- the Lambda event ------------------------------------------------------------------------------

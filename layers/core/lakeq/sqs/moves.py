@@ -31,7 +31,7 @@ def _not_found(what: str) -> sp.SqsError:
                        "doesn't exist.")
 
 
-def _arn_queue(req: dict, member: str, required: bool = True) -> str | None:
+def _arn_queue(ctx: Ctx, req: dict, member: str, required: bool = True) -> str | None:
     raw = req.get(member)
     if raw is None:
         if required:
@@ -40,7 +40,7 @@ def _arn_queue(req: dict, member: str, required: bool = True) -> str | None:
     name = sp.name_of_arn(raw)
     if name is None:
         raise sp.invalid(f"Value {raw} for parameter {member} is invalid. Reason: not a queue ARN.")
-    if TopicRepo.get(name) is None:
+    if not ctx.owns_arn(raw) or TopicRepo.get(name) is None:  # (another account's or region's: not here)
         raise _not_found(member)
     return name
 
@@ -55,11 +55,9 @@ def _is_dead_letter_queue(name: str) -> bool:
 
 
 def start_message_move_task(ctx: Ctx, req: dict) -> dict:
-    src = _arn_queue(req, "SourceArn")
-    dest = _arn_queue(req, "DestinationArn", required=False)
-    rate = req.get("MaxNumberOfMessagesPerSecond")
-    if rate is not None and not 1 <= rate <= 500:
-        raise sp.invalid("Value for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: must be 1-500.")
+    src = _arn_queue(ctx, req, "SourceArn")
+    dest = _arn_queue(ctx, req, "DestinationArn", required=False)
+    rate = sp.int_param(req, "MaxNumberOfMessagesPerSecond", 1, 500)
     _admin(ctx, "StartMessageMoveTask")
     if not _is_dead_letter_queue(src):  # type: ignore[arg-type]
         raise sp.invalid("Source queue must be configured as a Dead Letter Queue.")
@@ -73,10 +71,8 @@ def start_message_move_task(ctx: Ctx, req: dict) -> dict:
 
 
 def list_message_move_tasks(ctx: Ctx, req: dict) -> dict:
-    src = _arn_queue(req, "SourceArn")
-    n = req.get("MaxResults", 1)
-    if not 1 <= n <= 10:
-        raise sp.invalid("Value for parameter MaxResults is invalid. Reason: must be 1-10.")
+    src = _arn_queue(ctx, req, "SourceArn")
+    n = sp.int_param(req, "MaxResults", 1, 10, 1)
     _admin(ctx, "ListMessageMoveTasks")
     results = []
     for r in redrive.list_(ADMIN, {"source": src})["redrives"][:n]:

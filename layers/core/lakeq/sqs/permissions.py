@@ -85,6 +85,10 @@ class Ctx:
     def arn(self, name: str) -> str:
         return sp.queue_arn(self.region, self.account, name)
 
+    def owns_arn(self, arn: object) -> bool:
+        """``arn`` is a queue ARN of this deployment's account and region (another's names no queue here)."""
+        return sp.name_of_arn(arn) is not None and str(arn).split(":")[3:5] == [self.region, self.account]
+
 
 def account_id() -> str:
     return os.environ.get("LAKEQ_ACCOUNT_ID") or "000000000000"

@@ -220,6 +220,7 @@ def check_attributes(attrs: object, fifo: bool, creating: bool) -> dict[str, str
         raise invalid("Attributes must be a map of attribute names to strings.")
     out: dict[str, str] = {}
     for name, value in attrs.items():
+        name = name.strip() if isinstance(name, str) else name  # ("VisibilityTimeout ": moto and its suite)
         allowed = _SETTABLE | (_FIFO_ONLY if fifo else set()) | ({"FifoQueue"} if creating else set())
         if name not in allowed:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
@@ -291,6 +292,7 @@ def requested_attribute_names(names: object, known: set[str]) -> set[str]:
         raise invalid("AttributeNames must be a list.")
     out: set[str] = set()
     for n in names:
+        n = n.strip() if isinstance(n, str) else n  # (as check_attributes)
         if n == "All":
             out |= known
         elif n in known:
@@ -419,10 +421,11 @@ def attributes_from_json(text: str) -> dict[str, dict]:
 
 def select_message_attributes(attrs: dict[str, dict], names: object) -> dict[str, dict]:
     """ReceiveMessage ``MessageAttributeNames``: ``All`` / ``.*`` → every one, ``prefix.*`` → those
-    starting with ``prefix.``, else exact names.
+    starting with ``prefix`` (``.*`` read as the pattern's "anything": ``Custom.*`` selects
+    ``Custom1`` and ``Custom.x``, as moto and its suite), else exact names.
 
-    >>> sorted(select_message_attributes({"a.x": 1, "a.y": 2, "b": 3}, ["a.*"]))
-    ['a.x', 'a.y']
+    >>> sorted(select_message_attributes({"a.x": 1, "a.y": 2, "ab": 3, "b": 4}, ["a.*"]))
+    ['a.x', 'a.y', 'ab']
     """
     if not names:
         return {}
@@ -435,7 +438,7 @@ def select_message_attributes(attrs: dict[str, dict], names: object) -> dict[str
         if n in ("All", ".*"):
             return dict(attrs)
         if n.endswith(".*"):
-            out.update({k: v for k, v in attrs.items() if k.startswith(n[:-1])})
+            out.update({k: v for k, v in attrs.items() if k.startswith(n[:-2])})
         elif n in attrs:
             out[n] = attrs[n]
     return out
@@ -555,6 +558,9 @@ def int_param(req: dict, name: str, lo: int, hi: int, default: int | None = None
     if isinstance(v, str) and int_text(v) is not None:
         v = int(v)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        if name == "DelaySeconds":  # (SQS's own words for this one)
+            raise invalid(f"Value {req.get(name)} for parameter {name} is invalid. Reason: DelaySeconds must be "
+                          f">= {lo} and <= {hi}.")
         raise invalid(f"Value {req.get(name)} for parameter {name} is invalid. Reason: Must be between {lo} and "
                       f"{hi}, if provided.")
     return v
@@ -674,7 +680,8 @@ def json_error(e: Any) -> tuple[int, dict[str, str], str]:
 # --- query protocol -------------------------------------------------------------------------------
 # how the query protocol flattens the members that are lists or maps (JSON member -> wire form)
 _LISTS = {"AttributeNames": "AttributeName", "MessageAttributeNames": "MessageAttributeName",
-          "MessageSystemAttributeNames": "MessageSystemAttributeName", "TagKeys": "TagKey"}
+          "MessageSystemAttributeNames": "MessageSystemAttributeName", "TagKeys": "TagKey",
+          "AWSAccountIds": "AWSAccountId", "Actions": "ActionName"}
 _MAPS = {"Attributes": ("Attribute", "Name", "Value"), "Tags": ("Tag", "Key", "Value"),
          "tags": ("Tag", "Key", "Value"),
          "MessageAttributes": ("MessageAttribute", "Name", "Value"),

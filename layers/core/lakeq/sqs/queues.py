@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Callable
 
 from lakeq.admin import auth as lq_auth
@@ -36,8 +37,8 @@ def _check_redrive_target(ctx: Ctx, attrs: dict[str, str], fifo: bool) -> None:
     rp = attrs.get("RedrivePolicy")
     if rp:
         target, _ = sp.parse_redrive(rp)
-        t = TopicRepo.get(target)
-        if t is None:
+        t = TopicRepo.get(target) if ctx.owns_arn(json.loads(rp)["deadLetterTargetArn"]) else None
+        if t is None:  # (another account's or region's ARN names no queue here)
             raise sp.invalid(f"Value {rp} for parameter RedrivePolicy is invalid. Reason: Dead letter target does "
                              "not exist.")
         if target.endswith(".fifo") != fifo:
@@ -69,9 +70,9 @@ def _apply_redrive(name: str, attrs: dict[str, str]) -> None:
 
 def create_queue(ctx: Ctx, req: dict) -> dict:
     name = req.get("QueueName")
-    if name is None or name == "":
+    if name is None:
         raise sp.missing("QueueName")
-    if not sp.is_queue_name(name):
+    if not sp.is_queue_name(name):  # ("" too, as SQS)
         raise sp.invalid("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
     fifo = name.endswith(".fifo")
     attrs = sp.check_attributes(req.get("Attributes"), fifo, creating=True)
@@ -171,6 +172,9 @@ def delete_queue(ctx: Ctx, req: dict) -> dict:
     return {}
 
 
+PURGE_WINDOW_MS = 60_000  # one PurgeQueue a queue every 60 s (SQS: PurgeQueueInProgress)
+
+
 def purge_queue(ctx: Ctx, req: dict) -> dict:
     """Every queue's committed offset for the SQS group moves to the log's head (one UpdateItem per
     lakeq queue: OffsetRepo.reset, which also ends any lock, so in-flight messages go too). Delayed
@@ -179,10 +183,20 @@ def purge_queue(ctx: Ctx, req: dict) -> dict:
     q = perm.queue_of(req)
     if not ctx.principal.admin:
         raise sp.access_denied("PurgeQueue")
+    now = now_ms()
+    if now - int(q.doc.get("purged_ms") or 0) < PURGE_WINDOW_MS:
+        raise sp.SqsError("PurgeQueueInProgress", f"Only one PurgeQueue operation on {q.name} is allowed every "
+                          "60 seconds.")
     perm.ensure_clients(q)
     g = group_name(q.name)
     owner = OffsetRepo.owner(g, q.log)
-    now = now_ms()
+
+    def started(doc: dict) -> None:
+        if now - int(doc.get("purged_ms") or 0) < PURGE_WINDOW_MS:  # (another purge meanwhile)
+            raise sp.SqsError("PurgeQueueInProgress", f"Only one PurgeQueue operation on {q.name} is allowed "
+                              "every 60 seconds.")
+        doc["purged_ms"] = now
+    _update_doc(q, started)  # (before the purge: a crash after it leaves the window, as SQS's)
     for meta in LogRepo.queues(q.log, int(q.topic.queues)):
         head = _delayed.promote(q.log, int(meta.queue), now) if meta.next_due is not None else None
         OffsetRepo.reset(owner, int(meta.queue), int(meta.max_offset) if head is None else head,
@@ -324,3 +338,96 @@ def list_dead_letter_source_queues(ctx: Ctx, req: dict) -> dict:
     if nxt:
         out["NextToken"] = nxt
     return out
+
+
+# --- permissions: AddPermission / RemovePermission edit the queue's stored Policy ---------------------
+# (as SetQueueAttributes' Policy: stored and answered, not enforced — lakeq's permissions are its
+# clients' grants; docs/api.md)
+GRANTABLE = {"*", "SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility",
+             "GetQueueAttributes", "GetQueueUrl", "ListDeadLetterSourceQueues", "PurgeQueue"}
+MAX_PERMISSION_ACTIONS = 7
+_LABEL = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+def _one_or_list(xs: list[str]) -> str | list[str]:
+    return xs[0] if len(xs) == 1 else xs
+
+
+def _policy_of(doc: dict, arn: str) -> dict:
+    text = (doc.get("attributes") or {}).get("Policy") or ""
+    try:
+        policy = json.loads(text) if text else {}
+    except ValueError:
+        policy = {}
+    if not isinstance(policy, dict):
+        policy = {}
+    policy.setdefault("Version", "2012-10-17")
+    policy.setdefault("Id", f"{arn}/SQSDefaultPolicy")
+    if not isinstance(policy.get("Statement"), list):
+        policy["Statement"] = []
+    return policy
+
+
+def add_permission(ctx: Ctx, req: dict) -> dict:
+    q = perm.queue_of(req)
+    label = req.get("Label")
+    if label is None:
+        raise sp.missing("Label")
+    if not isinstance(label, str) or not _LABEL.fullmatch(label):
+        raise sp.invalid(f"Value {label} for parameter Label is invalid. Reason: Can only include alphanumeric "
+                         "characters, hyphens, or underscores. 1 to 80 in length.")
+    accounts, actions = req.get("AWSAccountIds"), req.get("Actions")
+    if not actions:
+        raise sp.missing("Actions")
+    if accounts is None:
+        raise sp.missing("AWSAccountIds")
+    if not isinstance(accounts, list) or not isinstance(actions, list):
+        raise sp.invalid("AWSAccountIds and Actions must be lists.")
+    if not accounts:
+        raise sp.invalid("Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.")
+    if len(actions) > MAX_PERMISSION_ACTIONS:
+        raise sp.SqsError("OverLimit", f"{len(actions)} Actions were found, maximum allowed is "
+                          f"{MAX_PERMISSION_ACTIONS}.")
+    for a in actions:
+        if a not in GRANTABLE:
+            raise sp.invalid(f"Value SQS:{a} for parameter ActionName is invalid. Reason: Only the queue owner is "
+                             "allowed to invoke this action.")
+    for a in accounts:
+        if not isinstance(a, str) or not a:
+            raise sp.invalid(f"Value {a} for parameter PrincipalId is invalid. Reason: Unable to verify.")
+    if not ctx.principal.admin:
+        raise sp.access_denied("AddPermission")
+    arn = ctx.arn(q.name)
+
+    def change(doc: dict) -> None:
+        policy = _policy_of(doc, arn)
+        if any(isinstance(st, dict) and st.get("Sid") == label for st in policy["Statement"]):
+            raise sp.invalid(f"Value {label} for parameter Label is invalid. Reason: Already exists.")
+        policy["Statement"].append({
+            "Sid": label, "Effect": "Allow",
+            "Principal": {"AWS": _one_or_list([f"arn:aws:iam::{a}:root" for a in accounts])},
+            "Action": _one_or_list([f"SQS:{a}" for a in actions]), "Resource": arn})
+        doc.setdefault("attributes", {})["Policy"] = json.dumps(policy, separators=(",", ":"))
+    _update_doc(q, change)
+    return {}
+
+
+def remove_permission(ctx: Ctx, req: dict) -> dict:
+    q = perm.queue_of(req)
+    label = req.get("Label")
+    if label is None:
+        raise sp.missing("Label")
+    if not ctx.principal.admin:
+        raise sp.access_denied("RemovePermission")
+    arn = ctx.arn(q.name)
+
+    def change(doc: dict) -> None:
+        policy = _policy_of(doc, arn)
+        kept = [st for st in policy["Statement"] if not (isinstance(st, dict) and st.get("Sid") == label)]
+        if len(kept) == len(policy["Statement"]):
+            raise sp.invalid(f"Value {label} for parameter Label is invalid. Reason: can't find label on existing "
+                             "policy.")
+        policy["Statement"] = kept
+        doc.setdefault("attributes", {})["Policy"] = json.dumps(policy, separators=(",", ":")) if kept else ""
+    _update_doc(q, change)
+    return {}
