@@ -586,12 +586,16 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     assert api.call("GET", "/v1/replays")[0] == 200 and api.call("GET", f"/v1/replays/{r['id']}")[0] == 200
     r2 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
     assert api.call("POST", f"/v1/replays/{r2['id']}/cancel")[0] == 200
+    from lakeq.replay import group_target as gt
+    r3 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"group": "risk"}})
+    gt.begin(r3["id"], "quotes/sh", "risk")  # as the copier does when copying starts
+    assert api.call("POST", f"/v1/replays/{r3['id']}/cancel")[0] == 200  # closes the group target
     from infra.local.aws_rules import _wild
 
     lines = [line.split() for line in record.read_text().splitlines()]
     table = "arn:aws:dynamodb:us-east-1:123456789012:table/lakeq-local-"
     unused = {}
-    for function, n in (("ReplayFunction", 2), ("ReplayCopierFunction", 11)):
+    for function, n in (("ReplayFunction", 4), ("ReplayCopierFunction", 11)):
         used = {(a, res) for fn, a, res, d in lines if fn == function and d == "allow"}
         own = [st for st in aws_rules.roles[function].statements  # the template block's Statement list
                if isinstance(st["Resource"], str) and not st["Action"][0].startswith(("logs:", "xray:"))]
@@ -679,3 +683,58 @@ def test_a_replay_whose_turn_fails_does_not_stop_the_others(api, setup, clock, r
     assert (got[ids[1]]["status"], got[ids[1]]["copied"]) == ("done", 10)
     check_delivered(H.expected(aws, "quotes/sh", lo, hi, None))
     assert H.run_schedule() == {"replays": 1, "errors": 1}  # tried again, still failing, logged
+
+
+def _copying_into_group(api, setup, clock, replay, aws, group="risk"):
+    """A replay into ``group`` whose copying has begun (its list made, the group's marker set), as
+    the copier leaves it between two chunks."""
+    from lakeq.replay import group_target as gt
+
+    lo, hi = T0, T0 + 4_000
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"group": group}, "rate": 1})
+    ReplayModel(r["id"]).update(actions=[ReplayModel.status.set("copying")])
+    gt.begin(r["id"], "quotes/sh", group)
+    return r["id"]
+
+
+def test_cancelling_a_replay_into_a_group_as_replay_function(api, setup, clock, replay, aws, aws_rules):
+    """Issue 30 (9): the cancel of a replay into a group answered 500 — ReplayFunction's role could not
+    write the list's queue item nor the group's marker, and the status was already ``cancelled``.
+    Under the template's IAM it answers 200, the group stops seeing the list at once, and nothing
+    is denied; the schedule then has nothing left to close."""
+    from lakeq.store.models import ClientModel
+    from lakeq.store.replay_lists import ReplayListRepo
+
+    produce(api, setup, clock, 4)
+    rid = _copying_into_group(api, setup, clock, replay, aws)
+    assert ClientModel.get("risk", consistent_read=True).replays == {f"{rid}|quotes/sh"}
+    s, b = api.call("POST", f"/v1/replays/{rid}/cancel")
+    assert (s, b.get("status")) == (200, "cancelled"), b
+    assert ClientModel.get("risk", consistent_read=True).replays is None
+    assert ReplayListRepo.queue(rid).ended_at is not None
+    assert [d for d in aws_rules.denied if d[0] == "ReplayFunction"] == []
+    assert H.run_schedule() == {"replays": 0}  # closed: no longer live
+    assert api.call("POST", f"/v1/replays/{rid}/cancel")[1]["status"] == "cancelled"
+
+
+def test_a_cancel_cut_short_after_any_store_call_is_finished_by_its_retry(api, setup, clock, replay, aws):
+    """The cancel dies after each of its store calls in turn (as a Lambda can); the operator's retry
+    answers 200 ``cancelled`` and leaves no half state: the marker is gone and the replay is no
+    longer live (before, a retry of a cancelled replay answered at once and left the marker to the
+    schedule's next run, serving the cancelled copies until then)."""
+    from lakeq.store.models import ClientModel
+    from tests.crash import count_calls
+
+    produce(api, setup, clock, 4)
+    rid = _copying_into_group(api, setup, clock, replay, aws)
+    n, (s, _) = count_calls(lambda: api.call("POST", f"/v1/replays/{rid}/cancel"), {"ReplayFunction"})
+    assert s == 200 and n >= 4
+    for k in range(1, n + 1):
+        rid = _copying_into_group(api, setup, clock, replay, aws)
+        with CrashAfter(k, {"ReplayFunction"}) as c:
+            crashed, _ = c.run(lambda: api.call("POST", f"/v1/replays/{rid}/cancel"))
+        assert crashed or k == n, k
+        s, b = api.call("POST", f"/v1/replays/{rid}/cancel")
+        assert (s, b["status"]) == (200, "cancelled"), (k, b)
+        assert f"{rid}|quotes/sh" not in (ClientModel.get("risk", consistent_read=True).replays or set()), k
+        assert ReplayModel.get(rid, consistent_read=True).live is None, k

@@ -168,12 +168,15 @@ def cancel(p: Principal, rid: str) -> dict:
     require_admin(p)
     for _ in range(5):
         if r.status == "cancelled":
+            if r.live is not None:  # a cancel cut short before its close (or a copier's record of it):
+                _close(r)           # the retry finishes it — the group's marker goes now, not a run later
+                r = ReplayRepo.get(rid) or r
             return view(r)
         if r.status in FINAL:
             raise Conflict(f"replay '{rid}' has ended ({r.status})")
-        if ReplayRepo.cancel(rid, clock.now()):
-            _close(ReplayRepo.get(rid) or r)  # (a crash before it: the schedule does it)
-            return view(ReplayRepo.get(rid) or r)
+        if ReplayRepo.cancel(rid, clock.now()):  # the commit point; the close below is idempotent and
+            r = ReplayRepo.get(rid) or r         # finished by a retried cancel or the schedule's next run
+            continue
         r = _replay_or_404(rid)
     raise Unavailable("the replay changed too often; retry")  # pragma: no cover
 
