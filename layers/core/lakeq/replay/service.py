@@ -344,10 +344,21 @@ def _copy(r: ReplayModel, budget_s: float) -> ReplayModel | None:
         (the redrive runner's rule)."""
         return mp.resume_refused(p.inflight, saved_at[0], clock.now(), RESUME_WINDOW_MS)
 
+    rate = int(r.rate)
+
+    def claim(n: int) -> float:
+        """The replay's sending slot for ``n`` rows (shared by every run: the rate holds across
+        overlapping runs); 0, or the seconds until it frees."""
+        now = clock.now()
+        if ReplayRepo.claim_slot(rid, now, mp.slot(0, now, n, rate)[1]):
+            return 0.0
+        at = ReplayRepo.slot_free_at(rid)
+        return max(1, (at or now) - now) / 1000
+
     kind, target = _target(r)
     try:
-        copier.run(r.topic, load, save, manifest.read, _sink(r), int(r.rate), chunk=CHUNK, clock=monotonic,
-                   sleep=sleep, budget_s=budget_s, stale=stale if kind == "topic" else None)
+        copier.run(r.topic, load, save, manifest.read, _sink(r), rate, chunk=CHUNK, clock=monotonic,
+                   sleep=sleep, budget_s=budget_s, stale=stale if kind == "topic" else None, claim=claim)
     except TargetGone as e:
         cur = ReplayRepo.get(rid)
         if cur is not None and cur.status == "copying":
