@@ -249,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         wsgw = WebSocketGateway(template, stack_name=args.stack_name, handler_cache=handlers,
                                 host=args.host, port=args.ws_port)
         os.environ["AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI"] = wsgw.management_url
+        os.environ["LAKEQ_LOCAL_WAKE_URL"] = wsgw.url  # GET /v1/health's wake_url (the template's is AWS's)
         wsgw.start()
         # two pumps (threads): the mappings without a batching window (the wake-up notifier,
         # latency-bound) never wait behind a slow batch of another function (the archiver's);

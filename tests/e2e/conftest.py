@@ -55,6 +55,13 @@ class LocalStack:
         return "".join(self.lines)
 
     @property
+    def ws_url(self) -> str:
+        """The WebSocket wake-up URL the stack printed (``ws://127.0.0.1:<its own port>/ws``)."""
+        import re
+
+        return re.search(r"WebSocket wake-ups: (ws://\S+)", self.output).group(1)
+
+    @property
     def stderr(self) -> str:
         return "".join(self.err_lines)
 

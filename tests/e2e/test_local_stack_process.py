@@ -82,7 +82,8 @@ def test_a_signal_caught_inside_exec_still_exits_0(install, code, tmp_path):
 
 def test_shared_stack_fixture_serves_health_and_admin_key(stack):
     r = requests.get(f"{stack.url}/v1/health", timeout=5)
-    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    # issue 30 (9): the health answer tells a client where the wake-ups are (locally: their own port)
+    assert r.status_code == 200 and r.json() == {"status": "ok", "wake_url": stack.ws_url}, r.json()
     # the admin key given to the process is the one the functions accept
     r = requests.get(f"{stack.url}/v1/topics", headers=stack.admin_headers(), timeout=10)
     assert r.status_code == 200

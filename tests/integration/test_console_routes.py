@@ -187,3 +187,39 @@ def test_summary_counts_subscription_lists(api, setup, clock, aws, fanout_handle
     assert api.call("POST", "/v1/acks", {"subscription": sub["id"], "receipt": p["receipt"]}, key=setup["risk"])[0] == 200
     [row] = [x for x in _summary(api)["subscriptions"] if x["subscription"] == sub["id"]]
     assert row["backlog"] == 0 and row["oldest_unconsumed_at"] is None
+
+
+def test_summary_store_work_is_bounded_by_its_cap(api, setup, monkeypatch):
+    """Issue 30 (8): the summary read every visible topic's queues (one Query per queue of every
+    topic: the head's exact end) whatever its cap. With the cap at 3, twice as many topics (and
+    consumers with subscriptions) cost the same store calls, and ``truncated`` says the rest were
+    not counted."""
+    from lakeq.console import summary
+    from tests.crash import CountCalls
+
+    monkeypatch.setattr(summary, "MAX_PAIRS", 3)
+
+    def add(n0, n1):
+        for i in range(n0, n1):
+            assert api.call("POST", "/v1/topics", {"name": f"quotes/t{i:02d}", "queues": 4})[0] == 201
+            s, c = api.call("POST", "/v1/clients", {"name": f"c{i:02d}", "role": "consumer", "topics": ["quotes"]})
+            assert s == 201
+            s, _ = api.call("POST", "/v1/subscriptions", {"subscriber": f"c{i:02d}", "topic": "quotes"},
+                            key=c["api_key"])
+            assert s == 201
+
+    def calls():
+        with CountCalls() as c:
+            b = _summary(api)
+        assert b["truncated"] is True
+        rows = len(b["topics"]), len(b["groups"]), len(b["subscriptions"])
+        return sorted(f"{x.operation} {x.params.get('TableName', '')}" for x in c.calls
+                      if x.operation not in ("Scan",)), rows  # the topics' and clients' Scans: one page each
+
+    add(0, 6)
+    few, rows = calls()
+    assert rows[0] <= 3 and rows[1] + rows[2] <= 3, rows
+    add(6, 12)
+    many, rows2 = calls()
+    assert rows2 == rows
+    assert many == few, (len(few), len(many))

@@ -188,3 +188,61 @@ def test_the_peek_function_may_not_write(aws):
     with interceptor.acting_as("PeekFunction"), pytest.raises(Exception) as e:
         OffsetRepo.reset("g|x|t", 0, 0, {}, 0)
     assert "AccessDenied" in str(e.value) or "not authorized" in str(e.value)
+
+
+def test_pending_shows_due_what_the_next_pull_dead_letters(api, setup, queue, clock):
+    """Issue 30 (8): a message whose deliveries reached ``max_deliveries`` and whose lock ended is
+    dead-lettered by the next pull, not served: the peek says ``due`` (it said ``pending``), for
+    the limit reached by expiry and for a limit lowered since; the others stay ``pending``."""
+    from lakeq.admin import auth as lq_auth
+    s, _ = api.call("PATCH", "/v1/clients/risk", {"max_deliveries": 3})
+    assert s == 200
+    lq_auth.clear_caches()
+    s, b = api.call("GET", f"/v1/topics/{T}/messages", query={"group": "risk", "max": 2}, key=setup["risk"])
+    assert [m["offset"] for m in b["messages"]] == [0, 1]
+    clock.t += 5000  # the lock ends: both are suspects, served alone from here
+    for _ in range(2):  # offset 0 alone, twice: its third delivery
+        s, b = api.call("GET", f"/v1/topics/{T}/messages", query={"group": "risk", "max": 2}, key=setup["risk"])
+        assert [(m["offset"], m["deliveries"]) for m in b["messages"]] == [(0, _ + 2)]
+        clock.t += 5000
+    before = snapshot()
+    _, p = pending(api, queue=queue)
+    got = [(m["offset"], m["state"], m["deliveries"]) for m in p["messages"]]
+    assert got == [(0, "due", 3), (1, "pending", 1), (2, "new", 0), (3, "new", 0), (4, "new", 0)]
+    s, _ = api.call("PATCH", "/v1/clients/risk", {"max_deliveries": 1})  # lowered: offset 1 too
+    assert s == 200
+    lq_auth.clear_caches()
+    before = snapshot()
+    _, p = pending(api, queue=queue)
+    assert [(m["offset"], m["state"]) for m in p["messages"][:2]] == [(0, "due"), (1, "due")]
+    assert snapshot() == before
+    # and the next pull does what the peek said: both dead-lettered (dropped: no topic), 2 served
+    s, b = api.call("GET", f"/v1/topics/{T}/messages", query={"group": "risk", "max": 1}, key=setup["risk"])
+    assert [m["offset"] for m in b["messages"]] == [2]
+    s, off = api.call("GET", "/v1/groups/risk/offsets", query={"topic": "quotes/sh"}, key=setup["risk"])
+    assert [q["dead_lettered"] for q in off["queues"] if q["queue"] == queue] == [2], off
+
+
+def test_subscription_pending_shows_due(api, setup, clock, fanout_handler):
+    """The same for a subscription's list (its own ``max_deliveries``)."""
+    s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", "max_deliveries": 1},
+                      key=setup["risk"])
+    assert s == 201, sub
+    produce(api, setup["feed"], 2)
+    for n, item in enumerate(SegmentModel.scan()):
+        if item.pq.startswith("~"):
+            continue
+        image = item.serialize()
+        rec = {"eventID": f"e{n}", "eventName": "INSERT", "eventSource": "aws:dynamodb",
+               "dynamodb": {"Keys": {"pq": image["pq"], "base": image["base"]}, "NewImage": image,
+                            "SequenceNumber": str(n + 1), "StreamViewType": "NEW_IMAGE"},
+               "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/x/stream/1"}
+        assert fanout_handler({"Records": [rec]}, Context()) == {"batchItemFailures": []}
+    sid = sub["id"]
+    s, b = api.call("GET", f"/v1/subscriptions/{sid}/messages", query={"max": 1}, key=setup["risk"])
+    assert s == 200 and len(b["messages"]) == 1
+    _, p = api.call("GET", f"/v1/subscriptions/{sid}/pending", key=setup["risk"])
+    assert [m["state"] for m in p["messages"]] == ["locked", "new"]
+    clock.t += 60_000
+    _, p = api.call("GET", f"/v1/subscriptions/{sid}/pending", key=setup["risk"])
+    assert [(m["state"], m["deliveries"]) for m in p["messages"]] == [("due", 1), ("new", 0)]

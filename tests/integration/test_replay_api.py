@@ -144,13 +144,14 @@ def test_the_sample_event_and_the_rate(api, setup, clock, replay, aws):
     H.write_manifest(aws, r["id"], body["topic"], body["from"], body["to"], body["filter"])
     want = H.expected(aws, body["topic"], body["from"], body["to"], body["filter"])
     assert len(want) == 6  # even n in 0..10
-    # rate 2/s: 6 copies take at least 2.5 s of the copier's clock (the first chunk goes at once)
+    # rate 2/s, chunks of 2: each chunk starts no earlier than the rows before it allow (its sending
+    # slot), so the third starts 4 / 2 = 2 s of the copier's clock after the first (which goes at once)
     ReplayModel(r["id"]).update(actions=[ReplayModel.rate.set(2)])
     t0 = replay.t
     H.run_schedule()
     s, got = api.call("GET", f"/v1/replays/{r['id']}")
     assert got["status"] == "done" and got["copied"] == 6
-    assert replay.t - t0 >= 2.5 and sum(replay.slept) >= 2.5
+    assert replay.t - t0 >= 2 and sum(replay.slept) >= 2
     check_delivered(want)
 
 
@@ -335,9 +336,11 @@ def test_cancel_stops_the_copier_at_its_next_chunk(api, setup, clock, replay, aw
     replay.hooks.clear()
     assert answers[0][0] == 200 and answers[0][1]["status"] == "cancelled"
     got = api.call("GET", f"/v1/replays/{r['id']}")[1]
-    # the first chunk, and the one in hand when its cursor write met the cancel (recorded); no more
-    assert got["status"] == "cancelled" and got["copied"] == 4
-    assert sum(len(v) for v in H.topic_messages("replayed").values()) == 4
+    # the first chunk; the cancel came while the copier waited for its next sending slot, so it read
+    # the replay again and stopped before the next chunk (a chunk in hand when a cursor write meets
+    # the cancel is recorded: test_cancel_records_the_chunk_in_hand)
+    assert got["status"] == "cancelled" and got["copied"] == 2
+    assert sum(len(v) for v in H.topic_messages("replayed").values()) == 2
     assert H.run_schedule() == {"replays": 0}
     assert api.call("POST", f"/v1/replays/{r['id']}/cancel")[1]["status"] == "cancelled"
 
@@ -464,8 +467,8 @@ def test_the_role_allows_what_the_copier_needs_and_not_more(api, setup, clock, r
 
 def test_store_calls_per_chunk(api, setup, clock, replay, aws):
     """What one copier run costs (docs/design.md "Replay"): per chunk of 100 copies into a topic of
-    3 queues, one dedup BatchGetItem, per target queue a head read and one transaction, one cursor
-    write; per run the live Query, the replay's reads and one GetObject per manifest part."""
+    3 queues, one dedup BatchGetItem, per target queue a head read and one transaction, its sending
+    slot's claim and one cursor write; per run the live Query, the replay's reads and one GetObject per manifest part."""
     from collections import Counter
 
     from tests.crash import CountCalls
@@ -489,7 +492,8 @@ def test_store_calls_per_chunk(api, setup, clock, replay, aws):
     chunks = 2  # 200 rows, chunks of 100
     assert ops["dynamodb.BatchGetItem"] == chunks
     assert ops["dynamodb.TransactWriteItems"] <= chunks * 3 + 2  # a write per target queue (+ a lost race)
-    assert ops["dynamodb.UpdateItem(replays)"] == chunks + 3  # the cursor writes, selected, done, unlive
+    # per chunk its sending slot's claim and its cursor write; selected, done, unlive
+    assert ops["dynamodb.UpdateItem(replays)"] == 2 * chunks + 3
     assert ops["s3.GetObject"] == 1 + 2  # selection.json, then each part once (streamed)
 
 
@@ -586,12 +590,16 @@ def test_every_statement_of_the_role_is_used(api, setup, clock, replay, aws, aws
     assert api.call("GET", "/v1/replays")[0] == 200 and api.call("GET", f"/v1/replays/{r['id']}")[0] == 200
     r2 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"topic": "replayed"}})
     assert api.call("POST", f"/v1/replays/{r2['id']}/cancel")[0] == 200
+    from lakeq.replay import group_target as gt
+    r3 = start(api, {"topic": "quotes/sh", "from": T0, "to": T0 + 1, "target": {"group": "risk"}})
+    gt.begin(r3["id"], "quotes/sh", "risk")  # as the copier does when copying starts
+    assert api.call("POST", f"/v1/replays/{r3['id']}/cancel")[0] == 200  # closes the group target
     from infra.local.aws_rules import _wild
 
     lines = [line.split() for line in record.read_text().splitlines()]
     table = "arn:aws:dynamodb:us-east-1:123456789012:table/lakeq-local-"
     unused = {}
-    for function, n in (("ReplayFunction", 2), ("ReplayCopierFunction", 11)):
+    for function, n in (("ReplayFunction", 4), ("ReplayCopierFunction", 11)):
         used = {(a, res) for fn, a, res, d in lines if fn == function and d == "allow"}
         own = [st for st in aws_rules.roles[function].statements  # the template block's Statement list
                if isinstance(st["Resource"], str) and not st["Action"][0].startswith(("logs:", "xray:"))]
@@ -679,3 +687,103 @@ def test_a_replay_whose_turn_fails_does_not_stop_the_others(api, setup, clock, r
     assert (got[ids[1]]["status"], got[ids[1]]["copied"]) == ("done", 10)
     check_delivered(H.expected(aws, "quotes/sh", lo, hi, None))
     assert H.run_schedule() == {"replays": 1, "errors": 1}  # tried again, still failing, logged
+
+
+def _copying_into_group(api, setup, clock, replay, aws, group="risk"):
+    """A replay into ``group`` whose copying has begun (its list made, the group's marker set), as
+    the copier leaves it between two chunks."""
+    from lakeq.replay import group_target as gt
+
+    lo, hi = T0, T0 + 4_000
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"group": group}, "rate": 1})
+    ReplayModel(r["id"]).update(actions=[ReplayModel.status.set("copying")])
+    gt.begin(r["id"], "quotes/sh", group)
+    return r["id"]
+
+
+def test_cancelling_a_replay_into_a_group_as_replay_function(api, setup, clock, replay, aws, aws_rules):
+    """Issue 30 (9): the cancel of a replay into a group answered 500 — ReplayFunction's role could not
+    write the list's queue item nor the group's marker, and the status was already ``cancelled``.
+    Under the template's IAM it answers 200, the group stops seeing the list at once, and nothing
+    is denied; the schedule then has nothing left to close."""
+    from lakeq.store.models import ClientModel
+    from lakeq.store.replay_lists import ReplayListRepo
+
+    produce(api, setup, clock, 4)
+    rid = _copying_into_group(api, setup, clock, replay, aws)
+    assert ClientModel.get("risk", consistent_read=True).replays == {f"{rid}|quotes/sh"}
+    s, b = api.call("POST", f"/v1/replays/{rid}/cancel")
+    assert (s, b.get("status")) == (200, "cancelled"), b
+    assert ClientModel.get("risk", consistent_read=True).replays is None
+    assert ReplayListRepo.queue(rid).ended_at is not None
+    assert [d for d in aws_rules.denied if d[0] == "ReplayFunction"] == []
+    assert H.run_schedule() == {"replays": 0}  # closed: no longer live
+    assert api.call("POST", f"/v1/replays/{rid}/cancel")[1]["status"] == "cancelled"
+
+
+def test_a_cancel_cut_short_after_any_store_call_is_finished_by_its_retry(api, setup, clock, replay, aws):
+    """The cancel dies after each of its store calls in turn (as a Lambda can); the operator's retry
+    answers 200 ``cancelled`` and leaves no half state: the marker is gone and the replay is no
+    longer live (before, a retry of a cancelled replay answered at once and left the marker to the
+    schedule's next run, serving the cancelled copies until then)."""
+    from lakeq.store.models import ClientModel
+    from tests.crash import count_calls
+
+    produce(api, setup, clock, 4)
+    rid = _copying_into_group(api, setup, clock, replay, aws)
+    n, (s, _) = count_calls(lambda: api.call("POST", f"/v1/replays/{rid}/cancel"), {"ReplayFunction"})
+    assert s == 200 and n >= 4
+    for k in range(1, n + 1):
+        rid = _copying_into_group(api, setup, clock, replay, aws)
+        with CrashAfter(k, {"ReplayFunction"}) as c:
+            crashed, _ = c.run(lambda: api.call("POST", f"/v1/replays/{rid}/cancel"))
+        assert crashed or k == n, k
+        s, b = api.call("POST", f"/v1/replays/{rid}/cancel")
+        assert (s, b["status"]) == (200, "cancelled"), (k, b)
+        assert f"{rid}|quotes/sh" not in (ClientModel.get("risk", consistent_read=True).replays or set()), k
+        assert ReplayModel.get(rid, consistent_read=True).live is None, k
+
+
+def test_two_overlapping_copier_runs_keep_the_rate_together(api, setup, clock, replay, aws, monkeypatch):
+    """Issue 30 (9): the copier's rate was per run, so a second invocation overlapping the first
+    (EventBridge delivers a schedule's event at least once) doubled it. Here the second run starts
+    during the first one's first wait and copies for 10 s, then the first goes on; in simulated time
+    (the copier's clock moves only when it sleeps), the new copies between any two chunks are at
+    most ``rate`` a second plus one chunk."""
+    monkeypatch.setattr(service, "CHUNK", 5)
+    rate = 5
+    produce(api, setup, clock, 120)
+    lo, hi = T0, T0 + 120_000
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"topic": "replayed"}, "rate": rate})
+    H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, None)
+    assert H.run_schedule(budget_ms=1) == {"replays": 1, "copying": 1}  # selected; nothing copied yet
+    real = service.topic_sink
+    copied: list[tuple[float, int]] = []  # (simulated s, new copies) per chunk produced
+
+    def sink(name):
+        put = real(name)
+
+        def counted_put(copies):
+            n = put(copies)
+            copied.append((replay.t, n))
+            return n
+        return counted_put
+    monkeypatch.setattr(service, "topic_sink", sink)
+    second = []
+
+    def overlap():  # the schedule's event delivered again while the first run waits (once)
+        if not second:
+            second.append(None)
+            second[0] = H.run_schedule(budget_ms=10_000)
+    replay.hooks.append(overlap)
+    first = H.run_schedule(budget_ms=60_000)
+    replay.hooks.clear()
+    assert second[0] == {"replays": 1, "copying": 1} and first["replays"] == 1
+    got = api.call("GET", f"/v1/replays/{r['id']}")[1]
+    assert (got["status"], got["copied"]) == ("done", 120), got
+    assert sum(n for _, n in copied) == 120
+    times = sorted(copied)
+    for i in range(len(times)):
+        for j in range(i, len(times)):
+            n = sum(c for _, c in times[i:j + 1])
+            assert n <= rate * (times[j][0] - times[i][0]) + 5, (times[i], times[j], n, times)

@@ -51,7 +51,12 @@ def event(route, conn="c1", body=None, headers=None):
 
 
 def items():
-    return sorted((i.k, i.c) for i in WatcherModel.scan(consistent_read=True))
+    """The connection and watcher items (not the clients' connection counts, ``n|<client>``)."""
+    return sorted((i.k, i.c) for i in WatcherModel.scan(consistent_read=True) if not i.k.startswith("n|"))
+
+
+def open_connections(client="~admin"):
+    return sorted(json.loads(WatcherModel.get(f"n|{client}", "-", consistent_read=True).conns or "{}"))
 
 
 def call(ws, *a, **kw):
@@ -224,3 +229,72 @@ def test_watch_a_subscription(api, setup, ws, notify):
     assert notify(records("quotes#0"), Context())["posted"] == 0
     assert notify(records(f"~{sub['id']}#0"), Context())["posted"] == 1
     assert notify.posts == [("c1", {"type": "wake", "topics": [], "subscriptions": [sub["id"]]})]
+
+
+def test_connections_per_client_are_bounded(api, setup, ws, monkeypatch, clock):
+    """Issue 30 (8): a key could open any number of connections (each one more post per wake-up).
+    At most MAX_CONNECTIONS per client (all its keys together): a $connect past it is refused with
+    409 too_many_connections (API Gateway then fails the handshake) and stores nothing; another
+    client is not affected; a $disconnect frees a place, and so does the expiry of a connection
+    that ended without one."""
+    monkeypatch.setattr(wake.plan, "MAX_CONNECTIONS", 2)
+    risk = {"Authorization": f"Bearer {setup['risk']}"}
+    s, k2 = api.call("POST", "/v1/clients/risk/keys")
+    assert s == 201
+    assert call(ws, "$connect", conn="c1", headers=risk)[0] == 200
+    assert call(ws, "$connect", conn="c2", headers={"Authorization": f"Bearer {k2['api_key']}"})[0] == 200
+    before = items()
+    s, b, _ = call(ws, "$connect", conn="c3", headers=risk)
+    assert s == 409 and b["error"]["code"] == "too_many_connections", b
+    assert items() == before and open_connections("risk") == ["c1", "c2"]
+    assert call(ws, "$connect", conn="c1", headers=risk)[0] == 200  # the same connection again: no new place
+    assert call(ws, "$connect", conn="a1", headers={"Authorization": f"Bearer {ADMIN}"})[0] == 200
+    assert call(ws, "$disconnect", conn="c1")[0] == 200
+    assert open_connections("risk") == ["c2"]
+    assert call(ws, "$connect", conn="c3", headers=risk)[0] == 200
+    assert call(ws, "$connect", conn="c4", headers=risk)[0] == 409
+    clock.t += (wake.plan.ITEM_TTL_S + 1) * 1000  # c2, c3 ended without $disconnect: their entries expire
+    assert call(ws, "$connect", conn="c4", headers=risk)[0] == 200
+    assert open_connections("risk") == ["c4"]
+
+
+def test_notify_posts_concurrently_within_a_deadline(setup, ws, monkeypatch):
+    """Issue 30 (8): notify posted to one connection after another, so one slow connection delayed
+    every other. Now a bounded pool posts at once (here 4 posts wait for each other at a barrier: one
+    after another, the barrier would break), never more than the pool; a post that hangs is cut by the
+    batch's deadline (counted failed) while the others are posted; a gone one loses its watchers."""
+    import threading
+
+    conns = [f"c{i}" for i in range(8)]
+    for conn in conns + ["slow", "dead"]:
+        call(ws, "$connect", conn=conn, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert call(ws, "watch", conn=conn, body={"action": "watch", "topic": "quotes", "group": "risk"})[0] == 200
+    barrier = threading.Barrier(4, timeout=30)
+    release = threading.Event()
+    lock = threading.Lock()
+    state = {"in": 0, "max": 0}
+
+    def post(conn, data):
+        if conn == "slow":
+            release.wait(60)
+            return "ok"
+        if conn == "dead":
+            return "gone"
+        with lock:
+            state["in"] += 1
+            state["max"] = max(state["max"], state["in"])
+        try:
+            barrier.wait()
+            return "ok"
+        except threading.BrokenBarrierError:
+            return "error"
+        finally:
+            with lock:
+                state["in"] -= 1
+    try:
+        out = wake_notify.notify(records("quotes#0")["Records"], post, deadline_s=10.0, workers=5)
+    finally:
+        release.set()
+    assert out.posted == 8 and out.gone == ["dead"] and out.failed == ["slow"], out
+    assert 4 <= state["max"] <= 5  # 4 at the barrier together; never more than the pool (5)
+    assert ("w|quotes", "dead") not in items() and ("w|quotes", "slow") in items()

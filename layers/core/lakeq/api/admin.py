@@ -16,8 +16,11 @@ router = APIGatewayHttpRouter()
 
 @router.get("/v1/health")
 def health():
+    """Liveness, and where a waiting consumer connects for wake-ups (``wake_url``: the stack's
+    ``WakeUrl``; the local stack's own WebSocket port, which it sets in ``LAKEQ_LOCAL_WAKE_URL``)."""
     check_query(router)
-    return json_response({"status": "ok"})
+    wake_url = os.environ.get("LAKEQ_LOCAL_WAKE_URL") or os.environ.get("LAKEQ_WAKE_URL")
+    return json_response({"status": "ok", **({"wake_url": wake_url} if wake_url else {})})
 
 
 @router.get("/v1/openapi.yaml")

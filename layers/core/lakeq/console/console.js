@@ -131,7 +131,7 @@
       parts.push(table([{text: "group", cls: "text"}, {text: "topic", cls: "text"}, "backlog", "dead-lettered",
                         {text: "oldest unconsumed", cls: "text"}, "locked queues"], rows, "summary-table"));
     }
-    if (sum.truncated) parts.push(el("p", {class: "muted", text: "Only the first 200 (group, topic) pairs are counted."}));
+    if (sum.truncated) parts.push(el("p", {class: "muted", text: "Only the first 200 topics, and 200 (group, topic) pairs and subscriptions, are counted."}));
     $("summary").replaceChildren(...parts);
     prevSummary = sum;
   }

@@ -23,8 +23,12 @@ Scan (admin) or one GetItem, per topic one BatchGetItem of its queue items, per 
 consistent Query of its offset records, and per queue with a backlog one eventually consistent
 Query (limit 1) of the segment at the committed offset; per consumer one Query of the subscriptions'
 ``by-subscriber`` index, and per subscription the same reads as a (group, topic) over its one-queue
-list. At most :data:`MAX_PAIRS` (group, topic)
-pairs are counted per call (``truncated`` says when more exist).
+list. The work is bounded by the cap :data:`MAX_PAIRS` (200), whatever the caller sees: at most
+that many topics (the first by name) are read, and over them at most that many group rows
+((group, topic) pairs, broadcasting ones included) and subscription lists together; once the cap is
+reached nothing more is read (not even a consumer's subscriptions) and ``truncated`` is true (more
+rows may exist). Worst case: 200 topics' queue items and heads (≤ 64 queues each), 200 rows' offset
+records and oldest-message Queries, plus the two Scans (topics, clients).
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from lakeq.store.models import ClientModel, TopicModel, log_of
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
-MAX_PAIRS = 200  # (group, topic) pairs and subscription lists counted per call
+MAX_PAIRS = 200  # topics read, and group rows + subscription lists counted, per call
 
 
 def _visible(p: Principal) -> tuple[list[TopicModel], list[ClientModel]]:
@@ -76,45 +80,54 @@ def _counts(log: str, vs: list, now: int) -> dict:
 
 def summary(p: Principal) -> dict:
     now = _clock.now()
-    topics, clients = _visible(p)
-    metas = {t.name: LogRepo.queues(log_of(t), int(t.queues)) for t in topics}
+    visible, clients = _visible(p)
+    # the store work is bounded by the cap: the first MAX_PAIRS topics (by name) are read, and over
+    # them at most MAX_PAIRS group rows and subscription lists; nothing past the cap is read
+    topics = visible[:MAX_PAIRS]
+    truncated = len(visible) > len(topics)
+    metas: dict[str, list] = {}
+
+    def queues_of(t: TopicModel) -> list:
+        if t.name not in metas:
+            metas[t.name] = LogRepo.queues(log_of(t), int(t.queues))
+        return metas[t.name]
+
     topic_rows = []
     for t in topics:
-        qs = metas[t.name]
+        qs = queues_of(t)
         topic_rows.append({"topic": t.name, "queues": int(t.queues),
                            "produced": sum(int(m.max_offset) for m in qs),
                            "retained": sum(int(m.max_offset) - int(m.min_offset) for m in qs),
                            "delayed": sum(int(m.delayed or 0) for m in qs),
                            "last_produced_at": max((int(m.last_produced_at or 0) for m in qs), default=0) or None})
     group_rows: list[dict] = []
-    truncated = False
-    pairs = 0
-    for c in clients:
-        if c.role != "consumer":
-            continue
+    rows = 0
+    consumers = [c for c in clients if c.role == "consumer"]
+    for c in consumers:
         for t in topics:
             if not any(covers(g, t.name) for g in c.topics):
                 continue
+            if rows >= MAX_PAIRS:
+                truncated = True
+                break
+            rows += 1
             if c.mode == "broadcasting":
                 group_rows.append({"group": c.name, "topic": t.name, "mode": "broadcasting"})
                 continue
-            if pairs >= MAX_PAIRS:
-                truncated = True
-                continue
-            pairs += 1
             log = log_of(t)
-            vs = views_of(metas[t.name], OffsetRepo.records(OffsetRepo.owner(c.name, log)))
+            vs = views_of(queues_of(t), OffsetRepo.records(OffsetRepo.owner(c.name, log)))
             group_rows.append({"group": c.name, "topic": t.name, "mode": c.mode, **_counts(log, vs, now),
                                "locked_queues": sum(1 for v in vs if v.locked(now))})
     sub_rows: list[dict] = []
-    for c in clients:
-        if c.role != "consumer":
-            continue
+    for c in consumers:
+        if rows >= MAX_PAIRS:  # the consumers left are not asked for their subscriptions
+            truncated = True
+            break
         for sub in SubscriptionRepo.of_subscriber(c.name):
-            if pairs >= MAX_PAIRS:
+            if rows >= MAX_PAIRS:
                 truncated = True
-                continue
-            pairs += 1
+                break
+            rows += 1
             lt = list_topic(sub.id)
             vs = views_of(LogRepo.queues(lt, 1), OffsetRepo.records(list_owner(sub.id)))
             sub_rows.append({"subscription": sub.id, "subscriber": c.name, "topic": sub.topic,

@@ -73,7 +73,9 @@ def entry_state(s: State, offset: int, now: int) -> dict:
     """What a consumer's state says of ``offset``: ``state`` — ``locked`` (delivered, under a live
     lock), ``pending`` (delivered, unsettled, not locked: served again first), ``due`` (decided for
     the dead-letter path, its copy not yet written), ``new`` (never delivered) or ``settled`` —,
-    ``deliveries`` and ``locked_until`` (0 when not locked).
+    ``deliveries`` and ``locked_until`` (0 when not locked). The caller passes the state the next
+    pull starts from (:func:`lakeq.log.settlement.upkept`), so a message that pull dead-letters
+    (its ``max_deliveries`` reached by expiry) shows ``due``, never ``pending``.
 
     >>> s = State(10, pend={4: 2, 7: 1}, due={5: ("rejected", 1)}, lock_until=500, held=frozenset({7}))
     >>> [entry_state(s, o, 100)["state"] for o in (4, 5, 6, 7, 12)]

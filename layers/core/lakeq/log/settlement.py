@@ -174,6 +174,29 @@ def normalize(s: State, now: int, max_deliveries: int | None) -> State:
     return replace(s, pend=pend, due=due, held=frozenset(), lock_until=0, lock_ts=s.lock_ts + 1, suspect=suspect)
 
 
+def upkept(s: State, now: int, max_deliveries: int | None) -> State:
+    """The state the next pull at ``now`` starts from (:func:`plan`'s first step; what a peek shows,
+    :mod:`lakeq.log.peek_plan`): an expired lock ended (:func:`normalize`), and every pending offset
+    not under a live lock that was delivered ``max_deliveries`` times (reached by expiry, or
+    ``max_deliveries`` lowered since) due for the dead-letter path instead of served again.
+
+    >>> s = from_record(0, 5, 10, 2, None)                       # [0, 2) delivered once, lock until 10
+    >>> upkept(s, 5, 1) == s, upkept(s, 20, 1).due, upkept(s, 20, 2).pend, upkept(s, 20, None).due
+    (True, {0: ('max_deliveries', 1), 1: ('max_deliveries', 1)}, {0: 1, 1: 1}, {})
+    >>> n = upkept(State(3, pend={1: 3, 2: 1}, suspect=frozenset({1, 2})), 0, 2)   # lowered to 2 since
+    >>> n.pend, n.due, n.suspect
+    ({2: 1}, {1: ('max_deliveries', 3)}, frozenset({2}))
+    """
+    n = normalize(s, now, max_deliveries)
+    if max_deliveries is not None and any(c >= max_deliveries for o, c in n.pend.items() if o not in n.held):
+        # pending ones already delivered max_deliveries times (it was lowered since): due, not served again
+        over = {o: (MAX_DELIVERIES, c) for o, c in n.pend.items() if c >= max_deliveries and o not in n.held}
+        due = {**n.due, **over}
+        n = replace(n, due=due, pend={o: c for o, c in n.pend.items() if o not in due},
+                    suspect=frozenset(o for o in n.suspect if o not in due))
+    return n
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a pull does with a record: ``upkeep`` (dead-letter the due entries of ``state`` first),
@@ -203,13 +226,7 @@ def plan(s: State, now: int, limit: int, max_deliveries: int | None, isolate: bo
     >>> q.upkeep, q.redeliver, q.fresh
     (False, (1,), 31)
     """
-    n = normalize(s, now, max_deliveries)
-    if max_deliveries is not None and any(c >= max_deliveries for o, c in n.pend.items() if o not in n.held):
-        # pending ones already delivered max_deliveries times (it was lowered since): due, not served again
-        over = {o: (MAX_DELIVERIES, c) for o, c in n.pend.items() if c >= max_deliveries and o not in n.held}
-        due = {**n.due, **over}
-        n = replace(n, due=due, pend={o: c for o, c in n.pend.items() if o not in due},
-                    suspect=frozenset(o for o in n.suspect if o not in due))
+    n = upkept(s, now, max_deliveries)
     if n.due:
         return Plan(n, True)
     if max_deliveries is not None:  # unlimited deliveries: nothing to isolate a poison for

@@ -28,6 +28,7 @@ from lakeq.consume.replays import replay_reader
 from lakeq.contract import validation as v
 from lakeq.log import peek_plan as plan
 from lakeq.log.selection import QueueView
+from lakeq.log.settlement import upkept
 from lakeq.store.models import log_of
 from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
 from lakeq.store.repos import LogRepo, OffsetRepo
@@ -114,10 +115,10 @@ def queue_messages(p: Principal, topic: str, queue_raw: str, params: dict) -> di
             "messages": [shown(m) for m in msgs], "next": plan.next_cursor(after, hi_off)}
 
 
-def _entries(reader, queue: int, view: QueueView, start: int, limit: int, now: int,
+def _entries(reader, queue: int, view: QueueView, start: int, limit: int, now: int, max_deliveries: int | None,
              shape=shown) -> tuple[list[dict], int | None]:
     """A consumer's unsettled messages of one queue from ``start``: (entries, next start or None)."""
-    st = view.state()
+    st = upkept(view.state(), now, max_deliveries)
     offsets, nxt = plan.unsettled(st, view.max_offset, max(start, view.min_offset), limit)
     out, cut = _take(reader, queue, offsets, _entry_of(shape, st, now), ByteBudget())
     return out, (nxt if cut is None else cut)
@@ -166,6 +167,7 @@ def group_pending(p: Principal, group_name: str, params: dict) -> dict:
     recs = OffsetRepo.records(OffsetRepo.owner(group.name, log, instance))
     metas = LogRepo.queues(log, int(t.queues))
     now = clock.now()
+    md = None if group.max_deliveries is None else int(group.max_deliveries)  # its pulls' policy
     # each source: (its key, state, min, max) for the page plan; (reader, queue, shape) to read it
     sources: list[tuple[plan.Source, object, int, int]] = []
     how: dict[plan.Source, tuple] = {}
@@ -176,7 +178,7 @@ def group_pending(p: Principal, group_name: str, params: dict) -> dict:
         if only is None or q == only:
             backlog += view.backlog
             src = plan.queue_source(q)
-            sources.append((src, view.state(), view.min_offset, view.max_offset))
+            sources.append((src, upkept(view.state(), now, md), view.min_offset, view.max_offset))
             how[src] = (topic_reader(log, None), q, shown)
     replays = []
     for rid in active_replays(group, topic):  # the group's item names them (no marker: no call)
@@ -189,7 +191,7 @@ def group_pending(p: Principal, group_name: str, params: dict) -> dict:
         replays.append({"id": rid, "backlog": view.backlog})
         if only is None:
             src = plan.replay_source(rid)
-            sources.append((src, view.state(), view.min_offset, view.max_offset))
+            sources.append((src, upkept(view.state(), now, md), view.min_offset, view.max_offset))
             how[src] = (replay_reader(rlog, None), 0, _replay_shape(rid))
     chosen, nxt = plan.page(sources, at, off0, limit)
     states = {src: st for src, st, _, _ in sources}
@@ -229,5 +231,6 @@ def subscription_pending(p: Principal, sub_id: str, params: dict) -> dict:
     def shape(msg: dict) -> dict:
         return {**shown(msg), "list_offset": msg["_log_offset"]}
 
-    entries, nxt = _entries(list_reader(lt), 0, view, start, limit, clock.now(), shape)
+    md = None if s.max_deliveries is None else int(s.max_deliveries)  # its pulls' (and push's) policy
+    entries, nxt = _entries(list_reader(lt), 0, view, start, limit, clock.now(), md, shape)
     return {"subscription": sub_id, "backlog": view.backlog, "messages": entries, "next": nxt}

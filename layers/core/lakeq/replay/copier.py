@@ -7,7 +7,9 @@ with ids derived from ``(source topic, queue, offset)``, then move the cursor wi
 write (``save(old, new)`` true only if the stored progress still is ``old``). A crash between the
 produce and the cursor write makes the next run copy that chunk again with the same ids, which the
 produce's id dedup drops; a lost conditional write (another copier moved the cursor) makes this
-one reload and continue from the stored cursor. Pacing: never faster than ``rate`` rows/s.
+one reload and continue from the stored cursor. Pacing: never faster than ``rate`` rows/s, across
+every run of the replay: each chunk first claims the replay's sending slot (``claim``,
+:mod:`lakeq.store.slots`), so two overlapping runs (a schedule's event delivered twice) share the rate.
 
 **A resume after the dedup window.** The produce's id dedup forgets an id 24 h after it was written,
 so a chunk copied again later than that would be copied twice. The stored progress says whether a
@@ -62,12 +64,17 @@ def run(topic: str, load: Callable[[], Progress], save: Callable[[Progress, Prog
         read: Callable[[int, int], Sequence[Mapping[str, Any]]],
         produce: Callable[[list[Copy]], int], rate: int, chunk: int = 100,
         clock: Callable[[], float] = lambda: 0.0, sleep: Callable[[float], None] = lambda s: None,
-        budget_s: float | None = None, stale: Callable[[Progress], bool] | None = None) -> Progress:
+        budget_s: float | None = None, stale: Callable[[Progress], bool] | None = None,
+        claim: Callable[[int], float] | None = None) -> Progress:
     """Copy until done (or ``budget_s`` of ``clock`` elapsed: a Lambda's time left); return the
     stored progress. ``read(start, stop)`` = manifest rows ``[start, stop)``; ``produce(copies)`` =
     how many were new (the rest were dropped as duplicates by id). ``stale(p)``: true when a chunk
     produced before the save of ``p`` may no longer be recognised by the target (raises
-    :class:`ResumeRefused` before anything is produced)."""
+    :class:`ResumeRefused` before anything is produced). ``claim(n)``: take the replay's shared
+    sending slot for a chunk of ``n`` rows — 0: go now; more: seconds until it frees (then the stored
+    progress is read again, as another run copied meanwhile). With it the pace is the slot's, kept
+    across every run of the replay (two overlapping runs copy at ``rate`` together); without it, this
+    run's own pace."""
     p = load()
     if not p.done and p.inflight and stale is not None and stale(p):
         raise ResumeRefused(p)
@@ -83,6 +90,13 @@ def run(topic: str, load: Callable[[], Progress], save: Callable[[Progress, Prog
             p = nxt if save(p, nxt) else load()
             continue
         span = next_chunk(p.found, p.cursor, min(chunk, max(1, rate)))
+        if claim is not None:
+            wait = claim(span.stop - span.start)
+            if wait > 0:  # another run holds the slot: wait for it (not past the budget), then reload
+                left = wait if budget_s is None else budget_s - (clock() - t0)
+                sleep(max(0.0, min(wait, left)))
+                p = load()
+                continue
         rows = read(span.start, span.stop)
         copies = [Copy(copy_id(topic, int(r["queue"]), int(r["offset"]), int(r.get("inc") or 0)), r)
                   for r in rows if r.get("body") is not None]
@@ -95,7 +109,7 @@ def run(topic: str, load: Callable[[], Progress], save: Callable[[Progress, Prog
             continue
         p = nxt
         sent += len(rows)
-        wait = pace_seconds(sent, rate, clock() - t0)
+        wait = 0.0 if claim is not None else pace_seconds(sent, rate, clock() - t0)
         if wait > 0:
             sleep(wait)
     return p

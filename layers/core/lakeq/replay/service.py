@@ -168,12 +168,15 @@ def cancel(p: Principal, rid: str) -> dict:
     require_admin(p)
     for _ in range(5):
         if r.status == "cancelled":
+            if r.live is not None:  # a cancel cut short before its close (or a copier's record of it):
+                _close(r)           # the retry finishes it — the group's marker goes now, not a run later
+                r = ReplayRepo.get(rid) or r
             return view(r)
         if r.status in FINAL:
             raise Conflict(f"replay '{rid}' has ended ({r.status})")
-        if ReplayRepo.cancel(rid, clock.now()):
-            _close(ReplayRepo.get(rid) or r)  # (a crash before it: the schedule does it)
-            return view(ReplayRepo.get(rid) or r)
+        if ReplayRepo.cancel(rid, clock.now()):  # the commit point; the close below is idempotent and
+            r = ReplayRepo.get(rid) or r         # finished by a retried cancel or the schedule's next run
+            continue
         r = _replay_or_404(rid)
     raise Unavailable("the replay changed too often; retry")  # pragma: no cover
 
@@ -341,10 +344,21 @@ def _copy(r: ReplayModel, budget_s: float) -> ReplayModel | None:
         (the redrive runner's rule)."""
         return mp.resume_refused(p.inflight, saved_at[0], clock.now(), RESUME_WINDOW_MS)
 
+    rate = int(r.rate)
+
+    def claim(n: int) -> float:
+        """The replay's sending slot for ``n`` rows (shared by every run: the rate holds across
+        overlapping runs); 0, or the seconds until it frees."""
+        now = clock.now()
+        if ReplayRepo.claim_slot(rid, now, mp.slot(0, now, n, rate)[1]):
+            return 0.0
+        at = ReplayRepo.slot_free_at(rid)
+        return max(1, (at or now) - now) / 1000
+
     kind, target = _target(r)
     try:
-        copier.run(r.topic, load, save, manifest.read, _sink(r), int(r.rate), chunk=CHUNK, clock=monotonic,
-                   sleep=sleep, budget_s=budget_s, stale=stale if kind == "topic" else None)
+        copier.run(r.topic, load, save, manifest.read, _sink(r), rate, chunk=CHUNK, clock=monotonic,
+                   sleep=sleep, budget_s=budget_s, stale=stale if kind == "topic" else None, claim=claim)
     except TargetGone as e:
         cur = ReplayRepo.get(rid)
         if cur is not None and cur.status == "copying":

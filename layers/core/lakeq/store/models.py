@@ -274,4 +274,6 @@ class WatcherModel(Model):
     client = UnicodeAttribute(null=True)  # connection: the client whose key connected
     watches = UnicodeSetAttribute(null=True)  # connection: its watch keys
     group = UnicodeAttribute(null=True)  # watcher: the group it watches as (informational)
+    conns = UnicodeAttribute(null=True)  # a client's connections (k = "n|<client>"): JSON {id: expiry s}
+    v = NumberAttribute(null=True)  # the client's connections item's version (its conditional writes)
     expires_at = TTLAttribute(null=True)

@@ -17,6 +17,7 @@ import json
 
 from pynamodb.exceptions import DoesNotExist, UpdateError
 
+from lakeq.store import slots
 from lakeq.store.models import ClientModel, WatcherModel
 from lakeq.store.repos import TransactionFailed, conditional_failed, transact
 from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel
@@ -79,30 +80,23 @@ class PushRepo:
         return [M.push_state.remove(), M.push_failures.remove(), M.push_delivered.remove(),
                 M.push_dead_lettered.remove(), M.push_send_at.remove()]
 
-    # --- a rate-limited endpoint's sending slots ---------------------------------------------------
+    # --- a rate-limited endpoint's sending slots (lakeq.store.slots) --------------------------------
     @classmethod
     def claim(cls, sub_id: str, now: int, until: int) -> bool:
         """Take the endpoint's next sending slot: ``push_send_at`` → ``until`` if it is absent or
         ``<= now`` (one conditional UpdateItem). False: the slot is not free yet (:meth:`send_at`)."""
         M = cls.M
-        cond = cls._exists() & M.push.exists() & (M.push_send_at.does_not_exist() | (M.push_send_at <= now))
-        return cls._update(sub_id, [M.push_send_at.set(until)], cond)
+        return slots.claim(cls.M(sub_id), M.push_send_at, now, until, cls._exists() & M.push.exists())
 
     @classmethod
     def move_slot(cls, sub_id: str, claimed: int, until: int) -> bool:
         """The claimed slot as used: it ends ``until`` (the send's time + what the batch carried;
         its start when it carried nothing), only if it is still ours (one conditional UpdateItem)."""
-        M = cls.M
-        return cls._update(sub_id, [M.push_send_at.set(until)], cls._exists() & (M.push_send_at == claimed))
+        return slots.move(cls.M(sub_id), cls.M.push_send_at, claimed, until, cls._exists())
 
     @classmethod
     def send_at(cls, sub_id: str) -> int | None:
-        M = cls.M
-        try:
-            item = M.get(sub_id, consistent_read=True, attributes_to_get=[cls.KEY, "push_send_at"])
-        except DoesNotExist:
-            return None
-        return None if item.push_send_at is None else int(item.push_send_at)
+        return slots.free_at(cls.M, sub_id, "push_send_at", cls.KEY)
 
     @classmethod
     def record(cls, sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int) -> bool:

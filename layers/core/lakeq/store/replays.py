@@ -29,6 +29,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
+from lakeq.store import slots
 from lakeq.store.models import _meta
 from lakeq.store.repos import update_if
 
@@ -67,6 +68,7 @@ class ReplayModel(Model):
     inflight = NumberAttribute(null=True)
     error = UnicodeAttribute(null=True)
     live = UnicodeAttribute(null=True)  # "1" while selecting or copying (the sparse index)
+    send_at = NumberAttribute(null=True)  # the copier's next sending slot (epoch ms; lakeq.store.slots)
     by_live = LiveIndex()
 
 
@@ -140,6 +142,18 @@ class ReplayRepo:
         the status and it stops; it records the chunk in hand with ``status="cancelled"``)."""
         return update_if(M(rid), [M.status.set("cancelled"), M.updated_at.set(now)],
                          M.status.is_in(*LIVE_STATUSES))
+
+    @staticmethod
+    def claim_slot(rid: str, now: int, until: int) -> bool:
+        """The copier's next sending slot (:mod:`lakeq.store.slots`, shared by every run of the
+        replay, so overlapping runs together keep its ``rate``): ``send_at`` → ``until`` if free at
+        ``now``. One conditional UpdateItem."""
+        return slots.claim(M(rid), M.send_at, now, until, M.id.exists())
+
+    @staticmethod
+    def slot_free_at(rid: str) -> int | None:
+        """When the copier's slot frees (one consistent GetItem; None: free)."""
+        return slots.free_at(M, rid, "send_at", "id")
 
     @staticmethod
     def unlive(rid: str) -> bool:

@@ -5,6 +5,7 @@ module only stores them. Every item carries a TTL, so a connection that vanished
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Iterable
 
 from pynamodb.exceptions import DeleteError, PutError, UpdateError
@@ -67,6 +68,33 @@ class WatcherRepo:
         except (DeleteError, PutError) as e:
             raise WatcherStoreError(str(e)) from e
         return n
+
+    @staticmethod
+    def connections_of(count_key: str, sort: str) -> tuple[dict[str, int], int | None]:
+        """A client's open connections (id → expiry, epoch s) and the item's version (None: no
+        item). One consistent GetItem."""
+        try:
+            item = WatcherModel.get(count_key, sort, consistent_read=True)
+        except WatcherModel.DoesNotExist:
+            return {}, None
+        return json.loads(item.conns or "{}"), int(item.v or 0)
+
+    @staticmethod
+    def put_connections(count_key: str, sort: str, conns: dict[str, int], version: int | None, ttl_s: int) -> bool:
+        """Write a client's open connections if the item is still at ``version`` (None: absent);
+        False when it changed since (read again). One conditional UpdateItem."""
+        M = WatcherModel
+        cond = M.k.does_not_exist() if version is None else (M.v == version)
+        try:
+            M(count_key, sort).update(actions=[M.conns.set(json.dumps(conns, separators=(",", ":"))),
+                                               M.v.set((version or 0) + 1),
+                                               M.expires_at.set(datetime.timedelta(seconds=ttl_s))],
+                                      condition=cond)
+        except UpdateError as e:
+            if conditional_failed(e):
+                return False
+            raise
+        return True
 
     @staticmethod
     def watchers(watch_key: str) -> list[str]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
@@ -42,26 +45,58 @@ def watchers_of(key: str, result: NotifyResult | None = None) -> list[str]:
     return out
 
 
-def notify(records: list[Mapping], post: Post) -> NotifyResult:
-    """Wake every connection watching a log that got a segment in this stream batch, once."""
+def notify(records: list[Mapping], post: Post, deadline_s: float | None = None,
+           workers: int | None = None) -> NotifyResult:
+    """Wake every connection watching a log that got a segment in this stream batch, once. The
+    posts go out concurrently, at most ``workers`` (:data:`~lakeq.wake.plan.NOTIFY_WORKERS`) in
+    flight, all within ``deadline_s`` (:data:`~lakeq.wake.plan.NOTIFY_DEADLINE_S`) of the first:
+    one slow or dead connection delays no other, and a post not done by then is counted in
+    ``failed`` (a wake-up is a hint: the consumer's fallback pull delivers anyway). A connection
+    API Gateway says is gone loses its watchers."""
     r = NotifyResult(keys=plan.woken_keys(records))
     pairs = []
     for key in r.keys:
         for conn in watchers_of(key, r):
             pairs.append((key, conn))
-    for conn, keys in plan.coalesce(pairs).items():
-        outcome = post(conn, plan.wake_message(keys))
-        if outcome == "ok":
-            r.posted += 1
-        elif outcome == "gone":  # API Gateway: the connection is closed; forget its watchers
-            r.gone.append(conn)
-            try:
-                delete_watches(conn, keys, with_connection=False)
-            except WatcherStoreError as e:  # TTL removes them anyway
-                log.warning("could not delete the watchers of gone connection %s: %s", conn, e)
-        else:
-            r.failed.append(conn)
+    todo = plan.coalesce(pairs)
+    if not todo:
+        return r
+    deadline = time.monotonic() + (plan.NOTIFY_DEADLINE_S if deadline_s is None else deadline_s)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers or plan.NOTIFY_WORKERS, len(todo))),
+                              thread_name_prefix="lakeq-notify")
+    futures = {pool.submit(_post_before, post, conn, plan.wake_message(keys), deadline): conn
+               for conn, keys in todo.items()}
+    try:
+        for f in as_completed(futures, timeout=max(0.0, deadline - time.monotonic())):
+            _outcome(r, futures[f], todo[futures[f]], f.result())
+    except FuturesTimeout:
+        pass
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # posts still in flight end on their own timeouts
+    done = set(r.gone) | set(r.failed)
+    r.failed += [c for f, c in futures.items() if not f.done() and c not in done]
+    r.posted = len(todo) - len(r.gone) - len(r.failed)
     return r
+
+
+def _post_before(post: Post, conn: str, data: bytes, deadline: float) -> str:
+    """One post, unless the batch's deadline passed before its turn came."""
+    if time.monotonic() >= deadline:
+        return "late"
+    return post(conn, data)
+
+
+def _outcome(r: NotifyResult, conn: str, keys: list[str], outcome: str) -> None:
+    if outcome == "ok":
+        return
+    if outcome == "gone":  # API Gateway: the connection is closed; forget its watchers
+        r.gone.append(conn)
+        try:
+            delete_watches(conn, keys, with_connection=False)
+        except WatcherStoreError as e:  # TTL removes them anyway
+            log.warning("could not delete the watchers of gone connection %s: %s", conn, e)
+    else:
+        r.failed.append(conn)
 
 
 def management_poster(client=None) -> Post:

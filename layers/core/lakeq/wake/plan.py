@@ -31,6 +31,11 @@ from lakeq.common.names import check_name, check_topic, topic_of_log
 
 CONNECTION_SORT = "-"
 MAX_WATCHES = 100  # per connection: bounds the connection item and the $disconnect clean-up
+# per client (all its keys together; the admin key counts as one client): bounds what one tenant
+# makes the notifier post to and the WatchersTable items it holds; a $connect past it is refused (409)
+MAX_CONNECTIONS = 100
+NOTIFY_WORKERS = 16  # the notifier's posts in flight at once (one stream batch)
+NOTIFY_DEADLINE_S = 5.0  # the notifier's posts of one stream batch, all together (its timeout is 10 s)
 # API Gateway closes a WebSocket connection after 2 hours at most: items outlive it a little and
 # then expire (TTL), so a connection that vanished without $disconnect leaves nothing for long
 ITEM_TTL_S = 2 * 3600 + 600
@@ -45,6 +50,35 @@ def connection_key(connection_id: str) -> str:
     'c|abc='
     """
     return f"c|{connection_id}"
+
+
+def count_key(admin: bool, client: str | None) -> str:
+    """The partition key of one client's (or the admin key's) open connections: the item that
+    bounds them (:func:`admit`).
+
+    >>> count_key(False, "risk"), count_key(True, None)
+    ('n|risk', 'n|~admin')
+    """
+    return "n|~admin" if admin else f"n|{client}"
+
+
+def admit(conns: Mapping[str, int], connection_id: str, now_s: int, ttl_s: int,
+          limit: int) -> dict[str, int] | None:
+    """A client's open connections (id → when its entry expires, epoch s) after ``connection_id``
+    connects at ``now_s``, or None when it already holds ``limit`` live ones. Entries past their
+    expiry are dropped (a connection that ended without ``$disconnect``: API Gateway ends every
+    connection within 2 hours, and the entry outlives that by :data:`ITEM_TTL_S`).
+
+    >>> admit({"a": 50, "b": 200}, "c", 100, 10, 2)
+    {'b': 200, 'c': 110}
+    >>> admit({"a": 150, "b": 200}, "c", 100, 10, 2) is None, admit({"a": 150, "b": 200}, "a", 100, 10, 2)
+    (True, {'a': 110, 'b': 200})
+    """
+    live = {c: int(e) for c, e in conns.items() if int(e) > now_s and c != connection_id}
+    if len(live) >= limit:
+        return None
+    live[connection_id] = now_s + ttl_s
+    return live
 
 
 def watcher_key(watch: str) -> str:
