@@ -87,7 +87,9 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
     """``PUT /v1/subscriptions/{id}/push`` / ``PUT /v1/groups/{group}/push``: register (201, with the
     signing secret, shown only here) or replace the settings (200; the secrets, pause and state are
     kept). A group's names its ``topic`` (404 when missing, 403 when the group is not granted it);
-    a broadcasting group has no push endpoint (400: each instance has its own offsets)."""
+    a broadcasting group has no push endpoint (400: each instance has its own offsets). Of two
+    concurrent first registrations one wins (its 201 shows the stored secret); the other answers
+    409 ``push_registered`` and changes nothing."""
     _check(k, sub_id)
     settings = contract.push_settings(v.json_body(raw), allow_loopback(), group=k.group)
     if k.group:  # every 404 before any 403 (the topic, as a pull checks it first, then the group)
@@ -107,6 +109,9 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
         if k.repo.put(sub_id, encoded, stored, s.push, bool(s.push_paused)):
             break
         s = _owner(k, p, sub_id, need_push=False)
+        if new and s.push is not None:  # a concurrent first registration wrote its secret first
+            raise Conflict(f"the {k.what}'s push endpoint was registered by a concurrent request; GET it, "
+                           "PUT again to replace its settings, or rotate its secret", code="push_registered")
     else:
         raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
     s.push = encoded

@@ -46,13 +46,16 @@ class PushRepo:
     @classmethod
     def put(cls, sub_id: str, settings: str, secrets: str | None, current: str | None = None,
             paused: bool = False) -> bool:
-        """Set the settings (and, when given, the secrets: a new endpoint). False: no such subscription.
+        """Register (``secrets`` given: only if no endpoint is registered, so of two concurrent
+        first registrations one writes its secret) or replace the settings (only if an endpoint is
+        registered). False: no such subscription, or the condition failed (the caller reads again).
         (``current`` / ``paused``: what the caller read; only a group's endpoint conditions on them.)"""
         M = cls.M
         actions = [M.push.set(settings)]
         if secrets is not None:
             actions += [M.push_secrets.set(secrets), M.push_paused.set(False), *cls._state_removed()]
-        return cls._update(sub_id, actions, cls._exists())
+        return cls._update(sub_id, actions, cls._exists() & (M.push.does_not_exist() if secrets is not None
+                                                             else M.push.exists()))
 
     @classmethod
     def set_secrets(cls, sub_id: str, old: str | None, new: str) -> bool:
