@@ -24,6 +24,9 @@ from lakeq.store.push import GroupPushRepo, PushRepo
 
 log = logging.getLogger("lakeq.push.service")
 ROTATE_KEEP_MAX_MS, ROTATE_KEEP_DEFAULT_MS = 7 * 86_400_000, 86_400_000
+# push endpoints one client may have: its subscriptions' and its own as a consumer group (paused
+# ones count); a PushFunction run serves each client's with at most delivery.PER_CLIENT_WORKERS threads
+MAX_ENDPOINTS_PER_CLIENT = 20
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,10 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
             raise BadRequest("a broadcasting group has no push endpoint (each instance keeps its own offsets); "
                              "use a clustering group")
     encoded = contract.encode(settings)
+    owner = s.name if k.group else s.subscriber
+    if s.push is None and PushRepo.endpoints_of(owner) >= MAX_ENDPOINTS_PER_CLIENT:
+        raise Conflict(f"'{owner}' has {MAX_ENDPOINTS_PER_CLIENT} push endpoints, the most a client may have; "
+                       "delete one first", code="too_many_push_endpoints")
     for _ in range(5):  # a group's write is conditioned on the settings read: read again when they changed
         now = clock.now()
         new = s.push is None

@@ -108,11 +108,13 @@ class PushRepo:
         return None if item.push_send_at is None else int(item.push_send_at)
 
     @classmethod
-    def record(cls, sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int) -> bool:
+    def record(cls, sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int):
         """One delivery attempt's outcome: one UpdateItem (the last attempt set, the counters added;
-        ``push_failures`` reset by a success, else incremented). True while deliveries may go on:
-        the endpoint still registered and not paused, as the same write's returned item says (no
-        read more), so a run started before a pause starts no batch after it has seen it."""
+        ``push_failures`` reset by a success, else incremented). The item as the write left it
+        while deliveries may go on (the endpoint still registered and not paused; its settings
+        and secrets as they are now, no read more), so a run started before a pause starts no batch
+        after it has seen it, and one started before a replacement sends its next batch with the
+        new settings; None otherwise."""
         M = cls.M
         actions = [M.push_state.set(last), M.push_failures.set(0) if ok else M.push_failures.add(1)]
         if delivered:
@@ -120,7 +122,7 @@ class PushRepo:
         if dead_lettered:
             actions.append(M.push_dead_lettered.add(dead_lettered))
         item = cls._updated(sub_id, actions, cls._exists() & M.push.exists())
-        return item is not None and not item.push_paused
+        return None if item is None or item.push_paused else item
 
     @classmethod
     def _update(cls, sub_id: str, actions: list, condition) -> bool:
@@ -148,6 +150,29 @@ class PushRepo:
             return M.get(sub_id, consistent_read=True)
         except DoesNotExist:
             return None
+
+    @staticmethod
+    def endpoints_of(client: str) -> int:
+        """Push endpoints ``client`` has (paused ones too): its subscriptions' (one Query of the
+        ``by-subscriber`` index, eventually consistent) and its own, as a consumer group (GetItem)."""
+        from lakeq.store.subscriptions import SubscriptionRepo
+
+        n = sum(1 for s in SubscriptionRepo.of_subscriber(client) if s.push is not None)
+        try:
+            c = ClientModel.get(client, attributes_to_get=["name", "push"])
+        except DoesNotExist:
+            return n
+        return n + (c.push is not None)
+
+    @classmethod
+    def owners(cls, sub_ids: list[str]) -> dict[str, str]:
+        """The subscriber of each subscription that exists: one BatchGetItem per 100 ids (eventually
+        consistent; only the two attributes), for a push run's scheduling by client."""
+        M = SubscriptionModel
+        ids = [i for i in dict.fromkeys(sub_ids) if i != VERSION_ID]
+        if not ids:
+            return {}
+        return {s.id: s.subscriber for s in M.batch_get(ids, attributes_to_get=["id", "subscriber"])}
 
     @classmethod
     def active_ids(cls) -> list[str]:

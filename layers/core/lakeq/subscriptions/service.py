@@ -23,7 +23,7 @@ import uuid
 
 from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Forbidden, NotFound, StaleReceipt
+from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, StaleReceipt
 from lakeq.common.names import check_name, check_topic, is_name
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, broker, consume, list_reader
@@ -229,6 +229,9 @@ def pull(p: Principal, sub_id: str, params: dict) -> dict:
     ack_receipt = parse_receipt(raw_ack) if raw_ack is not None else None
     s = _sub_or_404(sub_id)
     _may_act(p, s)
+    if s.push is not None and not s.push_paused:
+        raise Conflict("this subscription's messages are pushed to its endpoint; pause the push endpoint "
+                       "(POST …/push/pause) or delete it to pull them", code="push_active")
     client = client_or_404(s.subscriber, "consumer")
     if ack_receipt is not None:
         _ack(s, ack_receipt)
