@@ -181,3 +181,85 @@ def test_endpoints_per_client_are_bounded(api, setup, monkeypatch):
     assert api.call("PUT", f"/v1/subscriptions/{sids[0]}/push", {"url": URL + "/v2"}, key=setup["risk"])[0] == 200
     assert api.call("DELETE", f"/v1/subscriptions/{sids[0]}/push", key=setup["risk"])[0] == 204
     assert api.call("PUT", G, {"url": URL, "topic": "quotes"}, key=setup["risk"])[0] == 201
+
+
+# --- item 4: dead-letter topics are granted and loop-free ------------------------------------------
+def _subs():
+    return sorted(s.id for s in SubscriptionModel.scan() if s.id != "~version")
+
+
+@pytest.mark.parametrize("dlt, status", [("dlq", 403), ("quotes", 400), ("quotes/sh", 400)])
+def test_a_consumer_key_names_no_ungranted_or_looping_dead_letter_topic(api, setup, dlq, dlt, status):
+    before = _subs()
+    s, b = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes",
+                                                  "dead_letter_topic": dlt}, key=setup["risk"])
+    assert s == status, b
+    assert _subs() == before
+
+
+def test_the_admin_names_any_but_a_loop_and_a_consumer_its_granted_one(api, setup, dlq):
+    s, b = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", "dead_letter_topic": "dlq"})
+    assert s == 201 and b["dead_letter_topic"] == "dlq"
+    s, b = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes",
+                                                  "dead_letter_topic": "quotes"})
+    assert s == 400, b
+    # the admin grants risk's dead letters to dlq (PATCH /v1/clients): risk's key may name it
+    assert api.call("PATCH", "/v1/clients/risk", {"dead_letter_topic": "dlq"})[0] == 200
+    s, b = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", "dead_letter_topic": "dlq"},
+                    key=setup["risk"])
+    assert s == 201 and b["dead_letter_topic"] == "dlq"
+
+
+def test_a_group_dead_letter_topic_may_not_be_one_it_consumes(api, setup):
+    s, b = api.call("PATCH", "/v1/clients/risk", {"dead_letter_topic": "quotes/sh"})  # risk consumes quotes/*
+    assert s == 400, b
+    assert ClientModel.get("risk").dead_letter_topic is None
+    s, b = api.call("POST", "/v1/clients", {"name": "loopy", "role": "consumer", "topics": ["quotes"],
+                                            "dead_letter_topic": "quotes"})
+    assert s == 400 and ClientModel.count("loopy") == 0
+
+
+def _dlq_count(aws):
+    from lakeq.store.models import SegmentModel
+    return sum(1 for x in SegmentModel.scan() if x.pq.startswith("dlq"))
+
+
+def _failing_push(api, setup, aws, clock, sid):
+    assert api.call("PUT", f"/v1/subscriptions/{sid}/push", {
+        "url": URL, "retry": {"max_attempts": 2, "backoff_base_ms": 100, "backoff_cap_ms": 100}},
+        key=setup["risk"])[0] == 201
+    produce(api, setup["feed"], ["x"])
+    fan_out(aws)
+    p = Poster(*[503] * 10)
+    outs = []
+    for _ in range(4):
+        outs.append(push.deliver(sid, p))
+        clock.t += 1000
+    return outs
+
+
+def test_an_ungranted_dead_letter_topic_is_never_written(api, setup, aws, clock, dlq):
+    """A subscription whose dead-letter topic was not granted by the admin (one stored before the
+    check existed; or the admin's grant moved since): the failing endpoint's messages are dropped and
+    counted, nothing is written to the topic."""
+    sid = subscribe(api, setup["risk"])
+    SubscriptionModel(sid).update(actions=[SubscriptionModel.dead_letter_topic.set("dlq")])  # no grant recorded
+    outs = _failing_push(api, setup, aws, clock, sid)
+    assert sum(o.dead_lettered for o in outs) == 1
+    assert _dlq_count(aws) == 0
+
+
+def test_a_grant_moved_after_registration_drops_instead_of_writing(api, setup, aws, clock, dlq):
+    assert api.call("POST", "/v1/topics", {"name": "other", "queues": 1})[0] == 201
+    assert api.call("PATCH", "/v1/clients/risk", {"dead_letter_topic": "dlq"})[0] == 200
+    sid = subscribe(api, setup["risk"], dead_letter_topic="dlq")
+    assert api.call("PATCH", "/v1/clients/risk", {"dead_letter_topic": "other"})[0] == 200  # the grant moves
+    outs = _failing_push(api, setup, aws, clock, sid)
+    assert sum(o.dead_lettered for o in outs) == 1 and _dlq_count(aws) == 0
+
+
+def test_a_granted_dead_letter_topic_is_written(api, setup, aws, clock, dlq):
+    assert api.call("PATCH", "/v1/clients/risk", {"dead_letter_topic": "dlq"})[0] == 200
+    sid = subscribe(api, setup["risk"], dead_letter_topic="dlq")
+    outs = _failing_push(api, setup, aws, clock, sid)
+    assert sum(o.dead_lettered for o in outs) == 1 and _dlq_count(aws) == 1

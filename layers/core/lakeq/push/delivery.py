@@ -162,7 +162,7 @@ class _ListSource(_Source):
     def __init__(self, s):
         self.item, self.name, self.cfg = s, s.id, json.loads(s.push)
         self.lt, self.owner = list_topic(s.id), list_owner(s.id)
-        self.policy = settling.policy_of(s, s.subscriber)
+        self.policy = settling.subscription_policy(s)
 
     def pull(self, visibility_ms: int, n: int) -> dict:
         lg = ListLog(self.lt, self.owner, {"group": self.item.subscriber, "topic": self.lt},
