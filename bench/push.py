@@ -20,6 +20,7 @@ topic.
 
     python bench/push.py [--quick]            # units per message (moto in-process)
     python bench/push.py --latency [--quick]  # produce -> endpoint latency on the local stack
+    python bench/push.py --fairness [--quick] # a healthy endpoint behind 100 dead ones (fair vs baseline)
 """
 from __future__ import annotations
 
@@ -272,6 +273,89 @@ def latency(n: int) -> None:
         st.stop()
 
 
+def fairness(quick: bool) -> None:
+    """Issue 30 item 6: one tenant cannot starve another's push delivery. ``HOSTILE_CLIENTS``
+    clients with the per-client cap of endpoints each (100 endpoints that never answer: the poster
+    sleeps the request's whole timeout, then fails it as a timeout) and one healthy client's
+    endpoint (answers 200 at once), all with a message to push, in one PushFunction run
+    (``deliver_all``), as the function runs them: fair (round-robin by client, per-client cap,
+    run deadline) and the baseline (the plain pool in registration order, the code before) in the
+    same process. Measured: when the healthy endpoint got its request after the run started, the
+    run's length, how many dead endpoints the run skipped (left for the next run)."""
+    import threading
+
+    import boto3
+
+    from infra.local.streams import StreamPump
+    from lakeq.push import delivery as push
+    from lakeq.push import service as push_service
+    from tests.handlers import Api, load_function
+
+    per_client = push_service.MAX_ENDPOINTS_PER_CLIENT
+    hostile_clients = max(1, 100 // per_client)
+    timeout_ms = 1000 if quick else 10_000
+    remaining_ms = 60_000  # template.yaml's PushFunction Timeout
+    api = Api()
+    assert api.call("POST", "/v1/topics", {"name": "fair", "queues": 1})[0] == 201
+    feed = api.call("POST", "/v1/clients", {"name": "fairfeed", "role": "producer", "topics": ["fair"]})[1]
+    subs, healthy = [], None
+    for c in [f"hostile{i}" for i in range(hostile_clients)] + ["healthy"]:
+        key = api.call("POST", "/v1/clients", {"name": c, "role": "consumer", "topics": ["fair"]})[1]["api_key"]
+        for j in range(1 if c == "healthy" else per_client):
+            sid = api.call("POST", "/v1/subscriptions", {"subscriber": c, "topic": "fair"}, key=key)[1]["id"]
+            url = "https://ok.example.com/x" if c == "healthy" else f"https://dead.example.com/{c}/{j}"
+            s, b = api.call("PUT", f"/v1/subscriptions/{sid}/push", {"url": url, "timeout_ms": timeout_ms}, key=key)
+            assert s == 201, b
+            if c == "healthy":
+                healthy = sid
+            else:
+                subs.append(sid)
+    pump = StreamPump(stack_name=tpl.LOCAL_STACK, dynamodb_client=boto3.client("dynamodb"),
+                      streams_client_=boto3.client("dynamodbstreams"),
+                      handlers={"FanoutFunction": load_function("FanoutFunction")})
+    pump.mappings = [m for m in pump.mappings if m.spec.logical_id == "FanoutFunction"]
+
+    def one_run(fair: bool) -> dict:
+        assert api.call("POST", "/v1/topics/fair/messages", {"producer": "fairfeed", "messages": [{"body": "x"}]},
+                        key=feed["api_key"])[0] == 200
+        assert pump.drain(120)[0]
+        seen: dict = {}
+        lock = threading.Lock()
+        t0 = time.monotonic()
+
+        def poster(url, headers, data, timeout_s):
+            if url.startswith("https://ok."):
+                with lock:
+                    seen.setdefault("healthy_s", time.monotonic() - t0)
+                return 200, b""
+            time.sleep(timeout_s)  # never answers: the request's whole timeout
+            with lock:
+                seen.setdefault("first_dead_end_s", time.monotonic() - t0)
+            return None, b""
+        out = push.deliver_all(subs + [healthy], poster, remaining_ms=remaining_ms, fair=fair)
+        run_s = time.monotonic() - t0
+        return {"healthy_s": seen.get("healthy_s"), "run_s": run_s, "first_dead_end_s": seen.get("first_dead_end_s"),
+                "skipped": sum(d.skipped for d in out.values()),
+                "dead_tried": sum(d.batches for k, d in out.items() if k != healthy)}
+
+    rows = {"baseline (FIFO pool)": one_run(False), "fair (issue 30)": one_run(True)}
+    print(f"# push fairness: {hostile_clients} clients x {per_client} never-answering endpoints "
+          f"(timeout_ms {timeout_ms}) + 1 healthy client's endpoint, one run of {push.WORKERS} workers "
+          f"(function timeout {remaining_ms // 1000} s); machine: {platform.machine()}, {os.cpu_count()} cores")
+    print(f"{'scheduler':<22} {'healthy latency s':>17} {'1st dead ends s':>15} {'run s':>7} {'dead tried':>10} "
+          f"{'skipped':>8}")
+    for label, r in rows.items():
+        h = "never" if r["healthy_s"] is None else f"{r['healthy_s']:.2f}"
+        print(f"{label:<22} {h:>17} {r['first_dead_end_s'] or 0:>15.2f} {r['run_s']:>7.1f} {r['dead_tried']:>10} "
+              f"{r['skipped']:>8}")
+    fair = rows["fair (issue 30)"]
+    ok = fair["healthy_s"] is not None and fair["healthy_s"] < (fair["first_dead_end_s"] or 0) and \
+        fair["run_s"] < remaining_ms / 1000
+    print("bound: the healthy endpoint's request starts in the run's first wave — before the first never-answering "
+          f"request has timed out (timeout_ms {timeout_ms}), whatever the number of dead endpoints — and the run "
+          f"ends within the function's timeout: {'holds' if ok else 'VIOLATED'}")
+
+
 def dollars(units: tuple[float, float], n: int) -> float:
     wru, rru = units
     return (wru * bq.PRICE_WRU + rru * bq.PRICE_RRU) / n * 1e6
@@ -281,9 +365,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--latency", action="store_true", help="produce -> endpoint latency on the local stack")
+    ap.add_argument("--fairness", action="store_true",
+                    help="a healthy endpoint behind 100 never-answering ones of other clients, fair vs baseline")
     args = ap.parse_args()
     if args.latency:
         latency(20 if args.quick else 50)
+        return
+    if args.fairness:
+        mock = setup()
+        try:
+            fairness(args.quick)
+        finally:
+            mock.stop()
         return
     n = 100 if args.quick else 500
     meter = bq.Meter()

@@ -16,10 +16,12 @@ from lakeq.push import delivery as push
 @logger.inject_lambda_context
 @metrics.log_metrics(raise_on_empty_metrics=False)
 def lambda_handler(event, context):
+    # every request of the run ends before the invocation does (lakeq.push.delivery.run_deadline)
+    remaining_ms = context.get_remaining_time_in_millis()
     if "Records" in event:
-        out = push.stream(event["Records"])
+        out = push.stream(event["Records"], remaining_ms=remaining_ms)
     else:  # the scheduled sweep
-        out = push.sweep()
+        out = push.sweep(remaining_ms=remaining_ms)
     delivered = sum(d.delivered for d in out.values())
     failed = sum(d.failed for d in out.values())
     dead = sum(d.dead_lettered for d in out.values())
@@ -27,7 +29,10 @@ def lambda_handler(event, context):
     metrics.add_metric(name="PushFailed", unit=MetricUnit.Count, value=failed)
     if dead:
         metrics.add_metric(name="PushDeadLettered", unit=MetricUnit.Count, value=dead)
+    skipped = sum(d.skipped for d in out.values())
     summary = {"endpoints": len(out), "delivered": delivered, "failed": failed, "dead_lettered": dead}
+    if skipped:  # endpoints the run's deadline left to the next run
+        summary["skipped"] = skipped
     logger.info("push run", extra=summary)
     if "Records" in event:  # every record is done: a failed push is retried by the schedule, not the stream
         return {"batchItemFailures": []}

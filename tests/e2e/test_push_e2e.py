@@ -101,7 +101,7 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(st):
                        status=201)["api_key"]
         sub_key = st.call("POST", "/v1/clients", json={"name": f"hook-{tag}", "role": "consumer",
                                                         "topics": [topic, dlq]}, status=201)["api_key"]
-        sub = st.call("POST", "/v1/subscriptions", sub_key, 201, json={
+        sub = st.call("POST", "/v1/subscriptions", None, 201, json={  # the admin's key grants the dead-letter topic
             "subscriber": f"hook-{tag}", "topic": topic, "max_deliveries": MAX_DELIVERIES, "dead_letter_topic": dlq})
         reg = st.call("PUT", f"/v1/subscriptions/{sub['id']}/push", sub_key, 201, json={
             "url": rx.url, "batch_size": 4, "timeout_ms": 1000,
@@ -139,6 +139,7 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(st):
         codes = [c for _h, _b, c, _r in got]
         assert codes[:2] == [0, 500] and any(r for _h, _b, _c, r in got)  # a timeout, a 500, a release
         # nothing left for a pull; the endpoint's state tells what happened
+        st.call("POST", f"/v1/subscriptions/{sub['id']}/push/pause", sub_key)  # (no pull beside an active push)
         left = st.call("GET", f"/v1/subscriptions/{sub['id']}/messages", sub_key)
         assert left["messages"] == []
         state = st.call("GET", f"/v1/subscriptions/{sub['id']}/push", sub_key)["state"]

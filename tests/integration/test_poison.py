@@ -138,7 +138,7 @@ def test_a_subscription_consumer(api, setup, clock, dlq, fanout_handler):  # noq
     clock.t = T_SAMPLE - 1000
     api.routes.sort(key=lambda r: r[1].count("{"))  # as test_settlement's subscription test
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", "max_deliveries": 2,
-                                                    "dead_letter_topic": "dlq"}, key=setup["risk"])
+                                                    "dead_letter_topic": "dlq"})  # (the admin's key grants dlq)
     assert s == 201, sub
     assert fanout_handler(sample("fanout_segments_stream.json"), Context()) == {"batchItemFailures": []}
     path = f"/v1/subscriptions/{sub['id']}/messages"

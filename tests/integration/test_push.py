@@ -13,7 +13,7 @@ import pytest
 from lakeq.contract import push as contract
 from lakeq.push import delivery as push
 from lakeq.store.subscriptions import SubscriptionModel
-from tests.handlers import Context, load_function
+from tests.handlers import ADMIN, Context, load_function
 
 URL = "https://hooks.example.com/lakeq"
 pytestmark = pytest.mark.usefixtures("fresh_matcher")
@@ -38,6 +38,17 @@ def subscribe(api, key, **extra):
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes", **extra}, key=key)
     assert s == 201, sub
     return sub["id"]
+
+
+def left(api, sid, key):
+    """What a pull of the list finds (a subscription with an active endpoint refuses pulls: paused
+    for the pull, then resumed)."""
+    path = f"/v1/subscriptions/{sid}/push"
+    assert api.call("POST", path + "/pause", key=key)[0] == 200
+    s, b = api.call("GET", f"/v1/subscriptions/{sid}/messages", key=key)
+    assert s == 200, b
+    assert api.call("POST", path + "/resume", key=key)[0] == 200
+    return b["messages"]
 
 
 def register(api, sid, key, **body):
@@ -161,7 +172,7 @@ def test_success_acks_in_order_signed(api, setup, aws, clock):
         assert contract.verify(headers[contract.SIGNATURE_HEADER], body, secret, clock.t // 1000)
         assert not contract.verify(headers[contract.SIGNATURE_HEADER], body + b" ", secret, clock.t // 1000)
     # acked: nothing left to pull or push
-    assert api.call("GET", f"/v1/subscriptions/{sid}/messages", key=setup["risk"])[1]["messages"] == []
+    assert left(api, sid, setup["risk"]) == []
     assert push.deliver(sid, p).batches == 0
     state = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])[1]["state"]
     assert state["last_status"] == 200 and state["delivered"] == 7 and state["failures"] == 0
@@ -185,7 +196,7 @@ def test_failure_retries_after_backoff_and_counts_deliveries(api, setup, aws, cl
         "next_attempt_at": state["next_attempt_at"], "failures": 1}
     # not due yet: neither a push nor a pull gets the batch
     assert push.deliver(sid, p).batches == 0
-    assert api.call("GET", f"/v1/subscriptions/{sid}/messages", key=setup["risk"])[1]["messages"] == []
+    assert left(api, sid, setup["risk"]) == []
     clock.t = state["next_attempt_at"] + 1
     out = push.deliver(sid, p)
     assert out.failed == 1 and [m["deliveries"] for m in json.loads(p.calls[-1][2])["messages"]] == [2, 2]
@@ -205,7 +216,7 @@ def _dead_letters(api, key):
 
 
 def test_max_deliveries_dead_letters_as_for_pulls(api, setup, aws, clock, dlq):
-    sid = subscribe(api, setup["risk"], max_deliveries=2, dead_letter_topic="dlq")
+    sid = subscribe(api, ADMIN, max_deliveries=2, dead_letter_topic="dlq")  # (the admin grants a dead-letter topic)
     register(api, sid, setup["risk"], retry={"max_attempts": 50, "backoff_base_ms": 100, "backoff_cap_ms": 100})
     produce(api, setup["feed"], ["x"])
     fan_out(aws)
@@ -220,7 +231,7 @@ def test_max_deliveries_dead_letters_as_for_pulls(api, setup, aws, clock, dlq):
 
 
 def test_max_attempts_rejects_the_batch(api, setup, aws, clock, dlq):
-    sid = subscribe(api, setup["risk"], dead_letter_topic="dlq")
+    sid = subscribe(api, ADMIN, dead_letter_topic="dlq")
     register(api, sid, setup["risk"], retry={"max_attempts": 3, "backoff_base_ms": 100, "backoff_cap_ms": 100})
     produce(api, setup["feed"], ["y", "z"])
     fan_out(aws)
@@ -238,7 +249,7 @@ def test_max_attempts_rejects_the_batch(api, setup, aws, clock, dlq):
 
 
 def test_per_message_outcomes_in_a_2xx_answer(api, setup, aws, clock, dlq):
-    sid = subscribe(api, setup["risk"], dead_letter_topic="dlq")
+    sid = subscribe(api, ADMIN, dead_letter_topic="dlq")
     register(api, sid, setup["risk"], batch_size=4, retry={"max_attempts": 5, "backoff_base_ms": 100,
                                                            "backoff_cap_ms": 100})
     produce(api, setup["feed"], ["p0", "p1", "p2", "p3"])
@@ -260,7 +271,7 @@ def test_per_message_outcomes_in_a_2xx_answer(api, setup, aws, clock, dlq):
     assert out.delivered == 1 and p.bodies()[2] == ["p1"]
     assert [m["deliveries"] for m in json.loads(p.calls[2][2])["messages"]] == [3]
     assert [(m["body"], m["dead_letter"]["reason"]) for m in _dead_letters(api, dlq)] == [("p3", "rejected")]
-    assert api.call("GET", f"/v1/subscriptions/{sid}/messages", key=setup["risk"])[1]["messages"] == []
+    assert left(api, sid, setup["risk"]) == []
     state = api.call("GET", f"/v1/subscriptions/{sid}/push", key=setup["risk"])[1]["state"]
     assert (state["delivered"], state["dead_lettered"]) == (3, 1)
 
@@ -303,7 +314,7 @@ def test_a_stale_lock_is_safe(api, setup, aws, clock):
         return 200, b""
     out = push.deliver(sid, slow)
     assert out.stale == 1 and out.delivered == 0
-    assert api.call("GET", f"/v1/subscriptions/{sid}/messages", key=setup["risk"])[1]["messages"] == []
+    assert left(api, sid, setup["risk"]) == []
 
 
 def test_stream_records_name_list_subscriptions():
@@ -367,7 +378,7 @@ def test_push_function_dead_letters_as_its_role(api, setup, aws, clock, monkeypa
     monkeypatch.setenv(push.ENV_LOOPBACK, "1")
     rx = Receiver([500] * 5)
     try:
-        sid = subscribe(api, setup["risk"], dead_letter_topic="dlq")
+        sid = subscribe(api, ADMIN, dead_letter_topic="dlq")
         s, _ = api.call("PUT", f"/v1/subscriptions/{sid}/push",
                         {"url": rx.url, "retry": {"max_attempts": 1}}, key=setup["risk"])
         assert s == 201

@@ -281,7 +281,8 @@ def test_subscription_settlement_and_dead_letters(api, setup, clock, dlq, fanout
     body = {"subscriber": "risk", "topic": "quotes", "max_deliveries": 2, "dead_letter_topic": "dlq"}
     for bad, code in (({**body, "max_deliveries": 0}, 400), ({**body, "dead_letter_topic": "nope"}, 404)):
         assert api.call("POST", "/v1/subscriptions", bad, key=setup["risk"])[0] == code
-    s, sub = api.call("POST", "/v1/subscriptions", body, key=setup["risk"])
+    assert api.call("POST", "/v1/subscriptions", body, key=setup["risk"])[0] == 403  # dlq: not granted to risk
+    s, sub = api.call("POST", "/v1/subscriptions", body)  # the admin's key grants it
     assert s == 201 and sub["max_deliveries"] == 2 and sub["dead_letter_topic"] == "dlq", sub
     assert fanout_handler(sample("fanout_segments_stream.json"), Context()) == {"batchItemFailures": []}
     path = f"/v1/subscriptions/{sub['id']}/messages"

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from lakeq.common.errors import Forbidden, NotFound, Unauthorized, Unavailable
+from lakeq.common.errors import BadRequest, Forbidden, NotFound, Unauthorized, Unavailable
 from lakeq.common.names import check_name, covers
 from lakeq.store.models import ClientModel, TopicModel
 from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed
@@ -183,6 +183,25 @@ def change_key_set(name: str, c: ClientModel, attempt: Callable[[ClientModel, in
             raise NotFound(f"client '{name}' does not exist")
         c = refreshed
     raise Unavailable("the client's keys are too contended; retry")
+
+
+def dead_letter_grant(p: Principal, client: ClientModel, serves: list[str], dlt: str | None) -> str | None:
+    """Who grants ``dlt`` as the dead-letter topic of something ``client`` consumes from the topics
+    ``serves`` (issue 30.4): 400 when a served topic covers it (its dead letters would come back to
+    it); the admin key names any other topic (``"admin"``); a client's key only the topic its
+    client's own dead-letter setting names — one the admin chose for it; a consumer has no produce
+    grant — else 403 (None: the check is made again at each dead-lettering)."""
+    if dlt is None:
+        return None
+    for t in serves:
+        if covers(t, dlt):
+            raise BadRequest(f"dead-letter topic '{dlt}' is consumed as '{t}': its dead letters would loop back")
+    if p.admin:
+        return "admin"
+    if client.dead_letter_topic != dlt:
+        raise Forbidden(f"this key may not write to '{dlt}': a client's key names only the dead-letter topic "
+                        "the admin set for it (PATCH /v1/clients), the admin key any topic")
+    return None
 
 
 def authorize(p: Principal, client: ClientModel, topic: str) -> None:

@@ -22,7 +22,7 @@ from lakeq.admin.auth import (
 )
 from lakeq.common import clock as _clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
-from lakeq.common.names import check_name, check_topic, parent_of
+from lakeq.common.names import check_name, check_topic, covers, parent_of
 from lakeq.contract import validation as v
 from lakeq.store.models import ClientModel, KeyModel, TopicModel
 from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed, inc_of
@@ -100,6 +100,8 @@ def create_client(p: Principal, raw: str | None) -> dict:
             raise NotFound(f"topic '{t}' does not exist")
     if req.dead_letter_topic is not None and TopicRepo.get(req.dead_letter_topic) is None:
         raise NotFound(f"dead-letter topic '{req.dead_letter_topic}' does not exist")
+    if req.role == "consumer":
+        _no_loop(req.topics, req.dead_letter_topic)
     key = "lq_" + secrets.token_urlsafe(32)
     client = ClientModel(req.name, role=req.role, topics=req.topics, mode=req.mode,
                          visibility_timeout_ms=req.visibility_timeout_ms, key_hash=hash_key(key),
@@ -114,6 +116,14 @@ def create_client(p: Principal, raw: str | None) -> dict:
             raise Conflict(f"client '{req.name}' exists", code="client_exists") from None
         raise
     return {**client_view(client), "api_key": key, "key_id": key_id_of(client.key_hash)}
+
+
+def _no_loop(topics: list[str], dlt: str | None) -> None:
+    """400 when a consumer's dead-letter topic is one of (or under) the topics it consumes: its
+    dead letters would come back to it (issue 30.4)."""
+    for t in topics:
+        if dlt is not None and covers(t, dlt):
+            raise BadRequest(f"dead-letter topic '{dlt}' is consumed as '{t}': its dead letters would loop back")
 
 
 def patch_client(p: Principal, name: str, raw: str | None) -> dict:
@@ -132,6 +142,7 @@ def patch_client(p: Principal, name: str, raw: str | None) -> dict:
     require_admin(p)
     if c.role != "consumer":
         raise BadRequest(f"client '{name}' is a {c.role}: 'max_deliveries' and 'dead_letter_topic' are for consumers")
+    _no_loop(list(c.topics), dlt)
     updated = ClientRepo.set_settings(name, changes)
     if updated is None:
         raise NotFound(f"client '{name}' does not exist")

@@ -20,6 +20,7 @@ Store calls:
 from __future__ import annotations
 
 import hashlib
+import logging
 import zlib
 from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
@@ -34,9 +35,10 @@ from lakeq.log.selection import ack_key
 from lakeq.log.settlement import Outcomes
 from lakeq.store.append import Contended, append_at_head
 from lakeq.store.models import log_of
-from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo
+from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
 
 ATTEMPTS = 40
+log = logging.getLogger("lakeq.consume.settle")
 # (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.consume.reader.LogReader
 Reader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
 
@@ -52,17 +54,54 @@ class MinOffset(Protocol):
 @dataclass(frozen=True)
 class Policy:
     """A consumer's dead-letter settings: ``max_deliveries`` (None: unlimited), the
-    ``dead_letter_topic`` (None: dead-lettered messages are dropped and counted) and the
-    consumer's name as the copy's ``dead_letter.group`` shows it."""
+    ``dead_letter_topic`` (None: dead-lettered messages are dropped and counted), the
+    consumer's name as the copy's ``dead_letter.group`` shows it, and ``granted_by``: None when
+    the admin chose the topic (a group's settings, a subscription created with the admin key), else
+    the client whose own dead-letter setting must still name it when a message is dead-lettered
+    (:func:`granted`)."""
 
     max_deliveries: int | None = None
     dead_letter_topic: str | None = None
     group: str | None = None
+    granted_by: str | None = None
 
 
 def policy_of(client, group: str | None = None) -> Policy:
     md = getattr(client, "max_deliveries", None)
     return Policy(None if md is None else int(md), getattr(client, "dead_letter_topic", None), group or client.name)
+
+
+def subscription_policy(s) -> Policy:
+    """A subscription's: its own settings; its dead-letter topic granted by the admin when the admin
+    key named it (``dead_letter_by`` ``"admin"``), else checked against the subscriber's setting."""
+    md = s.max_deliveries
+    return Policy(None if md is None else int(md), s.dead_letter_topic, s.subscriber,
+                  None if getattr(s, "dead_letter_by", None) == "admin" else s.subscriber)
+
+
+def granted(policy: Policy) -> bool:
+    """Whether lakeq may write dead letters to ``policy.dead_letter_topic`` now (issue 30.4): the
+    admin chose it, or ``granted_by``'s client (one GetItem) still names it as its own dead-letter
+    topic. A grant moved or revoked after registration: False (the messages are dropped and
+    counted, as without a dead-letter topic — never written where no grant is)."""
+    if policy.granted_by is None:
+        return True
+    c = ClientRepo.get(policy.granted_by)
+    return c is not None and c.dead_letter_topic == policy.dead_letter_topic
+
+
+def loops(topic: str, msg: dict) -> bool:
+    """Whether dead-lettering ``msg`` to ``topic`` loops: the topic is the message's own, or the one
+    a dead-lettered copy came from (A → B → A). Longer chains (A → B → C → A) are not detected;
+    every link of one is a topic the admin chose.
+
+    >>> loops("a", {"topic": "a"}), loops("a", {"topic": "b", "dead_letter": {"topic": "a"}})
+    (True, True)
+    >>> loops("c", {"topic": "b", "dead_letter": {"topic": "a"}})
+    False
+    """
+    dl = msg.get("dead_letter")
+    return topic == msg.get("topic") or (isinstance(dl, dict) and topic == dl.get("topic"))
 
 
 def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy: Policy, reader: Reader,
@@ -190,14 +229,22 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
             return st
         done: list[int] = []
         missing: list[int] = []
+        allowed = policy.dead_letter_topic is not None and granted(policy)
+        if policy.dead_letter_topic is not None and not allowed:
+            log.warning("dead-letter topic no longer granted: dead letters dropped",
+                        extra={"owner": owner, "topic": policy.dead_letter_topic, "granted_by": policy.granted_by})
         for off, (reason, n) in sorted(st.due.items()):
-            if policy.dead_letter_topic is None:
+            if not allowed:
                 done.append(off)
                 continue
             msgs, _ = reader(queue, off, 1, off + 1)  # exactly that offset
             if msgs:
-                append_copy(policy.dead_letter_topic,
-                            dead_letter_copy(owner, queue, off, msgs[0], reason, n, policy, now), now)
+                if loops(policy.dead_letter_topic, msgs[0]):
+                    log.warning("dead letter dropped: it would loop back",
+                                extra={"owner": owner, "topic": policy.dead_letter_topic})
+                else:
+                    append_copy(policy.dead_letter_topic,
+                                dead_letter_copy(owner, queue, off, msgs[0], reason, n, policy, now), now)
                 done.append(off)
             else:
                 missing.append(off)

@@ -31,6 +31,7 @@ import contextvars
 import json
 import logging
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -49,6 +50,7 @@ from lakeq.contract import validation as v
 from lakeq.log.receipts import REPLAY_PREFIX, subscription_field
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.settlement import Outcomes
+from lakeq.push.fair import FairQueue
 from lakeq.store.models import log_of
 from lakeq.store.push import GroupPushRepo, PushRepo
 from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
@@ -60,6 +62,10 @@ log = logging.getLogger("lakeq.push.delivery")
 ENV_LOOPBACK = "LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK"  # set by infra.local only
 LOCK_MARGIN_MS = 5_000      # the batch's lock outlives the request's timeout by this much
 ENDPOINT_BUDGET_S = 20.0    # one invocation starts no new batch for an endpoint after this
+RUN_MARGIN_MS = 5_000       # a run starts no request later than its end - the largest timeout_ms - this
+DEFAULT_REMAINING_MS = 60_000  # a run's length when no Lambda context tells it (template.yaml's Timeout)
+WORKERS = 16                # delivery threads of one run
+PER_CLIENT_WORKERS = 4      # of them, at most this many per client while another client waits
 MAX_RESPONSE_BYTES = 64 * 1024
 STALE = "the push batch's lock was taken over"
 LOCK_OWNER = "push"         # a group's queue locked by its push endpoint names this as its holder
@@ -107,6 +113,7 @@ class Delivered:
     failed: int = 0
     dead_lettered: int = 0
     stale: int = 0
+    skipped: int = 0        # endpoints not started: the run's deadline came first (the next run serves them)
     statuses: list = field(default_factory=list)
 
     def add(self, other: Delivered) -> None:
@@ -115,6 +122,7 @@ class Delivered:
         self.failed += other.failed
         self.dead_lettered += other.dead_lettered
         self.stale += other.stale
+        self.skipped += other.skipped
         self.statuses += other.statuses
 
 
@@ -135,6 +143,12 @@ class _Source:
     def envelope(self) -> dict:
         raise NotImplementedError
 
+    def refresh(self, item) -> bool:
+        """The endpoint's item as a batch's record write returned it: its settings and secrets
+        from the next batch on (a replacement takes effect at once). False: the run must end."""
+        self.item, self.cfg = item, json.loads(item.push)
+        return True
+
     header: str
 
 
@@ -148,7 +162,7 @@ class _ListSource(_Source):
     def __init__(self, s):
         self.item, self.name, self.cfg = s, s.id, json.loads(s.push)
         self.lt, self.owner = list_topic(s.id), list_owner(s.id)
-        self.policy = settling.policy_of(s, s.subscriber)
+        self.policy = settling.subscription_policy(s)
 
     def pull(self, visibility_ms: int, n: int) -> dict:
         lg = ListLog(self.lt, self.owner, {"group": self.item.subscriber, "topic": self.lt},
@@ -202,6 +216,15 @@ class _GroupSource(_Source):
     def envelope(self) -> dict:
         return {"group": self.name, "topic": self.topic}
 
+    def refresh(self, item) -> bool:
+        """As a subscription's; a replacement naming another topic (or a revoked grant) ends the run
+        (this run's queues are the old topic's; the next run serves the new one)."""
+        cfg = json.loads(item.push)
+        if cfg["topic"] != self.topic or not any(covers(grant, self.topic) for grant in item.topics):
+            return False
+        self.item, self.cfg = item, cfg
+        return True
+
 
 def _claim(repo: type[PushRepo], name: str, batch_size: int, rate: float, deadline: float) -> tuple[int, int] | None:
     """Claim the endpoint's next sending slot (``batch_size`` messages' worth of ``rate``), waiting
@@ -232,11 +255,12 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
     """One delivery thread: batch after batch until nothing is servable, a delivery fails, the
     deadline (no new batch after it), or the endpoint is paused or deleted (each batch's record
     write returns the endpoint's item: a pause written while a batch was in flight ends the run
-    after that batch)."""
+    after that batch; a replacement of its settings applies from the next batch on)."""
     out = Delivered()
-    cfg, repo, name = src.cfg, src.repo, src.name
-    retry, timeout_ms, rate = cfg["retry"], cfg["timeout_ms"], cfg.get("rate")
+    repo, name = src.repo, src.name
     while time.monotonic() < deadline and (max_batches is None or out.batches < max_batches):
+        cfg = src.cfg
+        retry, timeout_ms, rate = cfg["retry"], cfg["timeout_ms"], cfg.get("rate")
         claimed = None
         if rate is not None:  # a rate-limited endpoint: take the next sending slot first
             claimed = _claim(repo, name, cfg["batch_size"], rate, deadline)
@@ -310,31 +334,40 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
         out.dead_lettered += dead
         going = repo.record(name, json.dumps({"last_status": status, "last_attempt_at": now,
                                               "next_attempt_at": next_at}, separators=(",", ":")), ok, delivered, dead)
-        if stop or not going:  # (not going: paused or deleted meanwhile — no batch after this one)
+        # (not going: paused or deleted meanwhile — no batch after this one)
+        if stop or going is None or not src.refresh(going):
             break
     return out
 
 
+def _until(budget_s: float, deadline: float | None) -> float:
+    """When an endpoint's run starts no new batch: ``budget_s`` from now, and never after the
+    run's ``deadline`` (monotonic seconds; None: none)."""
+    end = time.monotonic() + budget_s
+    return end if deadline is None else min(end, deadline)
+
+
 def deliver(sub_id: str, poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S,
-            max_batches: int | None = None) -> Delivered:
+            max_batches: int | None = None, deadline: float | None = None) -> Delivered:
     """Push a subscription's servable messages, batch after batch, until its list has nothing
-    servable, a delivery fails, or ``budget_s`` has passed (no new batch is started after it).
-    ``poster``: how to POST (default :func:`http_poster`, looked up at call time); ``max_batches``:
-    stop after that many requests."""
+    servable, a delivery fails, or ``budget_s`` has passed (no new batch is started after it, nor
+    after the run's ``deadline``, monotonic seconds). ``poster``: how to POST (default
+    :func:`http_poster`, looked up at call time); ``max_batches``: stop after that many requests."""
     s = PushRepo.get(sub_id)
     if s is None or s.push is None or s.push_paused:
         return Delivered()
-    return _run(_ListSource(s), poster or http_poster, time.monotonic() + budget_s, max_batches)
+    return _run(_ListSource(s), poster or http_poster, _until(budget_s, deadline), max_batches)
 
 
 def lease_ms(cfg: dict, budget_s: float) -> int:
     """How long a delivery thread's in-flight lease lasts: its budget (no new batch after it), one
-    request's timeout, and the margin (the settle after the answer)."""
-    return int(budget_s * 1000) + cfg["timeout_ms"] + LOCK_MARGIN_MS
+    request's timeout (the largest allowed: the settings may be replaced during the run), and the
+    margin (the settle after the answer)."""
+    return int(budget_s * 1000) + max(cfg["timeout_ms"], contract.TIMEOUT_MAX) + LOCK_MARGIN_MS
 
 
 def deliver_group(name: str, poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S,
-                  max_batches: int | None = None) -> Delivered:
+                  max_batches: int | None = None, deadline: float | None = None) -> Delivered:
     """Push a consumer group's servable messages of its endpoint's topic: ``max_in_flight`` threads,
     each with an in-flight lease (a held slot: the thread does not run), each a :func:`_run` over
     the group's topic queues (``max_batches``: per thread)."""
@@ -349,11 +382,11 @@ def deliver_group(name: str, poster: Poster | None = None, budget_s: float = END
     if t is None:  # the topic was deleted: nothing to deliver (the endpoint stays, as the group does)
         return out
     poster = poster or http_poster
-    deadline = time.monotonic() + budget_s
+    deadline = _until(budget_s, deadline)
 
     def one(slot: int) -> Delivered:
         now = clock.now()
-        until = now + lease_ms(cfg, budget_s)
+        until = now + lease_ms(cfg, max(0.0, deadline - time.monotonic()))
         if not GroupPushRepo.lease(name, slot, now, until):
             return Delivered()
         try:
@@ -371,18 +404,69 @@ def deliver_group(name: str, poster: Poster | None = None, budget_s: float = END
     return out
 
 
+def run_deadline(remaining_ms: int | None) -> float:
+    """The monotonic time after which a run starts no request: the function's remaining time
+    (Lambda's ``context.get_remaining_time_in_millis()``; None: :data:`DEFAULT_REMAINING_MS`)
+    minus the largest ``timeout_ms`` an endpoint may have and :data:`RUN_MARGIN_MS` (the settle
+    and record after the last answer), so no request outlives the invocation."""
+    left = DEFAULT_REMAINING_MS if remaining_ms is None else remaining_ms
+    return time.monotonic() + (left - contract.TIMEOUT_MAX - RUN_MARGIN_MS) / 1000
+
+
 def deliver_all(sub_ids: list[str], poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S,
-                workers: int = 16, groups: list[str] = ()) -> dict[str, Delivered]:
-    """:func:`deliver` for each subscription and :func:`deliver_group` for each group, in parallel
-    threads (a slow endpoint delays no other: each is bounded by its own budget plus one request's
-    timeout). Keys: the subscription ids, ``group:<name>`` for groups."""
+                workers: int = WORKERS, groups: list[str] = (), remaining_ms: int | None = None,
+                fair: bool = True, per_client: int = PER_CLIENT_WORKERS) -> dict[str, Delivered]:
+    """:func:`deliver` for each subscription and :func:`deliver_group` for each group, in ``workers``
+    threads taking the endpoints from a :class:`lakeq.push.fair.FairQueue` by client (a
+    subscription's subscriber, read with one BatchGetItem per 100; a group itself): round-robin,
+    at most ``per_client`` workers per client while another client waits. Each endpoint starts no
+    batch after its own ``budget_s`` nor after :func:`run_deadline` (``remaining_ms``); an endpoint
+    not started by then is skipped (``skipped``: the next run serves it). Keys: the subscription
+    ids, ``group:<name>`` for groups.
+
+    ``fair=False`` is the scheduling before issue 30 (a plain pool in the given order, no run
+    deadline), kept for ``bench/push.py --fairness``'s baseline only."""
     jobs = [(i, deliver, i) for i in dict.fromkeys(sub_ids)] + \
            [(f"group:{g}", deliver_group, g) for g in dict.fromkeys(groups)]
     if not jobs:
         return {}
+    if not fair:
+        return _deliver_unfair(jobs, poster, budget_s, workers)
+    deadline = run_deadline(remaining_ms)
+    owners = PushRepo.owners([x for k, fn, x in jobs if fn is deliver])
+    q = FairQueue([(owners.get(x, x) if fn is deliver else x, (k, fn, x)) for k, fn, x in jobs],
+                  cap=max(1, per_client))
+    out: dict[str, Delivered] = {}
+
+    def work() -> None:
+        while (taken := q.take()) is not None:
+            owner, (k, fn, x) = taken
+            try:
+                if time.monotonic() >= deadline:
+                    out[k] = Delivered(skipped=1)
+                else:
+                    out[k] = fn(x, poster, budget_s, deadline=deadline)
+            except Exception:  # noqa: BLE001 - one endpoint's store error must not stop the others
+                log.exception("push delivery failed", extra={"endpoint": k})
+            finally:
+                q.done(owner)
+
+    # each thread runs in a copy of the caller's context (context variables such as the local
+    # stack's acting-as-function marker, which its IAM rules check, are not inherited otherwise)
+    threads = [threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True)
+               for _ in range(min(workers, len(jobs)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    skipped = sum(d.skipped for d in out.values())
+    if skipped:
+        log.warning("push run ended before some endpoints started", extra={"skipped": skipped})
+    return {k: out[k] for k, _fn, _x in jobs if k in out}
+
+
+def _deliver_unfair(jobs: list, poster: Poster | None, budget_s: float, workers: int) -> dict[str, Delivered]:
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as ex:
-        # each thread runs in a copy of the caller's context (context variables such as the local
-        # stack's acting-as-function marker, which its IAM rules check, are not inherited otherwise)
         futures = {k: ex.submit(contextvars.copy_context().run, fn, x, poster, budget_s) for k, fn, x in jobs}
     out = {}
     for k, f in futures.items():
@@ -416,14 +500,17 @@ def groups_of_records(records: list[dict]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def stream(records: list[dict], poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S
-           ) -> dict[str, Delivered]:
+def stream(records: list[dict], poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S,
+           remaining_ms: int | None = None) -> dict[str, Delivered]:
     """PushFunction's stream trigger: the subscriptions whose lists got a segment and the consumer
     groups registered on the topics that did, in one :func:`deliver_all`."""
-    return deliver_all(subscriptions_of_records(records), poster, budget_s, groups=groups_of_records(records))
+    return deliver_all(subscriptions_of_records(records), poster, budget_s, groups=groups_of_records(records),
+                       remaining_ms=remaining_ms)
 
 
-def sweep(poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S) -> dict[str, Delivered]:
+def sweep(poster: Poster | None = None, budget_s: float = ENDPOINT_BUDGET_S,
+          remaining_ms: int | None = None) -> dict[str, Delivered]:
     """The scheduled run: every active endpoint, subscriptions' and consumer groups' (due retries,
     anything the stream trigger missed)."""
-    return deliver_all(PushRepo.active_ids(), poster, budget_s, groups=GroupPushRepo.active_ids())
+    return deliver_all(PushRepo.active_ids(), poster, budget_s, groups=GroupPushRepo.active_ids(),
+                       remaining_ms=remaining_ms)

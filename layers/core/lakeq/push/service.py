@@ -24,6 +24,9 @@ from lakeq.store.push import GroupPushRepo, PushRepo
 
 log = logging.getLogger("lakeq.push.service")
 ROTATE_KEEP_MAX_MS, ROTATE_KEEP_DEFAULT_MS = 7 * 86_400_000, 86_400_000
+# push endpoints one client may have: its subscriptions' and its own as a consumer group (paused
+# ones count); a PushFunction run serves each client's with at most delivery.PER_CLIENT_WORKERS threads
+MAX_ENDPOINTS_PER_CLIENT = 20
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,9 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
     """``PUT /v1/subscriptions/{id}/push`` / ``PUT /v1/groups/{group}/push``: register (201, with the
     signing secret, shown only here) or replace the settings (200; the secrets, pause and state are
     kept). A group's names its ``topic`` (404 when missing, 403 when the group is not granted it);
-    a broadcasting group has no push endpoint (400: each instance has its own offsets)."""
+    a broadcasting group has no push endpoint (400: each instance has its own offsets). Of two
+    concurrent first registrations one wins (its 201 shows the stored secret); the other answers
+    409 ``push_registered`` and changes nothing."""
     _check(k, sub_id)
     settings = contract.push_settings(v.json_body(raw), allow_loopback(), group=k.group)
     if k.group:  # every 404 before any 403 (the topic, as a pull checks it first, then the group)
@@ -99,6 +104,10 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
             raise BadRequest("a broadcasting group has no push endpoint (each instance keeps its own offsets); "
                              "use a clustering group")
     encoded = contract.encode(settings)
+    owner = s.name if k.group else s.subscriber
+    if s.push is None and PushRepo.endpoints_of(owner) >= MAX_ENDPOINTS_PER_CLIENT:
+        raise Conflict(f"'{owner}' has {MAX_ENDPOINTS_PER_CLIENT} push endpoints, the most a client may have; "
+                       "delete one first", code="too_many_push_endpoints")
     for _ in range(5):  # a group's write is conditioned on the settings read: read again when they changed
         now = clock.now()
         new = s.push is None
@@ -107,6 +116,9 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
         if k.repo.put(sub_id, encoded, stored, s.push, bool(s.push_paused)):
             break
         s = _owner(k, p, sub_id, need_push=False)
+        if new and s.push is not None:  # a concurrent first registration wrote its secret first
+            raise Conflict(f"the {k.what}'s push endpoint was registered by a concurrent request; GET it, "
+                           "PUT again to replace its settings, or rotate its secret", code="push_registered")
     else:
         raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
     s.push = encoded

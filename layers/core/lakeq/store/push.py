@@ -47,13 +47,16 @@ class PushRepo:
     @classmethod
     def put(cls, sub_id: str, settings: str, secrets: str | None, current: str | None = None,
             paused: bool = False) -> bool:
-        """Set the settings (and, when given, the secrets: a new endpoint). False: no such subscription.
+        """Register (``secrets`` given: only if no endpoint is registered, so of two concurrent
+        first registrations one writes its secret) or replace the settings (only if an endpoint is
+        registered). False: no such subscription, or the condition failed (the caller reads again).
         (``current`` / ``paused``: what the caller read; only a group's endpoint conditions on them.)"""
         M = cls.M
         actions = [M.push.set(settings)]
         if secrets is not None:
             actions += [M.push_secrets.set(secrets), M.push_paused.set(False), *cls._state_removed()]
-        return cls._update(sub_id, actions, cls._exists())
+        return cls._update(sub_id, actions, cls._exists() & (M.push.does_not_exist() if secrets is not None
+                                                             else M.push.exists()))
 
     @classmethod
     def set_secrets(cls, sub_id: str, old: str | None, new: str) -> bool:
@@ -99,11 +102,13 @@ class PushRepo:
         return slots.free_at(cls.M, sub_id, "push_send_at", cls.KEY)
 
     @classmethod
-    def record(cls, sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int) -> bool:
+    def record(cls, sub_id: str, last: str, ok: bool, delivered: int, dead_lettered: int):
         """One delivery attempt's outcome: one UpdateItem (the last attempt set, the counters added;
-        ``push_failures`` reset by a success, else incremented). True while deliveries may go on:
-        the endpoint still registered and not paused, as the same write's returned item says (no
-        read more), so a run started before a pause starts no batch after it has seen it."""
+        ``push_failures`` reset by a success, else incremented). The item as the write left it
+        while deliveries may go on (the endpoint still registered and not paused; its settings
+        and secrets as they are now, no read more), so a run started before a pause starts no batch
+        after it has seen it, and one started before a replacement sends its next batch with the
+        new settings; None otherwise."""
         M = cls.M
         actions = [M.push_state.set(last), M.push_failures.set(0) if ok else M.push_failures.add(1)]
         if delivered:
@@ -111,7 +116,7 @@ class PushRepo:
         if dead_lettered:
             actions.append(M.push_dead_lettered.add(dead_lettered))
         item = cls._updated(sub_id, actions, cls._exists() & M.push.exists())
-        return item is not None and not item.push_paused
+        return None if item is None or item.push_paused else item
 
     @classmethod
     def _update(cls, sub_id: str, actions: list, condition) -> bool:
@@ -139,6 +144,29 @@ class PushRepo:
             return M.get(sub_id, consistent_read=True)
         except DoesNotExist:
             return None
+
+    @staticmethod
+    def endpoints_of(client: str) -> int:
+        """Push endpoints ``client`` has (paused ones too): its subscriptions' (one Query of the
+        ``by-subscriber`` index, eventually consistent) and its own, as a consumer group (GetItem)."""
+        from lakeq.store.subscriptions import SubscriptionRepo
+
+        n = sum(1 for s in SubscriptionRepo.of_subscriber(client) if s.push is not None)
+        try:
+            c = ClientModel.get(client, attributes_to_get=["name", "push"])
+        except DoesNotExist:
+            return n
+        return n + (c.push is not None)
+
+    @classmethod
+    def owners(cls, sub_ids: list[str]) -> dict[str, str]:
+        """The subscriber of each subscription that exists: one BatchGetItem per 100 ids (eventually
+        consistent; only the two attributes), for a push run's scheduling by client."""
+        M = SubscriptionModel
+        ids = [i for i in dict.fromkeys(sub_ids) if i != VERSION_ID]
+        if not ids:
+            return {}
+        return {s.id: s.subscriber for s in M.batch_get(ids, attributes_to_get=["id", "subscriber"])}
 
     @classmethod
     def active_ids(cls) -> list[str]:

@@ -50,6 +50,10 @@ class SubscriptionModel(Model):
     # (absent: unlimited) and where copies go (absent: dropped and counted)
     max_deliveries = NumberAttribute(null=True)
     dead_letter_topic = UnicodeAttribute(null=True)
+    # who granted the dead-letter topic (issue 30.4): "admin" (the admin key named it), else absent —
+    # the subscriber's key named the topic its client's own dead-letter setting names, checked again at
+    # each dead-lettering (lakeq.consume.settle.granted)
+    dead_letter_by = UnicodeAttribute(null=True)
     # push delivery (issue 17, lakeq.store.push): the endpoint's settings (JSON), its signing secrets
     # (JSON list), paused or not, the deliverer's last attempt (JSON) and its counters
     push = UnicodeAttribute(null=True)

@@ -21,9 +21,9 @@ import logging
 import time
 import uuid
 
-from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
+from lakeq.admin.auth import Principal, authorize, client_or_404, dead_letter_grant, topic_or_404
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Forbidden, NotFound, StaleReceipt
+from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, StaleReceipt
 from lakeq.common.names import check_name, check_topic, is_name
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, broker, consume, list_reader
@@ -73,7 +73,7 @@ def push_summary(s: SubscriptionModel) -> dict:
 
 
 def policy(s: SubscriptionModel) -> Policy:
-    return Policy(None if s.max_deliveries is None else int(s.max_deliveries), s.dead_letter_topic, s.subscriber)
+    return settling.subscription_policy(s)
 
 
 def _parked_view(raw: str | None) -> list[dict]:
@@ -132,11 +132,12 @@ def create(p: Principal, raw: str | None) -> dict:
     if dl.get("dead_letter_topic") is not None:
         topic_or_404(dl["dead_letter_topic"])
     authorize(p, client, topic)
+    by = dead_letter_grant(p, client, [topic], dl.get("dead_letter_topic"))
     now = clock.now()
     sub = SubscriptionModel(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
                             conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
                             created_at=now, starts=Start.read(topic).dump(), max_deliveries=dl.get("max_deliveries"),
-                            dead_letter_topic=dl.get("dead_letter_topic"))
+                            dead_letter_topic=dl.get("dead_letter_topic"), dead_letter_by=by)
     SubscriptionRepo.create(sub)
     return view(sub)
 
@@ -229,6 +230,9 @@ def pull(p: Principal, sub_id: str, params: dict) -> dict:
     ack_receipt = parse_receipt(raw_ack) if raw_ack is not None else None
     s = _sub_or_404(sub_id)
     _may_act(p, s)
+    if s.push is not None and not s.push_paused:
+        raise Conflict("this subscription's messages are pushed to its endpoint; pause the push endpoint "
+                       "(POST …/push/pause) or delete it to pull them", code="push_active")
     client = client_or_404(s.subscriber, "consumer")
     if ack_receipt is not None:
         _ack(s, ack_receipt)
