@@ -54,7 +54,7 @@ class Server:
                          0)
                 while len(rest) < n:
                     rest += conn.recv(65536)
-                self.requests.append(data)
+                self.requests.append(head + b"\r\n\r\n" + rest)
                 self.answer(conn, data)
             except OSError:
                 pass

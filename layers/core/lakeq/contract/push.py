@@ -269,6 +269,7 @@ def signature_header(secrets: list[str], ts: int, body: bytes) -> str:
     return ",".join([f"t={ts}"] + [f"v1={sign(s, ts, body)}" for s in secrets])
 
 
+_TS, _HEX64 = re.compile(r"[0-9]{1,15}\Z"), re.compile(r"[0-9a-fA-F]{64}\Z")
 WEBHOOK_ID, WEBHOOK_TIMESTAMP, WEBHOOK_SIGNATURE = "webhook-id", "webhook-timestamp", "webhook-signature"
 SECRET_PREFIX = "whsec_"
 
@@ -324,18 +325,18 @@ def signature_headers(secrets: list[str], ts: int, body: bytes, msg_id: str) -> 
 
 def parse_header(value: str) -> tuple[int | None, list[str]]:
     """
-    >>> parse_header("t=5,v1=ab,v1=cd")
-    (5, ['ab', 'cd'])
-    >>> parse_header("garbage")
-    (None, [])
+    >>> parse_header("t=5,v1=" + "ab" * 32)
+    (5, ['abababababababababababababababababababababababababababababababab'])
+    >>> parse_header("garbage"), parse_header("t=²,v1=é")
+    ((None, []), (None, []))
     """
     ts, sigs = None, []
     for part in (value or "").split(","):
         k, _, v = part.strip().partition("=")
-        if k == "t" and v.isdigit():
+        if k == "t" and _TS.match(v):  # ASCII digits (str.isdigit admits '²', which int() refuses)
             ts = int(v)
-        elif k == "v1" and v:
-            sigs.append(v)
+        elif k == "v1" and _HEX64.match(v):
+            sigs.append(v.lower())
     return ts, sigs
 
 
