@@ -30,6 +30,7 @@ class Server:
         self.sock.listen(8)
         self.port = self.sock.getsockname()[1]
         self.requests: list[bytes] = []
+        self.connections = 0  # accepted, whatever was sent on them
         self.answer = answer
         self.stop = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
@@ -40,6 +41,7 @@ class Server:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.connections += 1
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def _one(self, conn):
@@ -180,7 +182,7 @@ def test_a_send_to_loopback_without_the_local_flag_never_reaches_it(server, monk
                 f"http://2130706433:{s.port}/x", f"http://[::ffff:127.0.0.1]:{s.port}/x"):
         assert delivery.http_poster(url, {}, b"{}", 1.0) == (None, b"")
     time.sleep(0.2)
-    assert s.requests == []
+    assert s.requests == [] and s.connections == 0
 
 
 def test_the_connection_goes_to_the_checked_address_not_a_second_lookup(server, local):
@@ -202,7 +204,7 @@ def test_a_redirect_is_not_followed(server, local):
                                        "Content-Length: 0\r\n\r\n".encode()))
     assert delivery.http_poster(f"http://127.0.0.1:{s.port}/x", {}, b"{}", 2.0)[0] == 302
     time.sleep(0.2)
-    assert target.requests == []
+    assert target.requests == [] and target.connections == 0
 
 
 # --- 30.2: the whole request within its timeout --------------------------------------------------------
