@@ -275,3 +275,13 @@ def test_an_answer_within_the_bound_is_whole(server, local):
                                        b'5\r\n{"rel\r\n10\r\nease": [1, 0]}  \r\n0\r\n\r\n'))
     status, body = delivery.http_poster(f"http://127.0.0.1:{s.port}/x", {}, b"{}", 2.0)
     assert status == 200 and P.response_outcomes(body, 2).release == {0, 1}
+
+
+def test_plain_http_only_to_loopback_even_on_the_local_stack(monkeypatch):
+    made = []
+    monkeypatch.setattr(transport, "PinnedConnection", lambda *a, **kw: made.append(a) or 1 / 0)
+    resolve = fake_resolver(["93.184.216.34"])
+    for flag in (True, False):
+        assert transport.post("http://hooks.example.com/x", {}, b"{}", 1.0, 10, loopback=flag, resolver=resolve) == \
+            (None, b"")
+    assert made == []  # refused before any connection

@@ -194,7 +194,10 @@ def post(url: str, headers: dict, body: bytes, timeout_s: float, max_bytes: int,
         port = parts.port or (443 if tls is not None else 80)
         if tls is None and not loopback:
             raise Refused("plain http")
-        conn = PinnedConnection(host, port, addresses(host, port, loopback, deadline, resolver), deadline, tls)
+        addrs = addresses(host, port, loopback, deadline, resolver)
+        if tls is None and not all(netaddr.allowed(sa[0], True) and not netaddr.public(sa[0]) for _f, sa in addrs):
+            raise Refused("plain http to a non-loopback address")
+        conn = PinnedConnection(host, port, addrs, deadline, tls)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn.request("POST", path, body=body, headers=headers)
         r = conn.getresponse()
