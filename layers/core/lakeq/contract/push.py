@@ -2,11 +2,17 @@
 the request signature, and what a failed delivery does next (the retry rule).
 
 - :func:`push_settings`: ``PUT /v1/subscriptions/{id}/push``'s body → a plain dict, 400 otherwise.
-  ``url`` must be ``https``; plain ``http`` only to a loopback host and only when the caller says
-  the stack is local (``allow_loopback_http``: the environment flag ``LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK``
-  that ``infra.local`` sets; the template never does).
+  ``url`` must be ``https`` to a public address (:mod:`lakeq.contract.netaddr`; a host name is
+  resolved and checked by :mod:`lakeq.push.transport`) with a printable-ASCII path and query;
+  plain ``http`` and loopback hosts only when the caller says the stack is local
+  (``allow_loopback_http``: the environment flag ``LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK`` that
+  ``infra.local`` sets; the template never does). ``headers``: RFC 9110 tokens and field values.
 - :func:`sign` / :func:`signature_header` / :func:`verify`: ``X-Lakeq-Signature: t=<ts>,v1=<hex>[,v1=<hex>]``,
-  each ``v1`` the hex HMAC-SHA256 of ``"<ts>.<body>"`` under one of the endpoint's valid secrets.
+  each ``v1`` the hex HMAC-SHA256 of ``"<ts>.<body>"`` under one of the endpoint's valid secrets;
+  :func:`signature_headers` adds Standard Webhooks' ``webhook-id`` / ``webhook-timestamp`` /
+  ``webhook-signature`` (:func:`webhook_signature`).
+- :func:`response_outcomes`: a 2xx answer's body → accept all, per-message outcomes, or a failed
+  attempt (cut over :data:`MAX_ANSWER_BYTES`, or not the documented JSON object).
 - :func:`after_failure`: a failed delivery of a batch → its messages delivered ``max_attempts``
   times are rejected (dead-lettered), the rest retried after ``retry_delay_ms(n - 1)`` (``n``: the
   most deliveries among them; full jitter, :func:`lakeq.common.backoff.delay`'s formula with the
