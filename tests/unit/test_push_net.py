@@ -285,3 +285,74 @@ def test_plain_http_only_to_loopback_even_on_the_local_stack(monkeypatch):
         assert transport.post("http://hooks.example.com/x", {}, b"{}", 1.0, 10, loopback=flag, resolver=resolve) == \
             (None, b"")
     assert made == []  # refused before any connection
+
+
+# --- TLS: the pinned connection verifies the URL's host name --------------------------------------------
+def _self_signed(tmp_path, name: str):
+    """A self-signed certificate for ``name`` (cryptography, a moto dependency): (cert path, key path)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    c, k = tmp_path / "cert.pem", tmp_path / "key.pem"
+    c.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    k.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()))
+    return str(c), str(k)
+
+
+def test_https_to_the_pinned_address_checks_the_certificate_against_the_urls_host(tmp_path, monkeypatch):
+    """A TLS endpoint on 127.0.0.1 with a certificate for hooks.test: the request to
+    https://hooks.test (resolved to 127.0.0.1) verifies (SNI and name check on hooks.test) and reads
+    the answer; the same certificate under another name fails (no status)."""
+    import ssl
+    cert, key = _self_signed(tmp_path, "hooks.test")
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    seen_sni = []
+    server_ctx.sni_callback = lambda sock, name, ctx: seen_sni.append(name)
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                raw, _ = srv.accept()
+            except OSError:
+                return
+            try:
+                with server_ctx.wrap_socket(raw, server_side=True) as c:
+                    c.settimeout(5)
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += c.recv(65536)
+                    c.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\n{"release": [0]}')
+                    while c.recv(1024):  # until the client closes (closing first may reset the answer)
+                        pass
+            except (OSError, ssl.SSLError):
+                pass
+    threading.Thread(target=serve, daemon=True).start()
+    client_ctx = ssl.create_default_context(cafile=cert)
+    monkeypatch.setattr(transport, "_tls", client_ctx)
+    try:
+        status, body = transport.post(f"https://hooks.test:{port}/x", {}, b"{}", 3.0, 100, loopback=True,
+                                      resolver=fake_resolver(["127.0.0.1"]))
+        assert status == 200 and body == b'{"release": [0]}' and seen_sni == ["hooks.test"]
+        assert transport.post(f"https://other.test:{port}/x", {}, b"{}", 3.0, 100, loopback=True,
+                              resolver=fake_resolver(["127.0.0.1"])) == (None, b"")
+    finally:
+        srv.close()

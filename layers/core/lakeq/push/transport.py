@@ -214,7 +214,7 @@ def post(url: str, headers: dict, body: bytes, timeout_s: float, max_bytes: int,
         log.warning("push refused: the URL's host is not allowed", extra={"url": url, "reason": str(e)})
         return None, b""
     except (OSError, http.client.HTTPException, ValueError, UnicodeError) as e:  # timeouts, refused, reset, DNS
-        log.info("push failed to connect", extra={"url": url, "error": repr(e)})
+        log.info("push failed to connect: %r", e, extra={"url": url, "error": repr(e)})
         return None, b""
     finally:
         if conn is not None:
