@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+import standardwebhooks
 
 from lakeq.contract import push as contract
 
@@ -129,13 +130,20 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(st):
         with rx.lock:
             got = list(rx.got)
         posts: Counter[str] = Counter()
+        wh = standardwebhooks.Webhook(reg["secret"])
+        ids: dict[frozenset, set] = {}
         for headers, body, _code, _rel in got:
             assert contract.verify(headers[contract.SIGNATURE_HEADER], body, reg["secret"], int(time.time()), 600)
+            wh.verify(body, headers)  # Standard Webhooks (raises on a mismatch)
+            ids.setdefault(frozenset(m["id"] for m in json.loads(body)["messages"]), set()).add(headers["webhook-id"])
             assert headers["X-Lakeq-Subscription"] == sub["id"]
             for m in json.loads(body)["messages"]:
                 posts[m["body"]] += 1
                 assert m["deliveries"] <= MAX_DELIVERIES
         assert max(posts.values()) <= MAX_DELIVERIES and posts["poison"] == MAX_DELIVERIES
+        # webhook-id: one per set of messages, the same on every retry of it
+        assert all(len(x) == 1 for x in ids.values()) and len({next(iter(x)) for x in ids.values()}) == len(ids)
+        assert any(sum(1 for h, b, *_ in got if h["webhook-id"] == next(iter(x))) > 1 for x in ids.values())
         codes = [c for _h, _b, c, _r in got]
         assert codes[:2] == [0, 500] and any(r for _h, _b, _c, r in got)  # a timeout, a 500, a release
         # nothing left for a pull; the endpoint's state tells what happened
@@ -314,3 +322,66 @@ def test_group_push_in_order_per_key_within_the_in_flight_limit(st, in_flight):
         assert state["delivered"] == len(want) and reg["secret"], state
     finally:
         rx.close()
+
+
+def test_standard_webhooks_verifies_every_push_through_a_rotation(st):
+    """Issue 30.13: a receiver verifying with the standardwebhooks library (PyPI) only: every push
+    verifies under the registered secret; after a rotation with the previous secret kept 10 s, a push
+    verifies under both the old and the new secret; after those 10 s, under the new one only."""
+    got: list[tuple[dict, bytes]] = []
+    lock = threading.Lock()
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                got.append((dict(self.headers), body))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        tag = uuid.uuid4().hex[:6]
+        topic = f"swh-{tag}"
+        st.call("POST", "/v1/topics", json={"name": topic, "queues": 1}, status=201)
+        feed = st.call("POST", "/v1/clients", json={"name": f"feed-{tag}", "role": "producer", "topics": [topic]},
+                       status=201)["api_key"]
+        key = st.call("POST", "/v1/clients", json={"name": f"hook-{tag}", "role": "consumer", "topics": [topic]},
+                      status=201)["api_key"]
+        sub = st.call("POST", "/v1/subscriptions", key, 201, json={"subscriber": f"hook-{tag}", "topic": topic})
+        path = f"/v1/subscriptions/{sub['id']}/push"
+        old = st.call("PUT", path, key, 201, json={"url": f"http://127.0.0.1:{server.server_port}/hook"})["secret"]
+
+        def push_one(body: str) -> tuple[dict, bytes]:
+            st.call("POST", f"/v1/topics/{topic}/messages", feed, json={"producer": f"feed-{tag}",
+                                                                        "messages": [{"body": body}]})
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with lock:
+                    mine = [(h, b) for h, b in got if [m["body"] for m in json.loads(b)["messages"]] == [body]]
+                if mine:
+                    return mine[0]
+                time.sleep(0.2)
+            raise AssertionError(f"{body} not pushed\n{st.stderr[-3000:]}")
+
+        h, b = push_one("before")
+        standardwebhooks.Webhook(old).verify(b, h)
+        rotated_at = time.monotonic()
+        new = st.call("POST", path + "/secret", key, 200, json={"previous_valid_ms": 10000})["secret"]
+        h, b = push_one("during")
+        if time.monotonic() - rotated_at < 9:  # (a stalled machine may have let the old one expire)
+            standardwebhooks.Webhook(old).verify(b, h)
+            assert len(h["webhook-signature"].split(" ")) == 2
+        standardwebhooks.Webhook(new).verify(b, h)
+        time.sleep(max(0.0, rotated_at + 11 - time.monotonic()))
+        h, b = push_one("after")
+        standardwebhooks.Webhook(new).verify(b, h)
+        with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+            standardwebhooks.Webhook(old).verify(b, h)
+    finally:
+        server.shutdown()
+        server.server_close()

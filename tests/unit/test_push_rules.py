@@ -42,7 +42,7 @@ def test_two_secrets_during_a_rotation_both_verify():
 
 # --- settings ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("url,local,ok", [
-    ("https://a.example/h", False, True), ("https://127.0.0.1/h", False, True),
+    ("https://a.example/h", False, True), ("https://127.0.0.1/h", False, False), ("https://127.0.0.1/h", True, True),
     ("http://a.example/h", True, False), ("http://127.0.0.1:8/h", False, False),
     ("http://127.0.0.1:8/h", True, True), ("http://[::1]:8/h", True, True), ("http://localhost/h", True, True),
     ("http://10.1.2.3/h", True, False), ("https://a.example:99999/", False, False), ("https:///x", False, False),

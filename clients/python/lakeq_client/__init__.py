@@ -16,9 +16,9 @@ from .http import (
                    Transport,
                    TransportError,
 )
-from .push import verify_push
+from .push import verify_push, verify_webhook
 
 __all__ = ["Admin", "ApiError", "Batch", "Connection", "Consumer", "GroupMember", "LakeqError",
            "Producer", "RequestsTransport", "Response", "RetryPolicy", "Subscription",
-           "Subscriptions", "Transport", "TransportError", "verify_push"]
+           "Subscriptions", "Transport", "TransportError", "verify_push", "verify_webhook"]
 __version__ = "0.1.0"

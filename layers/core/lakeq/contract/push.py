@@ -2,11 +2,17 @@
 the request signature, and what a failed delivery does next (the retry rule).
 
 - :func:`push_settings`: ``PUT /v1/subscriptions/{id}/push``'s body → a plain dict, 400 otherwise.
-  ``url`` must be ``https``; plain ``http`` only to a loopback host and only when the caller says
-  the stack is local (``allow_loopback_http``: the environment flag ``LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK``
-  that ``infra.local`` sets; the template never does).
+  ``url`` must be ``https`` to a public address (:mod:`lakeq.contract.netaddr`; a host name is
+  resolved and checked by :mod:`lakeq.push.transport`) with a printable-ASCII path and query;
+  plain ``http`` and loopback hosts only when the caller says the stack is local
+  (``allow_loopback_http``: the environment flag ``LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK`` that
+  ``infra.local`` sets; the template never does). ``headers``: RFC 9110 tokens and field values.
 - :func:`sign` / :func:`signature_header` / :func:`verify`: ``X-Lakeq-Signature: t=<ts>,v1=<hex>[,v1=<hex>]``,
-  each ``v1`` the hex HMAC-SHA256 of ``"<ts>.<body>"`` under one of the endpoint's valid secrets.
+  each ``v1`` the hex HMAC-SHA256 of ``"<ts>.<body>"`` under one of the endpoint's valid secrets;
+  :func:`signature_headers` adds Standard Webhooks' ``webhook-id`` / ``webhook-timestamp`` /
+  ``webhook-signature`` (:func:`webhook_signature`).
+- :func:`response_outcomes`: a 2xx answer's body → accept all, per-message outcomes, or a failed
+  attempt (cut over :data:`MAX_ANSWER_BYTES`, or not the documented JSON object).
 - :func:`after_failure`: a failed delivery of a batch → its messages delivered ``max_attempts``
   times are rejected (dead-lettered), the rest retried after ``retry_delay_ms(n - 1)`` (``n``: the
   most deliveries among them; full jitter, :func:`lakeq.common.backoff.delay`'s formula with the
@@ -17,10 +23,13 @@ the request signature, and what a failed delivery does next (the retry rule).
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
 import json
+import os
+import re
 from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import urlsplit
@@ -28,6 +37,7 @@ from urllib.parse import urlsplit
 from lakeq.common import backoff
 from lakeq.common.errors import BadRequest
 from lakeq.common.names import check_topic, topic_of_log
+from lakeq.contract import netaddr
 
 BATCH_MIN, BATCH_MAX, BATCH_DEFAULT = 1, 100, 10
 IN_FLIGHT_MIN = 1
@@ -39,9 +49,14 @@ BASE_MIN, BASE_MAX, BASE_DEFAULT = 100, 3_600_000, 1_000
 CAP_MIN, CAP_MAX, CAP_DEFAULT = 100, 43_200_000, 300_000
 MAX_HEADERS, MAX_HEADER_LEN = 16, 1024
 MAX_URL_LEN = 2048
+MAX_ANSWER_BYTES = 64 * 1024   # a 2xx answer's body: read up to one byte more; longer is a failed attempt
 SIGNATURE_HEADER = "X-Lakeq-Signature"
-RESERVED_HEADERS = frozenset({"content-type", "content-length", "host", "x-lakeq-signature",
-                              "x-lakeq-subscription", "x-lakeq-group", "x-lakeq-delivery", "user-agent"})
+# set by the deliverer or by HTTP/1.1 itself (framing, hop-by-hop, the answer's encoding): never the tenant's
+RESERVED_HEADERS = frozenset({"content-type", "content-length", "content-encoding", "host", "user-agent",
+                              "x-lakeq-signature", "x-lakeq-subscription", "x-lakeq-group", "x-lakeq-delivery",
+                              "webhook-id", "webhook-timestamp", "webhook-signature",
+                              "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
+                              "expect", "proxy-connection", "proxy-authorization", "accept-encoding"})
 FIELDS = frozenset({"url", "headers", "batch_size", "max_in_flight", "timeout_ms", "retry", "rate"})
 GROUP_FIELDS = FIELDS | {"topic"}  # a group's endpoint names the topic it delivers
 RATE_MIN, RATE_MAX = 0.01, 1000.0  # messages per second
@@ -70,12 +85,45 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_url(url: object, allow_loopback_http: bool) -> str:
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?\Z")
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def ascii_host(host: str) -> str:
+    """A URL's host as sent (DNS, ``Host``, TLS SNI): an IPv6 literal as is, a name IDNA-encoded
+    (ValueError when it does not encode or is not a host name).
+
+    >>> ascii_host("bücher.example"), ascii_host("::1"), ascii_host("Hooks.Example.com")
+    ('xn--bcher-kva.example', '::1', 'hooks.example.com')
     """
+    if ":" in host:
+        ipaddress.IPv6Address(host.split("%", 1)[0])
+        return host
+    name = host.encode("idna").decode("ascii").lower() if not host.isascii() else host.lower()
+    if not _HOST_NAME.match(name) or len(name) > 253:
+        raise ValueError(f"'{host}' is not a host name")
+    return name
+
+
+def check_url(url: object, allow_loopback_http: bool) -> str:
+    """The endpoint's URL (400 otherwise): ``https`` (plain ``http`` and loopback hosts only when
+    ``allow_loopback_http``, the local stack's flag), a host that IDNA-encodes and, when it is an
+    address, a public one (:mod:`lakeq.contract.netaddr`; a host *name* is resolved and checked by
+    the caller, and again at every send), no user info, and a path and query of printable ASCII
+    with well-formed ``%`` escapes (what HTTP carries as is: nothing to re-encode when sending).
+
     >>> check_url("https://example.com/hook", False)
     'https://example.com/hook'
     >>> check_url("http://127.0.0.1:9000/h", True)
     'http://127.0.0.1:9000/h'
+    >>> for u in ("https://127.0.0.1/", "https://[::ffff:169.254.169.254]/", "https://2130706433/",
+    ...           "https://x.example/ü", "https://x.example/%zz", "https://x.example/a\x7f", "https://a b/"):
+    ...     try:
+    ...         check_url(u, False)
+    ...     except BadRequest:
+    ...         pass
+    ...     else:
+    ...         print("accepted", u)
     """
     if not isinstance(url, str) or not url or len(url) > MAX_URL_LEN:
         raise BadRequest(f"'url' must be an https URL of at most {MAX_URL_LEN} characters")
@@ -87,28 +135,75 @@ def check_url(url: object, allow_loopback_http: bool) -> str:
         raise BadRequest("'url' is not a valid URL") from None
     if not host or parts.username is not None or parts.password is not None or any(c.isspace() for c in url):
         raise BadRequest("'url' must name a host (and carry no credentials or spaces)")
+    rest = url[len(parts.scheme) + 3 + len(parts.netloc):]
+    if any(not 0x20 < ord(c) < 0x7f for c in rest) or _BAD_PERCENT.search(rest):
+        raise BadRequest("'url' path and query must be printable ASCII: percent-encode anything else "
+                         "(UTF-8 bytes as %XX; a lone '%' as %25)")
+    try:
+        ascii_host(host)
+    except (ValueError, UnicodeError):
+        raise BadRequest(f"'url' host '{host}' is not a host name (nor IDNA-encodable)") from None
+    if parts.scheme not in ("https", "http"):
+        raise BadRequest("'url' must be https")
+    loopback = allow_loopback_http and (is_loopback(host) or _literal_loopback(host))
+    refusal = netaddr.host_refusal(host, allow_loopback_http)
+    if refusal is not None:
+        raise BadRequest(f"'url': {refusal}")
     if parts.scheme == "https":
         return url
-    if parts.scheme == "http" and allow_loopback_http and is_loopback(host):
+    if loopback:
         return url
-    if parts.scheme == "http" and is_loopback(host):
+    if is_loopback(host):
         raise BadRequest("'url' must be https (plain http to loopback only on the local stack)")
     raise BadRequest("'url' must be https")
 
 
+def _literal_loopback(host: str) -> bool:
+    try:
+        ip = netaddr.literal(host)
+    except ValueError:
+        return False
+    return ip is not None and ip.is_loopback
+
+
+# RFC 9110 5.6.2 token characters (a field name), and a field value: visible ASCII, obs-text
+# (0x80-0xFF, sent as latin-1), spaces and tabs inside (not around) it
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_FIELD_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff](?:[\x20\x09\x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?\Z")
+
+
 def _headers(raw: object) -> dict[str, str]:
+    """The endpoint's extra headers: at most :data:`MAX_HEADERS`, names RFC 9110 tokens (each name
+    once, whatever its case) that are not :data:`RESERVED_HEADERS` (nor ``X-Lakeq-…``), values
+    what an HTTP field carries (no control characters, CR, LF or NUL, nothing beyond latin-1, no
+    leading or trailing space).
+
+    >>> _headers({"X-Team": "risk", "Authorization": "Bearer a.b"})
+    {'X-Team': 'risk', 'Authorization': 'Bearer a.b'}
+    >>> for h in ({"X A": "1"}, {"Ünï": "1"}, {"X-A": "a\x01"}, {"X-A": "€"}, {"X-A": " a"}, {"x-a": "1", "X-A": "2"},
+    ...           {"webhook-id": "1"}, {"Transfer-Encoding": "chunked"}, {"X-Lakeq-Anything": "1"}):
+    ...     try:
+    ...         _headers(h)
+    ...     except BadRequest:
+    ...         pass
+    ...     else:
+    ...         print("accepted", h)
+    """
     if raw is None:
         return {}
     if not isinstance(raw, dict) or len(raw) > MAX_HEADERS:
         raise BadRequest(f"'headers' must be an object of at most {MAX_HEADERS} string headers")
-    out = {}
+    out: dict[str, str] = {}
     for k, v in raw.items():
-        if (not isinstance(k, str) or not isinstance(v, str) or not k or len(k) > 128 or len(v) > MAX_HEADER_LEN
-                or not all(c.isalnum() or c in "-_" for c in k) or any(c in v for c in "\r\n\0")):
-            raise BadRequest("each of 'headers' must be a token name with a one-line string value "
-                             f"(at most {MAX_HEADER_LEN} characters)")
-        if k.lower() in RESERVED_HEADERS:
-            raise BadRequest(f"header '{k}' is set by lakeq")
+        if (not isinstance(k, str) or not isinstance(v, str) or len(k) > 128 or len(v) > MAX_HEADER_LEN
+                or not _TOKEN.match(k) or not _FIELD_VALUE.match(v)):
+            raise BadRequest("each of 'headers' must be an HTTP token name (RFC 9110: letters, digits and "
+                             "!#$%&'*+-.^_`|~) with a one-line value of visible latin-1 characters and inner "
+                             f"spaces (at most {MAX_HEADER_LEN} characters)")
+        if k.lower() in RESERVED_HEADERS or k.lower().startswith("x-lakeq-"):
+            raise BadRequest(f"header '{k}' is set by lakeq (or by HTTP itself)")
+        if any(k.lower() == x.lower() for x in out):
+            raise BadRequest(f"header '{k}' is given twice")
         out[k] = v
     return out
 
@@ -180,20 +275,74 @@ def signature_header(secrets: list[str], ts: int, body: bytes) -> str:
     return ",".join([f"t={ts}"] + [f"v1={sign(s, ts, body)}" for s in secrets])
 
 
+_TS, _HEX64 = re.compile(r"[0-9]{1,15}\Z"), re.compile(r"[0-9a-fA-F]{64}\Z")
+WEBHOOK_ID, WEBHOOK_TIMESTAMP, WEBHOOK_SIGNATURE = "webhook-id", "webhook-timestamp", "webhook-signature"
+SECRET_PREFIX = "whsec_"
+
+
+def new_secret() -> str:
+    """A signing secret as Standard Webhooks writes one: ``whsec_`` + the standard base64 of 32
+    random bytes (the HMAC key of ``webhook-signature``; the whole string is the key of
+    ``X-Lakeq-Signature``)."""
+    return SECRET_PREFIX + base64.b64encode(os.urandom(32)).decode("ascii")
+
+
+def webhook_key(secret: str) -> bytes:
+    """The HMAC key of ``webhook-signature``: the base64 after ``whsec_`` (standard or URL-safe
+    alphabet, padding optional: the endpoints' secrets issued before Standard Webhooks signing were
+    URL-safe).
+
+    >>> webhook_key("whsec_AAEC/w=="), webhook_key("whsec_AAEC_w")
+    (b'\\x00\\x01\\x02\\xff', b'\\x00\\x01\\x02\\xff')
+    """
+    rest = secret[len(SECRET_PREFIX):] if secret.startswith(SECRET_PREFIX) else secret
+    rest = rest.rstrip("=")
+    return base64.urlsafe_b64decode(rest.replace("+", "-").replace("/", "_") + "=" * (-len(rest) % 4))
+
+
+def webhook_id(kind: str, name: str, message_ids: list[str]) -> str:
+    """``webhook-id``: the same for every attempt at the same messages of the same endpoint (a retry
+    of a batch carries its id; a released part retried alone is another batch, another id).
+
+    >>> webhook_id("subscription", "s1", ["a", "b"]) == webhook_id("subscription", "s1", ["b", "a"])
+    True
+    >>> webhook_id("subscription", "s1", ["a"]) != webhook_id("group", "s1", ["a"])
+    True
+    """
+    h = hashlib.sha256("\n".join([kind, name, *sorted(message_ids)]).encode("utf-8"))
+    return "msg_" + h.hexdigest()[:32]
+
+
+def webhook_signature(secrets: list[str], msg_id: str, ts: int, body: bytes) -> str:
+    """``webhook-signature``: ``v1,<base64 HMAC-SHA256 of "<id>.<ts>.<body>">`` per valid secret,
+    space-separated (two while a rotation's previous secret lives)."""
+    content = f"{msg_id}.{ts}.".encode("ascii") + body
+    return " ".join("v1," + base64.b64encode(hmac.new(webhook_key(s), content, hashlib.sha256).digest()).decode()
+                    for s in secrets)
+
+
+def signature_headers(secrets: list[str], ts: int, body: bytes, msg_id: str) -> dict[str, str]:
+    """Every signature header of a push request: lakeq's ``X-Lakeq-Signature`` and Standard
+    Webhooks' ``webhook-id`` / ``webhook-timestamp`` / ``webhook-signature``, each under every one of
+    ``secrets`` (the endpoint's valid secrets, newest first)."""
+    return {SIGNATURE_HEADER: signature_header(secrets, ts, body), WEBHOOK_ID: msg_id, WEBHOOK_TIMESTAMP: str(ts),
+            WEBHOOK_SIGNATURE: webhook_signature(secrets, msg_id, ts, body)}
+
+
 def parse_header(value: str) -> tuple[int | None, list[str]]:
     """
-    >>> parse_header("t=5,v1=ab,v1=cd")
-    (5, ['ab', 'cd'])
-    >>> parse_header("garbage")
-    (None, [])
+    >>> parse_header("t=5,v1=" + "ab" * 32)
+    (5, ['abababababababababababababababababababababababababababababababab'])
+    >>> parse_header("garbage"), parse_header("t=²,v1=é")
+    ((None, []), (None, []))
     """
     ts, sigs = None, []
     for part in (value or "").split(","):
         k, _, v = part.strip().partition("=")
-        if k == "t" and v.isdigit():
+        if k == "t" and _TS.match(v):  # ASCII digits (str.isdigit admits '²', which int() refuses)
             ts = int(v)
-        elif k == "v1" and v:
-            sigs.append(v)
+        elif k == "v1" and _HEX64.match(v):
+            sigs.append(v.lower())
     return ts, sigs
 
 
@@ -259,24 +408,38 @@ FAILED = Answer(frozenset({-1}), frozenset({-1}))  # not an answer: the delivery
 
 
 def response_outcomes(raw: bytes | None, n: int) -> Answer | None:
-    """A 2xx answer's body → None (the whole batch is accepted: an empty body, not JSON, or an object
-    without ``release`` / ``reject``), an :class:`Answer`, or :data:`FAILED` when the object names
-    outcomes wrongly (not lists of positions ``0 <= i < n``, or a position in both): the endpoint's
-    mistake must not settle messages it did not mean to, so the batch is retried.
+    """A 2xx answer's body → None (the whole batch is accepted: an empty body — nothing, or only
+    whitespace — or a JSON object without ``release`` / ``reject``), an :class:`Answer`, or
+    :data:`FAILED`, a failed attempt retried as any other (never a silent accept): a body longer
+    than :data:`MAX_ANSWER_BYTES` (cut: its outcomes cannot be known), one that is not a JSON
+    object, or an object that names outcomes wrongly (not lists of positions ``0 <= i < n``, or a
+    position in both) — the endpoint's mistake must not settle messages it did not mean to.
 
-    >>> response_outcomes(b"", 3) is None and response_outcomes(b'{"ok": true}', 3) is None
+    >>> response_outcomes(b"", 3) is None and response_outcomes(b" \\r\\n", 3) is None
+    True
+    >>> response_outcomes(b'{"ok": true}', 3) is None
     True
     >>> a = response_outcomes(b'{"release": [2], "reject": [0]}', 3)
     >>> sorted(a.release), sorted(a.reject)
     ([2], [0])
     >>> response_outcomes(b'{"release": [3]}', 3) is FAILED, response_outcomes(b'{"reject": "0"}', 3) is FAILED
     (True, True)
+    >>> [response_outcomes(x, 3) is FAILED for x in (b"OK", b"[]", b'"x"', b'{"release": [0', b"\\xff",
+    ...                                              b'{"release": []}' + b" " * MAX_ANSWER_BYTES)]
+    [True, True, True, True, True, True]
     """
-    try:
-        value = json.loads(raw or b"")
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    raw = raw or b""
+    if len(raw) > MAX_ANSWER_BYTES:
+        return FAILED
+    if not raw.strip():
         return None
-    if not isinstance(value, dict) or ("release" not in value and "reject" not in value):
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return FAILED
+    if not isinstance(value, dict):
+        return FAILED
+    if "release" not in value and "reject" not in value:
         return None
     lists = []
     for k in ("release", "reject"):

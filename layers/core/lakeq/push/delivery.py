@@ -33,8 +33,6 @@ import logging
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -50,6 +48,7 @@ from lakeq.contract import validation as v
 from lakeq.log.receipts import REPLAY_PREFIX, subscription_field
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.settlement import Outcomes
+from lakeq.push import transport
 from lakeq.push.fair import FairQueue
 from lakeq.store.models import log_of
 from lakeq.store.push import GroupPushRepo, PushRepo
@@ -66,7 +65,7 @@ RUN_MARGIN_MS = 5_000       # a run starts no request later than its end - the l
 DEFAULT_REMAINING_MS = 60_000  # a run's length when no Lambda context tells it (template.yaml's Timeout)
 WORKERS = 16                # delivery threads of one run
 PER_CLIENT_WORKERS = 4      # of them, at most this many per client while another client waits
-MAX_RESPONSE_BYTES = 64 * 1024
+MAX_RESPONSE_BYTES = contract.MAX_ANSWER_BYTES  # a 2xx answer's body: longer is a failed attempt
 STALE = "the push batch's lock was taken over"
 LOCK_OWNER = "push"         # a group's queue locked by its push endpoint names this as its holder
 
@@ -84,24 +83,12 @@ def secrets_of(raw: str | None, now: int) -> list[dict]:
 Poster = Callable[[str, dict, bytes, float], "tuple[int | None, bytes]"]
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):  # a 3xx is an answer (a failed delivery), not followed
-        return None
-
-
-_opener = urllib.request.build_opener(_NoRedirect)
-
-
 def http_poster(url: str, headers: dict, body: bytes, timeout_s: float) -> tuple[int | None, bytes]:
-    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with _opener.open(req, timeout=timeout_s) as r:
-            return r.status, r.read(MAX_RESPONSE_BYTES)
-    except urllib.error.HTTPError as e:
-        return e.code, b""
-    except (urllib.error.URLError, OSError, ValueError) as e:  # timeouts, refused, reset, DNS
-        log.info("push failed to connect", extra={"url": url, "error": repr(e)})
-        return None, b""
+    """The POST (:func:`lakeq.push.transport.post`): public addresses only (loopback too on the local
+    stack), every address of the host checked and the connection pinned to a checked one, no
+    redirect followed, ``timeout_s`` bounding the whole request, at most ``MAX_RESPONSE_BYTES + 1``
+    bytes of the answer read (more: cut, a failed attempt)."""
+    return transport.post(url, headers, body, timeout_s, MAX_RESPONSE_BYTES, loopback=allow_loopback())
 
 
 @dataclass
@@ -279,9 +266,9 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
                           separators=(",", ":")).encode("utf-8")
         now = clock.now()
         signing = [x["secret"] for x in secrets_of(src.item.push_secrets, now)]
+        msg_id = contract.webhook_id(src.header, name, [m["id"] for m in msgs])
         headers = {**cfg["headers"], "Content-Type": "application/json", "User-Agent": "lakeq-push/1",
-                   src.header: name,
-                   contract.SIGNATURE_HEADER: contract.signature_header(signing, now // 1000, body)}
+                   src.header: name, **contract.signature_headers(signing, now // 1000, body, msg_id)}
         status, answer = poster(cfg["url"], headers, body, timeout_ms / 1000)
         out.batches += 1
         out.statuses.append(status)

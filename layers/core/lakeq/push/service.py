@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets as secrets_mod
 from dataclasses import dataclass
 
 from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
@@ -18,6 +17,7 @@ from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound
 from lakeq.common.names import check_name, is_name
 from lakeq.contract import push as contract
 from lakeq.contract import validation as v
+from lakeq.push import transport
 from lakeq.push.delivery import allow_loopback
 from lakeq.push.delivery import secrets_of as _secrets
 from lakeq.store.push import GroupPushRepo, PushRepo
@@ -67,7 +67,7 @@ def _key(k: Kind, item) -> str:
 
 
 def _new_secret() -> str:
-    return "whsec_" + secrets_mod.token_urlsafe(32)
+    return contract.new_secret()
 
 
 def view(s, now: int | None = None, k: Kind = SUBSCRIPTION) -> dict:
@@ -95,6 +95,9 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
     409 ``push_registered`` and changes nothing."""
     _check(k, sub_id)
     settings = contract.push_settings(v.json_body(raw), allow_loopback(), group=k.group)
+    refusal = transport.check_host(settings["url"], allow_loopback())
+    if refusal is not None:
+        raise BadRequest(f"'url': {refusal}")
     if k.group:  # every 404 before any 403 (the topic, as a pull checks it first, then the group)
         topic_or_404(settings["topic"])
     s = _owner(k, p, sub_id, need_push=False)
