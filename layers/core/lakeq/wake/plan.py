@@ -72,7 +72,7 @@ def admit(conns: Mapping[str, int], connection_id: str, now_s: int, ttl_s: int,
     >>> admit({"a": 50, "b": 200}, "c", 100, 10, 2)
     {'b': 200, 'c': 110}
     >>> admit({"a": 150, "b": 200}, "c", 100, 10, 2) is None, admit({"a": 150, "b": 200}, "a", 100, 10, 2)
-    (True, {'a': 110, 'b': 200})
+    (True, {'b': 200, 'a': 110})
     """
     live = {c: int(e) for c, e in conns.items() if int(e) > now_s and c != connection_id}
     if len(live) >= limit:
