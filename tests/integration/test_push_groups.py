@@ -205,16 +205,17 @@ def test_a_pause_written_during_a_batch_ends_the_run_after_it(api, setup, aws, c
 class Slow:
     """A poster that holds each request ``hold_s`` and measures how many are in flight at once.
 
-    With ``gate=n`` every request first waits (at most ``gate_timeout_s``) until ``n`` requests have
-    been in flight together once, then holds ``hold_s``: a pusher that sends ``n`` in parallel
-    reaches a peak of ``n`` however slowly its threads start on a loaded machine (without the gate
-    a late thread may find the first requests already answered), and one that sends more is seen
-    above ``n`` (each request is still held ``hold_s`` after the gate opens)."""
+    With ``gate=n`` every request first waits until ``n`` requests have been in flight together
+    once (``opened``; the wait ends ``gate_timeout_s`` after the first request in any case), then
+    holds ``hold_s``: a pusher that sends ``n`` in parallel reaches a peak of ``n`` however slowly
+    its threads start on a loaded machine (without the gate a late thread may find the first
+    requests already answered), and one that sends more is seen above ``n`` (each request is still
+    held ``hold_s`` after the gate opens)."""
 
-    def __init__(self, hold_s=0.3, gate=None, gate_timeout_s=60.0):
+    def __init__(self, hold_s=0.3, gate=None, gate_timeout_s=30.0):
         self.hold_s, self.now, self.peak, self.calls = hold_s, 0, 0, 0
         self.lock = threading.Lock()
-        self.gate, self.gate_timeout_s, self.opened = gate, gate_timeout_s, threading.Event()
+        self.gate, self.gate_timeout_s, self.opened, self.give_up_at = gate, gate_timeout_s, threading.Event(), None
 
     def __call__(self, url, headers, body, timeout_s):
         with self.lock:
@@ -223,8 +224,10 @@ class Slow:
             self.peak = max(self.peak, self.now)
             if self.gate is not None and self.now >= self.gate:
                 self.opened.set()
+            if self.give_up_at is None:
+                self.give_up_at = time.monotonic() + self.gate_timeout_s
         if self.gate is not None:
-            self.opened.wait(self.gate_timeout_s)
+            self.opened.wait(max(0.0, self.give_up_at - time.monotonic()))
         time.sleep(self.hold_s)
         with self.lock:
             self.now -= 1
@@ -236,8 +239,8 @@ def test_max_in_flight_parallel_requests_never_more(api, setup, aws, clock):
     produce(api, setup["feed"], [(f"k{i}", f"m{i}") for i in range(24)])  # keys over the 4 queues
     p = Slow(gate=3)  # the first requests wait until 3 are in flight: no race with the threads' start
     out = push.deliver_group("risk", p)
-    assert out.delivered == 24 and p.calls == 24
     assert p.opened.is_set() and p.peak == 3  # parallel, never more than max_in_flight
+    assert out.delivered == 24 and p.calls == 24
     assert pull_all(api, setup["risk"]) == []
 
 
