@@ -61,6 +61,18 @@ def _await(got, key, timeout):
 
 
 def test_a_waiting_consumer_is_woken_for_each_new_message(wake):
+    """Each produce, made while the consumer waits, brings it a wake-up (and the message, long
+    before its 60-s fallback pull).
+
+    The notifier reads SegmentsTable's stream: it posts ONE wake-up per connection per stream
+    batch, however many produces the batch holds (``lakeq.wake.plan.coalesce``), and a consumer
+    that pulls anyway (its first pull, the pull after each batch) gets a message without waiting
+    for its wake-up. So the test counts wake-ups per produce, not at the last delivery: before
+    each produce the previous one's wake-up has arrived (its stream batch is done: the next
+    produce is in a later batch), and after it one more wake-up must arrive. Counting only at the
+    end failed on a loaded machine: the notifier's cold first invocation (8 s) took the warm-up's,
+    m0's and m1's records in one batch (one wake-up for three produces) while the consumer's own
+    pulls delivered warm-up and m0 — every message on time, 4 wake-ups for 6 produces."""
     cons = Consumer(wake["api"], wake["ckey"], group=wake["group"], topic=wake["topic"], wake_url=wake["url"],
                     fallback_s=60)
     got: dict[str, float] = {}
@@ -71,20 +83,29 @@ def test_a_waiting_consumer_is_woken_for_each_new_message(wake):
         t.start()
         _produce(wake, "warm-up")  # warm workers (the notifier's, the pull's)
         assert _await(got, "warm-up", 45)
+        assert _await_wakes(cons, 1, 45), "no wake-up for the warm-up in 45 s"
         lat = []
         for i in range(5):
+            before = cons.waker.stats["wakes"]
             sent = time.monotonic()
             _produce(wake, f"m{i}")
             # well inside the 60-s fallback: a wake-up delivered it (the 1-s bound: bench/idle.py)
             assert _await(got, f"m{i}", 45), f"m{i} not delivered in 45 s (fallback is 60 s)"
             lat.append(got[f"m{i}"] - sent)
-            time.sleep(0.3)
-        print("\nwake e2e: s from produce to delivery:", [round(x, 3) for x in lat])
-        assert cons.waker.stats["wakes"] >= 5
+            assert _await_wakes(cons, before + 1, 45), f"no wake-up for m{i} in 45 s"
+        print("\nwake e2e: s from produce to delivery:", [round(x, 3) for x in lat], cons.waker.stats)
+        assert cons.waker.stats["errors"] == 0 and cons.waker.stats["connects"] == 1  # no reconnection pull
     finally:
         stop.set()
         cons.waker.close()
         t.join(10)
+
+
+def _await_wakes(cons, n, timeout):
+    deadline = time.monotonic() + timeout
+    while cons.waker.stats["wakes"] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return cons.waker.stats["wakes"] >= n
 
 
 def test_a_dropped_wake_up_still_delivers_by_the_fallback(wake):

@@ -203,17 +203,31 @@ def test_a_pause_written_during_a_batch_ends_the_run_after_it(api, setup, aws, c
 
 
 class Slow:
-    """A poster that holds each request ``hold_s`` and measures how many are in flight at once."""
+    """A poster that holds each request ``hold_s`` and measures how many are in flight at once.
 
-    def __init__(self, hold_s=0.3):
+    With ``gate=n`` every request first waits until ``n`` requests have been in flight together
+    once (``opened``; the wait ends ``gate_timeout_s`` after the first request in any case), then
+    holds ``hold_s``: a pusher that sends ``n`` in parallel reaches a peak of ``n`` however slowly
+    its threads start on a loaded machine (without the gate a late thread may find the first
+    requests already answered), and one that sends more is seen above ``n`` (each request is still
+    held ``hold_s`` after the gate opens)."""
+
+    def __init__(self, hold_s=0.3, gate=None, gate_timeout_s=30.0):
         self.hold_s, self.now, self.peak, self.calls = hold_s, 0, 0, 0
         self.lock = threading.Lock()
+        self.gate, self.gate_timeout_s, self.opened, self.give_up_at = gate, gate_timeout_s, threading.Event(), None
 
     def __call__(self, url, headers, body, timeout_s):
         with self.lock:
             self.now += 1
             self.calls += 1
             self.peak = max(self.peak, self.now)
+            if self.gate is not None and self.now >= self.gate:
+                self.opened.set()
+            if self.give_up_at is None:
+                self.give_up_at = time.monotonic() + self.gate_timeout_s
+        if self.gate is not None:
+            self.opened.wait(max(0.0, self.give_up_at - time.monotonic()))
         time.sleep(self.hold_s)
         with self.lock:
             self.now -= 1
@@ -223,10 +237,10 @@ class Slow:
 def test_max_in_flight_parallel_requests_never_more(api, setup, aws, clock):
     register(api, setup["risk"], max_in_flight=3, batch_size=1)
     produce(api, setup["feed"], [(f"k{i}", f"m{i}") for i in range(24)])  # keys over the 4 queues
-    p = Slow()
+    p = Slow(gate=3)  # the first requests wait until 3 are in flight: no race with the threads' start
     out = push.deliver_group("risk", p)
+    assert p.opened.is_set() and p.peak == 3  # parallel, never more than max_in_flight
     assert out.delivered == 24 and p.calls == 24
-    assert p.peak == 3  # parallel, never more than max_in_flight
     assert pull_all(api, setup["risk"]) == []
 
 
@@ -273,11 +287,11 @@ def test_two_overlapping_runs_stay_within_max_in_flight(api, setup, aws, clock):
     leases keep the requests in flight at max_in_flight, and every message is delivered once."""
     register(api, setup["risk"], max_in_flight=2, batch_size=1)
     produce(api, setup["feed"], [(f"k{i}", f"m{i}") for i in range(16)])
-    p = Slow(0.2)
+    p = Slow(0.2, gate=2)
     with ThreadPoolExecutor(2) as ex:
         runs = [f.result() for f in [ex.submit(push.deliver_group, "risk", p) for _ in range(2)]]
     assert sum(r.delivered for r in runs) == 16 and p.calls == 16
-    assert p.peak == 2
+    assert p.opened.is_set() and p.peak == 2
 
 
 # --- the stream trigger (no sweep) --------------------------------------------------------------------

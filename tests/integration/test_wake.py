@@ -298,3 +298,35 @@ def test_notify_posts_concurrently_within_a_deadline(setup, ws, monkeypatch):
     assert out.posted == 8 and out.gone == ["dead"] and out.failed == ["slow"], out
     assert 4 <= state["max"] <= 5  # 4 at the barrier together; never more than the pool (5)
     assert ("w|quotes", "dead") not in items() and ("w|quotes", "slow") in items()
+
+
+def test_notify_pool_posts_as_the_notifier(setup, ws, aws):
+    """The notifier's posts run in its pool's threads; each must still be made as the function (the
+    local stack's IAM check, infra/local/aws_rules.py, reads the caller from a context variable a
+    new thread does not inherit). Before, a pool thread posted as nobody: not IAM-checked, so a
+    post the notifier's role does not allow (another stage) went through."""
+    from infra.local import interceptor
+
+    for conn in ("c1", "c2"):
+        call(ws, "$connect", conn=conn, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert call(ws, "watch", conn=conn, body={"action": "watch", "topic": "quotes", "group": "risk"})[0] == 200
+    seen = []
+
+    def post(conn, data):
+        seen.append(interceptor.current_function())
+        return "ok"
+
+    with interceptor.acting_as("NotifyFunction"):
+        assert wake_notify.notify(records("quotes#0")["Records"], post, workers=2).posted == 2
+    assert seen == ["NotifyFunction", "NotifyFunction"]
+
+    c = boto3.client("apigatewaymanagementapi", region_name="us-east-1",
+                     endpoint_url="https://local.execute-api.us-east-1.amazonaws.com/other")
+    st = Stubber(c)
+    for _ in range(2):
+        st.add_response("post_to_connection", {}, None)
+    st.activate()
+    with interceptor.acting_as("NotifyFunction"):  # its role may post on WakeApi's stage "ws" only
+        out = wake_notify.notify(records("quotes#0")["Records"], wake_notify.management_poster(c), workers=2)
+    assert out.posted == 0 and sorted(out.failed) == ["c1", "c2"], out
+    assert [(fn, p.action) for fn, p in aws["_rules"].denied] == [("NotifyFunction", "execute-api:ManageConnections")] * 2

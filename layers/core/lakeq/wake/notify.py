@@ -3,6 +3,7 @@ watching connection (:func:`notify`), through API Gateway's management API
 (:func:`management_poster`). A stream consumer: it loads no HTTP use case and no authentication."""
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import time
@@ -64,7 +65,10 @@ def notify(records: list[Mapping], post: Post, deadline_s: float | None = None,
     deadline = time.monotonic() + (plan.NOTIFY_DEADLINE_S if deadline_s is None else deadline_s)
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers or plan.NOTIFY_WORKERS, len(todo))),
                               thread_name_prefix="lakeq-notify")
-    futures = {pool.submit(_post_before, post, conn, plan.wake_message(keys), deadline): conn
+    # each post runs in the caller's context (a new thread starts with an empty one): what the
+    # invocation set there (the local stack's "acting as" function, checked against its IAM role) holds
+    futures = {pool.submit(contextvars.copy_context().run, _post_before, post, conn, plan.wake_message(keys),
+                           deadline): conn
                for conn, keys in todo.items()}
     try:
         for f in as_completed(futures, timeout=max(0.0, deadline - time.monotonic())):
