@@ -1,6 +1,7 @@
 """Adversarial review of issue 30 (h/review), in-process: defects in the merged push hardening."""
 from __future__ import annotations
 
+import socket
 import threading
 
 from lakeq.store.push import PushRepo
@@ -41,3 +42,25 @@ def test_concurrent_registrations_cannot_pass_the_endpoint_limit_together(api, s
         t.join(30)
     stored = sum(SubscriptionModel.get(sid).push is not None for sid in sids)
     assert stored <= 1, (statuses, stored)
+
+
+def test_a_key_without_the_subscription_cannot_probe_name_resolution_through_push_registration(api, setup,
+                                                                                               monkeypatch):
+    """``PUT /v1/subscriptions/{id}/push`` resolves the URL's host (transport.check_host, up to 2 s)
+    before it checks that the subscription exists or that the key may act for it: any key — a
+    producer's, for a subscription id that does not exist — learns whether a name resolves to an
+    internal address (400 'not allowed') or not (404), and makes the admin function wait on any
+    lookup it likes. API.md's order is 400 (syntax) → 404 → 403; a lookup is not syntax."""
+    from lakeq.push import transport
+
+    def resolver(host, port, deadline):
+        addr = "10.0.0.5" if host == "db.internal.test" else "93.184.216.34"
+        return [(socket.AF_INET, (addr, port))]
+
+    real = transport.addresses
+    monkeypatch.setattr(transport, "addresses", lambda h, p, lb, d, r=None: real(h, p, lb, d, resolver))
+    monkeypatch.delenv("LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK", raising=False)
+    answers = {u: api.call("PUT", "/v1/subscriptions/0123456789abcdef0123456789abcdef/push", {"url": u},
+                           key=setup["feed"])[0]
+               for u in ("https://db.internal.test/", "https://public.example.com/")}
+    assert answers["https://db.internal.test/"] == answers["https://public.example.com/"], answers
