@@ -54,3 +54,60 @@ def test_outcomes_of_the_wrong_type_are_not_a_silent_accept(raw):
     endpoint meant to reject or release is never retried. A duplicate key keeps its last value
     (json.loads), silently dropping the first outcome list."""
     assert P.response_outcomes(raw, 3) is P.FAILED
+
+
+# --- 30.2: the request's first send runs on the handshake's non-blocking socket -------------------
+def test_the_first_send_over_tls_waits_for_the_socket_within_the_deadline(tmp_path, monkeypatch):
+    """PinnedConnection._handshake leaves the TLS socket non-blocking (settimeout(0.0)), and
+    http.client's first ``send`` (the request line and headers) connects inside ``send`` — after
+    the override's ``settimeout`` was skipped because ``self.sock`` was still None. So the header
+    block goes out through ``sendall`` on a non-blocking socket: when it does not fit the send
+    buffer at once (here: 16 headers of 1000 bytes, what the settings allow, and a 4-KiB send
+    buffer; an endpoint that reads the request half a second after the handshake), SSLWantWriteError
+    fails the attempt at once instead of waiting within the deadline."""
+    import logging
+    import ssl
+
+    from tests.unit.test_push_net import _self_signed, fake_resolver
+    cert, key = _self_signed(tmp_path, "hooks.test")
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+
+    def serve():
+        try:
+            raw, _ = srv.accept()
+            with server_ctx.wrap_socket(raw, server_side=True) as c:
+                time.sleep(0.5)
+                c.settimeout(5)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += c.recv(65536)
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                while c.recv(1024):
+                    pass
+        except (OSError, ssl.SSLError):
+            pass
+    threading.Thread(target=serve, daemon=True).start()
+    monkeypatch.setattr(transport, "_tls", ssl.create_default_context(cafile=cert))
+    real = socket.socket
+
+    class SmallBuffer(real):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+    monkeypatch.setattr(transport.socket, "socket", SmallBuffer)
+    headers = {f"X-H{i}": "v" * 1000 for i in range(16)}
+    P._headers(headers)  # (settings a registration accepts)
+    logging.getLogger("lakeq.push.transport").setLevel(logging.INFO)
+    try:
+        got = transport.post(f"https://hooks.test:{port}/x", headers, b"{}", 5.0, 100, loopback=True,
+                             resolver=fake_resolver(["127.0.0.1"]))
+        assert got == (200, b"")
+    finally:
+        srv.close()
