@@ -434,7 +434,7 @@ def response_outcomes(raw: bytes | None, n: int) -> Answer | None:
     if not raw.strip():
         return None
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, object_pairs_hook=_no_duplicate_outcomes)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return FAILED
     if not isinstance(value, dict):
@@ -443,7 +443,8 @@ def response_outcomes(raw: bytes | None, n: int) -> Answer | None:
         return None
     lists = []
     for k in ("release", "reject"):
-        xs = value.get(k) or []
+        xs = value.get(k)
+        xs = [] if xs is None else xs  # (null: none; any other non-list — 0, false, "", {} — is a mistake)
         if not isinstance(xs, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n
                                            for i in xs):
             return FAILED
@@ -451,6 +452,15 @@ def response_outcomes(raw: bytes | None, n: int) -> Answer | None:
     if lists[0] & lists[1]:
         return FAILED
     return Answer(lists[0], lists[1])
+
+
+def _no_duplicate_outcomes(pairs: list) -> dict:
+    """json.loads keeps a repeated key's last value: an object naming ``release`` or ``reject`` twice
+    is ambiguous (ValueError: a failed attempt), not the last list alone."""
+    keys = [k for k, _ in pairs if k in ("release", "reject")]
+    if len(keys) != len(set(keys)):
+        raise ValueError("an outcome list named twice")
+    return dict(pairs)
 
 
 def encode(settings: dict) -> str:

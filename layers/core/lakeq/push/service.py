@@ -95,9 +95,6 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
     409 ``push_registered`` and changes nothing."""
     _check(k, sub_id)
     settings = contract.push_settings(v.json_body(raw), allow_loopback(), group=k.group)
-    refusal = transport.check_host(settings["url"], allow_loopback())
-    if refusal is not None:
-        raise BadRequest(f"'url': {refusal}")
     if k.group:  # every 404 before any 403 (the topic, as a pull checks it first, then the group)
         topic_or_404(settings["topic"])
     s = _owner(k, p, sub_id, need_push=False)
@@ -106,6 +103,11 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
         if s.mode == "broadcasting":
             raise BadRequest("a broadcasting group has no push endpoint (each instance keeps its own offsets); "
                              "use a clustering group")
+    # the name lookup only once the key may act for the endpoint (a lookup is no syntax check: a key
+    # without the subscription must not learn how a name resolves, nor make this function wait on it)
+    refusal = transport.check_host(settings["url"], allow_loopback())
+    if refusal is not None:
+        raise BadRequest(f"'url': {refusal}")
     encoded = contract.encode(settings)
     owner = s.name if k.group else s.subscriber
     if s.push is None and PushRepo.endpoints_of(owner) >= MAX_ENDPOINTS_PER_CLIENT:

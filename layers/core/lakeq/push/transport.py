@@ -171,8 +171,9 @@ class PinnedConnection(http.client.HTTPConnection):
         return t
 
     def send(self, data):
-        if self.sock is not None:
-            self.sock.settimeout(_left(self.deadline))
+        if self.sock is None:  # (connected here, not in http.client's send: the timeout below must apply)
+            self.connect()
+        self.sock.settimeout(_left(self.deadline))  # the handshake left a TLS socket non-blocking
         super().send(data)
 
 
