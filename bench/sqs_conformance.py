@@ -15,8 +15,8 @@ SQS_ANY_SIGNATURE=1``: any well-formed signature is accepted, the access key id 
 admin), waits for ``GET /v1/health``, runs ``tests/test_sqs/test_sqs.py`` and
 ``tests/test_sqs/test_sqs_message_attributes.py`` with moto's server mode pointed at it
 (``TEST_SERVER_MODE=true``, ``TEST_SERVER_MODE_ENDPOINT``), prints pytest's summary and the
-failed tests, and stops the stack. Tests that share a queue name run on one stack without a
-reset (moto's ``/moto-api/reset`` is moto's own), so run the suite on a fresh stack each time.
+failed tests, and stops the stack. moto calls ``POST /moto-api/reset`` before each test: in this
+mode the stack answers it after returning to its just-started state (``infra/local/reset.py``).
 """
 from __future__ import annotations
 

@@ -276,8 +276,14 @@ def main(argv: list[str] | None = None) -> int:
         scheduler = Scheduler(template, stack_name=args.stack_name, handler_cache=handlers,
                               job_runner=jobs_runner if args.with_jobs else None,
                               jobs_every_s=args.jobs_every)
+        reset = None
+        if args.sqs_any_signature:  # moto's POST /moto-api/reset (conformance runs only)
+            from .reset import LocalReset
+
+            reset = LocalReset(ctx, dynamodb_client=ddb, s3_client=boto3.client("s3"), handlers=handlers,
+                               pumps=(pump, fast_pump))
         gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers,
-                          scheduler=scheduler, glue=glue)
+                          scheduler=scheduler, glue=glue, reset=reset)
         gateway.preload()
         server.app = gateway
         access_log_to_stderr()

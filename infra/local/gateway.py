@@ -33,6 +33,7 @@ import base64
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ DRAIN_PATH = "/_local/streams/drain"
 INFO_PATH = "/_local/info"
 SCHEDULES_PATH = "/_local/schedules"
 SCHEDULES_RUN_PATH = "/_local/schedules/run"
+MOTO_RESET_PATH = "/moto-api/reset"  # moto's server mode, around each test (--sqs-any-signature only)
 GLUE_PATH = "/_local/glue"  # the functions' Glue endpoint (AWS_ENDPOINT_URL_GLUE; infra/local/glue.py)
 
 _TEXT_TYPES = (
@@ -187,6 +189,7 @@ class Gateway:
         handler_cache: HandlerCache | None = None,
         scheduler: Any = None,
         glue: Any = None,
+        reset: Callable[[], Any] | None = None,
     ):
         self.template = tpl_mod.load_template(template)
         self.ctx = tpl_mod.make_context(self.template, stack_name, parameters, region=region)
@@ -195,6 +198,9 @@ class Gateway:
         self.pump = pump
         self.scheduler = scheduler
         self.glue = glue  # infra.local.glue.LocalGlue: Glue's job-run API under /_local/glue
+        # infra.local.reset.LocalReset: moto's POST /moto-api/reset, in --sqs-any-signature mode only
+        self.reset = reset
+        self._reset_lock = threading.Lock()
         self.max_body = max_body
         self.handlers = handler_cache or HandlerCache()
         add_to_sys_path(tpl_mod.layer_dirs(self.template))
@@ -228,9 +234,14 @@ class Gateway:
     # --- SQS conformance runs (--sqs-any-signature only; docs/api.md "SQS conformance") ---------------
     def _conformance_aid(self, request: Request, raw_path: str) -> Response | None:
         """What moto's own test suite asks of the endpoint it runs against in server mode, besides SQS:
-        STS ``GetCallerIdentity`` (its ``account_id`` fixture) answers the stack's account. (Its
-        ``POST /moto-api/reset`` is left unanswered, 404, which moto ignores: deleting every queue
-        there was tried and made queues vanish under running tests.) None: not that."""
+        ``POST /moto-api/reset`` (before each test) returns the stack to its just-started state before
+        answering (:class:`infra.local.reset.LocalReset`; without one the path is an SQS queue's, and
+        moto ignores the unsigned request's 403); STS ``GetCallerIdentity`` (its ``account_id``
+        fixture) answers the stack's account. None: not one of them."""
+        if raw_path == MOTO_RESET_PATH and self.reset is not None:
+            with self._reset_lock:
+                done = self.reset()
+            return Response(json.dumps({"status": "ok", **(done or {})}), mimetype="application/json")
         if raw_path == "/" and "sts" in (request.headers.get("Authorization") or "").split("/")[3:4] \
                 and request.form.get("Action") == "GetCallerIdentity":
             a = self.ctx.account_id

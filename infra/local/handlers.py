@@ -134,6 +134,7 @@ class HandlerCache:
         self._idle: dict[str, list[Callable]] = {}
         self._count: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._generation = 0  # reset() counts: an instance busy at a reset is not kept
 
     def get(self, spec: FunctionSpec) -> Callable:
         """The first instance (for preloading and single-threaded use)."""
@@ -146,6 +147,7 @@ class HandlerCache:
         with self._lock:
             idle = self._idle.setdefault(key, [])
             fn = idle.pop() if idle else None
+            generation = self._generation
         if fn is None:
             fn = load_handler(spec, next(_instance_numbers))
             with self._lock:
@@ -154,7 +156,15 @@ class HandlerCache:
             yield fn
         finally:
             with self._lock:
-                self._idle[key].append(fn)
+                if generation == self._generation:
+                    self._idle.setdefault(key, []).append(fn)
 
     def instances(self, logical_id: str) -> int:
         return self._count.get(logical_id, 0)
+
+    def reset(self) -> None:
+        """Drop the idle instances (the local stack's reset): the next invocation imports the handler's
+        modules afresh. (Modules imported at call time are the process's and keep their state.)"""
+        with self._lock:
+            self._idle.clear()
+            self._generation += 1

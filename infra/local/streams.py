@@ -204,6 +204,41 @@ class StreamPump:
             if delivered == 0 and pending:
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
+    def skip_to_end(self) -> int:
+        """Every shard's position to its end, without delivering what is buffered or unread (the
+        local stack's reset: records of the wiped items must not reach a function). Returns how
+        many records were skipped."""
+        skipped = 0
+        with self.lock:
+            for m in self.mappings:
+                try:
+                    self._refresh_shards(m)
+                except Exception as exc:  # noqa: BLE001 - no stream (yet)
+                    log.debug("stream of %s not ready: %s", m.table_name, exc)
+                    continue
+                for shard in m.shards.values():
+                    skipped += len(shard.buffer)
+                    shard.buffer.clear()
+                    shard.first_buffered_at = None
+                    shard.attempts, shard.limit, shard.split_until, shard.retry_at = 0, None, None, 0.0
+                    while not shard.closed:
+                        try:
+                            out = self.streams.get_records(ShardIterator=self._iterator(m, shard), Limit=1000)
+                        except Exception as exc:  # noqa: BLE001
+                            log.debug("get_records on %s failed: %s", m.table_name, exc)
+                            shard.iterator = None
+                            break
+                        records = out.get("Records", [])
+                        shard.iterator = out.get("NextShardIterator")
+                        if shard.iterator is None:
+                            shard.closed = True
+                        if not records:
+                            break
+                        skipped += len(records)
+                        shard.last_read = shard.checkpoint = records[-1]["dynamodb"].get("SequenceNumber")
+                    shard.checkpoint = shard.last_read or shard.checkpoint
+        return skipped
+
     def pump_once(self, flush: bool = False) -> tuple[int, int, int]:
         """One pass over every mapping: read new records, deliver due batches.
 

@@ -210,6 +210,7 @@ class ProcessPool:
         self._all: dict[str, list[Worker]] = {}
         self._lock = threading.Condition()
         self._closed = False
+        self._stale: set[Worker] = set()  # busy at a reset: ended when their invocation returns
 
     def _spawn(self, spec: Any) -> Worker:
         env = dict(os.environ)
@@ -260,11 +261,15 @@ class ProcessPool:
             yield worker.invoke
         finally:
             with self._lock:
-                if worker.alive:
+                stale = worker in self._stale
+                self._stale.discard(worker)
+                if worker.alive and not stale:
                     self._idle[key].append(worker)
-                else:
+                elif worker in self._all.get(key, []):
                     self._all[key].remove(worker)
                 self._lock.notify_all()
+            if stale:
+                worker.kill()
 
     def get(self, spec: Any) -> Callable:
         with self.instance(spec) as fn:
@@ -272,6 +277,23 @@ class ProcessPool:
 
     def instances(self, logical_id: str) -> int:
         return len(self._all.get(logical_id, []))
+
+    def reset(self) -> None:
+        """Every warm environment goes (the local stack's reset, infra/local/reset.py): idle workers
+        are ended now, busy ones when their invocation returns; the next invocation of a function
+        starts a fresh worker, with none of the old module-level state."""
+        with self._lock:
+            idle = [w for ws in self._idle.values() for w in ws]
+            self._stale.update(w for ws in self._all.values() for w in ws if w not in idle)
+            self._idle.clear()
+            for ws in self._all.values():
+                ws[:] = [w for w in ws if w in self._stale]
+            self._lock.notify_all()
+        for w in idle:
+            w.terminate()
+        deadline = time.monotonic() + 5
+        for w in idle:
+            w.reap(deadline - time.monotonic())
 
     def close(self) -> None:
         with self._lock:

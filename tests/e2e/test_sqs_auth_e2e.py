@@ -80,6 +80,9 @@ def test_unsigned_request_is_refused(stack):
                       headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
     assert r.status_code == 403
     assert r.headers.get("x-amzn-query-error", "").startswith("MissingAuthenticationToken")
+    # moto's reset is answered only in --sqs-any-signature mode: here it is an SQS queue's path (unsigned)
+    r = requests.post(stack.url + "/moto-api/reset", timeout=10)
+    assert r.status_code == 403 and "MissingAuthenticationToken" in r.text
 
 
 def test_conformance_flag_accepts_any_signature(start_local_stack):
@@ -93,5 +96,35 @@ def test_conformance_flag_accepts_any_signature(start_local_stack):
         r = requests.post(st.url + "/", data="{}", timeout=10, headers={
             "Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
         assert r.status_code == 403  # still a signature is needed
+
+        # moto's POST /moto-api/reset: the stack as just started before the answer. A message left in
+        # flight, a queue with other attributes: after the reset the name is free, and a queue made
+        # again under it at once has the new attributes and serves its own message (no warm
+        # environment's cached topic or SQS clients, no lock of the old queue survive)
+        c.create_queue(QueueName="again", Attributes={"VisibilityTimeout": "60"})
+        old = c.get_queue_url(QueueName="again")["QueueUrl"]
+        c.send_message(QueueUrl=old, MessageBody="old")
+        assert [m["Body"] for m in c.receive_message(QueueUrl=old, WaitTimeSeconds=2)["Messages"]] == ["old"]
+        r = requests.post(st.url + "/moto-api/reset", timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["items"] > 0
+        for gone in ("again", "conformance"):
+            with pytest.raises(ClientError) as e:
+                c.get_queue_url(QueueName=gone)
+            assert e.value.response["Error"]["Code"] == "AWS.SimpleQueueService.NonExistentQueue"
+        assert c.list_queues().get("QueueUrls", []) == []
+        url = c.create_queue(QueueName="again", Attributes={"VisibilityTimeout": "5"})["QueueUrl"]
+        attrs = c.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert attrs["VisibilityTimeout"] == "5"
+        assert attrs["ApproximateNumberOfMessages"] == "0"
+        for body in ("new1", "new2", "new3", "new4", "new5"):  # (4 lakeq queues: one at least shares the old's)
+            c.send_message(QueueUrl=url, MessageBody=body)
+        got = []
+        for _ in range(10):
+            got += [m["Body"] for m in c.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                                          WaitTimeSeconds=1).get("Messages", [])]
+            if len(got) == 5:
+                break
+        assert sorted(got) == ["new1", "new2", "new3", "new4", "new5"]
     finally:
         assert st.stop() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import json
 import textwrap
+import time
 
 import pytest
 from werkzeug.test import Client
@@ -335,3 +336,60 @@ def test_worker_processes_isolate_invocations_and_report_errors(tmp_path):
     finally:
         pool.close()
     assert pool.instances("Fn") == 0
+
+
+def test_moto_reset_ends_every_warm_worker_in_conformance_mode_only(tmp_path, monkeypatch):
+    """``POST /moto-api/reset`` (--sqs-any-signature only): the gateway's reset runs before the answer and
+    the pool's workers go, idle ones at once, a busy one when its invocation returns: the next
+    invocation has none of their module-level state (infra/local/reset.py)."""
+    import threading
+
+    from infra.local.worker import ProcessPool
+
+    (tmp_path / "fn").mkdir()
+    (tmp_path / "fn" / "app.py").write_text(textwrap.dedent('''
+        import os, time
+        SEEN = []  # a warm environment's cache
+        def lambda_handler(event, context):
+            q = event["queryStringParameters"]["q"]
+            if q == "slow":
+                open(os.environ["RESET_TEST_STARTED"], "w").close()
+                time.sleep(1.5)
+            SEEN.append(q)
+            return {"statusCode": 200, "body": f"{os.getpid()} {len(SEEN)}"}
+    '''))
+    tpl = {"Resources": {"Fn": {"Type": "AWS::Serverless::Function", "Properties": {
+        "CodeUri": "fn/", "Handler": "app.lambda_handler",
+        "Events": {"Get": {"Type": "HttpApi", "Properties": {"Method": "GET", "Path": "/x"}}}}}}}
+    (tmp_path / "template.yaml").write_text(json.dumps(tpl))
+    started = tmp_path / "started"
+    monkeypatch.setenv("RESET_TEST_STARTED", str(started))
+    pool = ProcessPool()
+    resets = []
+    try:
+        gw = Gateway(tmp_path / "template.yaml", stack_name="rs", handler_cache=pool,
+                     reset=lambda: (resets.append(1), pool.reset(), {"items": 0})[-1])
+        get = lambda q: Client(gw).get(f"/x?q={q}").get_data(as_text=True).split()  # noqa: E731
+        pid, n = get("a")
+        assert get("b") == [pid, "2"]
+        monkeypatch.delenv("LAKEQ_SQS_ANY_SIGNATURE", raising=False)
+        assert Client(gw).post("/moto-api/reset").status_code == 404 and resets == []
+        assert get("c") == [pid, "3"]
+        monkeypatch.setenv("LAKEQ_SQS_ANY_SIGNATURE", "1")
+        r = Client(gw).post("/moto-api/reset")
+        assert r.status_code == 200 and r.get_json() == {"status": "ok", "items": 0} and resets == [1]
+        assert pool.instances("Fn") == 0
+        pid2, n = get("d")
+        assert pid2 != pid and n == "1"
+        slow = threading.Thread(target=get, args=("slow",))
+        slow.start()
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:  # the slow invocation is running
+            time.sleep(0.05)
+        assert started.exists()
+        assert Client(gw).post("/moto-api/reset").status_code == 200
+        slow.join()
+        assert pool.instances("Fn") == 0
+        assert get("e")[1] == "1"
+    finally:
+        pool.close()
