@@ -29,8 +29,9 @@ import logging
 import select
 import socket
 import ssl
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlsplit
 
@@ -42,7 +43,35 @@ log = logging.getLogger("lakeq.push.transport")
 # A refused send's outcome is a failed attempt with no HTTP status: the same as an address that
 # never answered, so the endpoint's state tells a tenant nothing about what listens there.
 REGISTRATION_LOOKUP_S = 2.0  # a registration's name lookup waits at most this long
-_resolver = ThreadPoolExecutor(max_workers=8, thread_name_prefix="push-dns")
+# Name lookups: one daemon thread per (host, port) being looked up, shared by every send that asks
+# for the same name while it runs (single flight). No fixed pool: a lookup abandoned at its
+# request's deadline (a name whose servers never answer) holds its own thread until the system
+# resolver gives up, never a slot another tenant's lookup waits for; and the threads alive at once
+# are bounded by the distinct names being looked up (endpoints per client are bounded).
+_lookups: dict[tuple[str, int], Future] = {}
+_lookups_lock = threading.Lock()
+
+
+def _lookup(host: str, port: int) -> Future:
+    key = (host, port)
+    with _lookups_lock:
+        fut = _lookups.get(key)
+        if fut is not None:
+            return fut
+        fut = _lookups[key] = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP))
+        except BaseException as e:  # noqa: BLE001 - handed to every waiter
+            fut.set_exception(e)
+        finally:
+            with _lookups_lock:
+                if _lookups.get(key) is fut:
+                    del _lookups[key]
+
+    threading.Thread(target=run, name=f"push-dns-{host}", daemon=True).start()
+    return fut
 
 
 class Refused(Exception):  # noqa: N818 - an outcome: the URL's host is or resolves to a refused address
@@ -62,7 +91,7 @@ def _left(deadline: float) -> float:
 
 def resolve(host: str, port: int, deadline: float) -> list[tuple[int, tuple]]:
     """``host``'s addresses as ``(family, sockaddr)`` (getaddrinfo, TCP), within the deadline."""
-    fut = _resolver.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    fut = _lookup(host, port)
     try:
         infos = fut.result(timeout=_left(deadline))
     except FutureTimeout:
