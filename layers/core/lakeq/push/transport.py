@@ -35,6 +35,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlsplit
 
+from lakeq.common.errors import LakeqError
 from lakeq.contract import netaddr
 from lakeq.contract.push import ascii_host
 
@@ -74,11 +75,11 @@ def _lookup(host: str, port: int) -> Future:
     return fut
 
 
-class Refused(Exception):  # noqa: N818 - an outcome: the URL's host is or resolves to a refused address
+class Refused(LakeqError):  # noqa: N818 - an outcome: the URL's host is or resolves to a refused address
     pass
 
 
-class Deadline(TimeoutError):
+class Deadline(LakeqError, TimeoutError):
     pass
 
 
