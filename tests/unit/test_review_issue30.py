@@ -16,11 +16,10 @@ from lakeq.push import transport
 def test_one_tenants_never_answering_dns_does_not_time_out_another_tenants_send(monkeypatch):
     """A hostile tenant registers endpoints whose name never resolves (its authoritative server drops
     queries: registration accepts it, check_host's timeout counts as 'not refused'). Each send's
-    lookup is *abandoned* at the deadline but keeps a thread of transport._resolver (8 workers,
-    module-level, kept across warm Lambda invocations) until the system resolver gives up. Eight such
-    abandoned lookups (a group endpoint with max_in_flight 10, or 20 endpoints at timeout_ms 100) and
-    every other tenant's lookup waits in the queue behind them: its send fails with Deadline although
-    its name answers at once."""
+    lookup is abandoned at its deadline while the system resolver goes on for many seconds. With a
+    fixed pool of lookup threads (8, as the transport had), eight such abandoned lookups held every
+    slot and another tenant's lookup waited behind them until its send failed with Deadline although
+    its name answers at once; lookups now run one thread per name being looked up."""
     release = threading.Event()
     real = socket.getaddrinfo
 
