@@ -197,3 +197,14 @@ def test_no_function_or_core_module_imports_boto3_even_lazily():
                                                              for n in imports(p.read_text()))]
     assert bad == []
     assert imports("def f():\n    import boto3\n") == {"boto3"}  # the checker sees a lazy import
+
+
+def test_test_module_basenames_are_unique_across_the_suite():
+    """pytest's default (rootdir) import mode imports each test file by its basename, so two
+    ``test_x.py`` in different folders stop the whole suite at collection, while runs of one
+    folder still pass (the CI failure of 2026-12-05: tests/unit and tests/integration both had
+    ``test_review_issue30.py``)."""
+    seen: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
