@@ -181,6 +181,32 @@ def test_endpoints_per_client_are_bounded(api, setup, monkeypatch):
     assert api.call("PUT", f"/v1/subscriptions/{sids[0]}/push", {"url": URL + "/v2"}, key=setup["risk"])[0] == 200
     assert api.call("DELETE", f"/v1/subscriptions/{sids[0]}/push", key=setup["risk"])[0] == 204
     assert api.call("PUT", G, {"url": URL, "topic": "quotes"}, key=setup["risk"])[0] == 201
+    assert ClientModel.get("risk").push_endpoints == 2
+
+
+def test_every_way_an_endpoint_ends_gives_its_place_back(api, setup, monkeypatch):
+    """The count is a counter on the client item: deleting an endpoint, deleting a subscription
+    that has one and deleting the group's own endpoint each free a place; deleting a subscription
+    without one frees none."""
+    from lakeq.push import service
+    monkeypatch.setattr(service, "MAX_ENDPOINTS_PER_CLIENT", 2)
+    a, b, c, plain = (subscribe(api, setup["risk"]) for _ in range(4))
+
+    def put(path, body=None):
+        return api.call("PUT", path, body or {"url": URL}, key=setup["risk"])[0]
+
+    def count():
+        return int(ClientModel.get("risk").push_endpoints or 0)
+
+    assert put(f"/v1/subscriptions/{a}/push") == 201 and put(G, {"url": URL, "topic": "quotes"}) == 201
+    assert count() == 2 and put(f"/v1/subscriptions/{b}/push") == 409
+    assert api.call("DELETE", f"/v1/subscriptions/{plain}", key=setup["risk"])[0] == 204
+    assert count() == 2 and put(f"/v1/subscriptions/{b}/push") == 409
+    assert api.call("DELETE", f"/v1/subscriptions/{a}", key=setup["risk"])[0] == 204  # it had an endpoint
+    assert count() == 1 and put(f"/v1/subscriptions/{b}/push") == 201
+    assert api.call("DELETE", G, key=setup["risk"])[0] == 204
+    assert count() == 1 and put(f"/v1/subscriptions/{c}/push") == 201
+    assert count() == 2 and put(G, {"url": URL, "topic": "quotes"}) == 409
 
 
 # --- item 4: dead-letter topics are granted and loop-free ------------------------------------------

@@ -11,42 +11,47 @@ from lakeq.store.subscriptions import SubscriptionModel
 from tests.integration.test_push import URL, subscribe
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 30.6): the per-client endpoint limit is a count read before "
-                   "the write; concurrent first registrations may pass it (docs/api.md says so). The fix is a "
-                   "conditional counter on the client item, kept with every endpoint put and delete")
 def test_concurrent_registrations_cannot_pass_the_endpoint_limit_together(api, setup, monkeypatch):
-    """The per-client endpoint limit is a count (a Query of an eventually consistent index) read
-    before an unconditional-on-the-count write: two PUTs on two of the client's subscriptions that
-    both count before either writes both answer 201, and the client holds more endpoints than the
-    limit — the bound issue 30.6's fairness argument rests on. (The barrier only makes the
-    interleaving certain; any two overlapping requests can take it.)"""
+    """The per-client endpoint limit was a count (a Query of an eventually consistent index) read
+    before a write not conditioned on it: two PUTs on two of the client's subscriptions that both
+    counted before either wrote both answered 201, and the client held more endpoints than the
+    limit — the bound issue 30.6's fairness argument rests on. Now the count is a counter on the
+    client item, conditioned in the registration's transaction: the barrier makes both requests
+    read the count before either writes, and still one answers 409 ``too_many_push_endpoints``."""
     from lakeq.push import service
     monkeypatch.setattr(service, "MAX_ENDPOINTS_PER_CLIENT", 1)
     sids = [subscribe(api, setup["risk"]) for _ in range(2)]
     real = PushRepo.endpoints_of
     both_counted = threading.Barrier(2, timeout=10)
+    waited = set()
 
     def counted(client):
         n = real(client)
-        try:
-            both_counted.wait()
-        except threading.BrokenBarrierError:
-            pass
+        if threading.get_ident() not in waited:  # each request's first count waits for the other's
+            waited.add(threading.get_ident())
+            try:
+                both_counted.wait()
+            except threading.BrokenBarrierError:
+                pass
         return n
 
     monkeypatch.setattr(PushRepo, "endpoints_of", staticmethod(counted))
-    statuses = {}
+    answers = {}
 
     def put(sid):
-        statuses[sid] = api.call("PUT", f"/v1/subscriptions/{sid}/push", {"url": URL}, key=setup["risk"])[0]
+        answers[sid] = api.call("PUT", f"/v1/subscriptions/{sid}/push", {"url": URL}, key=setup["risk"])
 
     threads = [threading.Thread(target=put, args=(sid,)) for sid in sids]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
+    assert not both_counted.broken, "the premise: both requests counted before either wrote"
     stored = sum(SubscriptionModel.get(sid).push is not None for sid in sids)
-    assert stored <= 1, (statuses, stored)
+    assert stored == 1, (answers, stored)
+    assert sorted(a[0] for a in answers.values()) == [201, 409], answers
+    refused = next(a[1] for a in answers.values() if a[0] == 409)
+    assert refused["error"]["code"] == "too_many_push_endpoints", refused
 
 
 def test_a_key_without_the_subscription_cannot_probe_name_resolution_through_push_registration(api, setup,

@@ -110,20 +110,22 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
         raise BadRequest(f"'url': {refusal}")
     encoded = contract.encode(settings)
     owner = s.name if k.group else s.subscriber
-    if s.push is None and PushRepo.endpoints_of(owner) >= MAX_ENDPOINTS_PER_CLIENT:
-        raise Conflict(f"'{owner}' has {MAX_ENDPOINTS_PER_CLIENT} push endpoints, the most a client may have; "
-                       "delete one first", code="too_many_push_endpoints")
+    if s.push is None:
+        _below_limit(owner)
     for _ in range(5):  # a group's write is conditioned on the settings read: read again when they changed
         now = clock.now()
         new = s.push is None
         secret = _new_secret() if new else None
         stored = json.dumps([{"secret": secret, "created_at": now, "expires_at": None}]) if new else None
-        if k.repo.put(sub_id, encoded, stored, s.push, bool(s.push_paused)):
+        if k.repo.put(sub_id, encoded, stored, s.push, bool(s.push_paused), owner=owner,
+                      limit=MAX_ENDPOINTS_PER_CLIENT):
             break
         s = _owner(k, p, sub_id, need_push=False)
         if new and s.push is not None:  # a concurrent first registration wrote its secret first
             raise Conflict(f"the {k.what}'s push endpoint was registered by a concurrent request; GET it, "
                            "PUT again to replace its settings, or rotate its secret", code="push_registered")
+        if new:  # the count is the registration's condition: another registration took the last place
+            _below_limit(owner)
     else:
         raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
     s.push = encoded
@@ -136,6 +138,15 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
     return out, 201 if new else 200
 
 
+def _below_limit(owner: str) -> None:
+    """409 ``too_many_push_endpoints`` when ``owner`` has its most endpoints. The registration's
+    transaction checks the same count on the client item, so concurrent registrations cannot pass
+    the limit together; this read gives the answer its reason."""
+    if PushRepo.endpoints_of(owner) >= MAX_ENDPOINTS_PER_CLIENT:
+        raise Conflict(f"'{owner}' has {MAX_ENDPOINTS_PER_CLIENT} push endpoints, the most a client may have; "
+                       "delete one first", code="too_many_push_endpoints")
+
+
 def get(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> dict:
     _check(k, sub_id)
     return view(_owner(k, p, sub_id), None, k)
@@ -145,7 +156,7 @@ def delete(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> None:
     _check(k, sub_id)
     for _ in range(5):  # False: gone (the next read answers 404) or, for a group, changed meanwhile
         s = _owner(k, p, sub_id)
-        if k.repo.remove(sub_id, s.push):
+        if k.repo.remove(sub_id, s.push, owner=s.name if k.group else s.subscriber):
             return
     raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
 

@@ -89,6 +89,10 @@ class ClientModel(Model):
     push_dead_lettered = NumberAttribute(null=True)
     push_send_at = NumberAttribute(null=True)
     push_leases = MapAttribute(null=True)
+    # push endpoints this client has (its subscriptions' and its own as a group; absent = 0): kept
+    # in the same transaction as every endpoint's registration and removal, and as the deletion of
+    # a subscription with one, so concurrent registrations cannot pass the limit together
+    push_endpoints = NumberAttribute(null=True)
     # replays into this consumer group (issue 18.1, lakeq.store.replay_lists): "<replay id>|<topic>" per
     # replay whose hidden list the group's pulls of that topic read first (absent: none, the usual case)
     replays = UnicodeSetAttribute(null=True)

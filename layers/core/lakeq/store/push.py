@@ -34,6 +34,27 @@ def endpoints_key(topic: str) -> str:
     return ENDPOINTS_PREFIX + topic
 
 
+def counted(limit: int | None):
+    """Condition on a client item for counting one more push endpoint: it exists and has fewer
+    than ``limit`` (None: no limit) — ``push_endpoints`` absent counts as 0."""
+    M = ClientModel
+    cond = M.name.exists()
+    if limit is None:
+        return cond
+    return cond & (M.push_endpoints.does_not_exist() | (M.push_endpoints < limit))
+
+
+def _first_two(build) -> bool:
+    """:func:`transact`; False when either of the first two items failed its condition."""
+    try:
+        transact(build)
+        return True
+    except TransactionFailed as e:
+        if e.failed(0) or e.failed(1):
+            return False
+        raise
+
+
 class PushRepo:
     """A subscription's endpoint (``SubscriptionModel``, key ``id``)."""
 
@@ -46,17 +67,25 @@ class PushRepo:
 
     @classmethod
     def put(cls, sub_id: str, settings: str, secrets: str | None, current: str | None = None,
-            paused: bool = False) -> bool:
+            paused: bool = False, owner: str | None = None, limit: int | None = None) -> bool:
         """Register (``secrets`` given: only if no endpoint is registered, so of two concurrent
         first registrations one writes its secret) or replace the settings (only if an endpoint is
-        registered). False: no such subscription, or the condition failed (the caller reads again).
-        (``current`` / ``paused``: what the caller read; only a group's endpoint conditions on them.)"""
+        registered). A registration also counts the endpoint on ``owner``'s client item, in the
+        same transaction and only while it has fewer than ``limit`` (:func:`counted`). False: no
+        such subscription, or a condition failed (the caller reads again: it changed meanwhile,
+        or the owner is at its limit). (``current`` / ``paused``: what the caller read; only a
+        group's endpoint conditions on them.)"""
         M = cls.M
         actions = [M.push.set(settings)]
-        if secrets is not None:
-            actions += [M.push_secrets.set(secrets), M.push_paused.set(False), *cls._state_removed()]
-        return cls._update(sub_id, actions, cls._exists() & (M.push.does_not_exist() if secrets is not None
-                                                             else M.push.exists()))
+        if secrets is None:
+            return cls._update(sub_id, actions, cls._exists() & M.push.exists())
+        actions += [M.push_secrets.set(secrets), M.push_paused.set(False), *cls._state_removed()]
+        cond = cls._exists() & M.push.does_not_exist()
+
+        def build(t) -> None:
+            t.update(M(sub_id), actions=actions, condition=cond)
+            t.update(ClientModel(owner), actions=[ClientModel.push_endpoints.add(1)], condition=counted(limit))
+        return _first_two(build)
 
     @classmethod
     def set_secrets(cls, sub_id: str, old: str | None, new: str) -> bool:
@@ -72,10 +101,16 @@ class PushRepo:
         return cls._update(sub_id, [M.push_paused.set(paused)], cls._exists() & M.push.exists())
 
     @classmethod
-    def remove(cls, sub_id: str, current: str | None = None) -> bool:
+    def remove(cls, sub_id: str, current: str | None = None, owner: str | None = None) -> bool:
+        """Delete the endpoint and uncount it on ``owner``'s client item: one transaction."""
         M = cls.M
-        return cls._update(sub_id, [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(),
-                                         *cls._state_removed()], cls._exists() & M.push.exists())
+        actions = [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(), *cls._state_removed()]
+
+        def build(t) -> None:
+            t.update(M(sub_id), actions=actions, condition=cls._exists() & M.push.exists())
+            t.update(ClientModel(owner), actions=[ClientModel.push_endpoints.add(-1)],
+                     condition=ClientModel.name.exists())
+        return _first_two(build)
 
     @classmethod
     def _state_removed(cls) -> list:
@@ -147,16 +182,13 @@ class PushRepo:
 
     @staticmethod
     def endpoints_of(client: str) -> int:
-        """Push endpoints ``client`` has (paused ones too): its subscriptions' (one Query of the
-        ``by-subscriber`` index, eventually consistent) and its own, as a consumer group (GetItem)."""
-        from lakeq.store.subscriptions import SubscriptionRepo
-
-        n = sum(1 for s in SubscriptionRepo.of_subscriber(client) if s.push is not None)
+        """Push endpoints ``client`` has (paused ones too): its subscriptions' and its own, as a
+        consumer group — the counter on its client item (one consistent GetItem)."""
         try:
-            c = ClientModel.get(client, attributes_to_get=["name", "push"])
+            c = ClientModel.get(client, consistent_read=True, attributes_to_get=["name", "push_endpoints"])
         except DoesNotExist:
-            return n
-        return n + (c.push is not None)
+            return 0
+        return int(c.push_endpoints or 0)
 
     @classmethod
     def owners(cls, sub_ids: list[str]) -> dict[str, str]:
@@ -224,16 +256,18 @@ class GroupPushRepo(PushRepo):
 
     @classmethod
     def put(cls, name: str, settings: str, secrets: str | None, current: str | None = None,
-            paused: bool = False) -> bool:
-        """Register (``secrets`` given, ``current`` None) or replace the settings ``current`` by
-        ``settings``; the registry row follows the topic (none while ``paused``)."""
+            paused: bool = False, owner: str | None = None, limit: int | None = None) -> bool:
+        """Register (``secrets`` given, ``current`` None; counted on the group's own item while it
+        has fewer than ``limit`` endpoints) or replace the settings ``current`` by ``settings``;
+        the registry row follows the topic (none while ``paused``). (``owner`` is the group.)"""
         M = cls.M
         actions = [M.push.set(settings)]
+        cond = cls._exists() & (M.role == "consumer") & cls._is(current) & cls._paused_is(paused, secrets)
         if secrets is not None:
             actions += [M.push_secrets.set(secrets), M.push_paused.set(False), M.push_leases.set({}),
-                        *cls._state_removed()]
+                        M.push_endpoints.add(1), *cls._state_removed()]
+            cond = cond & counted(limit)
             paused = False
-        cond = cls._exists() & (M.role == "consumer") & cls._is(current) & cls._paused_is(paused, secrets)
         return cls._transact(name, actions, cond, put=None if paused else settings,
                              delete=None if paused else current)
 
@@ -255,13 +289,14 @@ class GroupPushRepo(PushRepo):
                              put=None if paused else current, delete=current if paused else None)
 
     @classmethod
-    def remove(cls, name: str, current: str | None = None) -> bool:
-        """Delete the endpoint whose settings are ``current`` and its registry row."""
+    def remove(cls, name: str, current: str | None = None, owner: str | None = None) -> bool:
+        """Delete the endpoint whose settings are ``current`` (uncounted on the group's item) and
+        its registry row."""
         M = cls.M
         if current is None:
             return False
         return cls._transact(name, [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(),
-                                    M.push_leases.remove(), *cls._state_removed()],
+                                    M.push_leases.remove(), M.push_endpoints.add(-1), *cls._state_removed()],
                              cls._exists() & (M.push == current), delete=current)
 
     @staticmethod

@@ -15,7 +15,7 @@ from pynamodb.transactions import TransactWrite
 
 from lakeq.common.errors import BadRequest
 from lakeq.common.names import covers
-from lakeq.store.models import DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
+from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from lakeq.store.repos import LogRepo, transact, transact_if_first
 
 VERSION_ID = "~version"
@@ -168,13 +168,21 @@ class SubscriptionRepo:
         transact(build)
 
     @staticmethod
-    def delete(sub_id: str) -> bool:
+    def delete(sub_id: str, push_owner: str | None = None) -> bool:
         """Delete the subscription, its list's queue item (no append can succeed afterwards: appends
-        are conditioned on it) and bump the version, atomically. False when it did not exist."""
+        are conditioned on it) and bump the version, atomically. ``push_owner``: the subscription
+        has a push endpoint, uncounted on that client's item in the same transaction (None: it has
+        none). False when it did not exist or its endpoint came or went meanwhile (read again)."""
+        S = SubscriptionModel
+
         def build(t: TransactWrite) -> None:
-            t.delete(SubscriptionModel(sub_id), condition=SubscriptionModel.id.exists())
+            pushed = S.push.exists() if push_owner is not None else S.push.does_not_exist()
+            t.delete(S(sub_id), condition=S.id.exists() & pushed)
             t.delete(QueueModel(list_topic(sub_id), 0))
-            t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
+            t.update(S(VERSION_ID), actions=[S.version.add(1)])
+            if push_owner is not None:
+                t.update(ClientModel(push_owner), actions=[ClientModel.push_endpoints.add(-1)],
+                         condition=ClientModel.name.exists())
         return transact_if_first(build)
 
     @staticmethod

@@ -163,14 +163,17 @@ def delete(p: Principal, sub_id: str) -> None:
     leaves nothing behind. A retried DELETE after a lost 204 answers 404 (the subscription is
     gone, as API.md says of unknown ids); it also purges whatever of that id's list is left."""
     check_name(sub_id, "subscription id")
-    s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
-    if s is None:
-        if is_subscription_id(sub_id):
-            SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
-        raise NotFound(f"subscription '{sub_id}' does not exist")
-    _may_act(p, s)
-    if not SubscriptionRepo.delete(sub_id):
-        raise NotFound(f"subscription '{sub_id}' does not exist")
+    for _ in range(5):  # False: gone (the next read answers 404) or its push endpoint came or went
+        s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
+        if s is None:
+            if is_subscription_id(sub_id):
+                SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
+            raise NotFound(f"subscription '{sub_id}' does not exist")
+        _may_act(p, s)
+        if SubscriptionRepo.delete(sub_id, s.subscriber if s.push is not None else None):
+            break
+    else:
+        raise Conflict("the subscription's push endpoint changed meanwhile; retry")  # pragma: no cover
     SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
 
 
