@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import types
 from unittest.mock import ANY
 
 import boto3
@@ -548,7 +547,7 @@ def test_receive_gathers_up_to_max_across_lakeq_queues(pair, monkeypatch):
     # the lock — the documented difference "messages behind a lock wait" (docs/api.md), which this
     # scenario does not check (seen failing so in a fresh-clone CI run, 1 in 12 locally)
     turns = itertools.count()
-    monkeypatch.setattr(produce_service, "random", types.SimpleNamespace(randrange=lambda n: next(turns) % n))
+    monkeypatch.setattr(produce_service, "spread_queue", lambda n, avoid=frozenset(): next(turns) % n)
 
     def s(q):
         q("create_queue", QueueName="gather")

@@ -30,9 +30,11 @@ from lakeq.store.models import TopicModel, log_of
 
 # --- produce --------------------------------------------------------------------------------
 def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False,
-            t: TopicModel | None = None) -> dict:
+            t: TopicModel | None = None, avoid: frozenset[int] = frozenset()) -> dict:
     """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends);
-    ``t``: the topic's item when the caller has just read it (the SQS endpoint: one read an action)."""
+    ``t``: the topic's item when the caller has just read it (the SQS endpoint: one read an action);
+    ``avoid``: queues the messages without a key go to only when every queue is in it (the SQS
+    endpoint's: the queues its consumers hold locked, so a new message is not held behind one)."""
     check_topic(topic)
     req = v.produce(v.json_body(raw), reserved_ok)
     t = t if t is not None and t.name == topic else topic_or_404(topic)
@@ -51,7 +53,7 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
     copies: list[tuple[int, int]] = []
     pending: dict[int, list[tuple[int, seg.Message, bool]]] = {}
     delayed: dict[int, list[_delayed.Delayed]] = {}  # delay_ms > 0: kept until due (lakeq.produce.delayed)
-    spread = random.randrange(n_queues)
+    spread = spread_queue(n_queues, avoid)
     for i, m in enumerate(req.messages):
         if m.id is not None:
             if m.id in known:
@@ -76,6 +78,19 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}
+
+
+def spread_queue(n_queues: int, avoid: frozenset[int] = frozenset()) -> int:
+    """The queue a request's messages without a key go to: one at random, outside ``avoid`` when
+    any queue is.
+
+    >>> {spread_queue(4, frozenset({0, 1, 3})) for _ in range(20)}
+    {2}
+    >>> spread_queue(2, frozenset({0, 1})) in (0, 1)
+    True
+    """
+    free = [q for q in range(n_queues) if q not in avoid]
+    return random.choice(free) if free else random.randrange(n_queues)
 
 
 def _append_queue(topic: str, q: int, items: list[tuple[int, seg.Message, bool]], results: list, now: int) -> None:

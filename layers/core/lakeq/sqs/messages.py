@@ -129,7 +129,12 @@ def _produce(ctx: Ctx, q: Queue, prepared: list[Prepared]) -> list[dict]:
         delayed_fifo = q.fifo and p.message.get("delay_ms")
         p.message["properties"][SEQ_INDEX_PROP if delayed_fifo else ORDER_PROP] = str(i)
     raw = json.dumps({"producer": producer, "messages": [p.message for p in prepared]}, ensure_ascii=False)
-    return perm.native(lambda: produce_service.produce(ADMIN, q.name, raw, reserved_ok=True, t=q.topic))["results"]
+    # a standard queue's messages go to a lakeq queue no receive holds locked when there is one: a
+    # message sent while another is in flight is not held back behind it (SQS never does that)
+    avoid = (OffsetRepo.held(OffsetRepo.owner(group_name(q.name), q.log), now_ms())
+             if not q.fifo and int(q.topic.queues) > 1 else frozenset())
+    return perm.native(lambda: produce_service.produce(ADMIN, q.name, raw, reserved_ok=True, t=q.topic,
+                                                       avoid=avoid))["results"]
 
 
 def _sent(q: Queue, p: Prepared, r: dict) -> dict:

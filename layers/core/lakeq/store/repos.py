@@ -380,6 +380,11 @@ def _batch_get(model, keys: list[dict], consistent: bool = False,
     return out
 
 
+# The container's copies of an owner's locks (OffsetRepo.held): owner -> (monotonic read time, {queue: lock_until})
+_HELD: dict[str, tuple[float, dict[int, int]]] = {}
+HELD_KEPT = 1024  # at most this many owners' copies (past it, all dropped)
+HELD_MAX_AGE_S = 1.0
+
 # The container's copies of queue items (LogRepo.queue_hints): (topic, n, only) -> (monotonic expiry, raw items)
 _HINTS: dict[tuple, tuple[float, list[dict]]] = {}
 HINTS_KEPT = 1024  # at most this many copies (expired ones dropped first; past it, none kept)
@@ -428,8 +433,10 @@ class LogRepo:
 
     @staticmethod
     def forget_hints() -> None:
-        """Drop the container's copies of queue items (:meth:`queue_hints`; tests: a fresh store)."""
+        """Drop the container's copies of queue items (:meth:`queue_hints`) and of locks
+        (:meth:`OffsetRepo.held`; tests: a fresh store)."""
         _HINTS.clear()
+        _HELD.clear()
 
     @classmethod
     def queue_hints(cls, topic: str, n: int, max_age_s: float, only: Iterable[int] | None = None,
@@ -829,9 +836,39 @@ class OffsetRepo:
     def owner(group: str, topic: str, client_id: str | None = None) -> str:
         return f"b|{group}|{client_id}|{topic}" if client_id is not None else f"g|{group}|{topic}"
 
+    @classmethod
+    def held(cls, owner: str, now: int) -> frozenset[int]:
+        """The queues whose record holds a lock live at ``now`` (epoch ms), a hint: from the
+        container's copy of ``owner``'s locks when it is at most HELD_MAX_AGE_S old (no call; the
+        copy follows this container's own reads and lock writes of ``owner``), else one eventually
+        consistent Query of two attributes (0.5 RRU for up to ~100 queues), kept as the copy."""
+        hit = _HELD.get(owner)
+        if hit is None or _monotonic() - hit[0] > HELD_MAX_AGE_S:
+            hit = cls._keep_held(owner, {int(r.queue): int(r.lock_until or 0) for r in OffsetModel.query(
+                owner, attributes_to_get=["queue", "lock_until"])})
+        return frozenset(q for q, until in hit[1].items() if until > now)
+
     @staticmethod
-    def records(owner: str) -> dict[int, OffsetModel]:
-        return {int(r.queue): r for r in OffsetModel.query(owner, consistent_read=True)}
+    def _keep_held(owner: str, locks: dict[int, int]) -> tuple[float, dict[int, int]]:
+        if len(_HELD) >= HELD_KEPT and owner not in _HELD:
+            _HELD.clear()
+        _HELD[owner] = entry = (_monotonic(), locks)
+        return entry
+
+    @staticmethod
+    def _held_moved(owner: str, queue: int, lock_until: int) -> None:
+        """This container wrote ``owner``'s lock on ``queue``: its copy of the locks follows (only
+        an owner whose locks a send asked for, :meth:`held`, has a copy)."""
+        hit = _HELD.get(owner)
+        if hit is not None:
+            hit[1][queue] = lock_until
+
+    @classmethod
+    def records(cls, owner: str) -> dict[int, OffsetModel]:
+        out = {int(r.queue): r for r in OffsetModel.query(owner, consistent_read=True)}
+        if owner in _HELD:
+            cls._keep_held(owner, {q: int(r.lock_until or 0) for q, r in out.items()})
+        return out
 
     @staticmethod
     def get(owner: str, queue: int) -> OffsetModel | None:
@@ -894,7 +931,10 @@ class OffsetRepo:
             actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
         if view.committed is None and meta:
             actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
-        return update_if(OffsetModel(owner, view.queue), actions, cls._expect(view))
+        if not update_if(OffsetModel(owner, view.queue), actions, cls._expect(view)):
+            return False
+        cls._held_moved(owner, view.queue, int(state.lock_until))
+        return True
 
     ACKS_KEPT = 8  # acknowledged receipts remembered per record (a retry window of 8 batches)
 
