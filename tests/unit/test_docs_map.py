@@ -5,8 +5,11 @@ Paths: every path README.md and docs/*.md name (backticked or not) under ``layer
 ``infra/``, ``glue_jobs/``, ``bench/``, ``tests/``, ``clients/``, ``events/``, ``docs/`` (and the short forms
 ``lakeq/…`` = ``layers/core/lakeq/…``, ``matcher/…`` = ``layers/matcher/matcher/…``, ``unit/…``,
 ``integration/…``, ``e2e/…`` = ``tests/…``) exists; ``path::test_name`` names a test defined in that file;
-``path.NAME`` (a module's attribute) is defined in that module; a dotted ``lakeq.<package>.<module>`` is
-a module of the core. Placeholders (``functions/<name>/app.py``, ``tests/unit/*.py``) are not paths.
+``path.NAME`` (a module's attribute) is defined in that module; a test file named alone
+(``test_x.py``, ``test_x.py::test_y``) exists somewhere under ``tests/`` (and defines that test); a
+dotted ``lakeq.<package>.<module>`` is a module of the core (or a name its package exports).
+Placeholders (``functions/<name>/app.py``, ``tests/unit/*.py``) are not paths; another repository's
+files named as such (moto's suite) are listed in ``ELSEWHERE``.
 Built, git-ignored output is accepted only where the code makes it: ``glue_jobs/dist/<job>.py`` for a
 job ``glue_jobs/package.py``'s ``JOBS`` names, ``tests/artifacts/``.
 
@@ -35,6 +38,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 _TOP = r"(?:layers|functions|infra|glue_jobs|bench|tests|clients|events|docs|lakeq|matcher|unit|integration|e2e)/"
 PATH = re.compile(r"(?<![\w./:-])(" + _TOP + r"[\w./<>{}*…-]*)(?:::(\w+))?")
+BASENAME = re.compile(r"(?<![\w/.-])(test_\w+\.py)(?:::(\w+))?")
 DOTTED = re.compile(r"(?<![\w.])lakeq\.([a-z_]+)\.([a-z_][a-z0-9_]*)\b")
 SHORT = {"lakeq/": "layers/core/lakeq/", "matcher/": "layers/matcher/matcher/", "unit/": "tests/unit/",
          "integration/": "tests/integration/", "e2e/": "tests/e2e/"}
@@ -79,11 +83,18 @@ def stale(text: str, extra: frozenset[str] = frozenset()) -> list[str]:
                 bad.append(f"{n}: {path} (no such file)")
             elif test and not (target.is_file() and defines(target, test)):
                 bad.append(f"{n}: {path}::{test} (no such test)")
+        for name, test in BASENAME.findall(line):  # a test file named alone: somewhere under tests/
+            found = sorted((ROOT / "tests").rglob(name))
+            if not found:
+                bad.append(f"{n}: {name} (no such test file)")
+            elif test and not any(defines(f, test) for f in found):
+                bad.append(f"{n}: {name}::{test} (no such test)")
         for pkg, mod in DOTTED.findall(line):
             core = ROOT / "layers/core/lakeq" / pkg
-            if not (core / f"{mod}.py").is_file() and not (core / mod / "__init__.py").is_file():
-                if not ((core / "__init__.py").is_file() and re.search(rf"\b{mod}\b", (core / "__init__.py").read_text())):
-                    bad.append(f"{n}: lakeq.{pkg}.{mod} (no such module)")
+            init = core / "__init__.py"
+            exported = init.is_file() and re.search(rf"\b{mod}\b", init.read_text())
+            if not (core / f"{mod}.py").is_file() and not (core / mod / "__init__.py").is_file() and not exported:
+                bad.append(f"{n}: lakeq.{pkg}.{mod} (no such module)")
     return bad
 
 
@@ -98,6 +109,9 @@ def test_the_checker_catches_what_it_should():
     assert stale("`lakeq.sqs.service`") == ["1: lakeq.sqs.service (no such module)"]
     assert stale("`lakeq.consume.reader`, `infra/local/aws_rules.HTTP_API_BODY_LIMIT`") == []
     assert stale("`infra/local/aws_rules.NO_SUCH_LIMIT`")
+    assert stale("`test_docs_map.py::test_the_checker_catches_what_it_should`, test_fold.py") == []
+    assert stale("`test_no_such_file.py`") == ["1: test_no_such_file.py (no such test file)"]
+    assert stale("`test_fold.py::test_no_such_test`") == ["1: test_fold.py::test_no_such_test (no such test)"]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
