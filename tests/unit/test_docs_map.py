@@ -244,3 +244,46 @@ def test_the_table_of_tables_is_the_templates(tpl):
             names[value["Ref"]] = var
     rows = {ticked(r[0])[0]: ticked(r[1])[0] for r in doc_table("| logical id | env var | keys | holds |")}
     assert rows == names
+
+
+# ------------------------------------------------------------------------------------------- links
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces → hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(doc: Path) -> set[str]:
+    out, seen = set(), {}
+    for line in doc.read_text().splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*$", line)
+        if m:
+            s = slug(m[1])
+            out.add(f"{s}-{seen[s]}" if s in seen else s)
+            seen[s] = seen.get(s, 0) + 1
+    return out
+
+
+def broken_links(doc: Path) -> list[str]:
+    """``[..](page.md#anchor)`` and ``[..](#anchor)`` links of ``doc`` whose page or section is missing."""
+    bad, fenced = [], False
+    for n, line in enumerate(doc.read_text().splitlines(), 1):
+        fenced ^= line.startswith("```")
+        for page, anchor in ([] if fenced else re.findall(r"\]\(([^)#\s]*\.md|)#([^)\s]+)\)", line)):
+            target = doc.parent / page if page else doc
+            if not target.is_file() or anchor not in anchors(target):
+                bad.append(f"{n}: {page}#{anchor}")
+    return bad
+
+
+def test_the_anchor_rule_is_githubs(tmp_path):
+    assert slug("Data lake (SPEC §5: lakeq/lake/archive.py, functions/archiver, glue_jobs/)") == \
+        "data-lake-spec-5-lakeqlakearchivepy-functionsarchiver-glue_jobs"
+    page = tmp_path / "p.md"
+    page.write_text("# A\n## Who may import whom\n[ok](#who-may-import-whom) [gone](#who-may-import)\n")
+    assert broken_links(page) == ["3: #who-may-import"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_link_to_a_section_finds_it(doc):
+    """A section moved to another page (history.md, architecture.md) keeps the links to it working."""
+    assert broken_links(doc) == []
