@@ -1,6 +1,6 @@
 """Issue 15: the core's packages and who may import whom.
 
-The allowed imports are the table in docs/design.md ("The core's packages", between the
+The allowed imports are the table in docs/architecture.md ("Who may import whom", between the
 ``allowed-imports`` markers); this test reads it, so the page and the rule cannot drift apart.
 Every import of every module counts, lazy ones (inside functions) included."""
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CORE = ROOT / "layers" / "core" / "lakeq"
-DESIGN = ROOT / "docs" / "design.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 AWS = {"boto3", "botocore", "pynamodb"}
 
 
 def table(text: str | None = None) -> dict[str, tuple[bool, set[str]]]:
-    """package -> (pure, the core packages it may import), from design.md's table."""
-    text = DESIGN.read_text() if text is None else text
+    """package -> (pure, the core packages it may import), from architecture.md's table."""
+    text = ARCHITECTURE.read_text() if text is None else text
     body = text.split("<!-- allowed-imports: begin -->")[1].split("<!-- allowed-imports: end -->")[0]
     out = {}
     for line in body.strip().splitlines()[2:]:
