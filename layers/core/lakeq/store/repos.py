@@ -858,10 +858,11 @@ class OffsetRepo:
     @staticmethod
     def _held_moved(owner: str, queue: int, lock_until: int) -> None:
         """This container wrote ``owner``'s lock on ``queue``: its copy of the locks follows (only
-        an owner whose locks a send asked for, :meth:`held`, has a copy)."""
+        an owner whose locks a send asked for, :meth:`held`, has a copy). The copy is replaced,
+        never changed in place: another thread (the local stack's) may be reading it."""
         hit = _HELD.get(owner)
         if hit is not None:
-            hit[1][queue] = lock_until
+            _HELD[owner] = (hit[0], {**hit[1], queue: lock_until})
 
     @classmethod
     def records(cls, owner: str) -> dict[int, OffsetModel]:
