@@ -88,19 +88,25 @@ def test_an_endpoint_whose_subscriber_is_gone_can_still_be_deleted(api, setup, h
     subscription an endpoint; DeleteQueue deletes that client item and leaves the subscription.
     The endpoint's and the subscription's deletions uncount the endpoint on the subscriber's item,
     conditioned on it existing: with it gone, DELETE …/push answered 409 forever and DELETE of the
-    subscription 500. There is nothing left to uncount: both must delete (and create no client item)."""
+    subscription 500. There is nothing left to uncount: both must delete (and create no client item);
+    a registration there answers 404 (the subscriber), not 409 "retry" after 5 attempts."""
     from lakeq.store.models import ClientModel
     sqs = h.client("admin")
     url = sqs.create_queue(QueueName="orphan")["QueueUrl"]
     sids = []
-    for _ in range(2):
+    for i in range(3):
         s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "sqs.orphan", "topic": "orphan"})
         assert s == 201, sub
         sids.append(sub["id"])
-        assert api.call("PUT", f"/v1/subscriptions/{sub['id']}/push", {"url": URL})[0] == 201
+        if i < 2:
+            assert api.call("PUT", f"/v1/subscriptions/{sub['id']}/push", {"url": URL})[0] == 201
     assert _count("sqs.orphan") == 2
     sqs.delete_queue(QueueUrl=url)
     assert ClientModel.count("sqs.orphan") == 0, "the premise: the subscriber's client item is gone"
+    # a new endpoint there: the subscriber does not exist (404), not "changed meanwhile; retry" (409)
+    s, body = api.call("PUT", f"/v1/subscriptions/{sids[2]}/push", {"url": URL})
+    assert s == 404 and "sqs.orphan" in body["error"]["message"], (s, body)
+    assert SubscriptionModel.get(sids[2]).push is None
     assert api.call("DELETE", f"/v1/subscriptions/{sids[0]}/push")[0] == 204
     assert SubscriptionModel.get(sids[0]).push is None
     assert api.call("DELETE", f"/v1/subscriptions/{sids[1]}")[0] == 204

@@ -183,13 +183,14 @@ class PushRepo:
             return None
 
     @staticmethod
-    def endpoints_of(client: str) -> int:
+    def endpoints_of(client: str) -> int | None:
         """Push endpoints ``client`` has (paused ones too): its subscriptions' and its own, as a
-        consumer group — the counter on its client item (one consistent GetItem)."""
+        consumer group — the counter on its client item (one consistent GetItem). None: no such
+        client (a subscription's subscriber can be gone: an SQS queue's group, with DeleteQueue)."""
         try:
             c = ClientModel.get(client, consistent_read=True, attributes_to_get=["name", "push_endpoints"])
         except DoesNotExist:
-            return 0
+            return None
         return int(c.push_endpoints or 0)
 
     @classmethod
