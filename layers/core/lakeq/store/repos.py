@@ -842,7 +842,7 @@ class OffsetRepo:
         container's copy of ``owner``'s locks when it is at most HELD_MAX_AGE_S old (no call; the
         copy follows this container's own reads and lock writes of ``owner``), else one eventually
         consistent Query of two attributes, kept as the copy (billed by the records' whole size, the
-        projection does not lower it: 0.5 RRU per 4 KB, one for a CreateQueue queue's 4 records)."""
+        projection does not lower it: 0.5 RRU per 4 KB read, e.g. a CreateQueue queue's 4 records)."""
         hit = _HELD.get(owner)
         if hit is None or _monotonic() - hit[0] > HELD_MAX_AGE_S:
             hit = cls._keep_held(owner, {int(r.queue): int(r.lock_until or 0) for r in OffsetModel.query(
