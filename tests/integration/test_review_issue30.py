@@ -8,6 +8,7 @@ import pytest
 
 from lakeq.store.push import PushRepo
 from lakeq.store.subscriptions import SubscriptionModel
+from tests.integration.sqs_harness import h  # noqa: F401 (fixture)
 from tests.integration.test_push import URL, subscribe
 
 
@@ -68,9 +69,75 @@ def test_a_key_without_the_subscription_cannot_probe_name_resolution_through_pus
         return [(socket.AF_INET, (addr, port))]
 
     real = transport.addresses
-    monkeypatch.setattr(transport, "addresses", lambda h, p, lb, d, r=None: real(h, p, lb, d, resolver))
+    monkeypatch.setattr(transport, "addresses", lambda host, p, lb, d, r=None: real(host, p, lb, d, resolver))
     monkeypatch.delenv("LAKEQ_PUSH_ALLOW_HTTP_LOOPBACK", raising=False)
     answers = {u: api.call("PUT", "/v1/subscriptions/0123456789abcdef0123456789abcdef/push", {"url": u},
                            key=setup["feed"])[0]
                for u in ("https://db.internal.test/", "https://public.example.com/")}
     assert answers["https://db.internal.test/"] == answers["https://public.example.com/"], answers
+
+
+# --- h/review2: the push-endpoint counter (issue 30.6) ----------------------------------------------
+def _count(name):
+    from lakeq.store.models import ClientModel
+    return int(ClientModel.get(name).push_endpoints or 0)
+
+
+def test_an_endpoint_whose_subscriber_is_gone_can_still_be_deleted(api, setup, h):  # noqa: F811
+    """An admin may subscribe an SQS queue's consumer group (``sqs.<queue>``) and give the
+    subscription an endpoint; DeleteQueue deletes that client item and leaves the subscription.
+    The endpoint's and the subscription's deletions uncount the endpoint on the subscriber's item,
+    conditioned on it existing: with it gone, DELETE …/push answered 409 forever and DELETE of the
+    subscription 500. There is nothing left to uncount: both must delete (and create no client item);
+    a registration there answers 404 (the subscriber), not 409 "retry" after 5 attempts."""
+    from lakeq.store.models import ClientModel
+    sqs = h.client("admin")
+    url = sqs.create_queue(QueueName="orphan")["QueueUrl"]
+    sids = []
+    for i in range(3):
+        s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "sqs.orphan", "topic": "orphan"})
+        assert s == 201, sub
+        sids.append(sub["id"])
+        if i < 2:
+            assert api.call("PUT", f"/v1/subscriptions/{sub['id']}/push", {"url": URL})[0] == 201
+    assert _count("sqs.orphan") == 2
+    sqs.delete_queue(QueueUrl=url)
+    assert ClientModel.count("sqs.orphan") == 0, "the premise: the subscriber's client item is gone"
+    # a new endpoint there: the subscriber does not exist (404), not "changed meanwhile; retry" (409)
+    s, body = api.call("PUT", f"/v1/subscriptions/{sids[2]}/push", {"url": URL})
+    assert s == 404 and "sqs.orphan" in body["error"]["message"], (s, body)
+    assert SubscriptionModel.get(sids[2]).push is None
+    assert api.call("DELETE", f"/v1/subscriptions/{sids[0]}/push")[0] == 204
+    assert SubscriptionModel.get(sids[0]).push is None
+    assert api.call("DELETE", f"/v1/subscriptions/{sids[1]}")[0] == 204
+    assert SubscriptionModel.count(sids[1]) == 0
+    assert ClientModel.count("sqs.orphan") == 0  # no stub client item made by an uncount
+
+
+def _uncounted(name):
+    """An endpoint registered before the counter existed: the client item has no ``push_endpoints``."""
+    from lakeq.store.models import ClientModel
+    ClientModel(name).update(actions=[ClientModel.push_endpoints.remove()])
+
+
+@pytest.mark.parametrize("how", ["endpoint", "subscription", "group"])
+def test_deleting_an_uncounted_endpoint_never_makes_the_count_negative(api, setup, monkeypatch, how):
+    """Endpoints registered before the counter are on no counter (absent = 0); deleting one took
+    the count to -1, one place more than the limit for good (each such deletion one more). The
+    count never goes below 0: a client with the limit's endpoints gets no further one."""
+    from lakeq.push import service
+    monkeypatch.setattr(service, "MAX_ENDPOINTS_PER_CLIENT", 1)
+    old, b, c = (subscribe(api, setup["risk"]) for _ in range(3))
+    G = "/v1/groups/risk/push"
+    if how == "group":
+        assert api.call("PUT", G, {"url": URL, "topic": "quotes"}, key=setup["risk"])[0] == 201
+    else:
+        assert api.call("PUT", f"/v1/subscriptions/{old}/push", {"url": URL}, key=setup["risk"])[0] == 201
+    _uncounted("risk")
+    path = {"endpoint": f"/v1/subscriptions/{old}/push", "subscription": f"/v1/subscriptions/{old}",
+            "group": G}[how]
+    assert api.call("DELETE", path, key=setup["risk"])[0] == 204
+    assert _count("risk") == 0
+    assert api.call("PUT", f"/v1/subscriptions/{b}/push", {"url": URL}, key=setup["risk"])[0] == 201
+    s, body = api.call("PUT", f"/v1/subscriptions/{c}/push", {"url": URL}, key=setup["risk"])
+    assert (s, body["error"]["code"]) == (409, "too_many_push_endpoints"), (s, body)

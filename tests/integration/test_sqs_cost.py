@@ -274,3 +274,25 @@ def test_delete_batch_with_a_stale_handle_succeeds_and_deletes_by_the_live_one(s
                                                           {"Id": "new", "ReceiptHandle": new["ReceiptHandle"]}])
     assert sorted(s["Id"] for s in out["Successful"]) == ["new", "old"]
     assert counts(sqs, url) == ("0", "0")
+
+
+def test_a_send_reads_the_queues_locks_at_most_once_a_second_per_container(h, frozen_caches, monkeypatch):
+    """A standard queue's send avoids the lakeq queues a receive holds (OffsetRepo.held): from the
+    container's copy of the locks while it is at most HELD_MAX_AGE_S old, else one eventually
+    consistent Query of the offsets records. A container that sends and never receives pays that
+    Query once a second, not once a send (the counts above see only a warm copy)."""
+    from lakeq.store import repos
+    url = h.client("admin").create_queue(QueueName="cold")["QueueUrl"]
+    make_client("cold-p", "producer", ["cold"])
+    sender = h.client("cold-p")
+    sender.send_message(QueueUrl=url, MessageBody="warm")  # the container's client caches
+    repos._HELD.clear()  # a container that never read the queue's locks
+
+    def locks_read():
+        calls, _ = calls_of(lambda: sender.send_message(QueueUrl=url, MessageBody="x"))
+        assert [c for c in calls if c != ("Query", "offsets")] in (SEND, SEND_EMPTY_CHAIN), calls
+        return calls.count(("Query", "offsets"))
+    assert locks_read() == 1
+    assert [locks_read() for _ in range(3)] == [0, 0, 0]
+    monkeypatch.setattr(repos, "_monotonic", lambda: 1_000.0 + repos.HELD_MAX_AGE_S + 0.001)
+    assert locks_read() == 1

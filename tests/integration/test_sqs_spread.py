@@ -28,3 +28,21 @@ def test_a_fifo_queues_groups_keep_their_lakeq_queue(sqs):
     assert [m["Body"] for m in sqs.receive_message(QueueUrl=url).get("Messages", [])] == ["a1"]
     sqs.send_message(QueueUrl=url, MessageBody="a2", MessageGroupId="a")
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []  # behind a1, in flight
+
+
+def test_a_lock_write_never_changes_the_copy_a_send_is_reading():
+    """The local stack serves requests in threads (werkzeug ``threaded=True``) sharing the
+    container's copies of locks (``OffsetRepo.held``): a send iterating an owner's copy while
+    another request's lock write (``_held_moved``) adds a queue to it raised "dictionary changed
+    size during iteration" (a 500). A lock write replaces the copy; it never changes one in place."""
+    from lakeq.store import repos
+    owner = "g|sqs.race|race"
+    repos.OffsetRepo._keep_held(owner, {0: 5})
+    try:
+        reading = iter(repos._HELD[owner][1].items())  # a send's frozenset(...) between two items
+        assert next(reading) == (0, 5)
+        repos.OffsetRepo._held_moved(owner, 1, 10)  # the first lock of queue 1, written meanwhile
+        assert list(reading) == []
+        assert repos._HELD[owner][1] == {0: 5, 1: 10}
+    finally:
+        repos._HELD.pop(owner, None)

@@ -141,8 +141,12 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
 def _below_limit(owner: str) -> None:
     """409 ``too_many_push_endpoints`` when ``owner`` has its most endpoints. The registration's
     transaction checks the same count on the client item, so concurrent registrations cannot pass
-    the limit together; this read gives the answer its reason."""
-    if PushRepo.endpoints_of(owner) >= MAX_ENDPOINTS_PER_CLIENT:
+    the limit together; this read gives the answer its reason. 404 when ``owner`` is gone (the
+    registration's condition needs its item)."""
+    n = PushRepo.endpoints_of(owner)
+    if n is None:
+        raise NotFound(f"consumer group '{owner}' does not exist")
+    if n >= MAX_ENDPOINTS_PER_CLIENT:
         raise Conflict(f"'{owner}' has {MAX_ENDPOINTS_PER_CLIENT} push endpoints, the most a client may have; "
                        "delete one first", code="too_many_push_endpoints")
 

@@ -20,7 +20,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 from lakeq.store import slots
 from lakeq.store.models import ClientModel, WatcherModel
 from lakeq.store.repos import TransactionFailed, conditional_failed, transact
-from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel
+from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel, transact_uncounting, uncount
 
 ENDPOINTS_PREFIX = "p|"  # WatchersTable: a topic's consumer groups with an active push endpoint
 
@@ -102,15 +102,17 @@ class PushRepo:
 
     @classmethod
     def remove(cls, sub_id: str, current: str | None = None, owner: str | None = None) -> bool:
-        """Delete the endpoint and uncount it on ``owner``'s client item: one transaction."""
+        """Delete the endpoint and uncount it on ``owner``'s client item (:func:`uncount`): one transaction."""
         M = cls.M
         actions = [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(), *cls._state_removed()]
 
-        def build(t) -> None:
-            t.update(M(sub_id), actions=actions, condition=cls._exists() & M.push.exists())
-            t.update(ClientModel(owner), actions=[ClientModel.push_endpoints.add(-1)],
-                     condition=ClientModel.name.exists())
-        return _first_two(build)
+        def build(uncounting: bool):
+            def b(t) -> None:
+                t.update(M(sub_id), actions=actions, condition=cls._exists() & M.push.exists())
+                if uncounting:
+                    uncount(t, owner)
+            return b
+        return transact_uncounting(build, True, 1)
 
     @classmethod
     def _state_removed(cls) -> list:
@@ -181,13 +183,14 @@ class PushRepo:
             return None
 
     @staticmethod
-    def endpoints_of(client: str) -> int:
+    def endpoints_of(client: str) -> int | None:
         """Push endpoints ``client`` has (paused ones too): its subscriptions' and its own, as a
-        consumer group — the counter on its client item (one consistent GetItem)."""
+        consumer group — the counter on its client item (one consistent GetItem). None: no such
+        client (a subscription's subscriber can be gone: an SQS queue's group, with DeleteQueue)."""
         try:
             c = ClientModel.get(client, consistent_read=True, attributes_to_get=["name", "push_endpoints"])
         except DoesNotExist:
-            return 0
+            return None
         return int(c.push_endpoints or 0)
 
     @classmethod
@@ -295,9 +298,14 @@ class GroupPushRepo(PushRepo):
         M = cls.M
         if current is None:
             return False
-        return cls._transact(name, [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(),
-                                    M.push_leases.remove(), M.push_endpoints.add(-1), *cls._state_removed()],
-                             cls._exists() & (M.push == current), delete=current)
+        actions = [M.push.remove(), M.push_secrets.remove(), M.push_paused.remove(), M.push_leases.remove(),
+                   *cls._state_removed()]
+        cond = cls._exists() & (M.push == current)
+        # uncounted only while the item counts one (as :func:`uncount`): the count never goes below 0
+        return (cls._transact(name, [*actions, M.push_endpoints.add(-1)], cond & (M.push_endpoints > 0),
+                              delete=current)
+                or cls._transact(name, actions, cond & (M.push_endpoints.does_not_exist() | (M.push_endpoints <= 0)),
+                                 delete=current))
 
     @staticmethod
     def groups_of_topic(topic: str) -> list[str]:

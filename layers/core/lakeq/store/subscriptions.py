@@ -16,7 +16,7 @@ from pynamodb.transactions import TransactWrite
 from lakeq.common.errors import BadRequest
 from lakeq.common.names import covers
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
-from lakeq.store.repos import LogRepo, transact, transact_if_first
+from lakeq.store.repos import LogRepo, TransactionFailed, transact, transact_if_first
 
 VERSION_ID = "~version"
 
@@ -147,6 +147,30 @@ class Start:
         return hs is None or queue >= len(hs) or msg["offset"] >= hs[queue]
 
 
+def uncount(t: TransactWrite, owner: str) -> None:
+    """Add to ``t``: one push endpoint fewer on ``owner``'s client item, only while it counts one
+    (``push_endpoints`` > 0): a client item gone (an SQS queue's deleted group) or an endpoint
+    registered before the counter existed has none to give back, and the count never goes below
+    0 (a negative count would raise the client's limit for good)."""
+    t.update(ClientModel(owner), actions=[ClientModel.push_endpoints.add(-1)],
+             condition=ClientModel.push_endpoints > 0)
+
+
+def transact_uncounting(build, uncounting: bool, at: int) -> bool:
+    """:func:`transact_if_first` of ``build(uncounting)``; when only the uncount (item ``at``,
+    :func:`uncount`) failed its condition, the same without it: the endpoint was not counted."""
+    if uncounting:
+        try:
+            transact(build(True))
+            return True
+        except TransactionFailed as e:
+            if e.failed(0):
+                return False
+            if not e.failed(at):
+                raise
+    return transact_if_first(build(False))
+
+
 class SubscriptionRepo:
     @staticmethod
     def get(sub_id: str) -> SubscriptionModel | None:
@@ -175,15 +199,16 @@ class SubscriptionRepo:
         none). False when it did not exist or its endpoint came or went meanwhile (read again)."""
         S = SubscriptionModel
 
-        def build(t: TransactWrite) -> None:
-            pushed = S.push.exists() if push_owner is not None else S.push.does_not_exist()
-            t.delete(S(sub_id), condition=S.id.exists() & pushed)
-            t.delete(QueueModel(list_topic(sub_id), 0))
-            t.update(S(VERSION_ID), actions=[S.version.add(1)])
-            if push_owner is not None:
-                t.update(ClientModel(push_owner), actions=[ClientModel.push_endpoints.add(-1)],
-                         condition=ClientModel.name.exists())
-        return transact_if_first(build)
+        def build(uncounting: bool):
+            def b(t: TransactWrite) -> None:
+                pushed = S.push.exists() if push_owner is not None else S.push.does_not_exist()
+                t.delete(S(sub_id), condition=S.id.exists() & pushed)
+                t.delete(QueueModel(list_topic(sub_id), 0))
+                t.update(S(VERSION_ID), actions=[S.version.add(1)])
+                if uncounting:
+                    uncount(t, push_owner)
+            return b
+        return transact_uncounting(build, push_owner is not None, 3)
 
     @staticmethod
     def purge_list(sub_id: str, deadline: float | None = None) -> bool:
