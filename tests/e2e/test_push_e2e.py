@@ -280,7 +280,7 @@ def test_group_push_in_order_per_key_within_the_in_flight_limit(st, in_flight):
         gkey = st.call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
                        status=201)["api_key"]
         reg = st.call("PUT", f"/v1/groups/{group}/push", gkey, 201, json={
-            "url": rx.url, "topic": topic, "batch_size": 2, "max_in_flight": in_flight, "timeout_ms": 2000,
+            "url": rx.url, "topic": topic, "batch_size": 2, "max_in_flight": in_flight, "timeout_ms": 10_000,
             "retry": {"max_attempts": 10, "backoff_base_ms": 100, "backoff_cap_ms": 300}})
         keys, per_key = [f"k{i}" for i in range(8)], 4
         msgs = [{"key": k, "body": f"{k}-{j}"} for j in range(per_key) for k in keys]
@@ -301,11 +301,17 @@ def test_group_push_in_order_per_key_within_the_in_flight_limit(st, in_flight):
         assert peak <= in_flight, peak
         if in_flight > 1:
             assert peak > 1, "the group's queues were never pushed in parallel"
-        for k in keys:  # per key: each accepted once, in produce order (the released one after its retry)
+        for k in keys:  # per key: each accepted, in produce order (the released one after its retry)
             seq = [int(b.split("-")[1]) for kk, b in acc if kk == k]
-            assert sorted(seq) == list(range(per_key)) and len(seq) == per_key, (k, seq)
+            # delivery is at-least-once (docs/api.md): a request whose answer reached lakeq after its
+            # timeout_ms (a loaded machine) is sent again — the same batch, before anything after it —
+            # so order is checked on first acceptances, and a repeat is only of the batch last accepted
+            first = list(dict.fromkeys(seq))
+            assert sorted(first) == list(range(per_key)), (k, seq)
             if k != "k1":
-                assert seq == list(range(per_key)), (k, seq)
+                assert first == list(range(per_key)), (k, seq)
+            for i, x in enumerate(seq):
+                assert x not in seq[:i] or x >= max(seq[:i]) - 1, (k, seq)
         for _t, bodies, _k, _c, _r in got:
             assert len(bodies) <= 2
         # nothing left for the group's pulls; the endpoint's state counts it all
