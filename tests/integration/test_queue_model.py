@@ -369,7 +369,8 @@ class QueueModel(RuleBasedStateMachine):
     def time_to_an_edge(self, data):
         """To the millisecond of a lock's end or a message's due time (or one before / after)."""
         self.note("time_to_an_edge")
-        t = data.draw(st.sampled_from(self.events()), label="edge") + data.draw(st.sampled_from((-1, 0, 1)), label="delta")
+        t = data.draw(st.sampled_from(self.events()), label="edge")
+        t += data.draw(st.sampled_from((-1, 0, 1)), label="delta")
         if t > self.now:
             self.clock.t = t
         self.expire()
@@ -516,11 +517,12 @@ class QueueModel(RuleBasedStateMachine):
 
 @pytest.fixture
 def model_ctx(aws, clock, monkeypatch, _aws_snapshot):
+    from moto.backends import get_backend
+
     from lakeq.admin import auth as lq_auth
     from lakeq.sqs import handler as sqs_service
     from lakeq.sqs import keys as sqs_keys
     from lakeq.sqs import permissions as sqs_perm
-    from moto.backends import get_backend
     from tests.integration.sqs_harness import Harness, fake_auth
 
     monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
