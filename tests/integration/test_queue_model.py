@@ -112,7 +112,10 @@ class QueueModel(RuleBasedStateMachine):
         self.n = 0
         self.steps = 0
         self.trace: list[str] = []
-        self.last = {"delete": -99, "drain": -99}  # the step of the last delete / drain (both are rare)
+        self.last = {"delete": -99, "drain": -99}
+        # group members (A and B may also join g): generation last received, the queues of the last
+        # sync (None: not a member), and whether it re-joined since (it may have released some)
+        self.members: dict[str, dict] = {}  # the step of the last delete / drain (both are rare)
 
     # ---------------------------------------------------------------- the model's view
 
@@ -156,9 +159,11 @@ class QueueModel(RuleBasedStateMachine):
     def call(self, method, p, body=None, query=None, key=None):
         return self.api.call(method, p, body, query, key=key or self.gkey)
 
-    def pull(self, consumer: str, mx: int, vis: int | None = None) -> dict:
+    def pull(self, consumer: str, mx: int, vis: int | None = None, member: str | None = None) -> dict:
         self.expire()
         q = {"group": G, "max": mx}
+        if member is not None:
+            q["member_id"] = member
         if vis is not None:
             q["visibility_timeout_ms"] = vis
         s, b = self.call("GET", path(T), query=q)
@@ -167,11 +172,13 @@ class QueueModel(RuleBasedStateMachine):
             if r.inc == self.inc and r.until <= self.now:
                 r.touched = True
         got = b["messages"]
-        self.seen["pull served" if got else "pull empty"] += 1
+        self.seen[("member " if member else "") + ("pull served" if got else "pull empty")] += 1
         self.trace.append(f"={len(got)}")
         locked = self.locked_queues()
         if not got:
             assert b["receipt"] is None, b
+            if member is not None:  # (which of its queues a member may be served is the server's)
+                return b
             free = [m for m in self.current() if self.servable(m)
                     and (m.queue is None and len(locked) < QUEUES or m.queue is not None and m.queue not in locked)]
             assert not free, f"empty pull at {self.now} while servable: {free}"
@@ -180,6 +187,8 @@ class QueueModel(RuleBasedStateMachine):
         assert len(qs) == 1, got
         (queue,) = qs
         assert queue not in locked, f"queue {queue} served while {locked[queue]} holds it"
+        if member is not None:
+            assert queue in self.members[member]["owned"], (member, queue, self.members)
         offs = [m["offset"] for m in got]
         assert offs == sorted(set(offs)) and len(offs) <= mx, offs
         r = Receipt(consumer, self.inc, queue, offs, self.now + (vis or VIS), set(offs))
@@ -235,6 +244,8 @@ class QueueModel(RuleBasedStateMachine):
               ("ack_batch", 4 * live), ("settle", 4 * live), ("visibility", 2 * live),
               ("late_ack", 2 * bool(self.late_receipts())), ("time_to_an_edge", 2 * bool(self.events())),
               ("delete_and_recreate", bool(self.steps - self.last["delete"] >= 12 and self.current())),
+              ("member_step", 2), ("member_leave", bool(self.members)),
+              ("pull_as_member", 3 * bool(self.members)),
               ("stale_receipt", bool(self.old_receipts)), ("redrive", 2 * self.dlq_known()),
               ("drain", bool(self.steps - self.last["drain"] >= 8
                              and any(m.state not in ("acked", "dead") for m in self.current())))]
@@ -298,6 +309,56 @@ class QueueModel(RuleBasedStateMachine):
     def live_receipts(self) -> list[str]:
         self.expire()
         return sorted(k for k, r in self.receipts.items() if r.inc == self.inc and self.live(r))
+
+    def wire(self, qs) -> list[dict]:
+        return [{"topic": T, "queue": q} for q in sorted(qs)]
+
+    def join(self, x: str) -> None:
+        m = self.members.get(x)
+        s, b = self.call("POST", f"/v1/groups/{G}/members", {
+            "member_id": x, "topics": [T], "owned": self.wire(m["owned"] if m else []),
+            "session_timeout_ms": 300_000})
+        assert s == 200, b
+        if m is None:
+            self.members[x] = {"gen": b["generation"], "owned": [], "rejoined": False}
+        else:
+            m["gen"], m["rejoined"] = b["generation"], True
+
+    def member_step(self, data):
+        """A (or B) joins g, or heartbeats and does what the answer says (sync, or join again)."""
+        x = data.draw(st.sampled_from(("mA", "mB")), label="member")
+        self.note("member_step")
+        if x not in self.members:
+            self.join(x)
+        m = self.members[x]
+        s, b = self.call("POST", f"/v1/groups/{G}/members/{x}/heartbeat",
+                         {"generation": m["gen"], "owned": self.wire(m["owned"])})
+        assert s == 200, b
+        m["gen"] = b["generation"]
+        if b["action"] == "rejoin":
+            return self.join(x)
+        if b["action"] == "sync":
+            s, b = self.call("POST", f"/v1/groups/{G}/members/{x}/sync", {"generation": m["gen"]})
+            assert s == 200, b
+            m["gen"] = b["generation"]
+            got = sorted(a["queue"] for a in b["assignment"] if a["topic"] == T)
+            for y, o in self.members.items():  # a queue is handed over only once its holder let it go
+                if y != x and not o["rejoined"]:
+                    assert not set(got) & set(o["owned"]), (x, got, y, o)
+            m["owned"], m["rejoined"] = got, False
+
+    def member_leave(self, data):
+        x = data.draw(st.sampled_from(sorted(self.members)), label="member")
+        self.note("member_leave")
+        s, b = self.call("DELETE", f"/v1/groups/{G}/members/{x}")
+        assert s == 204, b
+        del self.members[x]
+
+    def pull_as_member(self, data):
+        x = data.draw(st.sampled_from(sorted(self.members)), label="member")
+        mx = data.draw(st.integers(1, 4), label="max")
+        self.note("pull_as_member")
+        self.pull(x, mx, member=x)
 
     def ack_batch(self, data):
         self.note("ack_batch")
