@@ -64,6 +64,7 @@ class Msg:
     deliveries: int = 0
     state: str = "new"  # new | locked | pending | acked | dead | gone
     receipt: str | None = None
+    suspect: bool = False  # pending because a lock ended with it unsettled (not released): served alone
 
 
 @dataclass
@@ -134,7 +135,7 @@ class QueueModel(RuleBasedStateMachine):
                 for o in r.unsettled:
                     m = r.by_offset[o]
                     if m.state == "locked" and m.receipt is not None and self.receipts[m.receipt] is r:
-                        m.state = "pending"
+                        m.state, m.suspect = "pending", True
 
     def current(self) -> list[Msg]:
         return [m for m in self.msgs if m.inc == self.inc and m.state != "gone"]
@@ -192,6 +193,11 @@ class QueueModel(RuleBasedStateMachine):
         offs = [m["offset"] for m in got]
         assert offs == sorted(set(offs)) and len(offs) <= mx, offs
         r = Receipt(consumer, self.inc, queue, offs, self.now + (vis or VIS), set(offs))
+        pend = sorted((m.offset, m.suspect) for m in self.current()
+                      if m.queue == queue and m.offset is not None and self.servable(m) and m.state == "pending")
+        if pend:  # docs/api.md (pull): pending messages first, lowest offset first; a suspect alone
+            assert offs[0] == pend[0][0], f"pending {pend} of queue {queue} not served first: {offs}"
+            assert not pend[0][1] or len(offs) == 1, f"suspect {pend[0][0]} served with others: {offs}"
         for x in got:
             m = self.by_id.get(x["id"])
             if m is None:  # a redriven copy: its id is the redrive's
@@ -213,7 +219,7 @@ class QueueModel(RuleBasedStateMachine):
                 assert m.offset == x["offset"], (x, m)
             m.queue, m.offset = queue, x["offset"]
             m.deliveries += 1
-            m.state, m.receipt = "locked", b["receipt"]
+            m.state, m.receipt, m.suspect = "locked", b["receipt"], False
             r.by_offset[x["offset"]] = m
         for old in self.receipts.values():
             if old.inc == self.inc and old.queue == queue:
@@ -225,7 +231,7 @@ class QueueModel(RuleBasedStateMachine):
         for o in accept:
             r.by_offset[o].state = "acked"
         for o in release:
-            r.by_offset[o].state = "pending"
+            r.by_offset[o].state, r.by_offset[o].suspect = "pending", False
         for o in reject:
             m = r.by_offset[o]
             m.state = "dead"
@@ -271,9 +277,9 @@ class QueueModel(RuleBasedStateMachine):
         for _ in range(n):
             self.n += 1
             body = f"m{self.n}"
-            key = data.draw(st.sampled_from((None,) + KEYS))
-            delay = data.draw(st.sampled_from((None, 0, 500, 1500)))
-            with_id = data.draw(st.booleans())
+            key = data.draw(st.sampled_from((None,) + KEYS), label="key")
+            delay = data.draw(st.sampled_from((None, 0, 500, 1500)), label="delay_ms")
+            with_id = data.draw(st.booleans(), label="with id")
             x = {"body": body}
             if key is not None:
                 x["key"] = key
@@ -399,7 +405,7 @@ class QueueModel(RuleBasedStateMachine):
         if not vis:
             r.owner = False
             for o in r.unsettled:
-                r.by_offset[o].state = "pending"
+                r.by_offset[o].state, r.by_offset[o].suspect = "pending", True
             r.unsettled = set()
 
     def late_receipts(self) -> list[str]:
