@@ -113,10 +113,12 @@ class QueueModel(RuleBasedStateMachine):
         self.n = 0
         self.steps = 0
         self.trace: list[str] = []
-        self.last = {"delete": -99, "drain": -99}
+        self.last = {"delete": -99, "drain": -99}  # the step of the last delete / drain (both are rare)
         # group members (A and B may also join g): generation last received, the queues of the last
         # sync (None: not a member), and whether it re-joined since (it may have released some)
-        self.members: dict[str, dict] = {}  # the step of the last delete / drain (both are rare)
+        self.members: dict[str, dict] = {}
+        self.acked: dict[tuple, tuple] = {}  # (inc, queue) -> (receipt, answer) of its last whole-batch ack
+        self.requests: list[tuple] = []  # (inc, messages, results) of produce requests, every message with an id
 
     # ---------------------------------------------------------------- the model's view
 
@@ -251,6 +253,8 @@ class QueueModel(RuleBasedStateMachine):
               ("ack_batch", 4 * live), ("settle", 4 * live), ("visibility", 2 * live),
               ("late_ack", 2 * bool(self.late_receipts())), ("time_to_an_edge", 2 * bool(self.events())),
               ("delete_and_recreate", bool(self.steps - self.last["delete"] >= 12 and self.current())),
+              ("retry_ack", bool([k for k in self.acked if k[0] == self.inc])),
+              ("retry_produce", bool([r for r in self.requests if r[0] == self.inc])),
               ("member_step", 2), ("member_leave", bool(self.members)),
               ("pull_as_member", 3 * bool(self.members)),
               ("stale_receipt", bool(self.old_receipts)), ("redrive", 2 * self.dlq_known()),
@@ -305,6 +309,8 @@ class QueueModel(RuleBasedStateMachine):
             assert m.id not in self.by_id
             self.msgs.append(m)
             self.by_id[m.id] = m
+        if all("id" in x for x in msgs):
+            self.requests.append((self.inc, msgs, b["results"]))
 
     def pull_batch(self, data):
         consumer = data.draw(st.sampled_from("AB"), label="consumer")
@@ -375,6 +381,33 @@ class QueueModel(RuleBasedStateMachine):
         assert s == 200, b
         assert b["unsettled"] == [] and b["queue"] == r.queue, b
         self.settle_local(r, accept=sorted(r.unsettled))
+        self.acked[(r.inc, r.queue)] = (rc, b)
+
+    def retry_ack(self, data):
+        """shared/API.md (Ack): a repeated ack of a receipt that succeeded answers 200, the same body."""
+        k = data.draw(st.sampled_from(sorted(k for k in self.acked if k[0] == self.inc)), label="queue")
+        self.note("retry_ack")
+        rc, first = self.acked[k]
+        s, b = self.call("POST", "/v1/acks", {"group": G, "receipt": rc})
+        assert (s, b) == (200, first), (rc, first, s, b)
+
+    def retry_produce(self, data):
+        """shared/API.md (Produce): a message id seen before returns the original result, not stored again."""
+        i = data.draw(st.sampled_from([i for i, r in enumerate(self.requests) if r[0] == self.inc]), label="request")
+        self.note("retry_produce")
+        _, msgs, first = self.requests[i]
+        s, b = self.api.call("POST", path(T), {"producer": "feed", "messages": msgs}, key=self.feed)
+        assert s == 200, b
+        for res, was in zip(b["results"], first, strict=True):
+            assert (res["id"], res["queue"]) == (was["id"], was["queue"]), (res, was)
+            if was["offset"] is not None:
+                assert res == was, (res, was)
+            elif res["offset"] is None:  # still waiting
+                assert res.get("deliver_at") == was["deliver_at"], (res, was)
+            else:  # it joined its queue since: that offset (a pull may have told it already)
+                m = self.by_id[was["id"]]
+                assert m.due <= self.now and m.offset in (None, res["offset"]), (res, m)
+                m.offset = res["offset"]
 
     def settle(self, data):
         self.note("settle")
