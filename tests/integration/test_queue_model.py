@@ -4,7 +4,7 @@ integration test) with the fake clock, and a model of dicts and lists says what 
 
 Set-up per example (a fresh moto state): topic ``t`` (2 queues), dead-letter topic ``dlq``
 (1 queue), producer ``feed``, consumer group ``g`` (clustering, visibility 1000 ms,
-``max_deliveries`` 3, dead letters to ``dlq``). Two consumers, ``A`` and ``B``, pull as ``g``.
+``max_deliveries`` 3, 2 or 1, dead letters to ``dlq``). Two consumers, ``A`` and ``B``, pull as ``g``.
 
 Rules (each behind a precondition, so every step satisfies its premise): produce (with or without
 key / id, optional ``delay_ms``), pull a batch, ack a batch, settle per message (accept / release /
@@ -102,6 +102,7 @@ class QueueModel(RuleBasedStateMachine):
                                               "dead_letter_topic": DLQ})
         assert s == 201, g
         self.feed, self.gkey = feed["api_key"], g["api_key"]
+        self.maxd = MAXD
         self.inc = 0
         self.msgs: list[Msg] = []
         self.by_id: dict[str, Msg] = {}
@@ -145,7 +146,7 @@ class QueueModel(RuleBasedStateMachine):
     def due_dead(self, m: Msg) -> bool:
         """Delivered max_deliveries times, its last delivery ended unsettled: the next pull of its
         queue dead-letters it (or a settle did already)."""
-        return m.state == "pending" and m.deliveries >= MAXD
+        return m.state == "pending" and m.deliveries >= self.maxd
 
     def servable(self, m: Msg) -> bool:
         return m.state in ("new", "pending") and not self.due_dead(m) and m.due <= self.now
@@ -200,6 +201,8 @@ class QueueModel(RuleBasedStateMachine):
         if pend:  # docs/api.md (pull): pending messages first, lowest offset first; a suspect alone
             assert offs[0] == pend[0][0], f"pending {pend} of queue {queue} not served first: {offs}"
             assert not pend[0][1] or len(offs) == 1, f"suspect {pend[0][0]} served with others: {offs}"
+        if self.maxd == 1:
+            assert len(offs) == 1, f"max_deliveries 1: a batch of {offs}"
         for x in got:
             m = self.by_id.get(x["id"])
             if m is None:  # a redriven copy: its id is the redrive's
@@ -266,6 +269,14 @@ class QueueModel(RuleBasedStateMachine):
     def step(self, data):
         names = [n for n, w in self.actions() for _ in range(w)]
         getattr(self, data.draw(st.sampled_from(names), label="action"))(data)
+
+    @initialize(maxd=st.sampled_from((MAXD, 2, 1)))
+    def max_deliveries(self, maxd):
+        """g's max_deliveries (PATCH /v1/clients/g): 1 makes every batch a single message."""
+        if maxd != self.maxd:
+            s, b = self.api.call("PATCH", f"/v1/clients/{G}", {"max_deliveries": maxd})
+            assert s == 200, b
+            self.maxd = maxd
 
     @initialize(n=st.integers(1, 4), data=st.data())
     def produce_first(self, n, data):
