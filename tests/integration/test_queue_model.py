@@ -3,25 +3,30 @@
 integration test) with the fake clock, and a model of dicts and lists says what may happen.
 
 Set-up per example (a fresh moto state): topic ``t`` (2 queues), dead-letter topic ``dlq``
-(1 queue), producer ``feed``, consumer group ``g`` (clustering, visibility 1000 ms,
-``max_deliveries`` 3, 2 or 1, dead letters to ``dlq``). Two consumers, ``A`` and ``B``, pull as ``g``.
+(1 queue), producer ``feed``, consumer group ``g`` (clustering, visibility 3000 ms,
+``max_deliveries`` 3, 2 or 1, dead letters to ``dlq``). Two consumers, ``A`` and ``B``, pull as ``g``;
+as members ``mA`` / ``mB`` they also join it, heartbeat, sync, leave and pull with ``member_id``.
 
-Rules (each behind a precondition, so every step satisfies its premise): produce (with or without
-key / id, optional ``delay_ms``), pull a batch, ack a batch, settle per message (accept / release /
-reject), change visibility (0 ends the lock), a late ack after the lock expired, let time pass
-(also to the millisecond of a lock's expiry or a message's due time), delete the topic (SQS
-``DeleteQueue``) and create it again, an ack with a receipt of a deleted incarnation, redrive the
-dead-letter topic, and a drain (every lock and delay over, pull and ack until empty).
+Actions (one weighted rule picks among those whose premise holds, so every step satisfies it):
+produce (with or without key / id, optional ``delay_ms``), retry a produce with the same ids, pull
+a batch (optional ``visibility_timeout_ms``), ack a batch, retry that ack, settle per message
+(accept / release / reject), change visibility (0 ends the lock), a late ack after the lock expired
+(no pull since), let time pass (also to the millisecond of a lock's end or a message's due time,
+or one before / after), member join / heartbeat / sync / leave and a member's pull, delete the
+topic (SQS ``DeleteQueue``) and create it again, settle with a receipt of a deleted incarnation
+(404 / 409), redrive the dead-letter topic, and a drain (every lock and delay over, pull and ack
+until empty).
 
 Checked on every pull: every message served exists in the current incarnation, is neither acked
 nor dead-lettered nor due to be, is not under a live lock (so never with two consumers at once),
-is due (a delayed message never early), comes from one queue in offset order and carries
-``deliveries`` = the model's count + 1; an empty pull only when no queue the model knows free has
-anything servable. After every step (the group's offsets route): each queue's lock end equals the
-model's live lock, its dead-letter count lies between the model's sure and possible dead letters,
-the backlog between the model's bounds. The drain: exactly the unacked, not-dead-lettered
-messages are served, and then the dead-letter counts and the dead-letter topic's copies equal the
-model's.
+is due (a delayed message never early), comes from one queue in offset order, carries
+``deliveries`` = the model's count + 1, and pending messages come first (a suspect alone); a
+member is served only queues of its last sync, and a sync never hands over a queue another member
+still holds; an empty pull only when no queue the model knows free has anything servable. After
+every step (the group's offsets route): each queue's lock end equals the model's live lock, its
+dead-letter count equals the model's (the dead-letter topic's copies tell which due messages were
+written), the backlog lies between the model's bounds. The drain: exactly the unacked,
+not-dead-lettered messages are served, then the dead-letter counts and copies equal the model's.
 
 Steps per run: ``LAKEQ_MODEL_EXAMPLES`` (default 20) examples of ``LAKEQ_MODEL_STEPS`` (default 25).
 """
