@@ -338,7 +338,8 @@ def fairness(quick: bool) -> None:
             return None, b""
         out = push.deliver_all(subs + [healthy], poster, remaining_ms=remaining_ms, fair=fair)
         run_s = time.monotonic() - t0
-        return {"healthy_s": seen.get("healthy_s"), "healthy_rank": seen.get("healthy_rank"), "run_s": run_s, "first_dead_end_s": seen.get("first_dead_end_s"),
+        return {"healthy_s": seen.get("healthy_s"), "healthy_rank": seen.get("healthy_rank"), "run_s": run_s,
+                "first_dead_end_s": seen.get("first_dead_end_s"),
                 "skipped": sum(d.skipped for d in out.values()),
                 "dead_tried": sum(d.batches for k, d in out.items() if k != healthy)}
 
