@@ -19,7 +19,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from lakeq.store import slots
 from lakeq.store.models import ClientModel, WatcherModel
-from lakeq.store.repos import TransactionFailed, conditional_failed, transact
+from lakeq.store.repos import conditional_failed, transact_if_first
 from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel, transact_uncounting, uncount
 
 ENDPOINTS_PREFIX = "p|"  # WatchersTable: a topic's consumer groups with an active push endpoint
@@ -42,17 +42,6 @@ def counted(limit: int | None):
     if limit is None:
         return cond
     return cond & (M.push_endpoints.does_not_exist() | (M.push_endpoints < limit))
-
-
-def _first_two(build) -> bool:
-    """:func:`transact`; False when either of the first two items failed its condition."""
-    try:
-        transact(build)
-        return True
-    except TransactionFailed as e:
-        if e.failed(0) or e.failed(1):
-            return False
-        raise
 
 
 class PushRepo:
@@ -85,7 +74,7 @@ class PushRepo:
         def build(t) -> None:
             t.update(M(sub_id), actions=actions, condition=cond)
             t.update(ClientModel(owner), actions=[ClientModel.push_endpoints.add(1)], condition=counted(limit))
-        return _first_two(build)
+        return transact_if_first(build, answers=(0, 1))  # the endpoint's item, the owner's count
 
     @classmethod
     def set_secrets(cls, sub_id: str, old: str | None, new: str) -> bool:
@@ -249,13 +238,7 @@ class GroupPushRepo(PushRepo):
                 t.delete(r)
             for r in rows_put:
                 t.save(r)
-        try:
-            transact(build)
-            return True
-        except TransactionFailed as e:
-            if e.failed(0):
-                return False
-            raise
+        return transact_if_first(build)
 
     @classmethod
     def put(cls, name: str, settings: str, secrets: str | None, current: str | None = None,

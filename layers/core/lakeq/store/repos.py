@@ -185,13 +185,14 @@ def update_if(item, actions: list, condition) -> bool:
         raise
 
 
-def transact_if_first(build) -> bool:
-    """:func:`transact`, answering False when the first item ``build`` added failed its condition
-    (the usual "it changed meanwhile / it is gone" outcome); any other cancellation raises."""
+def transact_if_first(build, answers: tuple[int, ...] = (0,)) -> bool:
+    """:func:`transact`, answering False when the first item ``build`` added (or any item of
+    ``answers``, in the order added) failed its condition (the usual "it changed meanwhile / it is
+    gone" outcome); any other cancellation raises."""
     try:
         transact(build)
     except TransactionFailed as e:
-        if e.failed(0):
+        if any(e.failed(i) for i in answers):
             return False
         raise
     return True
