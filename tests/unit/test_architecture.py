@@ -208,3 +208,139 @@ def test_test_module_basenames_are_unique_across_the_suite():
     for path in (ROOT / "tests").rglob("test_*.py"):
         seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+# --------------------------------------------------------------- store calls only in store (issue 31.1)
+# The import table above lets a use case import `lakeq.store.models` (its records are still the
+# use cases' domain objects), so it cannot see a DynamoDB call made through a model outside `store`
+# (`QueueModel.scan(...)`, `KeyModel(...).save()`, a transaction built from model attributes). This
+# check reads every module outside `store` and every function's app.py and reports:
+# (a) a storage method called on a model (a `*Model` name imported from `lakeq.store…`, or
+#     `models.XModel` through an imported module): a class method, or an instance method on a model
+#     built in place (`KeyModel(...).save()`);
+# (b) a condition or update action built from a model's attribute (`ClientModel.key_version == v`,
+#     `QueueModel.next_due <= now`, `KeyModel.key_hash.does_not_exist()`): a request composed outside
+#     the repository that sends it;
+# (c) a write with pynamodb's `actions=` / `condition=` keywords, or the store's raw transaction
+#     helpers (`transact`, `transact_if_first`, `update_if`) imported outside `store`;
+# (d) a DynamoDB or S3 client or resource made outside `store` (boto3 or botocore:
+#     `create_client("s3")`, `client("dynamodb")`, `resource("s3")`).
+MODEL_CALLS = {"query", "scan", "get", "batch_get", "batch_write", "count", "exists", "create_table",
+               "delete_table", "describe_table", "update_ttl", "save", "update", "delete", "refresh",
+               "get_operation_kwargs_from_instance"}
+INSTANCE_CALLS = {"save", "update", "delete", "refresh"}
+RAW_WRITES = {"transact", "transact_if_first", "update_if", "_connection", "TransactWrite", "TransactGet",
+              "Connection"}
+STORAGE_SERVICES = {"dynamodb", "s3"}
+# What may stay, and why (empty is the goal): path relative to the repository root -> reason.
+STORE_CALLS_ALLOWED: dict[str, str] = {
+    "layers/core/lakeq/console/monitor.py": "moving: ClientModel.scan()",
+    "layers/core/lakeq/console/summary.py": "moving: ClientModel.scan()",
+    "layers/core/lakeq/fanout/worker.py": "moving: SegmentModel.query()",
+    "layers/core/lakeq/lake/reports.py": "moving: the S3 client",
+    "layers/core/lakeq/produce/delayed.py": "moving: QueueModel.scan()",
+    "layers/core/lakeq/sqs/keys.py": "moving: the credentials' transaction",
+    "functions/archiver/app.py": "moving: the S3 client",
+}
+
+
+def store_calls(source: str) -> list[str]:
+    """The storage calls (a)-(d) above that ``source`` makes, as ``line: what`` (empty when none)."""
+    tree = ast.parse(source)
+    models, modules_ = set(), set()  # names bound to models / to store modules holding models
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lakeq.store"):
+            for a in node.names:
+                name = a.asname or a.name
+                if a.name.endswith("Model"):
+                    models.add(name)
+                elif a.name in RAW_WRITES:
+                    bad.append(f"{node.lineno}: imports the store's raw write {a.name}")
+                else:
+                    modules_.add(name)  # a module (`from lakeq.store import models`) or a repo: harmless
+        elif isinstance(node, ast.ImportFrom) and node.module == "lakeq":
+            modules_.update(a.asname or a.name for a in node.names if a.name == "store")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("lakeq.store"):
+                    modules_.add(a.asname or a.name.split(".")[0])
+
+    def dotted(e) -> str:
+        parts = []
+        while isinstance(e, ast.Attribute):
+            parts.append(e.attr)
+            e = e.value
+        return ".".join([e.id, *reversed(parts)]) if isinstance(e, ast.Name) else ""
+
+    def is_model(e) -> bool:
+        """``e`` names a model class: ``XModel`` imported from the store, or ``<store module>…XModel``."""
+        if isinstance(e, ast.Name):
+            return e.id in models
+        d = dotted(e)
+        return bool(d) and d.split(".")[0] in modules_ and d.rsplit(".", 1)[-1].endswith("Model")
+
+    def model_attr(e) -> bool:
+        return isinstance(e, ast.Attribute) and is_model(e.value)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute):
+                if is_model(f.value) and f.attr in MODEL_CALLS:
+                    bad.append(f"{node.lineno}: {dotted(f)}() calls the store through a model")
+                elif isinstance(f.value, ast.Call) and is_model(f.value.func) and f.attr in INSTANCE_CALLS:
+                    bad.append(f"{node.lineno}: {dotted(f.value.func)}(...).{f.attr}() calls the store through a model")
+                elif model_attr(f.value):
+                    bad.append(f"{node.lineno}: {dotted(f)}() builds a request from a model's attribute")
+            kws = {k.arg for k in node.keywords}
+            if kws & {"actions", "condition"}:
+                bad.append(f"{node.lineno}: a write with pynamodb's {sorted(kws & {'actions', 'condition'})}")
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in ("client", "resource", "create_client"):
+                service = node.args[0] if node.args else next(
+                    (k.value for k in node.keywords if k.arg == "service_name"), None)
+                if isinstance(service, ast.Constant) and service.value in STORAGE_SERVICES:
+                    bad.append(f"{node.lineno}: makes a {service.value} {name.replace('create_', '')}")
+        elif isinstance(node, ast.Compare) and any(model_attr(e) for e in (node.left, *node.comparators)):
+            bad.append(f"{node.lineno}: a condition built from a model's attribute")
+    return sorted(set(bad), key=lambda s: int(s.split(":")[0]))
+
+
+def outside_store():
+    for _, mod, path in modules():
+        if not mod.startswith("lakeq.store."):
+            yield path
+    yield from sorted(FUNCTIONS.rglob("*.py"))
+
+
+def test_only_store_calls_dynamodb_or_s3():
+    paths = list(outside_store())
+    assert len(paths) > 80
+    found = {str(p.relative_to(ROOT)): calls for p in paths if (calls := store_calls(p.read_text()))}
+    assert {p: c for p, c in found.items() if p not in STORE_CALLS_ALLOWED} == {}
+    assert set(STORE_CALLS_ALLOWED) <= set(found)  # the allow-list is not stale
+
+
+def test_the_store_call_checker_catches_what_it_should():
+    """Each way of reaching DynamoDB or S3 outside ``store`` is reported; a repository call is not."""
+    m = "from lakeq.store.models import QueueModel, KeyModel\n"
+    assert store_calls(m + "QueueModel.scan(QueueModel.next_due <= 5)")
+    assert store_calls(m + "list(QueueModel.query('t#0'))")
+    assert store_calls(m + "QueueModel.get('t#0', consistent_read=True)")
+    assert store_calls(m + "KeyModel('h', client='c').save()")
+    assert store_calls(m + "def f():\n    return KeyModel.key_hash.does_not_exist()\n")
+    assert store_calls("from lakeq.store.models import SegmentModel as S\nS.query('p', S.base.between(1, 2))")
+    assert store_calls("from lakeq.store import models\nmodels.ClientModel.scan()")
+    assert store_calls("from lakeq.store import ClientModel\nClientModel.batch_get([])")
+    assert store_calls("import lakeq.store.models\nlakeq.store.models.ClientModel.count()")
+    assert store_calls("from lakeq.store.subscriptions import SubscriptionModel\nSubscriptionModel.scan()")
+    assert store_calls("from lakeq.store.repos import transact\ntransact(lambda t: None)")
+    assert store_calls("def b(t, c):\n    t.update(c, actions=[], condition=None)\n")
+    assert store_calls("import botocore.session\nbotocore.session.get_session().create_client('s3')")
+    assert store_calls("import boto3\nboto3.resource('dynamodb')")
+    assert store_calls("import boto3\nboto3.client(service_name='s3')")
+    assert not store_calls(m + "def f(q: QueueModel) -> int:\n    return int(q.max_offset)\n")
+    assert not store_calls("from lakeq.store.repos import ClientRepo\nClientRepo.all()\nClientRepo.get('c')")
+    assert not store_calls("import botocore.session\nbotocore.session.get_session().create_client('glue')")
+    assert not store_calls("d = {}\nd.update(a=1)\nm.refresh()\nx.get('k')")
