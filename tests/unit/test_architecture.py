@@ -234,12 +234,7 @@ RAW_WRITES = {"transact", "transact_if_first", "update_if", "_connection", "Tran
 STORAGE_SERVICES = {"dynamodb", "s3"}
 # What may stay, and why (empty is the goal): path relative to the repository root -> reason.
 STORE_CALLS_ALLOWED: dict[str, str] = {
-    "layers/core/lakeq/console/monitor.py": "moving: ClientModel.scan()",
-    "layers/core/lakeq/console/summary.py": "moving: ClientModel.scan()",
-    "layers/core/lakeq/fanout/worker.py": "moving: SegmentModel.query()",
     "layers/core/lakeq/lake/reports.py": "moving: the S3 client",
-    "layers/core/lakeq/produce/delayed.py": "moving: QueueModel.scan()",
-    "layers/core/lakeq/sqs/keys.py": "moving: the credentials' transaction",
     "functions/archiver/app.py": "moving: the S3 client",
 }
 

@@ -37,7 +37,7 @@ def list_clients(p: Principal) -> dict:
     """``GET /v1/clients``: the admin key sees every client, a client's key only itself; never a key
     nor a key hash. ``caller`` says who asked (``{"admin": bool, "client": name|null}``)."""
     if p.admin:
-        clients = sorted(ClientModel.scan(), key=lambda c: c.name)
+        clients = ClientRepo.all()
     else:
         c = ClientRepo.get(p.client) if p.client else None
         clients = [c] if c is not None else []

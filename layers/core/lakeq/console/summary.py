@@ -46,7 +46,7 @@ MAX_PAIRS = 200  # topics read, and group rows + subscription lists counted, per
 
 def _visible(p: Principal) -> tuple[list[TopicModel], list[ClientModel]]:
     if p.admin:
-        return list(TopicRepo.all()), sorted(ClientModel.scan(), key=lambda c: c.name)
+        return list(TopicRepo.all()), ClientRepo.all()
     c = ClientRepo.get(p.client) if p.client else None
     if c is None:
         return [], []

@@ -76,7 +76,6 @@ from lakeq.log.fanout_plan import (  # noqa: F401
     plan,
 )
 from lakeq.store.append import Contended, append_at_head
-from lakeq.store.models import SegmentModel
 from lakeq.store.repos import Append, LogRepo
 from lakeq.store.subscriptions import (
     ParkRepo,
@@ -288,9 +287,7 @@ def catch_up(sub_id: str, pq: str, upto: int, m: Matcher, now: int) -> int:
         start = int(entry["from"])
         groups: list[Group] = []
         if start <= upto:
-            for item in SegmentModel.query(LogRepo.pq(topic, int(q)), SegmentModel.base.between(start, upto),
-                                           consistent_read=True):
-                s = seg.Segment(int(item.base), int(item.count), item.idx, item.data, bool(item.z))
+            for s in LogRepo.segments_between(topic, int(q), start, upto):
                 g = group_messages(topic, int(q), s, m, 0, only=sub_id).get(sub_id)
                 if g is not None:
                     groups.append(g)

@@ -171,8 +171,7 @@ def sweep(now: int | None = None) -> dict:
     order are still promoted. Returns counts for the log."""
     now = clock.now() if now is None else now
     out = {"queues": 0, "promoted": 0}
-    for m in QueueModel.scan(QueueModel.next_due <= now,
-                             attributes_to_get=["pq", "topic", "queue", "max_offset", "next_due"]):
+    for m in DelayedRepo.due_queues(now):
         if m.topic is None or m.queue is None:
             continue
         out["queues"] += 1

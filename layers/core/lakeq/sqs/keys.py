@@ -27,9 +27,9 @@ from lakeq.common import clock as _clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name
 from lakeq.sqs import credentials as cred
-from lakeq.store.models import ClientModel, KeyModel
-from lakeq.store.repos import TransactionFailed, transact
-from lakeq.store.sqs import key_owner
+from lakeq.store.models import ClientModel
+from lakeq.store.repos import TransactionFailed
+from lakeq.store.sqs import SqsRepo, key_owner
 
 MAX_SQS_KEYS = 10  # live SQS credentials per client (as MAX_KEYS for API keys)
 SECRET_ENV = "LAKEQ_SQS_SECRET"
@@ -103,19 +103,8 @@ def _set(c: ClientModel, version: int | None, live: list[str], add: str | None =
          remove: str | None = None, now: int = 0) -> None:
     """The client's ``sqs_keys`` (CAS on ``key_version``) and the credential item added or removed,
     in one transaction. TransactionFailed index 0: the client is gone or its keys moved meanwhile."""
-    cond = ClientModel.name.exists() & (ClientModel.key_version.does_not_exist() if version is None
-                                        else ClientModel.key_version == version)
-
-    def build(t) -> None:
-        t.update(c, actions=[ClientModel.sqs_keys.set(json.dumps(live)),
-                             ClientModel.key_version.set((version or 0) + 1)], condition=cond)
-        if add is not None:
-            t.save(KeyModel(cred.item_key(add), client=c.name, key_id=add, created_at=now),
-                   condition=KeyModel.key_hash.does_not_exist())
-        if remove is not None:
-            t.delete(KeyModel(cred.item_key(remove)),
-                     condition=KeyModel.key_hash.does_not_exist() | (KeyModel.client == c.name))
-    transact(build)
+    SqsRepo.set_credentials(c, version, live, add=(cred.item_key(add), add) if add is not None else None,
+                            remove=cred.item_key(remove) if remove is not None else None, now=now)
 
 
 # --- use cases -----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 
 from pynamodb.connection import Connection
@@ -284,6 +284,11 @@ class TopicRepo:
 
 
 class ClientRepo:
+    @staticmethod
+    def all() -> list[ClientModel]:
+        """Every client, by name: one Scan of the clients table (all its pages)."""
+        return sorted(ClientModel.scan(), key=lambda c: c.name)
+
     @staticmethod
     def get(name: str) -> ClientModel | None:
         try:
@@ -702,6 +707,15 @@ class LogRepo:
             if covered >= max_offsets:
                 return
 
+    @classmethod
+    def segments_between(cls, topic: str, queue: int, start: int, upto: int) -> Iterator[seg.Segment]:
+        """The queue's segments with a base in ``[start, upto]``, in order: one consistent Query
+        (``base`` BETWEEN), read page by page as the caller iterates (the fan-out's catch-up,
+        :func:`lakeq.fanout.worker.catch_up`)."""
+        for item in SegmentModel.query(cls.pq(topic, queue), SegmentModel.base.between(start, upto),
+                                       consistent_read=True):
+            yield cls._segment(item)
+
     @staticmethod
     def _forward(pq: str, start: int, first_page: int):
         """The segments from ``start`` on, in order: a first Query page of ``first_page`` items,
@@ -780,6 +794,14 @@ class DelayedRepo:
         for item in DelayedModel.query(pq(topic, queue), cond, consistent_read=True, limit=1):
             return int(item.deliver_at)
         return None
+
+    @staticmethod
+    def due_queues(now: int) -> Iterator[QueueModel]:
+        """The queue items whose ``next_due`` has come (``pq``, ``topic``, ``queue``, ``max_offset``,
+        ``next_due`` only): one Scan of the queues table filtered on ``next_due <= now``, read page by
+        page as the caller iterates (the scheduled promoter, :func:`lakeq.produce.delayed.sweep`)."""
+        return QueueModel.scan(QueueModel.next_due <= now,
+                               attributes_to_get=["pq", "topic", "queue", "max_offset", "next_due"])
 
     @staticmethod
     def _dver_is(seen: int | None):

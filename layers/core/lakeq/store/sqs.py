@@ -170,6 +170,29 @@ class SqsRepo:
                 n += 1
         return n
 
+    @staticmethod
+    def set_credentials(client: ClientModel, version: int | None, live: list[str],
+                        add: tuple[str, str] | None = None, remove: str | None = None, now: int = 0) -> None:
+        """The client's SQS credentials (:mod:`lakeq.sqs.keys`) in one transaction: its ``sqs_keys``
+        := ``live`` (JSON), conditioned on ``key_version`` still being ``version`` (and moving it),
+        and the credential's KeysTable item added (``add`` = (its key, the access key id), absent
+        before) or removed (``remove`` = its key; absent, or this client's). Raises
+        TransactionFailed: index 0 = the client is gone or its keys moved meanwhile, 1 = the added
+        item exists."""
+        cond = ClientModel.name.exists() & (ClientModel.key_version.does_not_exist() if version is None
+                                            else ClientModel.key_version == version)
+
+        def build(t: TransactWrite) -> None:
+            t.update(client, actions=[ClientModel.sqs_keys.set(json.dumps(live)),
+                                      ClientModel.key_version.set((version or 0) + 1)], condition=cond)
+            if add is not None:
+                t.save(KeyModel(add[0], client=client.name, key_id=add[1], created_at=now),
+                       condition=KeyModel.key_hash.does_not_exist())
+            if remove is not None:
+                t.delete(KeyModel(remove),
+                         condition=KeyModel.key_hash.does_not_exist() | (KeyModel.client == client.name))
+        transact(build)
+
 
 def key_owner(key_id: str) -> str | None:
     """The client a key item (``KeyTable``) names: one consistent GetItem; None when there is none."""
