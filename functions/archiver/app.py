@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import os
 
-import botocore.session
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.common.errors import LakeqError
 from lakeq.common.obs import logger, metrics
 from lakeq.lake import archive as lake
-
-_s3 = None
+from lakeq.store.lake import put_objects
 
 
 def kinds_by_table() -> dict[str, str]:
@@ -34,16 +32,6 @@ def kinds_by_table() -> dict[str, str]:
         if os.environ.get(env):
             out[os.environ[env]] = kind
     return out
-
-
-def s3():
-    """The S3 client, made on first use. A botocore client, not ``boto3.client("s3")``: the same client
-    and calls (only ``put_object``), without importing boto3, whose session also loads s3transfer to
-    inject its transfer methods into every S3 client (docs/design.md "Cold start")."""
-    global _s3
-    if _s3 is None:
-        _s3 = botocore.session.get_session().create_client("s3")
-    return _s3
 
 
 class PoisonBatch(LakeqError):
@@ -62,7 +50,7 @@ def lambda_handler(event, context):
         if bad == 0 and len(records) > 1:
             raise PoisonBatch(f"record {seq} cannot be archived: {error}")
     done = records if bad is None else records[:bad]
-    lake.put_objects(s3(), os.environ["LAKE_BUCKET"], objs)
+    put_objects(objs, os.environ["LAKE_BUCKET"])
     logger.info("archived", extra={"records": len(done), "objects": len(objs)})
     metrics.add_metric(name="LakeRecords", unit=MetricUnit.Count, value=len(done))
     metrics.add_metric(name="LakeObjects", unit=MetricUnit.Count, value=len(objs))

@@ -26,7 +26,6 @@ def archiver(aws):
     spec = importlib.util.spec_from_file_location("archiver_app", ROOT / "functions" / "archiver" / "app.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod._s3 = aws["s3"]
     return mod
 
 
@@ -204,15 +203,18 @@ def test_archiver_poison_record_through_the_templates_event_source_mapping(aws, 
 
 
 def test_the_archiver_makes_its_own_s3_client_on_first_use(aws):
-    """Not the test's client: the function's own (botocore, no boto3: docs/design.md "Cold start"),
-    made on the first invocation, not at import, and kept for the next."""
+    """Not the test's client: the container's own (lakeq.store.clients: botocore, no boto3;
+    docs/design.md "Cold start"), made on the first invocation, not at import, and kept for the next."""
+    from lakeq.store import clients
+
+    clients._clients.pop("s3", None)
     spec = importlib.util.spec_from_file_location("archiver_app_own", ROOT / "functions" / "archiver" / "app.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod._s3 is None
+    assert "s3" not in clients._clients
     out = mod.lambda_handler(sample("stream_segments.json"), None)
-    client = mod._s3
-    assert client is not None and client.meta.service_model.service_name == "s3"
+    client = clients._clients["s3"]
+    assert client is not aws["s3"] and client.meta.service_model.service_name == "s3"
     assert sorted(objects(aws["s3"])) == out["objects"] and len(out["objects"]) == 4  # messages + bodies, 2 hours
     mod.lambda_handler(sample("stream_segments.json"), None)
-    assert mod._s3 is client
+    assert clients._clients["s3"] is client

@@ -113,7 +113,6 @@ def archived(aws):
     spec = importlib.util.spec_from_file_location("archiver_app", ROOT / "functions" / "archiver" / "app.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod._s3 = aws["s3"]
     ev = json.loads((ROOT / "events" / "stream_segments.json").read_text())
     assert len(mod.lambda_handler(ev, None)["objects"]) == 4  # messages and bodies, two hours
     return aws["s3"], os.environ["LAKE_BUCKET"]

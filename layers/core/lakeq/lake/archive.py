@@ -1,6 +1,6 @@
 """The data lake's raw log layout (SPEC §5): DynamoDB-stream records → rows → gzipped JSON Lines
-objects. Pure apart from :func:`put_objects` (boto3), so the archiver, the jobs, the tests and the
-benchmark share one definition of the layout.
+objects. Pure (the archiver writes them with :func:`lakeq.store.lake.put_objects`), so the archiver,
+the jobs, the tests and the benchmark share one definition of the layout.
 
 Layout (Hive-partitioned, one object per stream batch and partition, never one per message)::
 
@@ -380,8 +380,3 @@ def _objects_of(per_record: list[tuple[str, str, list[dict]]]) -> dict[str, byte
             out.update(objects(kind, arn, rs))
     return out
 
-
-def put_objects(s3, bucket: str, objs: Mapping[str, bytes]) -> None:
-    for key, blob in objs.items():
-        # no Content-Encoding: readers (Spark, boto3) decompress by the .gz suffix themselves
-        s3.put_object(Bucket=bucket, Key=key, Body=blob, ContentType="application/gzip")

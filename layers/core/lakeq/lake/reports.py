@@ -8,36 +8,11 @@ history. Check order as everywhere: 401 → 400 → 404 (topic, group) → 403 �
 """
 from __future__ import annotations
 
-import json
-import os
-
 from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
 from lakeq.common.errors import NotFound
 from lakeq.common.names import check_name, check_topic
 from lakeq.lake.report_keys import BACKLOG, PLANS, enc, plan_key, summary_key  # noqa: F401
-
-_s3 = None
-
-
-def _client():
-    global _s3
-    if _s3 is None:
-        import botocore.session  # not boto3: it would load s3transfer too (docs/design.md "Cold start")
-
-        _s3 = botocore.session.get_session().create_client("s3")
-    return _s3
-
-
-def get_json(key: str, bucket: str | None = None) -> dict | None:
-    from botocore.exceptions import ClientError
-
-    try:
-        obj = _client().get_object(Bucket=bucket or os.environ["LAKE_BUCKET"], Key=key)
-    except ClientError as e:
-        if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-            return None
-        raise
-    return json.loads(obj["Body"].read())
+from lakeq.store.lake import get_json
 
 
 def backlog(p: Principal, params: dict) -> dict:
