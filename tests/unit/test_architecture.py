@@ -227,7 +227,12 @@ def test_test_module_basenames_are_unique_across_the_suite():
 # (c) a write with pynamodb's `actions=` / `condition=` keywords, or the store's raw transaction
 #     helpers (`transact`, `transact_if_first`, `update_if`) imported outside `store`;
 # (d) a DynamoDB or S3 client or resource made outside `store` (boto3 or botocore:
-#     `create_client("s3")`, `client("dynamodb")`, `resource("s3")`).
+#     `create_client("s3")`, `client("dynamodb")`, `resource("s3")`);
+# (e) a record written back by itself (`record.save()`, a bare `record.delete()`: pynamodb's instance
+#     writes, whatever the receiver's name; no other `.save` or argument-less `.delete` exists outside
+#     `store`). Not seen: `record.refresh()` / `record.update()` on a record read from a repository
+#     (no types; `Matcher.refresh()` and `dict.update()` share the names), unless it passes
+#     pynamodb's `actions=` / `condition=` (c).
 MODEL_CALLS = {"query", "scan", "get", "batch_get", "batch_write", "count", "exists", "create_table",
                "delete_table", "describe_table", "update_ttl", "save", "update", "delete", "refresh",
                "get_operation_kwargs_from_instance"}
@@ -289,6 +294,9 @@ def store_calls(source: str) -> list[str]:
                 elif model_attr(f.value):
                     bad.append(f"{node.lineno}: {dotted(f)}() builds a request from a model's attribute")
             kws = {k.arg for k in node.keywords}
+            if isinstance(f, ast.Attribute) and (f.attr == "save" or (f.attr == "delete" and not node.args
+                                                                       and not kws)):
+                bad.append(f"{node.lineno}: .{f.attr}() writes a record back by itself")
             if kws & {"actions", "condition"}:
                 bad.append(f"{node.lineno}: a write with pynamodb's {sorted(kws & {'actions', 'condition'})}")
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
@@ -335,7 +343,9 @@ def test_the_store_call_checker_catches_what_it_should():
     assert store_calls("import botocore.session\nbotocore.session.get_session().create_client('s3')")
     assert store_calls("import boto3\nboto3.resource('dynamodb')")
     assert store_calls("import boto3\nboto3.client(service_name='s3')")
+    assert store_calls("from lakeq.store.repos import ClientRepo\nc = ClientRepo.get('c')\nc.save()")
+    assert store_calls("def f(item):\n    item.delete()\n")
     assert not store_calls(m + "def f(q: QueueModel) -> int:\n    return int(q.max_offset)\n")
     assert not store_calls("from lakeq.store.repos import ClientRepo\nClientRepo.all()\nClientRepo.get('c')")
     assert not store_calls("import botocore.session\nbotocore.session.get_session().create_client('glue')")
-    assert not store_calls("d = {}\nd.update(a=1)\nm.refresh()\nx.get('k')")
+    assert not store_calls("d = {}\nd.update(a=1)\nm.refresh()\nx.get('k')\nrepo.delete('k')")
