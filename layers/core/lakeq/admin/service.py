@@ -24,7 +24,7 @@ from lakeq.common import clock as _clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name, check_topic, covers, parent_of
 from lakeq.contract import validation as v
-from lakeq.store.models import ClientModel, KeyModel, TopicModel
+from lakeq.store.models import ClientModel, TopicModel
 from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed, inc_of
 
 APPEND_ATTEMPTS = 40
@@ -189,7 +189,7 @@ def issue_key(p: Principal, name: str) -> dict:
                            code="too_many_keys")
         live[key_id_of(h)] = h
         ClientRepo.set_keys(c, version, json.dumps(live),
-                            add=KeyModel(h, client=c.name, key_id=key_id_of(h), created_at=_clock.now()))
+                            add=(h, key_id_of(h), _clock.now()))
         return {"name": c.name, "key_id": key_id_of(h), "api_key": key}
 
     return change_key_set(name, c, attempt)

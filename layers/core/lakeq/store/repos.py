@@ -316,10 +316,11 @@ class ClientRepo:
             return None
 
     @staticmethod
-    def set_keys(client: ClientModel, version: int | None, key_map: str, add: KeyModel | None = None,
+    def set_keys(client: ClientModel, version: int | None, key_map: str, add: tuple[str, str, int] | None = None,
                  remove: str | None = None) -> None:
         """The client's key set ``key_map`` (conditioned on ``key_version`` still being ``version``)
-        and the key item added or removed, in one transaction. Raises TransactionFailed: reason
+        and the key item added (``add`` = (key hash, key id, created at), absent before) or removed
+        (``remove`` = its key hash), in one transaction. Raises TransactionFailed: reason
         index 0 = the client is gone or its keys changed meanwhile (read again)."""
         cond = ClientModel.name.exists() & (ClientModel.key_version.does_not_exist() if version is None
                                             else ClientModel.key_version == version)
@@ -328,7 +329,8 @@ class ClientRepo:
             t.update(client, actions=[ClientModel.key_map.set(key_map),
                                       ClientModel.key_version.set((version or 0) + 1)], condition=cond)
             if add is not None:
-                t.save(add, condition=KeyModel.key_hash.does_not_exist())
+                t.save(KeyModel(add[0], client=client.name, key_id=add[1], created_at=add[2]),
+                       condition=KeyModel.key_hash.does_not_exist())
             if remove is not None:
                 t.delete(KeyModel(remove),
                          condition=KeyModel.key_hash.does_not_exist() | (KeyModel.client == client.name))
