@@ -208,3 +208,29 @@ def test_test_module_basenames_are_unique_across_the_suite():
     for path in (ROOT / "tests").rglob("test_*.py"):
         seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+# --------------------------------------------------------------- auth is one middleware (issue 31 item 2)
+# lakeq.api.http.make_app installs one middleware that authenticates every non-public route's caller
+# and puts it in the request context; a route reads it as ``router.caller``. A route module that
+# authenticates on its own (``principal(router)``, ``authenticate(...)``) or builds a plain powertools
+# router (whose routes the middleware would not know) goes back to one check per route.
+ROUTE_MODULES = sorted(p for p in (CORE / "api").glob("*.py") if p.name not in ("__init__.py", "http.py"))
+OWN_AUTH = re.compile(r"\bprincipal\(|\bauthenticate\(|\bcheck_query\(|\bAPIGatewayHttpRouter\b")
+
+
+def own_auth(source: str) -> list[str]:
+    """The lines of a route module that authenticate, check the query or build a plain powertools
+    router instead of ``lakeq.api.http.Router``."""
+    return [line.strip() for line in source.splitlines() if OWN_AUTH.search(line)]
+
+
+def test_route_modules_leave_authentication_to_the_middleware():
+    assert len(ROUTE_MODULES) >= 10
+    bad = {str(p.relative_to(ROOT)): own_auth(p.read_text()) for p in ROUTE_MODULES}
+    assert {k: v for k, v in bad.items() if v} == {}
+    apps = [p for p in FUNCTIONS.glob("*/app.py") if "make_app" in p.read_text()]
+    assert len(apps) >= 9 and [str(p) for p in apps if own_auth(p.read_text())] == []
+    # the checker sees what it should
+    assert own_auth("    p = principal(router)\n") and own_auth("r = APIGatewayHttpRouter()\n")
+    assert own_auth("    authenticate(h)\n") and not own_auth("router = Router()\n    p = router.caller\n")
