@@ -93,3 +93,20 @@ def test_api_md_order_401_then_400_for_a_repeated_query_parameter(app):
 def test_make_app_refuses_a_router_whose_routes_it_would_not_know():
     with pytest.raises(TypeError):
         http.make_app(APIGatewayHttpRouter())
+
+
+def test_a_router_in_two_resolvers_hands_each_request_its_own_caller(monkeypatch):
+    """A router included in a second resolver (a function module loaded again, as the test harness
+    does) points powertools' ``router.context`` at the newest resolver; a request resolved by the
+    first must still find its caller (was: KeyError, a 500)."""
+    monkeypatch.setenv("LAKEQ_ADMIN_KEY", "k-admin")
+    monkeypatch.delenv("LAKEQ_ADMIN_KEY_SHA256", raising=False)
+    router = http.Router()
+
+    @router.get("/me")
+    def me():
+        return http.json_response({"admin": router.caller.admin})
+    first, second = http.make_app(router), http.make_app(router)
+    for app in (second, first, second):
+        out = app.resolve(event("GET", "/me", key="k-admin"), None)
+        assert (out["statusCode"], out["body"]) == (200, '{"admin":true}')

@@ -14,6 +14,7 @@ unexpected exception) → 500 ``internal_error`` (logged with its traceback). Un
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from typing import Callable, TypeVar
 from urllib.parse import unquote, unquote_plus
 
@@ -45,6 +46,10 @@ def json_response(body: object, status: int = 200) -> Response:
 
 F = TypeVar("F", bound=Callable)
 CALLER = "caller"  # the request context's key for the authenticated Principal
+# The request context of the resolver resolving the current request. powertools' ``router.context`` is
+# the context of the resolver that included the router last, which is another one when a router is in
+# two resolvers (a function module loaded twice, as the tests do).
+_request: ContextVar[dict] = ContextVar("lakeq_request_context")
 
 
 def public(func: F) -> F:
@@ -84,9 +89,9 @@ class Router(APIGatewayHttpRouter):
 
     @property
     def caller(self) -> Principal:
-        """The request's authenticated caller, put in the context by the resolver's middleware (a
-        :func:`public` route has none: a KeyError, i.e. a 500, not an unauthenticated answer)."""
-        return self.context[CALLER]
+        """The request's authenticated caller, put in the request context by the resolver's middleware
+        (a :func:`public` route has none: a KeyError, i.e. a 500, not an unauthenticated answer)."""
+        return _request.get({})[CALLER]
 
 
 def authenticating(routes: dict[tuple[str, str], bool]):
@@ -96,11 +101,16 @@ def authenticating(routes: dict[tuple[str, str], bool]):
     def authenticate_caller(app, next_middleware):
         req = app.request
         known = routes.get((req.method, req.route))
-        if known is not None:
-            if not known:
-                app.append_context(**{CALLER: authenticate((req.headers or {}).get("authorization"))})
-            check_query(app)
-        return next_middleware(app)
+        if known is None:
+            return next_middleware(app)
+        if not known:
+            app.append_context(**{CALLER: authenticate((req.headers or {}).get("authorization"))})
+        check_query(app)
+        token = _request.set(app.context)
+        try:
+            return next_middleware(app)
+        finally:
+            _request.reset(token)
     return authenticate_caller
 
 
