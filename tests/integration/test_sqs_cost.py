@@ -1,7 +1,7 @@
 """What the SQS endpoint's hot actions cost in store calls (issue 16 item 4), and the behaviour of
 settling a lakeq lock's handles together. Each call is named by operation and table, so a second
 read of the topic item, a client lookup per request or a write per deleted message shows here
-(docs/design.md "SQS endpoint: store calls per action"; bench/sqs_endpoint.py prices them)."""
+(docs/costs.md "SQS endpoint: store calls per action"; bench/sqs_endpoint.py prices them)."""
 from __future__ import annotations
 
 import pytest

@@ -2,7 +2,7 @@
 the receives, and the deletes and visibility changes whose handles all name the copy's incarnation
 take the queue's topic item from the container's copy (5 s); the admin's sends and the
 administration read it every time. What a stale copy may do after another container deleted the
-queue and made it again (docs/design.md "SQS endpoint: the topic item cache"): a send lands in the
+queue and made it again (docs/costs.md "SQS endpoint: the topic item cache"): a send lands in the
 deleted incarnation's log (SQS: a send up to 60 s after DeleteQueue may succeed and be lost), never
 in the new one's; a receive locks nothing; a handle of the deleted incarnation settles nothing of
 the new one (refused once the copy expired); a handle of the new incarnation is served from the

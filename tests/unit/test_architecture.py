@@ -349,3 +349,80 @@ def test_the_store_call_checker_catches_what_it_should():
     assert not store_calls("from lakeq.store.repos import ClientRepo\nClientRepo.all()\nClientRepo.get('c')")
     assert not store_calls("import botocore.session\nbotocore.session.get_session().create_client('glue')")
     assert not store_calls("d = {}\nd.update(a=1)\nm.refresh()\nx.get('k')\nrepo.delete('k')")
+
+
+# --------------------------------------------------------------- auth is one middleware (issue 31 item 2)
+# lakeq.api.http.make_app installs one middleware that authenticates every non-public route's caller
+# and puts it in the request context; a route reads it as ``router.caller``. A route module that
+# authenticates on its own (``principal(router)``, ``authenticate(...)``) or builds a plain powertools
+# router (whose routes the middleware would not know) goes back to one check per route.
+ROUTE_MODULES = sorted(p for p in (CORE / "api").glob("*.py") if p.name not in ("__init__.py", "http.py"))
+OWN_AUTH = re.compile(r"\bprincipal\(|\bauthenticate\(|\bcheck_query\(|\bAPIGatewayHttpRouter\b")
+
+
+def own_auth(source: str) -> list[str]:
+    """The lines of a route module that authenticate, check the query or build a plain powertools
+    router instead of ``lakeq.api.http.Router``."""
+    return [line.strip() for line in source.splitlines() if OWN_AUTH.search(line)]
+
+
+def test_route_modules_leave_authentication_to_the_middleware():
+    assert len(ROUTE_MODULES) >= 10
+    bad = {str(p.relative_to(ROOT)): own_auth(p.read_text()) for p in ROUTE_MODULES}
+    assert {k: v for k, v in bad.items() if v} == {}
+    apps = [p for p in FUNCTIONS.glob("*/app.py") if "make_app" in p.read_text()]
+    assert len(apps) >= 9 and [str(p) for p in apps if own_auth(p.read_text())] == []
+    # the checker sees what it should
+    assert own_auth("    p = principal(router)\n") and own_auth("r = APIGatewayHttpRouter()\n")
+    assert own_auth("    authenticate(h)\n") and not own_auth("router = Router()\n    p = router.caller\n")
+
+
+# --------------------------------------------------------------- a schedule's entry (issue 31 item 2)
+# The rule (docs/architecture.md, "A new schedule"): a scheduled function's lambda_handler calls an
+# entry of its concern's package, never one in store/ or api/; the page's table says where each is.
+ENTRY_OUTSIDE_ITS_CONCERN = {"GroupsSweepFunction": "store"}  # listed in architecture.md, not moved yet
+
+
+def scheduled_functions() -> dict[str, pathlib.Path]:
+    """logical id -> app.py of every function with a ``Schedule`` event in template.yaml."""
+    from infra.local import template as tpl
+    out = {}
+    for lid, res in tpl.load_template()["Resources"].items():
+        props = res.get("Properties") or {}
+        if res.get("Type") == "AWS::Serverless::Function" and any(
+                (ev or {}).get("Type") == "Schedule" for ev in (props.get("Events") or {}).values()):
+            out[lid] = ROOT / props["CodeUri"] / "app.py"
+    return out
+
+
+def entry_packages(source: str) -> set[str]:
+    """The core packages an app.py imports besides the HTTP glue (``api``) and ``common``."""
+    return {n.split(".")[1] for n in imports(source)
+            if n.startswith("lakeq.") and n.count(".") >= 1 and n.split(".")[1] not in ("api", "common")}
+
+
+def imported(source: str) -> set[str]:
+    """Every module or module attribute ``source`` imports by its full name (``from a import b`` → a, a.b)."""
+    out = imports(source)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def test_a_schedules_entry_lives_in_its_concerns_package():
+    functions = scheduled_functions()
+    assert len(functions) >= 6
+    outside = {lid: sorted(entry_packages(app.read_text()) & {"store", "api"}) for lid, app in functions.items()}
+    outside = {lid: pkgs for lid, pkgs in outside.items() if pkgs}
+    assert {lid: pkgs[0] for lid, pkgs in outside.items()} == {
+        k: v for k, v in ENTRY_OUTSIDE_ITS_CONCERN.items() if k in outside}
+    assert set(outside) <= set(ENTRY_OUTSIDE_ITS_CONCERN)
+    assert all(entry_packages(app.read_text()) for app in functions.values())  # each calls an entry
+    # the page's table names each scheduled function and an entry its app.py imports
+    rows = [line for line in ARCHITECTURE.read_text().splitlines() if re.match(r"\s*\| `\w+`, (rate|cron)\(", line)]
+    table = {m[1]: m[2] for m in (re.search(r"`(\w+Function)`.*\| `(lakeq\.[\w.]+)\.\w+`", r) for r in rows) if m}
+    assert set(table) == set(functions)
+    for lid, module in table.items():
+        assert module in imported(functions[lid].read_text()), (lid, module)
+    assert entry_packages("from lakeq.store.groups import sweep\nfrom lakeq.common.obs import logger\n") == {"store"}

@@ -6,13 +6,12 @@ subscriptions function)."""
 from __future__ import annotations
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from lakeq.api.http import check_query, json_response, path, principal
+from lakeq.api.http import Router, json_response, path, public
 from lakeq.console import monitor, summary
 
-router = APIGatewayHttpRouter()
-subscriptions_router = APIGatewayHttpRouter()
+router = Router()
+subscriptions_router = Router()
 
 # the page talks to this same origin only; nothing inline, no third-party script
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -27,36 +26,35 @@ def _static(name: str) -> Response:
 
 
 @router.get("/console")
+@public
 def console_page():
-    check_query(router)
     return _static("index.html")
 
 
 @router.get("/console/<asset>")
+@public
 def console_asset(asset: str):
-    check_query(router)
     return _static(path(asset))
 
 
 @router.get("/v1/clients")
 def list_clients():
-    return json_response(monitor.list_clients(principal(router)))
+    return json_response(monitor.list_clients(router.caller))
 
 
 @router.get("/v1/summary")
 def operator_summary():
     """The console's summary first (issue 18 item 3): totals, per topic, per (group, topic)."""
-    check_query(router)
-    return json_response(summary.summary(principal(router)))
+    return json_response(summary.summary(router.caller))
 
 
 @router.get("/v1/topics/<topic>")
 def topic_detail(topic: str):
-    p = principal(router)
+    p = router.caller
     return json_response(monitor.topic_detail(p, path(topic)))
 
 
 @subscriptions_router.get("/v1/subscriptions/<id>/offsets")
 def subscription_offsets(id: str):
-    p = principal(subscriptions_router)
+    p = subscriptions_router.caller
     return json_response(monitor.subscription_offsets(p, path(id)))

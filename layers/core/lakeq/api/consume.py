@@ -3,20 +3,19 @@ receipt is settled by :mod:`lakeq.subscriptions.service`, handed to the consume 
 do not import it)."""
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.api.http import body, json_response, path, principal, query
+from lakeq.api.http import Router, body, json_response, path, query
 from lakeq.common.obs import metrics
 from lakeq.consume import service
 from lakeq.subscriptions import service as subscriptions
 
-consume_router = APIGatewayHttpRouter()
+consume_router = Router()
 
 
 @consume_router.get("/v1/topics/<topic>/messages")
 def pull(topic: str):
-    p = principal(consume_router)
+    p = consume_router.caller
     out = service.pull(p, path(topic), query(consume_router))
     metrics.add_metric(name="MessagesDelivered", unit=MetricUnit.Count, value=len(out["messages"]))
     return json_response(out)
@@ -24,18 +23,18 @@ def pull(topic: str):
 
 @consume_router.post("/v1/acks")
 def ack():
-    p = principal(consume_router)
+    p = consume_router.caller
     return json_response(service.ack(p, body(consume_router), subscription_ack=subscriptions.ack))
 
 
 @consume_router.post("/v1/visibility")
 def visibility():
-    p = principal(consume_router)
+    p = consume_router.caller
     return json_response(service.visibility(p, body(consume_router),
                                             subscription_visibility=subscriptions.visibility))
 
 
 @consume_router.get("/v1/groups/<group>/offsets")
 def offsets(group: str):
-    p = principal(consume_router)
+    p = consume_router.caller
     return json_response(service.offsets(p, path(group), query(consume_router)))

@@ -1,4 +1,11 @@
-"""HTTP glue shared by every function: the resolver factory, error mapping, request helpers.
+"""HTTP glue shared by every function: the router and resolver factory, authentication, error mapping,
+request helpers.
+
+Authentication is one middleware on every resolver (:func:`make_app`): before a route runs, it turns the
+``Authorization`` header into the caller (401 otherwise, API.md's body) and puts it in the request
+context, where the route reads it as ``router.caller``; then a repeated query parameter is a 400
+(API.md's order: 401 before 400). A route answers without a key only when it is marked
+:func:`public`; a request that matches no route is a 404 with or without a key.
 
 Errors are mapped in one place, :func:`lakeq.common.errors.http_error`: an :class:`~lakeq.common.errors.ApiError`
 → its status and API.md's body; anything else (an internal :class:`~lakeq.common.errors.LakeqError` or an
@@ -6,9 +13,13 @@ unexpected exception) → 500 ``internal_error`` (logged with its traceback). Un
 """
 from __future__ import annotations
 
+import re
+from contextvars import ContextVar
+from typing import Callable, TypeVar
 from urllib.parse import unquote, unquote_plus
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from lakeq.admin.auth import Principal, authenticate
 from lakeq.common.errors import ApiError, BadRequest, http_error
@@ -33,10 +44,85 @@ def json_response(body: object, status: int = 200) -> Response:
     return Response(status_code=status, content_type=JSON, body=dumps(body))
 
 
-def make_app(*routers) -> APIGatewayHttpResolver:
+F = TypeVar("F", bound=Callable)
+CALLER = "caller"  # the request context's key for the authenticated Principal
+# The request context of the resolver resolving the current request. powertools' ``router.context`` is
+# the context of the resolver that included the router last, which is another one when a router is in
+# two resolvers (a function module loaded twice, as the tests do).
+_request: ContextVar[dict] = ContextVar("lakeq_request_context")
+
+
+def public(func: F) -> F:
+    """Mark a route that answers without a key (health, the OpenAPI description, the console's page):
+    ``@router.get(...)`` above ``@public``. Every other route authenticates its caller first."""
+    func.lakeq_public = True  # type: ignore[attr-defined]
+    return func
+
+
+def template(rule: str) -> str:
+    """A route rule as powertools names the matched route (``app.request.route``): ``<x>`` → ``{x}``.
+
+    >>> template("/v1/topics/<topic>/messages")
+    '/v1/topics/{topic}/messages'
+    """
+    return re.sub(r"<(.*?)>", r"{\1}", rule)
+
+
+class Router(APIGatewayHttpRouter):
+    """The routers of lakeq's functions: a powertools router that records each route's (method, rule)
+    and whether it is :func:`public`, so :func:`make_app`'s middleware knows which requests to
+    authenticate, and hands a route its authenticated caller (:attr:`caller`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.routes: dict[tuple[str, str], bool] = {}  # (METHOD, /path/{param}) -> public
+
+    def route(self, rule, method, *args, **kwargs):
+        register = super().route(rule, method, *args, **kwargs)
+        methods = (method,) if isinstance(method, str) else tuple(method)
+
+        def record(func):
+            for m in methods:
+                self.routes[(m.upper(), template(rule))] = bool(getattr(func, "lakeq_public", False))
+            return register(func)
+        return record
+
+    @property
+    def caller(self) -> Principal:
+        """The request's authenticated caller, put in the request context by the resolver's middleware
+        (a :func:`public` route has none: a KeyError, i.e. a 500, not an unauthenticated answer)."""
+        return _request.get({})[CALLER]
+
+
+def authenticating(routes: dict[tuple[str, str], bool]):
+    """The middleware every resolver uses: for a request that matched one of ``routes`` (an unmatched
+    request goes on to the 404 untouched), authenticate the caller unless the route is public (401),
+    keep it in the request context, then refuse a repeated query parameter (400)."""
+    def authenticate_caller(app, next_middleware):
+        req = app.request
+        known = routes.get((req.method, req.route))
+        if known is None:
+            return next_middleware(app)
+        if not known:
+            app.append_context(**{CALLER: authenticate((req.headers or {}).get("authorization"))})
+        check_query(app)
+        token = _request.set(app.context)
+        try:
+            return next_middleware(app)
+        finally:
+            _request.reset(token)
+    return authenticate_caller
+
+
+def make_app(*routers: Router) -> APIGatewayHttpResolver:
     app = APIGatewayHttpResolver(serializer=dumps)
+    routes: dict[tuple[str, str], bool] = {}
     for r in routers:
+        if not isinstance(r, Router):  # its routes would not be known to the middleware
+            raise TypeError(f"{r!r} is not a lakeq.api.http.Router")
         app.include_router(r)
+        routes.update(r.routes)
+    app.use(middlewares=[authenticating(routes)])
 
     @app.not_found
     def _not_found(_e) -> Response:
@@ -49,13 +135,6 @@ def make_app(*routers) -> APIGatewayHttpResolver:
         return error_response(*http_error(e))
 
     return app
-
-
-def principal(router) -> Principal:
-    """Authenticate (401), then refuse a repeated query parameter (400): API.md's check order."""
-    p = authenticate((router.current_event.headers or {}).get("authorization"))
-    check_query(router)
-    return p
 
 
 def repeated_parameters(raw_query: str | None) -> list[str]:
@@ -93,8 +172,8 @@ def body(router) -> str | None:
 
 
 def query(router) -> dict:
-    """Query parameters; a repeated parameter is a 400 (API Gateway joins them with commas)."""
-    check_query(router)
+    """Query parameters (a repeated one was refused with a 400 by :func:`make_app`'s middleware:
+    API Gateway joins them with commas)."""
     return dict(router.current_event.query_string_parameters or {})
 
 

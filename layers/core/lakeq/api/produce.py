@@ -1,19 +1,18 @@
 """The produce route: ``POST /v1/topics/{topic}/messages`` (ProduceFunction)."""
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.api.http import body, json_response, path, principal
+from lakeq.api.http import Router, body, json_response, path
 from lakeq.common.obs import metrics
 from lakeq.produce import service as produce_service
 
-produce_router = APIGatewayHttpRouter()
+produce_router = Router()
 
 
 @produce_router.post("/v1/topics/<topic>/messages")
 def produce(topic: str):
-    p = principal(produce_router)
+    p = produce_router.caller
     out = produce_service.produce(p, path(topic), body(produce_router))
     metrics.add_metric(name="MessagesProduced", unit=MetricUnit.Count, value=len(out["results"]))
     return json_response(out)

@@ -1,33 +1,31 @@
 """Redrive routes (RedriveFunction): start, show, list and cancel redrives (:mod:`lakeq.redrive.service`)."""
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-
-from lakeq.api.http import body, json_response, path, principal, query
+from lakeq.api.http import Router, body, json_response, path, query
 from lakeq.redrive import service
 
-router = APIGatewayHttpRouter()
+router = Router()
 
 
 @router.post("/v1/redrives")
 def start():
-    p = principal(router)
+    p = router.caller
     return json_response(service.start(p, body(router)), 202)
 
 
 @router.get("/v1/redrives")
 def list_():
-    p = principal(router)
+    p = router.caller
     return json_response(service.list_(p, query(router)))
 
 
 @router.get("/v1/redrives/<id>")
 def get(id: str):  # noqa: A002 - the route's parameter name
-    p = principal(router)
+    p = router.caller
     return json_response(service.get(p, path(id)))
 
 
 @router.post("/v1/redrives/<id>/cancel")
 def cancel(id: str):  # noqa: A002
-    p = principal(router)
+    p = router.caller
     return json_response(service.cancel(p, path(id)))

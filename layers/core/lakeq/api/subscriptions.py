@@ -1,38 +1,37 @@
 """Subscription routes: create, list, delete, pull (ack goes through POST /v1/acks)."""
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.api.http import body, json_response, path, principal, query
+from lakeq.api.http import Router, body, json_response, path, query
 from lakeq.common.obs import metrics
 from lakeq.subscriptions import service as subscriptions
 
-router = APIGatewayHttpRouter()
+router = Router()
 
 
 @router.post("/v1/subscriptions")
 def create():
-    p = principal(router)
+    p = router.caller
     return json_response(subscriptions.create(p, body(router)), 201)
 
 
 @router.get("/v1/subscriptions")
 def list_():
-    p = principal(router)
+    p = router.caller
     return json_response(subscriptions.list_(p, query(router)))
 
 
 @router.delete("/v1/subscriptions/<id>")
 def delete(id: str):  # noqa: A002 - the route's parameter name
-    p = principal(router)
+    p = router.caller
     subscriptions.delete(p, path(id))
     return json_response(None, 204)
 
 
 @router.get("/v1/subscriptions/<id>/messages")
 def pull(id: str):  # noqa: A002
-    p = principal(router)
+    p = router.caller
     out = subscriptions.pull(p, path(id), query(router))
     metrics.add_metric(name="SubscriptionMessagesDelivered", unit=MetricUnit.Count, value=len(out["messages"]))
     return json_response(out)

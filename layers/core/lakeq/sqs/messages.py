@@ -346,7 +346,7 @@ def receive_bytes(m: dict) -> int:
 
 # A receive ranks the lakeq queues by queue items at most this old (the container's copy): one
 # BatchGetItem fewer per receive while a container serves a queue at least once a second (issue 16
-# item 4; docs/design.md "SQS endpoint: the queue items' copy"). The stream's head mover already moves
+# item 4; docs/costs.md "SQS endpoint: the queue items' copy"). The stream's head mover already moves
 # the hints up to ~1 s after an append; a queue whose hint shows nothing is probed as before.
 HINTS_MAX_AGE_S = 1.0
 
@@ -395,7 +395,7 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
 # A handle names its lakeq batch (the receipt of one lakeq queue's lock) and the message's offset in
 # it. Settling goes straight to lakeq.consume.settle with the topic item this action already read, making
 # the checks service._group_receipt makes (the SQS group, the broker, this incarnation's log): one
-# read of the topic item per action. docs/design.md "SQS endpoint: store calls per action".
+# read of the topic item per action. docs/costs.md "SQS endpoint: store calls per action".
 def _invalid_handle(handle: object) -> sp.SqsError:
     return sp.SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid receipt handle.')
 
@@ -528,7 +528,7 @@ def _queue_for(req: dict, handles: list[object]) -> Queue:
     """The queue of a delete or visibility change: the container's copy of its topic item when
     every handle names the copy's incarnation, else the item as stored (no copy, a handle of a
     newer incarnation than the copy, a malformed handle). One topic read less per delete while the
-    copy lives (issue 16 item 4; docs/design.md "SQS endpoint: the topic item cache")."""
+    copy lives (issue 16 item 4; docs/costs.md "SQS endpoint: the topic item cache")."""
     q = perm.queue_of(req, cached=True)
     if q.cached and not all(_names_log(q, h) for h in handles):
         q = perm.queue_of(req)

@@ -137,11 +137,11 @@ def load(t: TopicModel | None, name: str, cached: bool = False) -> Queue:
 
 # The container's cache of topic items for the sends and receives (issue 16 item 4): a live topic
 # item read by any action is kept TOPIC_CACHE_TTL_S (monotonic) seconds, a missing one never. What
-# a stale entry can do is bounded by the incarnation in its log name (docs/design.md "SQS endpoint:
+# a stale entry can do is bounded by the incarnation in its log name (docs/costs.md "SQS endpoint:
 # the topic item cache"): a send writes into the log the entry names, never into a later
 # incarnation's; a receive of a deleted incarnation finds no queue items, so locks nothing (but
 # within 1 s of the deletion the container's copy of those items may still rank them, and such a
-# receive may then deliver a message of the deleted queue: docs/design.md "SQS endpoint: the queue
+# receive may then deliver a message of the deleted queue: docs/costs.md "SQS endpoint: the queue
 # items' copy"); a
 # delete or visibility change uses the copy only when every handle names the copy's incarnation
 # (else it reads the item: a handle of a newer incarnation), settles only in that incarnation's

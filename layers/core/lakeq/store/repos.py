@@ -456,7 +456,7 @@ class LogRepo:
         (read-after-write kept, :meth:`lakeq.consume.reader.Log.probe`) and locks with its
         conditional write on the offset record, read consistently each time: a stale copy costs a
         read that finds nothing, never a wrong lock (but the copy outlives its queue for up to
-        ``max_age_s`` when another container deletes it: see docs/design.md "SQS endpoint: the
+        ``max_age_s`` when another container deletes it: see docs/costs.md "SQS endpoint: the
         queue items' copy"). Items naming delayed messages (``next_due``)
         are never kept: such a topic's pulls read them each time, so its promotions are due to the
         millisecond. Fresh models each call (a poll moves their heads in memory), and whether they
