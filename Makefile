@@ -8,6 +8,8 @@ SAM := $(SAMVENV)/bin/sam
 SAM_VERSION := 1.170.0
 export LAKEQ_PORT ?= 3000
 export LAKEQ_ADMIN_KEY ?= local-admin-key
+# `make test`: pytest-xdist workers for unit, integration and spark (e2e runs after, on one process)
+TEST_WORKERS ?= 2
 
 .PHONY: run test unit integration e2e lint sam-build bench jobs clean chromium
 
@@ -50,7 +52,8 @@ $(CHROMIUM):
 test: $(VENV)/.stamp lint sam-build $(CHROMIUM)
 	$(VENV)/bin/ruff check layers/
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/unit tests/integration tests/spark
+	$(PY) -m pytest -q tests/e2e
 
 unit: $(VENV)/.stamp
 	$(PY) -m pytest -q tests/unit

@@ -69,8 +69,9 @@ def run(spark, n: int) -> tuple[float, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1M message rows only (< 1 min)")
+    ap.add_argument("--rows", type=int, help="this many message rows only (the suite's smoke test: a small lake)")
     a = ap.parse_args()
-    sizes = [1_000_000] if a.quick else [1_000_000, 10_000_000]
+    sizes = [a.rows] if a.rows else [1_000_000] if a.quick else [1_000_000, 10_000_000]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -81,7 +82,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
           f"Python {platform.python_version()}, Spark {spark.version} local[2]; start-up {time.perf_counter() - t:.1f}s")
-    if not a.quick:
+    if not (a.quick or a.rows):
         run(spark, 100_000)  # warm-up (JIT, code generation); --quick counts it in its 1M figure
     prev = None
     print(f"{'message rows':>13} {'all rows':>10} {'seconds':>8} {'rows/s':>10}  growth")

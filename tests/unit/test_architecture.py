@@ -426,3 +426,12 @@ def test_a_schedules_entry_lives_in_its_concerns_package():
     for lid, module in table.items():
         assert module in imported(functions[lid].read_text()), (lid, module)
     assert entry_packages("from lakeq.store.groups import sweep\nfrom lakeq.common.obs import logger\n") == {"store"}
+
+
+def test_make_test_runs_every_test_folder():
+    """`make test` names its folders (unit, integration and spark on pytest-xdist workers, then e2e
+    on one process): a new folder of tests must be added there or it would never run."""
+    recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"\btests/(\w+)", recipe))
+    folders = {p.parent.relative_to(ROOT / "tests").parts[0] for p in (ROOT / "tests").rglob("test_*.py")}
+    assert named == folders, (named, folders)
