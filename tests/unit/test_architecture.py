@@ -435,3 +435,46 @@ def test_make_test_runs_every_test_folder():
     named = set(re.findall(r"\btests/(\w+)", recipe))
     folders = {p.parent.relative_to(ROOT / "tests").parts[0] for p in (ROOT / "tests").rglob("test_*.py")}
     assert named == folders, (named, folders)
+
+
+# --------------------------------------------------------------- one key grammar (issue 31 item 2)
+# lakeq.common.names spells and parses every key composed from names: a queue's ``<log>#<queue>``,
+# a subscription's list ``~<id>``, a replay's list ``~r.<id>``. Anywhere else, writing or cutting
+# those by hand is a second copy of the grammar that can drift from it.
+KEY_GRAMMAR_OWNERS = {
+    "layers/core/lakeq/common/names.py": "the key grammar",
+    "layers/core/lakeq/log/delay_plan.py": "the due key <deliver_at><seq>#<id>: delayed delivery's own, spelled and parsed there",
+}
+HAND_SPELLED_KEY = re.compile(
+    r"""(partition|split)\(\s*["']#["']"""  # cutting a key at '#'
+    r"""|\}#\{"""  # f"{log}#{queue}"
+    r"""|["']#["']\s*\+|\+\s*["']#["']"""  # log + "#" + queue
+    r"""|startswith\(\s*["']~"""  # is it a list?
+    r"""|f["']~\{|["']~["']\s*\+"""  # f"~{sub_id}", "~" + sub_id
+)
+
+
+def hand_spelled_keys(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines()
+            if HAND_SPELLED_KEY.search(line) and not line.lstrip().startswith(("#", ">>>", "..."))]
+
+
+def test_the_key_grammar_is_spelled_in_one_module():
+    found = {}
+    for path in sorted([*(ROOT / "layers" / "core" / "lakeq").rglob("*.py"), *(ROOT / "functions").rglob("*.py")]):
+        rel = str(path.relative_to(ROOT))
+        if rel in KEY_GRAMMAR_OWNERS:
+            continue
+        hits = hand_spelled_keys(path.read_text())
+        if hits:
+            found[rel] = hits
+    assert found == {}, "use lakeq.common.names (queue_key, split_queue_key, is_list, list_log, ...)"
+
+
+def test_the_key_grammar_check_sees_each_hand_spelling():
+    for bad in ('pq = f"{topic}#{q}"', 'log, _, q = pq.rpartition("#")', "x = pq.split('#', 1)[0]",
+                'k = topic + "#" + str(q)', 'if pq.startswith("~"):', 'return f"~{sub_id}"', 'k = "~" + s'):
+        assert hand_spelled_keys(bad) == [bad], bad
+    for fine in ('log, q = split_queue_key(pq)', '# a comment: f"{log}#{q}"', '>>> x.startswith("~")',
+                 'h = "#" * n', 'url.partition("?")'):
+        assert hand_spelled_keys(fine) == [], fine

@@ -105,3 +105,71 @@ def is_log_name(value: object) -> bool:
         return False
     topic, inc = split_log(value)
     return is_topic(topic) and log_name(topic, inc) == value
+
+
+# --- the key grammar -------------------------------------------------------------------------------
+# Every storage key lakeq composes from names is spelled and parsed here, nowhere else
+# (tests/unit/test_architecture.py::test_the_key_grammar_is_spelled_in_one_module):
+#   a queue's partition key (QueuesTable, SegmentsTable)   ``<log>#<queue>``       queue_key / split_queue_key
+#   a subscription's message list, as a log                ``~<subscription id>``  list_log / subscription_of
+#   a replay's hidden list of a group, as a log            ``~r.<replay id>``      replay_log / replay_of
+# ``#`` and ``~`` are in no name rule, so these never collide with a topic's log name.
+QUEUE_SEP = "#"
+LIST_MARK = "~"
+REPLAY_PREFIX = LIST_MARK + "r."
+
+
+def queue_key(log: str, queue: int | str) -> str:
+    """The partition key of queue ``queue`` of log ``log`` (a topic's log name, or a list's).
+
+    >>> queue_key("quotes/sh", 3), queue_key("quotes!2", 0), queue_key(list_log("s1"), 0)
+    ('quotes/sh#3', 'quotes!2#0', '~s1#0')
+    """
+    return f"{log}{QUEUE_SEP}{queue}"
+
+
+def split_queue_key(pq: str) -> tuple[str, str]:
+    """``(log, queue digits)`` of a queue's partition key; ``("", pq)`` when it has no ``#``.
+
+    >>> split_queue_key("quotes/sh!2#3"), split_queue_key("~s1#0"), split_queue_key("nohash")
+    (('quotes/sh!2', '3'), ('~s1', '0'), ('', 'nohash'))
+    """
+    log, _, q = pq.rpartition(QUEUE_SEP)
+    return log, q
+
+
+def is_list(log: str) -> bool:
+    """Whether a log (or a queue key) is a list (a subscription's or a replay's), not a topic's.
+
+    >>> is_list("~s1"), is_list("~r.rp_1#0"), is_list("quotes"), is_list("")
+    (True, True, False, False)
+    """
+    return log.startswith(LIST_MARK)
+
+
+def list_log(sub_id: str) -> str:
+    """The log name of subscription ``sub_id``'s message list (its pseudo-topic, one queue: 0)."""
+    return f"{LIST_MARK}{sub_id}"
+
+
+def replay_log(replay_id: str) -> str:
+    """The log name of replay ``replay_id``'s hidden list (also its receipts' queue field)."""
+    return f"{REPLAY_PREFIX}{replay_id}"
+
+
+def subscription_of(log: str) -> str | None:
+    """The subscription id of a subscription list's log name, else None (a topic's, a replay's).
+
+    >>> subscription_of(list_log("s1")), subscription_of(replay_log("rp_1")), subscription_of("quotes")
+    ('s1', None, None)
+    """
+    return log[len(LIST_MARK):] if is_list(log) and not log.startswith(REPLAY_PREFIX) else None
+
+
+def replay_of(log: str) -> str | None:
+    """The replay id of a replay list's log name, else None.
+
+    >>> replay_of(replay_log("rp_1")), replay_of(list_log("s1")), replay_of("quotes")
+    ('rp_1', None, None)
+    """
+    return log[len(REPLAY_PREFIX):] if log.startswith(REPLAY_PREFIX) else None

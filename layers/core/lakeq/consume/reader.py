@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from lakeq.admin.auth import topic_or_404
 from lakeq.common import clock
-from lakeq.common.names import topic_of_log
+from lakeq.common.names import is_list, topic_of_log
 from lakeq.common.payload import ByteBudget
 from lakeq.consume.settle import Policy, flush_due
 from lakeq.contract import validation as v
@@ -60,7 +60,7 @@ def views(topic: str, owner: str, n_queues: int | None = None, recs: dict | None
     one Query of the owner's records (``recs``: those records when the caller already read them).
     Reads only."""
     if n_queues is None:
-        n_queues = 1 if topic.startswith("~") else int(topic_or_404(topic).queues)
+        n_queues = 1 if is_list(topic) else int(topic_or_404(topic).queues)
     return views_of(LogRepo.queues(topic, n_queues), OffsetRepo.records(owner) if recs is None else recs)
 
 

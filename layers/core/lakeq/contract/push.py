@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from lakeq.common import backoff
 from lakeq.common.errors import BadRequest
-from lakeq.common.names import check_topic, topic_of_log
+from lakeq.common.names import check_topic, is_list, split_queue_key, topic_of_log
 from lakeq.contract import netaddr
 
 BATCH_MIN, BATCH_MAX, BATCH_DEFAULT = 1, 100, 10
@@ -482,9 +482,9 @@ def topics_of_records(records) -> list[str]:
         if r.get("eventName") != "INSERT":
             continue
         pq = (((r.get("dynamodb") or {}).get("Keys") or {}).get("pq") or {}).get("S")
-        if not isinstance(pq, str) or not pq or pq.startswith("~"):
+        if not isinstance(pq, str) or not pq or is_list(pq):
             continue
-        log, sep, _ = pq.rpartition("#")
-        if sep and log:
+        log, _ = split_queue_key(pq)
+        if log:
             seen.setdefault(topic_of_log(log), None)
     return list(seen)

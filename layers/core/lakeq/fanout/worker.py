@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 from lakeq.common import backoff
 from lakeq.common.errors import LakeqError
-from lakeq.common.names import topic_of_log
+from lakeq.common.names import split_queue_key, topic_of_log
 from lakeq.log import segments as seg
 from lakeq.log.fanout_plan import (  # noqa: F401
     CHUNK_BYTES,
@@ -277,7 +277,7 @@ def catch_up(sub_id: str, pq: str, upto: int, m: Matcher, now: int) -> int:
     """Append the subscription's matches of source queue ``pq`` from its park entry's ``from`` to
     the source segment at base ``upto``, then un-park it (if the entry did not change meanwhile).
     Returns the messages added. Raises :class:`AppendFailed` (or a store error) on failure."""
-    topic, _, q = pq.rpartition("#")
+    topic, q = split_queue_key(pq)
     added = 0
     for _ in range(CATCH_UP_ROUNDS):
         exists, raw = ParkRepo.read(sub_id)
@@ -342,8 +342,8 @@ def handle_batch(event: dict, now: int, m: Matcher | None = None) -> Outcome:
                 log.warning("catch-up of subscription %s for %s failed: %s", sid, pq, _reason(e))
                 groups = [g for g in p.pending.get(sid, []) if _source_pq(g.key) == pq]
                 try:
-                    park(sid, groups or [Group(f"{pq.rpartition('#')[0]}@{pq.rpartition('#')[2]}:"
-                                               f"{entries[pq]['from']}", first_rec[pq])],
+                    src, q = split_queue_key(pq)
+                    park(sid, groups or [Group(f"{src}@{q}:{entries[pq]['from']}", first_rec[pq])],
                          seqs, _reason(e), now)
                 except Exception:  # noqa: BLE001
                     log.exception("could not record the failed catch-up of %s for %s", sid, pq)
@@ -377,7 +377,7 @@ def redeliver_parked(now: int, m: Matcher | None = None) -> Outcome:
     m.refresh()
     for sid, entries in list(m.parked.items()):
         for pq, entry in sorted(entries.items()):
-            topic, _, q = pq.rpartition("#")
+            topic, q = split_queue_key(pq)
             try:
                 head = LogRepo.head(topic, int(q), fresh=True)
                 out.added += catch_up(sid, pq, head if head is not None else int(entry["from"]), m, now)

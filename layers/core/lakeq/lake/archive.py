@@ -46,7 +46,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lakeq.common.names import split_log
+from lakeq.common.names import QUEUE_SEP, is_list, queue_key, split_log, split_queue_key
 from lakeq.log import segments as seg
 
 RAW = "raw"
@@ -134,10 +134,10 @@ def message_and_body_rows(record: Mapping[str, Any]) -> tuple[list[dict], list[d
     if record.get("eventName") == "REMOVE":
         return [], []  # TTL expiry of a segment: the lake keeps what was produced
     item = image(record, "NewImage")
-    if not item or "pq" not in item or "#" not in str(item["pq"]):
+    if not item or "pq" not in item or QUEUE_SEP not in str(item["pq"]):
         return [], []
-    log, _, q = str(item["pq"]).rpartition("#")
-    if not q.isdigit() or log.startswith("~"):
+    log, q = split_queue_key(str(item["pq"]))
+    if not q.isdigit() or is_list(log):
         return [], []  # a subscription's list (``~<id>#0``) holds copies, not produced messages
     topic, inc = split_log(log)  # (a topic made again after a deletion: its log name is ``<topic>!<inc>``)
     s = seg.Segment(int(item["base"]), int(item["count"]), bytes(item["idx"]), bytes(item["data"]),
@@ -248,7 +248,7 @@ def _group_state(img: Mapping | None) -> dict | None:
 
 
 def _wire_queues(d: Mapping | None) -> list[str]:
-    return sorted(f"{t}#{int(i)}" for t, ids in (d or {}).items() for i in ids)
+    return sorted(queue_key(t, int(i)) for t, ids in (d or {}).items() for i in ids)
 
 
 def member_rows(record: Mapping[str, Any]) -> list[dict]:

@@ -33,6 +33,15 @@ def due_key(deliver_at: int, mid: str, seq: int | None = None) -> str:
     return f"{deliver_at:0{DUE_DIGITS}d}{'' if seq is None else f'{seq:03d}'}#{mid}"
 
 
+def id_of_due(due: str) -> str:
+    """The message id of a due key (``""`` for a message without one).
+
+    >>> id_of_due(due_key(5, "x")), id_of_due(due_key(5, "a#b", 7)), id_of_due(due_key(5, ""))
+    ('x', 'a#b', '')
+    """
+    return due.split("#", 1)[1]
+
+
 def encode_message(m: seg.Message) -> bytes:
     """A delayed message as DelayedTable keeps it (binary attribute ``data``): a flag byte (``r``
     raw, ``z`` zlib), then the segment form of one message: u32 header length, the compact JSON

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lakeq.common.names import topic_of_log
+from lakeq.common.names import is_list, queue_key, split_queue_key, topic_of_log
 from lakeq.log import segments as seg
 
 log = logging.getLogger("lakeq.fanout.worker")
@@ -67,7 +67,7 @@ def parked_view(raw: str | None) -> list[dict]:
     """A subscription's park entries as the API shows them (``GET /v1/subscriptions``)."""
     out = []
     for pq, e in sorted(parse_parked(raw).items()):
-        log, _, q = pq.rpartition("#")
+        log, q = split_queue_key(pq)
         out.append({"topic": topic_of_log(log), "queue": int(q), "from_offset": int(e.get("from", 0)),
                     "reason": str(e.get("reason", "")), "since": int(e.get("since", 0)),
                     "attempts": int(e.get("attempts", 0))})
@@ -88,9 +88,9 @@ def decode_record(record: dict) -> tuple[str, int, seg.Segment] | None:
         return None
     img = (record.get("dynamodb") or {}).get("NewImage") or {}
     pq = img.get("pq", {}).get("S")
-    if not pq or pq.startswith("~"):
+    if not pq or is_list(pq):
         return None
-    topic, _, q = pq.rpartition("#")
+    topic, q = split_queue_key(pq)
     z = img.get("z", {}).get("BOOL", False)
     s = seg.Segment(int(img["base"]["N"]), int(img["count"]["N"]), _b(img["idx"]), _b(img["data"]), bool(z))
     return topic, int(q), s
@@ -145,7 +145,7 @@ def plan(records: list[dict], m: Matches) -> Plan:
                           (r.get("dynamodb") or {}).get("SequenceNumber"), i)
             out.poison, out.error = i, f"{type(e).__name__}: {e}"
             break
-        out.queues.setdefault(f"{topic}#{q}", []).append((i, s.base))
+        out.queues.setdefault(queue_key(topic, q), []).append((i, s.base))
         for sid, g in per_sub.items():
             out.pending.setdefault(sid, []).append(g)
     return out
@@ -167,7 +167,7 @@ def _source_pq(group_key: str) -> str:
     """``<topic>@<queue>:<base>`` → ``<topic>#<queue>``."""
     tq, _, _ = group_key.rpartition(":")
     topic, _, q = tq.rpartition("@")
-    return f"{topic}#{q}"
+    return queue_key(topic, q)
 
 
 def _source_base(group_key: str) -> int:

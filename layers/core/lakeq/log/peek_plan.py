@@ -17,8 +17,8 @@ source, so a source gone between pages (a replay ended) shifts nothing.
 from __future__ import annotations
 
 from lakeq.common.errors import BadRequest
-from lakeq.common.names import is_name
-from lakeq.log.receipts import REPLAY_PREFIX, replay_field
+from lakeq.common.names import REPLAY_PREFIX, is_name
+from lakeq.log.receipts import replay_field
 from lakeq.log.settlement import State
 
 MAX_PEEK = 100

@@ -8,6 +8,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable
 
+from lakeq.common.names import queue_key
 from lakeq.log import segments as seg
 
 TRANSACT_ITEMS = 100  # DynamoDB: at most 100 items per TransactWriteItems ...
@@ -21,7 +22,7 @@ def pq(topic: str, queue: int) -> str:
     >>> pq("quotes/sh", 3)
     'quotes/sh#3'
     """
-    return f"{topic}#{queue}"
+    return queue_key(topic, queue)
 
 
 def queue_for_key(key: str, queues: int) -> int:

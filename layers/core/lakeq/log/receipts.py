@@ -14,10 +14,18 @@ import re
 from dataclasses import dataclass
 
 from lakeq.common.errors import BadRequest
-from lakeq.common.names import is_log_name, is_name, topic_of_log
+from lakeq.common.names import (
+    is_list,
+    is_log_name,
+    is_name,
+    list_log,
+    replay_log,
+    replay_of,
+    subscription_of,
+    topic_of_log,
+)
 
 _QUEUE_NUMBER = re.compile(r"[0-9]{1,4}")
-REPLAY_PREFIX = "~r."  # a replay's hidden list: its log name and receipt queue field are ``~r.<replay id>``
 
 
 def _queue_field_ok(queue: str) -> bool:
@@ -26,7 +34,7 @@ def _queue_field_ok(queue: str) -> bool:
     >>> [_queue_field_ok(q) for q in ("quotes/sh@3", "~ab12", "a//b@1", "~a/b", "t@", "t@12345", "t!2@1", "t!0@1")]
     [True, True, False, False, False, False, True, False]
     """
-    if queue.startswith("~"):
+    if is_list(queue):
         return is_name(queue[1:])
     log, at, q = queue.rpartition("@")
     return bool(at) and is_log_name(log) and _QUEUE_NUMBER.fullmatch(q) is not None
@@ -47,7 +55,7 @@ class Receipt:
     @property
     def subscription(self) -> str | None:
         """The subscription id when the receipt is for a subscription's list, else None."""
-        return self.queue[1:] if self.queue.startswith("~") and not self.queue.startswith(REPLAY_PREFIX) else None
+        return subscription_of(self.queue)
 
     @property
     def replay(self) -> str | None:
@@ -56,7 +64,7 @@ class Receipt:
         >>> parse("b:~r.rp_1:0:5:9").replay, parse("b:~r.rp_1:0:5:9").subscription, parse("b:~ab:0:5:9").replay
         ('rp_1', None, None)
         """
-        return self.queue[len(REPLAY_PREFIX):] if self.queue.startswith(REPLAY_PREFIX) else None
+        return replay_of(self.queue)
 
     @property
     def topic_queue(self) -> tuple[str, int]:
@@ -65,7 +73,7 @@ class Receipt:
         >>> parse("b:t!2@1:0:5:9").topic_queue, parse("b:t!2@1:0:5:9").log, parse("b:t@1:0:5:9").log
         (('t', 1), 't!2', 't')
         """
-        if self.queue.startswith("~"):
+        if is_list(self.queue):
             raise BadRequest("receipt is for a subscription or replay list, not a topic queue")
         log, _, q = self.queue.rpartition("@")
         return topic_of_log(log), int(q)
@@ -82,7 +90,7 @@ def topic_queue_field(log: str, queue: int) -> str:
 
 
 def subscription_field(sub_id: str) -> str:
-    return f"~{sub_id}"
+    return list_log(sub_id)
 
 
 def replay_field(replay_id: str) -> str:
@@ -91,7 +99,7 @@ def replay_field(replay_id: str) -> str:
     >>> replay_field("rp_1")
     '~r.rp_1'
     """
-    return f"{REPLAY_PREFIX}{replay_id}"
+    return replay_log(replay_id)
 
 
 def parse(text: object) -> Receipt:

@@ -39,14 +39,14 @@ from typing import Callable
 
 from lakeq.common import clock
 from lakeq.common.errors import LakeqError, StaleReceipt
-from lakeq.common.names import covers
+from lakeq.common.names import covers, split_queue_key, subscription_of
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, TopicLog, consume, list_reader, topic_reader
 from lakeq.consume.replays import ReplayLog, replay_reader
 from lakeq.contract import push as contract
 from lakeq.contract import validation as v
-from lakeq.log.receipts import REPLAY_PREFIX, subscription_field
 from lakeq.log.receipts import parse as parse_receipt
+from lakeq.log.receipts import subscription_field
 from lakeq.log.settlement import Outcomes
 from lakeq.push import transport
 from lakeq.push.fair import FairQueue
@@ -471,8 +471,10 @@ def subscriptions_of_records(records: list[dict]) -> list[str]:
         if r.get("eventName") != "INSERT":
             continue
         pq = (((r.get("dynamodb") or {}).get("Keys") or {}).get("pq") or {}).get("S") or ""
-        if pq.startswith("~") and "#" in pq and not pq.startswith(REPLAY_PREFIX):  # (a replay's list: no push)
-            out.append(pq[1:].split("#", 1)[0])
+        log, _ = split_queue_key(pq)
+        sub_id = subscription_of(log)  # (a replay's list: no push)
+        if sub_id is not None:
+            out.append(sub_id)
     return list(dict.fromkeys(out))
 
 

@@ -65,7 +65,7 @@ def view(r: RedriveModel) -> dict:
 
 
 def _redrive_or_404(rid: str) -> RedriveModel:
-    r = RedriveRepo.get(rid) if is_name(rid) and not rid.startswith("~") else None
+    r = RedriveRepo.get(rid) if is_name(rid) else None  # (no name holds "~": the "~src|" markers are not redrives)
     if r is None or r.source is None:
         raise NotFound(f"redrive '{rid}' does not exist")
     return r

@@ -21,6 +21,8 @@ from pynamodb.attributes import (
 )
 from pynamodb.models import Model
 
+from lakeq.common import names
+
 
 def _region() -> str:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
@@ -143,8 +145,8 @@ class QueueModel(Model):
 
 def queue_key(topic: str, queue: int) -> str:
     """QueuesTable's (and SegmentsTable's) partition key of a topic's queue (or a subscription's
-    list: topic ``~<id>``, queue 0)."""
-    return f"{topic}#{queue}"
+    list: topic ``~<id>``, queue 0): :func:`lakeq.common.names.queue_key`."""
+    return names.queue_key(topic, queue)
 
 
 class SegmentModel(Model):

@@ -20,7 +20,7 @@ from lakeq.common import backoff
 from lakeq.common.errors import LakeqError
 from lakeq.common.names import log_name
 from lakeq.log import segments as seg
-from lakeq.log.delay_plan import Delayed, due_key, encode_message
+from lakeq.log.delay_plan import Delayed, due_key, encode_message, id_of_due
 from lakeq.log.produce_plan import (  # noqa: F401
     QUEUE_ITEM_BYTES,
     TRANSACT_BYTES,
@@ -839,7 +839,7 @@ class DelayedRepo:
         actions = [QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now),
                    QueueModel.delayed.add(-len(entries)), QueueModel.dver.add(1),
                    QueueModel.next_due.set(next_due) if next_due is not None else QueueModel.next_due.remove()]
-        at = {e.due.split("#", 1)[1]: int(e.deliver_at) for e in entries}
+        at = {id_of_due(e.due): int(e.deliver_at) for e in entries}
         expires = datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)
 
         def build(t: TransactWrite) -> None:

@@ -14,7 +14,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from lakeq.common.errors import BadRequest
-from lakeq.common.names import covers
+from lakeq.common.names import covers, list_log
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from lakeq.store.repos import LogRepo, TransactionFailed, transact, transact_if_first
 
@@ -69,7 +69,7 @@ class SubscriptionModel(Model):
 
 def list_topic(sub_id: str) -> str:
     """The pseudo-queue topic of a subscription's message list (topic names never start with ``~``)."""
-    return f"~{sub_id}"
+    return list_log(sub_id)
 
 
 def list_owner(sub_id: str) -> str:

@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from lakeq.common.errors import BadRequest, Unauthorized
-from lakeq.common.names import check_name, check_topic, topic_of_log
+from lakeq.common.names import (
+    LIST_MARK,
+    QUEUE_SEP,
+    check_name,
+    check_topic,
+    is_list,
+    list_log,
+    split_queue_key,
+    topic_of_log,
+)
 
 CONNECTION_SORT = "-"
 MAX_WATCHES = 100  # per connection: bounds the connection item and the $disconnect clean-up
@@ -93,8 +102,8 @@ def watcher_key(watch: str) -> str:
 def watch_key_of_segment(pq: str) -> str:
     """The watch key a segment of partition ``<log>#<queue>`` wakes: its topic (``~<id>`` for a
     subscription's list)."""
-    log, sep, _ = pq.rpartition("#")
-    return topic_of_log(log if sep else pq)
+    log, _ = split_queue_key(pq)
+    return topic_of_log(log if QUEUE_SEP in pq else pq)
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,7 @@ class Watch:
 
     @property
     def key(self) -> str:
-        return f"~{self.subscription}" if self.subscription is not None else str(self.topic)
+        return list_log(self.subscription) if self.subscription is not None else str(self.topic)
 
     def describe(self) -> dict:
         if self.subscription is not None:
@@ -202,8 +211,8 @@ def wake_message(keys: Iterable[str]) -> bytes:
     """
     keys = list(keys)
     body = {"type": "wake",
-            "topics": [k for k in keys if not k.startswith("~")],
-            "subscriptions": [k[1:] for k in keys if k.startswith("~")]}
+            "topics": [k for k in keys if not is_list(k)],
+            "subscriptions": [k[len(LIST_MARK):] for k in keys if is_list(k)]}
     return json.dumps(body, separators=(",", ":")).encode()
 
 
