@@ -4,7 +4,7 @@ backoff, Logger/Metrics.
 from lakeq import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
-    "backoff": ("sleep",),
+    "backoff": ("AT_ONCE", "CAS_ATTEMPTS", "RETRY", "Retry", "cas", "sleep",),
     "clock": ("now",),
     "errors": (
         "ApiError", "BadRequest", "Conflict", "Forbidden", "LakeqError", "NotFound", "PayloadTooLarge",
