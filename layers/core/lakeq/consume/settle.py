@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol, runtime_checkable
 
 from lakeq.common import backoff
@@ -37,7 +37,6 @@ from lakeq.store.append import Contended, append_at_head
 from lakeq.store.models import log_of
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
 
-ATTEMPTS = 40
 log = logging.getLogger("lakeq.consume.settle")
 # (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.consume.reader.LogReader
 Reader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
@@ -104,6 +103,40 @@ def loops(topic: str, msg: dict) -> bool:
     return topic == msg.get("topic") or (isinstance(dl, dict) and topic == dl.get("topic"))
 
 
+@dataclass(frozen=True)
+class _Write:
+    """A round's decision to write ``new`` over the record read (``view``): ``then()`` answers once
+    the write won; ``kw``: :meth:`OffsetRepo.write_state`'s extra arguments."""
+
+    view: object
+    new: S.State
+    then: Callable[[], object]
+    kw: dict = field(default_factory=dict)
+
+
+_UNREAD = object()
+
+
+def _on_record(owner: str, queue: int, now: int, step: Callable[[object], object], rec: object = _UNREAD):
+    """The one compare-and-set of the offsets record ``owner``/``queue`` (:func:`lakeq.common.backoff.cas`):
+    a round is one consistent GetItem (round 0 may use ``rec``, read by the caller) and ``step(rec)``,
+    which answers or returns a :class:`_Write`: one conditional UpdateItem on the record's ``sv``;
+    a lost write reads again. 503 after :data:`~lakeq.common.backoff.CAS_ATTEMPTS` lost rounds."""
+    def attempt(n: int):
+        r = rec if n == 0 and rec is not _UNREAD else OffsetRepo.get(owner, queue)
+        out = step(r)
+        if not isinstance(out, _Write):
+            return out
+        if OffsetRepo.write_state(owner, out.view, out.new, None, now, **out.kw):
+            return out.then()
+        return backoff.RETRY
+    return backoff.cas(attempt, on_exhausted=_contended)
+
+
+def _contended():
+    raise Unavailable("the queue's offsets are too contended; retry")
+
+
 def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy: Policy, reader: Reader,
            now: int, stale: str) -> dict:
     """Settle ``outcomes`` of ``receipt``'s batch; ``{"committed_offset", "unsettled"}``.
@@ -117,7 +150,8 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
             return {"committed_offset": receipt.next_offset, "unsettled": []}
     else:
         rec = OffsetRepo.get(owner, queue)
-    for attempt in range(ATTEMPTS):
+
+    def step(rec) -> dict | _Write:
         if rec is None:
             raise StaleReceipt(stale)
         view = OffsetRepo.view_of(rec)
@@ -132,16 +166,16 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
         except S.NotInBatch:
             raise BadRequest("an offset in 'accept', 'release' or 'reject' was not delivered with this "
                              f"receipt (its batch: {list(st.batch)})") from None
-        new = out.state
-        if out.changed and not OffsetRepo.write_state(owner, view, new, None, now, consumed=True,
-                                                      ack=key if full else None):
-            backoff.sleep(attempt)
-            rec = OffsetRepo.get(owner, queue)
-            continue
-        if new.due:
-            new = flush_due(owner, queue, policy, reader, now) or new
-        return {"committed_offset": new.committed, "unsettled": out.unsettled}
-    raise Unavailable("the queue's offsets are too contended; retry")
+
+        def done() -> dict:
+            new = out.state
+            if new.due:
+                new = flush_due(owner, queue, policy, reader, now) or new
+            return {"committed_offset": new.committed, "unsettled": out.unsettled}
+        if not out.changed:
+            return done()
+        return _Write(view, out.state, done, {"consumed": True, "ack": key if full else None})
+    return _on_record(owner, queue, now, step, rec)
 
 
 def visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -> bool:
@@ -149,8 +183,8 @@ def visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -
     conditional UpdateItem. False: stale (the lock is another's, or holds nothing any more)."""
     if OffsetRepo.set_visibility(owner, queue, receipt, until, now):
         return True
-    for attempt in range(ATTEMPTS):
-        rec = OffsetRepo.get(owner, queue)
+
+    def step(rec) -> bool | _Write:
         if rec is None or rec.settle is None:
             return False
         view = OffsetRepo.view_of(rec)
@@ -158,10 +192,8 @@ def visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -
             new = S.visibility(view.state(), receipt.timestamp, receipt.offset, receipt.next_offset, until)
         except S.Stale:
             return False
-        if OffsetRepo.write_state(owner, view, new, None, now):
-            return True
-        backoff.sleep(attempt)
-    raise Unavailable("the queue's offsets are too contended; retry")
+        return _Write(view, new, lambda: True)
+    return _on_record(owner, queue, now, step)
 
 
 # --- dead letters ---------------------------------------------------------------------------------
@@ -219,8 +251,7 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
     without a copy only when its offset is below the log's ``min_offset`` (gone with retention;
     ``reader.min_offset(queue)`` of a :class:`MinOffset` reader, a consistent GetItem, asked only
     then), and not counted."""
-    for attempt in range(ATTEMPTS):
-        rec = OffsetRepo.get(owner, queue)
+    def step(rec) -> S.State | None | _Write:
         if rec is None:
             return None
         view = OffsetRepo.view_of(rec)
@@ -255,7 +286,5 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
         new = S.gone(S.dead_lettered(st, done), gone)
         if new == st:
             return st  # nothing readable yet: left due
-        if OffsetRepo.write_state(owner, view, new, None, now):
-            return new
-        backoff.sleep(attempt)
-    raise Unavailable("the queue's offsets are too contended; retry")
+        return _Write(view, new, lambda: new)
+    return _on_record(owner, queue, now, step)
