@@ -10,6 +10,7 @@ import pytest
 from lakeq.admin import auth
 from lakeq.admin import auth as lq_auth
 from lakeq.admin import service as admin_service
+from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.store.models import KeyModel
 from tests.handlers import Context
 
@@ -236,4 +237,4 @@ def test_a_key_set_contended_without_end_answers_503(api, setup, monkeypatch):
     monkeypatch.setattr(ClientRepo, "set_keys", always_moved)
     s, b = api.call("POST", "/v1/clients/risk/keys")
     assert s == 503 and "contended" in b["error"]["message"], (s, b)
-    assert len(calls) == auth.KEY_SET_ATTEMPTS
+    assert len(calls) == CAS_ATTEMPTS

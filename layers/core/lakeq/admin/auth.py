@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from lakeq.common.backoff import RETRY, Retry, cas
 from lakeq.common.errors import BadRequest, Forbidden, NotFound, Unauthorized, Unavailable
 from lakeq.common.names import check_name, covers
 from lakeq.store.models import ClientModel, TopicModel
@@ -159,7 +160,6 @@ def admin_client(p: Principal, name: str, item_id: str | None = None,
     return c
 
 
-KEY_SET_ATTEMPTS = 40
 T = TypeVar("T")
 
 
@@ -169,19 +169,27 @@ def change_key_set(name: str, c: ClientModel, attempt: Callable[[ClientModel, in
     ``key_version`` (compare-and-set of its key set: API keys and SQS credentials share it) — and,
     when it fails in a way ``retry`` accepts (by default: index 0, the client's key set moved
     meanwhile), read the client again and let ``attempt`` decide again. 404 when the client is gone,
-    503 after :data:`KEY_SET_ATTEMPTS` contended rounds. ``attempt`` raises the route's own answers
+    503 after :data:`~lakeq.common.backoff.CAS_ATTEMPTS` contended rounds (the one
+    compare-and-set loop, :func:`~lakeq.common.backoff.cas`). ``attempt`` raises the route's own answers
     (404 for a key no longer live, 409 for too many keys) from what it reads."""
-    for _ in range(KEY_SET_ATTEMPTS):
+    def round_(n: int) -> T | Retry:
+        nonlocal c
+        if n > 0:
+            refreshed = ClientRepo.get(name)  # a concurrent rotation moved the key set: decide again
+            if refreshed is None:
+                raise NotFound(f"client '{name}' does not exist")
+            c = refreshed
         version = None if c.key_version is None else int(c.key_version)
         try:
             return attempt(c, version)
         except TransactionFailed as e:
             if not retry(e):
                 raise
-        refreshed = ClientRepo.get(name)  # a concurrent rotation moved the key set: decide again
-        if refreshed is None:
-            raise NotFound(f"client '{name}' does not exist")
-        c = refreshed
+        return RETRY
+    return cas(round_, on_exhausted=_keys_contended)
+
+
+def _keys_contended():
     raise Unavailable("the client's keys are too contended; retry")
 
 

@@ -21,13 +21,13 @@ from lakeq.admin.auth import (
     topic_or_404,
 )
 from lakeq.common import clock as _clock
+from lakeq.common.backoff import RETRY, Retry, cas
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name, check_topic, covers, parent_of
 from lakeq.contract import validation as v
 from lakeq.store.models import ClientModel, TopicModel
 from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed, inc_of
 
-APPEND_ATTEMPTS = 40
 MAX_KEYS = 10  # live keys per client (rotation: issue the new one, move clients over, revoke)
 
 
@@ -66,17 +66,23 @@ def grow_topic(p: Principal, name: str, raw: str | None) -> dict:
     queues = v.grow_topic(v.json_body(raw))
     t = topic_or_404(name)
     require_admin(p)
-    for _ in range(APPEND_ATTEMPTS):
-        old = int(t.queues)
+
+    def attempt(n: int) -> dict | Retry:
+        cur = t if n == 0 else topic_or_404(name)  # a concurrent PATCH moved the count: decide again
+        old = int(cur.queues)
         if queues <= old:
             raise BadRequest(f"queues can only grow: topic '{name}' has {old}; ask for {old + 1}-{v.QUEUES_MAX}")
         try:
-            TopicRepo.grow(name, old, queues, inc_of(t))
-            return {"name": name, "queues": queues, "parent": t.parent}
+            TopicRepo.grow(name, old, queues, inc_of(cur))
+            return {"name": name, "queues": queues, "parent": cur.parent}
         except TransactionFailed as e:
             if not e.failed(0):
                 raise
-        t = topic_or_404(name)  # a concurrent PATCH moved the count: decide again
+        return RETRY
+    return cas(attempt, on_exhausted=_topic_contended)
+
+
+def _topic_contended():
     raise Unavailable("the topic is too contended; retry")
 
 
