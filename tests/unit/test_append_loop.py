@@ -75,4 +75,4 @@ def test_gives_up_after_the_attempts_with_the_items_left(monkeypatch):
     with pytest.raises(A.Contended) as e:
         A.append_at_head("t", 0, ["a", "b", "c"], 0, plan_two)
     assert e.value.remaining == ["a", "b", "c"] and isinstance(e.value.cause, TransactionFailed)
-    assert sum(1 for c in fake.calls if c[0] == "append") == A.ATTEMPTS
+    assert sum(1 for c in fake.calls if c[0] == "append") == backoff.CAS_ATTEMPTS

@@ -4,7 +4,7 @@ move and generation change is a conditional write or a transaction here).
 from lakeq import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
-    "append": ("ATTEMPTS", "Contended", "append_at_head",),
+    "append": ("Contended", "append_at_head",),
     "bodies": ("BodyStore",),
     "groups": (
         "GroupFull", "GroupRepo", "MAX_MEMBERS", "MAX_MEMBER_TOPICS", "View", "expand_topics",

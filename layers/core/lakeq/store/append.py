@@ -14,7 +14,8 @@ A write that loses a race (someone appended at that head first) raises ``Transac
   append; when it answered some, the next round starts at once (progress was made);
 - otherwise the round waits (:func:`lakeq.common.backoff.sleep`) and plans again at the fresh head.
 
-After :data:`ATTEMPTS` lost races in a row :class:`Contended` is raised with the items not
+Each write is a round of the one compare-and-set loop (:func:`lakeq.common.backoff.cas`): after
+:data:`~lakeq.common.backoff.CAS_ATTEMPTS` lost races in a row :class:`Contended` is raised with the items not
 appended. Store calls per round are those of ``LogRepo.head`` and ``LogRepo.append``: nothing more.
 """
 from __future__ import annotations
@@ -22,20 +23,20 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from lakeq.common import backoff
+from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.common.errors import LakeqError
 from lakeq.store.repos import Append, LogRepo, TransactionFailed
 
-ATTEMPTS = 40
-
 T = TypeVar("T")
+_ANSWERED = object()  # a round's answer: on_recorded answered every item left
 
 
 class Contended(LakeqError):
-    """The queue's head moved under every one of :data:`ATTEMPTS` writes in a row.
+    """The queue's head moved under every one of :data:`~lakeq.common.backoff.CAS_ATTEMPTS` writes in a row.
     ``remaining``: the items not appended (in order); ``cause``: the last ``TransactionFailed``."""
 
     def __init__(self, remaining: list, cause: TransactionFailed):
-        super().__init__(f"{len(remaining)} item(s) not appended after {ATTEMPTS} lost races")
+        super().__init__(f"{len(remaining)} item(s) not appended after {CAS_ATTEMPTS} lost races")
         self.remaining = remaining
         self.cause = cause
 
@@ -52,7 +53,7 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
                    plan: Callable[[list[T], int], "tuple[Append, int]"],
                    on_written: Callable[[list[T], Append], None] | None = None,
                    on_recorded: Callable[[list[T], list[str]], list[T]] | None = None,
-                   attempts: int = ATTEMPTS) -> bool:
+                   attempts: int = CAS_ATTEMPTS) -> bool:
     """Append ``items`` to queue ``queue`` of log ``log`` (a topic's log name or a list's).
 
     ``plan(items, base)`` → ``(part, n)``: the next write at offset ``base``, holding the first
@@ -60,30 +61,40 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
     the items still to append, when a write failed because ``keys`` were recorded meanwhile
     (default: drop nothing). False when the queue does not exist (the items left were not
     appended), True when every item is appended or answered. Raises :class:`Contended`."""
-    attempt = 0
-    while items:
-        base = LogRepo.head(log, queue, fresh=attempt > 0)
+    lost: list[TransactionFailed] = []
+
+    def attempt(r: int):
+        nonlocal items
+        base = LogRepo.head(log, queue, fresh=r > 0)
         if base is None:
-            return False
+            return None
         part, n = plan(items, base)
         try:
             LogRepo.append(log, queue, base, part, now)
         except TransactionFailed as e:
-            attempt += 1
-            if attempt >= attempts:
-                raise Contended(items, e) from e
-            keys = recorded_keys(e, part)
+            lost.append(e)
+            keys = recorded_keys(e, part) if r + 1 < attempts else []  # the last lost round gives up
             if keys and on_recorded is not None:
                 left = on_recorded(items, keys)
                 if len(left) < len(items):  # answered some: progress, go on at once
                     items = left
-                    continue
-            backoff.sleep(attempt)
-            continue
+                    return backoff.AT_ONCE if items else _ANSWERED
+            return backoff.RETRY
+        return part, n
+
+    def contended():
+        raise Contended(items, lost[-1]) from lost[-1]
+
+    while items:
+        out = backoff.cas(attempt, attempts, contended)  # each write is a compare-and-set of the head
+        if out is None:
+            return False
+        if out is _ANSWERED:
+            break
+        part, n = out
         if on_written is not None:
             on_written(items[:n], part)
         items = items[n:]
-        attempt = 0
     return True
 
 
