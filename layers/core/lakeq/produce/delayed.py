@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 
 from lakeq.common import backoff, clock
+from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.common.errors import NotFound, Unavailable, counted
 from lakeq.log.delay_plan import Delayed, decode_message, due_count, plan_delayed, promotion_extra
 from lakeq.log.produce_plan import plan_parts
@@ -30,7 +31,7 @@ from lakeq.store.repos import DelayedRepo, LogRepo, TransactionFailed, warm_tran
 
 log = logging.getLogger("lakeq.produce.delayed")
 
-ATTEMPTS = 40
+_MORE = object()  # a promotion won and more is due
 # delayed items read per promotion transaction: at most 98 fit one (head move + one segment + one
 # delete each); client ids need a dedup put more, and plan_parts cuts by item count and size
 PROMOTE_QUERY = 98
@@ -56,9 +57,9 @@ def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now
 
 
 def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> None:
-    attempt = 0
-    while part:
-        meta = LogRepo.queue(topic, q, consistent=attempt > 0)
+    def attempt(n: int):
+        nonlocal part
+        meta = LogRepo.queue(topic, q, consistent=n > 0)
         if meta is None:
             raise NotFound(f"queue {q} of topic '{topic}' does not exist")
         dmin = min(d.deliver_at for d in part)
@@ -66,9 +67,8 @@ def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> No
         try:
             DelayedRepo.add(topic, q, part, now, lower)
         except TransactionFailed as e:
-            attempt += 1
-            if attempt >= ATTEMPTS:
-                raise Unavailable("the queue is too contended; retry the request with the same message ids") from None
+            if n + 1 >= CAS_ATTEMPTS:
+                return backoff.RETRY  # the last lost round: give up (503) without reading further
             cids = [d for d in part if d.cid]
             first = len(e.reasons) - len(cids)
             dup = {d.message.id for k, d in enumerate(cids) if e.failed(first + k)}
@@ -81,28 +81,34 @@ def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> No
                     else:
                         keep.append(d)
                 part = keep
-            backoff.sleep(attempt)
-            continue
+            return backoff.RETRY if part else None
         for d in part:
             results[d.index] = result(d.message.id, q, None, d.deliver_at)
-        return
+        return None
+    backoff.cas(attempt, on_exhausted=_contended)
+
+
+def _contended():
+    raise Unavailable("the queue is too contended; retry the request with the same message ids")
 
 
 def promote(topic: str, q: int, now: int, meta: QueueModel | None = None) -> int | None:
     """Append queue ``q``'s messages due at ``now`` to it; returns the queue's head afterwards
     (None: the queue does not exist). ``meta``: the queue item when the caller just read it
-    consistently. Gives up quietly after :data:`ATTEMPTS` lost races (the next pull or the next
-    scheduled run carries on); raises nothing for contention."""
+    consistently. Gives up quietly after :data:`~lakeq.common.backoff.CAS_ATTEMPTS` lost races (the
+    next pull or the next scheduled run carries on); raises nothing for contention."""
     return promote_queue(topic, q, now, meta)[0]
 
 
 def promote_queue(topic: str, q: int, now: int, meta: QueueModel | None = None) -> tuple[int | None, int | None]:
     """:func:`promote`, also returning the earliest ``deliver_at`` still ahead in that queue as
     far as the last read saw it (None: nothing delayed ahead, or unknown after giving up)."""
-    attempt = 0
-    head = None
-    while True:
-        if meta is None or attempt > 0:
+    head: int | None = None
+    raced = False  # the last lost round lost a transaction (not a next_due set right)
+
+    def attempt(n: int):
+        nonlocal meta, head, raced
+        if meta is None or n > 0:
             meta = LogRepo.queue(topic, q, consistent=True)
         if meta is None:
             return head, None
@@ -114,33 +120,37 @@ def promote_queue(topic: str, q: int, now: int, meta: QueueModel | None = None) 
         try:
             if not entries:  # next_due was earlier than every delayed item: set it right
                 DelayedRepo.set_next_due(topic, q, seen, DelayedRepo.after(topic, q, None))
-                attempt += 1
-                if attempt >= ATTEMPTS:
-                    return head, None
-                continue
+                raced = False
+                return backoff.AT_ONCE
             # the consistent read above is the head; after a lost race, the newest segment says
-            base = head if attempt == 0 else LogRepo.head(topic, q, fresh=True)
+            base = head if n == 0 else LogRepo.head(topic, q, fresh=True)
             if base is None:
                 return head, None
             items = [(k, decode_message(e.data if e.data is not None else e.msg), bool(e.cid))
                      for k, e in enumerate(entries)]
             part, placed = plan_parts(topic, q, items, base, extra=promotion_extra(topic, q))[0]
-            n = len(placed)
-            promoted = entries[:n]
-            nxt = int(entries[n].deliver_at) if n < len(entries) else DelayedRepo.after(topic, q, promoted[-1].due)
+            promoted = entries[:len(placed)]
+            nxt = (int(entries[len(placed)].deliver_at) if len(placed) < len(entries)
+                   else DelayedRepo.after(topic, q, promoted[-1].due))
             DelayedRepo.promote(topic, q, base, part, promoted, seen, nxt, now)
         except TransactionFailed:
-            attempt += 1
-            if attempt >= ATTEMPTS:
-                log.warning("promotion of %s#%d gave up after %d lost races", topic, q, attempt)
-                return head, None
-            backoff.sleep(attempt)
-            continue
+            raced = True
+            return backoff.RETRY
         head = part.segments[-1].end
-        attempt = 0
         meta = None
         if nxt is None or nxt > now:
             return head, nxt
+        return _MORE  # more due: the next promotion is a compare-and-set of its own
+
+    def gave_up() -> tuple[int | None, None]:
+        if raced:
+            log.warning("promotion of %s#%d gave up after %d lost races", topic, q, CAS_ATTEMPTS)
+        return head, None
+
+    while True:
+        out = backoff.cas(attempt, on_exhausted=gave_up)
+        if out is not _MORE:
+            return out
 
 
 def promote_due(topic: str, metas: list[QueueModel], now: int | None = None) -> int | None:
