@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from lakeq.common import backoff, clock
+from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.common.errors import LakeqError
 from lakeq.common.names import check_name, check_topic
 from lakeq.log.produce_plan import plan_parts
@@ -28,7 +29,7 @@ from lakeq.store.repos import ClientRepo, OffsetRepo
 
 log = logging.getLogger("lakeq.replay.group_target")
 
-ATTEMPTS = 40
+_MORE = object()  # an append won: the sink goes on with the copies left
 
 
 class ListMissing(LakeqError):
@@ -71,8 +72,10 @@ def sink(replay_id: str, topic: str, group: str) -> Callable[[list[Copy]], int]:
     def put(copies: list[Copy]) -> int:
         entries.clear()
         copies = sorted(copies, key=position)
-        added = attempt = 0
-        while True:
+        added = 0
+
+        def attempt(_n: int):
+            nonlocal added, copies
             q = ReplayListRepo.queue(replay_id)
             if q is None:
                 raise ListMissing(f"replay {replay_id}: its list does not exist (begin was not called)")
@@ -87,12 +90,16 @@ def sink(replay_id: str, topic: str, group: str) -> Callable[[list[Copy]], int]:
                                      part, now):
                 added += len(placed)
                 copies = todo[len(placed):]
-                attempt = 0
-                continue
-            attempt += 1
-            if attempt >= ATTEMPTS:
-                raise LakeqError(f"replay {replay_id}: its list's head moved under {ATTEMPTS} appends in a row")
-            backoff.sleep(attempt)
+                return _MORE  # the next append is a compare-and-set of its own
+            return backoff.RETRY
+
+        while True:
+            out = backoff.cas(attempt, on_exhausted=contended)
+            if out is not _MORE:
+                return out
+
+    def contended():
+        raise LakeqError(f"replay {replay_id}: its list's head moved under {CAS_ATTEMPTS} appends in a row")
     return put
 
 
