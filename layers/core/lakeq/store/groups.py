@@ -67,6 +67,9 @@ from lakeq.store.repos import CONDITION_FAILED, TransactionFailed, conditional_f
 
 log = logging.getLogger("lakeq.store.groups")
 
+# the bound of the one compare-and-set loop (lakeq.common.backoff.cas) here, not CAS_ATTEMPTS: a round is a
+# whole group request (the header, up to 350 KB, a liveness Query, a BatchGetItem of queue counts and a
+# transaction), waiting up to 5-200 ms between rounds; 12 rounds wait at most 1.3 s in all
 ATTEMPTS = 12
 BACKOFF_BASE_S = 0.005
 BACKOFF_CAP_S = 0.2
@@ -332,7 +335,8 @@ class GroupRepo:
         ``actor`` = the member acting (its liveness item is read); ``check(new_state)`` may raise an
         ApiError to refuse the result (nothing written)."""
         extra = list(extra_topics)
-        for attempt in range(attempts):
+
+        def attempt(_n: int):
             now = _clock.now()
             v = cls.read(group, now, actor)
             counts = queue_counts(_member_topics(v.state) | set(extra))
@@ -343,8 +347,7 @@ class GroupRepo:
                     try:
                         cls.save(v, e.state, v.subs, now)
                     except Conflict:
-                        backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
-                        continue
+                        return backoff.RETRY
                 raise
             subs = v.subs
             if subscribe is not None:
@@ -355,10 +358,13 @@ class GroupRepo:
             try:
                 cls.save(v, new, subs, now)
             except Conflict:
-                backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
-                continue
+                return backoff.RETRY
             return resp
-        raise Unavailable("the group is too contended; retry the request")
+        return backoff.cas(attempt, attempts, _busy, BACKOFF_BASE_S, BACKOFF_CAP_S)
+
+
+def _busy():
+    raise Unavailable("the group is too contended; retry the request")
 
 
 # ------------------------------------------------------------------------------------ member pulls
@@ -406,11 +412,11 @@ def sweep(now_ms: int | None = None, max_member_topics: int = MAX_MEMBER_TOPICS)
 def _sweep_group(group: str, now_ms: int | None, all_topics: dict[str, int], max_member_topics: int,
                  stats: dict) -> None:
     """:func:`sweep`'s work on one group, its counts added to ``stats``."""
-    for attempt in range(ATTEMPTS):
+    def attempt(_n: int) -> None | backoff.Retry:
         now = now_ms if now_ms is not None else _clock.now()
         v = GroupRepo.read(group, now)
         if v.header is None:
-            break
+            return None
         st, resp = g.expire(v.state, now, all_topics)
         expired = len(resp["expired"])
         for mid, asked in sorted(v.subs.items()):
@@ -421,16 +427,16 @@ def _sweep_group(group: str, now_ms: int | None, all_topics: dict[str, int], max
                 if topics != st.members[mid].topics:
                     st, _ = g.topics_changed(st, mid, topics, now, all_topics)
         if _encode(st) == _encode(v.state) and not v.queried:
-            break
+            return None
         try:
             GroupRepo.save(v, st, v.subs, now)
         except Conflict:
-            backoff.sleep(attempt, BACKOFF_BASE_S, BACKOFF_CAP_S)
-            continue
+            return backoff.RETRY
         except ApiError:
             stats["refused"] = stats.get("refused", 0) + 1
-            break
+            return None
         stats["expired"] += expired
         if _encode(st) != _encode(v.state):
             stats["changed"] += 1
-        break
+        return None
+    backoff.cas(attempt, ATTEMPTS, lambda: None, BACKOFF_BASE_S, BACKOFF_CAP_S)  # the next sweep tries again
