@@ -87,7 +87,10 @@ from matcher.index import SubscriptionIndex
 
 log = logging.getLogger("lakeq.fanout.worker")
 
-PARK_ATTEMPTS = 20  # optimistic writes of a subscription's park entries before giving up
+# compare-and-set rounds (lakeq.common.backoff.cas) on a subscription's park entries before giving up; not
+# CAS_ATTEMPTS: a give-up raises into the stream's retry of the whole batch (an outer retry with its own
+# backoff), so the shorter bound (kept from before the shared loop) ends a stuck batch sooner
+PARK_ATTEMPTS = 20
 CATCH_UP_ROUNDS = 3  # catch-up + un-park rounds per parked source queue and batch
 
 
@@ -146,7 +149,7 @@ matcher = Matcher()
 def change_parked(sub_id: str, fn) -> dict[str, dict] | None:
     """Apply ``fn(entries) -> entries`` until it sticks. Returns the entries written (or
     unchanged), None when the subscription does not exist."""
-    for attempt in range(PARK_ATTEMPTS):
+    def attempt(_n: int):
         exists, raw = ParkRepo.read(sub_id)
         if not exists:
             return None
@@ -156,7 +159,11 @@ def change_parked(sub_id: str, fn) -> dict[str, dict] | None:
             return cur
         if ParkRepo.write(sub_id, raw, json.dumps(new, sort_keys=True, separators=(",", ":")) if new else None):
             return new
-        backoff.sleep(attempt)
+        return backoff.RETRY
+    return backoff.cas(attempt, PARK_ATTEMPTS, lambda: _park_contended(sub_id))
+
+
+def _park_contended(sub_id: str):
     raise RuntimeError(f"could not update the park entries of subscription {sub_id}")
 
 
