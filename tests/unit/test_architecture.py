@@ -478,3 +478,57 @@ def test_the_key_grammar_check_sees_each_hand_spelling():
     for fine in ('log, q = split_queue_key(pq)', '# a comment: f"{log}#{q}"', '>>> x.startswith("~")',
                  'h = "#" * n', 'url.partition("?")'):
         assert hand_spelled_keys(fine) == [], fine
+
+
+# --------------------------------------------------- one compare-and-set loop (issue 31 item 2)
+# lakeq.common.backoff.cas is the one optimistic-concurrency retry loop and CAS_ATTEMPTS its one
+# bound. A module that defines its own ``*ATTEMPTS = <int>`` is a second bound (and usually a second
+# loop): use cas and CAS_ATTEMPTS, or list the module here with the reason its bound differs.
+OWN_ATTEMPTS = {
+    ("layers/core/lakeq/common/backoff.py", "CAS_ATTEMPTS"): "the one bound",
+    ("layers/core/lakeq/store/groups.py", "ATTEMPTS"):
+        "a round is a whole group request (header up to 350 KB, liveness Query, queue counts, transaction) "
+        "with a 5-200 ms backoff: 12 rounds bound a request's waiting at about 1.3 s",
+    ("layers/core/lakeq/fanout/worker.py", "PARK_ATTEMPTS"):
+        "a give-up raises into the stream's retry of the whole batch (an outer retry)",
+    ("layers/core/lakeq/store/repos.py", "TRANSACT_ATTEMPTS"):
+        "not a compare-and-set: transact() resends the same transaction after a TransactionConflict, "
+        "which wrote nothing and decided nothing",
+}
+
+
+def attempts_constants(source: str) -> list[str]:
+    """The names ``source`` binds to an int literal whose name ends in ``ATTEMPTS``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        pairs = []
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    pairs += list(zip(target.elts, node.value.elts))
+                else:
+                    pairs.append((target, node.value))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs.append((node.target, node.value))
+        out += [t.id for t, v in pairs if isinstance(t, ast.Name) and t.id.endswith("ATTEMPTS")
+                and isinstance(v, ast.Constant) and type(v.value) is int]
+    return out
+
+
+def test_retry_bounds_are_the_one_cas_attempts_or_listed_with_a_reason():
+    found = []
+    for path in sorted([*CORE.rglob("*.py"), *(ROOT / "functions").rglob("*.py")]):
+        rel = str(path.relative_to(ROOT))
+        found += [(rel, name) for name in attempts_constants(path.read_text())]
+    assert sorted(set(found) - set(OWN_ATTEMPTS)) == [], (
+        "retry with lakeq.common.backoff.cas and CAS_ATTEMPTS, or list the bound in OWN_ATTEMPTS with its reason")
+    assert sorted(set(OWN_ATTEMPTS) - set(found)) == [], "OWN_ATTEMPTS lists a bound that no longer exists"
+
+
+def test_the_attempts_check_sees_each_own_bound():
+    for bad in ("ATTEMPTS = 40", "APPEND_ATTEMPTS = 40", "KEY_SET_ATTEMPTS: int = 3", "A, B_ATTEMPTS = 1, 8",
+                "def f():\n    ATTEMPTS = 5"):
+        assert attempts_constants(bad), bad
+    for fine in ("ATTEMPTS_MIN, ATTEMPTS_MAX = 1, 100", "ATTEMPTS = CAS_ATTEMPTS", "attempts = 3 + 1",
+                 "MAX_ATTEMPTS = '5'", "ATTEMPTS = True"):
+        assert attempts_constants(fine) == [], fine
