@@ -112,6 +112,8 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
     owner = s.name if k.group else s.subscriber
     if s.push is None:
         _below_limit(owner)
+    # not backoff.cas: a lost write means the endpoint changed or went, and the next read decides (404, 409
+    # or the new state) — a rare race between requests about one endpoint: 5 rounds, no wait
     for _ in range(5):  # a group's write is conditioned on the settings read: read again when they changed
         now = clock.now()
         new = s.push is None
@@ -158,7 +160,7 @@ def get(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> dict:
 
 def delete(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> None:
     _check(k, sub_id)
-    for _ in range(5):  # False: gone (the next read answers 404) or, for a group, changed meanwhile
+    for _ in range(5):  # False: gone (the next read answers 404) or, for a group, changed meanwhile (not cas: see put)
         s = _owner(k, p, sub_id)
         if k.repo.remove(sub_id, s.push, owner=s.name if k.group else s.subscriber):
             return
@@ -168,7 +170,7 @@ def delete(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> None:
 def pause(p: Principal, sub_id: str, paused: bool, k: Kind = SUBSCRIPTION) -> dict:
     """Pause / resume; a group's endpoint leaves / rejoins its topic's registry in the same transaction."""
     _check(k, sub_id)
-    for _ in range(5):
+    for _ in range(5):  # a lost write: changed or gone, the next read decides (not cas: see put)
         s = _owner(k, p, sub_id)
         if k.repo.set_paused(sub_id, paused, s.push):
             s.push_paused = paused
@@ -187,7 +189,7 @@ def rotate(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -
     keep = body.get("previous_valid_ms", ROTATE_KEEP_DEFAULT_MS)
     if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= ROTATE_KEEP_MAX_MS:
         raise BadRequest(f"'previous_valid_ms' must be an integer from 0 to {ROTATE_KEEP_MAX_MS}")
-    for _ in range(5):
+    for _ in range(5):  # a lost write: changed or gone, the next read decides (not cas: see put)
         s = _owner(k, p, sub_id)
         now = clock.now()
         old = _secrets(s.push_secrets, now)

@@ -136,6 +136,8 @@ def cancel(p: Principal, rid: str) -> dict:
     check_name(rid, "redrive id")
     r = _redrive_or_404(rid)
     require_admin(p)
+    # not backoff.cas: a lost write means the redrive moved on (status, lease) and the next read decides;
+    # it settles within a round or two, so 5 rounds, no wait
     for _ in range(5):
         if r.status == mp.CANCELLING:
             return view(r)

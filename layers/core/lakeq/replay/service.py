@@ -166,6 +166,8 @@ def cancel(p: Principal, rid: str) -> dict:
     one is answered as it is."""
     r = _replay_or_404(rid)
     require_admin(p)
+    # not backoff.cas: a lost write means the replay moved on (status) and the next read decides; it
+    # settles within a round or two, so 5 rounds, no wait
     for _ in range(5):
         if r.status == "cancelled":
             if r.live is not None:  # a cancel cut short before its close (or a copier's record of it):

@@ -163,6 +163,8 @@ def delete(p: Principal, sub_id: str) -> None:
     leaves nothing behind. A retried DELETE after a lost 204 answers 404 (the subscription is
     gone, as API.md says of unknown ids); it also purges whatever of that id's list is left."""
     check_name(sub_id, "subscription id")
+    # not backoff.cas: a lost write means the subscription went (404 next) or its push endpoint came or
+    # went, and the next read decides: 5 rounds, no wait
     for _ in range(5):  # False: gone (the next read answers 404) or its push endpoint came or went
         s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
         if s is None:
