@@ -532,3 +532,21 @@ def test_the_attempts_check_sees_each_own_bound():
     for fine in ("ATTEMPTS_MIN, ATTEMPTS_MAX = 1, 100", "ATTEMPTS = CAS_ATTEMPTS", "attempts = 3 + 1",
                  "MAX_ATTEMPTS = '5'", "ATTEMPTS = True"):
         assert attempts_constants(fine) == [], fine
+
+
+def test_no_exception_class_name_is_defined_twice():
+    """Two exception classes of one name (``BadRequest`` in common.errors and in rebalance.state,
+    ``Conflict`` in common.errors and store.groups) make an ``except`` catch the wrong one."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(CORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in ERROR_BASES)
+                    or isinstance(b, ast.Attribute) and b.attr.endswith(("Error", "Exception"))
+                    for b in node.bases):
+                seen.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
+
+
+ERROR_BASES = {"BadRequest", "Conflict", "NotFound", "Unavailable", "Forbidden", "Unauthorized", "GroupError",
+               "StaleReceipt", "TooLarge", "Gone"}

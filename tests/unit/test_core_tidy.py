@@ -12,7 +12,7 @@ from lakeq.log import receipts
 from lakeq.rebalance import state as g
 
 
-@pytest.mark.parametrize("cls,status,code", [(g.BadRequest, 400, "bad_request"),
+@pytest.mark.parametrize("cls,status,code", [(g.GroupBadRequest, 400, "bad_request"),
                                              (g.UnknownMember, 404, "unknown_member"),
                                              (g.StaleGeneration, 409, "stale_generation")])
 def test_group_errors_are_api_errors_and_keep_state(cls, status, code):
@@ -168,16 +168,16 @@ BAD_TOPICS = ["", "a\n", "/a", "a/", "a//b", "a b", "x" * 201]
 @pytest.mark.parametrize("bad", BAD_NAMES)
 def test_group_member_ids_follow_the_name_rule(bad):
     assert not names.is_name(bad)
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g._check_member_id(bad)
 
 
 @pytest.mark.parametrize("bad", BAD_TOPICS)
 def test_group_topics_follow_the_topic_rule(bad):
     assert not names.is_topic(bad)
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g._check_topics([bad])
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g._check_queues([{"topic": bad, "queue": 0}])
 
 

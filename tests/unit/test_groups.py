@@ -117,7 +117,7 @@ def test_seed_scenario_end_to_end():
 
 def test_new_group_describes_generation_zero():
     assert g.describe(g.new_group("risk")) == {"group": "risk", "generation": 0, "assignor": "sticky", "members": []}
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g.new_group("risk", "nope")
 
 
@@ -184,7 +184,7 @@ def test_zombie_generation_is_fenced():
     assert e.value.to_body()["error"]["code"] == "stale_generation"
     with pytest.raises(g.StaleGeneration):
         g.sync(s, "c1", 1, 400, COUNTS)
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g.heartbeat(s, "c1", 7, wire("t1q0"), 400, COUNTS)  # a generation that never existed
     # the zombie's request is no sign of life
     assert s.members["c1"].last_heartbeat == 300
@@ -323,16 +323,16 @@ def test_bad_requests():
     for args in (([], [], 10_000), (["bad topic"], [], 10_000), (["t0"], [], 999), (["t0"], [], 300_001),
                  (["t0"], [{"topic": "t0", "queue": -1}], 10_000), (["t0"], "x", 10_000),
                  (["t0"], [{"topic": "t0", "queue": True}], 10_000)):
-        with pytest.raises(g.BadRequest) as e:
+        with pytest.raises(g.GroupBadRequest) as e:
             g.join(s, None, *args, 0, COUNTS)
         assert e.value.status == 400 and e.value.code == "bad_request"
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g.join(s, "bad id!", ["t0"], [], None, 0, COUNTS)
     s, r = g.join(s, None, ["t0"], [], None, 0, COUNTS, new_member_id=lambda: "fixed")
     assert r["member_id"] == "fixed" and r["session_timeout_ms"] == 45_000 and r["heartbeat_interval_ms"] == 15_000
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g.heartbeat(s, "fixed", True, [], 1, COUNTS)
-    with pytest.raises(g.BadRequest):
+    with pytest.raises(g.GroupBadRequest):
         g.sync(s, "fixed", "1", 1, COUNTS)
 
 

@@ -53,7 +53,7 @@ MAX_SESSION_TIMEOUT_MS = 300_000
 
 
 __all__ = [
-    "AWAITING", "PREPARING", "STABLE", "BadRequest", "GroupError", "GroupState", "Member", "Plan",
+    "AWAITING", "PREPARING", "STABLE", "GroupBadRequest", "GroupError", "GroupState", "Member", "Plan",
     "StaleGeneration", "UnknownMember", "describe", "expire", "force_rebalance", "heartbeat",
     "heartbeat_interval_ms", "join", "leave", "new_group", "servable_queues", "set_plan", "sync",
     "topics_changed",
@@ -76,7 +76,7 @@ class GroupError(ApiError):
         return self.body()
 
 
-class BadRequest(GroupError):
+class GroupBadRequest(GroupError):
     status, code = 400, "bad_request"
 
 
@@ -208,7 +208,7 @@ class GroupState:
 def new_group(group: str, assignor: str = "sticky") -> GroupState:
     """A registered group that never had members: generation 0, no members."""
     if assignor not in ASSIGNORS:
-        raise BadRequest(f"unknown assignor {assignor!r}; use one of {sorted(ASSIGNORS)}")
+        raise GroupBadRequest(f"unknown assignor {assignor!r}; use one of {sorted(ASSIGNORS)}")
     return GroupState(group=group, assignor=assignor)
 
 
@@ -219,16 +219,16 @@ def heartbeat_interval_ms(session_timeout_ms: int) -> int:
 # ------------------------------------------------------------------------------------- validation
 def _check_member_id(member_id: Any) -> str:
     if not is_name(member_id):
-        raise BadRequest(f"member_id must be {NAME_RULE}")
+        raise GroupBadRequest(f"member_id must be {NAME_RULE}")
     return member_id
 
 
 def _check_topics(topics: Any) -> list[str]:
     if not isinstance(topics, (list, tuple)) or not topics:
-        raise BadRequest("topics must be a non-empty list of topic names")
+        raise GroupBadRequest("topics must be a non-empty list of topic names")
     for t in topics:
         if not is_topic(t):
-            raise BadRequest(f"invalid topic name {t!r}")
+            raise GroupBadRequest(f"invalid topic name {t!r}")
     return sorted(set(topics))
 
 
@@ -236,7 +236,7 @@ def _check_queues(owned: Any, what: str = "owned") -> list[Queue]:
     if owned is None:
         return []
     if not isinstance(owned, (list, tuple)):
-        raise BadRequest(f"{what} must be a list of {{topic, queue}}")
+        raise GroupBadRequest(f"{what} must be a list of {{topic, queue}}")
     out = []
     for item in owned:
         if isinstance(item, Mapping):
@@ -244,9 +244,9 @@ def _check_queues(owned: Any, what: str = "owned") -> list[Queue]:
         elif isinstance(item, (list, tuple)) and len(item) == 2:
             t, i = item
         else:
-            raise BadRequest(f"{what} entries must be {{topic, queue}} objects")
+            raise GroupBadRequest(f"{what} entries must be {{topic, queue}} objects")
         if not is_topic(t) or isinstance(i, bool) or not isinstance(i, int) or i < 0:
-            raise BadRequest(f"invalid {what} entry {item!r}")
+            raise GroupBadRequest(f"invalid {what} entry {item!r}")
         out.append((t, i))
     return sorted(set(out))
 
@@ -255,14 +255,14 @@ def _check_timeout(ms: Any) -> int:
     if ms is None:
         return DEFAULT_SESSION_TIMEOUT_MS
     if isinstance(ms, bool) or not isinstance(ms, int) or not MIN_SESSION_TIMEOUT_MS <= ms <= MAX_SESSION_TIMEOUT_MS:
-        raise BadRequest("session_timeout_ms must be an integer in "
+        raise GroupBadRequest("session_timeout_ms must be an integer in "
                          f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]")
     return ms
 
 
 def _check_generation(generation: Any) -> int:
     if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
-        raise BadRequest("generation must be a non-negative integer")
+        raise GroupBadRequest("generation must be a non-negative integer")
     return generation
 
 
@@ -359,7 +359,7 @@ def _copy(state: GroupState) -> GroupState:
 
 def _begin(state: GroupState, now: int, counts: Mapping[str, int]) -> tuple[GroupState, list[str]]:
     if isinstance(now, bool) or not isinstance(now, int):
-        raise BadRequest("now_ms must be an integer")
+        raise GroupBadRequest("now_ms must be an integer")
     st = _copy(state)
     return st, _housekeep(st, now, counts)
 
@@ -377,7 +377,7 @@ def _fence(st: GroupState, m: Member, generation: Any) -> None:
         raise StaleGeneration(
             f"generation {generation} is older than {m.generation}, the last one member {m.member_id!r} received", st)
     if generation > st.generation:
-        raise BadRequest(f"generation {generation} is newer than the group's ({st.generation})", st)
+        raise GroupBadRequest(f"generation {generation} is newer than the group's ({st.generation})", st)
 
 
 def _deadline(m: Member) -> int | None:
@@ -535,7 +535,7 @@ def set_plan(
     """Store an externally computed plan; the next rebalance applies ``assignment`` if it covers
     exactly the members and queues of that moment (once), and uses ``weights`` from then on."""
     if assignment is None and weights is None:
-        raise BadRequest("a plan needs an assignment or weights")
+        raise GroupBadRequest("a plan needs an assignment or weights")
     st = _copy(state)
     a = None if assignment is None else {m: _check_queues(qs, "assignment") for m, qs in assignment.items()}
     w = None
@@ -543,7 +543,7 @@ def set_plan(
         w = {}
         for (t, i), x in weights.items():
             if isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0:
-                raise BadRequest(f"invalid weight for {(t, i)}")
+                raise GroupBadRequest(f"invalid weight for {(t, i)}")
             w[(str(t), int(i))] = float(x)
     st.plan = Plan(published_at=now_ms, assignment=a, weights=w, expected_imbalance=expected_imbalance)
     return st, {"published_at": now_ms}

@@ -133,7 +133,7 @@ def _member_topics(st: g.GroupState) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------------- store
-class Conflict(LakeqError):
+class WriteLost(LakeqError):
     """A conditional write lost against a concurrent one."""
 
 
@@ -268,7 +268,7 @@ class GroupRepo:
                 item.save()
             except PutError as e:
                 if conditional_failed(e):
-                    raise Conflict() from None
+                    raise WriteLost() from None
                 raise
 
     @staticmethod
@@ -312,11 +312,11 @@ class GroupRepo:
                 transact(build)
         except PutError as e:
             if conditional_failed(e):
-                raise Conflict() from None
+                raise WriteLost() from None
             raise
         except TransactionFailed as e:
             if any(r in (CONDITION_FAILED, "TransactionConflict") for r in e.reasons):
-                raise Conflict() from None
+                raise WriteLost() from None
             raise
         for d, conditional in rest:  # best effort: an orphan item is ignored, and its TTL clears it
             try:
@@ -346,7 +346,7 @@ class GroupRepo:
                 if e.state is not None:
                     try:
                         cls.save(v, e.state, v.subs, now)
-                    except Conflict:
+                    except WriteLost:
                         return backoff.RETRY
                 raise
             subs = v.subs
@@ -357,7 +357,7 @@ class GroupRepo:
                 check(new)
             try:
                 cls.save(v, new, subs, now)
-            except Conflict:
+            except WriteLost:
                 return backoff.RETRY
             return resp
         return backoff.cas(attempt, attempts, _busy, BACKOFF_BASE_S, BACKOFF_CAP_S)
@@ -430,7 +430,7 @@ def _sweep_group(group: str, now_ms: int | None, all_topics: dict[str, int], max
             return None
         try:
             GroupRepo.save(v, st, v.subs, now)
-        except Conflict:
+        except WriteLost:
             return backoff.RETRY
         except ApiError:
             stats["refused"] = stats.get("refused", 0) + 1
