@@ -550,3 +550,80 @@ def test_no_exception_class_name_is_defined_twice():
 
 ERROR_BASES = {"BadRequest", "Conflict", "NotFound", "Unavailable", "Forbidden", "Unauthorized", "GroupError",
                "StaleReceipt", "TooLarge", "Gone"}
+
+
+# --------------------------------------------------------------- consume's engine API (issue 31 item 2)
+# consume declares its API in its __init__ (`lakeq.consume.__all__`: the engine's typed entry points
+# pull_batch, group_lock, settle_lock, set_visibility, and the HTTP use cases). A module outside
+# consume takes those names from the package; importing a submodule (`from lakeq.consume import
+# settle`, `from lakeq.consume.reader import topic_reader`) reaches past the API into the engine's
+# internals. What other packages still take from the submodules today is listed below with the plan
+# to move it behind the API; the SQS adapter (sqs/) uses the package API only.
+CONSUME_INTERNALS_ALLOWED: dict[str, tuple[set[str], str]] = {
+    "layers/core/lakeq/push/delivery.py": (
+        {"lakeq.consume.settle", "lakeq.consume.reader.ListLog", "lakeq.consume.reader.TopicLog",
+         "lakeq.consume.reader.consume", "lakeq.consume.reader.list_reader", "lakeq.consume.reader.topic_reader",
+         "lakeq.consume.replays.ReplayLog", "lakeq.consume.replays.replay_reader"},
+        "push locks batches with the pull loop and settles them: to a pull_batch/settle_lock for lists too"),
+    "layers/core/lakeq/subscriptions/service.py": (
+        {"lakeq.consume.settle", "lakeq.consume.reader.ListLog", "lakeq.consume.reader.broker",
+         "lakeq.consume.reader.consume", "lakeq.consume.reader.list_reader", "lakeq.consume.settle.Policy"},
+        "a subscription's pull and settle of its list: to an engine entry for lists (pull_list, settle_lock)"),
+    "layers/core/lakeq/peek/service.py": (
+        {"lakeq.consume.reader.list_reader", "lakeq.consume.reader.topic_reader",
+         "lakeq.consume.replays.replay_reader"},
+        "peek reads logs without a lock: to a reader entry in the API"),
+    "layers/core/lakeq/redrive/service.py": (
+        {"lakeq.consume.reader.topic_reader"}, "the redrive reads a topic's log: to a reader entry in the API"),
+    "layers/core/lakeq/console/monitor.py": ({"lakeq.consume.reader.views"}, "an API name: import it from lakeq.consume"),
+    "layers/core/lakeq/console/summary.py": (
+        {"lakeq.consume.reader.views_of"}, "the summary's queue views: to the API with views"),
+}
+
+
+def consume_internals(source: str, api: set[str], submodules: set[str]) -> set[str]:
+    """What ``source`` takes from consume past its package API: a submodule imported as a module
+    (``lakeq.consume.<sub>``), a name taken from a submodule (``lakeq.consume.<sub>.<name>``), or a
+    name the package does not declare (``lakeq.consume.<name>``)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if mod == "lakeq.consume":
+                out.update(f"{mod}.{a.name}" for a in node.names if a.name not in api or a.name in submodules)
+            elif mod.startswith("lakeq.consume."):
+                out.update(f"{mod}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("lakeq.consume."))
+    return out
+
+
+def _consume_api() -> tuple[set[str], set[str]]:
+    import lakeq.consume
+    return set(lakeq.consume.__all__), {p.stem for p in (CORE / "consume").glob("*.py")} - {"__init__"}
+
+
+def test_other_packages_use_consumes_engine_api_only():
+    api, submodules = _consume_api()
+    assert {"pull_batch", "group_lock", "settle_lock", "set_visibility", "PullRequest"} <= api
+    found = {}
+    for path in [*(p for pkg, _, p in modules() if pkg != "consume"), *FUNCTIONS.rglob("*.py")]:
+        rel = str(path.relative_to(ROOT))
+        if uses := consume_internals(path.read_text(), api, submodules):
+            found[rel] = uses
+    over = {p: sorted(u - CONSUME_INTERNALS_ALLOWED.get(p, (set(), ""))[0]) for p, u in found.items()}
+    assert {p: u for p, u in over.items() if u} == {}
+    assert not any(p.startswith("layers/core/lakeq/sqs/") for p in CONSUME_INTERNALS_ALLOWED)
+    stale = {p: sorted(names - found.get(p, set())) for p, (names, _) in CONSUME_INTERNALS_ALLOWED.items()}
+    assert {p: s for p, s in stale.items() if s} == {}  # the allow-list is not stale
+
+
+def test_the_consume_api_checker_sees_each_way_past_the_api():
+    api, submodules = _consume_api()
+    for bad in ("from lakeq.consume import service", "from lakeq.consume import settle as settling",
+                "from lakeq.consume.reader import broker", "import lakeq.consume.settle",
+                "def f():\n    from lakeq.consume.engine import pull_batch\n", "from lakeq.consume import _private"):
+        assert consume_internals(bad, api, submodules), bad
+    for fine in ("from lakeq.consume import pull_batch, settle_lock", "from lakeq import consume",
+                 "from lakeq.consume import views as _views", "from lakeq.contract import validation"):
+        assert consume_internals(fine, api, submodules) == set(), fine

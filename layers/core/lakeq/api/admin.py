@@ -5,9 +5,9 @@ import os
 
 from aws_lambda_powertools.event_handler import Response
 
+from lakeq import consume
 from lakeq.admin import service as admin_service
 from lakeq.api.http import Router, body, json_response, path, public
-from lakeq.consume import service
 from lakeq.sqs import keys as sqs_keys
 
 router = Router()
@@ -62,7 +62,7 @@ def patch_client(name: str):
 @router.put("/v1/groups/<group>/offsets")
 def reset_offset(group: str):
     p = router.caller
-    return json_response(service.reset_offset(p, path(group), body(router)))
+    return json_response(consume.reset_offset(p, path(group), body(router)))
 
 
 @router.get("/v1/clients/<name>/keys")

@@ -1,6 +1,8 @@
 """Consume use cases behind the HTTP routes: pull (with a piggybacked ack), ack, visibility, a
-group's offsets and their reset. The pull loop itself is :func:`lakeq.consume.reader.consume`; the
-settlement of a receipt is :mod:`lakeq.consume.settle`.
+group's offsets and their reset. Each parses its request and calls consume's engine API
+(:mod:`lakeq.consume.engine`: :func:`~lakeq.consume.engine.pull_batch`, the receipt check
+:func:`~lakeq.consume.engine.check_receipt`, :func:`~lakeq.consume.engine.set_visibility`); the pull
+loop itself is :func:`lakeq.consume.reader.consume`, the settlement of a receipt :mod:`lakeq.consume.settle`.
 
 Check order (API.md): 401 → 400 (syntax) → 404 (named things) → 403 (the key may not act) →
 state-dependent answers (400/409). Handlers parse nothing themselves beyond handing over the
@@ -18,65 +20,31 @@ from lakeq.admin.auth import (
     topic_or_404,
 )
 from lakeq.common import clock as _clock
-from lakeq.common.errors import ApiError, BadRequest, NotFound, StaleReceipt
+from lakeq.common.errors import ApiError, BadRequest, StaleReceipt
 from lakeq.common.names import check_name, check_topic
-from lakeq.common.payload import ByteBudget
-from lakeq.consume import replays
+from lakeq.consume import engine, replays
 from lakeq.consume import settle as settling
-from lakeq.consume.reader import TopicLog, broker, consume, topic_reader
+from lakeq.consume.reader import topic_reader
 from lakeq.consume.reader import views as _views
 from lakeq.contract import validation as v
 from lakeq.log.receipts import Receipt
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
-from lakeq.store.models import ClientModel, TopicModel, log_of
-from lakeq.store.replay_lists import active_replays
-from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo
+from lakeq.store.models import ClientModel, log_of
+from lakeq.store.repos import LogRepo, OffsetRepo
 
 # --- pull / ack -----------------------------------------------------------------------------
-MemberQueues = Callable[[ClientModel, str, str], "set[int]"]
-
-
-def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[int]:
-    """The member's servable queues of ``topic`` (404 ``unknown_member``); reads, never writes."""
-    from lakeq.store.groups import member_queues as served
-    return served(group, member_id, topic)
-
-
-member_queues: MemberQueues = _group_member_queues
-
-
-def _instance(group: ClientModel, client_id: str | None) -> str | None:
-    """Whose offsets a request uses: its ``client_id`` in broadcasting mode (400 without one),
-    None in clustering mode (the group's own)."""
-    if group.mode != "broadcasting":
-        return None
-    if client_id is None:
-        raise BadRequest("client_id is required for a broadcasting group")
-    return client_id
-
-
-STALE = "the receipt is stale: the queue was locked again, acknowledged or reset since"
+# The engine's entry points (:mod:`lakeq.consume.engine`) do the work; these parse the request.
+_instance = engine.instance
+STALE = engine.STALE
 
 
 def _group_receipt(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
-                   use: str, known: TopicModel | None = None) -> tuple[str, int, str]:
-    """The checks every use of a group's receipt makes (ack, visibility), in API.md's order:
-    not a subscription's (400), its topic exists (404), the key may act (403), the instance (400).
-    Returns (topic, queue, offsets owner); 409 ``stale_receipt`` for another broker's receipt.
-    ``known``: a topic item this request already read (a pull's), used when it is the receipt's."""
-    if receipt.subscription is not None:
-        raise BadRequest(f"this receipt is for a subscription; {use} it with 'subscription'")
-    topic, q = receipt.topic_queue
-    t = known if known is not None and known.name == topic else TopicRepo.get(topic)
-    if t is None:
-        raise NotFound(f"topic '{topic}' of the receipt does not exist")
-    authorize(p, group, topic)
-    owner = OffsetRepo.owner(group.name, log_of(t), _instance(group, client_id))
-    if receipt.broker != broker() or receipt.log != log_of(t):  # (a receipt of a deleted incarnation)
-        raise StaleReceipt(STALE)
-    return topic, q, owner
+                   use: str) -> tuple[str, int, str]:
+    """(topic, queue, offsets owner) of a group's receipt after :func:`lakeq.consume.engine.check_receipt`."""
+    lock = engine.check_receipt(p, group, client_id, receipt, use)
+    return lock.topic, lock.queue, lock.owner
 
 
 def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
@@ -144,12 +112,8 @@ def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, r
         if not settling.visibility(owner, 0, receipt, until, now):
             raise StaleReceipt(STALE)
         return {"replay": receipt.replay, "queue": 0, "locked_until": until}
-    topic, q, owner = _group_receipt(p, group, client_id, receipt, "name")
-    now = _clock.now()
-    until = lock_until(now, visibility_ms)
-    if not settling.visibility(owner, q, receipt, until, now):
-        raise StaleReceipt(STALE)
-    return {"topic": topic, "queue": q, "locked_until": until}
+    lock = engine.check_receipt(p, group, client_id, receipt, "name")
+    return {"topic": lock.topic, "queue": lock.queue, "locked_until": engine.set_visibility(lock, visibility_ms)}
 
 
 def visibility(p: Principal, raw: str | None,
@@ -166,64 +130,14 @@ def visibility(p: Principal, raw: str | None,
     return _visibility_group(p, group, req.ack.client_id, receipt, req.visibility_timeout_ms)
 
 
-def pull(p: Principal, topic: str, params: dict, t: TopicModel | None = None,
-         budget: Callable[[], ByteBudget] = ByteBudget, with_replays: bool = True,
-         hints_max_age_s: float = 0.0, suspects: str = "serve") -> dict:
-    """``t``: the topic's item when the caller has just read it (as :func:`lakeq.produce.service.produce`);
-    ``budget``: the batch's byte budget (:func:`lakeq.consume.reader.consume`; the SQS endpoint's own);
-    ``with_replays``: serve the group's replays' lists first (:mod:`lakeq.consume.replays`; the SQS
-    endpoint's receive does not: its receipt handles name topic queues only); ``hints_max_age_s``:
-    the queue items may come from the container's copy that young (:class:`lakeq.consume.reader.TopicLog`);
-    ``suspects``: :func:`lakeq.consume.reader.consume`'s (the SQS endpoint's receive)."""
+def pull(p: Principal, topic: str, params: dict) -> dict:
+    """``GET /v1/topics/{topic}/messages``: the query parsed into a
+    :class:`~lakeq.contract.validation.PullRequest` (400), the topic read (404), then
+    :func:`lakeq.consume.engine.pull_batch`."""
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
-    t = t if t is not None and t.name == topic else topic_or_404(topic)
-    group = client_or_404(req.group, "consumer")
-    allowed = member_queues(group, req.member_id, topic) if req.member_id is not None else None
-    authorize(p, group, topic)
-    client_id = _instance(group, req.client_id)
-    log = log_of(t)
-    owner = OffsetRepo.owner(group.name, log, client_id)
-    policy = settling.policy_of(group)
-    # replays into this group (issue 18.1): named by the group's item, read above; none: no store call more
-    active = active_replays(group, topic) if with_replays else []
-    lock_owner = req.member_id or client_id or "-"
-    folded = None
-    if ack_receipt is not None and ack_receipt.replay is not None:  # an entry of a replay's list
-        r_owner = replays.receipt_owner(p, group, client_id, ack_receipt, STALE)
-
-        def ack_entry() -> dict:
-            return settling.settle(r_owner, 0, ack_receipt, Outcomes(), policy,
-                                   replays.replay_reader(ack_receipt.queue, None), _clock.now(), STALE)
-
-        if ack_receipt.replay in active and not req.tags:
-            folded = (ack_receipt, 0, ack_entry)  # folded into the list's next lock (reader.fold)
-        else:
-            ack_entry()
-    elif ack_receipt is not None:
-        # the receipt's checks (the pull's topic item serves them when it is the receipt's topic)
-        _, q, ack_owner = _group_receipt(p, group, client_id, ack_receipt, "acknowledge", known=t)
-
-        def ack_alone() -> dict:
-            return settling.settle(ack_owner, q, ack_receipt, Outcomes(), policy,
-                                   topic_reader(ack_receipt.log, None), _clock.now(), STALE)
-
-        if (not active and ack_owner == owner and ack_receipt.log == log and not req.tags
-                and (allowed is None or q in allowed)):
-            folded = (ack_receipt, q, ack_alone)  # the ack goes into this pull's lock write (reader.fold)
-        else:
-            ack_alone()
-    vis = req.visibility_timeout_ms or int(group.visibility_timeout_ms)
-    if active:  # the replays' lists first, without waiting; then the topic's queues as usual
-        out = replays.pull_lists(group, topic, active, client_id, vis, req, policy, lock_owner, folded)
-        if out is not None:
-            return out
-        folded = None  # (a list's piggybacked ack was settled by its poll)
-    meta = {"group": group.name, "client_id": client_id, "topic": topic}
-    return consume(TopicLog(log, owner, meta, int(t.queues), lock_owner, only=allowed,
-                            hints_max_age_s=hints_max_age_s),
-                   vis, req, allowed, policy=policy, folded=folded, budget=budget, suspects=suspects)
+    return engine.pull_batch(p, topic_or_404(topic), req, ack=ack_receipt)
 
 
 # --- offsets --------------------------------------------------------------------------------

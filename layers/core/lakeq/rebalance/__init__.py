@@ -9,7 +9,7 @@ __getattr__, __dir__, __all__ = exports(__name__, {
     ),
     "codec": ("COMPRESS_ABOVE", "dumps", "legacy_dict", "pack", "unpack",),
     "state": (
-        "AWAITING", "BadRequest", "DEFAULT_SESSION_TIMEOUT_MS", "GroupError", "GroupState", "Member",
+        "AWAITING", "DEFAULT_SESSION_TIMEOUT_MS", "GroupBadRequest", "GroupError", "GroupState", "Member",
         "PREPARING", "STABLE", "STATES", "StaleGeneration", "UnknownMember", "describe", "expire",
         "force_rebalance", "heartbeat", "join", "leave", "new_group", "servable_queues", "set_plan", "sync",
         "topics_changed",

@@ -13,13 +13,9 @@ from typing import Any
 from lakeq.admin import auth as lq_auth
 from lakeq.common.errors import ApiError, StaleReceipt
 from lakeq.common.payload import BATCH_BYTES, ByteBudget, dumps, lambda_bytes
-from lakeq.consume import service
-from lakeq.consume import settle as settling
-from lakeq.consume.reader import broker, topic_reader
+from lakeq.consume import PullRequest, group_lock, pull_batch, set_visibility, settle_lock
 from lakeq.log.receipts import Receipt
 from lakeq.log.receipts import parse as parse_receipt
-from lakeq.log.selection import lock_until
-from lakeq.log.settlement import Outcomes
 from lakeq.produce import service as produce_service
 from lakeq.sqs import permissions as perm
 from lakeq.sqs import protocol as sp
@@ -34,7 +30,6 @@ from lakeq.sqs.permissions import (
     Queue,
     now_ms,
 )
-from lakeq.store.models import ClientModel
 from lakeq.store.repos import OffsetRepo, inc_of
 from lakeq.store.sqs import group_name, producer_name
 
@@ -303,7 +298,7 @@ def receive_message(ctx: Ctx, req: dict) -> dict:
     if vis == 0:  # visible again at once (lakeq's shortest lock is 1 s: end them now, once all are gathered)
         for got in batches:
             r = parse_receipt(got["receipt"])
-            perm.native(lambda: _set_visibility(q, r, r.topic_queue[1], 0))  # (False: ended meanwhile)
+            perm.native(lambda: _set_visibility(q, r, 0))  # (False: ended meanwhile)
     now = now_ms()
     msgs = [_message_out(ctx, q, m, got["receipt"], system, attr_names, now)
             for m, got in heapq.merge(*[[(m, got) for m in got["messages"]] for got in batches], key=_send_order)]
@@ -372,13 +367,13 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
     for i in range(max(1, int(q.topic.queues))):
         if batches and left < RECEIVE_ONE_MAX:  # the next batch's first message might not fit
             break
-        params = {"group": group_name(q.name), "max": str(max_n - held), "wait_ms": str(wait * 1000 if i == 0 else 0),
-                  "visibility_timeout_ms": str(max(1000, vis * 1000))}
-        got = perm.native(lambda: service.pull(ADMIN, q.name, params, t=q.topic,
-                                               budget=lambda: ByteBudget(left, receive_bytes),
-                                               with_replays=False,  # (replay lists: lakeq's pulls only)
-                                               hints_max_age_s=HINTS_MAX_AGE_S,
-                                               suspects="mark" if i == 0 else "skip"))
+        req = PullRequest(group=group_name(q.name), client_id=None, member_id=None, max=max_n - held,
+                          wait_ms=wait * 1000 if i == 0 else 0, tags=None, ack=None,
+                          visibility_timeout_ms=max(1000, vis * 1000))
+        got = perm.native(lambda: pull_batch(ADMIN, q.topic, req, budget=lambda: ByteBudget(left, receive_bytes),
+                                             with_replays=False,  # (replay lists: lakeq's pulls only)
+                                             hints_max_age_s=HINTS_MAX_AGE_S,
+                                             suspects="mark" if i == 0 else "skip"))
         if not got["messages"]:
             break
         batches.append(got)
@@ -393,8 +388,8 @@ def _gather(q: Queue, max_n: int, wait: int, vis: int) -> list[dict]:
 
 # --- messages: settle -----------------------------------------------------------------------------
 # A handle names its lakeq batch (the receipt of one lakeq queue's lock) and the message's offset in
-# it. Settling goes straight to lakeq.consume.settle with the topic item this action already read, making
-# the checks service._group_receipt makes (the SQS group, the broker, this incarnation's log): one
+# it. Settling goes through consume's engine API with the topic item this action already read
+# (lakeq.consume.group_lock: the SQS group's offsets, this broker's, this incarnation's log): one
 # read of the topic item per action. docs/costs.md "SQS endpoint: store calls per action".
 def _invalid_handle(handle: object) -> sp.SqsError:
     return sp.SqsError("ReceiptHandleIsInvalid", f'The input receipt handle "{handle}" is not a valid receipt handle.')
@@ -423,45 +418,28 @@ def _receipt_of(q: Queue, handle: object) -> tuple[Receipt, int, int]:
     return r, lq, offset
 
 
-def _lock_owner(q: Queue, r: Receipt) -> tuple[ClientModel, str] | None:
-    """The SQS group and its offsets owner for ``r`` (None: another broker's receipt, stale)."""
+def _settle_lock(q: Queue, r: Receipt, accept: tuple[int, ...], release: tuple[int, ...] = ()) -> bool:
+    """Settle offsets of one lakeq lock: ``accept`` (deleted) and ``release`` (visible again)
+    (:func:`lakeq.consume.engine.settle_lock`: the lock's whole range accepted is one conditional
+    UpdateItem). False: stale (another broker's, locked again, settled, reset); BadRequest for an
+    offset the batch did not deliver."""
     group = lq_auth.client_or_404(group_name(q.name), "consumer")  # (cached per container)
-    if r.broker != broker():
-        return None
-    return group, OffsetRepo.owner(group.name, q.log)
-
-
-def _settle_lock(q: Queue, r: Receipt, lq: int, accept: tuple[int, ...], release: tuple[int, ...] = ()) -> bool:
-    """Settle offsets of one lakeq lock: ``accept`` (deleted) and ``release`` (visible again). When
-    ``accept`` is the lock's whole range ``[offset, next_offset)`` (a batch's every handle, or the
-    one message of a batch of one) the lock in the simple form is acknowledged with one conditional
-    UpdateItem (:meth:`OffsetRepo.ack_fast`); otherwise :func:`lakeq.consume.settle.settle` (consistent
-    GetItem + conditional UpdateItem, compare-and-set). False: stale (locked again, settled, reset);
-    BadRequest for an offset the batch did not deliver."""
-    found = _lock_owner(q, r)
-    if found is None:
-        return False
-    group, owner = found
-    now = now_ms()
-    if not release and accept == tuple(range(r.offset, r.next_offset)) \
-            and OffsetRepo.ack_fast(owner, lq, r, now) is True:
-        return True
     try:
-        settling.settle(owner, lq, r, Outcomes(accept=accept, release=release), settling.policy_of(group),
-                        topic_reader(q.log, None), now, service.STALE)
+        settle_lock(group, group_lock(group, q.topic, r), accept, release)
     except StaleReceipt:
         return False
     return True
 
 
-def _set_visibility(q: Queue, r: Receipt, lq: int, visibility_ms: int) -> bool:
-    """The lock's expiry (0: ends now), one conditional UpdateItem (:func:`lakeq.consume.settle.visibility`).
+def _set_visibility(q: Queue, r: Receipt, visibility_ms: int) -> bool:
+    """The lock's expiry (0: ends now), one conditional UpdateItem (:func:`lakeq.consume.engine.set_visibility`).
     False: stale."""
-    found = _lock_owner(q, r)
-    if found is None:
+    group = lq_auth.client_or_404(group_name(q.name), "consumer")  # (cached per container)
+    try:
+        set_visibility(group_lock(group, q.topic, r), visibility_ms)
+    except StaleReceipt:
         return False
-    now = now_ms()
-    return settling.visibility(found[1], lq, r, lock_until(now, visibility_ms), now)
+    return True
 
 
 def _delete(q: Queue, handles: list[object]) -> list[sp.SqsError | None]:
@@ -481,9 +459,9 @@ def _delete(q: Queue, handles: list[object]) -> list[sp.SqsError | None]:
         locks.setdefault(str(parsed[i][0]), []).append(i)
 
     def settle(idx: list[int], offsets: tuple[int, ...]) -> None:
-        r, lq, _ = parsed[idx[0]]
+        r = parsed[idx[0]][0]
         try:
-            perm.native(lambda: _settle_lock(q, r, lq, offsets))
+            perm.native(lambda: _settle_lock(q, r, offsets))
         except sp.SqsError as e:
             if e.name != "InvalidParameterValue":
                 for i in idx:
@@ -504,14 +482,14 @@ def _not_inflight(handle: object) -> sp.SqsError:
 
 
 def _change_visibility(q: Queue, handle: object, timeout: object) -> None:
-    r, lq, offset = _receipt_of(q, handle)
+    r, _, offset = _receipt_of(q, handle)
     if timeout is None:
         raise sp.missing("VisibilityTimeout")
     secs = sp.int_param({"VisibilityTimeout": timeout}, "VisibilityTimeout", 0, 43200)
     if secs == 0:  # this message only: released, served again first
-        done = perm.native(lambda: _settle_lock(q, r, lq, (), (offset,)))
+        done = perm.native(lambda: _settle_lock(q, r, (), (offset,)))
     else:  # the lock of the message's whole lakeq batch
-        done = perm.native(lambda: _set_visibility(q, r, lq, secs * 1000))  # type: ignore[operator]
+        done = perm.native(lambda: _set_visibility(q, r, secs * 1000))  # type: ignore[operator]
     if not done:
         raise _not_inflight(handle)
 

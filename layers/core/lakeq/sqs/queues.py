@@ -9,7 +9,7 @@ from typing import Callable
 
 from lakeq.admin import auth as lq_auth
 from lakeq.admin import service as admin_service
-from lakeq.consume.reader import views as _views
+from lakeq.consume import views as _views
 from lakeq.produce import delayed as _delayed
 from lakeq.sqs import permissions as perm
 from lakeq.sqs import protocol as sp
