@@ -87,3 +87,58 @@ def test_an_exception_from_a_round_propagates_and_ends_the_loop(slept):
 def test_falsy_answers_are_answers():
     for answer in (None, False, 0, []):
         assert cas(lambda n, a=answer: a) == answer
+
+
+# --- the callers' give-up answers: a client or topic deleted while the last round lost is 404, as
+# before the one loop (the old loops read again after every lost round, the last one included)
+def _always_lost():
+    from lakeq.store.repos import CONDITION_FAILED, TransactionFailed
+    return TransactionFailed([CONDITION_FAILED])
+
+
+@pytest.mark.parametrize("gone", [True, False])
+def test_a_key_set_change_that_never_wins_is_404_when_the_client_went_else_503(monkeypatch, gone):
+    from types import SimpleNamespace
+
+    from lakeq.admin import auth
+    from lakeq.common.errors import NotFound
+    reads = []
+
+    def get(name):
+        reads.append(name)
+        return None if gone and len(reads) >= CAS_ATTEMPTS else SimpleNamespace(key_version=1)
+    monkeypatch.setattr(auth.ClientRepo, "get", staticmethod(get))
+    tries = []
+
+    def attempt(c, version):
+        tries.append(version)
+        raise _always_lost()
+    with pytest.raises(NotFound if gone else Unavailable):
+        auth.change_key_set("c1", SimpleNamespace(key_version=1), attempt)
+    assert len(tries) == CAS_ATTEMPTS and len(reads) == CAS_ATTEMPTS
+
+
+@pytest.mark.parametrize("gone", [True, False])
+def test_a_topic_growth_that_never_wins_is_404_when_the_topic_went_else_503(monkeypatch, gone):
+    from types import SimpleNamespace
+
+    from lakeq.admin import service
+    from lakeq.common.errors import NotFound
+    reads = []
+
+    def topic_or_404(name):
+        reads.append(name)
+        if gone and len(reads) > CAS_ATTEMPTS:
+            raise NotFound(f"topic '{name}' does not exist")
+        return SimpleNamespace(queues=2, parent=None, inc=None)
+    monkeypatch.setattr(service, "topic_or_404", topic_or_404)
+    monkeypatch.setattr(service, "require_admin", lambda p: None)
+    grows = []
+
+    def grow(*a):
+        grows.append(a)
+        raise _always_lost()
+    monkeypatch.setattr(service.TopicRepo, "grow", staticmethod(grow))
+    with pytest.raises(NotFound if gone else Unavailable):
+        service.grow_topic(None, "t", '{"queues": 4}')
+    assert len(grows) == CAS_ATTEMPTS and len(reads) == CAS_ATTEMPTS + 1  # the first read, one per lost round

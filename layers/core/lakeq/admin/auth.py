@@ -186,11 +186,11 @@ def change_key_set(name: str, c: ClientModel, attempt: Callable[[ClientModel, in
             if not retry(e):
                 raise
         return RETRY
-    return cas(round_, on_exhausted=_keys_contended)
-
-
-def _keys_contended():
-    raise Unavailable("the client's keys are too contended; retry")
+    def exhausted():
+        if ClientRepo.get(name) is None:  # (read after the last lost round too: gone is 404, not 503)
+            raise NotFound(f"client '{name}' does not exist")
+        raise Unavailable("the client's keys are too contended; retry")
+    return cas(round_, on_exhausted=exhausted)
 
 
 def dead_letter_grant(p: Principal, client: ClientModel, serves: list[str], dlt: str | None) -> str | None:

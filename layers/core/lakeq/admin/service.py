@@ -79,11 +79,10 @@ def grow_topic(p: Principal, name: str, raw: str | None) -> dict:
             if not e.failed(0):
                 raise
         return RETRY
-    return cas(attempt, on_exhausted=_topic_contended)
-
-
-def _topic_contended():
-    raise Unavailable("the topic is too contended; retry")
+    def exhausted():
+        topic_or_404(name)  # (read after the last lost round too: gone is 404, not 503)
+        raise Unavailable("the topic is too contended; retry")
+    return cas(attempt, on_exhausted=exhausted)
 
 
 def client_view(c: ClientModel) -> dict:
