@@ -52,7 +52,7 @@ $(CHROMIUM):
 test: $(VENV)/.stamp lint sam-build $(CHROMIUM)
 	$(VENV)/bin/ruff check layers/
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests/unit tests/integration tests/spark
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist load tests/unit tests/integration tests/spark
 	$(PY) -m pytest -q tests/e2e
 
 unit: $(VENV)/.stamp
