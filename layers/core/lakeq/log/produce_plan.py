@@ -16,13 +16,7 @@ TRANSACT_BYTES = 3_500_000  # ... and 4 MB in all; we plan with item-size upper 
 QUEUE_ITEM_BYTES = 300  # the queue item's key and the head attributes a transaction updates
 
 
-def pq(topic: str, queue: int) -> str:
-    """A queue's partition key in SegmentsTable.
-
-    >>> pq("quotes/sh", 3)
-    'quotes/sh#3'
-    """
-    return queue_key(topic, queue)
+pq = queue_key  # a queue's partition key in SegmentsTable: the key grammar's (lakeq.common.names)
 
 
 def queue_for_key(key: str, queues: int) -> int:

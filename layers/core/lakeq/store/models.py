@@ -143,10 +143,7 @@ class QueueModel(Model):
             super().__init__(topic, **attributes)
 
 
-def queue_key(topic: str, queue: int) -> str:
-    """QueuesTable's (and SegmentsTable's) partition key of a topic's queue (or a subscription's
-    list: topic ``~<id>``, queue 0): :func:`lakeq.common.names.queue_key`."""
-    return names.queue_key(topic, queue)
+queue_key = names.queue_key  # QueuesTable's and SegmentsTable's partition key: the key grammar's
 
 
 class SegmentModel(Model):
