@@ -20,7 +20,8 @@ until empty).
 Checked on every pull: every message served exists in the current incarnation, is neither acked
 nor dead-lettered nor due to be, is not under a live lock (so never with two consumers at once),
 is due (a delayed message never early), comes from one queue in offset order, carries
-``deliveries`` = the model's count + 1, and pending messages come first (a suspect alone); a
+``deliveries`` = the model's count + 1, the lowest suspect comes alone before anything else of its
+queue, else pending messages come first, lowest offset first; a
 member is served only queues of its last sync, and a sync never hands over a queue another member
 still holds; an empty pull only when no queue the model knows free has anything servable. After
 every step (the group's offsets route): each queue's lock end equals the model's live lock, its
@@ -203,9 +204,11 @@ class QueueModel(RuleBasedStateMachine):
         r = Receipt(consumer, self.inc, queue, offs, self.now + (vis or VIS), set(offs))
         pend = sorted((m.offset, m.suspect) for m in self.current()
                       if m.queue == queue and m.offset is not None and self.servable(m) and m.state == "pending")
-        if pend:  # docs/api.md (pull): pending messages first, lowest offset first; a suspect alone
+        suspects = [o for o, s in pend if s]
+        if suspects:  # docs/api.md (pull): suspects one at a time, lowest first, before anything else
+            assert offs == [suspects[0]], f"suspects {suspects} of queue {queue} not served first, alone: {offs}"
+        elif pend:  # pending messages first, lowest offset first
             assert offs[0] == pend[0][0], f"pending {pend} of queue {queue} not served first: {offs}"
-            assert not pend[0][1] or len(offs) == 1, f"suspect {pend[0][0]} served with others: {offs}"
         if self.maxd == 1:
             assert len(offs) == 1, f"max_deliveries 1: a batch of {offs}"
         for x in got:
