@@ -75,6 +75,15 @@ def _serialised_process_request(self, request):
 
 BotocoreStubber.process_request = _serialised_process_request
 
+# DynamoDB's data-plane calls go to moto's backend without the HTTP round trip (see
+# infra/local/moto_direct.py; LAKEQ_MOTO_WIRE=1 sends them down the wire as before)
+from infra.local import interceptor as _interceptor  # noqa: E402
+from infra.local import moto_direct as _moto_direct  # noqa: E402
+
+_moto_direct.lock = _moto_lock
+_interceptor.direct = _moto_direct.call
+_interceptor.install()
+
 ADMIN_KEY = os.environ["LAKEQ_ADMIN_KEY"]
 
 
@@ -165,6 +174,7 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot):
 
 # --- running in parallel: `make test` runs unit, integration and spark on 2 pytest-xdist workers with
 # `--dist load` (each test to the next free worker). Grouping (loadgroup / xdist_group marks) does not
-# work with the versions installed here (pytest 9.2, pytest-xdist 3.8): xdist 3.8 names a group by rewriting ``item._nodeid``, and pytest 9.2 keeps a
-# node's id in ``_id`` (seen: a file's tests on both workers with the marks set), so module fixtures may
+# work with the versions installed here (pytest 9.2, pytest-xdist 3.8): xdist 3.8 names a group by
+# rewriting ``item._nodeid``, and pytest 9.2 keeps a node's id in ``_id`` (seen: a file's tests on
+# both workers with the marks set), so module fixtures may
 # be built on both workers and the two workers may run two Spark sessions at once (local[2] each).

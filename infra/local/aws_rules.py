@@ -27,10 +27,10 @@ response)``) that makes every DynamoDB, DynamoDB Streams, S3 and Secrets Manager
    items (PutItem, BatchWriteItem, TransactWriteItems puts; for UpdateItem and transaction updates
    that set 1 KB or more, the *resulting* item, computed by applying the update expression to the
    stored item with moto's own update-expression engine), sizes by DynamoDB's rules
-   (:func:`item_size`); TransactWriteItems / TransactGetItems ≤ 100 items and ≤ 4 MB; BatchWriteItem ≤ 25 requests; BatchGetItem ≤ 100
-   keys, and a response over 16 MB is cut, the rest returned as ``UnprocessedKeys``; a Query/Scan
-   page is cut at 1 MB of items read, with ``LastEvaluatedKey`` set as DynamoDB does (callers must
-   paginate).
+   (:func:`item_size`); TransactWriteItems / TransactGetItems ≤ 100 items and ≤ 4 MB; BatchWriteItem
+   ≤ 25 requests; BatchGetItem ≤ 100 keys, and a response over 16 MB is cut, the rest returned as
+   ``UnprocessedKeys``; a Query/Scan page is cut at 1 MB of items read, with ``LastEvaluatedKey``
+   set as DynamoDB does (callers must paginate).
 3. **Lambda / API Gateway payloads** — plain functions used by the local gateway, the in-process
    test client (``tests/handlers.py``) and the streams pump: :func:`request_too_large` (HTTP API
    body 10 MB; Lambda's synchronous invocation request 6 MB), :func:`response_too_large` (6 MB),

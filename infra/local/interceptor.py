@@ -32,6 +32,9 @@ _function: contextvars.ContextVar[str | None] = contextvars.ContextVar("lakeq_ac
 _hooks: list["Hook"] = []
 _lock = threading.Lock()
 _original = None
+# An optional transport tried before the wire (tests: :func:`infra.local.moto_direct.call`); it
+# returns its ``NOT_HANDLED`` marker for a call it leaves to botocore.
+direct: Any = None
 
 
 @dataclass
@@ -77,15 +80,24 @@ def install() -> None:
             return
         _original = BaseClient._make_api_call
 
+        def _send(self: Any, operation_name: str, api_params: dict) -> Any:
+            if direct is not None:
+                from infra.local import moto_direct
+
+                response = direct(self, operation_name, api_params)
+                if response is not moto_direct.NOT_HANDLED:
+                    return response
+            return _original(self, operation_name, api_params)
+
         def _make_api_call(self: Any, operation_name: str, api_params: dict) -> Any:
             hooks = list(_hooks)
             if not hooks:
-                return _original(self, operation_name, api_params)
+                return _send(self, operation_name, api_params)
             call = Call(self.meta.service_model.service_name, operation_name, api_params, _function.get(),
                         getattr(self.meta, "endpoint_url", None))
             for h in hooks:
                 h.before(call)
-            response = _original(self, operation_name, api_params)
+            response = _send(self, operation_name, api_params)
             for h in reversed(hooks):
                 response = h.after(call, response)
             return response

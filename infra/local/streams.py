@@ -425,8 +425,9 @@ class StreamPump:
         if shard.split_until is not None and _seq(shard.checkpoint) >= shard.split_until:
             shard.limit = shard.split_until = None
         times = [r["dynamodb"].get("ApproximateCreationDateTime") for r in records]
-        iso = lambda t: (dt.datetime.fromtimestamp(float(t), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-                         if t is not None else None)
+        def iso(t):
+            return (dt.datetime.fromtimestamp(float(t), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    if t is not None else None)
         info = {
             "requestContext": {
                 "requestId": str(uuid.uuid4()),
