@@ -8,7 +8,7 @@ SAM := $(SAMVENV)/bin/sam
 SAM_VERSION := 1.170.0
 export LAKEQ_PORT ?= 3000
 export LAKEQ_ADMIN_KEY ?= local-admin-key
-# `make test`: pytest-xdist workers for unit, integration and spark (e2e runs after, on one process)
+# `make test`: pytest-xdist workers for unit, integration and spark; e2e beside them on one process
 TEST_WORKERS ?= 2
 
 .PHONY: run test unit integration e2e lint sam-build bench jobs clean chromium
@@ -52,8 +52,11 @@ $(CHROMIUM):
 test: $(VENV)/.stamp lint sam-build $(CHROMIUM)
 	$(VENV)/bin/ruff check layers/
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist load tests/unit tests/integration tests/spark
-	$(PY) -m pytest -q tests/e2e
+	@echo "tests/e2e runs beside the others on one process (its output: .e2e.log, printed at the end)"
+	@$(PY) -m pytest -q -p no:cacheprovider tests/e2e > .e2e.log 2>&1 & e2e=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist load tests/unit tests/integration tests/spark; rc=$$?; \
+	echo "waiting for tests/e2e"; wait $$e2e; e2e_rc=$$?; echo "--- tests/e2e:"; cat .e2e.log; \
+	test $$rc -eq 0 -a $$e2e_rc -eq 0
 
 unit: $(VENV)/.stamp
 	$(PY) -m pytest -q tests/unit

@@ -429,8 +429,8 @@ def test_a_schedules_entry_lives_in_its_concerns_package():
 
 
 def test_make_test_runs_every_test_folder():
-    """`make test` names its folders (unit, integration and spark on pytest-xdist workers, then e2e
-    on one process): a new folder of tests must be added there or it would never run."""
+    """`make test` names its folders (unit, integration and spark on pytest-xdist workers, e2e beside
+    them on one process): a new folder of tests must be added there or it would never run."""
     recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
     named = set(re.findall(r"\btests/(\w+)", recipe))
     folders = {p.parent.relative_to(ROOT / "tests").parts[0] for p in (ROOT / "tests").rglob("test_*.py")}
