@@ -33,14 +33,13 @@ import uuid
 from lakeq.admin.auth import Principal, require_admin, topic_or_404
 from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable, counted
-from lakeq.common.names import check_name, check_topic, is_name
+from lakeq.common.names import check_name, check_topic, is_name, log_of
 from lakeq.consume.reader import topic_reader
 from lakeq.contract import validation as v
 from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
 from lakeq.store.append import Contended, append_copies
 from lakeq.store.bodies import BodyStore
-from lakeq.store.models import log_of
 from lakeq.store.redrives import RedriveModel, RedriveRepo
 from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, LogRepo, TopicRepo
 

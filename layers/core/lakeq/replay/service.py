@@ -225,8 +225,8 @@ def copy_message(c: copier.Copy, now: int) -> seg.Message:
 
 def topic_sink(name: str) -> Callable[[list[copier.Copy]], int]:
     """``produce`` for a ``{"topic": name}`` target: how many copies were new."""
+    from lakeq.common.names import log_of
     from lakeq.store.append import Contended, append_copies
-    from lakeq.store.models import log_of
     from lakeq.store.repos import TopicRepo
 
     def produce(copies: list[copier.Copy]) -> int:
