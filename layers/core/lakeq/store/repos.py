@@ -44,7 +44,7 @@ from lakeq.store.models import (
     TopicModel,
     queue_key,
 )
-from lakeq.store.records import Client, Queue, Topic, client_record, queue_record, topic_record
+from lakeq.store.records import Client, Queue, Topic, client_record, queue_from_item, queue_record, topic_record
 
 DEDUP_TTL_S = 24 * 3600
 # a copier (replay, redrive) whose copies are dropped as duplicates by their ids resumes a batch in
@@ -435,7 +435,7 @@ class LogRepo:
         (:meth:`chain_end`: one Query a queue, consistent when ``consistent``): what every
         reader outside the hot pull path gets. ``exact=False``: the hints alone (the ranked pull,
         which probes only the queues whose hint shows nothing to read, ``lakeq.consume.reader``)."""
-        out = [queue_record(QueueModel.from_raw_data(item)) for item in cls.queue_items(topic, n, consistent, only)]
+        out = [queue_from_item(item) for item in cls.queue_items(topic, n, consistent, only)]
         out.sort(key=lambda m: int(m.queue))
         if exact:
             for m in out:
@@ -488,8 +488,7 @@ class LogRepo:
                 _HINTS.pop(key, None)
             else:
                 _HINTS[key] = (now + max_age_s, items)
-        return sorted((queue_record(QueueModel.from_raw_data(item)) for item in items),
-                      key=lambda m: int(m.queue)), copied
+        return sorted((queue_from_item(item) for item in items), key=lambda m: int(m.queue)), copied
 
     @classmethod
     def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> Queue | None:
