@@ -214,9 +214,9 @@ def test_test_module_basenames_are_unique_across_the_suite():
 
 
 # --------------------------------------------------------------- store calls only in store (issue 31.1)
-# The import table above lets a use case import `lakeq.store.models` (its records are still the
-# use cases' domain objects), so it cannot see a DynamoDB call made through a model outside `store`
-# (`QueueModel.scan(...)`, `KeyModel(...).save()`, a transaction built from model attributes). This
+# The import table above lets a use case import `store`, so it cannot see a DynamoDB call made
+# through a model outside `store` (`QueueModel.scan(...)`, `KeyModel(...).save()`, a transaction
+# built from model attributes; no model may be imported there either, `MODELS_ALLOWED` below). This
 # check reads every module outside `store` and every function's app.py and reports:
 # (a) a storage method called on a model (a `*Model` name imported from `lakeq.store…`, or
 #     `models.XModel` through an imported module): a class method, or an instance method on a model

@@ -11,10 +11,6 @@ __getattr__, __dir__, __all__ = exports(__name__, {
         "GroupFull", "GroupRepo", "MAX_MEMBERS", "MAX_MEMBER_TOPICS", "View", "expand_topics",
         "member_queues", "queue_counts", "servable", "sweep",
     ),
-    "models": (
-        "ClientModel", "DedupModel", "DelayedModel", "GroupMemberModel", "GroupModel", "KeyModel",
-        "OffsetModel", "QueueModel", "SegmentModel", "TopicModel", "queue_key",
-    ),
     "records": ("Client", "Queue", "Topic", "log_of"),
     "push": ("GroupPushRepo", "PushRepo"),
     "replay_lists": ("LIST_TTL_S", "ReplayListRepo", "active_replays", "replay_log", "replay_marker", "replay_markers",
