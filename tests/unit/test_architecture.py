@@ -636,8 +636,6 @@ def test_the_consume_api_checker_sees_each_way_past_the_api():
 # pynamodb item as its domain object again, where an attribute write or an ``isinstance`` test can
 # slip past the repositories. What may stay, and why: path relative to the repository root -> reason.
 MODELS_ALLOWED: dict[str, tuple[set[str], str]] = {
-    "layers/core/lakeq/replay/service.py": ({"lakeq.store.replays.ReplayModel"},
-                                            "the replay job's item, built and read here: to a record next"),
     "layers/core/lakeq/subscriptions/service.py": ({"lakeq.store.subscriptions.SubscriptionModel"},
                                                    "the subscription item, built and read here: to a record next"),
 }
