@@ -4,6 +4,7 @@ the next batch, dead-letter topics are granted and loop-free (at registration an
 time), endpoints per client are bounded and served fairly with per-run deadlines."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -30,7 +31,11 @@ def _stale_first_read(monkeypatch, repo):
         item = real(cls, name)
         if not done and item is not None:
             done.append(1)
-            item.push = item.push_secrets = item.push_paused = item.push_state = None
+            stale = dict.fromkeys(("push", "push_secrets", "push_paused", "push_state"))
+            if dataclasses.is_dataclass(item):  # a group's record (frozen)
+                return dataclasses.replace(item, **stale)
+            for k, v in stale.items():
+                setattr(item, k, v)
         return item
     monkeypatch.setattr(repo, "get", classmethod(get))
 

@@ -206,10 +206,10 @@ def test_every_prefix_of_one_batch(api, setup, dlq, clock):
     """Crash after each store call of a one-batch run, then restart: one copy each, all moved.
     Between prefixes the redrive is set back to its start (the copies stay: the restart must find
     them in the dedup table and not append them again)."""
-    from lakeq.store.redrives import M, RedriveRepo, source_key
+    from lakeq.store.redrives import M, source_key
     dead_letter(api, setup, 2)
     rid = _start_later({"source": "dlq"})
-    snap = RedriveRepo.get(rid)
+    snap = RedriveModel.get(rid)  # the item itself (RedriveRepo hands out records), put back below
     k = 1
     while True:
         with CrashAfter(k, {"RedriveFunction"}) as c:

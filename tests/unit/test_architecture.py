@@ -214,9 +214,9 @@ def test_test_module_basenames_are_unique_across_the_suite():
 
 
 # --------------------------------------------------------------- store calls only in store (issue 31.1)
-# The import table above lets a use case import `lakeq.store.models` (its records are still the
-# use cases' domain objects), so it cannot see a DynamoDB call made through a model outside `store`
-# (`QueueModel.scan(...)`, `KeyModel(...).save()`, a transaction built from model attributes). This
+# The import table above lets a use case import `store`, so it cannot see a DynamoDB call made
+# through a model outside `store` (`QueueModel.scan(...)`, `KeyModel(...).save()`, a transaction
+# built from model attributes; no model may be imported there either, `MODELS_ALLOWED` below). This
 # check reads every module outside `store` and every function's app.py and reports:
 # (a) a storage method called on a model (a `*Model` name imported from `lakeq.store…`, or
 #     `models.XModel` through an imported module): a class method, or an instance method on a model
@@ -627,3 +627,51 @@ def test_the_consume_api_checker_sees_each_way_past_the_api():
     for fine in ("from lakeq.consume import pull_batch, settle_lock", "from lakeq import consume",
                  "from lakeq.consume import views as _views", "from lakeq.contract import validation"):
         assert consume_internals(fine, api, submodules) == set(), fine
+
+
+# --------------------------------------------------------------- models private to store (issue 31 item 1)
+# The pynamodb models are store's own: a repository returns plain records (lakeq.store.records: Topic,
+# Client, Queue) and turns a record passed back in into the model it writes. A module outside store
+# that imports a model (``lakeq.store.models``, or any ``*Model`` name from a store module) uses a
+# pynamodb item as its domain object again, where an attribute write or an ``isinstance`` test can
+# slip past the repositories. What may stay, and why: path relative to the repository root -> reason.
+MODELS_ALLOWED: dict[str, tuple[set[str], str]] = {
+    "layers/core/lakeq/subscriptions/service.py": ({"lakeq.store.subscriptions.SubscriptionModel"},
+                                                   "the subscription item, built and read here: to a record next"),
+}
+
+
+def model_imports(source: str) -> set[str]:
+    """What ``source`` imports of the store's models: the module ``lakeq.store.models`` (however
+    named; a name from it as ``lakeq.store.models.<name>``) or a ``*Model`` name from any store module."""
+    bad = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            for a in node.names:
+                if (mod == "lakeq.store.models" or (mod == "lakeq.store" and a.name == "models")
+                        or (mod.startswith("lakeq.store") and a.name.endswith("Model"))):
+                    bad.add(f"{mod}.{a.name}")
+        elif isinstance(node, ast.Import):
+            bad.update(a.name for a in node.names if a.name.startswith("lakeq.store.models"))
+    return bad
+
+
+def test_no_module_outside_store_imports_a_model():
+    found = {str(p.relative_to(ROOT)): hits for p in outside_store() if (hits := model_imports(p.read_text()))}
+    over = {p: sorted(h - MODELS_ALLOWED.get(p, (set(), ""))[0]) for p, h in found.items()}
+    assert {p: h for p, h in over.items() if h} == {}
+    assert not any(n.startswith("lakeq.store.models") for names, _ in MODELS_ALLOWED.values() for n in names)
+    stale = {p: sorted(names - found.get(p, set())) for p, (names, _) in MODELS_ALLOWED.items()}
+    assert {p: s for p, s in stale.items() if s} == {}  # the allow-list is not stale
+
+
+def test_the_model_import_checker_catches_what_it_should():
+    for bad in ("from lakeq.store.models import log_of", "from lakeq.store.models import ClientModel as C",
+                "from lakeq.store import models", "from lakeq.store import TopicModel, TopicRepo",
+                "import lakeq.store.models", "def f():\n    from lakeq.store.models import QueueModel\n",
+                "from lakeq.store.subscriptions import SubscriptionModel"):
+        assert model_imports(bad), bad
+    for fine in ("from lakeq.store import Client, Topic, TopicRepo, log_of", "from lakeq.store.records import Queue",
+                 "from lakeq.common.names import log_of", "from lakeq.store.repos import ClientRepo"):
+        assert model_imports(fine) == set(), fine

@@ -18,7 +18,7 @@ from typing import Callable, TypeVar
 from lakeq.common.backoff import RETRY, Retry, cas
 from lakeq.common.errors import BadRequest, Forbidden, NotFound, Unauthorized, Unavailable
 from lakeq.common.names import check_name, covers
-from lakeq.store.models import ClientModel, TopicModel
+from lakeq.store.records import Client, Topic
 from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed
 
 # --- small per-container caches ---------------------------------------------------------------
@@ -34,7 +34,7 @@ monotonic: Callable[[], float] = time.monotonic
 _key_cache: dict[str, tuple[str, float]] = {}  # key hash -> (client name, trusted until, monotonic s)
 CLIENT_CACHE_TTL_S = 5.0
 # name -> (client, trusted until, monotonic s)
-_client_cache: dict[str, tuple[ClientModel, float]] = {}
+_client_cache: dict[str, tuple[Client, float]] = {}
 
 
 def clear_caches() -> None:
@@ -116,14 +116,14 @@ def require_admin(p: Principal) -> None:
         raise Forbidden("this route takes the admin key")
 
 
-def topic_or_404(name: str) -> TopicModel:
+def topic_or_404(name: str) -> Topic:
     t = TopicRepo.get(name)
     if t is None:
         raise NotFound(f"topic '{name}' does not exist")
     return t
 
 
-def cached_client(name: str) -> ClientModel | None:
+def cached_client(name: str) -> Client | None:
     """The client item, trusted for :data:`CLIENT_CACHE_TTL_S` per container (None: no such client,
     not cached)."""
     now = monotonic()
@@ -138,7 +138,7 @@ def cached_client(name: str) -> ClientModel | None:
     return c
 
 
-def client_or_404(name: str, role: str) -> ClientModel:
+def client_or_404(name: str, role: str) -> Client:
     c = cached_client(name)
     if c is None or c.role != role:
         what = "consumer group" if role == "consumer" else "producer"
@@ -147,7 +147,7 @@ def client_or_404(name: str, role: str) -> ClientModel:
 
 
 def admin_client(p: Principal, name: str, item_id: str | None = None,
-                 live: Callable[[ClientModel], object] | None = None, what: str = "key") -> ClientModel:
+                 live: Callable[[Client], object] | None = None, what: str = "key") -> Client:
     """The client an admin route about its keys or credentials names, in API.md's order: 400 (the
     name) → 404 (the client; with ``item_id``, one of its ``live(client)`` ids) → 403 (admin only)."""
     check_name(name, "client name")
@@ -163,7 +163,7 @@ def admin_client(p: Principal, name: str, item_id: str | None = None,
 T = TypeVar("T")
 
 
-def change_key_set(name: str, c: ClientModel, attempt: Callable[[ClientModel, int | None], T],
+def change_key_set(name: str, c: Client, attempt: Callable[[Client, int | None], T],
                    retry: Callable[[TransactionFailed], bool] = lambda e: e.failed(0)) -> T:
     """Run ``attempt(client, key_version)`` — one transaction conditioned on the client's
     ``key_version`` (compare-and-set of its key set: API keys and SQS credentials share it) — and,
@@ -193,7 +193,7 @@ def change_key_set(name: str, c: ClientModel, attempt: Callable[[ClientModel, in
     return cas(round_, on_exhausted=exhausted)
 
 
-def dead_letter_grant(p: Principal, client: ClientModel, serves: list[str], dlt: str | None) -> str | None:
+def dead_letter_grant(p: Principal, client: Client, serves: list[str], dlt: str | None) -> str | None:
     """Who grants ``dlt`` as the dead-letter topic of something ``client`` consumes from the topics
     ``serves`` (issue 30.4): 400 when a served topic covers it (its dead letters would come back to
     it); the admin key names any other topic (``"admin"``); a client's key only the topic its
@@ -212,7 +212,7 @@ def dead_letter_grant(p: Principal, client: ClientModel, serves: list[str], dlt:
     return None
 
 
-def authorize(p: Principal, client: ClientModel, topic: str) -> None:
+def authorize(p: Principal, client: Client, topic: str) -> None:
     if not p.may_act_as(client.name):
         raise Forbidden(f"this key may not act for '{client.name}'")
     if not any(covers(g, topic) for g in client.topics):

@@ -25,14 +25,14 @@ from lakeq.common.backoff import RETRY, Retry, cas
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name, check_topic, covers, parent_of
 from lakeq.contract import validation as v
-from lakeq.store.models import ClientModel, TopicModel
+from lakeq.store.records import Client, Topic
 from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed, inc_of
 
 MAX_KEYS = 10  # live keys per client (rotation: issue the new one, move clients over, revoke)
 
 
 # --- topics and clients ---------------------------------------------------------------------
-def topic_view(t: TopicModel) -> dict:
+def topic_view(t: Topic) -> dict:
     return {"name": t.name, "queues": int(t.queues), "parent": t.parent}
 
 
@@ -85,7 +85,7 @@ def grow_topic(p: Principal, name: str, raw: str | None) -> dict:
     return cas(attempt, on_exhausted=exhausted)
 
 
-def client_view(c: ClientModel) -> dict:
+def client_view(c: Client) -> dict:
     out = {"name": c.name, "role": c.role, "topics": list(c.topics)}
     if c.role == "consumer":
         out["mode"] = c.mode
@@ -108,12 +108,12 @@ def create_client(p: Principal, raw: str | None) -> dict:
     if req.role == "consumer":
         _no_loop(req.topics, req.dead_letter_topic)
     key = "lq_" + secrets.token_urlsafe(32)
-    client = ClientModel(req.name, role=req.role, topics=req.topics, mode=req.mode,
-                         visibility_timeout_ms=req.visibility_timeout_ms, key_hash=hash_key(key),
-                         created_at=_clock.now(),
-                         max_deliveries=req.max_deliveries, dead_letter_topic=req.dead_letter_topic)
-    client.key_map = json.dumps({key_id_of(client.key_hash): client.key_hash})
-    client.key_version = 1
+    key_hash = hash_key(key)
+    client = Client(req.name, role=req.role, topics=req.topics, mode=req.mode,
+                    visibility_timeout_ms=req.visibility_timeout_ms, key_hash=key_hash,
+                    created_at=_clock.now(), max_deliveries=req.max_deliveries,
+                    dead_letter_topic=req.dead_letter_topic,
+                    key_map=json.dumps({key_id_of(key_hash): key_hash}), key_version=1)
     try:
         ClientRepo.create(client)
     except TransactionFailed as e:
@@ -162,13 +162,13 @@ def key_id_of(key_hash: str) -> str:
     return key_hash[:16]
 
 
-def _live_keys(c: ClientModel) -> dict[str, str]:
+def _live_keys(c: Client) -> dict[str, str]:
     if c.key_map is None:
         return {key_id_of(c.key_hash): c.key_hash}
     return dict(json.loads(c.key_map))
 
 
-def _client_for_keys(name: str, p: Principal, key_id: str | None = None) -> ClientModel:
+def _client_for_keys(name: str, p: Principal, key_id: str | None = None) -> Client:
     """400 (name) → 404 (client, key) → 403 (admin only), as API.md orders them."""
     return admin_client(p, name, key_id, _live_keys, "key")
 
@@ -187,7 +187,7 @@ def issue_key(p: Principal, name: str) -> dict:
     key = "lq_" + secrets.token_urlsafe(32)
     h = hash_key(key)
 
-    def attempt(c: ClientModel, version: int | None) -> dict:
+    def attempt(c: Client, version: int | None) -> dict:
         live = _live_keys(c)
         if len(live) >= MAX_KEYS:
             raise Conflict(f"client '{name}' has {len(live)} live keys (at most {MAX_KEYS}); revoke one first",
@@ -208,7 +208,7 @@ def revoke_key(p: Principal, name: str, key_id: str) -> None:
         raise BadRequest("'key_id' must be 16 lowercase hex digits")
     c = _client_for_keys(name, p, key_id)
 
-    def attempt(c: ClientModel, version: int | None) -> None:
+    def attempt(c: Client, version: int | None) -> None:
         live = _live_keys(c)
         h = live.pop(key_id, None)
         if h is None:

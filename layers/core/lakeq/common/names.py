@@ -74,6 +74,16 @@ def log_name(topic: str, inc: int | None = 0) -> str:
     return topic if not inc else f"{topic}{LOG_SEP}{int(inc)}"
 
 
+def log_of(t) -> str:
+    """The log name of a topic item or record ``t`` (anything with ``name`` and ``inc``, absent = 0).
+
+    >>> class T: name, inc = "a/b", 2
+    >>> log_of(T())
+    'a/b!2'
+    """
+    return log_name(t.name, None if t.inc is None else int(t.inc))
+
+
 def split_log(log: str) -> tuple[str, int]:
     """``(topic, incarnation)`` of a log name (a subscription's list ``~<id>`` is its own topic).
 

@@ -13,9 +13,9 @@ from lakeq.admin import service as admin_service
 from lakeq.admin.auth import Principal, topic_or_404
 from lakeq.common import clock as _clock
 from lakeq.common.errors import Forbidden, NotFound
-from lakeq.common.names import check_name, check_topic, covers
+from lakeq.common.names import check_name, check_topic, covers, log_of
 from lakeq.consume.reader import views
-from lakeq.store.models import ClientModel, log_of
+from lakeq.store.records import Client
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo
 
 CONSOLE_DIR = os.path.dirname(os.path.abspath(__file__))  # the console package holds its static files
@@ -46,7 +46,7 @@ def list_clients(p: Principal) -> dict:
                          **({"push": group_push_summary(c)} if getattr(c, "push", None) else {})} for c in clients]}
 
 
-def group_push_summary(c: ClientModel) -> dict:
+def group_push_summary(c: Client) -> dict:
     """A consumer group's push endpoint as the console shows it (issue 17; the full view is
     ``GET /v1/groups/{group}/push``), read from the client item this route reads anyway."""
     settings = json.loads(c.push)

@@ -34,17 +34,17 @@ from __future__ import annotations
 
 from lakeq.admin.auth import Principal
 from lakeq.common import clock as _clock
-from lakeq.common.names import covers
+from lakeq.common.names import covers, log_of
 from lakeq.consume.reader import views_of
 from lakeq.log import segments as seg
-from lakeq.store.models import ClientModel, TopicModel, log_of
+from lakeq.store.records import Client, Topic
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
 MAX_PAIRS = 200  # topics read, and group rows + subscription lists counted, per call
 
 
-def _visible(p: Principal) -> tuple[list[TopicModel], list[ClientModel]]:
+def _visible(p: Principal) -> tuple[list[Topic], list[Client]]:
     if p.admin:
         return list(TopicRepo.all()), ClientRepo.all()
     c = ClientRepo.get(p.client) if p.client else None
@@ -87,7 +87,7 @@ def summary(p: Principal) -> dict:
     truncated = len(visible) > len(topics)
     metas: dict[str, list] = {}
 
-    def queues_of(t: TopicModel) -> list:
+    def queues_of(t: Topic) -> list:
         if t.name not in metas:
             metas[t.name] = LogRepo.queues(log_of(t), int(t.queues))
         return metas[t.name]

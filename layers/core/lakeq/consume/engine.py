@@ -17,6 +17,7 @@ from typing import Callable
 from lakeq.admin.auth import Principal, authorize, client_or_404
 from lakeq.common import clock as _clock
 from lakeq.common.errors import BadRequest, NotFound, StaleReceipt
+from lakeq.common.names import log_of
 from lakeq.common.payload import ByteBudget
 from lakeq.consume import replays
 from lakeq.consume import settle as settling
@@ -26,7 +27,7 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
-from lakeq.store.models import ClientModel, TopicModel, log_of
+from lakeq.store.records import Client, Topic
 from lakeq.store.replay_lists import active_replays
 from lakeq.store.repos import OffsetRepo, TopicRepo
 
@@ -35,10 +36,10 @@ __all__ = ["STALE", "Lock", "PullRequest", "check_receipt", "group_lock", "insta
 
 STALE = "the receipt is stale: the queue was locked again, acknowledged or reset since"
 
-MemberQueues = Callable[[ClientModel, str, str], "set[int]"]
+MemberQueues = Callable[[Client, str, str], "set[int]"]
 
 
-def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[int]:
+def _group_member_queues(group: Client, member_id: str, topic: str) -> set[int]:
     """The member's servable queues of ``topic`` (404 ``unknown_member``); reads, never writes."""
     from lakeq.store.groups import member_queues as served
     return served(group, member_id, topic)
@@ -47,7 +48,7 @@ def _group_member_queues(group: ClientModel, member_id: str, topic: str) -> set[
 member_queues: MemberQueues = _group_member_queues
 
 
-def instance(group: ClientModel, client_id: str | None) -> str | None:
+def instance(group: Client, client_id: str | None) -> str | None:
     """Whose offsets a request uses: its ``client_id`` in broadcasting mode (400 without one),
     None in clustering mode (the group's own)."""
     if group.mode != "broadcasting":
@@ -69,7 +70,7 @@ class Lock:
     receipt: Receipt
 
 
-def group_lock(group: ClientModel, t: TopicModel, receipt: Receipt, client_id: str | None = None) -> Lock:
+def group_lock(group: Client, t: Topic, receipt: Receipt, client_id: str | None = None) -> Lock:
     """The one check of "is this receipt this group's, this broker's, this incarnation's": the
     offsets owner of ``group`` (its ``client_id`` instance in broadcasting mode, 400 without one) on
     topic item ``t``; 409 ``stale_receipt`` for another broker's receipt or one of another
@@ -81,7 +82,7 @@ def group_lock(group: ClientModel, t: TopicModel, receipt: Receipt, client_id: s
     return Lock(owner, t.name, receipt.topic_queue[1], receipt)
 
 
-def settle_lock(group: ClientModel, lock: Lock, accept: tuple[int, ...], release: tuple[int, ...] = ()) -> dict:
+def settle_lock(group: Client, lock: Lock, accept: tuple[int, ...], release: tuple[int, ...] = ()) -> dict:
     """Settle offsets of a checked lock: ``accept`` (done) and ``release`` (served again first).
     When ``accept`` is the lock's whole range ``[offset, next_offset)`` and nothing is released, the
     lock in the simple form is acknowledged with one conditional UpdateItem
@@ -108,8 +109,8 @@ def set_visibility(lock: Lock, visibility_ms: int) -> int:
     return until
 
 
-def check_receipt(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt, use: str,
-                  known: TopicModel | None = None) -> Lock:
+def check_receipt(p: Principal, group: Client, client_id: str | None, receipt: Receipt, use: str,
+                  known: Topic | None = None) -> Lock:
     """A native request's checks of a group's receipt (ack, visibility, a pull's ``ack``), in API.md's
     order: not a subscription's (400), its topic exists (404), the key may act (403), then
     :func:`group_lock`. ``known``: a topic item this request already read (a pull's), used when it
@@ -125,7 +126,7 @@ def check_receipt(p: Principal, group: ClientModel, client_id: str | None, recei
 
 
 # --- pull -------------------------------------------------------------------------------------------
-def pull_batch(p: Principal, t: TopicModel, req: PullRequest, *, ack: Receipt | None = None,
+def pull_batch(p: Principal, t: Topic, req: PullRequest, *, ack: Receipt | None = None,
                budget: Callable[[], ByteBudget] = ByteBudget, with_replays: bool = True,
                hints_max_age_s: float = 0.0, suspects: str = "serve") -> dict:
     """One pull of ``req.group``'s batch from topic item ``t`` for caller ``p`` (404 for an unknown

@@ -22,7 +22,7 @@ from lakeq.consume.reader import SCAN_FACTOR, BoundReader, ListLog, broker, cons
 from lakeq.consume.settle import Policy
 from lakeq.contract import validation as v
 from lakeq.log.receipts import Receipt
-from lakeq.store.models import ClientModel
+from lakeq.store.records import Client
 from lakeq.store.replay_lists import replay_log, replay_markers, replay_owner
 
 
@@ -50,7 +50,7 @@ class ReplayLog(ListLog):
         return replay_reader(self.name, tags)
 
 
-def pull_lists(group: ClientModel, topic: str, replays: list[str], client_id: str | None, visibility_ms: int,
+def pull_lists(group: Client, topic: str, replays: list[str], client_id: str | None, visibility_ms: int,
                req: v.PullRequest, policy: Policy, lock_owner: str,
                folded: tuple[Receipt, int, Callable[[], object]] | None = None) -> dict | None:
     """One poll of each active replay's list of ``group`` (oldest replay first); the first answer with
@@ -68,7 +68,7 @@ def pull_lists(group: ClientModel, topic: str, replays: list[str], client_id: st
     return None
 
 
-def receipt_owner(p: Principal, group: ClientModel, instance: str | None, receipt: Receipt, stale: str) -> str:
+def receipt_owner(p: Principal, group: Client, instance: str | None, receipt: Receipt, stale: str) -> str:
     """The checks a use of a replay list's receipt makes (ack, visibility, a piggybacked ack): the
     key may act for the group and, while the replay is active, the group is granted its topic
     (403); this broker's (409 ``stale_receipt``). Returns the offsets owner: the group's own, so a

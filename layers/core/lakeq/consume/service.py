@@ -21,7 +21,7 @@ from lakeq.admin.auth import (
 )
 from lakeq.common import clock as _clock
 from lakeq.common.errors import ApiError, BadRequest, StaleReceipt
-from lakeq.common.names import check_name, check_topic
+from lakeq.common.names import check_name, check_topic, log_of
 from lakeq.consume import engine, replays
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import topic_reader
@@ -31,7 +31,7 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
-from lakeq.store.models import ClientModel, log_of
+from lakeq.store.records import Client
 from lakeq.store.repos import LogRepo, OffsetRepo
 
 # --- pull / ack -----------------------------------------------------------------------------
@@ -40,14 +40,14 @@ _instance = engine.instance
 STALE = engine.STALE
 
 
-def _group_receipt(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+def _group_receipt(p: Principal, group: Client, client_id: str | None, receipt: Receipt,
                    use: str) -> tuple[str, int, str]:
     """(topic, queue, offsets owner) of a group's receipt after :func:`lakeq.consume.engine.check_receipt`."""
     lock = engine.check_receipt(p, group, client_id, receipt, use)
     return lock.topic, lock.queue, lock.owner
 
 
-def _ack_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+def _ack_group(p: Principal, group: Client, client_id: str | None, receipt: Receipt,
                outcomes: Outcomes = Outcomes()) -> dict:
     """Settle a group's receipt (:func:`lakeq.consume.settle.settle`): the whole batch (one UpdateItem
     in the common case) or the offsets ``outcomes`` names."""
@@ -103,7 +103,7 @@ def _ack_batch(p: Principal, req: v.AckBatchIn, subscription_ack) -> dict:
     return {"results": results}
 
 
-def _visibility_group(p: Principal, group: ClientModel, client_id: str | None, receipt: Receipt,
+def _visibility_group(p: Principal, group: Client, client_id: str | None, receipt: Receipt,
                       visibility_ms: int) -> dict:
     if receipt.replay is not None:  # an entry of a replay's hidden list (issue 18.1)
         owner = replays.receipt_owner(p, group, _instance(group, client_id), receipt, STALE)

@@ -27,6 +27,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 from lakeq.common import backoff
 from lakeq.common.errors import BadRequest, StaleReceipt, Unavailable
+from lakeq.common.names import log_of
 from lakeq.log import segments as seg
 from lakeq.log import settlement as S
 from lakeq.log.produce_plan import plan_parts, queue_for_key
@@ -34,7 +35,6 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.selection import ack_key
 from lakeq.log.settlement import Outcomes
 from lakeq.store.append import Contended, append_at_head
-from lakeq.store.models import log_of
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
 
 log = logging.getLogger("lakeq.consume.settle")

@@ -15,7 +15,7 @@ from lakeq.contract.validation import json_body
 from lakeq.rebalance import state as g
 from lakeq.store import groups as group_store
 from lakeq.store.groups import GroupRepo, expand_topics, servable
-from lakeq.store.models import ClientModel
+from lakeq.store.records import Client
 
 MAX_TOPICS = 100  # topics a join may ask for
 MAX_MEMBER_TOPICS = group_store.MAX_MEMBER_TOPICS  # once parents are expanded to their descendants
@@ -27,7 +27,7 @@ def _syntax(check, *args):
     return check(*args)
 
 
-def _member_or_403(p: Principal, client: ClientModel, member_id: str) -> None:
+def _member_or_403(p: Principal, client: Client, member_id: str) -> None:
     """A key that may not act for the group: 404 if the member is unknown (404 comes before 403),
     else 403. Nothing is written for such a key."""
     if p.may_act_as(client.name):
@@ -36,7 +36,7 @@ def _member_or_403(p: Principal, client: ClientModel, member_id: str) -> None:
     raise Forbidden(f"this key may not act for group '{client.name}'")
 
 
-def _group(p: Principal, group: str) -> ClientModel:
+def _group(p: Principal, group: str) -> Client:
     return client_or_404(group, "consumer")
 
 

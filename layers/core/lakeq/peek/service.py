@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 from lakeq.admin.auth import Principal, authorize, cached_client, client_or_404, topic_or_404
 from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Forbidden, NotFound
-from lakeq.common.names import check_name, check_topic, covers, is_name
+from lakeq.common.names import check_name, check_topic, covers, is_name, log_of
 from lakeq.common.payload import ByteBudget
 from lakeq.consume.reader import list_reader, topic_reader
 from lakeq.consume.replays import replay_reader
@@ -29,7 +29,6 @@ from lakeq.contract import validation as v
 from lakeq.log import peek_plan as plan
 from lakeq.log.selection import QueueView
 from lakeq.log.settlement import upkept
-from lakeq.store.models import log_of
 from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
 from lakeq.store.repos import LogRepo, OffsetRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic

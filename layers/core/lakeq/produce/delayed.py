@@ -26,7 +26,7 @@ from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.common.errors import NotFound, Unavailable, counted
 from lakeq.log.delay_plan import Delayed, decode_message, due_count, plan_delayed, promotion_extra
 from lakeq.log.produce_plan import plan_parts
-from lakeq.store.models import QueueModel
+from lakeq.store.records import Queue
 from lakeq.store.repos import DelayedRepo, LogRepo, TransactionFailed, warm_transactions
 
 log = logging.getLogger("lakeq.produce.delayed")
@@ -92,7 +92,7 @@ def _contended():
     raise Unavailable("the queue is too contended; retry the request with the same message ids")
 
 
-def promote(topic: str, q: int, now: int, meta: QueueModel | None = None) -> int | None:
+def promote(topic: str, q: int, now: int, meta: Queue | None = None) -> int | None:
     """Append queue ``q``'s messages due at ``now`` to it; returns the queue's head afterwards
     (None: the queue does not exist). ``meta``: the queue item when the caller just read it
     consistently. Gives up quietly after :data:`~lakeq.common.backoff.CAS_ATTEMPTS` lost races (the
@@ -100,7 +100,7 @@ def promote(topic: str, q: int, now: int, meta: QueueModel | None = None) -> int
     return promote_queue(topic, q, now, meta)[0]
 
 
-def promote_queue(topic: str, q: int, now: int, meta: QueueModel | None = None) -> tuple[int | None, int | None]:
+def promote_queue(topic: str, q: int, now: int, meta: Queue | None = None) -> tuple[int | None, int | None]:
     """:func:`promote`, also returning the earliest ``deliver_at`` still ahead in that queue as
     far as the last read saw it (None: nothing delayed ahead, or unknown after giving up)."""
     head: int | None = None
@@ -153,7 +153,7 @@ def promote_queue(topic: str, q: int, now: int, meta: QueueModel | None = None) 
             return out
 
 
-def promote_due(topic: str, metas: list[QueueModel], now: int | None = None) -> int | None:
+def promote_due(topic: str, metas: list[Queue], now: int | None = None) -> int | None:
     """A pull's promotion step (:meth:`lakeq.consume.reader.TopicLog.promote`): promote the due messages
     of every queue item in ``metas`` whose ``next_due`` has come (free: the pull read these items
     anyway), and move each item's ``max_offset`` in memory to the head after promotion, so this

@@ -17,7 +17,7 @@ from lakeq.admin.auth import (
 )
 from lakeq.common import clock as _clock
 from lakeq.common.errors import NotFound, PayloadTooLarge, Unavailable
-from lakeq.common.names import check_topic, topic_of_log
+from lakeq.common.names import check_topic, log_of, topic_of_log
 from lakeq.contract import validation as v
 from lakeq.log import segments as seg
 from lakeq.log.produce_plan import plan_parts as _plan_parts
@@ -25,12 +25,12 @@ from lakeq.log.produce_plan import queue_for_key
 from lakeq.produce import delayed as _delayed
 from lakeq.store.append import Contended, append_at_head
 from lakeq.store.bodies import BodyStore
-from lakeq.store.models import TopicModel, log_of
+from lakeq.store.records import Topic
 
 
 # --- produce --------------------------------------------------------------------------------
 def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False,
-            t: TopicModel | None = None, avoid: frozenset[int] = frozenset()) -> dict:
+            t: Topic | None = None, avoid: frozenset[int] = frozenset()) -> dict:
     """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends);
     ``t``: the topic's item when the caller has just read it (the SQS endpoint: one read an action);
     ``avoid``: queues the messages without a key go to only when every queue is in it (the SQS

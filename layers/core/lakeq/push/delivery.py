@@ -39,7 +39,7 @@ from typing import Callable
 
 from lakeq.common import clock
 from lakeq.common.errors import LakeqError, StaleReceipt
-from lakeq.common.names import covers, split_queue_key, subscription_of
+from lakeq.common.names import covers, log_of, split_queue_key, subscription_of
 from lakeq.consume import settle as settling
 from lakeq.consume.reader import ListLog, TopicLog, consume, list_reader, topic_reader
 from lakeq.consume.replays import ReplayLog, replay_reader
@@ -50,7 +50,6 @@ from lakeq.log.receipts import subscription_field
 from lakeq.log.settlement import Outcomes
 from lakeq.push import transport
 from lakeq.push.fair import FairQueue
-from lakeq.store.models import log_of
 from lakeq.store.push import GroupPushRepo, PushRepo
 from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
 from lakeq.store.repos import OffsetRepo, TopicRepo

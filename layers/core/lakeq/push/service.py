@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass, replace
 
 from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
 from lakeq.common import clock
@@ -59,6 +59,16 @@ def _owner(k: Kind, p: Principal, name: str, need_push: bool = True):
             raise Forbidden(f"this key may not act for '{item.subscriber}'")
     if need_push and item.push is None:
         raise NotFound(f"{k.what} '{name}' has no push endpoint")
+    return item
+
+
+def _as_written(item, **changes):
+    """``item`` as the write just made left it, for the answer: a group's record (frozen) copied
+    with ``changes``, a subscription item changed in memory (nothing is written back from either)."""
+    if is_dataclass(item):
+        return replace(item, **changes)
+    for name, value in changes.items():
+        setattr(item, name, value)
     return item
 
 
@@ -130,10 +140,9 @@ def put(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -> t
             _below_limit(owner)
     else:
         raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
-    s.push = encoded
-    if new:
-        s.push_secrets, s.push_paused, s.push_state = stored, False, None
-        s.push_failures = s.push_delivered = s.push_dead_lettered = None
+    s = _as_written(s, push=encoded, **({} if not new else {
+        "push_secrets": stored, "push_paused": False, "push_state": None, "push_failures": None,
+        "push_delivered": None, "push_dead_lettered": None}))
     out = view(s, now, k)
     if new:
         out["secret"] = secret
@@ -173,8 +182,7 @@ def pause(p: Principal, sub_id: str, paused: bool, k: Kind = SUBSCRIPTION) -> di
     for _ in range(5):  # a lost write: changed or gone, the next read decides (not cas: see put)
         s = _owner(k, p, sub_id)
         if k.repo.set_paused(sub_id, paused, s.push):
-            s.push_paused = paused
-            return view(s, None, k)
+            return view(_as_written(s, push_paused=paused), None, k)
     raise Conflict("the endpoint changed meanwhile; retry")  # pragma: no cover
 
 
@@ -198,6 +206,5 @@ def rotate(p: Principal, sub_id: str, raw: str | None, k: Kind = SUBSCRIPTION) -
         secret = _new_secret()
         new = json.dumps([{"secret": secret, "created_at": now, "expires_at": None}] + prev)
         if k.repo.set_secrets(sub_id, s.push_secrets, new):
-            s.push_secrets = new
-            return {**view(s, now, k), "secret": secret}
+            return {**view(_as_written(s, push_secrets=new), now, k), "secret": secret}
     raise Conflict("the endpoint's secrets changed meanwhile; retry")  # pragma: no cover

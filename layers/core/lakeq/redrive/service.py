@@ -33,15 +33,14 @@ import uuid
 from lakeq.admin.auth import Principal, require_admin, topic_or_404
 from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable, counted
-from lakeq.common.names import check_name, check_topic, is_name
+from lakeq.common.names import check_name, check_topic, is_name, log_of
 from lakeq.consume.reader import topic_reader
 from lakeq.contract import validation as v
 from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
 from lakeq.store.append import Contended, append_copies
 from lakeq.store.bodies import BodyStore
-from lakeq.store.models import log_of
-from lakeq.store.redrives import RedriveModel, RedriveRepo
+from lakeq.store.redrives import Redrive, RedriveRepo
 from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, LogRepo, TopicRepo
 
 logger = logging.getLogger("lakeq.redrive")
@@ -55,7 +54,7 @@ class RedriveRunning(Conflict):
 
 
 # --- views ----------------------------------------------------------------------------------
-def view(r: RedriveModel) -> dict:
+def view(r: Redrive) -> dict:
     prog = mp.Progress.load(r.pos, r.end)
     return {"id": r.id, "source": r.source, "destination": r.destination, "rate": int(r.rate or 0),
             "status": r.status, "total": int(r.total or 0), "moved": int(r.moved or 0),
@@ -64,7 +63,7 @@ def view(r: RedriveModel) -> dict:
             "last_error": r.last_error, **({"origin": r.origin} if r.origin else {})}
 
 
-def _redrive_or_404(rid: str) -> RedriveModel:
+def _redrive_or_404(rid: str) -> Redrive:
     r = RedriveRepo.get(rid) if is_name(rid) else None  # (no name holds "~": the "~src|" markers are not redrives)
     if r is None or r.source is None:
         raise NotFound(f"redrive '{rid}' does not exist")
@@ -98,9 +97,9 @@ def start(p: Principal, raw: str | None, origin: str | None = None, budget_ms: i
     pos = {q: max(kept.get(q, 0), int(m.min_offset)) for q, m in ((int(m.queue), m) for m in metas)}
     prog = mp.Progress(pos, end)
     pos_s, end_s = prog.dump()
-    r = RedriveModel(uuid.uuid4().hex, source=source, source_log=log, destination=dest, rate=rate,
-                     status=mp.RUNNING, origin=origin, created_at=now, updated_at=now, total=prog.remaining(),
-                     moved=0, failed=0, pos=pos_s, end=end_s, next_at=0, v=0)
+    r = Redrive(uuid.uuid4().hex, source=source, source_log=log, destination=dest, rate=rate,
+                status=mp.RUNNING, origin=origin, created_at=now, updated_at=now, total=prog.remaining(),
+                moved=0, failed=0, pos=pos_s, end=end_s, next_at=0, v=0)
     if not RedriveRepo.create(r):
         raise RedriveRunning(f"another redrive of '{source}' is running; cancel it or wait")
     if budget_ms > 0:
@@ -168,7 +167,7 @@ def _copy(dest: str, items: list[seg.Message], now: int) -> bool:
     return True
 
 
-def _batch(r: RedriveModel, prog: mp.Progress, queue: int, n: int, now: int) -> tuple[int, int, int, str | None]:
+def _batch(r: Redrive, prog: mp.Progress, queue: int, n: int, now: int) -> tuple[int, int, int, str | None]:
     """Read up to ``n`` messages of source ``queue`` from its position and copy them. Returns
     (new position, moved, failed, error)."""
     start = prog.pos.get(queue, 0)

@@ -47,7 +47,7 @@ from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
 from lakeq.store.bodies import BodyStore
-from lakeq.store.replays import FINAL, ReplayModel, ReplayObjects, ReplayRepo
+from lakeq.store.replays import FINAL, Replay, ReplayObjects, ReplayRepo
 from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS
 
 logger = logging.getLogger("lakeq.replay")
@@ -63,7 +63,7 @@ class TargetGone(LakeqError):
 
 
 # --- views ----------------------------------------------------------------------------------
-def view(r: ReplayModel) -> dict:
+def view(r: Replay) -> dict:
     out = {"id": r.id, "topic": r.topic, "from": int(r.from_ms), "to": int(r.to_ms), "filter": json.loads(r.filter),
            "target": json.loads(r.target), "rate": int(r.rate), "status": r.status,
            "found": None if r.found is None else int(r.found), "copied": int(r.copied or 0),
@@ -74,7 +74,7 @@ def view(r: ReplayModel) -> dict:
     return out
 
 
-def _replay_or_404(rid: str) -> ReplayModel:
+def _replay_or_404(rid: str) -> Replay:
     r = ReplayRepo.get(rid) if is_name(rid) else None
     if r is None:
         raise NotFound(f"replay '{rid}' does not exist")
@@ -120,10 +120,10 @@ def start(p: Principal, raw: str | None) -> dict:
         raise Unavailable(f"the selection job could not be started ({e}); retry") from None
     now = clock.now()
     js = req.to_json()
-    r = ReplayModel(rid, topic=req.topic, from_ms=req.from_ms, to_ms=req.to_ms,
-                    filter=json.dumps(js["filter"], separators=(",", ":")),
-                    target=json.dumps(js["target"], separators=(",", ":")), rate=req.rate, status="selecting",
-                    created_at=now, updated_at=now, cursor=0, copied=0, failed=0, duplicates=0, version=0, live="1")
+    r = Replay(rid, topic=req.topic, from_ms=req.from_ms, to_ms=req.to_ms,
+               filter=json.dumps(js["filter"], separators=(",", ":")),
+               target=json.dumps(js["target"], separators=(",", ":")), rate=req.rate, status="selecting",
+               created_at=now, updated_at=now, cursor=0, copied=0, failed=0, duplicates=0, version=0, live="1")
     if not ReplayRepo.create(r):  # pragma: no cover - a uuid4 collision
         raise Unavailable("replay id taken; retry")
     return view(r)
@@ -135,7 +135,7 @@ def get(p: Principal, rid: str) -> dict:
     return view(r)
 
 
-def _cursor_of(r: ReplayModel) -> str:
+def _cursor_of(r: Replay) -> str:
     return f"{int(r.created_at)}:{r.id}"
 
 
@@ -184,19 +184,19 @@ def cancel(p: Principal, rid: str) -> dict:
 
 
 # --- targets --------------------------------------------------------------------------------
-def _target(r: ReplayModel) -> tuple[str, str]:
+def _target(r: Replay) -> tuple[str, str]:
     (kind, name), = json.loads(r.target).items()
     return kind, name
 
 
-def _begin_target(r: ReplayModel) -> None:
+def _begin_target(r: Replay) -> None:
     kind, name = _target(r)
     if kind == "group":
         from lakeq.replay import group_target
         group_target.begin(r.id, r.topic, name)
 
 
-def _close(r: ReplayModel) -> None:
+def _close(r: Replay) -> None:
     """An ended replay still ``live``: tell its target (``group_target.end``, idempotent), then take
     it out of the schedule's index. Run after every ending and by each run for any left over. A
     group target whose marker cannot go yet (the group has entries of the list to settle) stays
@@ -225,8 +225,8 @@ def copy_message(c: copier.Copy, now: int) -> seg.Message:
 
 def topic_sink(name: str) -> Callable[[list[copier.Copy]], int]:
     """``produce`` for a ``{"topic": name}`` target: how many copies were new."""
+    from lakeq.common.names import log_of
     from lakeq.store.append import Contended, append_copies
-    from lakeq.store.models import log_of
     from lakeq.store.repos import TopicRepo
 
     def produce(copies: list[copier.Copy]) -> int:
@@ -242,7 +242,7 @@ def topic_sink(name: str) -> Callable[[list[copier.Copy]], int]:
     return produce
 
 
-def _sink(r: ReplayModel) -> Callable[[list[copier.Copy]], int]:
+def _sink(r: Replay) -> Callable[[list[copier.Copy]], int]:
     kind, name = _target(r)
     if kind == "topic":
         return topic_sink(name)
@@ -286,7 +286,7 @@ class Manifest:
 
 
 # --- the schedule -----------------------------------------------------------------------------
-def _progress(r: ReplayModel) -> copier.Progress:
+def _progress(r: Replay) -> copier.Progress:
     p = copier.Progress(found=int(r.found or 0), cursor=int(r.cursor or 0), copied=int(r.copied or 0),
                         duplicates=int(r.duplicates or 0), failed=int(r.failed or 0), version=int(r.version or 0),
                         inflight=r.inflight is None or bool(r.inflight))  # (absent: not known, so maybe)
@@ -296,7 +296,7 @@ def _progress(r: ReplayModel) -> copier.Progress:
     return p
 
 
-def _select(r: ReplayModel, now: int) -> ReplayModel | None:
+def _select(r: Replay, now: int) -> Replay | None:
     """A selecting replay: its job's outcome, if any. The item as it is after (None: gone)."""
     selection, error = ReplayObjects.outcome(r.id)
     if error is not None:
@@ -313,7 +313,7 @@ def _select(r: ReplayModel, now: int) -> ReplayModel | None:
     return ReplayRepo.get(r.id)
 
 
-def _copy(r: ReplayModel, budget_s: float) -> ReplayModel | None:
+def _copy(r: Replay, budget_s: float) -> Replay | None:
     """Run the copier on a copying replay for at most ``budget_s``; end it when done."""
     rid = r.id
     if int(r.cursor or 0) == 0:  # (again after a crash before the first chunk: begin is idempotent)

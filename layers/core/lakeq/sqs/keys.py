@@ -27,7 +27,7 @@ from lakeq.common import clock as _clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name
 from lakeq.sqs import credentials as cred
-from lakeq.store.models import ClientModel
+from lakeq.store.records import Client
 from lakeq.store.repos import TransactionFailed
 from lakeq.store.sqs import SqsRepo, key_owner
 
@@ -95,11 +95,11 @@ def client_for(access_key_id: str) -> str | None:
 
 
 # --- storage -------------------------------------------------------------------------------------
-def _live(c: ClientModel) -> list[str]:
+def _live(c: Client) -> list[str]:
     return list(json.loads(c.sqs_keys)) if c.sqs_keys else []
 
 
-def _set(c: ClientModel, version: int | None, live: list[str], add: str | None = None,
+def _set(c: Client, version: int | None, live: list[str], add: str | None = None,
          remove: str | None = None, now: int = 0) -> None:
     """The client's ``sqs_keys`` (CAS on ``key_version``) and the credential item added or removed,
     in one transaction. TransactionFailed index 0: the client is gone or its keys moved meanwhile."""
@@ -108,7 +108,7 @@ def _set(c: ClientModel, version: int | None, live: list[str], add: str | None =
 
 
 # --- use cases -----------------------------------------------------------------------------------
-def _client(name: str, p: Principal, access_key_id: str | None = None) -> ClientModel:
+def _client(name: str, p: Principal, access_key_id: str | None = None) -> Client:
     """400 (name, id) → 404 (client, credential) → 403 (admin only), API.md's order."""
     check_name(name, "client name")
     if access_key_id is not None and not cred.is_access_key_id(access_key_id):
@@ -128,7 +128,7 @@ def issue_credential(p: Principal, name: str) -> dict:
     master = master_secret()
     akid = cred.new_access_key_id()
 
-    def attempt(c: ClientModel, version: int | None) -> dict:
+    def attempt(c: Client, version: int | None) -> dict:
         nonlocal akid
         live = _live(c)
         if len(live) >= MAX_SQS_KEYS:
@@ -150,7 +150,7 @@ def revoke_credential(p: Principal, name: str, access_key_id: str) -> None:
     container, within CACHE_TTL_S in other warm ones (the lookup is strongly consistent)."""
     c = _client(name, p, access_key_id)
 
-    def attempt(c: ClientModel, version: int | None) -> None:
+    def attempt(c: Client, version: int | None) -> None:
         live = _live(c)
         if access_key_id not in live:
             raise NotFound(f"client '{name}' has no live SQS credential '{access_key_id}'")

@@ -15,9 +15,9 @@ from lakeq.admin import auth as lq_auth
 from lakeq.admin.auth import Principal
 from lakeq.common import clock as _clock
 from lakeq.common.errors import ApiError, Forbidden, NotFound, Unavailable
-from lakeq.common.names import covers
+from lakeq.common.names import covers, log_of
 from lakeq.sqs import protocol as sp
-from lakeq.store.models import TopicModel, log_of
+from lakeq.store.records import Topic
 from lakeq.store.repos import ClientRepo, LogRepo, TopicRepo
 from lakeq.store.sqs import SqsRepo, group_name, producer_name
 
@@ -101,7 +101,7 @@ def region() -> str:
 @dataclass
 class Queue:
     name: str
-    topic: TopicModel
+    topic: Topic
     doc: dict  # {"attributes", "tags", "modified"}
     raw: str | None  # the stored sqs JSON (compare-and-set)
     cached: bool = False  # from the container's copy of the topic item (:func:`queue_of`)
@@ -128,7 +128,7 @@ class Queue:
         return log_of(self.topic)
 
 
-def load(t: TopicModel | None, name: str, cached: bool = False) -> Queue:
+def load(t: Topic | None, name: str, cached: bool = False) -> Queue:
     if t is None or not sp.is_queue_name(name):
         raise sp.no_queue()
     raw = t.sqs
@@ -151,7 +151,7 @@ def load(t: TopicModel | None, name: str, cached: bool = False) -> Queue:
 # administration of a queue drops the cache (:func:`forget_topics`). Another container's change
 # to the queue's attributes, its queue count or its deletion is seen within the TTL (SQS: up to 60 s).
 TOPIC_CACHE_TTL_S = 5.0
-_TOPICS: dict[str, tuple[float, TopicModel]] = {}
+_TOPICS: dict[str, tuple[float, Topic]] = {}
 CACHED_ACTIONS = {"SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage", "DeleteMessageBatch",
                   "ChangeMessageVisibility", "ChangeMessageVisibilityBatch"}
 # actions that change no topic item: the others drop the cache when they end

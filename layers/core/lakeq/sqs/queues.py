@@ -9,12 +9,12 @@ from typing import Callable
 
 from lakeq.admin import auth as lq_auth
 from lakeq.admin import service as admin_service
+from lakeq.common.names import log_of
 from lakeq.consume import views as _views
 from lakeq.produce import delayed as _delayed
 from lakeq.sqs import permissions as perm
 from lakeq.sqs import protocol as sp
 from lakeq.sqs.permissions import ADMIN, LAKEQ_QUEUES, MAX_TAGS, Ctx, Queue, now_ms
-from lakeq.store.models import log_of
 from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo, TransactionFailed, inc_of
 from lakeq.store.sqs import SqsRepo, group_name, producer_name
 

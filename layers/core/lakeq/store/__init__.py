@@ -1,5 +1,6 @@
 """pynamodb models and repositories: the only package that imports pynamodb (every lock, ack, offset
-move and generation change is a conditional write or a transaction here).
+move and generation change is a conditional write or a transaction here). The models are private to
+it: the repositories hand plain records (:mod:`lakeq.store.records`) to the use cases.
 """
 from lakeq import exports
 
@@ -10,10 +11,7 @@ __getattr__, __dir__, __all__ = exports(__name__, {
         "GroupFull", "GroupRepo", "MAX_MEMBERS", "MAX_MEMBER_TOPICS", "View", "expand_topics",
         "member_queues", "queue_counts", "servable", "sweep",
     ),
-    "models": (
-        "ClientModel", "DedupModel", "DelayedModel", "GroupMemberModel", "GroupModel", "KeyModel",
-        "OffsetModel", "QueueModel", "SegmentModel", "TopicModel", "log_of", "queue_key",
-    ),
+    "records": ("Client", "Queue", "Topic", "log_of"),
     "push": ("GroupPushRepo", "PushRepo"),
     "replay_lists": ("LIST_TTL_S", "ReplayListRepo", "active_replays", "replay_log", "replay_marker", "replay_markers",
                      "replay_owner",),

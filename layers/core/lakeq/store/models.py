@@ -54,12 +54,6 @@ class TopicModel(Model):
     deleted_at = NumberAttribute(null=True)
 
 
-def log_of(t: TopicModel) -> str:
-    """The log name of topic item ``t`` (lakeq.common.names.log_name of its name and incarnation)."""
-    from lakeq.common.names import log_name
-    return log_name(t.name, None if t.inc is None else int(t.inc))
-
-
 class ClientModel(Model):
     Meta = _meta("CLIENTS_TABLE", "lakeq-clients")
     name = UnicodeAttribute(hash_key=True)

@@ -19,6 +19,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from lakeq.store import slots
 from lakeq.store.models import ClientModel, WatcherModel
+from lakeq.store.records import Client, client_record
 from lakeq.store.repos import conditional_failed, transact_if_first
 from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel, transact_uncounting, uncount
 
@@ -142,7 +143,12 @@ class PushRepo:
         if dead_lettered:
             actions.append(M.push_dead_lettered.add(dead_lettered))
         item = cls._updated(sub_id, actions, cls._exists() & M.push.exists())
-        return None if item is None or item.push_paused else item
+        return None if item is None or item.push_paused else cls._out(item)
+
+    @staticmethod
+    def _out(item):
+        """What a read hands out: the subscription item (a consumer group's: its record)."""
+        return item
 
     @classmethod
     def _update(cls, sub_id: str, actions: list, condition) -> bool:
@@ -167,7 +173,7 @@ class PushRepo:
         if M is SubscriptionModel and sub_id == VERSION_ID:
             return None
         try:
-            return M.get(sub_id, consistent_read=True)
+            return cls._out(M.get(sub_id, consistent_read=True))
         except DoesNotExist:
             return None
 
@@ -209,6 +215,10 @@ class GroupPushRepo(PushRepo):
 
     M: type = ClientModel
     KEY = "name"
+
+    @staticmethod
+    def _out(item) -> Client:
+        return client_record(item)
 
     # --- the registry by topic (WatchersTable ``k = "p|<topic>"``, ``c = <group>``, no TTL) -----
     # An active endpoint (registered, not paused) has its row; every write of the endpoint that

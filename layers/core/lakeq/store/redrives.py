@@ -8,6 +8,9 @@ a finish are one transaction with the source item (``active`` absent → set; ``
 removed, ``pos`` saved)."""
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.models import Model
@@ -47,32 +50,67 @@ class RedriveModel(Model):
 M = RedriveModel
 
 
+@dataclass(frozen=True, slots=True)
+class Redrive:
+    """A redrive's item (or a source item) as the use cases read it: :class:`RedriveModel`'s
+    attributes, absent ones ``None``."""
+    id: str
+    source: str | None = None
+    source_log: str | None = None
+    destination: str | None = None
+    rate: int | None = None
+    status: str | None = None
+    origin: str | None = None
+    created_at: int | None = None
+    updated_at: int | None = None
+    total: int | None = None
+    moved: int | None = None
+    failed: int | None = None
+    end: str | None = None
+    next_at: int | None = None
+    lease: str | None = None
+    lease_until: int | None = None
+    v: int | None = None
+    last_error: str | None = None
+    pos: str | None = None
+    active: str | None = None
+
+
+_REDRIVE = tuple(f.name for f in dataclasses.fields(Redrive))
+
+
+def _record(m: RedriveModel) -> Redrive:
+    return Redrive(**{f: getattr(m, f) for f in _REDRIVE})
+
+
 def source_key(log: str) -> str:
     return f"{SOURCE_PREFIX}{log}"
 
 
 class RedriveRepo:
     @staticmethod
-    def get(rid: str) -> RedriveModel | None:
+    def get(rid: str) -> Redrive | None:
         try:
-            return M.get(rid, consistent_read=True)
+            return _record(M.get(rid, consistent_read=True))
         except DoesNotExist:
             return None
 
     @staticmethod
-    def source(log: str) -> RedriveModel | None:
+    def source(log: str) -> Redrive | None:
         return RedriveRepo.get(source_key(log))
 
     @staticmethod
-    def all() -> list[RedriveModel]:
+    def all() -> list[Redrive]:
         """Every redrive (a Scan; source items left out), newest first."""
-        items = [r for r in M.scan(consistent_read=True) if not r.id.startswith(SOURCE_PREFIX)]
+        items = [_record(r) for r in M.scan(consistent_read=True) if not r.id.startswith(SOURCE_PREFIX)]
         return sorted(items, key=lambda r: (-int(r.created_at or 0), r.id))
 
     @staticmethod
-    def create(item: RedriveModel) -> bool:
+    def create(r: Redrive) -> bool:
         """The redrive item and its source's ``active``, in one transaction. False: another
         redrive of that source is active."""
+        item = M(r.id, **{k: v for k, v in dataclasses.asdict(r).items() if k != "id" and v is not None})
+
         def build(t) -> None:
             t.update(M(source_key(item.source_log)), actions=[M.active.set(item.id)],
                      condition=M.active.does_not_exist())
@@ -80,7 +118,7 @@ class RedriveRepo:
         return transact_if_first(build)
 
     @staticmethod
-    def lease(r: RedriveModel, token: str, until: int, now: int) -> bool:
+    def lease(r: Redrive, token: str, until: int, now: int) -> bool:
         """Take the runner's lease: the item is as read (``v``), still to run, and nobody else's
         lease is live."""
         cond = (M.v == int(r.v)) & M.status.is_in("running", "cancelling") & (
@@ -100,7 +138,7 @@ class RedriveRepo:
         return update_if(M(rid), actions, (M.v == v) & (M.status == "running"))
 
     @staticmethod
-    def finish(r: RedriveModel, v: int, status: str, pos: str, moved: int, failed: int, now: int,
+    def finish(r: Redrive, v: int, status: str, pos: str, moved: int, failed: int, now: int,
                error: str | None = None) -> bool:
         """End a redrive (``status``), counts added, and hand its position to its source item (the
         next redrive of that source starts there), in one transaction. False: the item moved since

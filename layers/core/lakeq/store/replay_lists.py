@@ -21,6 +21,7 @@ from lakeq.log import segments as seg
 from lakeq.log.produce_plan import Append
 from lakeq.log.receipts import replay_field
 from lakeq.store.models import ClientModel, QueueModel, SegmentModel
+from lakeq.store.records import Client, Queue
 from lakeq.store.repos import LogRepo, OffsetRepo, TransactionFailed, conditional_failed, transact
 
 LIST_TTL_S = 14 * 24 * 3600  # a replay's copies are kept this long after they were appended
@@ -41,7 +42,7 @@ def replay_marker(replay_id: str, topic: str) -> str:
     return f"{replay_id}{SEP}{topic}"
 
 
-def replay_markers(client: ClientModel) -> dict[str, str]:
+def replay_markers(client: Client) -> dict[str, str]:
     """The group's active replays: replay id → topic (reads the item already in memory)."""
     out = {}
     for m in getattr(client, "replays", None) or ():
@@ -50,7 +51,7 @@ def replay_markers(client: ClientModel) -> dict[str, str]:
     return out
 
 
-def active_replays(client: ClientModel, topic: str) -> list[str]:
+def active_replays(client: Client, topic: str) -> list[str]:
     """The ids of the group's active replays of ``topic``, oldest id first (no store call)."""
     return sorted(rid for rid, t in replay_markers(client).items() if t == topic)
 
@@ -72,7 +73,7 @@ class ReplayListRepo:
                 raise
 
     @staticmethod
-    def queue(replay_id: str) -> QueueModel | None:
+    def queue(replay_id: str) -> Queue | None:
         """The list's queue item (consistent GetItem)."""
         return LogRepo.queue(replay_log(replay_id), 0, exact=False)  # its head moves in its transactions
 

@@ -19,10 +19,12 @@ are read here too (:class:`ReplayObjects`; S3 through the one botocore client of
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DoesNotExist
@@ -75,20 +77,55 @@ class ReplayModel(Model):
 M = ReplayModel
 
 
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A replay's item as the use cases read it: :class:`ReplayModel`'s attributes (its defaults
+    for the counters; absent ones ``None``)."""
+    id: str
+    topic: str
+    from_ms: int
+    to_ms: int
+    filter: str
+    target: str
+    rate: int
+    status: str
+    created_at: int
+    updated_at: int
+    found: int | None = None
+    parts: str | None = None
+    cursor: int = 0
+    copied: int = 0
+    failed: int = 0
+    duplicates: int = 0
+    version: int = 0
+    inflight: int | None = None
+    error: str | None = None
+    live: str | None = None
+    send_at: int | None = None
+
+
+_REPLAY = tuple(f.name for f in dataclasses.fields(Replay))
+
+
+def _record(m: ReplayModel) -> Replay:
+    return Replay(**{f: getattr(m, f) for f in _REPLAY})
+
+
 class ReplayRepo:
     @staticmethod
-    def get(rid: str) -> ReplayModel | None:
+    def get(rid: str) -> Replay | None:
         try:
-            return M.get(rid, consistent_read=True)
+            return _record(M.get(rid, consistent_read=True))
         except DoesNotExist:
             return None
 
     @staticmethod
-    def create(item: ReplayModel) -> bool:
+    def create(r: Replay) -> bool:
         """One PutItem, if no replay has that id."""
         from pynamodb.exceptions import PutError
 
         from lakeq.store.repos import conditional_failed
+        item = M(r.id, **{k: v for k, v in dataclasses.asdict(r).items() if k != "id" and v is not None})
         try:
             item.save(condition=M.id.does_not_exist())
             return True
@@ -98,9 +135,9 @@ class ReplayRepo:
             raise
 
     @staticmethod
-    def all() -> list[ReplayModel]:
+    def all() -> list[Replay]:
         """Every replay, newest first (a Scan: replays are few; the list route pages it)."""
-        return sorted(M.scan(consistent_read=True), key=lambda r: (-int(r.created_at), r.id))
+        return sorted((_record(r) for r in M.scan(consistent_read=True)), key=lambda r: (-int(r.created_at), r.id))
 
     @staticmethod
     def live_ids() -> list[str]:

@@ -7,6 +7,7 @@ in ``docs/design.md``.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterable, Iterator
@@ -43,6 +44,7 @@ from lakeq.store.models import (
     TopicModel,
     queue_key,
 )
+from lakeq.store.records import Client, Queue, Topic, client_record, queue_from_item, queue_record, topic_record
 
 DEDUP_TTL_S = 24 * 3600
 # a copier (replay, redrive) whose copies are dropped as duplicates by their ids resumes a batch in
@@ -208,28 +210,28 @@ def topic_inc_is(inc: int):
     return TopicModel.inc.does_not_exist() if not inc else TopicModel.inc == inc
 
 
-def inc_of(t: TopicModel | None) -> int:
+def inc_of(t: Topic | TopicModel | None) -> int:
     """A topic item's (or tombstone's) incarnation; 0 for none."""
     return 0 if t is None or t.inc is None else int(t.inc)
 
 
 class TopicRepo:
     @staticmethod
-    def get(name: str) -> TopicModel | None:
+    def get(name: str) -> Topic | None:
         """The topic item; None when there is none or it is a tombstone (a deleted topic)."""
         t = TopicRepo.get_any(name)
         return None if t is None or t.deleted_at is not None else t
 
     @staticmethod
-    def get_any(name: str) -> TopicModel | None:
+    def get_any(name: str) -> Topic | None:
         """The topic item or its tombstone (consistent GetItem)."""
         try:
-            return TopicModel.get(name, consistent_read=True)
+            return topic_record(TopicModel.get(name, consistent_read=True))
         except DoesNotExist:
             return None
 
     @staticmethod
-    def create_condition(old: TopicModel | None):
+    def create_condition(old: Topic | None):
         """Condition of a topic item put over ``old`` (what a read found): absent then, or the same
         tombstone (a live topic fails it)."""
         if old is None:
@@ -237,7 +239,7 @@ class TopicRepo:
         return TopicModel.deleted_at.exists() & topic_inc_is(inc_of(old))
 
     @staticmethod
-    def next_inc(old: TopicModel | None) -> int | None:
+    def next_inc(old: Topic | None) -> int | None:
         """The incarnation of a topic created over ``old``: 0 (absent) when there was none, else
         the tombstone's + 1."""
         return None if old is None else inc_of(old) + 1
@@ -278,29 +280,37 @@ class TopicRepo:
         transact(build)
 
     @staticmethod
-    def all() -> list[TopicModel]:
+    def all() -> list[Topic]:
         """Every topic (tombstones left out), by name."""
-        return sorted((t for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
+        return sorted((topic_record(t) for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
 
 
 class ClientRepo:
     @staticmethod
-    def all() -> list[ClientModel]:
+    def all() -> list[Client]:
         """Every client, by name: one Scan of the clients table (all its pages)."""
-        return sorted(ClientModel.scan(), key=lambda c: c.name)
+        return sorted((client_record(c) for c in ClientModel.scan()), key=lambda c: c.name)
 
     @staticmethod
-    def get(name: str) -> ClientModel | None:
+    def get(name: str) -> Client | None:
         try:
-            return ClientModel.get(name, consistent_read=True)
+            return client_record(ClientModel.get(name, consistent_read=True))
         except DoesNotExist:
             return None
 
     @staticmethod
-    def create(client: ClientModel) -> None:
+    def model(client: Client) -> ClientModel:
+        """The item of ``client`` as a model to put (its absent attributes left out)."""
+        return ClientModel(client.name, **{k: v for k, v in dataclasses.asdict(client).items()
+                                           if k != "name" and v is not None})
+
+    @staticmethod
+    def create(client: Client | ClientModel) -> None:
         """Client and its key item, atomically; index 0 failing = the name exists."""
+        item = client if isinstance(client, ClientModel) else ClientRepo.model(client)
+
         def build(t: TransactWrite) -> None:
-            t.save(client, condition=ClientModel.name.does_not_exist())
+            t.save(item, condition=ClientModel.name.does_not_exist())
             t.save(KeyModel(client.key_hash, client=client.name, key_id=client.key_hash[:16],
                             created_at=client.created_at),
                    condition=KeyModel.key_hash.does_not_exist())
@@ -316,7 +326,7 @@ class ClientRepo:
             return None
 
     @staticmethod
-    def set_keys(client: ClientModel, version: int | None, key_map: str, add: tuple[str, str, int] | None = None,
+    def set_keys(client: Client, version: int | None, key_map: str, add: tuple[str, str, int] | None = None,
                  remove: str | None = None) -> None:
         """The client's key set ``key_map`` (conditioned on ``key_version`` still being ``version``)
         and the key item added (``add`` = (key hash, key id, created at), absent before) or removed
@@ -326,7 +336,7 @@ class ClientRepo:
                                             else ClientModel.key_version == version)
 
         def build(t: TransactWrite) -> None:
-            t.update(client, actions=[ClientModel.key_map.set(key_map),
+            t.update(ClientModel(client.name), actions=[ClientModel.key_map.set(key_map),
                                       ClientModel.key_version.set((version or 0) + 1)], condition=cond)
             if add is not None:
                 t.save(KeyModel(add[0], client=client.name, key_id=add[1], created_at=add[2]),
@@ -338,13 +348,14 @@ class ClientRepo:
 
 
     @staticmethod
-    def set_settings(name: str, changes: dict) -> ClientModel | None:
+    def set_settings(name: str, changes: dict) -> Client | None:
         """A consumer's ``max_deliveries`` / ``dead_letter_topic`` (None removes): one conditional
         UpdateItem (the client exists and is a consumer). None when it is not (any more)."""
         actions = [getattr(ClientModel, k).remove() if val is None else getattr(ClientModel, k).set(val)
                    for k, val in changes.items()]
         c = ClientModel(name)
-        return c if update_if(c, actions, ClientModel.name.exists() & (ClientModel.role == "consumer")) else None
+        written = update_if(c, actions, ClientModel.name.exists() & (ClientModel.role == "consumer"))
+        return client_record(c) if written else None
 
 
 _segment_sizes: dict[str, int] = {}  # pq -> messages in the last segment this container read there
@@ -410,7 +421,7 @@ class LogRepo:
 
     @classmethod
     def queues(cls, topic: str, n: int, consistent: bool = False, exact: bool = True,
-               only: Iterable[int] | None = None) -> list[QueueModel]:
+               only: Iterable[int] | None = None) -> list[Queue]:
         """The queue items ``0..n-1`` of a topic (``n`` = the topic item's ``queues``), ordered by
         queue: BatchGetItem, at most 100 keys a call, UnprocessedKeys asked again after a jittered
         exponential backoff. A missing item (not created yet) is left out. ``only``: just those of
@@ -424,7 +435,7 @@ class LogRepo:
         (:meth:`chain_end`: one Query a queue, consistent when ``consistent``): what every
         reader outside the hot pull path gets. ``exact=False``: the hints alone (the ranked pull,
         which probes only the queues whose hint shows nothing to read, ``lakeq.consume.reader``)."""
-        out = [QueueModel.from_raw_data(item) for item in cls.queue_items(topic, n, consistent, only)]
+        out = [queue_from_item(item) for item in cls.queue_items(topic, n, consistent, only)]
         out.sort(key=lambda m: int(m.queue))
         if exact:
             for m in out:
@@ -434,7 +445,7 @@ class LogRepo:
     @staticmethod
     def queue_items(topic: str, n: int, consistent: bool = False, only: Iterable[int] | None = None) -> list[dict]:
         """The raw items :meth:`queues` reads (one BatchGetItem; in no particular order): what a
-        container may keep a copy of (``QueueModel.from_raw_data`` makes fresh models of it)."""
+        container may keep a copy of (each read makes fresh records of it)."""
         numbers = range(n) if only is None else sorted(q for q in set(only) if 0 <= q < n)
         keys = [{"pq": queue_key(topic, q)} for q in numbers]
         return _batch_get(QueueModel, keys, consistent=consistent)
@@ -448,7 +459,7 @@ class LogRepo:
 
     @classmethod
     def queue_hints(cls, topic: str, n: int, max_age_s: float, only: Iterable[int] | None = None,
-                    refresh: bool = False) -> tuple[list[QueueModel], bool]:
+                    refresh: bool = False) -> tuple[list[Queue], bool]:
         """:meth:`queues` with ``exact=False`` (the hints), from the container's copy when it is
         younger than ``max_age_s`` (monotonic): no store call then. A pull that takes these (the
         SQS endpoint's receives, issue 16 item 4) ranks by hints at most that much older than the
@@ -459,7 +470,7 @@ class LogRepo:
         ``max_age_s`` when another container deletes it: see docs/costs.md "SQS endpoint: the
         queue items' copy"). Items naming delayed messages (``next_due``)
         are never kept: such a topic's pulls read them each time, so its promotions are due to the
-        millisecond. Fresh models each call (a poll moves their heads in memory), and whether they
+        millisecond. Fresh records each call (a poll moves their heads in memory), and whether they
         came from the copy; ``refresh``: read the items now (and keep them). O(n)."""
         key = (topic, n, None if only is None else tuple(sorted(set(only))))
         now = _monotonic()
@@ -477,19 +488,19 @@ class LogRepo:
                 _HINTS.pop(key, None)
             else:
                 _HINTS[key] = (now + max_age_s, items)
-        return sorted((QueueModel.from_raw_data(item) for item in items), key=lambda m: int(m.queue)), copied
+        return sorted((queue_from_item(item) for item in items), key=lambda m: int(m.queue)), copied
 
     @classmethod
-    def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> QueueModel | None:
+    def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> Queue | None:
         """The queue item; ``exact``: its ``max_offset`` corrected from the chain (:meth:`queues`)."""
         try:
-            m = QueueModel.get(queue_key(topic, queue), consistent_read=consistent)
+            m = queue_record(QueueModel.get(queue_key(topic, queue), consistent_read=consistent))
         except DoesNotExist:
             return None
         return cls._exact(m, consistent) if exact else m
 
     @staticmethod
-    def _exact(m: QueueModel, consistent: bool) -> QueueModel:
+    def _exact(m: Queue, consistent: bool) -> Queue:
         """``m`` with ``max_offset`` and ``last_produced_at`` (both moved by the head mover) taken
         from the newest segment when it is ahead."""
         item = LogRepo._newest(m.pq, consistent)
@@ -798,12 +809,12 @@ class DelayedRepo:
         return None
 
     @staticmethod
-    def due_queues(now: int) -> Iterator[QueueModel]:
+    def due_queues(now: int) -> Iterator[Queue]:
         """The queue items whose ``next_due`` has come (``pq``, ``topic``, ``queue``, ``max_offset``,
         ``next_due`` only): one Scan of the queues table filtered on ``next_due <= now``, read page by
         page as the caller iterates (the scheduled promoter, :func:`lakeq.produce.delayed.sweep`)."""
-        return QueueModel.scan(QueueModel.next_due <= now,
-                               attributes_to_get=["pq", "topic", "queue", "max_offset", "next_due"])
+        return (queue_record(m) for m in QueueModel.scan(
+            QueueModel.next_due <= now, attributes_to_get=["pq", "topic", "queue", "max_offset", "next_due"]))
 
     @staticmethod
     def _dver_is(seen: int | None):

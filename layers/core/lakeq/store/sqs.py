@@ -13,6 +13,7 @@ from pynamodb.transactions import TransactWrite
 
 from lakeq.common.names import log_name
 from lakeq.store.models import ClientModel, DelayedModel, KeyModel, QueueModel, TopicModel, queue_key
+from lakeq.store.records import Client, Topic
 from lakeq.store.repos import (
     ClientRepo,
     TopicRepo,
@@ -68,7 +69,7 @@ DELAYED_CLEANUP_MAX = 250  # delayed items of a deleted queue deleted by one Del
 
 class SqsRepo:
     @staticmethod
-    def get(name: str) -> TopicModel | None:
+    def get(name: str) -> Topic | None:
         return TopicRepo.get(name)
 
     @staticmethod
@@ -121,7 +122,7 @@ class SqsRepo:
         return update_if(TopicModel(name), [TopicModel.sqs.set(new)], cond)
 
     @staticmethod
-    def delete(t: TopicModel, now: int) -> bool:
+    def delete(t: Topic, now: int) -> bool:
         """Delete the queue ``t`` (the topic item read): one transaction replaces the topic item by
         its tombstone (condition: still that live incarnation; the tombstone keeps ``inc`` and the
         queue count) and deletes its queue items, the SQS clients and their key items. Then its
@@ -171,7 +172,7 @@ class SqsRepo:
         return n
 
     @staticmethod
-    def set_credentials(client: ClientModel, version: int | None, live: list[str],
+    def set_credentials(client: Client, version: int | None, live: list[str],
                         add: tuple[str, str] | None = None, remove: str | None = None, now: int = 0) -> None:
         """The client's SQS credentials (:mod:`lakeq.sqs.keys`) in one transaction: its ``sqs_keys``
         := ``live`` (JSON), conditioned on ``key_version`` still being ``version`` (and moving it),
@@ -183,7 +184,7 @@ class SqsRepo:
                                             else ClientModel.key_version == version)
 
         def build(t: TransactWrite) -> None:
-            t.update(client, actions=[ClientModel.sqs_keys.set(json.dumps(live)),
+            t.update(ClientModel(client.name), actions=[ClientModel.sqs_keys.set(json.dumps(live)),
                                       ClientModel.key_version.set((version or 0) + 1)], condition=cond)
             if add is not None:
                 t.save(KeyModel(add[0], client=client.name, key_id=add[1], created_at=now),

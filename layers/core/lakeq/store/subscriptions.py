@@ -109,7 +109,8 @@ class Start:
         """The heads of every queue of ``topic`` and its descendants: a consistent Scan of the
         topics and a consistent BatchGet of each covered topic's queue items (creation only:
         1 RCU per covered queue plus the Scan's 1 RCU per 4 KB of topics)."""
-        from lakeq.store.models import TopicModel, log_of
+        from lakeq.common.names import log_of
+        from lakeq.store.models import TopicModel
         heads: dict[str, list[int]] = {}
         for t in TopicModel.scan(consistent_read=True):
             if t.deleted_at is not None or not covers(topic, t.name):
