@@ -158,7 +158,10 @@ def test_push_delivers_everything_signed_retries_and_dead_letters(st):
 
 def test_rate_limit_measured_by_the_receiver(st):
     """rate 4 messages/s, batches of 2: over any stretch of arrivals the receiver counts at most
-    rate x its length + one batch (+ 100 ms of send-time jitter)."""
+    rate x its length + one batch (+ JITTER_S of delivery jitter: a batch sent on time whose
+    predecessor reached the receiver late arrives closer to it, seen 0.36 s apart of 0.5 s at load
+    11), and all 16 take at least (16 - 2) / 4 s."""
+    JITTER_S = 0.5
     rate, batch, n = 4, 2, 16
     arrivals: list[tuple[float, int]] = []
     lock = threading.Lock()
@@ -203,7 +206,7 @@ def test_rate_limit_measured_by_the_receiver(st):
         for i in range(len(got)):
             for j in range(i, len(got)):
                 count = sum(c for _t, c in got[i:j + 1])
-                assert count <= rate * (got[j][0] - got[i][0] + 0.1) + batch, (i, j, got)
+                assert count <= rate * (got[j][0] - got[i][0] + JITTER_S) + batch, (i, j, got)
         assert got[-1][0] - got[0][0] >= (n - batch) / rate - 0.1
     finally:
         server.shutdown()
