@@ -301,6 +301,14 @@ def settle(s: State, lock_ts: int, offset: int, next_offset: int, accept: Iterab
     >>> r = settle(s, 9, 0, 3, accept=[], release=[0]).state  # released, then accepted, same receipt
     >>> sorted(r.pend), sorted(settle(r, 9, 0, 3, accept=[0]).state.pend)
     ([0, 1, 2], [1, 2])
+
+    A suspect released by its consumer is that consumer's verdict, no longer a suspect (served
+    again in batches); the other suspects stay first:
+
+    >>> x = upkept(s, 200, 3)  # the lock ran out: 0, 1 and 2 are suspects
+    >>> y = lock(x, 10, 300, [0], [], 3)  # the lowest suspect, alone
+    >>> sorted(settle(y, 10, 0, 3, accept=[], release=[0]).state.suspect)
+    [1, 2]
     """
     if s.lock_ts != lock_ts:
         raise Stale()
@@ -327,9 +335,11 @@ def settle(s: State, lock_ts: int, offset: int, next_offset: int, accept: Iterab
         elif not full and o in pend:  # released by this lock and not delivered again since (that would be a
             pend.pop(o)               # new lock): its receipt is still the newest, so it settles it (SQS:
             accepted_released = True  # DeleteMessage after ChangeMessageVisibility 0 deletes)
+    released: set[int] = set()
     for o in rel:
         if o in held:
             held.discard(o)
+            released.add(o)
             if max_deliveries is not None and pend[o] >= max_deliveries:
                 due[o] = (MAX_DELIVERIES, pend.pop(o))
                 new_due.append(o)
@@ -340,7 +350,8 @@ def settle(s: State, lock_ts: int, offset: int, next_offset: int, accept: Iterab
             new_due.append(o)
     if len(held) == len(s.held) and not accepted_released:
         return Outcome(s, (), False)
-    out = replace(s, held=frozenset(held), pend=pend, due=due, suspect=frozenset(o for o in s.suspect if o in pend))
+    out = replace(s, held=frozenset(held), pend=pend, due=due,
+                  suspect=frozenset(o for o in s.suspect if o in pend and o not in released))
     if not held:
         out = replace(out, lock_until=0)
         if not pend and not due:
