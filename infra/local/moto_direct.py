@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+from contextlib import nullcontext
 from typing import Any
 
 from botocore.validate import validate_parameters
@@ -96,7 +97,7 @@ def call(client: Any, operation_name: str, api_params: dict) -> Any:
     handler.current_account = DEFAULT_ACCOUNT_ID
     handler.region = client.meta.region_name
     handler.params = handler.body = _to_bytes(op.input_shape, copy.deepcopy(api_params))
-    with lock if lock is not None else _nolock():
+    with lock if lock is not None else nullcontext():
         try:
             result = getattr(handler, xform_name(operation_name))()
         except Exception:  # noqa: BLE001 - the wire path raises it as botocore would
@@ -105,11 +106,3 @@ def call(client: Any, operation_name: str, api_params: dict) -> Any:
     out["ResponseMetadata"] = {"RequestId": "moto-direct", "HTTPStatusCode": 200, "HTTPHeaders": {},
                                "RetryAttempts": 0}
     return out
-
-
-class _nolock:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
