@@ -252,6 +252,38 @@ def test_full_ack_retried_after_a_relock_and_stale_partials(api, setup, clock):
     assert s == 409 and e["error"]["code"] == "stale_receipt"
 
 
+def test_retried_full_ack_answers_the_first_body_after_the_queue_moved_on(api, setup, clock):
+    """shared/API.md (Ack): a retry of an ack that succeeded answers the same body, also after
+    later settles moved the committed offset (the queue model found 0 first, 3 on the retry)."""
+    produce(api, setup["feed"], 3)
+    b = pull(api, setup["risk"])
+    assert ack(api, setup["risk"], b["receipt"], accept=[], release=[0])[0] == 200
+    s, first = ack(api, setup["risk"], b["receipt"])  # 1 and 2: 0 is still pending
+    assert s == 200 and first["committed_offset"] == 0 and first["unsettled"] == [], first
+    assert ack(api, setup["risk"], b["receipt"]) == (200, first)  # the lock is still this receipt's
+    b2 = pull(api, setup["risk"])
+    assert [m["offset"] for m in b2["messages"]] == [0]
+    assert ack(api, setup["risk"], b2["receipt"])[1]["committed_offset"] == 3
+    assert ack(api, setup["risk"], b["receipt"]) == (200, first)  # after a relock and a drain
+    produce(api, setup["feed"], 1, start=3)
+    b3 = pull(api, setup["risk"], ack=b["receipt"])  # as the pull's ack: the same, and it pulls
+    assert [m["offset"] for m in b3["messages"]] == [3]
+
+
+def test_retried_ack_of_a_folded_pull_answers_what_it_left(api, setup, clock):
+    """A pull's ``ack=`` that settles a batch while a released offset stays pending writes the ack
+    without folding a new lock; a later ``POST /v1/acks`` retry answers the committed offset that
+    write left, not the receipt's end."""
+    produce(api, setup["feed"], 3)
+    b = pull(api, setup["risk"])
+    assert ack(api, setup["risk"], b["receipt"], accept=[], release=[1])[0] == 200
+    b2 = pull(api, setup["risk"], ack=b["receipt"])  # acks 0 and 2; 1 is pending: served again
+    assert [m["offset"] for m in b2["messages"]] == [1]
+    assert ack(api, setup["risk"], b2["receipt"])[1]["committed_offset"] == 3
+    s, again = ack(api, setup["risk"], b["receipt"])
+    assert s == 200 and again["committed_offset"] == 1 and again["unsettled"] == [], again
+
+
 def test_concurrent_settles_of_one_batch_all_land(api, setup, clock):
     produce(api, setup["feed"], 12)
     b = pull(api, setup["risk"])

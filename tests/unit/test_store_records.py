@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from lakeq.store.models import ClientModel, QueueModel, TopicModel
-from lakeq.store.records import Client, Queue, Topic, client_record, queue_from_item, queue_record, topic_record
+from lakeq.store.records import Client, Queue, Topic, queue_from_item, record_of
 
 
 @pytest.mark.parametrize("record, model", [(Topic, TopicModel), (Client, ClientModel), (Queue, QueueModel)])
@@ -29,18 +29,18 @@ RAW_QUEUE_ITEMS = [
 
 @pytest.mark.parametrize("item", RAW_QUEUE_ITEMS)
 def test_the_queue_decoder_reads_a_raw_item_as_the_model_does(item):
-    want = queue_record(QueueModel.from_raw_data(item))
+    want = record_of(Queue, QueueModel.from_raw_data(item))
     got = queue_from_item(item)
     assert dataclasses.asdict(got) == dataclasses.asdict(want)
     assert [type(v) for v in dataclasses.astuple(got)] == [type(v) for v in dataclasses.astuple(want)]
 
 
 def test_topic_and_client_records_are_frozen_and_read_like_their_models():
-    t = topic_record(TopicModel("a/b", queues=4, created_at=1, inc=2))
+    t = record_of(Topic, TopicModel("a/b", queues=4, created_at=1, inc=2))
     assert (t.name, t.queues, t.inc, t.parent, t.deleted_at) == ("a/b", 4, 2, None, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.queues = 5
-    c = client_record(ClientModel("g", role="consumer", topics=["a/b"], key_hash="h", created_at=1))
+    c = record_of(Client, ClientModel("g", role="consumer", topics=["a/b"], key_hash="h", created_at=1))
     assert (c.mode, c.visibility_timeout_ms, c.topics, c.push, c.replays) == ("clustering", 30_000, ["a/b"], None, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.push = "{}"

@@ -23,7 +23,7 @@ from lakeq.contract import validation as v
 from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
-from lakeq.log.selection import QueueView, ack_key, candidates, lagging, may_fold, next_lock_ts
+from lakeq.log.selection import QueueView, ack_entry, ack_key, candidates, lagging, may_fold, next_lock_ts
 from lakeq.store.bodies import BodyStore
 from lakeq.store.repos import LogRepo, OffsetRepo
 
@@ -414,7 +414,7 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     if not out.changed:  # a retry of an ack already written: nothing to write
         return None
     acked = out.state
-    key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+    key = ack_entry(ack_key(receipt.offset, receipt.next_offset, receipt.timestamp), acked.committed)
     settled = acked.lock_next is None and not acked.pend and not acked.due
     if settled and may_fold(view.run):
         fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)

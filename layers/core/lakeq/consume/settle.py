@@ -32,7 +32,7 @@ from lakeq.log import segments as seg
 from lakeq.log import settlement as S
 from lakeq.log.produce_plan import plan_parts, queue_for_key
 from lakeq.log.receipts import Receipt
-from lakeq.log.selection import ack_key
+from lakeq.log.selection import ack_entry, ack_key, acked
 from lakeq.log.settlement import Outcomes
 from lakeq.store.append import Contended, append_at_head
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
@@ -141,7 +141,8 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
            now: int, stale: str) -> dict:
     """Settle ``outcomes`` of ``receipt``'s batch; ``{"committed_offset", "unsettled"}``.
     409 ``stale_receipt`` (message ``stale``) when the receipt is not the record's lock (a retried
-    whole-batch ack found in the record's ``acks`` is a 200); 400 for an offset not in the batch."""
+    whole-batch ack found in the record's ``acks`` answers 200 with the committed offset it answered
+    first, :func:`lakeq.log.selection.acked`); 400 for an offset not in the batch."""
     full = outcomes.accept is None
     key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
     if full:
@@ -154,14 +155,14 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
     def step(rec) -> dict | _Write:
         if rec is None:
             raise StaleReceipt(stale)
+        if full and (first := acked(rec.acks, key)) is not None:  # a retry: the first answer's body
+            return {"committed_offset": first, "unsettled": []}
         view = OffsetRepo.view_of(rec)
         st = view.state()
         try:
             out = S.settle(st, receipt.timestamp, receipt.offset, receipt.next_offset, outcomes.accept,
                            outcomes.release, outcomes.reject, policy.max_deliveries)
         except S.Stale:
-            if full and key in (rec.acks or []):  # a retry after the lock ended: the same answer
-                return {"committed_offset": receipt.next_offset, "unsettled": []}
             raise StaleReceipt(stale) from None
         except S.NotInBatch:
             raise BadRequest("an offset in 'accept', 'release' or 'reject' was not delivered with this "
@@ -170,11 +171,14 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
         def done() -> dict:
             new = out.state
             if new.due:
-                new = flush_due(owner, queue, policy, reader, now) or new
+                flushed = flush_due(owner, queue, policy, reader, now) or new
+                if not full:  # a whole-batch ack answers what its own write left (remembered for retries)
+                    new = flushed
             return {"committed_offset": new.committed, "unsettled": out.unsettled}
         if not out.changed:
             return done()
-        return _Write(view, out.state, done, {"consumed": True, "ack": key if full else None})
+        ack = ack_entry(key, out.state.committed) if full else None
+        return _Write(view, out.state, done, {"consumed": True, "ack": ack})
     return _on_record(owner, queue, now, step, rec)
 
 

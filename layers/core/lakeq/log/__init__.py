@@ -26,7 +26,8 @@ __getattr__, __dir__, __all__ = exports(__name__, {
         "ENTRY", "Message", "SEGMENT_DATA_LIMIT", "Segment", "all_headers", "encode", "read", "split",
     ),
     "selection": (
-        "QueueView", "ack_key", "candidates", "kept_acks", "lock_until", "may_ack", "next_lock_ts",
+        "QueueView", "ack_entry", "ack_key", "acked", "candidates", "kept_acks", "lock_until", "may_ack",
+        "next_lock_ts",
     ),
     "settlement": (
         "NotInBatch", "Outcomes", "Stale", "State", "advance", "dead_lettered", "from_record", "gone",

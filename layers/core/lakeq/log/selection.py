@@ -127,6 +127,31 @@ def ack_key(offset: int, next_offset: int, timestamp: int) -> str:
     return f"{offset}:{next_offset}:{timestamp}"
 
 
+def ack_entry(key: str, committed: int) -> str:
+    """A whole-batch ack as the record's ``acks`` keeps it: its :func:`ack_key` and, when the
+    committed offset the ack answered is not the receipt's end, that offset after ``=`` (so a
+    retry answers the same body, shared/API.md).
+
+    >>> ack_entry("0:3:9", 3), ack_entry("0:3:9", 0)
+    ('0:3:9', '0:3:9=0')
+    """
+    return key if committed == int(key.split(":")[1]) else f"{key}={committed}"
+
+
+def acked(acks: tuple[str, ...] | list[str] | None, key: str) -> int | None:
+    """The committed offset the whole-batch ack ``key`` answered, if the record remembers it
+    (:func:`ack_entry`); None: not remembered.
+
+    >>> acked(("0:3:9", "3:5:10=4"), "3:5:10"), acked(["0:3:9"], "0:3:9"), acked(["0:3:9=0"], "0:3:8")
+    (4, 3, None)
+    """
+    for e in acks or ():
+        k, _, c = e.partition("=")
+        if k == key:
+            return int(c) if c else int(k.split(":")[1])
+    return None
+
+
 def kept_acks(acks: tuple[str, ...] | list[str], keep: int) -> list[str] | None:
     """The acknowledgements a new lock keeps (the newest ``keep``), or None when nothing needs
     dropping. With one ack per lock at most, a record never holds more than ``keep + 1``."""

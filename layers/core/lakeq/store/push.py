@@ -19,7 +19,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from lakeq.store import slots
 from lakeq.store.models import ClientModel, WatcherModel
-from lakeq.store.records import Client, client_record
+from lakeq.store.records import Client, record_of
 from lakeq.store.repos import conditional_failed, transact_if_first
 from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel, transact_uncounting, uncount
 
@@ -218,7 +218,7 @@ class GroupPushRepo(PushRepo):
 
     @staticmethod
     def _out(item) -> Client:
-        return client_record(item)
+        return record_of(Client, item)
 
     # --- the registry by topic (WatchersTable ``k = "p|<topic>"``, ``c = <group>``, no TTL) -----
     # An active endpoint (registered, not paused) has its row; every write of the endpoint that

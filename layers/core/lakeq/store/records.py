@@ -10,13 +10,14 @@ and writes nothing back from them. A repository that needs the model of a record
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from lakeq.common.names import log_of
 
-__all__ = ["Client", "Queue", "Topic", "client_record", "log_of", "queue_from_item", "queue_record", "topic_record"]
+__all__ = ["Client", "Queue", "Topic", "log_of", "queue_from_item", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +77,13 @@ class Queue:
     ended_at: int | None = None
 
 
-_TOPIC = tuple(f.name for f in fields(Topic))
-_CLIENT = tuple(f.name for f in fields(Client))
-_QUEUE = tuple(f.name for f in fields(Queue))
-_QUEUE_SET = frozenset(_QUEUE)
+_QUEUE_SET = frozenset(f.name for f in fields(Queue))
+R = TypeVar("R")
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _plain(value: Any) -> Any:
@@ -88,16 +92,12 @@ def _plain(value: Any) -> Any:
     return as_dict() if callable(as_dict) else value
 
 
-def topic_record(m) -> Topic:
-    return Topic(**{f: getattr(m, f) for f in _TOPIC})
-
-
-def client_record(m) -> Client:
-    return Client(**{f: _plain(getattr(m, f)) for f in _CLIENT})
-
-
-def queue_record(m) -> Queue:
-    return Queue(**{f: getattr(m, f) for f in _QUEUE})
+def record_of(cls: type[R], m: Any) -> R:
+    """The record ``cls`` (a dataclass whose fields are attributes of the model) of the model
+    instance ``m``: every field read from ``m``, a raw map attribute as a dict. The one way a
+    repository turns an item into what it hands out (:class:`Topic`, :class:`Client`,
+    :class:`Queue`, :class:`lakeq.store.redrives.Redrive`, :class:`lakeq.store.replays.Replay`)."""
+    return cls(**{f: _plain(getattr(m, f)) for f in _fields(cls)})
 
 
 def queue_from_item(item: dict) -> Queue:

@@ -16,6 +16,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.models import Model
 
 from lakeq.store.models import _meta
+from lakeq.store.records import record_of
 from lakeq.store.repos import transact_if_first, update_if
 
 SOURCE_PREFIX = "~src|"
@@ -76,13 +77,6 @@ class Redrive:
     active: str | None = None
 
 
-_REDRIVE = tuple(f.name for f in dataclasses.fields(Redrive))
-
-
-def _record(m: RedriveModel) -> Redrive:
-    return Redrive(**{f: getattr(m, f) for f in _REDRIVE})
-
-
 def source_key(log: str) -> str:
     return f"{SOURCE_PREFIX}{log}"
 
@@ -91,7 +85,7 @@ class RedriveRepo:
     @staticmethod
     def get(rid: str) -> Redrive | None:
         try:
-            return _record(M.get(rid, consistent_read=True))
+            return record_of(Redrive, M.get(rid, consistent_read=True))
         except DoesNotExist:
             return None
 
@@ -102,7 +96,7 @@ class RedriveRepo:
     @staticmethod
     def all() -> list[Redrive]:
         """Every redrive (a Scan; source items left out), newest first."""
-        items = [_record(r) for r in M.scan(consistent_read=True) if not r.id.startswith(SOURCE_PREFIX)]
+        items = [record_of(Redrive, r) for r in M.scan(consistent_read=True) if not r.id.startswith(SOURCE_PREFIX)]
         return sorted(items, key=lambda r: (-int(r.created_at or 0), r.id))
 
     @staticmethod

@@ -33,6 +33,7 @@ from pynamodb.models import Model
 
 from lakeq.store import slots
 from lakeq.store.models import _meta
+from lakeq.store.records import record_of
 from lakeq.store.repos import update_if
 
 LIVE_STATUSES = ("selecting", "copying")
@@ -104,18 +105,11 @@ class Replay:
     send_at: int | None = None
 
 
-_REPLAY = tuple(f.name for f in dataclasses.fields(Replay))
-
-
-def _record(m: ReplayModel) -> Replay:
-    return Replay(**{f: getattr(m, f) for f in _REPLAY})
-
-
 class ReplayRepo:
     @staticmethod
     def get(rid: str) -> Replay | None:
         try:
-            return _record(M.get(rid, consistent_read=True))
+            return record_of(Replay, M.get(rid, consistent_read=True))
         except DoesNotExist:
             return None
 
@@ -137,7 +131,8 @@ class ReplayRepo:
     @staticmethod
     def all() -> list[Replay]:
         """Every replay, newest first (a Scan: replays are few; the list route pages it)."""
-        return sorted((_record(r) for r in M.scan(consistent_read=True)), key=lambda r: (-int(r.created_at), r.id))
+        return sorted((record_of(Replay, r) for r in M.scan(consistent_read=True)),
+                      key=lambda r: (-int(r.created_at), r.id))
 
     @staticmethod
     def live_ids() -> list[str]:

@@ -44,7 +44,7 @@ from lakeq.store.models import (
     TopicModel,
     queue_key,
 )
-from lakeq.store.records import Client, Queue, Topic, client_record, queue_from_item, queue_record, topic_record
+from lakeq.store.records import Client, Queue, Topic, queue_from_item, record_of
 
 DEDUP_TTL_S = 24 * 3600
 # a copier (replay, redrive) whose copies are dropped as duplicates by their ids resumes a batch in
@@ -226,7 +226,7 @@ class TopicRepo:
     def get_any(name: str) -> Topic | None:
         """The topic item or its tombstone (consistent GetItem)."""
         try:
-            return topic_record(TopicModel.get(name, consistent_read=True))
+            return record_of(Topic, TopicModel.get(name, consistent_read=True))
         except DoesNotExist:
             return None
 
@@ -282,19 +282,19 @@ class TopicRepo:
     @staticmethod
     def all() -> list[Topic]:
         """Every topic (tombstones left out), by name."""
-        return sorted((topic_record(t) for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
+        return sorted((record_of(Topic, t) for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
 
 
 class ClientRepo:
     @staticmethod
     def all() -> list[Client]:
         """Every client, by name: one Scan of the clients table (all its pages)."""
-        return sorted((client_record(c) for c in ClientModel.scan()), key=lambda c: c.name)
+        return sorted((record_of(Client, c) for c in ClientModel.scan()), key=lambda c: c.name)
 
     @staticmethod
     def get(name: str) -> Client | None:
         try:
-            return client_record(ClientModel.get(name, consistent_read=True))
+            return record_of(Client, ClientModel.get(name, consistent_read=True))
         except DoesNotExist:
             return None
 
@@ -355,7 +355,7 @@ class ClientRepo:
                    for k, val in changes.items()]
         c = ClientModel(name)
         written = update_if(c, actions, ClientModel.name.exists() & (ClientModel.role == "consumer"))
-        return client_record(c) if written else None
+        return record_of(Client, c) if written else None
 
 
 _segment_sizes: dict[str, int] = {}  # pq -> messages in the last segment this container read there
@@ -494,7 +494,7 @@ class LogRepo:
     def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> Queue | None:
         """The queue item; ``exact``: its ``max_offset`` corrected from the chain (:meth:`queues`)."""
         try:
-            m = queue_record(QueueModel.get(queue_key(topic, queue), consistent_read=consistent))
+            m = record_of(Queue, QueueModel.get(queue_key(topic, queue), consistent_read=consistent))
         except DoesNotExist:
             return None
         return cls._exact(m, consistent) if exact else m
@@ -813,7 +813,7 @@ class DelayedRepo:
         """The queue items whose ``next_due`` has come (``pq``, ``topic``, ``queue``, ``max_offset``,
         ``next_due`` only): one Scan of the queues table filtered on ``next_due <= now``, read page by
         page as the caller iterates (the scheduled promoter, :func:`lakeq.produce.delayed.sweep`)."""
-        return (queue_record(m) for m in QueueModel.scan(
+        return (record_of(Queue, m) for m in QueueModel.scan(
             QueueModel.next_due <= now, attributes_to_get=["pq", "topic", "queue", "max_offset", "next_due"]))
 
     @staticmethod
