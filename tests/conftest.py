@@ -84,6 +84,11 @@ _moto_direct.lock = _moto_lock
 _interceptor.direct = _moto_direct.call
 _interceptor.install()
 
+# moto's UpdateExpression walk without its per-node bookkeeping (infra/local/moto_speed.py)
+from infra.local import moto_speed as _moto_speed  # noqa: E402
+
+_moto_speed.install()
+
 ADMIN_KEY = os.environ["LAKEQ_ADMIN_KEY"]
 
 

@@ -645,6 +645,9 @@ class AwsRules:
         self.denied: deque[tuple[str, Permission]] = deque(maxlen=1000)  # (function, permission): the latest
         self._client = None
         self._client_lock = threading.Lock()
+        # decisions already evaluated, per statement list (by identity: a role whose list is replaced
+        # is evaluated afresh) and permission; a call's permissions repeat, its statements do not change
+        self._decisions: dict[tuple[int, int, Permission], tuple[list, str]] = {}
 
     # ----- construction
     @classmethod
@@ -690,7 +693,7 @@ class AwsRules:
         if role is None:
             role = Role(fn, f"{fn}-unknown-role", fn, self.arns.account_id, [])
         for perm in required_permissions(call, self.arns):
-            decision = evaluate(role.statements, perm)
+            decision = self._decision(role.statements, perm)
             if self.record_file:  # $LAKEQ_IAM_RECORD: what each function really uses
                 with open(self.record_file, "a", encoding="utf-8") as fh:
                     fh.write(f"{fn} {perm.action} {perm.resource} {decision}\n")
@@ -702,6 +705,20 @@ class AwsRules:
                         fh.write(f"{fn} {perm.action} {perm.resource} {call.operation}\n")
                     continue
                 raise access_denied(call.service, call.operation, role, perm, decision)
+
+    def _decision(self, statements: list, perm: Permission) -> str:
+        """:func:`evaluate`, remembered per statement list (identity and length) and permission (the
+        list kept with its decision, so its identity is never reused by another list). A statement
+        changed in place is not seen: roles are built once from the template."""
+        key = (id(statements), len(statements), perm)
+        hit = self._decisions.get(key)
+        if hit is not None and hit[0] is statements:
+            return hit[1]
+        decision = evaluate(statements, perm)
+        if len(self._decisions) > 65_536:
+            self._decisions.clear()
+        self._decisions[key] = (statements, decision)
+        return decision
 
     # ----- DynamoDB request limits
     def check_request(self, call: Call) -> None:

@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-p", "--port", type=int, required=True)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    from infra.local import moto_speed
+    moto_speed.install()  # moto's UpdateExpression walk, its map built once a walk (LAKEQ_MOTO_PLAIN=1: not)
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(args.host, args.port, Serialised(app), threaded=True, request_handler=MotoRequestHandler)
 

@@ -173,6 +173,26 @@ def test_explicit_deny_wins_wildcards_and_not_action():
         rules.before(Call("dynamodb", "GetItem", {"TableName": "lakeq-local-t"}, "Nobody"))
 
 
+def test_remembered_decisions_follow_each_role_and_a_replaced_list():
+    """The rules remember a decision per statement list and permission: the same permission is
+    still decided per role, and a role given other statements is decided afresh."""
+    rules = ar.AwsRules.from_template(ctx=tpl.make_context(SMALL, "lakeq-local"))
+    put = {"TableName": "lakeq-local-t", "Item": {"k": {"S": "a"}}}
+    for _ in range(2):  # the second round answers from what was remembered
+        rules.before(Call("dynamodb", "PutItem", put, "F"))
+        with pytest.raises(ClientError):
+            rules.before(Call("dynamodb", "PutItem", put, "Nobody"))
+    kept = rules.roles["F"].statements
+    rules.roles["F"].statements = []
+    with pytest.raises(ClientError):
+        rules.before(Call("dynamodb", "PutItem", put, "F"))
+    rules.roles["F"].statements = kept
+    rules.before(Call("dynamodb", "PutItem", put, "F"))
+    kept.append({"Effect": "Deny", "Action": "dynamodb:PutItem", "Resource": "*"})  # grown in place
+    with pytest.raises(ClientError):
+        rules.before(Call("dynamodb", "PutItem", put, "F"))
+
+
 class RaceOnce:
     """Hook: right before the first segment write a ProduceFunction invocation makes, another
     producer's request runs to completion (it wins the race for the queue's head)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 
-from infra.local import interceptor, moto_direct
+from infra.local import interceptor, moto_direct, moto_speed
 from tests.conftest import _restore
 
 TABLE = "direct-contract"
@@ -140,3 +140,65 @@ def test_direct_transport_answers_as_the_wire(aws, fresh, monkeypatch):
         assert d == w
     kinds = {k for _, k, _ in wire}
     assert kinds == {"ok", "ClientError", "ParamValidationError"}  # the script has each outcome
+
+
+def _updates(ddb) -> list:
+    """UpdateExpressions of every kind moto's walk processes, and each of its validation errors."""
+    out: list = []
+    key = _key("u", 1)
+
+    def up(expr: str, values: dict | None = None, names: dict | None = None, **kw):
+        p = {"TableName": TABLE, "Key": key, "UpdateExpression": expr, "ReturnValues": "ALL_NEW", **kw}
+        if values:
+            p["ExpressionAttributeValues"] = values
+        if names:
+            p["ExpressionAttributeNames"] = names
+        try:
+            r = ddb.update_item(**p)
+            r.pop("ResponseMetadata", None)
+            out.append(("ok", r))
+        except ClientError as e:
+            out.append(("ClientError", {k: v for k, v in e.response.items() if k != "ResponseMetadata"}))
+
+    n = {"N": "1"}
+    up("SET a = :n, b = :l, m = :m, #s = :s", {":n": n, ":l": {"L": [n]}, ":m": {"M": {"x": n}}, ":s": {"S": "v"}},
+       {"#s": "status"})
+    up("SET b = list_append(b, :l), c = if_not_exists(c, :n), a = a + :n, m.x = m.x - :n, m.y = :n",
+       {":l": {"L": [{"S": "t"}]}, ":n": n})
+    up("SET b[0] = :n, c = if_not_exists(c, :z) REMOVE m.y, #s ADD d :n, ss :ss",
+       {":n": {"N": "5"}, ":z": {"N": "0"}, ":ss": {"SS": ["p", "q"]}}, {"#s": "status"})
+    up("DELETE ss :ss SET e = list_append(:l, if_not_exists(e, :l))", {":ss": {"SS": ["p"]}, ":l": {"L": [n]}})
+    up("SET a = a + :n, a = :n", {":n": n})  # the same path twice
+    up("SET m.x = :n REMOVE m", {":n": n})  # overlapping paths
+    up("SET nope.x = :n", {":n": n})  # a path that does not exist
+    up("SET a = b + :n", {":n": n})  # a type mismatch
+    up("SET pk = :s", {":s": {"S": "w"}})  # the key
+    up("SET a = :n SET b = :n", {":n": n})  # two SET clauses
+    up("ADD a :n, a :n", {":n": n})
+    up("SET a = :missing", {":n": n})
+    up("SET m.#e = :n", {":n": n}, {"#e": ""})  # an empty attribute name
+    up("SET f = :e", {":e": {"S": ""}})
+    up("SET g = size(b)", {})  # no such function in an update
+    up("SET a = :n", {":n": {"N": "9"}, ":z": {"N": "100"}}, ConditionExpression="a > :z")
+    out.append(("item", ddb.get_item(TableName=TABLE, Key=key, ConsistentRead=True).get("Item")))
+    return out
+
+
+def test_moto_speed_walks_update_expressions_as_moto_does(aws, fresh):
+    """infra/local/moto_speed.py's walk answers as moto's own on the same state: every answer,
+    error and item of the update script and of the transport's script."""
+    assert moto_speed.installed()  # tests/conftest.py installs it
+    try:
+        fresh()
+        fast = _updates(aws["dynamodb"]) + _script(aws["dynamodb"])
+        moto_speed.uninstall()
+        assert not moto_speed.installed()
+        fresh()
+        plain = _updates(aws["dynamodb"]) + _script(aws["dynamodb"])
+    finally:
+        moto_speed.install()
+    assert len(fast) == len(plain)
+    for f, p in zip(fast, plain):
+        assert f == p
+    kinds = [k for k, _ in fast[:17]]
+    assert kinds.count("ok") >= 4 and kinds.count("ClientError") >= 8, kinds  # both outcomes, many errors
