@@ -631,14 +631,11 @@ def test_the_consume_api_checker_sees_each_way_past_the_api():
 
 # --------------------------------------------------------------- models private to store (issue 31 item 1)
 # The pynamodb models are store's own: a repository returns plain records (lakeq.store.records: Topic,
-# Client, Queue) and turns a record passed back in into the model it writes. A module outside store
+# Client, Queue; lakeq.store.subscriptions.Subscription) and turns a record passed back in into the model it writes. A module outside store
 # that imports a model (``lakeq.store.models``, or any ``*Model`` name from a store module) uses a
 # pynamodb item as its domain object again, where an attribute write or an ``isinstance`` test can
 # slip past the repositories. What may stay, and why: path relative to the repository root -> reason.
-MODELS_ALLOWED: dict[str, tuple[set[str], str]] = {
-    "layers/core/lakeq/subscriptions/service.py": ({"lakeq.store.subscriptions.SubscriptionModel"},
-                                                   "the subscription item, built and read here: to a record next"),
-}
+MODELS_ALLOWED: dict[str, tuple[set[str], str]] = {}  # none any more
 
 
 def model_imports(source: str) -> set[str]:

@@ -8,9 +8,11 @@ import pytest
 
 from lakeq.store.models import ClientModel, QueueModel, TopicModel
 from lakeq.store.records import Client, Queue, Topic, queue_from_item, record_of
+from lakeq.store.subscriptions import Subscription, SubscriptionModel
 
 
-@pytest.mark.parametrize("record, model", [(Topic, TopicModel), (Client, ClientModel), (Queue, QueueModel)])
+@pytest.mark.parametrize("record, model", [(Topic, TopicModel), (Client, ClientModel), (Queue, QueueModel),
+                                           (Subscription, SubscriptionModel)])
 def test_a_record_has_every_attribute_of_its_model(record, model):
     assert {f.name for f in dataclasses.fields(record)} == set(model.get_attributes())
 

@@ -21,7 +21,7 @@ __getattr__, __dir__, __all__ = exports(__name__, {
     ),
     "sqs": ("SqsRepo", "group_name", "key_owner", "producer_name",),
     "subscriptions": (
-        "ParkRepo", "Start", "SubscriptionModel", "SubscriptionRepo", "VERSION_ID", "is_subscription_id",
+        "ParkRepo", "Start", "Subscription", "SubscriptionRepo", "VERSION_ID", "is_subscription_id",
         "list_owner", "list_topic",
     ),
 })

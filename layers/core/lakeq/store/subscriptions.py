@@ -4,8 +4,10 @@ delivery begins). The use cases are in :mod:`lakeq.subscriptions.service`; the f
 (:mod:`lakeq.fanout.worker`) reads and parks through this module."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from dataclasses import dataclass
 
 from pynamodb.attributes import BooleanAttribute, ListAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DoesNotExist
@@ -16,6 +18,7 @@ from pynamodb.transactions import TransactWrite
 from lakeq.common.errors import BadRequest
 from lakeq.common.names import covers, list_log
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
+from lakeq.store.records import record_of
 from lakeq.store.repos import LogRepo, TransactionFailed, transact, transact_if_first
 
 VERSION_ID = "~version"
@@ -65,6 +68,32 @@ class SubscriptionModel(Model):
     push_dead_lettered = NumberAttribute(null=True)  # messages rejected after max_attempts (ADD)
     push_send_at = NumberAttribute(null=True)  # a rate-limited endpoint's next batch may start then (epoch ms)
     by_subscriber = BySubscriber()
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # eq and hash by identity, as the model's (a list inside)
+class Subscription:
+    """A subscription item as the use cases see it (:class:`SubscriptionModel`'s attributes; absent:
+    None). Frozen: a subscription changes only through a repository call."""
+    id: str
+    subscriber: str | None = None
+    topic: str | None = None
+    conditions: str | None = None
+    tags: list[str] | None = None
+    created_at: int | None = None
+    version: int | None = None
+    parked: str | None = None
+    starts: str | None = None
+    max_deliveries: int | None = None
+    dead_letter_topic: str | None = None
+    dead_letter_by: str | None = None
+    push: str | None = None
+    push_secrets: str | None = None
+    push_paused: bool | None = None
+    push_state: str | None = None
+    push_failures: int | None = None
+    push_delivered: int | None = None
+    push_dead_lettered: int | None = None
+    push_send_at: int | None = None
 
 
 def list_topic(sub_id: str) -> str:
@@ -174,17 +203,19 @@ def transact_uncounting(build, uncounting: bool, at: int) -> bool:
 
 class SubscriptionRepo:
     @staticmethod
-    def get(sub_id: str) -> SubscriptionModel | None:
+    def get(sub_id: str) -> Subscription | None:
         if sub_id == VERSION_ID:
             return None
         try:
-            return SubscriptionModel.get(sub_id, consistent_read=True)
+            return record_of(Subscription, SubscriptionModel.get(sub_id, consistent_read=True))
         except DoesNotExist:
             return None
 
     @staticmethod
-    def create(sub: SubscriptionModel) -> None:
+    def create(s: Subscription) -> None:
         """Subscription item + its list's queue item + version bump: one transaction (4 WCU x2)."""
+        sub = SubscriptionModel(s.id, **{k: v for k, v in dataclasses.asdict(s).items() if k != "id" and v is not None})
+
         def build(t: TransactWrite) -> None:
             t.save(sub, condition=SubscriptionModel.id.does_not_exist())
             t.save(QueueModel(list_topic(sub.id), 0, max_offset=0, min_offset=0, last_produced_at=0),
@@ -234,9 +265,9 @@ class SubscriptionRepo:
         return True
 
     @staticmethod
-    def of_subscriber(subscriber: str) -> list[SubscriptionModel]:
+    def of_subscriber(subscriber: str) -> list[Subscription]:
         """Through the ``by-subscriber`` GSI (eventually consistent), oldest first."""
-        return list(SubscriptionModel.by_subscriber.query(subscriber))
+        return [record_of(Subscription, m) for m in SubscriptionModel.by_subscriber.query(subscriber)]
 
     @staticmethod
     def version() -> int:
@@ -247,9 +278,9 @@ class SubscriptionRepo:
         return int(item.version or 0)
 
     @staticmethod
-    def all() -> list[SubscriptionModel]:
+    def all() -> list[Subscription]:
         """Every subscription: a consistent paginated Scan (the fan-out's index rebuild)."""
-        return [s for s in SubscriptionModel.scan(consistent_read=True) if s.id != VERSION_ID]
+        return [record_of(Subscription, s) for s in SubscriptionModel.scan(consistent_read=True) if s.id != VERSION_ID]
 
 
 class ParkRepo:

@@ -36,7 +36,7 @@ from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
 from lakeq.store.subscriptions import (
     Start,
-    SubscriptionModel,
+    Subscription,
     SubscriptionRepo,
     is_subscription_id,
     list_owner,
@@ -50,7 +50,7 @@ MAX_CONDITIONS_BYTES = 64 * 1024
 
 
 # --- views ------------------------------------------------------------------------------------
-def view(s: SubscriptionModel) -> dict:
+def view(s: Subscription) -> dict:
     out = {"id": s.id, "subscriber": s.subscriber, "topic": s.topic,
            "conditions": json.loads(s.conditions or "[]"), "tags": list(s.tags or []),
            "created_at": int(s.created_at or 0), "parked": _parked_view(s.parked)}
@@ -63,7 +63,7 @@ def view(s: SubscriptionModel) -> dict:
     return out
 
 
-def push_summary(s: SubscriptionModel) -> dict:
+def push_summary(s: Subscription) -> dict:
     """A push endpoint's URL, pause and last outcome as lists show them (the full view, settings and
     secrets' dates included, is ``GET /v1/subscriptions/{id}/push``: :mod:`lakeq.push.service`)."""
     last = json.loads(s.push_state) if s.push_state else {}
@@ -72,7 +72,7 @@ def push_summary(s: SubscriptionModel) -> dict:
             "next_attempt_at": last.get("next_attempt_at"), "failures": int(s.push_failures or 0)}
 
 
-def policy(s: SubscriptionModel) -> Policy:
+def policy(s: Subscription) -> Policy:
     return settling.subscription_policy(s)
 
 
@@ -107,14 +107,14 @@ def _tags(raw) -> list[str]:
         raise BadRequest(str(e)) from None
 
 
-def _sub_or_404(sub_id: str) -> SubscriptionModel:
+def _sub_or_404(sub_id: str) -> Subscription:
     s = SubscriptionRepo.get(sub_id) if is_name(sub_id) else None
     if s is None:
         raise NotFound(f"subscription '{sub_id}' does not exist")
     return s
 
 
-def _may_act(p: Principal, s: SubscriptionModel) -> None:
+def _may_act(p: Principal, s: Subscription) -> None:
     if not p.may_act_as(s.subscriber):
         raise Forbidden(f"this key may not act for '{s.subscriber}'")
 
@@ -134,10 +134,10 @@ def create(p: Principal, raw: str | None) -> dict:
     authorize(p, client, topic)
     by = dead_letter_grant(p, client, [topic], dl.get("dead_letter_topic"))
     now = clock.now()
-    sub = SubscriptionModel(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
-                            conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
-                            created_at=now, starts=Start.read(topic).dump(), max_deliveries=dl.get("max_deliveries"),
-                            dead_letter_topic=dl.get("dead_letter_topic"), dead_letter_by=by)
+    sub = Subscription(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
+                       conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
+                       created_at=now, starts=Start.read(topic).dump(), max_deliveries=dl.get("max_deliveries"),
+                       dead_letter_topic=dl.get("dead_letter_topic"), dead_letter_by=by)
     SubscriptionRepo.create(sub)
     return view(sub)
 
@@ -182,7 +182,7 @@ def delete(p: Principal, sub_id: str) -> None:
 STALE = "the receipt is stale: the list was locked again or acknowledged since"
 
 
-def _list_receipt(s: SubscriptionModel, receipt: Receipt) -> str:
+def _list_receipt(s: Subscription, receipt: Receipt) -> str:
     """The checks every use of a list's receipt makes (ack, visibility): this subscription's (400),
     this broker's (409 ``stale_receipt``). Returns the list's offsets owner."""
     if receipt.subscription != s.id:
@@ -192,7 +192,7 @@ def _list_receipt(s: SubscriptionModel, receipt: Receipt) -> str:
     return list_owner(s.id)
 
 
-def _ack(s: SubscriptionModel, receipt: Receipt, outcomes: Outcomes = Outcomes()) -> dict:
+def _ack(s: Subscription, receipt: Receipt, outcomes: Outcomes = Outcomes()) -> dict:
     owner = _list_receipt(s, receipt)
     out = settling.settle(owner, 0, receipt, outcomes, policy(s), list_reader(list_topic(s.id)), clock.now(), STALE)
     return {"subscription": s.id, "queue": 0, **out}
