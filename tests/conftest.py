@@ -178,8 +178,24 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot):
 
 
 # --- running in parallel: `make test` runs unit, integration and spark on 2 pytest-xdist workers with
-# `--dist load` (each test to the next free worker). Grouping (loadgroup / xdist_group marks) does not
-# work with the versions installed here (pytest 9.2, pytest-xdist 3.8): xdist 3.8 names a group by
-# rewriting ``item._nodeid``, and pytest 9.2 keeps a node's id in ``_id`` (seen: a file's tests on
-# both workers with the marks set), so module fixtures may
-# be built on both workers and the two workers may run two Spark sessions at once (local[2] each).
+# `--dist load`, scheduled by :class:`SparkApart` below: each test is its own unit of work (to the next
+# free worker, at most 3 waiting per worker), except tests/spark, one unit run by one worker, so one
+# Spark session (local[2], a JVM) serves them all instead of one per worker, warmed up once, and two
+# sessions never compete for the 2 cores. (xdist's own loadgroup does not work with the versions
+# installed here, pytest 9.2 and pytest-xdist 3.8: xdist 3.8 names a group by rewriting
+# ``item._nodeid``, and pytest 9.2 keeps a node's id in ``_id``; seen: a file's tests on both workers
+# with the marks set.) The spark unit is the largest, so it is handed out first (xdist's
+# ``--loadscope-reorder``, on by default, and the Makefile names tests/spark first).
+SPARK_TESTS = "tests/spark/"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SparkApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SPARK_TESTS if nodeid.startswith(SPARK_TESTS) else nodeid
+
+    return SparkApart(config, log)
