@@ -557,28 +557,9 @@ ERROR_BASES = {"BadRequest", "Conflict", "NotFound", "Unavailable", "Forbidden",
 # pull_batch, group_lock, settle_lock, set_visibility, and the HTTP use cases). A module outside
 # consume takes those names from the package; importing a submodule (`from lakeq.consume import
 # settle`, `from lakeq.consume.reader import topic_reader`) reaches past the API into the engine's
-# internals. What other packages still take from the submodules today is listed below with the plan
-# to move it behind the API; the SQS adapter (sqs/) uses the package API only.
-CONSUME_INTERNALS_ALLOWED: dict[str, tuple[set[str], str]] = {
-    "layers/core/lakeq/push/delivery.py": (
-        {"lakeq.consume.settle", "lakeq.consume.reader.ListLog", "lakeq.consume.reader.TopicLog",
-         "lakeq.consume.reader.consume", "lakeq.consume.reader.list_reader", "lakeq.consume.reader.topic_reader",
-         "lakeq.consume.replays.ReplayLog", "lakeq.consume.replays.replay_reader"},
-        "push locks batches with the pull loop and settles them: to a pull_batch/settle_lock for lists too"),
-    "layers/core/lakeq/subscriptions/service.py": (
-        {"lakeq.consume.settle", "lakeq.consume.reader.ListLog", "lakeq.consume.reader.broker",
-         "lakeq.consume.reader.consume", "lakeq.consume.reader.list_reader", "lakeq.consume.settle.Policy"},
-        "a subscription's pull and settle of its list: to an engine entry for lists (pull_list, settle_lock)"),
-    "layers/core/lakeq/peek/service.py": (
-        {"lakeq.consume.reader.list_reader", "lakeq.consume.reader.topic_reader",
-         "lakeq.consume.replays.replay_reader"},
-        "peek reads logs without a lock: to a reader entry in the API"),
-    "layers/core/lakeq/redrive/service.py": (
-        {"lakeq.consume.reader.topic_reader"}, "the redrive reads a topic's log: to a reader entry in the API"),
-    "layers/core/lakeq/console/monitor.py": ({"lakeq.consume.reader.views"}, "an API name: import it from lakeq.consume"),
-    "layers/core/lakeq/console/summary.py": (
-        {"lakeq.consume.reader.views_of"}, "the summary's queue views: to the API with views"),
-}
+# internals. Every package (push, subscriptions, peek, redrive, console, the SQS adapter) now uses
+# the package API only.
+CONSUME_INTERNALS_ALLOWED: dict[str, tuple[set[str], str]] = {}  # none any more
 
 
 def consume_internals(source: str, api: set[str], submodules: set[str]) -> set[str]:

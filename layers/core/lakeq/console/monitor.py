@@ -14,7 +14,7 @@ from lakeq.admin.auth import Principal, topic_or_404
 from lakeq.common import clock as _clock
 from lakeq.common.errors import Forbidden, NotFound
 from lakeq.common.names import check_name, check_topic, covers, log_of
-from lakeq.consume.reader import views
+from lakeq.consume import views
 from lakeq.store.records import Client
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo
 

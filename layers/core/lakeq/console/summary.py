@@ -35,7 +35,7 @@ from __future__ import annotations
 from lakeq.admin.auth import Principal
 from lakeq.common import clock as _clock
 from lakeq.common.names import covers, log_of
-from lakeq.consume.reader import views_of
+from lakeq.consume import views_of
 from lakeq.log import segments as seg
 from lakeq.store.records import Client, Topic
 from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo

@@ -11,17 +11,29 @@ use cases (:mod:`lakeq.consume.service`) and the SQS endpoint (:mod:`lakeq.sqs.m
   ``check_receipt`` adds a native request's checks before it (subscription, topic, key);
 - ``settle_lock(group, lock, accept, release)`` and ``set_visibility(lock, visibility_ms)``.
 
+The logs and their readers, for the features that lock, settle or read logs other than a
+group's topic (push, subscriptions, peek, redrive, the console):
+
+- ``TopicLog``, ``ListLog`` (a subscription's message list), ``ReplayLog`` (a replay's list), and
+  ``consume(log, visibility_ms, PullRequest, allowed, ...)``: the pull loop over one log;
+- ``topic_reader``, ``list_reader``, ``replay_reader``: a log's messages by offset, no lock;
+- ``settle_receipt(owner, queue, receipt, Outcomes, Policy, reader, now, stale)`` and
+  ``receipt_visibility(owner, queue, receipt, until, now)``: a receipt of any log settled or its
+  lock moved (the compare-and-set on its offsets record); ``Policy``, ``policy_of(client)``,
+  ``subscription_policy(subscription)``: where dead letters go and after how many deliveries;
+- ``views``, ``views_of``: queue views (offsets, lock) for the offsets and summary pages; ``broker``.
+
 The HTTP use cases: ``pull``, ``ack``, ``visibility``, ``offsets``, ``reset_offset``. Other
 packages import these names from ``lakeq.consume``, never a submodule
-(``tests/unit/test_architecture.py``; its allow-list names what push, subscriptions, peek,
-redrive and console still take from the submodules).
+(``tests/unit/test_architecture.py``).
 """
 from lakeq import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
     "engine": ("STALE", "Lock", "PullRequest", "check_receipt", "group_lock", "pull_batch", "set_visibility",
                "settle_lock",),
-    "reader": ("ListLog", "broker", "consume", "list_reader", "views",),
+    "reader": ("ListLog", "TopicLog", "broker", "consume", "list_reader", "topic_reader", "views", "views_of",),
+    "replays": ("ReplayLog", "replay_reader",),
     "service": ("ack", "offsets", "pull", "reset_offset", "visibility",),
-    "settle": ("Policy",),
+    "settle": ("Policy", "policy_of", "receipt_visibility", "settle_receipt", "subscription_policy",),
 })

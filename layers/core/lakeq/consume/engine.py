@@ -86,7 +86,7 @@ def settle_lock(group: Client, lock: Lock, accept: tuple[int, ...], release: tup
     """Settle offsets of a checked lock: ``accept`` (done) and ``release`` (served again first).
     When ``accept`` is the lock's whole range ``[offset, next_offset)`` and nothing is released, the
     lock in the simple form is acknowledged with one conditional UpdateItem
-    (:meth:`lakeq.store.repos.OffsetRepo.ack_fast`); otherwise :func:`lakeq.consume.settle.settle`
+    (:meth:`lakeq.store.repos.OffsetRepo.ack_fast`); otherwise :func:`lakeq.consume.settle.settle_receipt`
     (consistent GetItem + conditional UpdateItem). ``{"committed_offset", "unsettled"}``; 409
     ``stale_receipt`` (locked again, settled, reset); 400 for an offset the batch did not deliver."""
     r = lock.receipt
@@ -94,17 +94,17 @@ def settle_lock(group: Client, lock: Lock, accept: tuple[int, ...], release: tup
     if not release and accept == tuple(range(r.offset, r.next_offset)) \
             and OffsetRepo.ack_fast(lock.owner, lock.queue, r, now) is True:
         return {"committed_offset": r.next_offset, "unsettled": []}
-    return settling.settle(lock.owner, lock.queue, r, Outcomes(accept=accept, release=release),
+    return settling.settle_receipt(lock.owner, lock.queue, r, Outcomes(accept=accept, release=release),
                            settling.policy_of(group), topic_reader(r.log, None), now, STALE)
 
 
 def set_visibility(lock: Lock, visibility_ms: int) -> int:
     """Set a checked lock's expiry ``visibility_ms`` from now (0: it ends now): one conditional
-    UpdateItem in the simple form (:func:`lakeq.consume.settle.visibility`). The new expiry; 409
+    UpdateItem in the simple form (:func:`lakeq.consume.settle.receipt_visibility`). The new expiry; 409
     ``stale_receipt`` when the lock is another's or holds nothing any more."""
     now = _clock.now()
     until = lock_until(now, visibility_ms)
-    if not settling.visibility(lock.owner, lock.queue, lock.receipt, until, now):
+    if not settling.receipt_visibility(lock.owner, lock.queue, lock.receipt, until, now):
         raise StaleReceipt(STALE)
     return until
 
@@ -154,7 +154,7 @@ def pull_batch(p: Principal, t: Topic, req: PullRequest, *, ack: Receipt | None 
         r_owner = replays.receipt_owner(p, group, client_id, ack_receipt, STALE)
 
         def ack_entry() -> dict:
-            return settling.settle(r_owner, 0, ack_receipt, Outcomes(), policy,
+            return settling.settle_receipt(r_owner, 0, ack_receipt, Outcomes(), policy,
                                    replays.replay_reader(ack_receipt.queue, None), _clock.now(), STALE)
 
         if ack_receipt.replay in active and not req.tags:
@@ -167,7 +167,7 @@ def pull_batch(p: Principal, t: Topic, req: PullRequest, *, ack: Receipt | None 
         q, ack_owner = lk.queue, lk.owner
 
         def ack_alone() -> dict:
-            return settling.settle(ack_owner, q, ack_receipt, Outcomes(), policy,
+            return settling.settle_receipt(ack_owner, q, ack_receipt, Outcomes(), policy,
                                    topic_reader(ack_receipt.log, None), _clock.now(), STALE)
 
         if (not active and ack_owner == owner and ack_receipt.log == log and not req.tags

@@ -49,16 +49,16 @@ def _group_receipt(p: Principal, group: Client, client_id: str | None, receipt: 
 
 def _ack_group(p: Principal, group: Client, client_id: str | None, receipt: Receipt,
                outcomes: Outcomes = Outcomes()) -> dict:
-    """Settle a group's receipt (:func:`lakeq.consume.settle.settle`): the whole batch (one UpdateItem
+    """Settle a group's receipt (:func:`lakeq.consume.settle.settle_receipt`): the whole batch (one UpdateItem
     in the common case) or the offsets ``outcomes`` names."""
     if receipt.replay is not None:  # an entry of a replay's hidden list (issue 18.1)
         owner = replays.receipt_owner(p, group, _instance(group, client_id), receipt, STALE)
-        out = settling.settle(owner, 0, receipt, outcomes, settling.policy_of(group),
-                              replays.replay_reader(receipt.queue, None), _clock.now(), STALE)
+        out = settling.settle_receipt(owner, 0, receipt, outcomes, settling.policy_of(group),
+                                      replays.replay_reader(receipt.queue, None), _clock.now(), STALE)
         return {"replay": receipt.replay, "queue": 0, **out}
     topic, q, owner = _group_receipt(p, group, client_id, receipt, "acknowledge")
-    out = settling.settle(owner, q, receipt, outcomes, settling.policy_of(group), topic_reader(receipt.log, None),
-                          _clock.now(), STALE)
+    out = settling.settle_receipt(owner, q, receipt, outcomes, settling.policy_of(group),
+                                  topic_reader(receipt.log, None), _clock.now(), STALE)
     return {"topic": topic, "queue": q, **out}
 
 
@@ -109,7 +109,7 @@ def _visibility_group(p: Principal, group: Client, client_id: str | None, receip
         owner = replays.receipt_owner(p, group, _instance(group, client_id), receipt, STALE)
         now = _clock.now()
         until = lock_until(now, visibility_ms)
-        if not settling.visibility(owner, 0, receipt, until, now):
+        if not settling.receipt_visibility(owner, 0, receipt, until, now):
             raise StaleReceipt(STALE)
         return {"replay": receipt.replay, "queue": 0, "locked_until": until}
     lock = engine.check_receipt(p, group, client_id, receipt, "name")

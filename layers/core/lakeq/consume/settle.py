@@ -137,7 +137,7 @@ def _contended():
     raise Unavailable("the queue's offsets are too contended; retry")
 
 
-def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy: Policy, reader: Reader,
+def settle_receipt(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy: Policy, reader: Reader,
            now: int, stale: str) -> dict:
     """Settle ``outcomes`` of ``receipt``'s batch; ``{"committed_offset", "unsettled"}``.
     409 ``stale_receipt`` (message ``stale``) when the receipt is not the record's lock (a retried
@@ -182,7 +182,7 @@ def settle(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes, policy:
     return _on_record(owner, queue, now, step, rec)
 
 
-def visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -> bool:
+def receipt_visibility(owner: str, queue: int, receipt: Receipt, until: int, now: int) -> bool:
     """Set the receipt's lock expiry. Simple form: one conditional UpdateItem; otherwise GetItem +
     conditional UpdateItem. False: stale (the lock is another's, or holds nothing any more)."""
     if OffsetRepo.set_visibility(owner, queue, receipt, until, now):

@@ -23,8 +23,7 @@ from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Forbidden, NotFound
 from lakeq.common.names import check_name, check_topic, covers, is_name, log_of
 from lakeq.common.payload import ByteBudget
-from lakeq.consume.reader import list_reader, topic_reader
-from lakeq.consume.replays import replay_reader
+from lakeq.consume import list_reader, replay_reader, topic_reader
 from lakeq.contract import validation as v
 from lakeq.log import peek_plan as plan
 from lakeq.log.selection import QueueView

@@ -8,9 +8,9 @@ Nothing about pull changes: the deliverer takes a batch with the very pull loop
 so one conditional write locks it, ``deliveries`` are counted and ``max_deliveries`` dead-lettered
 by the same settlement state machine. It POSTs it signed, and then
 
-- 2xx: acknowledges the batch (:func:`lakeq.consume.settle.settle`, as ``POST /v1/acks``);
+- 2xx: acknowledges the batch (:func:`lakeq.consume.settle.settle_receipt`, as ``POST /v1/acks``);
 - anything else, a timeout, a connection error: sets the lock's expiry to the next attempt
-  (:func:`lakeq.consume.settle.visibility`, as ``POST /v1/visibility``), so the batch is served
+  (:func:`lakeq.consume.settle.receipt_visibility`, as ``POST /v1/visibility``), so the batch is served
   again — by whichever invocation comes first after that — with its ``deliveries`` counted; the
   messages that reached the endpoint's ``retry.max_attempts`` are rejected (dead-lettered at once,
   as a pull's ``reject``).
@@ -40,9 +40,19 @@ from typing import Callable
 from lakeq.common import clock
 from lakeq.common.errors import LakeqError, StaleReceipt
 from lakeq.common.names import covers, log_of, split_queue_key, subscription_of
-from lakeq.consume import settle as settling
-from lakeq.consume.reader import ListLog, TopicLog, consume, list_reader, topic_reader
-from lakeq.consume.replays import ReplayLog, replay_reader
+from lakeq.consume import (
+    ListLog,
+    ReplayLog,
+    TopicLog,
+    consume,
+    list_reader,
+    policy_of,
+    receipt_visibility,
+    replay_reader,
+    settle_receipt,
+    subscription_policy,
+    topic_reader,
+)
 from lakeq.contract import push as contract
 from lakeq.contract import validation as v
 from lakeq.log.receipts import parse as parse_receipt
@@ -148,7 +158,7 @@ class _ListSource(_Source):
     def __init__(self, s):
         self.item, self.name, self.cfg = s, s.id, json.loads(s.push)
         self.lt, self.owner = list_topic(s.id), list_owner(s.id)
-        self.policy = settling.subscription_policy(s)
+        self.policy = subscription_policy(s)
 
     def pull(self, visibility_ms: int, n: int) -> dict:
         lg = ListLog(self.lt, self.owner, {"group": self.item.subscriber, "topic": self.lt},
@@ -179,7 +189,7 @@ class _GroupSource(_Source):
         self.topic, self.log = t.name, log_of(t)
         self.n_queues = int(t.queues)
         self.owner = OffsetRepo.owner(g.name, self.log, None)
-        self.policy = settling.policy_of(g)
+        self.policy = policy_of(g)
 
     def pull(self, visibility_ms: int, n: int) -> dict:
         """As the group's pull: the lists of its replays into this topic first (issue 18.1; named
@@ -280,7 +290,7 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
         stop = True
         try:
             if outcomes is None:  # a 2xx: the whole batch
-                settling.settle(owner, q, receipt, Outcomes(), src.policy, reader, now, STALE)
+                settle_receipt(owner, q, receipt, Outcomes(), src.policy, reader, now, STALE)
                 delivered, stop = len(msgs), False
             else:
                 st = _lock_state(owner, q)
@@ -291,7 +301,7 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
                     rel = {offs[i] for i in outcomes.release}
                     rej = tuple(offs[i] for i in sorted(outcomes.reject))
                     acc = tuple(o for o in offs if o not in rel and o not in rej)
-                    settling.settle(owner, q, receipt, Outcomes(accept=acc, reject=rej), src.policy, reader, now, STALE)
+                    settle_receipt(owner, q, receipt, Outcomes(accept=acc, reject=rej), src.policy, reader, now, STALE)
                     delivered, dead = len(acc), len(rej)
                     st = _lock_state(owner, q)
                     if not rel or st is None or st.lock_ts != receipt.timestamp:
@@ -302,14 +312,14 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
                 # what is still held (all of a failed batch, the released part of a partial one)
                 nxt = contract.after_failure({o: st.pend.get(o, 0) for o in st.held}, retry)
                 if nxt.reject:
-                    settling.settle(owner, q, receipt, Outcomes(accept=(), reject=nxt.reject), src.policy, reader,
+                    settle_receipt(owner, q, receipt, Outcomes(accept=(), reject=nxt.reject), src.policy, reader,
                                     now, STALE)
                     dead += len(nxt.reject)
                 if nxt.delay_ms is None:
                     stop = False
                 else:
                     next_at = now + nxt.delay_ms
-                    if not settling.visibility(owner, q, receipt, next_at, now):
+                    if not receipt_visibility(owner, q, receipt, next_at, now):
                         raise StaleReceipt(STALE)
         except _Settled:
             pass

@@ -34,7 +34,7 @@ from lakeq.admin.auth import Principal, require_admin, topic_or_404
 from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable, counted
 from lakeq.common.names import check_name, check_topic, is_name, log_of
-from lakeq.consume.reader import topic_reader
+from lakeq.consume import topic_reader
 from lakeq.contract import validation as v
 from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg

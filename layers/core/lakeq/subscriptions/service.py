@@ -25,9 +25,16 @@ from lakeq.admin.auth import Principal, authorize, client_or_404, dead_letter_gr
 from lakeq.common import clock
 from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, StaleReceipt
 from lakeq.common.names import check_name, check_topic, is_name
-from lakeq.consume import settle as settling
-from lakeq.consume.reader import ListLog, broker, consume, list_reader
-from lakeq.consume.settle import Policy
+from lakeq.consume import (
+    ListLog,
+    Policy,
+    broker,
+    consume,
+    list_reader,
+    receipt_visibility,
+    settle_receipt,
+    subscription_policy,
+)
 from lakeq.contract import validation as v
 from lakeq.log.fanout_plan import parked_view
 from lakeq.log.receipts import Receipt, subscription_field
@@ -73,7 +80,7 @@ def push_summary(s: Subscription) -> dict:
 
 
 def policy(s: Subscription) -> Policy:
-    return settling.subscription_policy(s)
+    return subscription_policy(s)
 
 
 def _parked_view(raw: str | None) -> list[dict]:
@@ -194,7 +201,7 @@ def _list_receipt(s: Subscription, receipt: Receipt) -> str:
 
 def _ack(s: Subscription, receipt: Receipt, outcomes: Outcomes = Outcomes()) -> dict:
     owner = _list_receipt(s, receipt)
-    out = settling.settle(owner, 0, receipt, outcomes, policy(s), list_reader(list_topic(s.id)), clock.now(), STALE)
+    out = settle_receipt(owner, 0, receipt, outcomes, policy(s), list_reader(list_topic(s.id)), clock.now(), STALE)
     return {"subscription": s.id, "queue": 0, **out}
 
 
@@ -213,7 +220,7 @@ def visibility(p: Principal, sub_id: str, receipt: Receipt, visibility_ms: int) 
     owner = _list_receipt(s, receipt)
     now = clock.now()
     until = lock_until(now, visibility_ms)
-    if not settling.visibility(owner, 0, receipt, until, now):
+    if not receipt_visibility(owner, 0, receipt, until, now):
         raise StaleReceipt(STALE)
     return {"subscription": s.id, "queue": 0, "locked_until": until}
 
