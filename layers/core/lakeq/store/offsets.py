@@ -1,8 +1,9 @@
-"""The offsets' repository (:class:`OffsetRepo`): one record per owner (a group member's or a
-group's) and queue: committed offset, lock, settlement, acknowledged receipts. Every lock, ack and
-offset move is one conditional UpdateItem (:func:`lakeq.store.writes.update_if`). The container's copy
-of an owner's locks lives with the other copies in :mod:`lakeq.store.queue_log` (its clock,
-``_monotonic``, is read there: one seam for every copy).
+"""The offsets' repository (:class:`OffsetRepo`): one record per owner (``g|group|topic``,
+``b|group|client_id|topic`` or ``s|sub_id``: :class:`lakeq.store.models.OffsetModel`) and queue:
+committed offset, lock, settlement, acknowledged receipts. Every lock, ack and offset move is one
+conditional UpdateItem (:func:`lakeq.store.writes.update_if`), except :meth:`OffsetRepo.reset`'s
+unconditional one. The container's copy of an owner's locks lives with the other copies in
+:mod:`lakeq.store.queue_log` (its clock, ``_monotonic``, is read there: one seam for every copy).
 """
 from __future__ import annotations
 
