@@ -373,7 +373,7 @@ def test_the_segment_probe_sends_numbers_as_strings_and_asks_unprocessed_keys_ag
     are asked again as they are."""
     from pynamodb.connection.table import TableConnection
 
-    from lakeq.store.repos import LogRepo
+    from lakeq.store.queue_log import LogRepo
     ddb = aws["dynamodb"]
     for q in range(3):
         ddb.put_item(TableName=SEGMENTS, Item={"pq": {"S": f"t#{q}"}, "base": {"N": "7"}, "end": {"N": str(9 + q)}})

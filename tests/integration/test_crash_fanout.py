@@ -22,7 +22,7 @@ from infra.local import template as tpl
 from infra.local.streams import lambda_record
 from lakeq.fanout import worker as fanout
 from lakeq.store.models import SegmentModel
-from lakeq.store.repos import LogRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.subscriptions.service import SubscriptionRepo, list_topic, read_list
 from tests.crash import CrashAfter, count_calls, seeded_points
 from tests.handlers import Context, _load

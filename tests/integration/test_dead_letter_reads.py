@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from lakeq.store.models import OffsetModel, QueueModel, queue_key
-from lakeq.store.repos import LogRepo
+from lakeq.store.queue_log import LogRepo
 from tests.integration.test_settlement import T, ack, dlq, dlq_messages, offsets, patch, produce, pull  # noqa: F401
 
 

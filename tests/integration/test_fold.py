@@ -19,7 +19,8 @@ from infra.local import interceptor
 from lakeq.consume import reader as logread
 from lakeq.log import selection
 from lakeq.store.models import OffsetModel
-from lakeq.store.repos import LogRepo, OffsetRepo
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from tests.crash import CountCalls
 
 T = "/v1/topics/quotes%2Fsh/messages"
@@ -172,10 +173,10 @@ def test_a_read_asks_for_the_segments_its_batch_needs(api, setup):
     """A Query is billed for every segment it reads: once a container saw a queue's segments, a
     read's first page asks for as many as the batch needs (a page of 8 segments of 100 messages
     was ~8 times what a batch of 100 reads); smaller segments than that are read on, nothing missed."""
-    from lakeq.store import repos
+    from lakeq.store import queue_log
     for _ in range(3):
         q = produce(api, setup["feed"], 10)[0]["queue"]
-    repos._segment_sizes.clear()
+    queue_log._segment_sizes.clear()
     with Reads() as r:
         segs = list(LogRepo.read("quotes/sh", q, 0, 10))
     assert [s.base for s in segs] == [0] and r.queries == [(8, 3)]  # nothing known yet: a page of 8 (3 exist)

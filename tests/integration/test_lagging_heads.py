@@ -13,7 +13,7 @@ import threading
 
 from infra.local import interceptor
 from lakeq.store.models import QueueModel, SegmentModel
-from lakeq.store.repos import LogRepo
+from lakeq.store.queue_log import LogRepo
 from tests.crash import CountCalls
 from tests.handlers import Context, load_function, segment_records
 from tests.history import path

@@ -186,7 +186,7 @@ def test_a_rival_change_of_the_key_set_is_seen_and_decided_again(api, setup, mon
     credentials): a rotation that lands between this request's read and its write makes the write
     fail, the client is read again and both keys stay live; a revocation racing the same way
     answers 404 instead of removing what is no longer there."""
-    from lakeq.store.repos import ClientRepo
+    from lakeq.store.catalog import ClientRepo
 
     real = ClientRepo.set_keys
     rival: list[dict] = []
@@ -226,7 +226,8 @@ def test_a_rival_change_of_the_key_set_is_seen_and_decided_again(api, setup, mon
 
 
 def test_a_key_set_contended_without_end_answers_503(api, setup, monkeypatch):
-    from lakeq.store.repos import CONDITION_FAILED, ClientRepo, TransactionFailed
+    from lakeq.store.catalog import ClientRepo
+    from lakeq.store.writes import CONDITION_FAILED, TransactionFailed
 
     calls = []
 

@@ -188,7 +188,7 @@ def test_subscription_pending(api, setup, clock):
 def test_the_peek_function_may_not_write(aws):
     """Its role is read-only: a write made as PeekFunction is refused before the store is touched."""
     from infra.local import interceptor
-    from lakeq.store.repos import OffsetRepo
+    from lakeq.store.offsets import OffsetRepo
     with interceptor.acting_as("PeekFunction"), pytest.raises(Exception) as e:
         OffsetRepo.reset("g|x|t", 0, 0, {}, 0)
     assert "AccessDenied" in str(e.value) or "not authorized" in str(e.value)

@@ -140,7 +140,7 @@ def test_a_retried_pull_with_ack_after_a_lost_response(api, setup):
 
 def test_remembered_acks_stay_bounded(api, setup):
     from lakeq.store.models import OffsetModel
-    from lakeq.store.repos import OffsetRepo
+    from lakeq.store.offsets import OffsetRepo
     produce(api, setup["feed"], [{"body": str(i), "key": "k"} for i in range(12)])
     receipts = []
     for _ in range(12):
@@ -255,7 +255,7 @@ class _Unprocessed:
 
 def test_pull_and_offsets_see_every_queue_when_batchget_leaves_keys_unprocessed(api, setup):
     from infra.local import interceptor
-    from lakeq.store.repos import LogRepo
+    from lakeq.store.queue_log import LogRepo
     s, _ = api.call("POST", "/v1/topics", {"name": "quotes/wide", "queues": 64})
     assert s == 201
     keys: dict[int, str] = {}

@@ -391,8 +391,9 @@ def test_lagging_head_after_a_producer_crash(api, setup):
     it, here it never ran): the producer's head comes from the newest segment, the log stays
     contiguous (no hole, no overlap) and a pull reads everything."""
     from lakeq.log import segments as seg
+    from lakeq.log.produce_plan import Append
     from lakeq.store.models import QueueModel, SegmentModel
-    from lakeq.store.repos import Append, LogRepo
+    from lakeq.store.queue_log import LogRepo
 
     s, b = produce(api, setup["feed"], [{"body": "a", "key": "k"}])
     q = b["results"][0]["queue"]

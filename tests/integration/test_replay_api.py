@@ -110,7 +110,7 @@ def test_a_deleted_queue_is_replayed_into_a_topic_from_the_lake(api, setup, cloc
     """A queue deleted (SQS DeleteQueue: its topic item is a tombstone) can still be replayed into a
     topic: the lake keeps its messages. Into a group it cannot (no group reads a deleted topic), and a
     name never made is 404 as before."""
-    from lakeq.store.repos import TopicRepo
+    from lakeq.store.catalog import TopicRepo
     from lakeq.store.sqs import SqsRepo
 
     produce(api, setup, clock, 10)

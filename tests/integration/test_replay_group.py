@@ -27,8 +27,8 @@ from lakeq.replay.copier import Copy, Progress
 from lakeq.replay.copier import run as copier_run
 from lakeq.replay.rules import copy_id
 from lakeq.store.models import ClientModel, OffsetModel
+from lakeq.store.offsets import OffsetRepo
 from lakeq.store.replay_lists import ReplayListRepo, replay_log, replay_owner
-from lakeq.store.repos import OffsetRepo
 from tests.crash import CountCalls
 
 T = "quotes/sh"

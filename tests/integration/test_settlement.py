@@ -219,7 +219,7 @@ def test_patch_reaches_other_containers_within_the_cache_ttl(api, setup, clock, 
     t = [1000.0]
     monkeypatch.setattr(auth, "monotonic", lambda: t[0])
     assert auth.client_or_404("risk", "consumer").max_deliveries is None
-    from lakeq.store.repos import ClientRepo
+    from lakeq.store.catalog import ClientRepo
     ClientRepo.set_settings("risk", {"max_deliveries": 4})  # as another container's PATCH
     assert auth.client_or_404("risk", "consumer").max_deliveries is None  # cached
     t[0] += auth.CLIENT_CACHE_TTL_S

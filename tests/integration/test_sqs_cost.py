@@ -22,8 +22,8 @@ def frozen_caches(monkeypatch):
     counts flaky)."""
     monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
     monkeypatch.setattr(sqs_perm, "monotonic", lambda: 1_000.0)
-    from lakeq.store import repos
-    monkeypatch.setattr(repos, "_monotonic", lambda: 1_000.0)  # (the copy of the queue items too)
+    from lakeq.store import queue_log
+    monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0)  # (the copy of the queue items too)
 
 
 def calls_of(fn) -> tuple[list[tuple[str, str]], object]:
@@ -106,11 +106,11 @@ def test_receives_rank_by_the_copy_of_the_queue_items_while_it_is_young(sqs, fro
     HINTS_MAX_AGE_S) rank by the container's copy (3 calls, no BatchGetItem); once the copy is older,
     a receive reads them again. Every message once, in the end none left."""
     from lakeq.sqs import messages as sqs_messages
-    from lakeq.store import repos
+    from lakeq.store import queue_log
     from tests.handlers import Context, load_function, segment_records
 
     clock = [5_000.0]
-    monkeypatch.setattr(repos, "_monotonic", lambda: clock[0])
+    monkeypatch.setattr(queue_log, "_monotonic", lambda: clock[0])
     url = sqs.create_queue(QueueName="busy")["QueueUrl"]
     bodies = [f"m{i}" for i in range(12)]
     for b in bodies:
@@ -137,9 +137,9 @@ def test_a_copy_never_hides_a_new_message_nor_delays_a_due_one(sqs, frozen_cache
     message is never served from a copy (items naming delayed messages are not kept), so it comes
     when due; and a DeleteQueue in this container drops the copies."""
     from lakeq.common import clock as lq_clock
-    from lakeq.store import repos
+    from lakeq.store import queue_log
 
-    monkeypatch.setattr(repos, "_monotonic", lambda: 5_000.0)  # the copy never expires by age
+    monkeypatch.setattr(queue_log, "_monotonic", lambda: 5_000.0)  # the copy never expires by age
     url = sqs.create_queue(QueueName="raw")["QueueUrl"]
     assert "Messages" not in sqs.receive_message(QueueUrl=url)  # the copy: every queue empty
     for i in range(3):
@@ -150,8 +150,8 @@ def test_a_copy_never_hides_a_new_message_nor_delays_a_due_one(sqs, frozen_cache
     t0 = lq_clock.now()
     sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=2)
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
-    assert not repos._HINTS or all(
-        "next_due" not in item for _, items in repos._HINTS.values() for item in items)
+    assert not queue_log._HINTS or all(
+        "next_due" not in item for _, items in queue_log._HINTS.values() for item in items)
     monkeypatch.setattr(lq_clock, "now", lambda: t0 + 2_100)
     got = sqs.receive_message(QueueUrl=url)["Messages"]
     assert [m["Body"] for m in got] == ["later"]
@@ -159,16 +159,16 @@ def test_a_copy_never_hides_a_new_message_nor_delays_a_due_one(sqs, frozen_cache
     # sent after the copy was made (it names no delayed message) and due at the next receive: the
     # receive reads the items again (the copy showed nothing) and promotes it then
     assert "Messages" not in sqs.receive_message(QueueUrl=url)
-    assert repos._HINTS
+    assert queue_log._HINTS
     sqs.send_message(QueueUrl=url, MessageBody="later2", DelaySeconds=2)
     monkeypatch.setattr(lq_clock, "now", lambda: t0 + 4_300)
     got = sqs.receive_message(QueueUrl=url)["Messages"]
     assert [m["Body"] for m in got] == ["later2"]
     sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
     assert "Messages" not in sqs.receive_message(QueueUrl=url)  # (a copy again: nothing delayed left)
-    assert repos._HINTS
+    assert queue_log._HINTS
     sqs.delete_queue(QueueUrl=url)
-    assert not repos._HINTS
+    assert not queue_log._HINTS
 
 
 def counts(sqs, url) -> tuple[str, str]:
@@ -281,12 +281,12 @@ def test_a_send_reads_the_queues_locks_at_most_once_a_second_per_container(h, fr
     container's copy of the locks while it is at most HELD_MAX_AGE_S old, else one eventually
     consistent Query of the offsets records. A container that sends and never receives pays that
     Query once a second, not once a send (the counts above see only a warm copy)."""
-    from lakeq.store import repos
+    from lakeq.store import queue_log
     url = h.client("admin").create_queue(QueueName="cold")["QueueUrl"]
     make_client("cold-p", "producer", ["cold"])
     sender = h.client("cold-p")
     sender.send_message(QueueUrl=url, MessageBody="warm")  # the container's client caches
-    repos._HELD.clear()  # a container that never read the queue's locks
+    queue_log._HELD.clear()  # a container that never read the queue's locks
 
     def locks_read():
         calls, _ = calls_of(lambda: sender.send_message(QueueUrl=url, MessageBody="x"))
@@ -294,5 +294,5 @@ def test_a_send_reads_the_queues_locks_at_most_once_a_second_per_container(h, fr
         return calls.count(("Query", "offsets"))
     assert locks_read() == 1
     assert [locks_read() for _ in range(3)] == [0, 0, 0]
-    monkeypatch.setattr(repos, "_monotonic", lambda: 1_000.0 + repos.HELD_MAX_AGE_S + 0.001)
+    monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0 + queue_log.HELD_MAX_AGE_S + 0.001)
     assert locks_read() == 1

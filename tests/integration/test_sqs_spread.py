@@ -3,7 +3,7 @@ item 10: moto's ``test_message_attributes_in_receive_message`` passed or failed 
 lock holds a whole lakeq queue until its batch is settled, and a send used to pick one of the SQS
 queue's 4 lakeq queues at random: a message landing in a held one waited out the visibility timeout.
 A send now goes to a lakeq queue no receive holds when there is one
-(:func:`lakeq.produce.service.spread_queue`, :meth:`lakeq.store.repos.OffsetRepo.held`)."""
+(:func:`lakeq.produce.service.spread_queue`, :meth:`lakeq.store.offsets.OffsetRepo.held`)."""
 from __future__ import annotations
 
 from lakeq.sqs.permissions import LAKEQ_QUEUES
@@ -35,14 +35,15 @@ def test_a_lock_write_never_changes_the_copy_a_send_is_reading():
     container's copies of locks (``OffsetRepo.held``): a send iterating an owner's copy while
     another request's lock write (``_held_moved``) adds a queue to it raised "dictionary changed
     size during iteration" (a 500). A lock write replaces the copy; it never changes one in place."""
-    from lakeq.store import repos
+    from lakeq.store import queue_log
+    from lakeq.store.offsets import OffsetRepo
     owner = "g|sqs.race|race"
-    repos.OffsetRepo._keep_held(owner, {0: 5})
+    OffsetRepo._keep_held(owner, {0: 5})
     try:
-        reading = iter(repos._HELD[owner][1].items())  # a send's frozenset(...) between two items
+        reading = iter(queue_log._HELD[owner][1].items())  # a send's frozenset(...) between two items
         assert next(reading) == (0, 5)
-        repos.OffsetRepo._held_moved(owner, 1, 10)  # the first lock of queue 1, written meanwhile
+        OffsetRepo._held_moved(owner, 1, 10)  # the first lock of queue 1, written meanwhile
         assert list(reading) == []
-        assert repos._HELD[owner][1] == {0: 5, 1: 10}
+        assert queue_log._HELD[owner][1] == {0: 5, 1: 10}
     finally:
-        repos._HELD.pop(owner, None)
+        queue_log._HELD.pop(owner, None)

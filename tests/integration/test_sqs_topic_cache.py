@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from lakeq.sqs import handler as sqs_service
 from lakeq.sqs import permissions as sqs_perm
-from lakeq.store.repos import ClientRepo
+from lakeq.store.catalog import ClientRepo
 from lakeq.store.sqs import group_name, producer_name
 from tests.integration.sqs_harness import Harness, drain_sqs, fake_auth
 from tests.integration.test_sqs_endpoint import make_client

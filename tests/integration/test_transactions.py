@@ -3,8 +3,9 @@ a cancellation that is only TransactionConflict is sent again."""
 import pytest
 from pynamodb.exceptions import CancellationReason, TransactWriteError
 
-from lakeq.store import repos
-from lakeq.store.repos import TopicRepo, TransactionFailed
+from lakeq.store import writes
+from lakeq.store.catalog import TopicRepo
+from lakeq.store.writes import TransactionFailed
 
 
 def test_existing_child_topic_is_409_not_404(api):
@@ -41,9 +42,9 @@ class _Cancelled(TransactWriteError):
 
 
 def _flaky_transact_write(monkeypatch, codes_per_attempt):
-    """repos.TransactWrite whose first sends are cancelled with ``codes_per_attempt[i]`` (nothing
+    """writes.TransactWrite whose first sends are cancelled with ``codes_per_attempt[i]`` (nothing
     written), then the real one; returns the list of attempts made."""
-    real = repos.TransactWrite
+    real = writes.TransactWrite
     attempts: list[int] = []
 
     class Flaky(real):
@@ -53,8 +54,8 @@ def _flaky_transact_write(monkeypatch, codes_per_attempt):
                 raise _Cancelled(codes_per_attempt[len(attempts) - 1])
             return super().__exit__(*exc)
 
-    monkeypatch.setattr(repos, "TransactWrite", Flaky)
-    monkeypatch.setattr(repos.backoff, "sleep", lambda *a, **k: None)
+    monkeypatch.setattr(writes, "TransactWrite", Flaky)
+    monkeypatch.setattr(writes.backoff, "sleep", lambda *a, **k: None)
     return attempts
 
 
@@ -71,7 +72,7 @@ def test_conflicts_that_persist_and_condition_failures_are_not_retried_forever(a
     attempts = _flaky_transact_write(monkeypatch, [["TransactionConflict"]] * 10)
     with pytest.raises(TransactionFailed) as e:
         TopicRepo.create("quotes", 2, None, 0)
-    assert len(attempts) == repos.TRANSACT_ATTEMPTS and "TransactionConflict" in e.value.reasons
+    assert len(attempts) == writes.TRANSACT_ATTEMPTS and "TransactionConflict" in e.value.reasons
     assert TopicRepo.get("quotes") is None
     attempts = _flaky_transact_write(monkeypatch, [["ConditionalCheckFailed", "TransactionConflict"]])
     with pytest.raises(TransactionFailed):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from lakeq.store.models import DedupModel, OffsetModel, SegmentModel
-from lakeq.store.repos import LogRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.subscriptions import SubscriptionModel
 from tests.crash import CrashAfter, count_calls, seeded_points
 

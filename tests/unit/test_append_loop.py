@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from lakeq.common import backoff
+from lakeq.log.produce_plan import Append
 from lakeq.store import append as A
-from lakeq.store.repos import CONDITION_FAILED, Append, TransactionFailed
+from lakeq.store.writes import CONDITION_FAILED, TransactionFailed
 
 
 class FakeLog:

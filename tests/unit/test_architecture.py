@@ -99,8 +99,8 @@ def test_the_allowed_imports_have_no_cycle_and_pure_packages_import_only_pure_on
 def test_the_checker_catches_what_it_should():
     """The rules above can fail: forbidden imports written in each way are reported."""
     rules = table()
-    assert violations("api", "lakeq.api.x", "from lakeq.store.repos import LogRepo", rules)
-    assert violations("api", "lakeq.api.x", "def f():\n    from lakeq.store import repos\n", rules)
+    assert violations("api", "lakeq.api.x", "from lakeq.store.queue_log import LogRepo", rules)
+    assert violations("api", "lakeq.api.x", "def f():\n    from lakeq.store import queue_log\n", rules)
     assert violations("log", "lakeq.log.x", "import pynamodb.models", rules)
     assert violations("log", "lakeq.log.x", "import boto3", rules)
     assert violations("admin", "lakeq.admin.x", "from pynamodb.exceptions import DoesNotExist", rules)
@@ -109,7 +109,7 @@ def test_the_checker_catches_what_it_should():
     assert not violations("lake", "lakeq.lake.x", "import boto3\nboto3.client('s3')", rules)
     assert not violations("api", "lakeq.api.x", "from lakeq.consume import service", rules)
     with pytest.raises(AssertionError):
-        imports("from .repos import LogRepo")
+        imports("from .queue_log import LogRepo")
     cyclic = table("<!-- allowed-imports: begin -->\n| p | pure | may | what |\n|---|---|---|---|\n"
                    "| `a` | no | b | |\n| `b` | no | a | |\n<!-- allowed-imports: end -->")
     assert cyclic == {"a": (False, {"b"}), "b": (False, {"a"})}
@@ -338,15 +338,15 @@ def test_the_store_call_checker_catches_what_it_should():
     assert store_calls("from lakeq.store import ClientModel\nClientModel.batch_get([])")
     assert store_calls("import lakeq.store.models\nlakeq.store.models.ClientModel.count()")
     assert store_calls("from lakeq.store.subscriptions import SubscriptionModel\nSubscriptionModel.scan()")
-    assert store_calls("from lakeq.store.repos import transact\ntransact(lambda t: None)")
+    assert store_calls("from lakeq.store.writes import transact\ntransact(lambda t: None)")
     assert store_calls("def b(t, c):\n    t.update(c, actions=[], condition=None)\n")
     assert store_calls("import botocore.session\nbotocore.session.get_session().create_client('s3')")
     assert store_calls("import boto3\nboto3.resource('dynamodb')")
     assert store_calls("import boto3\nboto3.client(service_name='s3')")
-    assert store_calls("from lakeq.store.repos import ClientRepo\nc = ClientRepo.get('c')\nc.save()")
+    assert store_calls("from lakeq.store.catalog import ClientRepo\nc = ClientRepo.get('c')\nc.save()")
     assert store_calls("def f(item):\n    item.delete()\n")
     assert not store_calls(m + "def f(q: QueueModel) -> int:\n    return int(q.max_offset)\n")
-    assert not store_calls("from lakeq.store.repos import ClientRepo\nClientRepo.all()\nClientRepo.get('c')")
+    assert not store_calls("from lakeq.store.catalog import ClientRepo\nClientRepo.all()\nClientRepo.get('c')")
     assert not store_calls("import botocore.session\nbotocore.session.get_session().create_client('glue')")
     assert not store_calls("d = {}\nd.update(a=1)\nm.refresh()\nx.get('k')\nrepo.delete('k')")
 
@@ -491,7 +491,7 @@ OWN_ATTEMPTS = {
         "with a 5-200 ms backoff: 12 rounds bound a request's waiting at about 1.3 s",
     ("layers/core/lakeq/fanout/worker.py", "PARK_ATTEMPTS"):
         "a give-up raises into the stream's retry of the whole batch (an outer retry)",
-    ("layers/core/lakeq/store/repos.py", "TRANSACT_ATTEMPTS"):
+    ("layers/core/lakeq/store/writes.py", "TRANSACT_ATTEMPTS"):
         "not a compare-and-set: transact() resends the same transaction after a TransactionConflict, "
         "which wrote nothing and decided nothing",
 }
@@ -651,5 +651,5 @@ def test_the_model_import_checker_catches_what_it_should():
                 "from lakeq.store.subscriptions import SubscriptionModel"):
         assert model_imports(bad), bad
     for fine in ("from lakeq.store import Client, Topic, TopicRepo, log_of", "from lakeq.store.records import Queue",
-                 "from lakeq.common.names import log_of", "from lakeq.store.repos import ClientRepo"):
+                 "from lakeq.common.names import log_of", "from lakeq.store.catalog import ClientRepo"):
         assert model_imports(fine) == set(), fine

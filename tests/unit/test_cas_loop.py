@@ -92,7 +92,7 @@ def test_falsy_answers_are_answers():
 # --- the callers' give-up answers: a client or topic deleted while the last round lost is 404, as
 # before the one loop (the old loops read again after every lost round, the last one included)
 def _always_lost():
-    from lakeq.store.repos import CONDITION_FAILED, TransactionFailed
+    from lakeq.store.writes import CONDITION_FAILED, TransactionFailed
     return TransactionFailed([CONDITION_FAILED])
 
 

@@ -18,8 +18,9 @@ from typing import Callable, TypeVar
 from lakeq.common.backoff import RETRY, Retry, cas
 from lakeq.common.errors import BadRequest, Forbidden, NotFound, Unauthorized, Unavailable
 from lakeq.common.names import check_name, covers
+from lakeq.store.catalog import ClientRepo, TopicRepo
 from lakeq.store.records import Client, Topic
-from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed
+from lakeq.store.writes import TransactionFailed
 
 # --- small per-container caches ---------------------------------------------------------------
 # A client's dead-letter settings can change (PATCH /v1/clients/{name}, issue 9): a container

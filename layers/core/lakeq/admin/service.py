@@ -25,8 +25,9 @@ from lakeq.common.backoff import RETRY, Retry, cas
 from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name, check_topic, covers, parent_of
 from lakeq.contract import validation as v
+from lakeq.store.catalog import ClientRepo, TopicRepo, inc_of
 from lakeq.store.records import Client, Topic
-from lakeq.store.repos import ClientRepo, TopicRepo, TransactionFailed, inc_of
+from lakeq.store.writes import TransactionFailed
 
 MAX_KEYS = 10  # live keys per client (rotation: issue the new one, move clients over, revoke)
 

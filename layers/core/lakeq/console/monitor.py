@@ -15,8 +15,10 @@ from lakeq.common import clock as _clock
 from lakeq.common.errors import Forbidden, NotFound
 from lakeq.common.names import check_name, check_topic, covers, log_of
 from lakeq.consume import views
+from lakeq.store.catalog import ClientRepo
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Client
-from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo
 
 CONSOLE_DIR = os.path.dirname(os.path.abspath(__file__))  # the console package holds its static files
 # the console's static files: name -> content type (nothing else under console/ is served)

@@ -37,8 +37,10 @@ from lakeq.common import clock as _clock
 from lakeq.common.names import covers, log_of
 from lakeq.consume import views_of
 from lakeq.log import segments as seg
+from lakeq.store.catalog import ClientRepo, TopicRepo
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Client, Topic
-from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
 MAX_PAIRS = 200  # topics read, and group rows + subscription lists counted, per call

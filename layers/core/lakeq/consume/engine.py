@@ -27,9 +27,10 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
+from lakeq.store.catalog import TopicRepo
+from lakeq.store.offsets import OffsetRepo
 from lakeq.store.records import Client, Topic
 from lakeq.store.replay_lists import active_replays
-from lakeq.store.repos import OffsetRepo, TopicRepo
 
 __all__ = ["STALE", "Lock", "PullRequest", "check_receipt", "group_lock", "instance", "pull_batch", "set_visibility",
            "settle_lock"]
@@ -86,7 +87,7 @@ def settle_lock(group: Client, lock: Lock, accept: tuple[int, ...], release: tup
     """Settle offsets of a checked lock: ``accept`` (done) and ``release`` (served again first).
     When ``accept`` is the lock's whole range ``[offset, next_offset)`` and nothing is released, the
     lock in the simple form is acknowledged with one conditional UpdateItem
-    (:meth:`lakeq.store.repos.OffsetRepo.ack_fast`); otherwise :func:`lakeq.consume.settle.settle_receipt`
+    (:meth:`lakeq.store.offsets.OffsetRepo.ack_fast`); otherwise :func:`lakeq.consume.settle.settle_receipt`
     (consistent GetItem + conditional UpdateItem). ``{"committed_offset", "unsettled"}``; 409
     ``stale_receipt`` (locked again, settled, reset); 400 for an offset the batch did not deliver."""
     r = lock.receipt

@@ -25,7 +25,8 @@ from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
 from lakeq.log.selection import QueueView, ack_entry, ack_key, candidates, lagging, may_fold, next_lock_ts
 from lakeq.store.bodies import BodyStore
-from lakeq.store.repos import LogRepo, OffsetRepo
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
 POLL_MIN_MS, POLL_MAX_MS = 50, 500
@@ -119,12 +120,12 @@ class Log:
         boundary: the queue item's ``max_offset``, or the end of the newest segment the record's
         locks read when further, ``OffsetModel.bnd`` — a consumer that keeps up stands there
         while the stream's head mover is behind it) the segment starting there, for all such queues in one BatchGetItem
-        (:meth:`lakeq.store.repos.LogRepo.segments_at`, whole segments, the one the poll locks then
+        (:meth:`lakeq.store.queue_log.LogRepo.segments_at`, whole segments, the one the poll locks then
         read from there: 0.5 RRU a queue when there is none, the
         common case of a drained queue; one round trip however many queues: a 64-queue topic's
         probes were 64 sequential Queries); at a frontier past the hint (it read past it, possibly
         into the middle of a segment) the newest segment, one Query each
-        (:meth:`lakeq.store.repos.LogRepo.chain_end`)."""
+        (:meth:`lakeq.store.queue_log.LogRepo.chain_end`)."""
         lag = {v.queue: (LogRepo.pq(self.name, v.queue), v.state().frontier)
                for v in views if lagging(v, now, allowed)}
         hints = {v.queue: v.max_offset for v in views}
@@ -172,7 +173,7 @@ class TopicLog(Log):
     filter by tags, and each poll first promotes the delayed messages that are due
     (:func:`lakeq.produce.delayed.promote_due`: free to find, the poll reads the queue items anyway).
     ``hints_max_age_s`` > 0: the polls take the queue items from the container's copy when younger
-    than that (:meth:`lakeq.store.repos.LogRepo.queue_hints`; the SQS endpoint's receives)."""
+    than that (:meth:`lakeq.store.queue_log.LogRepo.queue_hints`; the SQS endpoint's receives)."""
 
     _wake: int | None = None
 
@@ -257,7 +258,7 @@ def read_log(log: str, queue: int, start: int, limit: int, max_offset: int, shap
     A message whose body is in the lake bucket (a ``claim``, :mod:`lakeq.log.claims`) is fetched
     (one GetObject, size and digest checked) when it is read, before the byte budget measures it;
     small messages cost no S3 call. ``first``: the segment at ``start`` when the caller has it
-    (:meth:`lakeq.store.repos.LogRepo.read`)."""
+    (:meth:`lakeq.store.queue_log.LogRepo.read`)."""
     budget = min(scan or limit, max_offset - start)
     size = ByteBudget()
     out: list[dict] = []

@@ -31,8 +31,9 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.receipts import parse as parse_receipt
 from lakeq.log.selection import lock_until
 from lakeq.log.settlement import Outcomes
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Client
-from lakeq.store.repos import LogRepo, OffsetRepo
 
 # --- pull / ack -----------------------------------------------------------------------------
 # The engine's entry points (:mod:`lakeq.consume.engine`) do the work; these parse the request.

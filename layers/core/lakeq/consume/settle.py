@@ -35,7 +35,9 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.selection import ack_entry, ack_key, acked
 from lakeq.log.settlement import Outcomes
 from lakeq.store.append import Contended, append_at_head
-from lakeq.store.repos import ClientRepo, LogRepo, OffsetRepo, TopicRepo
+from lakeq.store.catalog import ClientRepo, TopicRepo
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 
 log = logging.getLogger("lakeq.consume.settle")
 # (queue, start, limit, max_offset) -> (messages, next_offset), as lakeq.consume.reader.LogReader

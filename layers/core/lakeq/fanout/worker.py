@@ -75,8 +75,9 @@ from lakeq.log.fanout_plan import (  # noqa: F401
     parse_parked,
     plan,
 )
+from lakeq.log.produce_plan import Append
 from lakeq.store.append import Contended, append_at_head
-from lakeq.store.repos import Append, LogRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.subscriptions import (
     ParkRepo,
     Start,

@@ -1,7 +1,7 @@
 """Delayed delivery (``delay_ms``), the pure part: DelayedTable's sort key, how a queue's delayed
 messages are cut into produce transactions, what a promotion transaction may carry, and the queue
 item's ``next_due`` after a promotion. No AWS imports; :mod:`lakeq.produce.delayed` runs these plans with
-:class:`lakeq.store.repos.DelayedRepo`.
+:class:`lakeq.store.delayed.DelayedRepo`.
 """
 from __future__ import annotations
 

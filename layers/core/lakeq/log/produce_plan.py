@@ -1,6 +1,6 @@
 """Produce planning: which queue a message goes to and how a queue's messages are cut into
 DynamoDB writes within the store's limits. Pure (no AWS imports); :mod:`lakeq.consume.service` runs the
-plan with :meth:`lakeq.store.repos.LogRepo.append`, which takes the :class:`Append` parts made here.
+plan with :meth:`lakeq.store.queue_log.LogRepo.append`, which takes the :class:`Append` parts made here.
 """
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ from lakeq.contract import validation as v
 from lakeq.log import peek_plan as plan
 from lakeq.log.selection import QueueView
 from lakeq.log.settlement import upkept
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
-from lakeq.store.repos import LogRepo, OffsetRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
 FIELDS = ("id", "topic", "queue", "offset", "body", "key", "tags", "properties", "produced_at")

@@ -12,7 +12,7 @@ scheduled PromoterFunction does the same once a minute for queues nobody pulls (
 Promotion appends the due messages to their queue exactly once, in due order then request order then id, keeping
 their id, body, key, tags, properties and ``produced_at`` (the produce time): one transaction per
 part moves the head, puts the segments, records the client ids' offsets and deletes the promoted
-delayed items (:meth:`lakeq.store.repos.DelayedRepo.promote`), conditioned on the queue item's ``dver``,
+delayed items (:meth:`lakeq.store.delayed.DelayedRepo.promote`), conditioned on the queue item's ``dver``,
 which every delayed produce and every promotion moves. So two promoters racing cannot both append,
 a crash leaves all of a part or none of it, and a delayed produce racing a promotion makes the
 promotion try again (``next_due`` is never raised past a waiting message: no lost timer).
@@ -26,8 +26,10 @@ from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.common.errors import NotFound, Unavailable, counted
 from lakeq.log.delay_plan import Delayed, decode_message, due_count, plan_delayed, promotion_extra
 from lakeq.log.produce_plan import plan_parts
+from lakeq.store.delayed import DelayedRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Queue
-from lakeq.store.repos import DelayedRepo, LogRepo, TransactionFailed, warm_transactions
+from lakeq.store.writes import TransactionFailed, warm_transactions
 
 log = logging.getLogger("lakeq.produce.delayed")
 

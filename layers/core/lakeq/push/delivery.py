@@ -60,9 +60,10 @@ from lakeq.log.receipts import subscription_field
 from lakeq.log.settlement import Outcomes
 from lakeq.push import transport
 from lakeq.push.fair import FairQueue
+from lakeq.store.catalog import TopicRepo
+from lakeq.store.offsets import OffsetRepo
 from lakeq.store.push import GroupPushRepo, PushRepo
 from lakeq.store.replay_lists import active_replays, replay_log, replay_owner
-from lakeq.store.repos import OffsetRepo, TopicRepo
 from lakeq.store.subscriptions import list_owner, list_topic
 
 log = logging.getLogger("lakeq.push.delivery")

@@ -40,8 +40,9 @@ from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
 from lakeq.store.append import Contended, append_copies
 from lakeq.store.bodies import BodyStore
+from lakeq.store.catalog import TopicRepo
+from lakeq.store.queue_log import DEDUP_TTL_S, RESUME_WINDOW_MS, LogRepo
 from lakeq.store.redrives import Redrive, RedriveRepo
-from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS, LogRepo, TopicRepo
 
 logger = logging.getLogger("lakeq.redrive")
 sleep = time.sleep  # the runner's wait for the rate's next slot (tests replace it)

@@ -24,8 +24,9 @@ from lakeq.log.produce_plan import plan_parts
 from lakeq.replay.copier import Copy
 from lakeq.replay.group_plan import entry, fresh, position
 from lakeq.store.bodies import BodyStore
+from lakeq.store.catalog import ClientRepo
+from lakeq.store.offsets import OffsetRepo
 from lakeq.store.replay_lists import LIST_TTL_S, ReplayListRepo, replay_log, replay_owner
-from lakeq.store.repos import ClientRepo, OffsetRepo
 
 log = logging.getLogger("lakeq.replay.group_target")
 

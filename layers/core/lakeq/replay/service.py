@@ -47,8 +47,8 @@ from lakeq.log import move_plan as mp
 from lakeq.log import segments as seg
 from lakeq.replay import copier, rules
 from lakeq.store.bodies import BodyStore
+from lakeq.store.queue_log import DEDUP_TTL_S, RESUME_WINDOW_MS
 from lakeq.store.replays import FINAL, Replay, ReplayObjects, ReplayRepo
-from lakeq.store.repos import DEDUP_TTL_S, RESUME_WINDOW_MS
 
 logger = logging.getLogger("lakeq.replay")
 monotonic = time.monotonic  # the copier's clock and pace (tests replace them)
@@ -86,7 +86,7 @@ def _source_or_404(name: str) -> None:
     """A ``{"topic"}`` target's source: a topic, or one deleted through the SQS endpoint (its
     tombstone, ``TopicRepo.get_any``): the lake keeps a deleted queue's messages for its 400 days, so a
     queue deleted by mistake can be replayed into another topic. A name never made is 404."""
-    from lakeq.store.repos import TopicRepo
+    from lakeq.store.catalog import TopicRepo
 
     if TopicRepo.get_any(name) is None:
         raise NotFound(f"topic '{name}' does not exist")
@@ -227,7 +227,7 @@ def topic_sink(name: str) -> Callable[[list[copier.Copy]], int]:
     """``produce`` for a ``{"topic": name}`` target: how many copies were new."""
     from lakeq.common.names import log_of
     from lakeq.store.append import Contended, append_copies
-    from lakeq.store.repos import TopicRepo
+    from lakeq.store.catalog import TopicRepo
 
     def produce(copies: list[copier.Copy]) -> int:
         t = TopicRepo.get(name)

@@ -28,8 +28,8 @@ from lakeq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from lakeq.common.names import check_name
 from lakeq.sqs import credentials as cred
 from lakeq.store.records import Client
-from lakeq.store.repos import TransactionFailed
 from lakeq.store.sqs import SqsRepo, key_owner
+from lakeq.store.writes import TransactionFailed
 
 MAX_SQS_KEYS = 10  # live SQS credentials per client (as MAX_KEYS for API keys)
 SECRET_ENV = "LAKEQ_SQS_SECRET"

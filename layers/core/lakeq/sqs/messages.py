@@ -30,7 +30,8 @@ from lakeq.sqs.permissions import (
     Queue,
     now_ms,
 )
-from lakeq.store.repos import OffsetRepo, inc_of
+from lakeq.store.catalog import inc_of
+from lakeq.store.offsets import OffsetRepo
 from lakeq.store.sqs import group_name, producer_name
 
 

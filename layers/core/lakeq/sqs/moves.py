@@ -14,7 +14,7 @@ from lakeq.common.errors import ApiError, Conflict, NotFound
 from lakeq.redrive import service as redrive
 from lakeq.sqs import protocol as sp
 from lakeq.sqs.permissions import Ctx
-from lakeq.store.repos import TopicRepo
+from lakeq.store.catalog import TopicRepo
 
 STATUS = {"running": "RUNNING", "cancelling": "CANCELLING", "completed": "COMPLETED", "cancelled": "CANCELLED",
           "failed": "FAILED"}

@@ -17,8 +17,9 @@ from lakeq.common import clock as _clock
 from lakeq.common.errors import ApiError, Forbidden, NotFound, Unavailable
 from lakeq.common.names import covers, log_of
 from lakeq.sqs import protocol as sp
+from lakeq.store.catalog import ClientRepo, TopicRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Topic
-from lakeq.store.repos import ClientRepo, LogRepo, TopicRepo
 from lakeq.store.sqs import SqsRepo, group_name, producer_name
 
 ADMIN = Principal(admin=True)
@@ -161,7 +162,7 @@ TOPIC_READ_ONLY = CACHED_ACTIONS | READ_ONLY | {"ListMessageMoveTasks"}
 def forget_topics() -> None:
     """Drop the container's cached topic items (after an action that may have changed one), and its
     copies of queue items (a DeleteQueue here: no receive of this container reads the deleted
-    queue's copy; lakeq.store.repos.LogRepo.queue_hints)."""
+    queue's copy; lakeq.store.queue_log.LogRepo.queue_hints)."""
     _TOPICS.clear()
     LogRepo.forget_hints()
 

@@ -15,8 +15,11 @@ from lakeq.produce import delayed as _delayed
 from lakeq.sqs import permissions as perm
 from lakeq.sqs import protocol as sp
 from lakeq.sqs.permissions import ADMIN, LAKEQ_QUEUES, MAX_TAGS, Ctx, Queue, now_ms
-from lakeq.store.repos import LogRepo, OffsetRepo, TopicRepo, TransactionFailed, inc_of
+from lakeq.store.catalog import TopicRepo, inc_of
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.sqs import SqsRepo, group_name, producer_name
+from lakeq.store.writes import TransactionFailed
 
 
 # --- queues ---------------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ Used by the produce path (:func:`lakeq.consume.service.produce`), dead-lettering
 (:func:`lakeq.fanout.worker.append_groups`); each says how its items become writes (``plan``) and what a
 recorded id means to it (``on_recorded``), this module does the racing.
 
-One round: read the queue's head (:meth:`lakeq.store.repos.LogRepo.head`; after a lost race, fresh:
-the newest segment's end), plan the next write there, :meth:`lakeq.store.repos.LogRepo.append` it.
+One round: read the queue's head (:meth:`lakeq.store.queue_log.LogRepo.head`; after a lost race, fresh:
+the newest segment's end), plan the next write there, :meth:`lakeq.store.queue_log.LogRepo.append` it.
 A write that loses a race (someone appended at that head first) raises ``TransactionFailed``:
 
 - if dedup keys of the write were recorded meanwhile (their conditions are the last reasons),
@@ -25,7 +25,9 @@ from typing import Callable, TypeVar
 from lakeq.common import backoff
 from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.common.errors import LakeqError
-from lakeq.store.repos import Append, LogRepo, TransactionFailed
+from lakeq.log.produce_plan import Append
+from lakeq.store.queue_log import LogRepo
+from lakeq.store.writes import TransactionFailed
 
 T = TypeVar("T")
 _ANSWERED = object()  # a round's answer: on_recorded answered every item left

@@ -63,7 +63,7 @@ from lakeq.common.errors import ApiError, LakeqError, NotFound, Unavailable, cou
 from lakeq.rebalance import codec
 from lakeq.rebalance import state as g
 from lakeq.store.models import GroupMemberModel, GroupModel, TopicModel
-from lakeq.store.repos import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
+from lakeq.store.writes import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
 
 log = logging.getLogger("lakeq.store.groups")
 

@@ -20,8 +20,8 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 from lakeq.store import slots
 from lakeq.store.models import ClientModel, WatcherModel
 from lakeq.store.records import Client, record_of
-from lakeq.store.repos import conditional_failed, transact_if_first
 from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel, transact_uncounting, uncount
+from lakeq.store.writes import conditional_failed, transact_if_first
 
 ENDPOINTS_PREFIX = "p|"  # WatchersTable: a topic's consumer groups with an active push endpoint
 

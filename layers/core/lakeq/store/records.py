@@ -4,7 +4,7 @@ The pynamodb models (:mod:`lakeq.store.models`) are private to ``store``; a repo
 and returns its record (same attribute names and values, the item's absent attributes ``None``). A
 topic's and a client's records are frozen: a use case changes an item only through a repository
 call. A queue item's record is not: a pull moves the heads of the queue records it read in memory
-(``max_offset``: :meth:`lakeq.store.repos.LogRepo.queues`, :func:`lakeq.produce.delayed.promote_due`),
+(``max_offset``: :meth:`lakeq.store.queue_log.LogRepo.queues`, :func:`lakeq.produce.delayed.promote_due`),
 and writes nothing back from them. A repository that needs the model of a record passed back in
 (a write keyed by it) makes it from the key, inside ``store``.
 """

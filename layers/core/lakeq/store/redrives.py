@@ -17,7 +17,7 @@ from pynamodb.models import Model
 
 from lakeq.store.models import _meta
 from lakeq.store.records import record_of
-from lakeq.store.repos import transact_if_first, update_if
+from lakeq.store.writes import transact_if_first, update_if
 
 SOURCE_PREFIX = "~src|"
 

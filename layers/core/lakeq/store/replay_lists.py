@@ -21,8 +21,10 @@ from lakeq.log import segments as seg
 from lakeq.log.produce_plan import Append
 from lakeq.log.receipts import replay_field
 from lakeq.store.models import ClientModel, QueueModel, SegmentModel
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Client, Queue
-from lakeq.store.repos import LogRepo, OffsetRepo, TransactionFailed, conditional_failed, transact
+from lakeq.store.writes import TransactionFailed, conditional_failed, transact
 
 LIST_TTL_S = 14 * 24 * 3600  # a replay's copies are kept this long after they were appended
 SEP = "|"  # in a marker: topic names and replay ids never hold it

@@ -34,7 +34,7 @@ from pynamodb.models import Model
 from lakeq.store import slots
 from lakeq.store.models import _meta
 from lakeq.store.records import record_of
-from lakeq.store.repos import update_if
+from lakeq.store.writes import update_if
 
 LIVE_STATUSES = ("selecting", "copying")
 FINAL = ("done", "failed", "cancelled")
@@ -118,7 +118,7 @@ class ReplayRepo:
         """One PutItem, if no replay has that id."""
         from pynamodb.exceptions import PutError
 
-        from lakeq.store.repos import conditional_failed
+        from lakeq.store.writes import conditional_failed
         item = M(r.id, **{k: v for k, v in dataclasses.asdict(r).items() if k != "id" and v is not None})
         try:
             item.save(condition=M.id.does_not_exist())

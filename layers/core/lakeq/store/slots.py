@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pynamodb.exceptions import DoesNotExist
 
-from lakeq.store.repos import update_if
+from lakeq.store.writes import update_if
 
 
 def claim(item, attr, now: int, until: int, condition=None) -> bool:

@@ -12,19 +12,10 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
 
 from lakeq.common.names import log_name
+from lakeq.store.catalog import ClientRepo, TopicRepo, inc_of, topic_inc_is, topic_live
 from lakeq.store.models import ClientModel, DelayedModel, KeyModel, QueueModel, TopicModel, queue_key
 from lakeq.store.records import Client, Topic
-from lakeq.store.repos import (
-    ClientRepo,
-    TopicRepo,
-    TransactionFailed,
-    inc_of,
-    topic_inc_is,
-    topic_live,
-    transact,
-    transact_if_first,
-    update_if,
-)
+from lakeq.store.writes import TransactionFailed, transact, transact_if_first, update_if
 
 GROUP_PREFIX = "sqs."
 PRODUCER_SUFFIX = ".send"

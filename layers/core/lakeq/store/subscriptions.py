@@ -18,8 +18,9 @@ from pynamodb.transactions import TransactWrite
 from lakeq.common.errors import BadRequest
 from lakeq.common.names import covers, list_log
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import record_of
-from lakeq.store.repos import LogRepo, TransactionFailed, transact, transact_if_first
+from lakeq.store.writes import TransactionFailed, transact, transact_if_first
 
 VERSION_ID = "~version"
 

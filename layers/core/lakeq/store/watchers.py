@@ -13,7 +13,7 @@ from pynamodb.expressions.condition import size
 
 from lakeq.common.errors import LakeqError
 from lakeq.store.models import WatcherModel
-from lakeq.store.repos import conditional_failed
+from lakeq.store.writes import conditional_failed
 
 
 class WatcherRepo:

@@ -1,0 +1,423 @@
+"""The log's repository (:class:`LogRepo`): a queue's items, its segments, the head and the dedup
+items of client-chosen message ids; and the container's copies that its reads keep (the messages per
+segment last read on a queue, the queue items' hints, the owners' locks that :class:`OffsetRepo
+<lakeq.store.offsets.OffsetRepo>` reads).
+
+Every append to a queue's log is a conditional put of a segment item keyed by its first offset
+(with the client-chosen message ids in the same transaction when there are any), so the log is a
+contiguous chain by construction. Costs per call are listed in ``docs/design.md``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+
+from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
+from pynamodb.transactions import TransactWrite
+
+from lakeq.common import backoff
+from lakeq.log import segments as seg
+from lakeq.log.produce_plan import TRANSACT_ITEMS, Append, pq
+from lakeq.log.selection import segments_wanted
+from lakeq.store.models import DedupModel, QueueModel, SegmentModel, queue_key
+from lakeq.store.records import Queue, queue_from_item, record_of
+from lakeq.store.writes import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
+
+DEDUP_TTL_S = 24 * 3600
+# a copier (replay, redrive) whose copies are dropped as duplicates by their ids resumes a batch in
+# flight only well within the ids' life (an hour kept for clocks apart)
+RESUME_WINDOW_MS = (DEDUP_TTL_S - 3600) * 1000
+BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
+# the store's write limits and item-size bounds live with the (pure) produce planner
+
+
+_segment_sizes: dict[str, int] = {}  # pq -> messages in the last segment this container read there
+SEGMENT_SIZES_MAX = 4096
+
+
+def remember_segment_size(pq_: str, count: int) -> None:
+    """Note how many messages a segment of queue ``pq_`` held (the next read's first page size)."""
+    if len(_segment_sizes) >= SEGMENT_SIZES_MAX and pq_ not in _segment_sizes:
+        _segment_sizes.clear()
+    _segment_sizes[pq_] = count
+
+
+def _wire_key(key: dict) -> dict:
+    """A plain key as pynamodb's low-level calls need it: a number as its string (``{"N": "5"}``);
+    pynamodb's client does not validate parameters, so an ``int`` would go out as a JSON number,
+    which moto accepts and DynamoDB rejects (SerializationException)."""
+    return {k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in key.items()}
+
+
+def _batch_get(model, keys: list[dict], consistent: bool = False,
+               attributes: list[str] | None = None) -> list[dict]:
+    """The raw items of ``model``'s table at ``keys`` (plain key dicts), in no particular order;
+    a missing item is left out. BatchGetItem, at most :data:`BATCH_GET_KEYS` keys a call,
+    UnprocessedKeys asked again after a jittered exponential backoff (throttled: longer waits).
+    ``attributes``: a projection (only those attributes come back)."""
+    conn = model._get_connection()
+    table = model.Meta.table_name
+    out: list[dict] = []
+    for i in range(0, len(keys), BATCH_GET_KEYS):
+        page: list[dict] = [_wire_key(k) for k in keys[i:i + BATCH_GET_KEYS]]
+        attempt = 0
+        while page:
+            data = conn.batch_get_item(page, consistent_read=consistent, attributes_to_get=attributes)
+            out.extend(data.get("Responses", {}).get(table, []))
+            left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
+            page = left  # already typed (``{"S": …}`` / ``{"N": "…"}``): pynamodb passes those as they are
+            if page:
+                attempt += 1
+                backoff.sleep(attempt, base=0.01, cap=1.0)
+    return out
+
+
+# The container's copies of an owner's locks (OffsetRepo.held): owner -> (monotonic read time, {queue: lock_until})
+_HELD: dict[str, tuple[float, dict[int, int]]] = {}
+HELD_KEPT = 1024  # at most this many owners' copies (past it, all dropped)
+HELD_MAX_AGE_S = 1.0
+
+# The container's copies of queue items (LogRepo.queue_hints): (topic, n, only) -> (monotonic expiry, raw items)
+_HINTS: dict[tuple, tuple[float, list[dict]]] = {}
+HINTS_KEPT = 1024  # at most this many copies (expired ones dropped first; past it, none kept)
+
+
+def _monotonic() -> float:
+    """The clock of the container's copies (a seam for tests)."""
+    return time.monotonic()
+
+
+class LogRepo:
+    @staticmethod
+    def pq(topic: str, queue: int) -> str:
+        return pq(topic, queue)
+
+    @classmethod
+    def queues(cls, topic: str, n: int, consistent: bool = False, exact: bool = True,
+               only: Iterable[int] | None = None) -> list[Queue]:
+        """The queue items ``0..n-1`` of a topic (``n`` = the topic item's ``queues``), ordered by
+        queue: BatchGetItem, at most 100 keys a call, UnprocessedKeys asked again after a jittered
+        exponential backoff. A missing item (not created yet) is left out. ``only``: just those of
+        these queue numbers (a group member's assigned queues: its pull reads no other member's).
+        Cost: 0.5 RCU per queue item eventually consistent (1 RCU strongly), against one Query's
+        0.5 RCU per 4 KB when the table was keyed by topic (see docs/design.md).
+
+        ``max_offset`` is a hint that may lag (issue 16 item 3: an append without ids does not move
+        it; the SegmentsTable stream's consumer does, :mod:`lakeq.produce.heads`). ``exact`` (the
+        default) corrects each item's ``max_offset`` in memory from its chain
+        (:meth:`chain_end`: one Query a queue, consistent when ``consistent``): what every
+        reader outside the hot pull path gets. ``exact=False``: the hints alone (the ranked pull,
+        which probes only the queues whose hint shows nothing to read, ``lakeq.consume.reader``)."""
+        out = [queue_from_item(item) for item in cls.queue_items(topic, n, consistent, only)]
+        out.sort(key=lambda m: int(m.queue))
+        if exact:
+            for m in out:
+                cls._exact(m, consistent)
+        return out
+
+    @staticmethod
+    def queue_items(topic: str, n: int, consistent: bool = False, only: Iterable[int] | None = None) -> list[dict]:
+        """The raw items :meth:`queues` reads (one BatchGetItem; in no particular order): what a
+        container may keep a copy of (each read makes fresh records of it)."""
+        numbers = range(n) if only is None else sorted(q for q in set(only) if 0 <= q < n)
+        keys = [{"pq": queue_key(topic, q)} for q in numbers]
+        return _batch_get(QueueModel, keys, consistent=consistent)
+
+    @staticmethod
+    def forget_hints() -> None:
+        """Drop the container's copies of queue items (:meth:`queue_hints`) and of locks
+        (:meth:`OffsetRepo.held`; tests: a fresh store)."""
+        _HINTS.clear()
+        _HELD.clear()
+
+    @classmethod
+    def queue_hints(cls, topic: str, n: int, max_age_s: float, only: Iterable[int] | None = None,
+                    refresh: bool = False) -> tuple[list[Queue], bool]:
+        """:meth:`queues` with ``exact=False`` (the hints), from the container's copy when it is
+        younger than ``max_age_s`` (monotonic): no store call then. A pull that takes these (the
+        SQS endpoint's receives, issue 16 item 4) ranks by hints at most that much older than the
+        stream's head mover already makes them, probes the queues whose hint shows nothing
+        (read-after-write kept, :meth:`lakeq.consume.reader.Log.probe`) and locks with its
+        conditional write on the offset record, read consistently each time: a stale copy costs a
+        read that finds nothing, never a wrong lock (but the copy outlives its queue for up to
+        ``max_age_s`` when another container deletes it: see docs/costs.md "SQS endpoint: the
+        queue items' copy"). Items naming delayed messages (``next_due``)
+        are never kept: such a topic's pulls read them each time, so its promotions are due to the
+        millisecond. Fresh records each call (a poll moves their heads in memory), and whether they
+        came from the copy; ``refresh``: read the items now (and keep them). O(n)."""
+        key = (topic, n, None if only is None else tuple(sorted(set(only))))
+        now = _monotonic()
+        hit = None if refresh else _HINTS.get(key)
+        copied = hit is not None and hit[0] > now
+        if copied:
+            items = hit[1]
+        else:
+            items = cls.queue_items(topic, n, only=only)
+            if len(_HINTS) >= HINTS_KEPT:
+                for k, (until, _) in list(_HINTS.items()):
+                    if until <= now:
+                        _HINTS.pop(k, None)
+            if any("next_due" in item for item in items) or (len(_HINTS) >= HINTS_KEPT and key not in _HINTS):
+                _HINTS.pop(key, None)
+            else:
+                _HINTS[key] = (now + max_age_s, items)
+        return sorted((queue_from_item(item) for item in items), key=lambda m: int(m.queue)), copied
+
+    @classmethod
+    def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> Queue | None:
+        """The queue item; ``exact``: its ``max_offset`` corrected from the chain (:meth:`queues`)."""
+        try:
+            m = record_of(Queue, QueueModel.get(queue_key(topic, queue), consistent_read=consistent))
+        except DoesNotExist:
+            return None
+        return cls._exact(m, consistent) if exact else m
+
+    @staticmethod
+    def _exact(m: Queue, consistent: bool) -> Queue:
+        """``m`` with ``max_offset`` and ``last_produced_at`` (both moved by the head mover) taken
+        from the newest segment when it is ahead."""
+        item = LogRepo._newest(m.pq, consistent)
+        if item is not None and int(item.end) > int(m.max_offset):
+            m.max_offset = int(item.end)
+            m.last_produced_at = max(int(m.last_produced_at or 0), int(item.produced_at or 0))
+        return m
+
+    @staticmethod
+    def _newest(pq_: str, consistent: bool) -> SegmentModel | None:
+        """Queue ``pq_``'s newest segment (one Query, newest first, one item), None when the chain
+        is empty."""
+        for item in SegmentModel.query(pq_, scan_index_forward=False, limit=1, consistent_read=consistent):
+            return item
+        return None
+
+    @staticmethod
+    def segments_at(starts: dict[str, int]) -> dict[str, SegmentModel]:
+        """For each queue ``pq_ -> start``: the segment starting exactly at ``start``, for those
+        that have one (BatchGetItem of the segment keys, eventually consistent, at most 100 keys a
+        call, UnprocessedKeys asked again after a jittered backoff), for many queues in one round
+        trip: 0.5 RRU per key when there is no such segment (the common case of a drained queue),
+        the segment's size when there is (a BatchGetItem bills each item's full size whatever it
+        returns of it; the pull that locks it reads it from here instead of a Query, :meth:`read`'s
+        ``first``). Exact only when each ``start`` is a segment boundary (the pull's probe asks at
+        a frontier equal to the queue item's ``max_offset`` or the record's ``bnd``, each a
+        segment's end)."""
+        keys = [{"pq": k, "base": int(v)} for k, v in starts.items()]
+        out = {}
+        for item in _batch_get(SegmentModel, keys):
+            m = SegmentModel.from_raw_data(item)
+            out[m.pq] = m
+        return out
+
+    @staticmethod
+    def chain_end(pq_: str, consistent: bool = False) -> int | None:
+        """The end of queue ``pq_``'s newest segment (one Query, newest first, one item: 0.5 RRU
+        per 4 KB of that segment eventually consistent, 1 strongly), None when the chain is empty
+        (never written, or every segment expired: then the queue item's ``max_offset`` is exact, the
+        stream's consumer moved it within seconds of each put, long before a segment's TTL)."""
+        item = LogRepo._newest(pq_, consistent)
+        return None if item is None else int(item.end)
+
+    @staticmethod
+    def dedup_lookup(topic: str, ids: list[str]) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        if not ids:
+            return out
+        for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
+            if item.offset is not None:  # a delayed message's id has no offset yet (dedup_entries)
+                out[item.id] = (int(item.queue), int(item.offset))
+        return out
+
+    @staticmethod
+    def dedup_entries(topic: str, ids: list[str]) -> dict[str, tuple[int, int | None, int | None]]:
+        """As :meth:`dedup_lookup`, delayed messages included: id → (queue, offset or None while the
+        message is delayed, deliver_at or None)."""
+        out: dict[str, tuple[int, int | None, int | None]] = {}
+        if not ids:
+            return out
+        for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
+            out[item.id] = (int(item.queue), None if item.offset is None else int(item.offset),
+                            None if item.deliver_at is None else int(item.deliver_at))
+        return out
+
+    @classmethod
+    def head(cls, topic: str, queue: int, fresh: bool = False) -> int | None:
+        """Where the next segment goes: the end of the queue's last segment.
+
+        Cheap path (issue 16 item 3): the newest segment's end (eventually consistent Query, one
+        item, :meth:`chain_end`); only when the chain is empty, the queue item's ``max_offset``
+        (eventually consistent GetItem: exact then, see :meth:`chain_end`). A stale answer only
+        makes the put fail its condition, and the caller asks again with ``fresh``: the queue item
+        and the newest segment, both strongly consistent. None when the queue does not exist (an
+        empty chain and no queue item; a put at the head of a queue whose item is gone but whose
+        segments are left fails in the transaction paths, and is a deleted incarnation's log)."""
+        if not fresh:
+            end = cls.chain_end(cls.pq(topic, queue))
+            if end is not None:
+                return end
+        meta = cls.queue(topic, queue, consistent=fresh, exact=False)
+        if meta is None:
+            return None
+        head = int(meta.max_offset)
+        if fresh:
+            end = cls.chain_end(cls.pq(topic, queue), consistent=True)
+            if end is not None:
+                head = max(head, end)
+        return head
+
+    @classmethod
+    def append(cls, topic: str, queue: int, base: int, part: Append, now: int) -> None:
+        """Put ``part``'s segments at ``base`` (which must be the queue's head).
+
+        Each segment item is keyed by its first offset and written only if no segment starts
+        there (``attribute_not_exists``): since every segment starts where an existing one ends,
+        the log stays one contiguous chain — no hole, no overlap — without a lock or a counter.
+        A part without client-chosen ids and with one segment is one conditional PutItem and
+        nothing else (issue 16 item 3): the queue item's ``max_offset`` is moved by the
+        SegmentsTable stream's consumer (:mod:`lakeq.produce.heads`), so it lags the chain by a
+        stream delay; readers that need the exact head read the chain (:meth:`queues`,
+        :meth:`queue`, :meth:`chain_end`).
+
+        A part with ids (or several segments) is one transaction: the queue item's head move
+        (``max_offset <= base`` → the part's end), the segments, then the dedup items (each
+        conditioned on its absence). The head moves atomically with the messages, so a message id
+        found in the dedup table is always below the head: a retry answered from the dedup items
+        is readable (issue 8, defect 2). Raises :class:`TransactionFailed` with reasons in that
+        order: index 0 = the head is past ``base`` or the queue is gone, 1..len(segments) = a
+        segment already starts there (someone appended first), the last ``len(part.dedup)`` =
+        the corresponding message id was recorded meanwhile.
+        At most :data:`TRANSACT_ITEMS` items: ``1 + len(segments) + len(dedup)``."""
+        assert part.segments[0].base == base
+        assert 1 + len(part.segments) + len(part.dedup) <= TRANSACT_ITEMS
+        pq = cls.pq(topic, queue)
+        end = part.segments[-1].end
+
+        def seg_item(s: seg.Segment, alone: bool = False) -> SegmentModel:
+            return SegmentModel(pq, s.base, end=s.end, count=s.count, idx=s.idx, data=s.data, z=s.compressed,
+                                produced_at=now, h=True if alone else None)
+
+        if not part.dedup and len(part.segments) == 1:
+            try:
+                seg_item(part.segments[0], alone=True).save(condition=SegmentModel.pq.does_not_exist())
+            except PutError as e:
+                if conditional_failed(e):
+                    raise TransactionFailed([CONDITION_FAILED]) from None
+                raise
+        else:
+            def build(t: TransactWrite) -> None:
+                t.update(cls._queue_item(topic, queue),
+                         actions=[QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(now)],
+                         condition=QueueModel.topic.exists() & (QueueModel.max_offset <= base))
+                for s in part.segments:
+                    t.save(seg_item(s), condition=SegmentModel.pq.does_not_exist())
+                for mid, off in part.dedup:
+                    t.save(DedupModel(topic, mid, queue=queue, offset=off,
+                                      expires_at=datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)),
+                           condition=DedupModel.id.does_not_exist())
+            transact(build)
+
+    @staticmethod
+    def _queue_item(topic: str, queue: int) -> QueueModel:
+        """The queue item's key (the one place that builds it)."""
+        return QueueModel(topic, queue)
+
+    @classmethod
+    def advance_head(cls, topic: str, queue: int, end: int, now: int) -> None:
+        """``max_offset`` := ``end`` unless it is already there or past (:meth:`advance_key`)."""
+        cls.advance_key(cls.pq(topic, queue), end, now)
+
+    @staticmethod
+    def advance_key(pq_: str, end: int, produced_at: int) -> bool:
+        """Queue item ``pq_``'s ``max_offset`` := ``end`` unless it is already there or past (one
+        conditional UpdateItem, ``max_offset < end``: the head only ever moves forward, so a
+        stream batch applied twice or late changes nothing). A gone queue item (a deleted
+        topic) is not created. A write that meets a transaction in flight on the queue item
+        (``TransactionConflictException``, which the SDK does not retry) is retried. True when
+        it moved the head."""
+        for attempt in range(8):
+            try:
+                QueueModel(pq_).update(
+                    actions=[QueueModel.max_offset.set(end), QueueModel.last_produced_at.set(produced_at)],
+                    condition=QueueModel.topic.exists() & (QueueModel.max_offset < end))
+                return True
+            except UpdateError as e:
+                if conditional_failed(e):
+                    return False
+                if getattr(e, "cause_response_code", None) != "TransactionConflictException" or attempt == 7:
+                    raise
+                backoff.sleep(attempt, base=0.005, cap=0.32)
+        return False
+
+    @classmethod
+    def read(cls, topic: str, queue: int, start: int, max_offsets: int, first: SegmentModel | None = None):
+        """Yield the segments holding offsets ``start..`` in order, until ``max_offsets`` offsets
+        are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
+        previous batch ended mid-segment), one more Query, newest first, for the segment that
+        contains it. Eventually consistent: a segment not yet visible only shortens the batch
+        (the caller stops at the first gap). ``first``: the segment starting at ``start`` when
+        the caller already read it (the pull's probe, :meth:`segments_at`): no Query when it covers
+        ``max_offsets``, else the Query from its end.
+
+        The forward Query's first page asks for as many segments as the batch should need
+        (:func:`lakeq.log.selection.segments_wanted`, from the messages per segment this container
+        last read on the queue; 8 when it read none): a Query is billed for every item it reads,
+        and a page of 8 segments of a hundred messages was ~10 times what a batch of a hundred
+        needs. Further pages (when the segments are smaller than that) ask for 8 as before."""
+        pq = cls.pq(topic, queue)
+        boundary = False  # is ``start`` known to be a segment's base or end (no segment around it)?
+        if first is not None and int(first.base) == start:
+            s = cls._segment(first)
+            remember_segment_size(pq, s.count)
+            yield s
+            if s.end - start >= max_offsets:
+                return
+            max_offsets -= s.end - start
+            start, boundary = s.end, True
+        forward = cls._forward(pq, start, segments_wanted(max_offsets, _segment_sizes.get(pq)))
+        first = next(forward, None)
+        if not boundary and (first is None or int(first.base) > start):
+            for item in SegmentModel.query(pq, SegmentModel.base < start, scan_index_forward=False, limit=1):
+                if int(item.end) > start:
+                    yield cls._segment(item)
+                    max_offsets -= int(item.end) - start
+                    start = int(item.end)
+                break
+            if max_offsets <= 0:
+                return
+        covered = 0
+        items = [first] if first is not None else []
+        for item in itertools.chain(items, forward):
+            s = cls._segment(item)
+            remember_segment_size(pq, s.count)
+            yield s
+            covered += s.end - max(start, s.base)
+            if covered >= max_offsets:
+                return
+
+    @classmethod
+    def segments_between(cls, topic: str, queue: int, start: int, upto: int) -> Iterator[seg.Segment]:
+        """The queue's segments with a base in ``[start, upto]``, in order: one consistent Query
+        (``base`` BETWEEN), read page by page as the caller iterates (the fan-out's catch-up,
+        :func:`lakeq.fanout.worker.catch_up`)."""
+        for item in SegmentModel.query(cls.pq(topic, queue), SegmentModel.base.between(start, upto),
+                                       consistent_read=True):
+            yield cls._segment(item)
+
+    @staticmethod
+    def _forward(pq: str, start: int, first_page: int):
+        """The segments from ``start`` on, in order: a first Query page of ``first_page`` items,
+        then pages of 8."""
+        page = SegmentModel.query(pq, SegmentModel.base >= start, limit=first_page, page_size=first_page)
+        n = 0
+        for item in page:
+            n += 1
+            yield item
+        if n < first_page or page.last_evaluated_key is None:
+            return
+        yield from SegmentModel.query(pq, SegmentModel.base >= start, page_size=8,
+                                      last_evaluated_key=page.last_evaluated_key)
+
+    @staticmethod
+    def _segment(item: SegmentModel) -> seg.Segment:
+        return seg.Segment(int(item.base), int(item.count), item.idx, item.data, bool(item.z))
