@@ -645,9 +645,8 @@ class AwsRules:
         self.denied: deque[tuple[str, Permission]] = deque(maxlen=1000)  # (function, permission): the latest
         self._client = None
         self._client_lock = threading.Lock()
-        # decisions already evaluated, per statement list (by identity: a role whose list is replaced
-        # is evaluated afresh) and permission; a call's permissions repeat, its statements do not change
-        self._decisions: dict[tuple[int, int, Permission], tuple[list, str]] = {}
+        # decisions already evaluated, per statement list and permission (:meth:`_decision`)
+        self._decisions: dict[tuple[int, Permission], tuple[list, list, str]] = {}
 
     # ----- construction
     @classmethod
@@ -707,17 +706,18 @@ class AwsRules:
                 raise access_denied(call.service, call.operation, role, perm, decision)
 
     def _decision(self, statements: list, perm: Permission) -> str:
-        """:func:`evaluate`, remembered per statement list (identity and length) and permission (the
-        list kept with its decision, so its identity is never reused by another list). A statement
-        changed in place is not seen: roles are built once from the template."""
-        key = (id(statements), len(statements), perm)
+        """:func:`evaluate`, remembered per statement list and permission: the list is kept with its
+        decision (so its identity is never reused by another list) and a copy of its statements as
+        they were, so a list replaced, grown or changed in place (a statement replaced or edited) is
+        evaluated afresh. Comparing the copy costs a small part of matching the statements."""
+        key = (id(statements), perm)
         hit = self._decisions.get(key)
-        if hit is not None and hit[0] is statements:
-            return hit[1]
+        if hit is not None and hit[0] is statements and hit[1] == statements:
+            return hit[2]
         decision = evaluate(statements, perm)
         if len(self._decisions) > 65_536:
             self._decisions.clear()
-        self._decisions[key] = (statements, decision)
+        self._decisions[key] = (statements, copy.deepcopy(statements), decision)
         return decision
 
     # ----- DynamoDB request limits

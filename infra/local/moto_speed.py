@@ -14,8 +14,11 @@ instance's type, for these classes that register no virtual subclasses): no trav
 moto's walk (checked by :func:`_maps_are_static` before installing), so the nodes processed,
 their order, the processor chosen for each (the first class in the map's order that the node is
 an instance of) and the tree's rewiring are those of moto's own code. :func:`uninstall` puts moto's back
-(tests/integration/test_moto_speed.py runs one script of updates both ways and compares every
-answer, error and item). ``LAKEQ_MOTO_PLAIN=1`` leaves moto as it is.
+(tests/integration/test_moto_direct.py::test_moto_speed_walks_update_expressions_as_moto_does runs one
+script of updates both ways and compares every answer, error and item). ``_maps_are_static`` checks
+the walk's methods only: that each ``_processing_map`` returns the same map throughout a walk holds
+for moto 5.2.5's traversers (literal dicts of bound methods; pyproject pins moto) and must be
+checked again on an upgrade. ``LAKEQ_MOTO_PLAIN=1`` leaves moto as it is.
 """
 from __future__ import annotations
 

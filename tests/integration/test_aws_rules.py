@@ -510,3 +510,22 @@ def test_local_stack_workers_act_as_their_function(tmp_path):
         pool.close()
     assert out == {"acting_as": "F", "delete": "AccessDeniedException", "big_put": "ValidationException",
                    "get": "EndpointConnectionError"}
+
+
+def test_remembered_decisions_see_statements_changed_in_place():
+    """A role's statements changed in place (one replaced, or one's fields edited: what a test that
+    narrows a role would do) are decided afresh: a remembered allow never outlives its statement."""
+    rules = ar.AwsRules.from_template(ctx=tpl.make_context(SMALL, "lakeq-local"))
+    put = {"TableName": "lakeq-local-t", "Item": {"k": {"S": "a"}}}
+    rules.before(Call("dynamodb", "PutItem", put, "F"))  # allowed, and remembered
+    st = rules.roles["F"].statements
+    kept = [dict(s) for s in st]
+    st[0] = {"Effect": "Deny", "Action": "*", "Resource": "*"}  # replaced, the same length
+    with pytest.raises(ClientError):
+        rules.before(Call("dynamodb", "PutItem", put, "F"))
+    st[:] = [dict(s) for s in kept]
+    rules.before(Call("dynamodb", "PutItem", put, "F"))
+    for s in st:  # every statement edited in place: nothing is allowed any more
+        s["Effect"] = "Deny"
+    with pytest.raises(ClientError):
+        rules.before(Call("dynamodb", "PutItem", put, "F"))

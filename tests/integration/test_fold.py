@@ -228,3 +228,20 @@ def test_a_member_folds_only_into_a_queue_it_is_assigned(api, setup, clock):
     rec = OffsetModel.get(OffsetRepo.owner("risk", topic), qa, consistent_read=True)
     assert (int(rec.committed_offset), rec.lock_next, int(rec.lock_until)) == (2, None, 0)  # acked alone
     assert ":".join(b2["receipt"].split(":")[-3:]) in rec.acks
+
+
+def test_a_piggybacked_ack_that_finds_nothing_left_is_remembered(api, setup):
+    """A pull's ``ack=`` of a batch whose offsets were all settled one by one answers no error (the
+    ack succeeded, nothing was left); a later ``POST /v1/acks`` retry of that receipt, after the
+    queue was locked again, answers 200 as for any remembered ack, not 409 ``stale_receipt``."""
+    produce(api, setup["feed"], 3)
+    s, b1 = pull(api, setup["risk"])
+    assert s == 200 and [m["offset"] for m in b1["messages"]] == [0, 1, 2]
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b1["receipt"], "accept": [0, 1, 2]},
+                      key=setup["risk"])
+    assert s == 200 and out["committed_offset"] == 3, out
+    produce(api, setup["feed"], 1)
+    s, b2 = pull(api, setup["risk"], ack=b1["receipt"])
+    assert s == 200 and [m["offset"] for m in b2["messages"]] == [3], b2  # locked again
+    s, again = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b1["receipt"]}, key=setup["risk"])
+    assert s == 200 and again["committed_offset"] == 3 and again["unsettled"] == [], (s, again)

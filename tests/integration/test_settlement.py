@@ -284,6 +284,73 @@ def test_retried_ack_of_a_folded_pull_answers_what_it_left(api, setup, clock):
     assert s == 200 and again["committed_offset"] == 1 and again["unsettled"] == [], again
 
 
+def test_whole_batch_ack_that_changed_nothing_is_remembered_for_its_retry(api, setup, clock):
+    """shared/API.md (Ack): a whole-batch ack answered 200 must answer the same body when retried,
+    also when it found nothing left to settle (every offset settled one by one, or all released)
+    and the queue was locked again since: it was answered 200, so its retry is not stale."""
+    produce(api, setup["feed"], 3)
+    b = pull(api, setup["risk"])
+    assert ack(api, setup["risk"], b["receipt"], accept=[0, 1, 2])[0] == 200  # the lock ends settled
+    s, first = ack(api, setup["risk"], b["receipt"])  # the whole batch: nothing left, 200
+    assert s == 200 and first["committed_offset"] == 3 and first["unsettled"] == [], first
+    produce(api, setup["feed"], 1, start=3)
+    b1 = pull(api, setup["risk"])
+    assert [m["offset"] for m in b1["messages"]] == [3]  # locked again
+    assert ack(api, setup["risk"], b["receipt"]) == (200, first)
+    assert ack(api, setup["risk"], b1["receipt"])[0] == 200
+    # all released, then the whole batch: nothing held, all pending; a pull serves them again
+    produce(api, setup["feed"], 3, start=4)
+    b2 = pull(api, setup["risk"])
+    assert [m["offset"] for m in b2["messages"]] == [4, 5, 6], b2
+    assert ack(api, setup["risk"], b2["receipt"], accept=[], release=[4, 5, 6])[0] == 200
+    s, first2 = ack(api, setup["risk"], b2["receipt"])
+    assert s == 200 and first2["committed_offset"] == 4 and first2["unsettled"] == [], first2
+    assert [m["offset"] for m in pull(api, setup["risk"])["messages"]] == [4, 5, 6]  # locked again
+    assert ack(api, setup["risk"], b2["receipt"]) == (200, first2)
+
+
+def test_retried_ack_of_an_entry_written_before_acks_carried_their_answer(api, setup, clock):
+    """An ``acks`` entry without ``=<committed>`` (written before the entries carried their
+    answer) may be a general-form ack that answered a committed offset below the receipt's end:
+    while the lock is still the receipt's, its retry must not claim the receipt's end as committed
+    while an offset below it is still pending."""
+    produce(api, setup["feed"], 3)
+    b = pull(api, setup["risk"])
+    assert ack(api, setup["risk"], b["receipt"], accept=[], release=[0])[0] == 200
+    s, first = ack(api, setup["risk"], b["receipt"])
+    assert s == 200 and first["committed_offset"] == 0, first
+    (rec,) = list(OffsetModel.scan(consistent_read=True))
+    assert rec.acks[-1].endswith("=0"), rec.acks
+    rec.update(actions=[OffsetModel.acks.set([a.partition("=")[0] for a in rec.acks])])  # as before
+    assert ack(api, setup["risk"], b["receipt"]) == (200, first)  # 0 is still pending: not 3
+
+
+@pytest.mark.parametrize("form", ["simple", "general", "nothing_left"])
+def test_concurrent_whole_batch_acks_of_one_receipt_answer_one_body(api, setup, clock, form):
+    """shared/API.md (Ack): the same whole-batch ack sent several times at once (a client retrying
+    before the first answer came) answers 200 with one body for all of them, in the simple form
+    (the fast path), the general form (a released offset stays pending) and when nothing is left."""
+    produce(api, setup["feed"], 3)
+    r = pull(api, setup["risk"])["receipt"]
+    if form == "general":
+        assert ack(api, setup["risk"], r, accept=[], release=[0])[0] == 200
+    elif form == "nothing_left":
+        assert ack(api, setup["risk"], r, accept=[0, 1, 2])[0] == 200
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(ack(api, setup["risk"], r))) for _ in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(results) == 6 and all(x == results[0] for x in results), results
+    assert results[0][0] == 200 and results[0][1]["committed_offset"] == (0 if form == "general" else 3)
+    produce(api, setup["feed"], 1, start=3)
+    assert pull(api, setup["risk"])["messages"]  # locked again: the retry is still the same answer
+    assert ack(api, setup["risk"], r) == results[0]
+    (rec,) = list(OffsetModel.scan(consistent_read=True))
+    assert len([a for a in rec.acks if a.partition("=")[0] == r.split(":", 2)[2]]) == 1, rec.acks
+
+
 def test_concurrent_settles_of_one_batch_all_land(api, setup, clock):
     produce(api, setup["feed"], 12)
     b = pull(api, setup["risk"])

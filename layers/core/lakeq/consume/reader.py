@@ -24,6 +24,7 @@ from lakeq.log import segments as seg
 from lakeq.log import settlement
 from lakeq.log.receipts import Receipt, topic_queue_field
 from lakeq.log.selection import QueueView, ack_entry, ack_key, candidates, lagging, may_fold, next_lock_ts
+from lakeq.log.selection import acked as remembered
 from lakeq.store.bodies import BodyStore
 from lakeq.store.offsets import OffsetRepo
 from lakeq.store.queue_log import LogRepo
@@ -412,10 +413,13 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     except (settlement.Stale, settlement.NotInBatch):
         ack_alone()
         return None
-    if not out.changed:  # a retry of an ack already written: nothing to write
+    key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+    if not out.changed:  # a retry of an ack already written: nothing to write; an ack that found
+        if remembered(view.acks, key) is None:  # nothing left to settle is remembered as POST /v1/acks
+            ack_alone()                         # remembers it (its retry after a relock: 200)
         return None
     acked = out.state
-    key = ack_entry(ack_key(receipt.offset, receipt.next_offset, receipt.timestamp), acked.committed)
+    key = ack_entry(key, acked.committed)
     settled = acked.lock_next is None and not acked.pend and not acked.due
     if settled and may_fold(view.run):
         fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)

@@ -157,10 +157,15 @@ def settle_receipt(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes,
     def step(rec) -> dict | _Write:
         if rec is None:
             raise StaleReceipt(stale)
-        if full and (first := acked(rec.acks, key)) is not None:  # a retry: the first answer's body
-            return {"committed_offset": first, "unsettled": []}
         view = OffsetRepo.view_of(rec)
         st = view.state()
+        if full and (first := acked(rec.acks, key)) is not None:  # a retry: the first answer's body
+            # While the lock is still the receipt's, the committed offset never went down since the
+            # ack, so this min is the first answer; an entry without "=" written before entries
+            # carried their answer may have answered less than the receipt's end: not claimed here.
+            if st.lock_ts == receipt.timestamp:
+                first = min(first, st.committed)
+            return {"committed_offset": first, "unsettled": []}
         try:
             out = S.settle(st, receipt.timestamp, receipt.offset, receipt.next_offset, outcomes.accept,
                            outcomes.release, outcomes.reject, policy.max_deliveries)
@@ -178,6 +183,8 @@ def settle_receipt(owner: str, queue: int, receipt: Receipt, outcomes: Outcomes,
                     new = flushed
             return {"committed_offset": new.committed, "unsettled": out.unsettled}
         if not out.changed:
+            if full:  # answered 200, so remembered: its retry after a relock answers the same (one write)
+                return _Write(view, out.state, done, {"ack": ack_entry(key, out.state.committed)})
             return done()
         ack = ack_entry(key, out.state.committed) if full else None
         return _Write(view, out.state, done, {"consumed": True, "ack": ack})
