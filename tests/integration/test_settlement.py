@@ -456,3 +456,23 @@ def test_a_subscription_to_the_dead_letter_topic_sees_dead_letter(api, setup, cl
     assert s == 200 and len(got["messages"]) == 1, got
     assert got["messages"][0]["dead_letter"]["reason"] == "rejected"
     assert got["messages"][0]["dead_letter"]["topic"] == "quotes/sh"
+
+
+@pytest.mark.parametrize("later", [7, 8, 10])
+def test_a_retried_ack_is_remembered_for_the_queues_next_locks(api, setup, clock, later):
+    """docs/api.md: the newest 8 whole-batch acks are remembered per queue (a new lock keeps 8, its
+    own ack makes 9). A retry after up to 8 more locks and acks of that queue answers the first
+    body; after more it is 409: the queue model's premise for retry_ack (409 only after >= 8)."""
+    produce(api, setup["feed"], 1 + later)
+    b = pull(api, setup["risk"], max=1)
+    s, first = ack(api, setup["risk"], b["receipt"])
+    assert s == 200
+    for _ in range(later):
+        nxt = pull(api, setup["risk"], max=1)
+        assert len(nxt["messages"]) == 1
+        assert ack(api, setup["risk"], nxt["receipt"])[0] == 200
+    s, again = ack(api, setup["risk"], b["receipt"])
+    if later <= 8:
+        assert (s, again) == (200, first)
+    else:
+        assert s == 409 and again["error"]["code"] == "stale_receipt", again
