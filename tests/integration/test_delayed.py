@@ -13,7 +13,7 @@ from lakeq.consume import service
 from lakeq.produce import delayed
 from lakeq.produce import service as produce_service
 from lakeq.store.models import QueueModel
-from tests.handlers import Context, load_function
+from tests.handlers import Context, load_function, this_thread_sleep
 from tests.history import drain, path
 
 T = "quotes/sh"
@@ -375,7 +375,7 @@ def test_a_long_poll_wakes_when_a_delayed_message_is_due(api, setup, clock, monk
     def sleep(seconds):
         slept.append(round(seconds * 1000))
         clock.t += round(seconds * 1000)
-    monkeypatch.setattr(logread.time, "sleep", sleep)
+    monkeypatch.setattr(logread.time, "sleep", this_thread_sleep(sleep))
     s, b = produce(api, setup["feed"], [{"id": "w", "body": "w", "key": "k", "delay_ms": 800}])
     due = b["results"][0]["deliver_at"]
     s, got = pull(api, setup["risk"], wait_ms=3000)

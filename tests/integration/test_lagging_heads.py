@@ -15,7 +15,7 @@ from infra.local import interceptor
 from lakeq.store.models import QueueModel, SegmentModel
 from lakeq.store.queue_log import LogRepo
 from tests.crash import CountCalls
-from tests.handlers import Context, load_function, segment_records
+from tests.handlers import Context, load_function, segment_records, this_thread_sleep
 from tests.history import path
 
 T = "quotes/sh"
@@ -312,7 +312,8 @@ def test_an_idle_long_poll_probes_all_its_queues_in_one_call_a_round(api, setup,
     queue: a 64-queue topic's empty pull made 64 sequential calls (bench/idle.py: 1.5 s of a
     fallback pull, 17× SQS a month). Time is the fake clock, moved by the poll's own sleeps."""
     from lakeq.consume import reader
-    monkeypatch.setattr(reader.time, "sleep", lambda s: setattr(clock, "t", clock.t + round(s * 1000)))
+    monkeypatch.setattr(reader.time, "sleep",
+                        this_thread_sleep(lambda s: setattr(clock, "t", clock.t + round(s * 1000))))
     calls = CountCalls({"ConsumeFunction"})
     with interceptor.hooked(calls):
         assert pull(api, setup["risk"], wait_ms=20000)["messages"] == []
@@ -336,7 +337,7 @@ def test_a_message_appended_during_a_long_poll_is_found_within_a_second_without_
             produce(api, setup["feed"], [{"body": "late", "key": "k"}])
             produced_at.append(clock.t)
 
-    monkeypatch.setattr(reader.time, "sleep", sleep)
+    monkeypatch.setattr(reader.time, "sleep", this_thread_sleep(sleep))
     start = clock.t
     b = pull(api, setup["risk"], wait_ms=20000)
     assert [m["body"] for m in b["messages"]] == ["late"]
