@@ -10,14 +10,15 @@ and writes nothing back from them. A repository that needs the model of a record
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 from lakeq.common.names import log_of
 
-__all__ = ["Client", "Queue", "Topic", "log_of", "queue_from_item", "record_of"]
+__all__ = ["Client", "Queue", "Topic", "log_of", "model_of", "queue_from_item", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class Queue:
 
 _QUEUE_SET = frozenset(f.name for f in fields(Queue))
 R = TypeVar("R")
+M = TypeVar("M")
 
 
 @functools.cache
@@ -98,6 +100,12 @@ def record_of(cls: type[R], m: Any) -> R:
     repository turns an item into what it hands out (:class:`Topic`, :class:`Client`,
     :class:`Queue`, :class:`lakeq.store.redrives.Redrive`, :class:`lakeq.store.replays.Replay`)."""
     return cls(**{f: _plain(getattr(m, f)) for f in _fields(cls)})
+
+
+def model_of(model: Callable[..., M], rec: Any) -> M:
+    """The inverse of :func:`record_of` for a record keyed by ``id``: the model item ``model(rec.id,
+    ...)`` with the record's other fields that are set (None: the attribute stays absent)."""
+    return model(rec.id, **{k: v for k, v in dataclasses.asdict(rec).items() if k != "id" and v is not None})
 
 
 def queue_from_item(item: dict) -> Queue:

@@ -8,7 +8,6 @@ a finish are one transaction with the source item (``active`` absent → set; ``
 removed, ``pos`` saved)."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute
@@ -16,7 +15,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.models import Model
 
 from lakeq.store.models import _meta
-from lakeq.store.records import record_of
+from lakeq.store.records import model_of, record_of
 from lakeq.store.writes import transact_if_first, update_if
 
 SOURCE_PREFIX = "~src|"
@@ -103,7 +102,7 @@ class RedriveRepo:
     def create(r: Redrive) -> bool:
         """The redrive item and its source's ``active``, in one transaction. False: another
         redrive of that source is active."""
-        item = M(r.id, **{k: v for k, v in dataclasses.asdict(r).items() if k != "id" and v is not None})
+        item = model_of(M, r)
 
         def build(t) -> None:
             t.update(M(source_key(item.source_log)), actions=[M.active.set(item.id)],

@@ -19,7 +19,6 @@ are read here too (:class:`ReplayObjects`; S3 through the one botocore client of
 """
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import os
@@ -33,7 +32,7 @@ from pynamodb.models import Model
 
 from lakeq.store import slots
 from lakeq.store.models import _meta
-from lakeq.store.records import record_of
+from lakeq.store.records import model_of, record_of
 from lakeq.store.writes import update_if
 
 LIVE_STATUSES = ("selecting", "copying")
@@ -119,7 +118,7 @@ class ReplayRepo:
         from pynamodb.exceptions import PutError
 
         from lakeq.store.writes import conditional_failed
-        item = M(r.id, **{k: v for k, v in dataclasses.asdict(r).items() if k != "id" and v is not None})
+        item = model_of(M, r)
         try:
             item.save(condition=M.id.does_not_exist())
             return True

@@ -4,7 +4,6 @@ delivery begins). The use cases are in :mod:`lakeq.subscriptions.service`; the f
 (:mod:`lakeq.fanout.worker`) reads and parks through this module."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from lakeq.common.errors import BadRequest
 from lakeq.common.names import covers, list_log
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from lakeq.store.queue_log import LogRepo
-from lakeq.store.records import record_of
+from lakeq.store.records import model_of, record_of
 from lakeq.store.writes import TransactionFailed, transact, transact_if_first
 
 VERSION_ID = "~version"
@@ -215,7 +214,7 @@ class SubscriptionRepo:
     @staticmethod
     def create(s: Subscription) -> None:
         """Subscription item + its list's queue item + version bump: one transaction (4 WCU x2)."""
-        sub = SubscriptionModel(s.id, **{k: v for k, v in dataclasses.asdict(s).items() if k != "id" and v is not None})
+        sub = model_of(SubscriptionModel, s)
 
         def build(t: TransactWrite) -> None:
             t.save(sub, condition=SubscriptionModel.id.does_not_exist())
