@@ -81,7 +81,18 @@ from infra.local import interceptor as _interceptor  # noqa: E402
 from infra.local import moto_direct as _moto_direct  # noqa: E402
 
 _moto_direct.lock = _moto_lock
-_interceptor.direct = _moto_direct.call
+
+# ... and to the memory store instead while a test uses it (the ``memory_store`` fixture:
+# infra/local/dynamo_memory.py; the contract suite, tests/contract/, holds it to moto's answers)
+from infra.local import dynamo_memory as _dynamo_memory  # noqa: E402
+
+
+def _direct(client, operation, params):
+    response = _dynamo_memory.call(client, operation, params)
+    return response if response is not _moto_direct.NOT_HANDLED else _moto_direct.call(client, operation, params)
+
+
+_interceptor.direct = _direct
 _interceptor.install()
 
 # moto's UpdateExpression walk without its per-node bookkeeping (infra/local/moto_speed.py)
@@ -175,6 +186,25 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot):
         sqs_perm.forget_topics()  # (the container's topic cache and copies of queue items: a fresh store per test)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         yield {**clients, "_rules": rules}
+
+
+@pytest.fixture(scope="session")
+def _memory_tables(template):
+    return _dynamo_memory.from_template(template)
+
+
+@pytest.fixture
+def memory_store(aws, _memory_tables):
+    """DynamoDB's data plane answered from dicts for this test (``infra/local/dynamo_memory.py``):
+    the template's tables, empty; S3, SQS, secrets and DynamoDB's control plane stay on moto, and
+    the IAM and limit hooks see every call as before. A test that reads a table's Streams cannot
+    use it (the store raises ``NotSupported``)."""
+    _memory_tables.reset()
+    _dynamo_memory.use(_memory_tables)
+    try:
+        yield _memory_tables
+    finally:
+        _dynamo_memory.use(None)
 
 
 # --- running in parallel: `make test` runs unit, integration and spark on 2 pytest-xdist workers with

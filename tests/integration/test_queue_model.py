@@ -1,6 +1,8 @@
 """The whole queue against a plain reference model (issue 31 item 3): a hypothesis
-``RuleBasedStateMachine`` drives lakeq's routes in-process on moto (the template's IAM, as every
-integration test) with the fake clock, and a model of dicts and lists says what may happen.
+``RuleBasedStateMachine`` drives lakeq's routes in-process (the template's IAM, as every
+integration test) with the fake clock, and a model of dicts and lists says what may happen. The
+store under it is the memory store (infra/local/dynamo_memory.py, held to moto's answers by
+tests/contract/) for the many steps, and moto itself for a few hundred.
 
 Set-up per example (a fresh moto state): topic ``t`` (2 queues), dead-letter topic ``dlq``
 (1 queue), producer ``feed``, consumer group ``g`` (clustering, visibility 3000 ms,
@@ -29,10 +31,12 @@ dead-letter count equals the model's (the dead-letter topic's copies tell which 
 written), the backlog lies between the model's bounds. The drain: exactly the unacked,
 not-dead-lettered messages are served, then the dead-letter counts and copies equal the model's.
 
-Steps per run: ``LAKEQ_MODEL_PARTS`` (default 8) tests, each ``LAKEQ_MODEL_EXAMPLES`` (default 50)
-examples of at most ``LAKEQ_MODEL_STEPS`` (default 25) steps: 10,000 steps at most, each test
-checking that its examples took at least half of its share (the parts spread over pytest-xdist's
-workers; hypothesis draws fresh seeds per part and per run, and replays a saved failure first).
+Steps per run: ``LAKEQ_MODEL_PARTS`` (default 8) tests on the memory store, each
+``LAKEQ_MODEL_EXAMPLES`` (default 100) examples of at most ``LAKEQ_MODEL_STEPS`` (default 25)
+steps, 20,000 steps at most, each test checking that its examples took at least half of its share
+(so at least 10,000 steps a run); and one test on moto of ``LAKEQ_MODEL_MOTO_EXAMPLES`` (default
+12) examples, 300 steps at most. The parts spread over pytest-xdist's workers; hypothesis draws
+fresh seeds per part and per run, and replays a saved failure first.
 """
 from __future__ import annotations
 
@@ -57,7 +61,8 @@ VIS = 3_000
 MAXD = 3
 KEYS = ("a", "b", "c")
 PARTS = int(os.environ.get("LAKEQ_MODEL_PARTS", "8"))
-EXAMPLES = int(os.environ.get("LAKEQ_MODEL_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("LAKEQ_MODEL_EXAMPLES", "100"))
+MOTO_EXAMPLES = int(os.environ.get("LAKEQ_MODEL_MOTO_EXAMPLES", "12"))
 STEPS = int(os.environ.get("LAKEQ_MODEL_STEPS", "25"))
 T0 = 1_800_000_000_000
 
@@ -662,7 +667,7 @@ class QueueModel(RuleBasedStateMachine):
 
 
 @pytest.fixture
-def model_ctx(aws, clock, monkeypatch, _aws_snapshot):
+def model_ctx(aws, clock, monkeypatch, _aws_snapshot, request):
     from moto.backends import get_backend
 
     from lakeq.admin import auth as lq_auth
@@ -675,7 +680,11 @@ def model_ctx(aws, clock, monkeypatch, _aws_snapshot):
     monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
     monkeypatch.setattr(redrive, "sleep", lambda seconds: setattr(clock, "t", clock.t + round(seconds * 1000)))
 
+    memory = request.getfixturevalue("memory_store") if getattr(request, "param", "moto") == "memory" else None
+
     def reset():
+        if memory is not None:
+            memory.reset()
         for name, accounts in _aws_snapshot.items():  # as tests/conftest.py's aws fixture: empty tables
             live = get_backend(name)
             for acct, regions in accounts.items():
@@ -686,18 +695,21 @@ def model_ctx(aws, clock, monkeypatch, _aws_snapshot):
         sqs_perm.forget_topics()
         monkeypatch.setattr(sqs_perm, "CLIENTS_SEEN", {})
 
-    return {"reset": reset, "api": Api, "clock": clock, "sqs": lambda: Harness().client("admin")}
+    return {"reset": reset, "api": Api, "clock": clock, "sqs": lambda: Harness().client("admin"),
+            "store": "memory" if memory is not None else "moto"}
 
 
 @pytest.mark.timeout(1200)  # ~25 s a part on a quiet machine; 300+ s seen at load 11 (2 cores)
-@pytest.mark.parametrize("part", range(PARTS))
+@pytest.mark.parametrize(("model_ctx", "part"), [("memory", i) for i in range(PARTS)] + [("moto", 0)],
+                         indirect=["model_ctx"])
 def test_queue_against_the_model(model_ctx, part):
     QueueModel.ctx = model_ctx
     QueueModel.seen = Counter()
+    examples = EXAMPLES if model_ctx["store"] == "memory" else MOTO_EXAMPLES
     run_state_machine_as_test(QueueModel, settings=settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+        max_examples=examples, stateful_step_count=STEPS, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     print(f"model run, part {part}:", dict(sorted(QueueModel.seen.items())))
     # the premise of "10,000 steps a run": the examples were not cut short (each step is checked
     # by lakeq_agrees, counted here; an example runs its initialisation and up to STEPS rules)
-    assert QueueModel.seen["steps"] >= EXAMPLES * STEPS // 2, QueueModel.seen["steps"]
+    assert QueueModel.seen["steps"] >= examples * STEPS // 2, QueueModel.seen["steps"]
