@@ -167,7 +167,7 @@ def _restore(snapshot: dict) -> None:
 
 
 @pytest.fixture
-def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot):
+def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot, _memory_tables, request):
     from infra.local import aws_rules, interceptor
 
     roles, tables = aws_rules_spec
@@ -185,7 +185,17 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot):
 
         sqs_perm.forget_topics()  # (the container's topic cache and copies of queue items: a fresh store per test)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
-        yield {**clients, "_rules": rules}
+        # DynamoDB's data plane: the memory store unless the test is marked ``moto``
+        # (LAKEQ_TEST_STORE=moto: every test on moto, to compare)
+        on_moto = request.node.get_closest_marker("moto") or os.environ.get("LAKEQ_TEST_STORE") == "moto"
+        memory = None if on_moto else _memory_tables
+        if memory is not None:
+            memory.reset()
+        _dynamo_memory.use(memory)
+        try:
+            yield {**clients, "_rules": rules, "_memory": memory}
+        finally:
+            _dynamo_memory.use(None)
 
 
 @pytest.fixture(scope="session")
@@ -194,17 +204,13 @@ def _memory_tables(template):
 
 
 @pytest.fixture
-def memory_store(aws, _memory_tables):
-    """DynamoDB's data plane answered from dicts for this test (``infra/local/dynamo_memory.py``):
-    the template's tables, empty; S3, SQS, secrets and DynamoDB's control plane stay on moto, and
-    the IAM and limit hooks see every call as before. A test that reads a table's Streams cannot
-    use it (the store raises ``NotSupported``)."""
-    _memory_tables.reset()
-    _dynamo_memory.use(_memory_tables)
-    try:
-        yield _memory_tables
-    finally:
-        _dynamo_memory.use(None)
+def memory_store(aws):
+    """The memory store answering this test's DynamoDB data plane (``infra/local/dynamo_memory.py``;
+    every test's unless marked ``moto``): the template's tables, empty at the start; S3, SQS,
+    secrets and DynamoDB's control plane stay on moto, and the IAM and limit hooks see every call
+    as before. A test that reads a table's Streams needs moto (the store raises ``NotSupported``)."""
+    assert aws["_memory"] is not None, "a test marked moto has no memory store"
+    return aws["_memory"]
 
 
 # --- running in parallel: `make test` runs unit, integration and spark on 2 pytest-xdist workers with

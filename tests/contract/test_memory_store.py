@@ -15,6 +15,9 @@ from infra.local import dynamo_memory
 from tests.conftest import _restore
 from tests.dynamo_scripts import TABLE, make_table, script, updates
 
+# moto: this file makes its own tables and compares stores itself
+pytestmark = pytest.mark.moto
+
 
 def _without_capacity(entries: list) -> list:
     out = []

@@ -23,6 +23,9 @@ from hypothesis import strategies as st
 
 from infra.local import dynamo_memory
 
+# moto: this file makes its own tables and compares stores itself
+pytestmark = pytest.mark.moto
+
 MAIN = "contract-main"
 INDEXED = "contract-indexed"
 DEFINITIONS = [

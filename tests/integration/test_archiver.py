@@ -173,6 +173,7 @@ def test_poison_record_partial_batch_response_archives_only_what_precedes_it(aws
     assert archiver.lambda_handler(ev, None)["batchItemFailures"] == [{"itemIdentifier": seqs[1]}]
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_archiver_poison_record_through_the_templates_event_source_mapping(aws, archiver):
     """Through the local stream pump with template.yaml's settings: the poison record is discarded
     after the retries and reported to the on-failure queue; every other row reaches the lake."""

@@ -251,6 +251,7 @@ def test_item_size_rules():
     assert ar.value_size({"M": {"k": {"S": "ab"}}}) == 3 + 1 + 2 + 1
 
 
+@pytest.mark.moto  # the rules' own size of an update (moto's engine; the memory store checks its own)
 def test_item_over_400_kb_put_and_update(aws):
     ddb = aws["dynamodb"]
     with pytest.raises(ClientError) as e:

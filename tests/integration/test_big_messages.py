@@ -203,6 +203,7 @@ def test_a_delayed_big_message_keeps_the_claim_in_its_delayed_item(api, setup, a
     assert len(objects(aws)) == 1
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_fanout_copies_the_claim_to_a_subscription_list(api, setup, aws, fanout_handler):
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes"}, key=setup["risk"])
     assert s == 201, sub
@@ -335,6 +336,7 @@ def test_a_dead_lettered_big_message_is_copied_by_its_claim(api, setup, aws, clo
     assert [m["body"] == body for m in got] == [True]
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_the_lake_keeps_a_claimed_body_by_its_claim(api, setup, aws):
     """The archiver's ``kind=bodies`` row of a claim-checked message (issue 18.1 meets 18.2): an empty
     body and the claim (key, size, digest) — what the replay's copier needs to find the body — and the

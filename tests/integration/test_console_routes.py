@@ -3,6 +3,8 @@ page, ``GET /v1/clients``, ``GET /v1/topics/{topic}``, ``lock_owner`` in a group
 ``GET /v1/subscriptions/{id}/offsets``."""
 from __future__ import annotations
 
+import pytest
+
 import re
 
 T = "/v1/topics/quotes%2Fsh/messages"
@@ -164,6 +166,7 @@ def test_summary_counts_dead_letters_and_caps_pairs(api, setup, clock, monkeypat
     assert b["truncated"] is True and sum(1 for g in b["groups"] if "backlog" in g) == 1
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_summary_counts_subscription_lists(api, setup, clock, aws, fanout_handler, fresh_matcher):
     """A subscription's list is summed in the totals next to the groups, with its own oldest entry."""
     from tests.handlers import Context, segment_records

@@ -27,6 +27,9 @@ from lakeq.subscriptions.service import SubscriptionRepo, list_topic, read_list
 from tests.crash import CrashAfter, count_calls, seeded_points
 from tests.handlers import Context, _load
 
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = pytest.mark.moto
+
 FN = {"FanoutFunction"}
 SUBS = {  # name -> (create body, reference predicate on (topic, properties))
     "all": ({"topic": "quotes"}, lambda t, p: True),

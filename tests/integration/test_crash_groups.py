@@ -25,6 +25,9 @@ from lakeq.store.models import GroupMemberModel, GroupModel, TopicModel
 from tests.crash import CountCalls, CrashAfter, seeded_points
 from tests.integration.test_groups_handlers import _history
 
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = pytest.mark.moto
+
 QUEUES = {("quotes", i) for i in range(4)} | {("quotes/sh", i) for i in range(2)}
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
 TIMEOUT = 10_000

@@ -227,6 +227,7 @@ def test_topic_caps_and_state_size_cap(api, clock, sizes, monkeypatch):
     assert (after.version, after.state) == (before.version, before.state)  # nothing written
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_large_header_is_compressed_and_the_stream_reads_it(aws, api, clock):
     """The lake's member rows come from the GroupsTable stream: the compact and the compressed
     header both decode to the same rows as the old one-item-per-group state did."""

@@ -4,6 +4,8 @@
 granted ``quotes`` (so also ``quotes/sh``)."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import random
 import threading
@@ -385,6 +387,7 @@ def _history(aws):
     return out
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_concurrent_joins_and_heartbeats_lose_nothing(aws, api, setup, clock, monkeypatch):
     monkeypatch.setattr(group_store, "BACKOFF_BASE_S", 0.001)
     monkeypatch.setattr(group_store, "ATTEMPTS", 200)

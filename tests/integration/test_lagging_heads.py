@@ -9,6 +9,8 @@ left on the hint: ``LogRepo.queues``/``queue`` with ``exact=False`` and no pull 
 """
 from __future__ import annotations
 
+import pytest
+
 import threading
 
 from infra.local import interceptor
@@ -17,6 +19,9 @@ from lakeq.store.queue_log import LogRepo
 from tests.crash import CountCalls
 from tests.handlers import Context, load_function, segment_records, this_thread_sleep
 from tests.history import path
+
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = pytest.mark.moto
 
 T = "quotes/sh"
 P = path(T)

@@ -15,6 +15,9 @@ from infra.local import interceptor, moto_direct, moto_speed
 from tests.conftest import _restore
 from tests.dynamo_scripts import make_table, script, updates
 
+# moto: this file makes its own tables and compares stores itself
+pytestmark = pytest.mark.moto
+
 
 @pytest.fixture
 def fresh(aws, _aws_snapshot):

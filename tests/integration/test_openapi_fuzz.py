@@ -86,7 +86,7 @@ def test_every_openapi_operation_is_fuzzed():
     assert params == PARAM_NAMES, params ^ PARAM_NAMES  # the fixture names real things for each
 
 
-# --- the store's state, as moto holds it --------------------------------------------------------
+# --- the store's state, as moto (and the memory store) holds it --------------------------------------------------------
 def state_digest() -> str:
     from moto.dynamodb.models import dynamodb_backends
     from moto.glue.models import glue_backends
@@ -94,11 +94,17 @@ def state_digest() -> str:
     from moto.secretsmanager.models import secretsmanager_backends
     from moto.sqs.models import sqs_backends
 
+    from infra.local import dynamo_memory
+
     h = hashlib.sha256()
     ddb = dynamodb_backends[ACCOUNT]["us-east-1"]
     for name in sorted(ddb.tables):
         items = sorted(json.dumps(i.to_json(), sort_keys=True, default=str) for i in ddb.tables[name].all_items())
         h.update(f"{name}:{len(items)}:".encode() + "\n".join(items).encode())
+    memory = dynamo_memory.active()  # the tables' items when the memory store answers DynamoDB
+    for name in sorted(memory.tables if memory is not None else ()):
+        items = sorted(json.dumps(i, sort_keys=True, default=str) for i in memory.tables[name].all())
+        h.update(f"memory {name}:{len(items)}:".encode() + "\n".join(items).encode())
     for bucket in sorted(s3_backends[ACCOUNT]["global"].buckets.values(), key=lambda b: b.name):
         for k in sorted(bucket.keys.keys()):
             for v in bucket.keys.getlist(k):

@@ -7,6 +7,8 @@ The bodies are 1 MiB (kept in the lake bucket by claim check, lakeq.log.claims):
 page."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import zlib
 
@@ -80,6 +82,7 @@ def test_group_pending_of_big_messages_over_replays_and_queues_is_one_response(a
         assert all(len(m["body"]) == MIB for m in got)
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_subscription_pending_pages_big_messages_each_once(api, setup, aws, fanout_handler):
     s, sub = api.call("POST", "/v1/subscriptions", {"subscriber": "risk", "topic": "quotes"}, key=setup["risk"])
     assert s == 201, sub

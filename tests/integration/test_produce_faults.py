@@ -284,6 +284,7 @@ def test_produce_without_ids_writes_no_queue_item(api, setup):
     assert [m["body"] for m in drain(api, setup["risk"])] == ["a", "b"]
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_head_update_meeting_a_transaction_is_retried(api, setup, aws):
     """The head mover's UpdateItem can meet an id-carrying producer's transaction on the queue item:
     it is retried, the head moves."""

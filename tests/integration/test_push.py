@@ -16,7 +16,8 @@ from lakeq.store.subscriptions import SubscriptionModel
 from tests.handlers import ADMIN, Context, load_function
 
 URL = "https://hooks.example.com/lakeq"
-pytestmark = pytest.mark.usefixtures("fresh_matcher")
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = [pytest.mark.moto, pytest.mark.usefixtures("fresh_matcher")]
 
 
 def produce(api, key, bodies, topic="quotes"):

@@ -17,7 +17,8 @@ from lakeq.store.subscriptions import SubscriptionModel
 from tests.integration.test_push import URL, fan_out, produce, subscribe
 from tests.unit.test_push_net import Server
 
-pytestmark = pytest.mark.usefixtures("fresh_matcher")
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = [pytest.mark.moto, pytest.mark.usefixtures("fresh_matcher")]
 
 
 def _snapshot():

@@ -170,6 +170,7 @@ def test_paused_or_deleted_topic_pushes_nothing(api, setup, aws, clock):
     assert push.deliver_group("risk", p).batches == 0 and p.bodies() == [["a"]]
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_a_pause_written_during_a_batch_ends_the_run_after_it(api, setup, aws, clock):
     """A run started before the pause: the pause lands while its first request is in flight (the
     endpoint answers after it); the run posts no other batch, although more are servable, and the
@@ -360,6 +361,7 @@ def test_stream_records_name_topics():
     assert contract.topics_of_records(recs) == ["quotes", "a/b"]
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_push_function_stream_trigger_serves_a_group_endpoint_as_its_role(api, setup, aws, clock, monkeypatch):
     """A produce's segment records alone (no schedule run) get the group's messages pushed; a topic
     with no group endpoint costs one registry Query and no delivery attempt; after DELETE, or

@@ -16,7 +16,8 @@ from lakeq.store.subscriptions import SubscriptionModel
 from tests.handlers import ADMIN
 from tests.integration.test_push import URL, Poster, fan_out, produce, subscribe
 
-pytestmark = pytest.mark.usefixtures("fresh_matcher")
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = [pytest.mark.moto, pytest.mark.usefixtures("fresh_matcher")]
 G = "/v1/groups/risk/push"
 
 

@@ -255,6 +255,7 @@ def test_delete_queue_crash_anywhere_then_retry_never_serves_old_data(api, sqs, 
 
 @pytest.mark.usefixtures("fresh_matcher")
 @pytest.mark.parametrize("before", [True, False])
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_subscription_gets_the_recreated_topics_messages(api, sqs, aws, before):
     """Sibling: a subscription made while the deleted topic had messages recorded that topic's
     heads (its start); the fan-out's list entries are keyed by source queue and base. Neither may

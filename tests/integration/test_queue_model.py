@@ -680,7 +680,8 @@ def model_ctx(aws, clock, monkeypatch, _aws_snapshot, request):
     monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
     monkeypatch.setattr(redrive, "sleep", lambda seconds: setattr(clock, "t", clock.t + round(seconds * 1000)))
 
-    memory = request.getfixturevalue("memory_store") if getattr(request, "param", "moto") == "memory" else None
+    memory = aws["_memory"]
+    assert (memory is not None) == (request.param == "memory") or os.environ.get("LAKEQ_TEST_STORE") == "moto"
 
     def reset():
         if memory is not None:
@@ -700,8 +701,8 @@ def model_ctx(aws, clock, monkeypatch, _aws_snapshot, request):
 
 
 @pytest.mark.timeout(1200)  # ~25 s a part on a quiet machine; 300+ s seen at load 11 (2 cores)
-@pytest.mark.parametrize(("model_ctx", "part"), [("memory", i) for i in range(PARTS)] + [("moto", 0)],
-                         indirect=["model_ctx"])
+@pytest.mark.parametrize(("model_ctx", "part"), [("memory", i) for i in range(PARTS)]
+                         + [pytest.param("moto", 0, marks=pytest.mark.moto)], indirect=["model_ctx"])
 def test_queue_against_the_model(model_ctx, part):
     QueueModel.ctx = model_ctx
     QueueModel.seen = Counter()

@@ -16,6 +16,9 @@ from tests.handlers import expire_dedup
 from tests.integration import replay_harness as H
 from tests.integration.test_replay_api import T0, check_delivered, produce, start
 
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = pytest.mark.moto
+
 HOUR = 3_600_000
 _real_sink = service.topic_sink
 

@@ -63,6 +63,7 @@ SETTLE_ONE = [("UpdateItem?", "offsets")]
 
 
 @pytest.mark.parametrize("who", ["admin", "clients"])
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who, aws):
     """One topic read per action (not one in the endpoint and one in the use case), no client
     lookup per request, and deleting the one message of a batch of one is one conditional write."""
@@ -101,6 +102,7 @@ def test_single_message_send_receive_delete_store_calls(h, frozen_caches, who, a
     assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_receives_rank_by_the_copy_of_the_queue_items_while_it_is_young(sqs, frozen_caches, monkeypatch, aws):
     """A busy queue's receives: the first reads the queue items, the next ones (within
     HINTS_MAX_AGE_S) rank by the container's copy (3 calls, no BatchGetItem); once the copy is older,

@@ -554,6 +554,7 @@ def test_local_gateway_routes_the_sqs_paths():
     assert route is None and allowed == set()
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_store_calls_per_action(aws, sqs, capsys):
     """DynamoDB calls each action makes as SqsFunction (docs/design.md's cost table comes from this)."""
     from tests.crash import CountCalls

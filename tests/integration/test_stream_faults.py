@@ -24,7 +24,8 @@ from tests.handlers import Context, sample, sqs_messages
 T_SAMPLE = 1795312800123  # produced_at of the messages in events/fanout_*stream.json
 
 
-pytestmark = pytest.mark.usefixtures("fresh_matcher")
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = [pytest.mark.moto, pytest.mark.usefixtures("fresh_matcher")]
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ from infra.local import template as T
 from infra.local.streams import StreamPump
 from tests.handlers import sqs_messages
 
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = pytest.mark.moto
+
 HANDLER = textwrap.dedent('''
     import json, os
 

@@ -11,7 +11,8 @@ H = 3_600_000
 T0 = 1_800_000_000_000
 
 
-pytestmark = pytest.mark.usefixtures("fresh_matcher")
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = [pytest.mark.moto, pytest.mark.usefixtures("fresh_matcher")]
 
 
 def at(monkeypatch, ms):

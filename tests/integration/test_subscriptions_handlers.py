@@ -252,6 +252,7 @@ def test_sample_events(api, setup, early_clock, monkeypatch):
     assert api.invoke(sample("subscriptions_delete.json"))[0] == 404
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_produce_then_pump_delivers_in_order_per_source_queue(api, setup, aws):
     """Through the real stream pump (template's event source mapping) on in-process moto."""
     from infra.local.streams import StreamPump

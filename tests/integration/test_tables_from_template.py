@@ -1,6 +1,8 @@
 """Tables and bucket created on moto from template.yaml carry the template's schema."""
 from __future__ import annotations
 
+import pytest
+
 from infra.local import template as T
 
 
@@ -57,6 +59,7 @@ def test_design_keys(aws):
     assert views["lakeq-local-offsets"] == "NEW_AND_OLD_IMAGES"
 
 
+@pytest.mark.moto  # reads DynamoDB Streams
 def test_create_is_idempotent_and_fills_stream_arns(aws, template):
     ctx = T.make_context(template, "lakeq-local")
     names = T.create_tables(aws["dynamodb"], ctx)

@@ -18,7 +18,8 @@ from tests.crash import CrashAfter, count_calls, seeded_points
 SEED = 8
 
 
-pytestmark = pytest.mark.usefixtures("fresh_matcher")
+# moto: these tests read DynamoDB Streams (the stream pump, the fan-out, the archiver), which the memory store has not
+pytestmark = [pytest.mark.moto, pytest.mark.usefixtures("fresh_matcher")]
 
 
 def handler(logical_id):
