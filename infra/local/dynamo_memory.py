@@ -1183,7 +1183,7 @@ def call(client: Any, operation: str, params: Mapping) -> Any:
     if store is None:
         return NOT_HANDLED
     if service == "dynamodbstreams":
-        raise NotSupported("the memory store has no Streams: run this test on moto (the ``moto_store`` mark)")
+        raise NotSupported("the memory store has no Streams: run this test on moto (mark it ``moto``)")
     if service != "dynamodb" or operation not in OPERATIONS:
         return NOT_HANDLED
     from botocore.validate import validate_parameters

@@ -64,6 +64,7 @@ def _publish(aws, root: Path, rid: str) -> None:
             s3.put_object(Bucket=bucket, Key=str(p.relative_to(root)), Body=p.read_bytes())
 
 
+@pytest.mark.moto  # the archiver reads DynamoDB Streams
 def test_produce_archive_select_copy_with_a_crash(spark, aws, api, setup, clock, tmp_path, monkeypatch):  # noqa: F811
     H.into_topic(api, aws, clock, monkeypatch, chunk=5)
     _produce(api, setup, clock)
