@@ -97,6 +97,8 @@ def _incoming(av: Any) -> Any:
         return {"L": [_incoming(x) for x in v]}
     if t == "M":
         return {"M": {k: _incoming(x) for k, x in v.items()}}
+    if t in ("SS", "NS"):
+        return {t: list(v)}  # the caller's list is not the store's
     return {t: v}
 
 
@@ -109,9 +111,47 @@ def _num(v: str) -> Decimal:
 
 
 def _scalar(av: Mapping) -> Any:
-    """A key's hashable, ordered value: str, Decimal or bytes."""
+    """A key's hashable, ordered value: str, Decimal or bytes (a blob botocore was handed as str:
+    its UTF-8 bytes, as on the wire)."""
     (t, v), = av.items()
-    return _num(v) if t == "N" else v
+    return _num(v) if t == "N" else _blob(v) if t == "B" else v
+
+
+def _check_numbers(av: Any) -> None:
+    """moto's number check of a put item (its ``_validate_item_types``): every "N" reached through
+    maps (not inside lists or number sets) must read as a finite number within DynamoDB's range."""
+    for t, v in av.items():
+        if isinstance(v, dict):
+            _check_numbers(v)
+        if t == "N" and isinstance(v, str):
+            bad = f"The parameter cannot be converted to a numeric value: {v}"
+            try:
+                f = float(v)
+            except ValueError:
+                raise _Validation(bad) from None
+            if v != v.strip() or f != f or f in (float("inf"), float("-inf")):
+                raise _Validation(bad)
+            if f != 0.0 and abs(f) > 9.9999999999999999999999999999999999999e125:
+                raise _Validation("Number overflow. Attempting to store a number with magnitude larger than "
+                                  "supported range")
+            if f != 0.0 and abs(f) < 1e-130:
+                raise _Validation("Number underflow. Attempting to store a number with magnitude smaller than "
+                                  "supported range")
+
+
+def _check_no_empty_set(av: Any) -> None:
+    """DynamoDB refuses an empty set anywhere in an item (moto: SS and NS, in PutItem only)."""
+    (t, v), = av.items()
+    if t in SET_TYPES and not v:
+        kind = {"SS": "string", "NS": "number", "BS": "binary"}[t]
+        raise _Validation(f"1 validation error detected: One or more parameter values were invalid: An {kind} set  "
+                          "may not be empty")
+    if t == "M":
+        for x in v.values():
+            _check_no_empty_set(x)
+    elif t == "L":
+        for x in v:
+            _check_no_empty_set(x)
 
 
 def _eq(a: Any, b: Any) -> bool:
@@ -427,7 +467,7 @@ class _Names:
 
     def __init__(self, p: Mapping, *fields: str, in_transaction: bool = False):
         self.names = p.get("ExpressionAttributeNames") or {}
-        self.values = p.get("ExpressionAttributeValues") or {}
+        self.values = {k: _incoming(v) for k, v in (p.get("ExpressionAttributeValues") or {}).items()}
         used = {r for f in fields if p.get(f) for r in _REFS.findall(p[f])}
         prefix = "" if in_transaction else "1 validation error detected: "
         for provided, kind in ((self.names, "Names"), ({} if in_transaction else self.values, "Values")):
@@ -742,6 +782,7 @@ class Table:
         self.hash_key, self.range_key = schema["HASH"], schema.get("RANGE")
         self.types = {a["AttributeName"]: a["AttributeType"] for a in definition.get("AttributeDefinitions", [])}
         self.indexes: dict[str, tuple[str, str | None, str, list[str]]] = {}
+        self.global_indexes = [g["IndexName"] for g in definition.get("GlobalSecondaryIndexes", [])]
         for gsi in [*definition.get("GlobalSecondaryIndexes", []), *definition.get("LocalSecondaryIndexes", [])]:
             s = {k["KeyType"]: k["AttributeName"] for k in gsi["KeySchema"]}
             proj = gsi.get("Projection") or {}
@@ -779,6 +820,24 @@ class Table:
             vals.append(_scalar(av))
         return vals[0], (vals[1] if self.range_key else None)
 
+    def check_put(self, item: dict) -> tuple[Any, Any]:
+        """A put item's key, after DynamoDB's checks of the item, in moto's order: an empty string
+        or blob as a global index's key, the table's key, an empty set, a number."""
+        for name in self.global_indexes:
+            hk, rk, _, _ = self.indexes[name]
+            for attr in (hk, rk):
+                if attr and attr in item and next(iter(item[attr])) in ("S", "B") \
+                        and len(next(iter(item[attr].values()))) == 0:
+                    raise _Validation("One or more parameter values are not valid. A value specified for a secondary "
+                                      "index key is not supported. The AttributeValue for a key attribute cannot "
+                                      f"contain an empty string value. IndexName: {self.global_indexes[0]}, "
+                                      f"IndexKey: {attr}")
+        k = self.key_of(item, item=True)
+        for v in item.values():
+            _check_no_empty_set(v)
+        _check_numbers(item)
+        return k
+
     def get(self, k: tuple[Any, Any]) -> dict | None:
         part = self.items.get(k[0])
         return part.get(k[1]) if part else None
@@ -810,6 +869,21 @@ def _item_size(item: Mapping) -> int:
     from infra.local.aws_rules import item_size
 
     return item_size(item)
+
+
+def _order_of(t: Table, index: str | None, scan: bool = False) -> Callable[[Mapping], tuple]:
+    """The sort order of a query's (or a scan's) items: a table's partition by its range key; an
+    index by its range key, then the table's key (moto's order among equal index keys); a scan by
+    its hash key first. Applied to a start key too (it holds every one of these attributes)."""
+    names = [t.hash_key] if scan and index is None else []
+    if index is not None:
+        names += [t.indexes[index][1], t.hash_key, t.range_key]
+    else:
+        names.append(t.range_key)
+
+    def order(it: Mapping) -> tuple:
+        return tuple((0, _scalar(it[n])) if n and n in it else (-1, 0) for n in names)
+    return order
 
 
 # ------------------------------------------------------------------------------------- the store
@@ -878,7 +952,7 @@ class MemoryDynamo:
         self._legacy(p, "Expected")
         t = self.table(op, p["TableName"])
         item = _item_in(p["Item"])
-        k = t.key_of(item, item=True)
+        k = t.check_put(item)
         names = _Names(p, "ConditionExpression", in_transaction=tx)
         old = self._check(op, t, k, p, names)
         if _item_size(item) > ITEM_LIMIT:
@@ -967,6 +1041,8 @@ class MemoryDynamo:
             names = _Names(req, "ProjectionExpression")
             project = self._projector(req, names)
             got = responses.setdefault(name, [])
+            if len({t.key_of(key) for key in req["Keys"]}) < len(req["Keys"]):
+                raise _Validation("Provided list of item keys contains duplicates")
             for key in req["Keys"]:
                 item = t.get(t.key_of(key))
                 if item is not None:
@@ -991,20 +1067,30 @@ class MemoryDynamo:
         index = p.get("IndexName")
         if index is not None and index not in t.indexes:
             raise _Validation(f"The table does not have the specified index: {index}")
+        self._index_read_checks(p, t, index)
         hk, rk = (t.indexes[index][0], t.indexes[index][1]) if index else (t.hash_key, t.range_key)
         kc = _parse_condition(p["KeyConditionExpression"])
         want = self._hash_value(kc, hk, names)
         if index is None:
             part = t.items.get(_scalar(want) if want is not None else None, {})
             candidates = list(part.values())
-            candidates.sort(key=lambda it: _scalar(it[rk]) if rk else 0)
         else:
             candidates = [it for it in t.all() if hk in it and _eq(it[hk], want) and (rk is None or rk in it)]
-            candidates.sort(key=lambda it: ((_scalar(it[rk]) if rk else 0), _scalar(it[t.hash_key]),
-                                            _scalar(it[t.range_key]) if t.range_key else 0))
+        candidates.sort(key=_order_of(t, index))
         if p.get("ScanIndexForward") is False:
             candidates.reverse()
         return self._page(op, t, p, names, candidates, kc, index)
+
+    @staticmethod
+    def _index_read_checks(p: Mapping, t: Table, index: str | None) -> None:
+        """What DynamoDB refuses of a read on a global index (moto's checks, in its order)."""
+        if index is None or index not in t.global_indexes:
+            return
+        if p.get("Select") == "ALL_ATTRIBUTES" and t.indexes[index][2] != "ALL":
+            raise _Validation("One or more parameter values were invalid: Select type ALL_ATTRIBUTES is not "
+                              f"supported for global secondary index {index} because its projection type is not ALL")
+        if p.get("ConsistentRead"):
+            raise _Validation("Consistent reads are not supported on global secondary indexes")
 
     @staticmethod
     def _hash_value(kc: tuple, hk: str, names: _Names) -> Any:
@@ -1029,10 +1115,13 @@ class MemoryDynamo:
         index = p.get("IndexName")
         if index is not None and index not in t.indexes:
             raise _Validation(f"The table does not have the specified index: {index}")
+        self._index_read_checks(p, t, index)
         items = list(t.all())
         if index is not None:
             hk, rk = t.indexes[index][0], t.indexes[index][1]
             items = [it for it in items if hk in it and (rk is None or rk in it)]
+        # in key order, so that a page's start key that is no longer there still marks a place
+        items.sort(key=_order_of(t, index, scan=True))
         return self._page(op, t, p, names, items, None, index)
 
     def _page(self, op: str, t: Table, p: Mapping, names: _Names, candidates: list, key_condition: tuple | None,
@@ -1046,8 +1135,11 @@ class MemoryDynamo:
                 if all(a in it and _eq(it[a], start.get(a)) for a in key_attrs):
                     candidates = candidates[i + 1:]
                     break
-            else:
-                candidates = self._after_missing_start(t, candidates, start, index, p)
+            else:  # the start key's item is gone (deleted since): the candidates ordered after it
+                order = _order_of(t, index, scan=key_condition is None)
+                pivot = order(start)
+                forward = key_condition is None or p.get("ScanIndexForward") is not False
+                candidates = [it for it in candidates if (order(it) > pivot if forward else order(it) < pivot)]
         limit = p.get("Limit")
         filt = _parse_condition(p["FilterExpression"]) if p.get("FilterExpression") else None
         project = self._projector(p, names)
@@ -1079,17 +1171,6 @@ class MemoryDynamo:
             out["LastEvaluatedKey"] = last
         return out
 
-    @staticmethod
-    def _after_missing_start(t: Table, candidates: list, start: dict, index: str | None, p: Mapping) -> list:
-        """The candidates after a start key no item has any more (it was deleted since): by key order."""
-        rk = t.indexes[index][1] if index else t.range_key
-        if rk is None or rk not in start:
-            return candidates
-        pivot = _scalar(start[rk])
-        forward = p.get("ScanIndexForward") is not False
-        return [it for it in candidates if rk in it and ((_scalar(it[rk]) > pivot) if forward
-                                                         else (_scalar(it[rk]) < pivot))]
-
     # ----- batches and transactions
     def _batch_write_item(self, op: str, p: Mapping) -> dict:
         plans = []
@@ -1099,7 +1180,7 @@ class MemoryDynamo:
             for r in reqs:
                 if "PutRequest" in r:
                     item = _item_in(r["PutRequest"]["Item"])
-                    k = t.key_of(item, item=True)
+                    k = t.check_put(item)
                     if _item_size(item) > ITEM_LIMIT:
                         raise _Validation("Item size has exceeded the maximum allowed size")
                     plans.append((t, k, item))
