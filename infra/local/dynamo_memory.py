@@ -983,6 +983,14 @@ class MemoryDynamo:
         new = _copy(old) if old is not None else _copy(key)
         if actions:
             _apply_update(actions, new, names, t.key_names)
+        for name in t.global_indexes:  # an index key set to an empty string or blob
+            for attr in t.indexes[name][:2]:
+                v = new.get(attr) if attr else None
+                if v is not None and next(iter(v)) in ("S", "B") and len(next(iter(v.values()))) == 0 \
+                        and (old is None or not _eq(old.get(attr), v)):
+                    raise _Validation("One or more parameter values are not valid. The update expression attempted "
+                                      "to update a secondary index key to a value that is not supported. The "
+                                      "AttributeValue for a key attribute cannot contain an empty string value.")
         if _item_size(new) > ITEM_LIMIT:
             raise _Validation("Item size to update has exceeded the maximum allowed size")
         if apply:
@@ -1071,6 +1079,7 @@ class MemoryDynamo:
         hk, rk = (t.indexes[index][0], t.indexes[index][1]) if index else (t.hash_key, t.range_key)
         kc = _parse_condition(p["KeyConditionExpression"])
         want = self._hash_value(kc, hk, names)
+        self._key_condition_checks(kc, hk, rk, t, names)
         if index is None:
             part = t.items.get(_scalar(want) if want is not None else None, {})
             candidates = list(part.values())
@@ -1091,6 +1100,26 @@ class MemoryDynamo:
                               f"supported for global secondary index {index} because its projection type is not ALL")
         if p.get("ConsistentRead"):
             raise _Validation("Consistent reads are not supported on global secondary indexes")
+
+    @staticmethod
+    def _key_condition_checks(kc: tuple, hk: str, rk: str | None, t: Table, names: _Names) -> None:
+        """A key condition names the key's attributes only (an OR is refused by the parser's
+        caller: no hash value is found under it), and begins_with takes a string or binary key."""
+        nodes = [kc]
+        while nodes:
+            n = nodes.pop()
+            if n[0] in ("and", "or", "not", "paren"):
+                nodes += [x for x in n[1:] if isinstance(x, tuple)]
+                continue
+            operands = n[2] if n[0] == "fn" else [x for x in n[1:] if isinstance(x, tuple)]
+            if n[0] == "in":
+                operands = [n[1], *n[2]]
+            for o in operands:
+                if o[0] in ("path", "size") and names.path(o[1]) not in ((hk,), (rk,)):
+                    raise _Validation("Query condition missed key schema element: " + (rk or hk))
+            if n[0] == "fn" and n[1] == "begins_with" and t.types.get(rk) not in ("S", "B"):
+                raise _Validation("Invalid KeyConditionExpression: Incorrect operand type for operator or function; "
+                                  f"operator or function: begins_with, operand type: {t.types.get(rk)}")
 
     @staticmethod
     def _hash_value(kc: tuple, hk: str, names: _Names) -> Any:
