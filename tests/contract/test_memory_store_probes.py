@@ -574,3 +574,36 @@ def test_a_key_condition_the_memory_store_refuses_where_moto_crashes():
                 },
             )
         assert e.value.response["Error"]["Code"] == "ValidationException"
+
+
+@pytest.mark.parametrize(
+    "op, params",
+    [
+        ("put_item", {"TableName": MAIN, "Item": k("a", 1), "Expected": {"pk": {"Exists": False}}}),
+        ("delete_item", {"TableName": MAIN, "Key": k("a", 1), "Expected": {"pk": {"Exists": True}}}),
+        ("update_item", {"TableName": MAIN, "Key": k("a", 1),
+                         "AttributeUpdates": {"v": {"Value": {"N": "1"}, "Action": "PUT"}}}),
+        ("query", {"TableName": MAIN, "KeyConditions": {
+            "pk": {"AttributeValueList": [{"S": "a"}], "ComparisonOperator": "EQ"}}}),
+        ("query", {"TableName": MAIN, "KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {
+            ":p": {"S": "a"}}, "QueryFilter": {"v": {"AttributeValueList": [{"N": "1"}], "ComparisonOperator": "EQ"}}}),
+        ("scan", {"TableName": MAIN, "ScanFilter": {"v": {"ComparisonOperator": "NOT_NULL"}}}),
+        ("scan", {"TableName": MAIN, "Segment": 0, "TotalSegments": 2}),
+    ],
+)
+def test_what_the_memory_store_does_not_answer_is_refused_not_guessed(aws, op, params):
+    """Legacy parameters, parallel scans and Streams raise NotSupported (the test belongs on moto)."""
+    ddb = aws["dynamodb"]
+    for d in DEFS:
+        ddb.create_table(**d)
+    mem = dynamo_memory.MemoryDynamo()
+    for d in DEFS:
+        mem.create_table(d)
+    dynamo_memory.use(mem)
+    try:
+        with pytest.raises(dynamo_memory.NotSupported):
+            getattr(ddb, op)(**params)
+        with pytest.raises(dynamo_memory.NotSupported):
+            aws["dynamodbstreams"].list_streams()
+    finally:
+        dynamo_memory.use(None)
