@@ -200,6 +200,15 @@ def _number(total: Any) -> dict:
     return {"N": f"{total}"}
 
 
+_INT = re.compile(r"[-+]?\d+")
+
+
+def _operand_number(v: str) -> int | Decimal:
+    """A number as moto's arithmetic reads it: an int when it is written as one, else a Decimal
+    (an exponent, "1E+2", is a Decimal here: moto raises a Python ValueError, DynamoDB adds it)."""
+    return int(v) if _INT.fullmatch(v.strip()) else Decimal(v)
+
+
 def _arith(a: Any, b: Any, sign: int) -> dict:
     """moto's arithmetic: ints when neither side has a '.', else Decimals, printed with f"{}"."""
     if a is None or b is None:
@@ -209,8 +218,7 @@ def _arith(a: Any, b: Any, sign: int) -> dict:
     if ta != "N" or tb != "N":
         raise _Validation("Invalid UpdateExpression: Incorrect operand type for operator or function; "
                           f"operator or function: {'+' if sign > 0 else '-'}, operand type: {ta if ta != 'N' else tb}")
-    x = Decimal(va) if "." in va else int(va)
-    y = Decimal(vb) if "." in vb else int(vb)
+    x, y = _operand_number(va), _operand_number(vb)
     return _number(x + y if sign > 0 else x - y)
 
 
@@ -670,14 +678,14 @@ def _apply_update(actions: list, item: dict, names: _Names, key_names: Iterable[
             if tv not in ("N",) + SET_TYPES:
                 raise _Validation("Invalid UpdateExpression: Incorrect operand type for operator or function; "
                                   f"operator: ADD, operand type: {_type_name(tv)}")
-            if current is None:
-                new = _copy(value)
+            if current is None:  # as moto: a number is added to 0 ("-0" is then "0"), a set copied
+                new = _number(_operand_number(vv)) if tv == "N" else _copy(value)
             else:
                 (tc, vc), = current.items()
                 if tc != tv:
                     raise _Validation("An operand in the update expression has an incorrect data type")
                 if tc == "N":
-                    new = _number((Decimal(vc) if "." in vc else int(vc)) + (Decimal(vv) if "." in vv else int(vv)))
+                    new = _number(_operand_number(vc) + _operand_number(vv))
                 else:
                     new = {tc: _set_union(tc, vc, vv)}
         else:  # delete
@@ -871,15 +879,14 @@ def _item_size(item: Mapping) -> int:
     return item_size(item)
 
 
-def _order_of(t: Table, index: str | None, scan: bool = False) -> Callable[[Mapping], tuple]:
-    """The sort order of a query's (or a scan's) items: a table's partition by its range key; an
-    index by its range key, then the table's key (moto's order among equal index keys); a scan by
-    its hash key first. Applied to a start key too (it holds every one of these attributes)."""
-    names = [t.hash_key] if scan and index is None else []
+def _order_of(t: Table, index: str | None) -> Callable[[Mapping], tuple]:
+    """The sort order of a query's (or a scan's) items, as moto's: by hash key, range key; on an
+    index by its own keys, then the table's (moto's order among equal index keys). Applied to a
+    start key too (it holds every one of these attributes)."""
     if index is not None:
-        names += [t.indexes[index][1], t.hash_key, t.range_key]
-    else:
-        names.append(t.range_key)
+        names = [t.indexes[index][0], t.indexes[index][1], t.hash_key, t.range_key]
+    else:  # (a query's partition has one hash key: a start key from another one sorts before or after all)
+        names = [t.hash_key, t.range_key]
 
     def order(it: Mapping) -> tuple:
         return tuple((0, _scalar(it[n])) if n and n in it else (-1, 0) for n in names)
@@ -1150,7 +1157,7 @@ class MemoryDynamo:
             hk, rk = t.indexes[index][0], t.indexes[index][1]
             items = [it for it in items if hk in it and (rk is None or rk in it)]
         # in key order, so that a page's start key that is no longer there still marks a place
-        items.sort(key=_order_of(t, index, scan=True))
+        items.sort(key=_order_of(t, index))
         return self._page(op, t, p, names, items, None, index)
 
     def _page(self, op: str, t: Table, p: Mapping, names: _Names, candidates: list, key_condition: tuple | None,
@@ -1165,7 +1172,7 @@ class MemoryDynamo:
                     candidates = candidates[i + 1:]
                     break
             else:  # the start key's item is gone (deleted since): the candidates ordered after it
-                order = _order_of(t, index, scan=key_condition is None)
+                order = _order_of(t, index)
                 pivot = order(start)
                 forward = key_condition is None or p.get("ScanIndexForward") is not False
                 candidates = [it for it in candidates if (order(it) > pivot if forward else order(it) < pivot)]

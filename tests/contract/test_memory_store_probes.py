@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the probes are call parameters, one string a line)
 """Hand-written calls where the memory store once answered differently from moto (issue 31 item 3
 review): each runs on moto and on the memory store from empty tables, every answer equal.
 
@@ -8,7 +9,10 @@ condition (moto raises a Python error, a 500; DynamoDB: a ValidationException); 
 holding "1.50" (moto compares the text); an empty binary set, or an empty set inside a list (moto
 takes both); a global index key of the wrong type (moto takes it); projections of several indexes
 of one list (``l[2], l[0]``: DynamoDB keeps both in list order, moto only one; the memory store
-pads and reorders: not used by lakeq, left).
+pads and reorders: not used by lakeq, left); a ProjectionExpression in TransactGetItems and
+AttributesToGet in GetItem (moto ignores both); an exponent in SET arithmetic ("1E+2" + 1: moto
+raises a Python ValueError, the memory store adds); a start key without the sort key (moto: a
+TypeError); a Key missing its sort key in UpdateItem (moto's message is "Validation Exception").
 """
 
 import pytest
@@ -26,6 +30,9 @@ DEFS = DEFINITIONS + [
         "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
     }
 ]
+
+
+B38 = "1234567890123456789012345678901234567"
 
 
 def k(p, s):
@@ -275,7 +282,7 @@ PROBES = {
                 "TableName": MAIN,
                 "Key": k("a", 15),
                 "UpdateExpression": "SET n = n + :a",
-                "ExpressionAttributeValues": {":a": {"N": "1E+2"}},
+                "ExpressionAttributeValues": {":a": {"N": "100"}},
                 "ReturnValues": "ALL_NEW",
             },
         ),
@@ -492,6 +499,216 @@ PROBES = {
             },
         ),
     ],
+    "big_add": [
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("a", 1),
+                "UpdateExpression": "ADD n :a",
+                "ExpressionAttributeValues": {":a": {"N": B38 + "8"}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("a", 1),
+                "UpdateExpression": "ADD n :a",
+                "ExpressionAttributeValues": {":a": {"N": "1"}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("a", 2),
+                "UpdateExpression": "SET d = :a",
+                "ExpressionAttributeValues": {":a": {"N": "1234567890123456789012345678901.25"}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("a", 2),
+                "UpdateExpression": "SET d = d + :a",
+                "ExpressionAttributeValues": {":a": {"N": "1.5"}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("a", 2),
+                "UpdateExpression": "ADD d :a",
+                "ExpressionAttributeValues": {":a": {"N": "0.25"}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("a", 3),
+                "UpdateExpression": "ADD z :a",
+                "ExpressionAttributeValues": {":a": {"N": "-0"}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("a", 3),
+                "UpdateExpression": "SET y = :a - :a",
+                "ExpressionAttributeValues": {":a": {"N": "1.50"}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+    ],
+    "num_cmp": [
+        ("PutItem", {"TableName": MAIN, "Item": {**k("c", 1), "n": {"N": "1E+2"}, "m": {"N": B38 + "9"}}}),
+        (
+            "DeleteItem",
+            {
+                "TableName": MAIN,
+                "Key": k("c", 1),
+                "ConditionExpression": "n > :a AND n = :h AND m > :b",
+                "ExpressionAttributeValues": {":a": {"N": "99"}, ":h": {"N": "100.0"}, ":b": {"N": B38 + "8"}},
+            },
+        ),
+    ],
+    "esk_other": [
+        *[("PutItem", {"TableName": MAIN, "Item": k("e", i)}) for i in range(3)],
+        (
+            "Query",
+            {
+                "TableName": MAIN,
+                "KeyConditionExpression": "pk = :p",
+                "ExpressionAttributeValues": {":p": {"S": "e"}},
+                "ExclusiveStartKey": k("zz", 1),
+            },
+        ),
+        (
+            "Query",
+            {
+                "TableName": MAIN,
+                "KeyConditionExpression": "pk = :p",
+                "ExpressionAttributeValues": {":p": {"S": "e"}},
+                "ExclusiveStartKey": {**k("e", 1), "x": {"S": "1"}},
+            },
+        ),
+    ],
+    "batch_get_proj": [
+        ("PutItem", {"TableName": MAIN, "Item": {**k("f", 1), "a": {"S": "x"}, "b": {"S": "y"}}}),
+        (
+            "BatchGetItem",
+            {
+                "RequestItems": {
+                    MAIN: {"Keys": [k("f", 1)], "ProjectionExpression": "#a", "ExpressionAttributeNames": {"#a": "a"}}
+                }
+            },
+        ),
+    ],
+    "cond_missing_item_ops": [
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("g", 1),
+                "UpdateExpression": "SET a = :v",
+                "ConditionExpression": "NOT attribute_exists(pk) AND (a <> :v OR size(a) = :z)",
+                "ExpressionAttributeValues": {":v": {"S": "x"}, ":z": {"N": "0"}},
+                "ReturnValues": "UPDATED_NEW",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("g", 1),
+                "UpdateExpression": "SET a = :v",
+                "ConditionExpression": "a IN (:v, :w)",
+                "ExpressionAttributeValues": {":v": {"S": "x"}, ":w": {"S": "y"}},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                "ReturnValues": "UPDATED_OLD",
+            },
+        ),
+    ],
+    "put_extra_key_type": [("PutItem", {"TableName": MAIN, "Item": {"pk": {"S": "h"}, "sk": {"S": "1"}}})],
+    "tx_dup_get": [
+        (
+            "TransactGetItems",
+            {
+                "TransactItems": [
+                    {"Get": {"TableName": MAIN, "Key": k("a", 1)}},
+                    {"Get": {"TableName": MAIN, "Key": k("a", 1)}},
+                ]
+            },
+        )
+    ],
+    "tx_cond_and_update_same": [
+        (
+            "TransactWriteItems",
+            {
+                "TransactItems": [
+                    {
+                        "Update": {
+                            "TableName": MAIN,
+                            "Key": k("i", 1),
+                            "UpdateExpression": "ADD v :n",
+                            "ExpressionAttributeValues": {":n": {"N": "1"}},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": MAIN,
+                            "Key": k("i", 2),
+                            "UpdateExpression": "ADD v :n",
+                            "ConditionExpression": "v = :n",
+                            "ExpressionAttributeValues": {":n": {"N": "1"}},
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                ]
+            },
+        ),
+        ("Scan", {"TableName": MAIN}),
+    ],
+    "list_append_missing": [
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("j", 1),
+                "UpdateExpression": "SET l = list_append(l, :x)",
+                "ExpressionAttributeValues": {":x": {"L": [{"N": "1"}]}},
+            },
+        )
+    ],
+    "set_nested_missing_map": [
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("j", 2),
+                "UpdateExpression": "SET m.a.b = :x",
+                "ExpressionAttributeValues": {":x": {"N": "1"}},
+            },
+        )
+    ],
+    "remove_index_oob": [
+        ("PutItem", {"TableName": MAIN, "Item": {**k("j", 3), "l": {"L": [{"N": "1"}]}}}),
+        (
+            "UpdateItem",
+            {"TableName": MAIN, "Key": k("j", 3), "UpdateExpression": "REMOVE l[5], m.x", "ReturnValues": "ALL_NEW"},
+        ),
+    ],
 }
 
 
@@ -581,12 +798,26 @@ def test_a_key_condition_the_memory_store_refuses_where_moto_crashes():
     [
         ("put_item", {"TableName": MAIN, "Item": k("a", 1), "Expected": {"pk": {"Exists": False}}}),
         ("delete_item", {"TableName": MAIN, "Key": k("a", 1), "Expected": {"pk": {"Exists": True}}}),
-        ("update_item", {"TableName": MAIN, "Key": k("a", 1),
-                         "AttributeUpdates": {"v": {"Value": {"N": "1"}, "Action": "PUT"}}}),
-        ("query", {"TableName": MAIN, "KeyConditions": {
-            "pk": {"AttributeValueList": [{"S": "a"}], "ComparisonOperator": "EQ"}}}),
-        ("query", {"TableName": MAIN, "KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {
-            ":p": {"S": "a"}}, "QueryFilter": {"v": {"AttributeValueList": [{"N": "1"}], "ComparisonOperator": "EQ"}}}),
+        (
+            "update_item",
+            {"TableName": MAIN, "Key": k("a", 1), "AttributeUpdates": {"v": {"Value": {"N": "1"}, "Action": "PUT"}}},
+        ),
+        (
+            "query",
+            {
+                "TableName": MAIN,
+                "KeyConditions": {"pk": {"AttributeValueList": [{"S": "a"}], "ComparisonOperator": "EQ"}},
+            },
+        ),
+        (
+            "query",
+            {
+                "TableName": MAIN,
+                "KeyConditionExpression": "pk = :p",
+                "ExpressionAttributeValues": {":p": {"S": "a"}},
+                "QueryFilter": {"v": {"AttributeValueList": [{"N": "1"}], "ComparisonOperator": "EQ"}},
+            },
+        ),
         ("scan", {"TableName": MAIN, "ScanFilter": {"v": {"ComparisonOperator": "NOT_NULL"}}}),
         ("scan", {"TableName": MAIN, "Segment": 0, "TotalSegments": 2}),
     ],
