@@ -1,4 +1,4 @@
-# ruff: noqa: E501  (the probes are call parameters, one string a line)
+# ruff: noqa: E501
 """Hand-written calls where the memory store once answered differently from moto (issue 31 item 3
 review): each runs on moto and on the memory store from empty tables, every answer equal.
 
