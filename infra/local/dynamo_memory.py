@@ -476,6 +476,10 @@ class _Names:
     def __init__(self, p: Mapping, *fields: str, in_transaction: bool = False):
         self.names = p.get("ExpressionAttributeNames") or {}
         self.values = {k: _incoming(v) for k, v in (p.get("ExpressionAttributeValues") or {}).items()}
+        if not any(p.get(f) for f in fields):  # no expression at all: the maps are refused outright
+            for provided, kind in ((self.names, "Names"), ({} if in_transaction else self.values, "Values")):
+                if provided:
+                    raise _Validation(f"ExpressionAttribute{kind} can only be specified when using expressions")
         used = {r for f in fields if p.get(f) for r in _REFS.findall(p[f])}
         prefix = "" if in_transaction else "1 validation error detected: "
         for provided, kind in ((self.names, "Names"), ({} if in_transaction else self.values, "Values")):

@@ -12,7 +12,8 @@ of one list (``l[2], l[0]``: DynamoDB keeps both in list order, moto only one; t
 pads and reorders: not used by lakeq, left); a ProjectionExpression in TransactGetItems and
 AttributesToGet in GetItem (moto ignores both); an exponent in SET arithmetic ("1E+2" + 1: moto
 raises a Python ValueError, the memory store adds); a start key without the sort key (moto: a
-TypeError); a Key missing its sort key in UpdateItem (moto's message is "Validation Exception").
+TypeError); a Key missing its sort key in UpdateItem (moto's message is "Validation Exception"); an
+unused ExpressionAttributeValues entry in Query or Scan (DynamoDB refuses it, moto does not).
 """
 
 import pytest
@@ -709,6 +710,149 @@ PROBES = {
             {"TableName": MAIN, "Key": k("j", 3), "UpdateExpression": "REMOVE l[5], m.x", "ReturnValues": "ALL_NEW"},
         ),
     ],
+    "gsi_ties_desc_pages": [
+        *[
+            ("PutItem", {"TableName": INDEXED, "Item": {"id": {"S": f"t{i}"}, "g": {"S": "T"}, "r": {"N": str(i % 2)}}})
+            for i in range(7)
+        ],
+        ("DeleteItem", {"TableName": INDEXED, "Key": {"id": {"S": "t3"}}}),
+        (
+            "Query",
+            {
+                "TableName": INDEXED,
+                "IndexName": "by-g",
+                "KeyConditionExpression": "g = :g",
+                "ScanIndexForward": False,
+                "ExclusiveStartKey": {"id": {"S": "t3"}, "g": {"S": "T"}, "r": {"N": "1"}},
+                "ExpressionAttributeValues": {":g": {"S": "T"}},
+            },
+        ),
+        (
+            "Query",
+            {
+                "TableName": INDEXED,
+                "IndexName": "by-g",
+                "KeyConditionExpression": "g = :g",
+                "ScanIndexForward": False,
+                "Limit": 2,
+                "ExpressionAttributeValues": {":g": {"S": "T"}},
+            },
+        ),
+        (
+            "Query",
+            {
+                "TableName": INDEXED,
+                "IndexName": "g-keys",
+                "KeyConditionExpression": "g = :g",
+                "ScanIndexForward": False,
+                "Limit": 3,
+                "ExpressionAttributeValues": {":g": {"S": "T"}},
+            },
+        ),
+        ("Scan", {"TableName": INDEXED, "IndexName": "g-keys", "ProjectionExpression": "id, r"}),
+    ],
+    "updates_more": [
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("u", 1),
+                "UpdateExpression": "SET m = :m, l = :l",
+                "ExpressionAttributeValues": {":m": {"M": {"in": {"M": {}}}}, ":l": {"L": [{"L": []}]}},
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("u", 1),
+                "UpdateExpression": "SET m.#in.c = if_not_exists(m.#in.c, :z) + :one, l[0] = list_append(l[0], :x) ADD ss :ss",
+                "ExpressionAttributeNames": {"#in": "in"},
+                "ExpressionAttributeValues": {
+                    ":z": {"N": "0"},
+                    ":one": {"N": "1"},
+                    ":x": {"L": [{"S": "a"}]},
+                    ":ss": {"SS": ["a"]},
+                },
+                "ReturnValues": "UPDATED_OLD",
+            },
+        ),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("u", 1),
+                "UpdateExpression": "ADD ss :ss REMOVE m.#in.c",
+                "ExpressionAttributeNames": {"#in": "in"},
+                "ExpressionAttributeValues": {":ss": {"SS": ["b"]}},
+                "ReturnValues": "UPDATED_NEW",
+            },
+        ),
+        ("UpdateItem", {"TableName": MAIN, "Key": k("u", 1), "UpdateExpression": "REMOVE sk"}),
+        (
+            "UpdateItem",
+            {
+                "TableName": MAIN,
+                "Key": k("u", 1),
+                "UpdateExpression": "SET l[1] = :n",
+                "ExpressionAttributeValues": {":n": {"NULL": True}},
+                "ReturnValues": "ALL_NEW",
+            },
+        ),
+        (
+            "Query",
+            {
+                "TableName": MAIN,
+                "KeyConditionExpression": "pk = :p",
+                "Select": "SPECIFIC_ATTRIBUTES",
+                "ProjectionExpression": "ss, l[0]",
+                "ExpressionAttributeValues": {":p": {"S": "u"}},
+            },
+        ),
+        (
+            "Query",
+            {
+                "TableName": MAIN,
+                "KeyConditionExpression": "pk = :p",
+                "FilterExpression": "size(ss) = :two AND NOT contains(l[0], :b)",
+                "ExpressionAttributeValues": {":p": {"S": "u"}, ":two": {"N": "2"}, ":b": {"S": "b"}},
+            },
+        ),
+    ],
+    "put_rv_cond_fail": [
+        ("PutItem", {"TableName": MAIN, "Item": {**k("v", 1), "a": {"N": "1"}}}),
+        (
+            "PutItem",
+            {
+                "TableName": MAIN,
+                "Item": k("v", 1),
+                "ConditionExpression": "a = :two",
+                "ExpressionAttributeValues": {":two": {"N": "2"}},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        ),
+        (
+            "DeleteItem",
+            {
+                "TableName": MAIN,
+                "Key": k("v", 1),
+                "ConditionExpression": "a = :two",
+                "ExpressionAttributeValues": {":two": {"N": "2"}},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        ),
+        (
+            "DeleteItem",
+            {
+                "TableName": MAIN,
+                "Key": k("v", 9),
+                "ConditionExpression": "a = :two",
+                "ExpressionAttributeValues": {":two": {"N": "2"}},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        ),
+    ],
+    "names_unused": [("GetItem", {"TableName": MAIN, "Key": k("a", 1), "ExpressionAttributeNames": {"#x": "x"}})],
 }
 
 
