@@ -20,6 +20,13 @@ than a silent answer: Streams (a test that reads a table's stream runs on moto),
 parameters (``Expected``, ``KeyConditions``, ``QueryFilter``, ``ScanFilter``, ``AttributeUpdates``),
 parallel scans, ``ReturnConsumedCapacity`` figures (the benches count request units from item sizes).
 
+Where moto answers otherwise than DynamoDB documents, this twin follows DynamoDB and the contract
+leaves the case out (the list: tests/contract/test_memory_store_probes.py's docstring): it refuses
+an empty binary set or a set inside a list, an index key of the wrong type, an unused expression
+value in a Query or Scan, begins_with on a number sort key, and it compares numbers in sets and
+binary values by value, applies a TransactGetItems projection and AttributesToGet, and adds an
+exponent ("1E+2").
+
 Errors are botocore's ``ClientError`` with DynamoDB's codes and moto's messages
 (``ConditionalCheckFailedException``, ``TransactionCanceledException`` with ``CancellationReasons``,
 ``ValidationException``), so pynamodb turns them into the same exceptions as on moto or AWS.
