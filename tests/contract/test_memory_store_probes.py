@@ -982,3 +982,33 @@ def test_what_the_memory_store_does_not_answer_is_refused_not_guessed(aws, op, p
             aws["dynamodbstreams"].list_streams()
     finally:
         dynamo_memory.use(None)
+
+
+def test_concurrent_conditional_writes_are_linearizable():
+    """8 threads: 50 ADDs each on one counter and one create-if-absent each on one key: every ADD
+    counted, exactly one create wins (the store's one lock)."""
+    import threading
+
+    mem = dynamo_memory.MemoryDynamo()
+    for d in DEFS:
+        mem.create_table(d)
+    wins, errors = [], []
+
+    def work(i):
+        for _ in range(50):
+            mem.call("UpdateItem", {"TableName": MAIN, "Key": k("ctr", 0), "UpdateExpression": "ADD n :one",
+                                    "ExpressionAttributeValues": {":one": {"N": "1"}}})
+        try:
+            mem.call("PutItem", {"TableName": MAIN, "Item": {**k("once", 0), "by": {"N": str(i)}},
+                                 "ConditionExpression": "attribute_not_exists(pk)"})
+            wins.append(i)
+        except ClientError as e:
+            errors.append(e.response["Error"]["Code"])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert mem.call("GetItem", {"TableName": MAIN, "Key": k("ctr", 0)})["Item"]["n"] == {"N": "400"}
+    assert len(wins) == 1 and errors == ["ConditionalCheckFailedException"] * 7
