@@ -20,6 +20,13 @@ than a silent answer: Streams (a test that reads a table's stream runs on moto),
 parameters (``Expected``, ``KeyConditions``, ``QueryFilter``, ``ScanFilter``, ``AttributeUpdates``),
 parallel scans, ``ReturnConsumedCapacity`` figures (the benches count request units from item sizes).
 
+Where moto answers otherwise than DynamoDB documents, this twin follows DynamoDB and the contract
+leaves the case out (the list: tests/contract/test_memory_store_probes.py's docstring): it refuses
+an empty binary set or a set inside a list, an index key of the wrong type, an unused expression
+value in a Query or Scan, begins_with on a number sort key, and it compares numbers in sets and
+binary values by value, applies a TransactGetItems projection and AttributesToGet, and adds an
+exponent ("1E+2").
+
 Errors are botocore's ``ClientError`` with DynamoDB's codes and moto's messages
 (``ConditionalCheckFailedException``, ``TransactionCanceledException`` with ``CancellationReasons``,
 ``ValidationException``), so pynamodb turns them into the same exceptions as on moto or AWS.
@@ -97,6 +104,8 @@ def _incoming(av: Any) -> Any:
         return {"L": [_incoming(x) for x in v]}
     if t == "M":
         return {"M": {k: _incoming(x) for k, x in v.items()}}
+    if t in ("SS", "NS"):
+        return {t: list(v)}  # the caller's list is not the store's
     return {t: v}
 
 
@@ -109,9 +118,47 @@ def _num(v: str) -> Decimal:
 
 
 def _scalar(av: Mapping) -> Any:
-    """A key's hashable, ordered value: str, Decimal or bytes."""
+    """A key's hashable, ordered value: str, Decimal or bytes (a blob botocore was handed as str:
+    its UTF-8 bytes, as on the wire)."""
     (t, v), = av.items()
-    return _num(v) if t == "N" else v
+    return _num(v) if t == "N" else _blob(v) if t == "B" else v
+
+
+def _check_numbers(av: Any) -> None:
+    """moto's number check of a put item (its ``_validate_item_types``): every "N" reached through
+    maps (not inside lists or number sets) must read as a finite number within DynamoDB's range."""
+    for t, v in av.items():
+        if isinstance(v, dict):
+            _check_numbers(v)
+        if t == "N" and isinstance(v, str):
+            bad = f"The parameter cannot be converted to a numeric value: {v}"
+            try:
+                f = float(v)
+            except ValueError:
+                raise _Validation(bad) from None
+            if v != v.strip() or f != f or f in (float("inf"), float("-inf")):
+                raise _Validation(bad)
+            if f != 0.0 and abs(f) > 9.9999999999999999999999999999999999999e125:
+                raise _Validation("Number overflow. Attempting to store a number with magnitude larger than "
+                                  "supported range")
+            if f != 0.0 and abs(f) < 1e-130:
+                raise _Validation("Number underflow. Attempting to store a number with magnitude smaller than "
+                                  "supported range")
+
+
+def _check_no_empty_set(av: Any) -> None:
+    """DynamoDB refuses an empty set anywhere in an item (moto: SS and NS, in PutItem only)."""
+    (t, v), = av.items()
+    if t in SET_TYPES and not v:
+        kind = {"SS": "string", "NS": "number", "BS": "binary"}[t]
+        raise _Validation(f"1 validation error detected: One or more parameter values were invalid: An {kind} set  "
+                          "may not be empty")
+    if t == "M":
+        for x in v.values():
+            _check_no_empty_set(x)
+    elif t == "L":
+        for x in v:
+            _check_no_empty_set(x)
 
 
 def _eq(a: Any, b: Any) -> bool:
@@ -160,6 +207,15 @@ def _number(total: Any) -> dict:
     return {"N": f"{total}"}
 
 
+_INT = re.compile(r"[-+]?\d+")
+
+
+def _operand_number(v: str) -> int | Decimal:
+    """A number as moto's arithmetic reads it: an int when it is written as one, else a Decimal
+    (an exponent, "1E+2", is a Decimal here: moto raises a Python ValueError, DynamoDB adds it)."""
+    return int(v) if _INT.fullmatch(v.strip()) else Decimal(v)
+
+
 def _arith(a: Any, b: Any, sign: int) -> dict:
     """moto's arithmetic: ints when neither side has a '.', else Decimals, printed with f"{}"."""
     if a is None or b is None:
@@ -169,8 +225,7 @@ def _arith(a: Any, b: Any, sign: int) -> dict:
     if ta != "N" or tb != "N":
         raise _Validation("Invalid UpdateExpression: Incorrect operand type for operator or function; "
                           f"operator or function: {'+' if sign > 0 else '-'}, operand type: {ta if ta != 'N' else tb}")
-    x = Decimal(va) if "." in va else int(va)
-    y = Decimal(vb) if "." in vb else int(vb)
+    x, y = _operand_number(va), _operand_number(vb)
     return _number(x + y if sign > 0 else x - y)
 
 
@@ -427,7 +482,11 @@ class _Names:
 
     def __init__(self, p: Mapping, *fields: str, in_transaction: bool = False):
         self.names = p.get("ExpressionAttributeNames") or {}
-        self.values = p.get("ExpressionAttributeValues") or {}
+        self.values = {k: _incoming(v) for k, v in (p.get("ExpressionAttributeValues") or {}).items()}
+        if not any(p.get(f) for f in fields):  # no expression at all: the maps are refused outright
+            for provided, kind in ((self.names, "Names"), ({} if in_transaction else self.values, "Values")):
+                if provided:
+                    raise _Validation(f"ExpressionAttribute{kind} can only be specified when using expressions")
         used = {r for f in fields if p.get(f) for r in _REFS.findall(p[f])}
         prefix = "" if in_transaction else "1 validation error detected: "
         for provided, kind in ((self.names, "Names"), ({} if in_transaction else self.values, "Values")):
@@ -630,14 +689,14 @@ def _apply_update(actions: list, item: dict, names: _Names, key_names: Iterable[
             if tv not in ("N",) + SET_TYPES:
                 raise _Validation("Invalid UpdateExpression: Incorrect operand type for operator or function; "
                                   f"operator: ADD, operand type: {_type_name(tv)}")
-            if current is None:
-                new = _copy(value)
+            if current is None:  # as moto: a number is added to 0 ("-0" is then "0"), a set copied
+                new = _number(_operand_number(vv)) if tv == "N" else _copy(value)
             else:
                 (tc, vc), = current.items()
                 if tc != tv:
                     raise _Validation("An operand in the update expression has an incorrect data type")
                 if tc == "N":
-                    new = _number((Decimal(vc) if "." in vc else int(vc)) + (Decimal(vv) if "." in vv else int(vv)))
+                    new = _number(_operand_number(vc) + _operand_number(vv))
                 else:
                     new = {tc: _set_union(tc, vc, vv)}
         else:  # delete
@@ -742,6 +801,7 @@ class Table:
         self.hash_key, self.range_key = schema["HASH"], schema.get("RANGE")
         self.types = {a["AttributeName"]: a["AttributeType"] for a in definition.get("AttributeDefinitions", [])}
         self.indexes: dict[str, tuple[str, str | None, str, list[str]]] = {}
+        self.global_indexes = [g["IndexName"] for g in definition.get("GlobalSecondaryIndexes", [])]
         for gsi in [*definition.get("GlobalSecondaryIndexes", []), *definition.get("LocalSecondaryIndexes", [])]:
             s = {k["KeyType"]: k["AttributeName"] for k in gsi["KeySchema"]}
             proj = gsi.get("Projection") or {}
@@ -779,6 +839,24 @@ class Table:
             vals.append(_scalar(av))
         return vals[0], (vals[1] if self.range_key else None)
 
+    def check_put(self, item: dict) -> tuple[Any, Any]:
+        """A put item's key, after DynamoDB's checks of the item, in moto's order: an empty string
+        or blob as a global index's key, the table's key, an empty set, a number."""
+        for name in self.global_indexes:
+            hk, rk, _, _ = self.indexes[name]
+            for attr in (hk, rk):
+                if attr and attr in item and next(iter(item[attr])) in ("S", "B") \
+                        and len(next(iter(item[attr].values()))) == 0:
+                    raise _Validation("One or more parameter values are not valid. A value specified for a secondary "
+                                      "index key is not supported. The AttributeValue for a key attribute cannot "
+                                      f"contain an empty string value. IndexName: {self.global_indexes[0]}, "
+                                      f"IndexKey: {attr}")
+        k = self.key_of(item, item=True)
+        for v in item.values():
+            _check_no_empty_set(v)
+        _check_numbers(item)
+        return k
+
     def get(self, k: tuple[Any, Any]) -> dict | None:
         part = self.items.get(k[0])
         return part.get(k[1]) if part else None
@@ -810,6 +888,20 @@ def _item_size(item: Mapping) -> int:
     from infra.local.aws_rules import item_size
 
     return item_size(item)
+
+
+def _order_of(t: Table, index: str | None) -> Callable[[Mapping], tuple]:
+    """The sort order of a query's (or a scan's) items, as moto's: by hash key, range key; on an
+    index by its own keys, then the table's (moto's order among equal index keys). Applied to a
+    start key too (it holds every one of these attributes)."""
+    if index is not None:
+        names = [t.indexes[index][0], t.indexes[index][1], t.hash_key, t.range_key]
+    else:  # (a query's partition has one hash key: a start key from another one sorts before or after all)
+        names = [t.hash_key, t.range_key]
+
+    def order(it: Mapping) -> tuple:
+        return tuple((0, _scalar(it[n])) if n and n in it else (-1, 0) for n in names)
+    return order
 
 
 # ------------------------------------------------------------------------------------- the store
@@ -878,7 +970,7 @@ class MemoryDynamo:
         self._legacy(p, "Expected")
         t = self.table(op, p["TableName"])
         item = _item_in(p["Item"])
-        k = t.key_of(item, item=True)
+        k = t.check_put(item)
         names = _Names(p, "ConditionExpression", in_transaction=tx)
         old = self._check(op, t, k, p, names)
         if _item_size(item) > ITEM_LIMIT:
@@ -909,6 +1001,14 @@ class MemoryDynamo:
         new = _copy(old) if old is not None else _copy(key)
         if actions:
             _apply_update(actions, new, names, t.key_names)
+        for name in t.global_indexes:  # an index key set to an empty string or blob
+            for attr in t.indexes[name][:2]:
+                v = new.get(attr) if attr else None
+                if v is not None and next(iter(v)) in ("S", "B") and len(next(iter(v.values()))) == 0 \
+                        and (old is None or not _eq(old.get(attr), v)):
+                    raise _Validation("One or more parameter values are not valid. The update expression attempted "
+                                      "to update a secondary index key to a value that is not supported. The "
+                                      "AttributeValue for a key attribute cannot contain an empty string value.")
         if _item_size(new) > ITEM_LIMIT:
             raise _Validation("Item size to update has exceeded the maximum allowed size")
         if apply:
@@ -967,6 +1067,8 @@ class MemoryDynamo:
             names = _Names(req, "ProjectionExpression")
             project = self._projector(req, names)
             got = responses.setdefault(name, [])
+            if len({t.key_of(key) for key in req["Keys"]}) < len(req["Keys"]):
+                raise _Validation("Provided list of item keys contains duplicates")
             for key in req["Keys"]:
                 item = t.get(t.key_of(key))
                 if item is not None:
@@ -991,20 +1093,51 @@ class MemoryDynamo:
         index = p.get("IndexName")
         if index is not None and index not in t.indexes:
             raise _Validation(f"The table does not have the specified index: {index}")
+        self._index_read_checks(p, t, index)
         hk, rk = (t.indexes[index][0], t.indexes[index][1]) if index else (t.hash_key, t.range_key)
         kc = _parse_condition(p["KeyConditionExpression"])
         want = self._hash_value(kc, hk, names)
+        self._key_condition_checks(kc, hk, rk, t, names)
         if index is None:
             part = t.items.get(_scalar(want) if want is not None else None, {})
             candidates = list(part.values())
-            candidates.sort(key=lambda it: _scalar(it[rk]) if rk else 0)
         else:
             candidates = [it for it in t.all() if hk in it and _eq(it[hk], want) and (rk is None or rk in it)]
-            candidates.sort(key=lambda it: ((_scalar(it[rk]) if rk else 0), _scalar(it[t.hash_key]),
-                                            _scalar(it[t.range_key]) if t.range_key else 0))
+        candidates.sort(key=_order_of(t, index))
         if p.get("ScanIndexForward") is False:
             candidates.reverse()
         return self._page(op, t, p, names, candidates, kc, index)
+
+    @staticmethod
+    def _index_read_checks(p: Mapping, t: Table, index: str | None) -> None:
+        """What DynamoDB refuses of a read on a global index (moto's checks, in its order)."""
+        if index is None or index not in t.global_indexes:
+            return
+        if p.get("Select") == "ALL_ATTRIBUTES" and t.indexes[index][2] != "ALL":
+            raise _Validation("One or more parameter values were invalid: Select type ALL_ATTRIBUTES is not "
+                              f"supported for global secondary index {index} because its projection type is not ALL")
+        if p.get("ConsistentRead"):
+            raise _Validation("Consistent reads are not supported on global secondary indexes")
+
+    @staticmethod
+    def _key_condition_checks(kc: tuple, hk: str, rk: str | None, t: Table, names: _Names) -> None:
+        """A key condition names the key's attributes only (an OR is refused by the parser's
+        caller: no hash value is found under it), and begins_with takes a string or binary key."""
+        nodes = [kc]
+        while nodes:
+            n = nodes.pop()
+            if n[0] in ("and", "or", "not", "paren"):
+                nodes += [x for x in n[1:] if isinstance(x, tuple)]
+                continue
+            operands = n[2] if n[0] == "fn" else [x for x in n[1:] if isinstance(x, tuple)]
+            if n[0] == "in":
+                operands = [n[1], *n[2]]
+            for o in operands:
+                if o[0] in ("path", "size") and names.path(o[1]) not in ((hk,), (rk,)):
+                    raise _Validation("Query condition missed key schema element: " + (rk or hk))
+            if n[0] == "fn" and n[1] == "begins_with" and t.types.get(rk) not in ("S", "B"):
+                raise _Validation("Invalid KeyConditionExpression: Incorrect operand type for operator or function; "
+                                  f"operator or function: begins_with, operand type: {t.types.get(rk)}")
 
     @staticmethod
     def _hash_value(kc: tuple, hk: str, names: _Names) -> Any:
@@ -1029,10 +1162,13 @@ class MemoryDynamo:
         index = p.get("IndexName")
         if index is not None and index not in t.indexes:
             raise _Validation(f"The table does not have the specified index: {index}")
+        self._index_read_checks(p, t, index)
         items = list(t.all())
         if index is not None:
             hk, rk = t.indexes[index][0], t.indexes[index][1]
             items = [it for it in items if hk in it and (rk is None or rk in it)]
+        # in key order, so that a page's start key that is no longer there still marks a place
+        items.sort(key=_order_of(t, index))
         return self._page(op, t, p, names, items, None, index)
 
     def _page(self, op: str, t: Table, p: Mapping, names: _Names, candidates: list, key_condition: tuple | None,
@@ -1046,8 +1182,11 @@ class MemoryDynamo:
                 if all(a in it and _eq(it[a], start.get(a)) for a in key_attrs):
                     candidates = candidates[i + 1:]
                     break
-            else:
-                candidates = self._after_missing_start(t, candidates, start, index, p)
+            else:  # the start key's item is gone (deleted since): the candidates ordered after it
+                order = _order_of(t, index)
+                pivot = order(start)
+                forward = key_condition is None or p.get("ScanIndexForward") is not False
+                candidates = [it for it in candidates if (order(it) > pivot if forward else order(it) < pivot)]
         limit = p.get("Limit")
         filt = _parse_condition(p["FilterExpression"]) if p.get("FilterExpression") else None
         project = self._projector(p, names)
@@ -1079,17 +1218,6 @@ class MemoryDynamo:
             out["LastEvaluatedKey"] = last
         return out
 
-    @staticmethod
-    def _after_missing_start(t: Table, candidates: list, start: dict, index: str | None, p: Mapping) -> list:
-        """The candidates after a start key no item has any more (it was deleted since): by key order."""
-        rk = t.indexes[index][1] if index else t.range_key
-        if rk is None or rk not in start:
-            return candidates
-        pivot = _scalar(start[rk])
-        forward = p.get("ScanIndexForward") is not False
-        return [it for it in candidates if rk in it and ((_scalar(it[rk]) > pivot) if forward
-                                                         else (_scalar(it[rk]) < pivot))]
-
     # ----- batches and transactions
     def _batch_write_item(self, op: str, p: Mapping) -> dict:
         plans = []
@@ -1099,7 +1227,7 @@ class MemoryDynamo:
             for r in reqs:
                 if "PutRequest" in r:
                     item = _item_in(r["PutRequest"]["Item"])
-                    k = t.key_of(item, item=True)
+                    k = t.check_put(item)
                     if _item_size(item) > ITEM_LIMIT:
                         raise _Validation("Item size has exceeded the maximum allowed size")
                     plans.append((t, k, item))

@@ -54,9 +54,15 @@ ss_val = st.sets(st.sampled_from(["x", "y", "z"]), min_size=1).map(lambda v: {"S
 l_val = st.lists(n_val, max_size=3).map(lambda v: {"L": v})
 m_val = st.dictionaries(st.sampled_from(["k", "j"]), n_val, max_size=2).map(lambda v: {"M": v})
 b_val = st.booleans().map(lambda v: {"BOOL": v})
-VALUES = {"n": n_val, "s": s_val, "ss": ss_val, "l": l_val, "m": m_val, "b": b_val}
+ns_val = st.sets(st.sampled_from(["-1", "0", "2.5", "12345678901234567890123"]), min_size=1).map(
+    lambda v: {"NS": sorted(v)})
+bl_val = st.sampled_from([b"\x00", b"\x00\xff", b"ab", "ab"]).map(lambda v: {"B": v})  # a str: its UTF-8 bytes
+nl_val = st.just({"NULL": True})
+VALUES = {"n": n_val, "s": s_val, "ss": ss_val, "l": l_val, "m": m_val, "b": b_val, "ns": ns_val, "bl": bl_val,
+          "nl": nl_val}
 ATTRS = list(VALUES)
-any_val = st.one_of(*VALUES.values())
+# (a comparison with NULL is not generated: moto holds a missing attribute equal to NULL)
+any_val = st.one_of(*(v for a, v in VALUES.items() if a != "nl"))
 
 
 class Expr:
@@ -91,12 +97,15 @@ class Expr:
 # condition atoms: functions of an Expr writing one clause
 def _atom(draw) -> callable:
     kind = draw(st.sampled_from(["exists", "not_exists", "eq", "ne", "lt", "ge", "between", "in", "begins",
-                                 "contains_s", "contains_ss", "size", "nested", "index"]))
+                                 "contains_s", "contains_ss", "size", "nested", "index", "contains_ns", "type",
+                                 "size_ss", "contains_l"]))
     attr = draw(st.sampled_from(ATTRS))
     v1, v2 = draw(n_val), draw(n_val)
     s1 = draw(s_val)
     any1 = draw(any_val)
     x = draw(st.sampled_from(["x", "y", "q"]))
+    nx = draw(st.sampled_from(["-1", "2.5", "7"]))
+    type_name = draw(st.sampled_from(["S", "N", "SS", "NS", "L", "M", "BOOL", "B", "NULL"]))
 
     def write(e: Expr) -> str:
         if kind == "exists":
@@ -124,6 +133,14 @@ def _atom(draw) -> callable:
         if kind == "size":
             # (moto raises a Python ValueError for size() of a missing attribute; DynamoDB: false)
             return f"(attribute_exists({e.name('l')}) AND size({e.name('l')}) > {e.value({'N': '1'})})"
+        if kind == "contains_ns":
+            return f"contains({e.name('ns')}, {e.value({'N': nx})})"
+        if kind == "contains_l":
+            return f"contains({e.name('l')}, {e.value(v1)})"
+        if kind == "type":
+            return f"attribute_type({e.name(attr)}, {e.value({'S': type_name})})"
+        if kind == "size_ss":
+            return f"(attribute_exists({e.name('ss')}) AND size({e.name('ss')}) >= {e.value({'N': '2'})})"
         if kind == "nested":
             return f"{e.name('m')}.{e.name('k')} = {e.value(v1)}"
         return f"{e.name('l')}[0] = {e.value(v1)}"
@@ -151,7 +168,7 @@ def update(draw):
         options = ["set", "remove"]
         if attr == "n":
             options += ["plus", "minus", "if_not_exists", "if_not_exists_plus", "add"]
-        if attr == "ss":
+        if attr in ("ss", "ns"):
             options += ["add", "delete"]
         if attr == "l":
             options += ["append", "index_set", "index_remove"]
@@ -211,7 +228,7 @@ def call(draw):
     upd = draw(update())
     item_attrs = _item(draw, {})
     rv = draw(st.sampled_from(["NONE", "ALL_OLD", "ALL_NEW", "UPDATED_OLD", "UPDATED_NEW"]))
-    limit = draw(st.none() | st.integers(1, 3))
+    limit = draw(st.none() | st.integers(1, 3) | st.integers(4, 12))
     forward = draw(st.booleans())
     sk_cond = draw(st.sampled_from([None, "=", "<", ">=", "between", "begins"]))
     filt = draw(st.none() | condition(1))
@@ -275,6 +292,8 @@ def call(draw):
             kc = f"{e.name('g')} = {e.value({'S': prefix + g})}"
             params = {"TableName": INDEXED, "IndexName": index, "KeyConditionExpression": kc,
                       "ScanIndexForward": forward}
+            if filt and index == "by-g":  # (an ALL index: the filter sees every attribute)
+                params["FilterExpression"] = filt(e)
             if limit:
                 params["Limit"] = limit
             return "Query", {**params, **e.params()}
