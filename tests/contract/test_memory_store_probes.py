@@ -22,6 +22,9 @@ from botocore.exceptions import ClientError
 from infra.local import dynamo_memory
 from tests.contract.test_memory_store_generated import DEFINITIONS, INDEXED, MAIN, _answer
 
+# moto: this file makes its own tables and compares the stores itself
+pytestmark = pytest.mark.moto
+
 HASH = "contract-hash"
 DEFS = DEFINITIONS + [
     {
