@@ -82,7 +82,7 @@ from infra.local import moto_direct as _moto_direct  # noqa: E402
 
 _moto_direct.lock = _moto_lock
 
-# ... and to the memory store instead while a test uses it (the ``memory_store`` fixture:
+# ... and to the memory store instead, for every test not marked ``moto`` (the ``aws`` fixture:
 # infra/local/dynamo_memory.py; the contract suite, tests/contract/, holds it to moto's answers)
 from infra.local import dynamo_memory as _dynamo_memory  # noqa: E402
 
@@ -191,26 +191,13 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot, _memory_tables, r
         memory = None if on_moto else _memory_tables
         if memory is not None:
             memory.reset()
-        _dynamo_memory.use(memory)
-        try:
+        with _dynamo_memory.using(memory):
             yield {**clients, "_rules": rules, "_memory": memory}
-        finally:
-            _dynamo_memory.use(None)
 
 
 @pytest.fixture(scope="session")
 def _memory_tables(template):
     return _dynamo_memory.from_template(template)
-
-
-@pytest.fixture
-def memory_store(aws):
-    """The memory store answering this test's DynamoDB data plane (``infra/local/dynamo_memory.py``;
-    every test's unless marked ``moto``): the template's tables, empty at the start; S3, SQS,
-    secrets and DynamoDB's control plane stay on moto, and the IAM and limit hooks see every call
-    as before. A test that reads a table's Streams needs moto (the store raises ``NotSupported``)."""
-    assert aws["_memory"] is not None, "a test marked moto has no memory store"
-    return aws["_memory"]
 
 
 # --- running in parallel: `make test` runs unit, integration and spark on 2 pytest-xdist workers with

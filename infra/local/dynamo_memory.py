@@ -36,17 +36,19 @@ from __future__ import annotations
 
 import re
 import threading
+from contextlib import contextmanager
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from botocore.exceptions import ClientError
+from botocore.validate import validate_parameters
 
+from infra.local.aws_rules import ITEM_LIMIT, item_size
 from infra.local.moto_direct import NOT_HANDLED
 
 OPERATIONS = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem",
                         "BatchWriteItem", "TransactWriteItems", "TransactGetItems"})
-ITEM_LIMIT = 400 * 1024
 SET_TYPES = ("SS", "NS", "BS")
 
 
@@ -194,13 +196,7 @@ def _ordered(a: Any, b: Any) -> tuple[Any, Any] | None:
 
 def _size(av: Mapping) -> int | None:
     (t, v), = av.items()
-    if t == "S":
-        return len(v)
-    if t == "B":
-        return len(v)
-    if t in SET_TYPES or t in ("L", "M"):
-        return len(v)
-    return None
+    return len(v) if t in ("S", "B", "L", "M", *SET_TYPES) else None
 
 
 def _number(total: Any) -> dict:
@@ -448,28 +444,25 @@ class _Parser:
         return paths
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=8192)
+def _parse(rule: str, text: str) -> Any:
+    """``text`` parsed by the parser's ``rule`` (condition, update or projection), once per text."""
+    p = _Parser(text)
+    tree = getattr(p, rule)()
+    p.end()
+    return tree
+
+
 def _parse_condition(text: str) -> tuple:
-    p = _Parser(text)
-    tree = p.condition()
-    p.end()
-    return tree
+    return _parse("condition", text)
 
 
-@lru_cache(maxsize=4096)
 def _parse_update(text: str) -> list:
-    p = _Parser(text)
-    tree = p.update()
-    p.end()
-    return tree
+    return _parse("update", text)
 
 
-@lru_cache(maxsize=1024)
 def _parse_projection(text: str) -> list:
-    p = _Parser(text)
-    tree = p.projection()
-    p.end()
-    return tree
+    return _parse("projection", text)
 
 
 _REFS = re.compile(r"([#:][A-Za-z0-9_]+)")
@@ -483,13 +476,15 @@ class _Names:
     def __init__(self, p: Mapping, *fields: str, in_transaction: bool = False):
         self.names = p.get("ExpressionAttributeNames") or {}
         self.values = {k: _incoming(v) for k, v in (p.get("ExpressionAttributeValues") or {}).items()}
+        # (a transaction's values are not checked here, as moto)
+        checked = ((self.names, "Names"), ({} if in_transaction else self.values, "Values"))
         if not any(p.get(f) for f in fields):  # no expression at all: the maps are refused outright
-            for provided, kind in ((self.names, "Names"), ({} if in_transaction else self.values, "Values")):
+            for provided, kind in checked:
                 if provided:
                     raise _Validation(f"ExpressionAttribute{kind} can only be specified when using expressions")
         used = {r for f in fields if p.get(f) for r in _REFS.findall(p[f])}
         prefix = "" if in_transaction else "1 validation error detected: "
-        for provided, kind in ((self.names, "Names"), ({} if in_transaction else self.values, "Values")):
+        for provided, kind in checked:
             unused = sorted(set(provided) - used)
             if unused:
                 raise _Validation(f"{prefix}Value provided in ExpressionAttribute{kind} unused in expressions: "
@@ -625,7 +620,7 @@ def _set_value(node: tuple, item: Mapping | None, names: _Names) -> Any:
     return _copy(v)
 
 
-def _parent(item: dict, path: tuple, create_top: bool = True) -> tuple[Any, Any]:
+def _parent(item: dict, path: tuple) -> tuple[Any, Any]:
     """The container of ``path``'s last element (a dict for a name, a list for an index) and that
     element, or a validation error when the document path does not exist in the item."""
     cur: Any = item
@@ -652,9 +647,8 @@ def _overlap(paths: list[tuple]) -> None:
                                   + ", ".join(map(str, a)) + "], path two: [" + ", ".join(map(str, b)) + "]")
 
 
-def _apply_update(actions: list, item: dict, names: _Names, key_names: Iterable[str]) -> set[str]:
-    """Applies ``actions`` to ``item`` in place (values computed from the item as it was before);
-    returns the top-level attribute names written."""
+def _apply_update(actions: list, item: dict, names: _Names, key_names: Iterable[str]) -> None:
+    """Applies ``actions`` to ``item`` in place (values computed from the item as it was before)."""
     resolved = [(a[0], names.path(a[1]), a) for a in actions]
     _overlap([p for _, p, _ in resolved])
     keys = set(key_names)
@@ -730,7 +724,6 @@ def _apply_update(actions: list, item: dict, names: _Names, key_names: Iterable[
                 del container[last]
         else:
             container.pop(last, None)
-    return {p[0] for _, p, _ in resolved}
 
 
 def _changed_parts(original: Any, changed: Any) -> Any:
@@ -772,9 +765,8 @@ def _project(item: Mapping, paths: list[tuple]) -> dict:
         # a nested path: the top attribute keeps only the projected parts
         cur = out
         src: Any = item
-        for i, part in enumerate(p[:-1]):
-            src_v = src[part] if isinstance(src, dict) else src[part]
-            (t, inner), = src_v.items()
+        for part in p[:-1]:
+            (t, inner), = src[part].items()
             if isinstance(part, str):
                 cur = cur.setdefault(part, {t: {} if t == "M" else []})[t]
             else:
@@ -808,7 +800,6 @@ class Table:
             self.indexes[gsi["IndexName"]] = (s["HASH"], s.get("RANGE"), proj.get("ProjectionType", "ALL"),
                                               list(proj.get("NonKeyAttributes") or []))
         self.items: dict[Any, dict[Any, dict]] = {}
-        self.streams = bool((definition.get("StreamSpecification") or {}).get("StreamEnabled"))
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -884,12 +875,6 @@ class Table:
             yield from part.values()
 
 
-def _item_size(item: Mapping) -> int:
-    from infra.local.aws_rules import item_size
-
-    return item_size(item)
-
-
 def _order_of(t: Table, index: str | None) -> Callable[[Mapping], tuple]:
     """The sort order of a query's (or a scan's) items, as moto's: by hash key, range key; on an
     index by its own keys, then the table's (moto's order among equal index keys). Applied to a
@@ -910,10 +895,9 @@ class MemoryDynamo:
     """The tables and the ten data-plane operations. ``call(operation, params)`` answers as botocore
     would (a dict, or a raised ``ClientError``)."""
 
-    checks_item_size = True
-
-    def __init__(self) -> None:
-        self.tables: dict[str, Table] = {}
+    def __init__(self, definitions: Iterable[Mapping] = ()) -> None:
+        """A store holding a table for each CreateTable definition given, empty."""
+        self.tables: dict[str, Table] = {d["TableName"]: Table(d) for d in definitions}
         self.lock = threading.RLock()
         self.calls = 0
 
@@ -973,7 +957,7 @@ class MemoryDynamo:
         k = t.check_put(item)
         names = _Names(p, "ConditionExpression", in_transaction=tx)
         old = self._check(op, t, k, p, names)
-        if _item_size(item) > ITEM_LIMIT:
+        if item_size(item) > ITEM_LIMIT:
             raise _Validation("Item size has exceeded the maximum allowed size")
         if apply:
             t.put(k, item)
@@ -1009,7 +993,7 @@ class MemoryDynamo:
                     raise _Validation("One or more parameter values are not valid. The update expression attempted "
                                       "to update a secondary index key to a value that is not supported. The "
                                       "AttributeValue for a key attribute cannot contain an empty string value.")
-        if _item_size(new) > ITEM_LIMIT:
+        if item_size(new) > ITEM_LIMIT:
             raise _Validation("Item size to update has exceeded the maximum allowed size")
         if apply:
             t.put(k, new)
@@ -1057,8 +1041,7 @@ class MemoryDynamo:
         names = _Names(p, "ProjectionExpression")
         project = self._projector(p, names)
         item = t.get(k)
-        out = {"Item": project(item)} if item is not None else {}
-        return out
+        return {"Item": project(item)} if item is not None else {}
 
     def _batch_get_item(self, op: str, p: Mapping) -> dict:
         responses: dict[str, list] = {}
@@ -1067,10 +1050,11 @@ class MemoryDynamo:
             names = _Names(req, "ProjectionExpression")
             project = self._projector(req, names)
             got = responses.setdefault(name, [])
-            if len({t.key_of(key) for key in req["Keys"]}) < len(req["Keys"]):
+            keys = [t.key_of(key) for key in req["Keys"]]
+            if len(set(keys)) < len(keys):
                 raise _Validation("Provided list of item keys contains duplicates")
-            for key in req["Keys"]:
-                item = t.get(t.key_of(key))
+            for key in keys:
+                item = t.get(key)
                 if item is not None:
                     got.append(project(item))
         return {"Responses": responses, "UnprocessedKeys": {}}
@@ -1228,7 +1212,7 @@ class MemoryDynamo:
                 if "PutRequest" in r:
                     item = _item_in(r["PutRequest"]["Item"])
                     k = t.check_put(item)
-                    if _item_size(item) > ITEM_LIMIT:
+                    if item_size(item) > ITEM_LIMIT:
                         raise _Validation("Item size has exceeded the maximum allowed size")
                     plans.append((t, k, item))
                 else:
@@ -1314,8 +1298,6 @@ def call(client: Any, operation: str, params: Mapping) -> Any:
         raise NotSupported("the memory store has no Streams: run this test on moto (mark it ``moto``)")
     if service != "dynamodb" or operation not in OPERATIONS:
         return NOT_HANDLED
-    from botocore.validate import validate_parameters
-
     validate_parameters(params, client.meta.service_model.operation_model(operation).input_shape)
     return store.call(operation, params)
 
@@ -1326,15 +1308,20 @@ def use(store: MemoryDynamo | None) -> None:
     _store = store
 
 
+@contextmanager
+def using(store: MemoryDynamo | None) -> Iterator[MemoryDynamo | None]:
+    """``use(store)`` inside the block, the store before it after."""
+    before = _store
+    use(store)
+    try:
+        yield store
+    finally:
+        use(before)
+
+
 def from_template(template: Any, stack_name: str | None = None) -> MemoryDynamo:
     """A memory store holding the template's tables, empty."""
     from infra.local import template as tpl
 
     ctx = tpl._ctx(template, stack_name or tpl.LOCAL_STACK, None)
-    store = MemoryDynamo()
-    for definition in tpl.table_definitions(ctx).values():
-        store.create_table(definition)
-    return store
-
-
-Evaluate = Callable[[tuple, Mapping | None, _Names], bool]
+    return MemoryDynamo(tpl.table_definitions(ctx).values())

@@ -38,15 +38,12 @@ def both(aws, _aws_snapshot):
         make_table(ddb)
         on_moto = fn(ddb)
         definition = ddb.describe_table(TableName=TABLE)["Table"]
-        store = dynamo_memory.MemoryDynamo()
-        store.create_table({k: definition[k] for k in ("TableName", "KeySchema", "AttributeDefinitions")})
+        store = dynamo_memory.MemoryDynamo([{k: definition[k] for k in ("TableName", "KeySchema",
+                                                                       "AttributeDefinitions")}])
         _restore(_aws_snapshot)
         make_table(ddb)  # the control plane (create, describe) stays on moto
-        dynamo_memory.use(store)
-        try:
+        with dynamo_memory.using(store):
             on_memory = fn(ddb)
-        finally:
-            dynamo_memory.use(None)
         assert store.calls > 0
         return _without_capacity(on_moto), _without_capacity(on_memory)
 

@@ -372,10 +372,7 @@ def stores(aws):
     ddb = aws["dynamodb"]
     for d in DEFINITIONS:
         ddb.create_table(**d)
-    memory = dynamo_memory.MemoryDynamo()
-    for d in DEFINITIONS:
-        memory.create_table(d)
-    return ddb, memory
+    return ddb, dynamo_memory.MemoryDynamo(DEFINITIONS)
 
 
 @settings(max_examples=int(__import__("os").environ.get("LAKEQ_CONTRACT_EXAMPLES", "150")), deadline=None,
@@ -388,9 +385,6 @@ def test_generated_calls_answer_alike(stores, calls):
     for build in calls:
         operation, params = build(prefix)
         on_moto.append((operation, _answer(ddb, operation, params)))
-        dynamo_memory.use(memory)
-        try:
+        with dynamo_memory.using(memory):
             on_memory.append((operation, _answer(ddb, operation, params)))
-        finally:
-            dynamo_memory.use(None)
         assert on_memory[-1] == on_moto[-1], f"{params}\nmoto:   {on_moto[-1]}\nmemory: {on_memory[-1]}"

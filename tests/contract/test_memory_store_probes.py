@@ -863,27 +863,22 @@ PROBES = {
 def test_probe_answers_as_moto(aws, name):
     ddb = aws["dynamodb"]
     diffs = []
-    for calls in [PROBES[name]]:
-        for d in DEFS:
-            ddb.create_table(**d)
-        mem = dynamo_memory.MemoryDynamo()
-        for d in DEFS:
-            mem.create_table(d)
-        for op, params in calls:
-            try:
-                a = _answer(ddb, op, params)
-            except Exception as e:
-                a = ("EXC", repr(e)[:200])
-            dynamo_memory.use(mem)
-            try:
-                try:
-                    b = _answer(ddb, op, params)
-                except Exception as e:
-                    b = ("EXC", repr(e)[:200])
-            finally:
-                dynamo_memory.use(None)
-            if a != b:
-                diffs.append(f"== {name} {op}\n moto: {str(a)[:400]}\n mem:  {str(b)[:400]}")
+    for d in DEFS:
+        ddb.create_table(**d)
+    mem = dynamo_memory.MemoryDynamo(DEFS)
+
+    def answer(op, params):
+        try:
+            return _answer(ddb, op, params)
+        except Exception as e:
+            return ("EXC", repr(e)[:200])
+
+    for op, params in PROBES[name]:
+        a = answer(op, params)
+        with dynamo_memory.using(mem):
+            b = answer(op, params)
+        if a != b:
+            diffs.append(f"== {name} {op}\n moto: {str(a)[:400]}\n mem:  {str(b)[:400]}")
     print("\n".join(diffs))
     assert not diffs
 
@@ -891,9 +886,7 @@ def test_probe_answers_as_moto(aws, name):
 def test_a_caller_cannot_change_the_store_through_its_own_values():
     """The store keeps copies: a set, list or map handed to a put, or read back, and then mutated
     by the caller leaves the stored item as it was (as on the wire)."""
-    mem = dynamo_memory.MemoryDynamo()
-    for d in DEFS:
-        mem.create_table(d)
+    mem = dynamo_memory.MemoryDynamo(DEFS)
     ss, ns, lst = ["a"], ["1"], [{"N": "1"}]
     item = {**k("c", 1), "ss": {"SS": ss}, "ns": {"NS": ns}, "l": {"L": lst}, "bs": {"BS": [b"x"]}}
     mem.call("PutItem", {"TableName": MAIN, "Item": item})
@@ -923,9 +916,7 @@ def test_a_caller_cannot_change_the_store_through_its_own_values():
 def test_a_key_condition_the_memory_store_refuses_where_moto_crashes():
     """begins_with on a number sort key and an OR in a key condition: DynamoDB answers a
     ValidationException (moto a Python error); the memory store refuses both, never an empty page."""
-    mem = dynamo_memory.MemoryDynamo()
-    for d in DEFS:
-        mem.create_table(d)
+    mem = dynamo_memory.MemoryDynamo(DEFS)
     mem.call("PutItem", {"TableName": MAIN, "Item": k("bw", 1)})
     for kc in ("pk = :p AND begins_with(sk, :s)", "pk = :p OR sk = :s"):
         with pytest.raises(ClientError) as e:
@@ -974,17 +965,12 @@ def test_what_the_memory_store_does_not_answer_is_refused_not_guessed(aws, op, p
     ddb = aws["dynamodb"]
     for d in DEFS:
         ddb.create_table(**d)
-    mem = dynamo_memory.MemoryDynamo()
-    for d in DEFS:
-        mem.create_table(d)
-    dynamo_memory.use(mem)
-    try:
+    mem = dynamo_memory.MemoryDynamo(DEFS)
+    with dynamo_memory.using(mem):
         with pytest.raises(dynamo_memory.NotSupported):
             getattr(ddb, op)(**params)
         with pytest.raises(dynamo_memory.NotSupported):
             aws["dynamodbstreams"].list_streams()
-    finally:
-        dynamo_memory.use(None)
 
 
 def test_concurrent_conditional_writes_are_linearizable():
@@ -992,9 +978,7 @@ def test_concurrent_conditional_writes_are_linearizable():
     counted, exactly one create wins (the store's one lock)."""
     import threading
 
-    mem = dynamo_memory.MemoryDynamo()
-    for d in DEFS:
-        mem.create_table(d)
+    mem = dynamo_memory.MemoryDynamo(DEFS)
     wins, errors = [], []
 
     def work(i):

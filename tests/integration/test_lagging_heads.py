@@ -9,9 +9,9 @@ left on the hint: ``LogRepo.queues``/``queue`` with ``exact=False`` and no pull 
 """
 from __future__ import annotations
 
-import pytest
-
 import threading
+
+import pytest
 
 from infra.local import interceptor
 from lakeq.store.models import QueueModel, SegmentModel
