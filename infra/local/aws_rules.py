@@ -260,19 +260,75 @@ _translated: dict[str, dict] = {}
 _translate_lock = threading.Lock()
 
 
+def _translation_cache_dir() -> str | None:
+    """Where translations are kept between processes: ``LAKEQ_SAM_CACHE`` (``0``: nowhere), else
+    ``$XDG_CACHE_HOME/lakeq/sam`` (``~/.cache/lakeq/sam``)."""
+    where = os.environ.get("LAKEQ_SAM_CACHE")
+    if where is not None:
+        return None if where in ("", "0") else where
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lakeq", "sam")
+
+
+def _read_translation(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            out = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return out if isinstance(out, dict) else None
+
+
+def _write_translation(path: str, out: Mapping) -> None:
+    """Atomically (a temporary file renamed over the name), so a reader never sees half a file;
+    a cache that cannot be written is only slower."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, default=str)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def sam_translate(template: Mapping, parameters: Mapping[str, Any] | None = None) -> dict:
     """``template`` run through samtranslator (what CloudFormation's SAM transform does), cached
-    by content. Local ``CodeUri`` / ``ContentUri`` directories are replaced by placeholder S3
-    locations first (as ``sam validate`` does: the translator only accepts S3 URIs)."""
-    from samtranslator.internal.managed_policies import get_bundled_managed_policy_map
-    from samtranslator.translator.transform import transform
+    by content in the process and on disk (:func:`_translation_cache_dir`; the key is the
+    template's and the parameters' text and samtranslator's version: ~7 s a process saved for
+    every test worker and local stack after the first). Local ``CodeUri`` / ``ContentUri``
+    directories are replaced by placeholder S3 locations first (as ``sam validate`` does: the
+    translator only accepts S3 URIs)."""
+    import samtranslator
 
     text = json.dumps(template, sort_keys=True, default=str)
     params = {k: v for k, v in (parameters or {}).items()}
-    key = hashlib.sha256((text + json.dumps(params, sort_keys=True, default=str)).encode()).hexdigest()
+    key = hashlib.sha256("\0".join((text, json.dumps(params, sort_keys=True, default=str),
+                                    samtranslator.__version__)).encode()).hexdigest()
     with _translate_lock:
         if key in _translated:
             return copy.deepcopy(_translated[key])
+    cache_dir = _translation_cache_dir()
+    path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
+    out = _read_translation(path) if path else None
+    if out is None:
+        out = _translate(text, params)
+        # what the cache would give back (JSON), so a first run and a cached one read the same
+        out = json.loads(json.dumps(out, default=str))
+        if path:
+            _write_translation(path, out)
+    with _translate_lock:
+        _translated[key] = out
+    return copy.deepcopy(out)
+
+
+def _translate(text: str, params: dict) -> dict:
+    from samtranslator.internal.managed_policies import get_bundled_managed_policy_map
+    from samtranslator.translator.transform import transform
+
     t = json.loads(text)
     for res in (t.get("Resources") or {}).values():
         props = (res or {}).get("Properties") or {}
@@ -290,10 +346,7 @@ def sam_translate(template: Mapping, parameters: Mapping[str, Any] | None = None
 
     # the translator reads the region from boto3's default session when it builds ARNs
     os.environ.setdefault("AWS_DEFAULT_REGION", tpl_mod.DEFAULT_REGION)
-    out = transform(t, dict(params), _Loader())
-    with _translate_lock:
-        _translated[key] = out
-    return copy.deepcopy(out)
+    return transform(t, dict(params), _Loader())
 
 
 def roles_from_template(ctx: tpl_mod.Context) -> dict[str, Role]:

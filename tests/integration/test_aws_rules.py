@@ -133,6 +133,41 @@ def test_policy_templates_are_expanded_by_samtranslator(aws):
     assert ar.evaluate(archiver, ar.Permission("dynamodb:GetItem", table_arn(SEGMENTS))) == "implicit_deny"
 
 
+def test_a_translation_is_read_back_from_the_disk_cache_by_the_next_process(tmp_path, monkeypatch):
+    """``sam_translate`` keeps what samtranslator made in ``LAKEQ_SAM_CACHE`` (a file per template,
+    parameters and samtranslator version): a process that finds the file does not translate, a
+    changed template or a corrupt file is translated again, and both answers are the same."""
+    monkeypatch.setenv("LAKEQ_SAM_CACHE", str(tmp_path))
+    monkeypatch.setattr(ar, "_translated", {})  # a new process: nothing in memory
+    ctx = tpl.make_context()
+    first = ar.sam_translate(ctx.template, ctx.parameters)
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text()) == first
+
+    monkeypatch.setattr(ar, "_translated", {})
+    calls = []
+    real = ar._translate
+    monkeypatch.setattr(ar, "_translate", lambda *a: calls.append(a) or real(*a))
+    assert ar.sam_translate(ctx.template, ctx.parameters) == first and calls == []  # read, not made
+
+    other = json.loads(json.dumps(ctx.template, default=str))
+    other["Description"] = "another template"
+    ar.sam_translate(other, ctx.parameters)
+    assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 2  # its own key
+
+    files[0].write_text("{ half a file")
+    monkeypatch.setattr(ar, "_translated", {})
+    assert ar.sam_translate(ctx.template, ctx.parameters) == first and len(calls) == 2
+    assert json.loads(files[0].read_text()) == first  # rewritten whole
+
+    monkeypatch.setenv("LAKEQ_SAM_CACHE", "0")  # off: nothing written anywhere
+    monkeypatch.setattr(ar, "_translated", {})
+    for f in tmp_path.glob("*.json"):
+        f.unlink()
+    assert ar.sam_translate(ctx.template, ctx.parameters) == first
+    assert len(calls) == 3 and not list(tmp_path.glob("*.json"))
+
+
 SMALL = {
     "Transform": "AWS::Serverless-2016-10-31",
     "Resources": {
