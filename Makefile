@@ -54,7 +54,7 @@ test: $(VENV)/.stamp lint sam-build $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
 	@echo "tests/e2e runs beside the others on one process (its output: .e2e.log, printed at the end)"
 	@$(PY) -m pytest -q -p no:cacheprovider --durations=20 tests/e2e > .e2e.log 2>&1 & e2e=$$!; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist load --durations=30 tests/spark tests/unit tests/contract tests/integration; rc=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 tests/spark tests/unit tests/contract tests/integration; rc=$$?; \
 	echo "waiting for tests/e2e"; wait $$e2e; e2e_rc=$$?; echo "--- tests/e2e:"; cat .e2e.log; \
 	test $$rc -eq 0 -a $$e2e_rc -eq 0
 

@@ -34,6 +34,7 @@ Every call runs under one lock: calls are linearizable, as each DynamoDB item's 
 """
 from __future__ import annotations
 
+import copy
 import re
 import threading
 from contextlib import contextmanager
@@ -911,6 +912,17 @@ class MemoryDynamo:
         with self.lock:
             for t in self.tables.values():
                 t.items.clear()
+
+    def snapshot(self) -> dict[str, dict]:
+        """Every table's items, copied (for :meth:`restore`: a test's set-up made once, reused)."""
+        with self.lock:
+            return {name: copy.deepcopy(t.items) for name, t in self.tables.items()}
+
+    def restore(self, snapshot: Mapping[str, dict]) -> None:
+        """The tables as :meth:`snapshot` saw them (copied again: the snapshot stays as it was)."""
+        with self.lock:
+            for name, t in self.tables.items():
+                t.items = copy.deepcopy(snapshot.get(name, {}))
 
     def table(self, operation: str, name: str) -> Table:
         t = self.tables.get(name)
