@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for p in (pump, fast_pump):  # both at once: each idle one waits up to a second for a write
+            if p is not None:
+                p.stop_soon()
         if scheduler is not None:
             scheduler.stop(timeout=5)
         if glue is not None:

@@ -188,6 +188,11 @@ class StreamPump:
             self._thread.start()
         return self
 
+    def stop_soon(self) -> None:
+        """Ask the thread to stop without waiting (:meth:`stop` then waits less: an idle pump
+        notices within ``IDLE_WAIT_S``)."""
+        self._stop.set()
+
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -287,6 +292,8 @@ class StreamPump:
                     # least the polling cadence's interval between passes
                     ended = time.monotonic()
                     now = self._writes(writes, IDLE_WAIT_S)
+                    while now == writes and time.monotonic() - ended < IDLE_PASS_S:
+                        now = self._writes(writes, IDLE_WAIT_S)  # (None once stopping)
                     if now is not None:
                         writes = now
                         rest = interval - (time.monotonic() - ended)
@@ -541,7 +548,8 @@ class StreamPump:
         return first, False
 
 
-IDLE_WAIT_S = 2.0  # an idle pump's longest wait for a write (and for stop())
+IDLE_WAIT_S = 1.0  # an idle pump's longest wait for a write (and for stop())
+IDLE_PASS_S = 10.0  # and a pass at least this often all the same
 
 
 def moto_write_signal(moto_url: str) -> Callable[[int | None, float], int | None]:

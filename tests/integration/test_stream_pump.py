@@ -435,7 +435,8 @@ def test_an_idle_pump_with_a_write_signal_sleeps_until_a_write(aws, stack, tmp_p
     delivers what was written (without one it polls: several get_records a second)."""
     from infra.local import streams
 
-    monkeypatch.setattr(streams, "IDLE_WAIT_S", 60.0)  # no safety-net pass within this test
+    monkeypatch.setattr(streams, "IDLE_WAIT_S", 0.1)  # many empty waits…
+    monkeypatch.setattr(streams, "IDLE_PASS_S", 60.0)  # …and no pass for them within this test
     tpl = stack(batch=100)
     writes, counting = WriteCount(), CountingStreams(aws["dynamodbstreams"])
     pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"], streams_client_=counting,
