@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         from .gateway import Gateway, access_log_to_stderr
         from .handlers import HandlerCache
         from .schedules import Scheduler, glue_runner
-        from .streams import StreamPump
+        from .streams import StreamPump, moto_write_signal
         from .worker import ProcessPool
 
         template = tpl_mod.load_template(args.template)
@@ -253,13 +253,15 @@ def main(argv: list[str] | None = None) -> int:
         wsgw.start()
         # two pumps (threads): the mappings without a batching window (the wake-up notifier,
         # latency-bound) never wait behind a slow batch of another function (the archiver's);
-        # ``pump`` (drained by POST /_local/streams/drain) serves the others
+        # ``pump`` (drained by POST /_local/streams/drain) serves the others. While idle they wait
+        # for moto's next DynamoDB write (moto_serial's write count) instead of polling the shards
         pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
-                          handler_cache=handlers, select=lambda ev: ev.batching_window_s > 0).start()
+                          handler_cache=handlers, select=lambda ev: ev.batching_window_s > 0,
+                          write_signal=moto_write_signal(moto_url)).start()
         # (Lambda polls a DynamoDB stream's shards four times a second: 0.25 s when idle)
         fast_pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
                                handler_cache=handlers, select=lambda ev: ev.batching_window_s == 0,
-                               idle_interval=0.25).start()
+                               idle_interval=0.25, write_signal=moto_write_signal(moto_url)).start()
         server = make_server(args.host, args.port, None, threaded=True,
                              request_handler=_QuietHandler)
         port = server.server_port
@@ -319,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for p in (pump, fast_pump):  # both at once: each idle one waits up to a second for a write
+            if p is not None:
+                p.stop_soon()
         if scheduler is not None:
             scheduler.stop(timeout=5)
         if glue is not None:

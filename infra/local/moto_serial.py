@@ -8,16 +8,35 @@ to emulate that, this wrapper serialises requests behind one lock (connections a
 on threads, so keep-alive clients don't block each other). Measured effect: the concurrency
 history test in ``tests/e2e/test_queue_e2e.py`` fails against the plain server (stale receipts,
 offsets reused) and passes against this one.
+
+It also counts the DynamoDB requests that may write (every DynamoDB operation but the reads: a
+stream record only appears through one of them) and answers ``GET /_lakeq/dynamodb-writes?after=N
+&wait=S`` with ``{"writes": <count>}`` as soon as the count differs from ``N`` (at most ``S``
+seconds later; outside the lock). The local stack's stream pumps wait on it while idle
+(:func:`infra.local.streams.moto_write_signal`) instead of polling every shard four times a second.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
+from urllib.parse import parse_qs
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import run_simple
+
+WRITES_PATH = "/_lakeq/dynamodb-writes"
+MAX_WAIT_S = 30.0
+# DynamoDB operations that never add a stream record (anything else counts as a possible write)
+READS = frozenset({
+    "GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems", "DescribeTable", "ListTables",
+    "DescribeTimeToLive", "ListTagsOfResource", "DescribeContinuousBackups", "DescribeLimits",
+    "DescribeEndpoints", "DescribeKinesisStreamingDestination", "ListBackups", "DescribeBackup",
+    "ListGlobalTables", "DescribeGlobalTable", "DescribeTableReplicaAutoScaling", "ListExports",
+    "DescribeExport", "ListImports", "DescribeImport", "GetResourcePolicy",
+})
 
 
 class Serialised:
@@ -26,8 +45,14 @@ class Serialised:
     def __init__(self, app):
         self.app = app
         self.lock = threading.Lock()
+        self.writes = 0  # DynamoDB requests that may have written (see READS)
+        self.changed = threading.Condition()
 
     def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") == WRITES_PATH:
+            return self._writes(environ, start_response)
+        target = environ.get("HTTP_X_AMZ_TARGET") or ""
+        service, _, op = target.partition(".")
         with self.lock:
             body = self.app(environ, start_response)
             try:
@@ -35,7 +60,26 @@ class Serialised:
             finally:
                 if hasattr(body, "close"):
                     body.close()
+        if service.startswith("DynamoDB_") and op not in READS:
+            with self.changed:
+                self.writes += 1
+                self.changed.notify_all()
         return [data]
+
+    def _writes(self, environ, start_response):
+        q = parse_qs(environ.get("QUERY_STRING") or "")
+        try:
+            after = int(q["after"][0]) if "after" in q else None
+            wait = min(max(float(q.get("wait", ["0"])[0]), 0.0), MAX_WAIT_S)
+        except ValueError:
+            start_response("400 Bad Request", [("Content-Type", "text/plain")])
+            return [b"after: an integer, wait: seconds"]
+        with self.changed:
+            if after is not None:
+                self.changed.wait_for(lambda: self.writes != after, timeout=wait)
+            n = self.writes
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps({"writes": n}).encode()]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,10 @@ from moto (``describe_stream`` → shards → ``get_shard_iterator`` at the even
   ``POST /_local/streams/drain``).
 
 moto keeps every stream record and every shard iterator in memory, so the poll interval backs off
-to ``idle_interval`` while nothing happens.
+to ``idle_interval`` while nothing happens. With a ``write_signal`` (the local stack's: moto's
+count of DynamoDB writes, :func:`moto_write_signal`) an idle pump instead sleeps until a write
+happened since its last pass began (a stream record only appears through a write): what it delivers
+and when is unchanged, an idle stack no longer polls every shard several times a second.
 """
 from __future__ import annotations
 
@@ -143,6 +146,7 @@ class StreamPump:
         sqs_client: Any = None,
         clock: Callable[[], float] = time.time,
         select: Callable[[StreamEvent], bool] | None = None,
+        write_signal: Callable[[int | None, float], int | None] | None = None,
     ):
         import boto3
 
@@ -158,6 +162,9 @@ class StreamPump:
         self.max_backoff = max_backoff
         self._sqs = sqs_client
         self.clock = clock  # wall clock (epoch seconds) for MaximumRecordAgeInSeconds
+        # write_signal(after, wait): the store's write count, once it differs from ``after`` (at
+        # most ``wait`` seconds later); None when it cannot tell (then the pump polls)
+        self.write_signal = write_signal
         self.lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -180,6 +187,11 @@ class StreamPump:
             self._thread = threading.Thread(target=self._run, name="lakeq-stream-pump", daemon=True)
             self._thread.start()
         return self
+
+    def stop_soon(self) -> None:
+        """Ask the thread to stop without waiting (:meth:`stop` then waits less: an idle pump
+        notices within ``IDLE_WAIT_S``)."""
+        self._stop.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -259,6 +271,9 @@ class StreamPump:
     # ------------------------------------------------------------------ internals
     def _run(self) -> None:
         interval = self.busy_interval
+        # the store's write count before a pass began (None: no signal, poll): every stream record
+        # written up to that count was there for the pass to read
+        writes = self._writes(None, 0.0)
         while not self._stop.is_set():
             try:
                 with self.lock:
@@ -272,7 +287,32 @@ class StreamPump:
                 interval = self.busy_interval
             else:
                 interval = min(self.idle_interval, interval * 2)
-            self._stop.wait(interval)
+                if writes is not None:
+                    # idle: sleep until a write the last pass may have missed, then keep at
+                    # least the polling cadence's interval between passes
+                    ended = time.monotonic()
+                    now = self._writes(writes, IDLE_WAIT_S)
+                    while now == writes and time.monotonic() - ended < IDLE_PASS_S:
+                        now = self._writes(writes, IDLE_WAIT_S)  # (None once stopping)
+                    if now is not None:
+                        writes = now
+                        rest = interval - (time.monotonic() - ended)
+                        if rest > 0 and self._stop.wait(rest):
+                            break
+                        continue
+            if self._stop.wait(interval):
+                break
+            if writes is None:
+                writes = self._writes(None, 0.0)
+
+    def _writes(self, after: int | None, wait: float) -> int | None:
+        if self.write_signal is None or self._stop.is_set():
+            return None
+        try:
+            return self.write_signal(after, wait)
+        except Exception as exc:  # noqa: BLE001 - moto gone (stopping): poll
+            log.debug("write signal failed: %s", exc)
+            return None
 
     def _refresh_shards(self, m: Mapping_) -> None:
         if m.stream_arn is None:
@@ -506,6 +546,23 @@ class StreamPump:
         log.warning("%s: %d record(s) reported failed; retrying from %s",
                     m.spec.logical_id, len(batch) - first, seqs[first])
         return first, False
+
+
+IDLE_WAIT_S = 1.0  # an idle pump's longest wait for a write (and for stop())
+IDLE_PASS_S = 10.0  # and a pass at least this often all the same
+
+
+def moto_write_signal(moto_url: str) -> Callable[[int | None, float], int | None]:
+    """``write_signal`` for a pump whose store is ``python -m infra.local.moto_serial`` at
+    ``moto_url``: its ``GET /_lakeq/dynamodb-writes`` long poll."""
+    import urllib.request
+
+    def signal(after: int | None, wait: float) -> int | None:
+        q = f"wait={wait}" + ("" if after is None else f"&after={after}")
+        with urllib.request.urlopen(f"{moto_url}/_lakeq/dynamodb-writes?{q}", timeout=wait + 10) as r:
+            return int(json.loads(r.read())["writes"])
+
+    return signal
 
 
 def within_payload(batch: list[dict]) -> list[dict]:

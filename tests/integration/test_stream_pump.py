@@ -394,3 +394,119 @@ def test_local_reset_wipes_the_tables_and_no_function_sees_the_removals(aws, sta
     put(aws, 100, 1)
     assert pump.drain(10) == (True, 1)
     assert numbers(delivered(tmp_path)) == [*range(5), 100]
+
+
+class WriteCount:
+    """A ``write_signal`` as moto_serial's: a count the test bumps after each write."""
+
+    def __init__(self):
+        import threading
+
+        self.n, self.calls = 0, 0
+        self.changed = threading.Condition()
+
+    def bump(self):
+        with self.changed:
+            self.n += 1
+            self.changed.notify_all()
+
+    def __call__(self, after, wait):
+        self.calls += 1
+        with self.changed:
+            if after is not None:
+                self.changed.wait_for(lambda: self.n != after, timeout=wait)
+            return self.n
+
+
+class CountingStreams:
+    def __init__(self, client):
+        self.client, self.get_records_calls = client, 0
+
+    def get_records(self, **kw):
+        self.get_records_calls += 1
+        return self.client.get_records(**kw)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+def test_an_idle_pump_with_a_write_signal_sleeps_until_a_write(aws, stack, tmp_path, monkeypatch):
+    """With a write signal an idle pump reads no shard until the store counts a write, then
+    delivers what was written (without one it polls: several get_records a second)."""
+    from infra.local import streams
+
+    monkeypatch.setattr(streams, "IDLE_WAIT_S", 0.1)  # many empty waits…
+    monkeypatch.setattr(streams, "IDLE_PASS_S", 60.0)  # …and no pass for them within this test
+    tpl = stack(batch=100)
+    writes, counting = WriteCount(), CountingStreams(aws["dynamodbstreams"])
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"], streams_client_=counting,
+                      busy_interval=0.02, idle_interval=0.05, write_signal=writes)
+    put(aws, 0, 2)
+    writes.bump()
+    pump.start()
+    try:
+        deadline = time.monotonic() + 60  # however loaded the machine
+        while numbers(delivered(tmp_path)) != [0, 1] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert numbers(delivered(tmp_path)) == [0, 1]
+        while not writes.changed._waiters and time.monotonic() < deadline:  # noqa: SLF001 - idle
+            time.sleep(0.02)
+        before = counting.get_records_calls
+        time.sleep(1.0)  # 20 idle intervals: a polling pump reads the shard several times
+        assert counting.get_records_calls == before
+        put(aws, 2, 3)
+        writes.bump()
+        while numbers(delivered(tmp_path)) != [0, 1, 2, 3, 4] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert numbers(delivered(tmp_path)) == [0, 1, 2, 3, 4]
+    finally:
+        pump.stop()
+
+
+def test_moto_serial_counts_dynamodb_writes_and_answers_the_long_poll():
+    """moto_serial's write count: DynamoDB operations but the reads, not DynamoDB Streams or other
+    services; ``GET /_lakeq/dynamodb-writes?after=N&wait=S`` answers once the count differs."""
+    import threading
+
+    from infra.local.moto_serial import WRITES_PATH, Serialised
+
+    def app(environ, start_response):
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    s = Serialised(app)
+
+    def request(target=None, path="/", query=""):
+        env = {"PATH_INFO": path, "QUERY_STRING": query}
+        if target:
+            env["HTTP_X_AMZ_TARGET"] = target
+        status = []
+        body = b"".join(s(env, lambda st, headers: status.append(st)))
+        return status[0], body
+
+    def count(query="wait=0"):
+        status, body = request(path=WRITES_PATH, query=query)
+        assert status == "200 OK"
+        return json.loads(body)["writes"]
+
+    for target in ("DynamoDB_20120810.GetItem", "DynamoDB_20120810.Query", "DynamoDB_20120810.Scan",
+                   "DynamoDB_20120810.DescribeTable", "DynamoDBStreams_20120810.GetRecords",
+                   "DynamoDBStreams_20120810.GetShardIterator", None):
+        request(target)
+    assert count() == 0
+    for target in ("DynamoDB_20120810.PutItem", "DynamoDB_20120810.UpdateItem", "DynamoDB_20120810.DeleteItem",
+                   "DynamoDB_20120810.BatchWriteItem", "DynamoDB_20120810.TransactWriteItems",
+                   "DynamoDB_20120810.CreateTable", "DynamoDB_20120810.ExecuteStatement"):
+        request(target)
+    assert count() == 7
+    assert count("after=3&wait=30") == 7  # differs: at once
+    assert request(path=WRITES_PATH, query="after=x")[0].startswith("400")
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(count("after=7&wait=30")))
+    waiter.start()
+    while not s.changed._waiters:  # noqa: SLF001 - the long poll is waiting
+        time.sleep(0.01)
+    assert got == []
+    request("DynamoDB_20120810.PutItem")
+    waiter.join(30)
+    assert got == [8]
