@@ -7,6 +7,7 @@ queue at offset 0, rows ``inc`` 1), and its first incarnation's rows carry no ``
 before the lake had it), so every test here sees two messages at each early ``(queue, offset)``."""
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -103,26 +104,111 @@ def _reference(rows, topic, lo, hi, raw_filter):
     return [(r["queue"], r.get("inc", 0), r["offset"], r["id"], r["body"]) for r in kept]
 
 
-def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir):
+@pytest.fixture
+def unique_observations(monkeypatch):
+    """Each :func:`native_filter.with_levels` observation of a query under its own ``name`` (the
+    parameter says: unique within a query), so that several selections can be labelled and unioned
+    into one Spark job (:func:`_collect_each`): the observation is a row count nobody reads, and
+    Spark refuses two observations of one name with different plans in one query."""
+    from lakeq_lake import native_filter as NF
+
+    real, n = NF.with_levels, itertools.count()
+    monkeypatch.setattr(NF, "with_levels",
+                        lambda *a, **k: real(*a, **{**k, "name": f"lakeq-native-levels-{next(n)}"}))
+
+
+def _collect_each(frames) -> list[list[tuple]]:
+    """Each frame's rows, in the order its own ``collect()`` gives them, from one Spark job: the
+    frames labelled and unioned (a union's partitions are its children's, in turn), so one job's
+    overhead instead of one a frame; the rows come back as tuples of the frame's columns."""
+    from pyspark.sql import functions as F
+
+    frames = list(frames)
+    assert len({tuple(df.columns) for df in frames}) == 1  # (a union by position)
+    union = None
+    for i, df in enumerate(frames):
+        labelled = df.select(F.lit(i).alias("__which"), *df.columns)
+        union = labelled if union is None else union.union(labelled)
+    out: list[list[tuple]] = [[] for _ in frames]
+    for r in union.collect():
+        out[r[0]].append(tuple(r)[1:])
+    return out
+
+
+def _keys(rows: list[tuple]) -> list[tuple]:
+    """(queue, inc, offset, id, body) of manifest rows (tuples of :data:`R.MANIFEST_COLUMNS`)."""
+    return [(r[0], r[9], r[1], r[2], r[7]) for r in rows]
+
+
+def _in_output_order(want: list[tuple], parts: int = 2) -> list[tuple]:
+    """``want`` (:func:`_reference`'s rows) in the order a selection's ``collect()`` gives them: its
+    ``parts`` partitions in turn, a queue's rows in the part of Spark's hash of the queue
+    (:func:`R.hash_partition`), each part sorted by (queue, inc, offset). Two selections equal to
+    this are equal to each other, row for row in order."""
+    return sorted(want, key=lambda w: (R.hash_partition(w[0], parts), w[0], w[1], w[2]))
+
+
+# the lake_dir's range of the selection tests: partial first and last hours; its start is the
+# produced_at of one of t's rows (the bound is inclusive), and every body row from it on carries its
+# message's metadata (the one-sided selection judges them all)
+SEL_LO, SEL_HI = OLD_UNTIL, T0 + 2 * H + 123
+
+
+def test_selection_equals_the_pure_matcher_on_every_filter(spark, lake_dir, unique_observations):
+    """For every filter, ``select`` (both sides joined, the bodies narrowed to the selection as the
+    job does) keeps exactly the pure matcher's rows, once each, each part sorted by (queue,
+    incarnation, offset) and each queue in its hash partition (so in (incarnation, offset) order
+    within each queue). All the filters' selections in one Spark job."""
     root, rows = lake_dir
     lk = Lake(str(root))
-    lo, hi = T0 + H // 2 + 4_500, T0 + 2 * H + 123  # partial first and last hours
+    lo, hi = SEL_LO, SEL_HI
+    assert any(r["topic"] == "t" and r["produced_at"] == lo for r in rows)
     msgs = R.read_slice(spark, lk, "messages", lo, hi)
     bods = R.read_slice(spark, lk, "bodies", lo, hi)
     R.ship(spark, "matcher", "lakeq")
+    twos = _collect_each(R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2) for raw in FILTERS)
     sizes = []
-    for raw in FILTERS:
+    for raw, two in zip(FILTERS, twos):
         want = _reference(rows, "t", lo, hi, raw)
-        got = [(r["queue"], r["inc"], r["offset"], r["id"], r["body"])
-               for r in R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
-        assert sorted(got) == want, raw  # exactly these, once each
-        for q in {w[0] for w in want}:  # in (incarnation, offset) order within each queue
-            assert [g for g in got if g[0] == q] == [w for w in want if w[0] == q]
+        assert _keys(two) == _in_output_order(want), raw  # exactly these, once each, in order
         sizes.append(len(want))
     assert all(0 < n for n in sizes[1:]) and len(set(sizes)) > 8  # the filters really select differently
     # "1" and 1 and true are told apart (the lake's map<string,string> schema would merge them)
     one, one_s = sizes[2], sizes[3]
     assert one != one_s
+
+
+def test_one_side_selects_what_two_sides_select(spark, lake_dir, unique_observations):
+    """Body rows carrying their metadata (the archiver since 2026-11-28): ``select_one_sided`` over
+    them alone gives exactly ``select``'s rows in the same order, for every filter (with the matcher
+    UDF for rows not plain): both equal the pure matcher's selection in the order
+    :func:`_in_output_order` gives (``select``'s: :func:`test_selection_equals_the_pure_matcher_on_every_filter`,
+    same range). Without the matcher (``matcher=False``) it keeps every row it cannot judge: the
+    rows it calls plain are exactly the matcher's among them, the others are all let through. Each
+    of the two selections for all the filters in one Spark job."""
+    root, rows = lake_dir
+    lk = Lake(str(root))
+    lo, hi = SEL_LO, SEL_HI
+    bods = R.read_slice(spark, lk, "bodies", lo, hi)
+    R.ship(spark, "matcher", "lakeq")
+    flts = [Filter.of(raw) for raw in FILTERS]
+    ones = _collect_each(R.select_one_sided(bods, "t", lo, hi, f, parts=2) for f in flts)
+    fasts = _collect_each(R.select_one_sided(bods, "t", lo, hi, f, parts=2, matcher=False) for f in flts)
+    by_id = {r["id"]: r for r in rows}
+    for raw, one, fast in zip(FILTERS, ones, fasts):
+        want = _reference(rows, "t", lo, hi, raw)
+        assert _keys(one) == _in_output_order(want), raw
+        assert set(_keys(fast)) >= set(want), raw  # never fewer: unjudged rows are kept
+        if not (raw and raw.get("conditions")):  # tags alone: every row judged
+            assert fast == one, raw
+        else:  # what it judged, it judged as the matcher does
+            judged = {k for k in _keys(fast) if _plain_text(by_id[k[3]])}
+            assert judged == set(_reference([r for r in rows if _plain_text(r)], "t", lo, hi, raw)), raw
+
+
+def _plain_text(row: dict) -> bool:
+    """The native filter's `plain` on the lake_dir's rows: no escaped key (``n"q``), no nested value."""
+    return not any(k == 'n"q' or isinstance(v, (list, dict)) for k, v in row["properties"].items())
 
 
 def _plan(df) -> str:
@@ -179,28 +265,15 @@ def _plain_only(row: dict) -> dict:
     return {**row, "properties": props}
 
 
-def test_one_side_selects_what_two_sides_select_and_falls_back_when_it_must(spark, lake_dir, tmp_path):
-    """Body rows carrying their metadata (the archiver since 2026-11-28): ``select_one_sided`` over
-    them alone gives exactly ``select``'s rows in the same order, for every filter (with the matcher
-    UDF for rows not plain); without it (``matcher=False``) it keeps every row it cannot judge.
-    ``run_replay`` takes the native one-sided pass first and selects again only when that pass wrote
-    rows it could not judge: rows not plain → the matcher UDF (``one side, matcher``), rows without
-    metadata (the lake's first half hour was archived before) → both sides joined (``two sides``).
-    Every plan's manifest is the pure matcher's selection."""
+def test_the_job_selects_one_sided_and_falls_back_when_it_must(spark, lake_dir, tmp_path):
+    """``run_replay`` takes the native one-sided pass first and selects again only when that pass
+    wrote rows it could not judge: rows not plain → the matcher UDF (``one side, matcher``), rows
+    without metadata (the lake's first half hour was archived before) → both sides joined (``two
+    sides``). Every plan's manifest is the pure matcher's selection. (That the one-sided selection
+    equals the two-sided one on every filter: :func:`test_one_side_selects_what_two_sides_select`.)"""
     root, rows = lake_dir
     lk = Lake(str(root))
-    R.ship(spark, "matcher", "lakeq")
-    lo, hi = OLD_UNTIL, T0 + 2 * H + 123
-    msgs, bods = R.read_slice(spark, lk, "messages", lo, hi), R.read_slice(spark, lk, "bodies", lo, hi)
-    for raw in FILTERS:
-        one = [tuple(r) for r in R.select_one_sided(bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
-        two = [tuple(r) for r in R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
-        assert one == two, raw
-        assert sorted((r[0], r[9], r[1], r[2], r[7]) for r in one) == _reference(rows, "t", lo, hi, raw)
-        fast = {(r[0], r[9], r[1]) for r in
-                R.select_one_sided(bods, "t", lo, hi, Filter.of(raw), parts=2, matcher=False).collect()}
-        assert fast >= {(r[0], r[9], r[1]) for r in one}, raw  # never fewer: unjudged rows are kept
-
+    lo, hi = SEL_LO, SEL_HI
     plain_root = tmp_path / "plain-lake"
     plain_rows = [_plain_only(r) for r in rows]
     _write(plain_root, plain_rows, ARN)
@@ -234,12 +307,9 @@ ESCAPED_FILTERS = ([{"conditions": [{"field": "k", "values": [v]}]} for v in JAC
                       {"conditions": [{"field": "k", "values": ["😀x", 7]}, {"field": "n", "range": [3, 40]}]}])
 
 
-def test_values_jackson_spells_with_escapes_are_selected_as_the_matcher_selects(spark, tmp_path):
-    """A filter on a value that Spark's JSON reader re-writes with escapes (an emoji: two ``\\u``
-    escapes; a control character), or on a field holding one, selects what the pure matcher selects,
-    one-sided and two-sided. (The substring pre-filter once spelled an emoji as is, so a replay of
-    ``values: ["😀"]`` found none of the messages holding it.) Rows whose keys need no escape are
-    judged natively in one pass, whatever their values hold."""
+def _escaped_lake(root: Path) -> tuple[Lake, list[dict]]:
+    """240 rows from OLD_UNTIL on, one a millisecond, with values from JACKSON_ESCAPED; from row 160
+    on half of them also hold the key ``😀f`` (Jackson escapes it: not plain, the matcher decides)."""
     rng = random.Random(1802)
     rows = []
     for i in range(240):
@@ -251,32 +321,74 @@ def test_values_jackson_spells_with_escapes_are_selected_as_the_matcher_selects(
         rows.append({"topic": "t", "queue": i % 3, "offset": i // 3, "id": f"m{i}", "key": None, "size": 0,
                      "tags": [], "properties": props, "produced_at": OLD_UNTIL + i, "seq": str(i),
                      "body": f"b{i}-😀"})
-    root = tmp_path / "lake"
     _write(root, rows, ARN)
-    lk = Lake(str(root))
+    return Lake(str(root)), rows
+
+
+def test_values_jackson_spells_with_escapes_are_selected_as_the_matcher_selects(spark, tmp_path, unique_observations):
+    """A filter on a value that Spark's JSON reader re-writes with escapes (an emoji: two ``\\u``
+    escapes; a control character), or on a field holding one, selects what the pure matcher selects,
+    one-sided and two-sided. (The substring pre-filter once spelled an emoji as is, so a replay of
+    ``values: ["😀"]`` found none of the messages holding it.) Rows whose keys need no escape are
+    judged natively, whatever their values hold.
+
+    Per filter: the job's native one-sided pass (``matcher=False``): each row's ``plain`` is "no key
+    Jackson escapes", the plain rows it keeps are the matcher's selection among them and every other
+    row is let through; and both sides joined (the matcher UDF on the rows not plain) equal the
+    matcher's selection. Each of the two for all the filters in one Spark job. The job itself, its
+    plan choice and its one-sided pass with the matcher:
+    :func:`test_the_job_selects_escaped_values_in_one_pass_when_every_key_is_plain`."""
+    lk, rows = _escaped_lake(tmp_path / "lake")
     R.ship(spark, "matcher", "lakeq")
     lo, hi = OLD_UNTIL, OLD_UNTIL + H
     msgs, bods = R.read_slice(spark, lk, "messages", lo, hi), R.read_slice(spark, lk, "bodies", lo, hi)
-    for i, raw in enumerate(ESCAPED_FILTERS):
+    by_id = {r["id"]: r for r in rows}
+    flts = [Filter.of(raw) for raw in ESCAPED_FILTERS]
+    natives = _collect_each(R.select_one_sided(bods, "t", lo, hi, f, parts=2, matcher=False, keep_plain=True)
+                            for f in flts)
+    twos = _collect_each(R.select(msgs, bods, "t", lo, hi, f, parts=2) for f in flts)
+    for raw, native, two in zip(ESCAPED_FILTERS, natives, twos):
         want = _reference(rows, "t", lo, hi, raw)
         assert want, raw  # each filter selects something
-        s = R.run_replay(spark, lk, f"e{i}", "t", lo, hi, Filter.of(raw), log=lambda *_: None,
+        assert all(r[10] == ("😀f" not in by_id[r[2]]["properties"]) for r in native), raw
+        plain_want = [w for w in want if "😀f" not in by_id[w[3]]["properties"]]
+        assert sorted(k for k, r in zip(_keys(native), native) if r[10]) == plain_want, raw
+        assert set(_keys(native)) >= set(want), raw  # the rows not plain: let through
+        assert _keys(two) == _in_output_order(want), raw  # both sides joined
+
+
+def test_the_job_selects_escaped_values_in_one_pass_when_every_key_is_plain(spark, tmp_path, unique_observations):
+    """The replay job on :func:`_escaped_lake`: over the whole range (rows with the key ``😀f``) its
+    native pass leaves rows unjudged and it selects again with the matcher (``one side, matcher``),
+    writing the matcher's selection; over the first 160 rows (values with emoji and control
+    characters, keys without) the native filter judges every row: one pass (``one side``; before
+    2026-12-05 such values sent the replay to a second). And the one-sided pass with the matcher,
+    per filter (all in one Spark job), is the matcher's selection; on the first 160 rows the native
+    pass judges every row of the first eight filters, as the matcher does."""
+    lk, rows = _escaped_lake(tmp_path / "lake")
+    R.ship(spark, "matcher", "lakeq")
+    lo, hi = OLD_UNTIL, OLD_UNTIL + H
+    exists = ESCAPED_FILTERS.index({"conditions": [{"field": "😀f", "exists": True}]})
+    jobs = [(0, hi, "one side, matcher"), (exists, hi, "one side, matcher"),
+            (0, lo + 160, "one side"), (3, lo + 160, "one side")]
+    for i, (which, b, plan) in enumerate(jobs):
+        raw = ESCAPED_FILTERS[which]
+        want = _reference(rows, "t", lo, b, raw)
+        s = R.run_replay(spark, lk, f"e{i}", "t", lo, b, Filter.of(raw), log=lambda *_: None,
                          out=Lake(str(tmp_path / "out")))
         manifest = [r for part in _manifest_rows(tmp_path / "out", s) for r in part]
         got = sorted((r["queue"], r["inc"], r["offset"], r["id"], r["body"]) for r in manifest)
-        assert got == want, (raw, s["plan"], len(got), len(want))
-        two = [(r["queue"], r["inc"], r["offset"], r["id"], r["body"])
-               for r in R.select(msgs, bods, "t", lo, hi, Filter.of(raw), parts=2).collect()]
-        assert sorted(two) == want, raw
-    # the first 160 rows' values hold emoji and control characters, their keys none: the native
-    # filter judges every row, one pass (before 2026-12-05 such values sent the replay to a second)
-    for i, raw in enumerate(ESCAPED_FILTERS[:8]):
-        want = _reference(rows, "t", lo, lo + 160, raw)
-        s = R.run_replay(spark, lk, f"f{i}", "t", lo, lo + 160, Filter.of(raw), log=lambda *_: None,
-                         out=Lake(str(tmp_path / "out")))
-        manifest = [r for part in _manifest_rows(tmp_path / "out", s) for r in part]
-        got = sorted((r["queue"], r["inc"], r["offset"], r["id"], r["body"]) for r in manifest)
-        assert (got, s["plan"]) == (want, "one side"), raw
+        assert (got, s["plan"]) == (want, plan), raw
+    bods = R.read_slice(spark, lk, "bodies", lo, hi)
+    flts = [Filter.of(raw) for raw in ESCAPED_FILTERS]
+    matchers = _collect_each(R.select_one_sided(bods, "t", lo, hi, f, parts=2) for f in flts)
+    for raw, matcher in zip(ESCAPED_FILTERS, matchers):
+        assert _keys(matcher) == _in_output_order(_reference(rows, "t", lo, hi, raw)), raw
+    firsts = _collect_each(R.select_one_sided(bods, "t", lo, lo + 160, f, parts=2, matcher=False, keep_plain=True)
+                           for f in flts[:8])
+    for raw, native in zip(ESCAPED_FILTERS[:8], firsts):
+        assert all(r[10] for r in native), raw  # every row judged: the job would not select again
+        assert _keys(native) == _in_output_order(_reference(rows, "t", lo, lo + 160, raw)), raw
 
 
 def test_read_slice_reads_only_the_hours_of_the_range(spark, tmp_path):
