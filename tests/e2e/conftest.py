@@ -26,11 +26,6 @@ import pytest
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
-# The Spark jobs these tests run (the lake jobs, every replay's selection: a JVM each, seconds of
-# work) on the JIT's first tier and the serial collector: the same results, half the JVM's CPU
-# (test_replay_job_e2e.py: 22.5 -> 11.3 s). Inherited by the stacks and the jobs' subprocesses.
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{JVM_OPTIONS}" pyspark-shell')
 START_TIMEOUT = float(os.environ.get("LAKEQ_E2E_START_TIMEOUT") or 180)
 STOP_TIMEOUT = 60.0
 
