@@ -128,6 +128,12 @@ def _transactions(ddb, streams) -> list:
         # an item with two operations: moto refuses it with no rollback (the put before it stays)
         [put("tx-hash", {**hk("h8")}),
          {**put("tx-hash", {**hk("h9")}), "Delete": {"TableName": "tx-hash", "Key": hk("h1")}}],
+        # one item by two spellings of its number key (moto's unicity check compares the text),
+        # then a failed condition: both writes undone
+        [put("tx-range", {"pk": {"S": "a"}, "sk": {"N": "1.0"}, "n": {"N": "9"}}),
+         upd("tx-range", rk("a", 1), "SET z = :one", {":one": {"N": "1"}}), put("tx-range", {**rk("a", 2)}, **absent)],
+        # a key of the wrong type after a put
+        [put("tx-hash", {**hk("h10")}), put("tx-hash", {"id": {"N": "1"}})],
         # commits: updates, a delete of a partition's last item, a condition check
         [upd("tx-range", rk("a", 1), "SET n = n + :one", {":one": {"N": "1"}}),
          {"Delete": {"TableName": "tx-range", "Key": rk("a", 2)}},
@@ -166,7 +172,7 @@ def test_moto_speed_transactions_roll_back_as_moto_does(aws, _aws_snapshot):
         moto_speed.install()
     assert fast == plain
     kinds = [x[0] for x in plain]
-    assert kinds.count("ok") == 2 and kinds.count("ClientError") == 8, kinds
+    assert kinds.count("ok") == 2 and kinds.count("ClientError") == 10, kinds
     # the commits' stream records only, in both; and the put before the two-operation item, which
     # moto keeps (moto_direct then runs the refused call again down the wire: INSERT + MODIFY)
     assert [len(plain[i][1]) for i in (-3, -1)] == [4, 3]
