@@ -130,7 +130,7 @@ def installed() -> bool:
 # :func:`_transact_write_items` keeps a journal instead: before moto's own code runs, a deep copy
 # of each item the transaction names (or that it was absent) and each touched table's stream
 # length; moto's table copies are made into the tables themselves (``_JournalCopy``) and, if moto
-# cancels the transaction (any exception), the journal puts those items and stream lengths back —
+# cancels the transaction (where its own code puts its copies back), the journal puts those items and stream lengths back —
 # the state moto's own rollback restores, at the cost of the items touched.
 
 _ORIGINAL_TWI = None
