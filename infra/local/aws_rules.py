@@ -307,7 +307,7 @@ def sam_translate(template: Mapping, parameters: Mapping[str, Any] | None = None
     text = json.dumps(template, sort_keys=True, default=str)
     params = {k: v for k, v in (parameters or {}).items()}
     key = hashlib.sha256("\0".join((text, json.dumps(params, sort_keys=True, default=str),
-                                    samtranslator.__version__)).encode()).hexdigest()
+                                    samtranslator.__version__, _translator_code())).encode()).hexdigest()
     with _translate_lock:
         if key in _translated:
             return copy.deepcopy(_translated[key])
@@ -323,6 +323,18 @@ def sam_translate(template: Mapping, parameters: Mapping[str, Any] | None = None
     with _translate_lock:
         _translated[key] = out
     return copy.deepcopy(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _translator_code() -> str:
+    """lakeq's part of a translation (:func:`_translate`'s text), part of the disk cache's key: an
+    edited ``_translate`` does not read what the old one made."""
+    import inspect
+
+    try:
+        return hashlib.sha256(inspect.getsource(_TRANSLATE).encode()).hexdigest()
+    except (OSError, TypeError):
+        return repr(_TRANSLATE.__code__.co_code)
 
 
 def _translate(text: str, params: dict) -> dict:
@@ -347,6 +359,9 @@ def _translate(text: str, params: dict) -> dict:
     # the translator reads the region from boto3's default session when it builds ARNs
     os.environ.setdefault("AWS_DEFAULT_REGION", tpl_mod.DEFAULT_REGION)
     return transform(t, dict(params), _Loader())
+
+
+_TRANSLATE = _translate  # (what _translator_code reads: tests wrap the module's _translate)
 
 
 def roles_from_template(ctx: tpl_mod.Context) -> dict[str, Role]:

@@ -130,7 +130,7 @@ def installed() -> bool:
 # :func:`_transact_write_items` keeps a journal instead: before moto's own code runs, a deep copy
 # of each item the transaction names (or that it was absent) and each touched table's stream
 # length; moto's table copies are made into the tables themselves (``_JournalCopy``) and, if moto
-# cancels the transaction (any exception), the journal puts those items and stream lengths back —
+# cancels the transaction (where its own code puts its copies back), the journal puts those items and stream lengths back —
 # the state moto's own rollback restores, at the cost of the items touched.
 
 _ORIGINAL_TWI = None
@@ -142,12 +142,28 @@ class _Journal:
 
         self.entries = []  # (table, hash, range or None, had partition, the item's copy or None)
         self.streams = {}  # id(table) -> (table, its stream shard, the shard's length)
+        # the tables moto backs up (and puts back whole when it cancels): those an item names by
+        # name; an item naming one of them by its ARN is undone with it, one naming another
+        # table by ARN only is not (moto's own rollback misses it)
+        backed = {}
+        for entry in transact_items:
+            try:
+                name = next(iter(entry.values())).get("TableName")
+                if name and name in backend.tables:
+                    backed[id(backend.tables[name])] = backend.tables[name]
+            except Exception:  # noqa: BLE001 - moto refuses it before it writes anything
+                continue
+        for table in backed.values():
+            if table.stream_shard is not None:
+                self.streams[id(table)] = (table, table.stream_shard, len(table.stream_shard.items))
         seen = set()
         for entry in transact_items:
             try:
                 op_type, op = next(iter(entry.items()))
-                table = backend.tables.get(op.get("TableName"))
-                if table is None:
+                name = op.get("TableName")
+                table = backend.tables.get(name) or next(
+                    (t for t in backend.tables.values() if t.table_arn == name), None)
+                if table is None or id(table) not in backed:
                     continue
                 key = op["Item"] if op_type == "Put" else op["Key"]
                 h = DynamoType(key[table.hash_key_attr])
@@ -161,9 +177,6 @@ class _Journal:
             part = table.items.get(h)
             current = (part.get(r) if isinstance(part, dict) else None) if r is not None else part
             self.entries.append((table, h, r, part is not None, copy.deepcopy(current)))
-            shard = table.stream_shard
-            if shard is not None and id(table) not in self.streams:
-                self.streams[id(table)] = (table, shard, len(shard.items))
 
     def rollback(self) -> None:
         for table, h, r, had, item in reversed(self.entries):
@@ -208,10 +221,14 @@ def _transact_write_items(self, transact_items):
         return _ORIGINAL_TWI(self, transact_items)
     journal = _Journal(self, transact_items)
     _active.tables = {id(t) for t in self.tables.values()}
+    from moto.dynamodb import exceptions as ex
+
     try:
         return _ORIGINAL_TWI(self, transact_items)
-    except BaseException:
-        journal.rollback()
+    except ex.TransactWriteSingleOpException:
+        raise  # moto raises it outside its rollback: the writes of the items before it stay
+    except (ex.TransactionCanceledException, ex.MockValidationException):
+        journal.rollback()  # where moto puts its copies back
         raise
     finally:
         _active.tables = ()

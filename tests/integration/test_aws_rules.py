@@ -565,3 +565,34 @@ def test_remembered_decisions_see_statements_changed_in_place():
         s["Effect"] = "Deny"
     with pytest.raises(ClientError):
         rules.before(Call("dynamodb", "PutItem", put, "F"))
+
+
+_TINY_SAM = {"Transform": "AWS::Serverless-2016-10-31",
+             "Resources": {"F": {"Type": "AWS::Serverless::Function",
+                                 "Properties": {"CodeUri": "src/", "Handler": "a.b", "Runtime": "python3.11"}}}}
+
+
+def test_the_disk_cache_is_not_read_by_edited_translating_code(tmp_path, monkeypatch):
+    """The disk cache's key covers lakeq's own part of the translation (``_translate``: the
+    placeholder code locations, the managed-policy loader): a process whose
+    ``aws_rules.py`` translates differently (here: another placeholder) translates again instead
+    of reading what the old code made. (Seen failing when the key was template + parameters +
+    samtranslator version only: the edited copy read the old file.)"""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("LAKEQ_SAM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ar, "_translated", {})
+    first = ar.sam_translate(_TINY_SAM, {})
+    assert first["Resources"]["F"]["Properties"]["Code"]["S3Key"] == "code.zip"
+
+    src = Path(ar.__file__).read_text(encoding="utf-8").replace(
+        '"s3://lakeq-local-code/code.zip"', '"s3://lakeq-local-code/edited.zip"')
+    edited_file = tmp_path / "aws_rules_edited.py"
+    edited_file.write_text(src, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("infra.local._aws_rules_edited", edited_file)
+    edited = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, edited)  # (dataclasses look their module up)
+    spec.loader.exec_module(edited)  # a new process with the edited module: nothing in memory
+    assert edited.sam_translate(_TINY_SAM, {})["Resources"]["F"]["Properties"]["Code"]["S3Key"] == "edited.zip"
