@@ -266,13 +266,20 @@ def _translation_cache_dir() -> str | None:
     where = os.environ.get("LAKEQ_SAM_CACHE")
     if where is not None:
         return None if where in ("", "0") else where
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "lakeq", "sam")
+    home = os.path.expanduser("~")
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if home != "~" else None)
+    return os.path.join(base, "lakeq", "sam") if base else None
 
 
 def _read_translation(path: str) -> dict | None:
+    """The translation in ``path`` if this user alone could have written it (the roles it holds
+    decide every IAM check): a file owned by us, in a directory owned by us, neither writable by
+    group or others; anything else is ignored (translated again)."""
     try:
         with open(path, encoding="utf-8") as fh:
+            for st in (os.fstat(fh.fileno()), os.stat(os.path.dirname(path))):
+                if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                    return None
             out = json.load(fh)
     except (OSError, ValueError):
         return None
@@ -284,7 +291,7 @@ def _write_translation(path: str, out: Mapping) -> None:
     a cache that cannot be written is only slower."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(out, fh, default=str)
         os.replace(tmp, path)
@@ -306,7 +313,8 @@ def sam_translate(template: Mapping, parameters: Mapping[str, Any] | None = None
 
     text = json.dumps(template, sort_keys=True, default=str)
     params = {k: v for k, v in (parameters or {}).items()}
-    key = hashlib.sha256("\0".join((text, json.dumps(params, sort_keys=True, default=str),
+    region = os.environ.get("AWS_DEFAULT_REGION") or tpl_mod.DEFAULT_REGION  # (the ARNs' partition)
+    key = hashlib.sha256("\0".join((text, json.dumps(params, sort_keys=True, default=str), region,
                                     samtranslator.__version__, _translator_code())).encode()).hexdigest()
     with _translate_lock:
         if key in _translated:

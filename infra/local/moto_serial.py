@@ -53,17 +53,19 @@ class Serialised:
             return self._writes(environ, start_response)
         target = environ.get("HTTP_X_AMZ_TARGET") or ""
         service, _, op = target.partition(".")
-        with self.lock:
-            body = self.app(environ, start_response)
-            try:
-                data = b"".join(body)
-            finally:
-                if hasattr(body, "close"):
-                    body.close()
-        if service.startswith("DynamoDB_") and op not in READS:
-            with self.changed:
-                self.writes += 1
-                self.changed.notify_all()
+        try:
+            with self.lock:
+                body = self.app(environ, start_response)
+                try:
+                    data = b"".join(body)
+                finally:
+                    if hasattr(body, "close"):
+                        body.close()
+        finally:  # counted even when moto raised: it may have written before it did
+            if service.startswith("DynamoDB_") and op not in READS:
+                with self.changed:
+                    self.writes += 1
+                    self.changed.notify_all()
         return [data]
 
     def _writes(self, environ, start_response):

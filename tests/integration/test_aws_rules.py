@@ -160,12 +160,25 @@ def test_a_translation_is_read_back_from_the_disk_cache_by_the_next_process(tmp_
     assert ar.sam_translate(ctx.template, ctx.parameters) == first and len(calls) == 2
     assert json.loads(files[0].read_text()) == first  # rewritten whole
 
+    # a file others could have written is not trusted (its roles would decide every IAM check)
+    planted = {**first, "Resources": {}}
+    files[0].write_text(json.dumps(planted))
+    files[0].chmod(0o666)
+    monkeypatch.setattr(ar, "_translated", {})
+    assert ar.sam_translate(ctx.template, ctx.parameters) == first and len(calls) == 3
+    files[0].write_text(json.dumps(planted))
+    files[0].chmod(0o644)
+    tmp_path.chmod(0o777)  # ... nor one in a directory others may write to
+    monkeypatch.setattr(ar, "_translated", {})
+    assert ar.sam_translate(ctx.template, ctx.parameters) == first and len(calls) == 4
+    tmp_path.chmod(0o700)
+
     monkeypatch.setenv("LAKEQ_SAM_CACHE", "0")  # off: nothing written anywhere
     monkeypatch.setattr(ar, "_translated", {})
     for f in tmp_path.glob("*.json"):
         f.unlink()
     assert ar.sam_translate(ctx.template, ctx.parameters) == first
-    assert len(calls) == 3 and not list(tmp_path.glob("*.json"))
+    assert len(calls) == 5 and not list(tmp_path.glob("*.json"))
 
 
 SMALL = {
