@@ -783,6 +783,14 @@ def _project(item: Mapping, paths: list[tuple]) -> dict:
     return out
 
 
+def _empty_scalar(av: Mapping | None) -> bool:
+    """An empty string or blob (``{"S": ""}``, ``{"B": b""}``): never a key's or an index key's value."""
+    if not av:
+        return False
+    (t, v), = av.items()
+    return t in ("S", "B") and len(v) == 0
+
+
 # ------------------------------------------------------------------------------------- tables
 
 class Table:
@@ -817,12 +825,12 @@ class Table:
             if av is None:
                 raise _Validation(f"One or more parameter values were invalid: Missing the key {n} in the item"
                                   if item else "The provided key element does not match the schema")
-            (t, v), = av.items()
+            (t, _), = av.items()
             if t != self.types.get(n, t):
                 raise _Validation("One or more parameter values were invalid: Type mismatch for key "
                                   f"{n} expected: {self.types.get(n)} actual: {t}" if item else
                                   "The provided key element does not match the schema")
-            if t in ("S", "B") and len(v) == 0:
+            if _empty_scalar(av):
                 raise _Validation("One or more parameter values are not valid. The AttributeValue for a key "
                                   "attribute cannot contain an empty string value. "
                                   f"Key: {n}" if t == "S" else
@@ -837,8 +845,7 @@ class Table:
         for name in self.global_indexes:
             hk, rk, _, _ = self.indexes[name]
             for attr in (hk, rk):
-                if attr and attr in item and next(iter(item[attr])) in ("S", "B") \
-                        and len(next(iter(item[attr].values()))) == 0:
+                if attr and _empty_scalar(item.get(attr)):
                     raise _Validation("One or more parameter values are not valid. A value specified for a secondary "
                                       "index key is not supported. The AttributeValue for a key attribute cannot "
                                       f"contain an empty string value. IndexName: {self.global_indexes[0]}, "
@@ -1000,8 +1007,7 @@ class MemoryDynamo:
         for name in t.global_indexes:  # an index key set to an empty string or blob
             for attr in t.indexes[name][:2]:
                 v = new.get(attr) if attr else None
-                if v is not None and next(iter(v)) in ("S", "B") and len(next(iter(v.values()))) == 0 \
-                        and (old is None or not _eq(old.get(attr), v)):
+                if _empty_scalar(v) and (old is None or not _eq(old.get(attr), v)):
                     raise _Validation("One or more parameter values are not valid. The update expression attempted "
                                       "to update a secondary index key to a value that is not supported. The "
                                       "AttributeValue for a key attribute cannot contain an empty string value.")
