@@ -12,6 +12,16 @@ from botocore.exceptions import ClientError, ParamValidationError
 TABLE = "direct-contract"
 
 
+def twin_tables(ddb, definitions):
+    """The CreateTable ``definitions`` made on moto (``ddb``) and a memory store holding the same
+    tables, empty: the two sides a contract test compares."""
+    from infra.local import dynamo_memory
+
+    for d in definitions:
+        ddb.create_table(**d)
+    return dynamo_memory.MemoryDynamo(definitions)
+
+
 def make_table(ddb) -> None:
     ddb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
                      AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},

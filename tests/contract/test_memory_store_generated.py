@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infra.local import dynamo_memory
+from tests.dynamo_scripts import twin_tables
 
 # moto: this file makes its own tables and compares stores itself
 pytestmark = pytest.mark.moto
@@ -370,9 +371,7 @@ _examples = itertools.count()
 @pytest.fixture
 def stores(aws):
     ddb = aws["dynamodb"]
-    for d in DEFINITIONS:
-        ddb.create_table(**d)
-    return ddb, dynamo_memory.MemoryDynamo(DEFINITIONS)
+    return ddb, twin_tables(ddb, DEFINITIONS)
 
 
 @settings(max_examples=int(__import__("os").environ.get("LAKEQ_CONTRACT_EXAMPLES", "150")), deadline=None,

@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from infra.local import dynamo_memory
 from tests.contract.test_memory_store_generated import DEFINITIONS, INDEXED, MAIN, _answer
+from tests.dynamo_scripts import twin_tables
 
 # moto: this file makes its own tables and compares the stores itself
 pytestmark = pytest.mark.moto
@@ -863,9 +864,7 @@ PROBES = {
 def test_probe_answers_as_moto(aws, name):
     ddb = aws["dynamodb"]
     diffs = []
-    for d in DEFS:
-        ddb.create_table(**d)
-    mem = dynamo_memory.MemoryDynamo(DEFS)
+    mem = twin_tables(ddb, DEFS)
 
     def answer(op, params):
         try:
@@ -963,9 +962,7 @@ def test_a_key_condition_the_memory_store_refuses_where_moto_crashes():
 def test_what_the_memory_store_does_not_answer_is_refused_not_guessed(aws, op, params):
     """Legacy parameters, parallel scans and Streams raise NotSupported (the test belongs on moto)."""
     ddb = aws["dynamodb"]
-    for d in DEFS:
-        ddb.create_table(**d)
-    mem = dynamo_memory.MemoryDynamo(DEFS)
+    mem = twin_tables(ddb, DEFS)
     with dynamo_memory.using(mem):
         with pytest.raises(dynamo_memory.NotSupported):
             getattr(ddb, op)(**params)
