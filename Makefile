@@ -8,9 +8,8 @@ SAM := $(SAMVENV)/bin/sam
 SAM_VERSION := 1.170.0
 export LAKEQ_PORT ?= 3000
 export LAKEQ_ADMIN_KEY ?= local-admin-key
-# `make test`: pytest-xdist workers for unit, contract, integration and spark (3 on 2 cores: the
-# Spark tests and e2e wait on their JVMs and stacks part of the time); e2e beside them on one process
-TEST_WORKERS ?= 3
+# `make test`: pytest-xdist workers for unit, integration and spark; e2e beside them on one process
+TEST_WORKERS ?= 2
 
 .PHONY: run test unit integration e2e lint sam-build bench jobs clean chromium
 
