@@ -148,16 +148,22 @@ def _aws_clients():
 def _aws_snapshot(template, _aws_clients):
     """``{backend: {account: {region: backend object}}}`` right after the template's tables and
     bucket were created on an empty moto (the state every test starts from)."""
+    with mock_aws():
+        _tpl.create_tables(_aws_clients["dynamodb"], template, _tpl.LOCAL_STACK)
+        _tpl.create_buckets(_aws_clients["s3"], template, _tpl.LOCAL_STACK)
+        return _snapshot(_SNAPSHOT_BACKENDS)
+
+
+def _snapshot(names) -> dict:
+    """``{backend: {account: {region: a deep copy of the backend}}}`` of moto's live ``names``
+    (what :func:`_restore` puts back)."""
     import copy
 
     from moto.backends import get_backend
 
-    with mock_aws():
-        _tpl.create_tables(_aws_clients["dynamodb"], template, _tpl.LOCAL_STACK)
-        _tpl.create_buckets(_aws_clients["s3"], template, _tpl.LOCAL_STACK)
-        return {name: {acct: {region: copy.deepcopy(be) for region, be in regions.items()}
-                       for acct, regions in get_backend(name).items()}
-                for name in _SNAPSHOT_BACKENDS}
+    return {name: {acct: {region: copy.deepcopy(be) for region, be in regions.items()}
+                   for acct, regions in get_backend(name).items()}
+            for name in names}
 
 
 def _restore(snapshot: dict) -> None:
@@ -206,25 +212,6 @@ def _memory_tables(template):
     return _dynamo_memory.from_template(template)
 
 
-# --- running in parallel: `make test` runs unit, integration and spark on 2 pytest-xdist workers with
-# `--dist load`, scheduled by :class:`SparkApart` below: each test is its own unit of work (to the next
-# free worker, at most 3 waiting per worker), except tests/spark, one unit run by one worker, so one
-# Spark session (local[2], a JVM) serves them all instead of one per worker, warmed up once, and two
-# sessions never compete for the 2 cores. (xdist's own loadgroup does not work with the versions
-# installed here, pytest 9.2 and pytest-xdist 3.8: xdist 3.8 names a group by rewriting
-# ``item._nodeid``, and pytest 9.2 keeps a node's id in ``_id``; seen: a file's tests on both workers
-# with the marks set.) The spark unit is the largest, so it is handed out first (xdist's
-# ``--loadscope-reorder``, on by default, and the Makefile names tests/spark first).
-SPARK_TESTS = "tests/spark/"
-
-
-def pytest_xdist_make_scheduler(config, log):
-    if config.getoption("dist") != "load":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class SparkApart(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return SPARK_TESTS if nodeid.startswith(SPARK_TESTS) else nodeid
-
-    return SparkApart(config, log)
+# --- running in parallel: `make test` runs unit, contract, integration and spark on 2 pytest-xdist
+# workers with `--dist worksteal` (a worker that runs out takes half of another's queue); a worker
+# that runs Spark tests starts its own session (tests/spark/conftest.py).
