@@ -177,18 +177,15 @@ class PerRequest:
     them back, to tell the cost of pulls that came back empty from the rest)."""
 
     def __init__(self, app, meter: Meter):
-        self.app, self.meter = app, meter
+        from infra.local.moto_serial import read_body
+
+        self.app, self.meter, self.read_body = app, meter, read_body
         self.spent: dict[str, tuple[float, float]] = {}
 
     def __call__(self, environ, start_response):
         rid = environ.get("HTTP_X_BENCH_ID")
         _, w0, r0 = self.meter.snapshot()
-        body = self.app(environ, start_response)
-        try:
-            data = b"".join(body)
-        finally:
-            if hasattr(body, "close"):
-                body.close()
+        data = self.read_body(self.app(environ, start_response))
         if rid:
             _, w1, r1 = self.meter.snapshot()
             self.spent[rid] = (w1 - w0, r1 - r0)

@@ -39,6 +39,15 @@ READS = frozenset({
 })
 
 
+def read_body(body) -> bytes:
+    """A WSGI response body read whole, then closed (as the WSGI spec asks of a server)."""
+    try:
+        return b"".join(body)
+    finally:
+        if hasattr(body, "close"):
+            body.close()
+
+
 class Serialised:
     """WSGI middleware: one request at a time, response body materialised inside the lock."""
 
@@ -55,12 +64,7 @@ class Serialised:
         service, _, op = target.partition(".")
         try:
             with self.lock:
-                body = self.app(environ, start_response)
-                try:
-                    data = b"".join(body)
-                finally:
-                    if hasattr(body, "close"):
-                        body.close()
+                data = read_body(self.app(environ, start_response))
         finally:  # counted even when moto raised: it may have written before it did
             if service.startswith("DynamoDB_") and op not in READS:
                 with self.changed:

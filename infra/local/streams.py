@@ -557,9 +557,11 @@ def moto_write_signal(moto_url: str) -> Callable[[int | None, float], int | None
     ``moto_url``: its ``GET /_lakeq/dynamodb-writes`` long poll."""
     import urllib.request
 
+    from .moto_serial import WRITES_PATH
+
     def signal(after: int | None, wait: float) -> int | None:
         q = f"wait={wait}" + ("" if after is None else f"&after={after}")
-        with urllib.request.urlopen(f"{moto_url}/_lakeq/dynamodb-writes?{q}", timeout=wait + 10) as r:
+        with urllib.request.urlopen(f"{moto_url}{WRITES_PATH}?{q}", timeout=wait + 10) as r:
             return int(json.loads(r.read())["writes"])
 
     return signal
