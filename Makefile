@@ -11,7 +11,7 @@ export LAKEQ_ADMIN_KEY ?= local-admin-key
 # `make test`: pytest-xdist workers for unit, integration and spark; e2e beside them on one process
 TEST_WORKERS ?= 2
 
-.PHONY: run test unit integration e2e lint sam-build bench jobs clean chromium
+.PHONY: run test test-ready unit integration e2e lint sam-build bench jobs clean chromium
 
 $(VENV)/.stamp: pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,7 +49,12 @@ chromium: $(CHROMIUM)
 $(CHROMIUM):
 	apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
-test: $(VENV)/.stamp lint sam-build $(CHROMIUM)
+# what the suite needs, two at a time (the two venvs' installs, then cfn-lint beside sam build):
+# each is one process, and the machine has two cores
+test-ready: $(VENV)/.stamp lint sam-build $(CHROMIUM)
+
+test:
+	@$(MAKE) --no-print-directory -j2 test-ready
 	$(VENV)/bin/ruff check layers/
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
 	@echo "tests/e2e runs beside the others on one process (its output: .e2e.log, printed at the end)"
