@@ -106,6 +106,25 @@ from infra.local import moto_speed as _moto_speed  # noqa: E402
 
 _moto_speed.install()
 
+# botocore's service models read once per test process, not once per client: every handler module a
+# test loads (executed anew, tests/handlers.py) makes its own pynamodb connection and boto3 clients,
+# each with a new botocore session whose Loader parses the service's JSON again (54 ms a client; 44
+# clients in 27 examples of the queue model). Loaders with the same search paths share their cache,
+# as one session's clients already do (botocore's instance_cache: the loaded dicts are never changed).
+import botocore.loaders  # noqa: E402
+
+_loader_caches: dict[tuple, dict] = {}
+_loader_init = botocore.loaders.Loader.__init__
+
+
+def _shared_cache_init(self, *args, **kwargs):
+    _loader_init(self, *args, **kwargs)
+    key = (tuple(self.search_paths), tuple(self.extras_types), type(self.file_loader))
+    self._cache = _loader_caches.setdefault(key, {})
+
+
+botocore.loaders.Loader.__init__ = _shared_cache_init
+
 ADMIN_KEY = os.environ["LAKEQ_ADMIN_KEY"]
 
 
