@@ -8,7 +8,8 @@ SAM := $(SAMVENV)/bin/sam
 SAM_VERSION := 1.170.0
 export LAKEQ_PORT ?= 3000
 export LAKEQ_ADMIN_KEY ?= local-admin-key
-# `make test`: pytest-xdist workers for unit, integration and spark; e2e beside them on one process
+# `make test`: pytest-xdist workers for unit, contract and integration; spark and e2e beside them, one
+# process each (one JVM for the Spark tests: a JVM per worker warmed its JIT twice)
 TEST_WORKERS ?= 2
 
 .PHONY: run test test-ready unit integration e2e lint sam-build bench jobs clean chromium
@@ -57,11 +58,13 @@ test:
 	@$(MAKE) --no-print-directory -j2 test-ready
 	$(VENV)/bin/ruff check layers/
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
-	@echo "tests/e2e runs beside the others on one process (its output: .e2e.log, printed at the end)"
+	@echo "tests/e2e and tests/spark run beside the others, one process each (their output: .e2e.log and .spark.log, printed at the end)"
 	@$(PY) -m pytest -q -p no:cacheprovider --durations=20 tests/e2e > .e2e.log 2>&1 & e2e=$$!; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 tests/spark tests/unit tests/contract tests/integration; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests/spark > .spark.log 2>&1 & spark=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 tests/unit tests/contract tests/integration; rc=$$?; \
+	echo "waiting for tests/spark"; wait $$spark; spark_rc=$$?; echo "--- tests/spark:"; cat .spark.log; \
 	echo "waiting for tests/e2e"; wait $$e2e; e2e_rc=$$?; echo "--- tests/e2e:"; cat .e2e.log; \
-	test $$rc -eq 0 -a $$e2e_rc -eq 0
+	test $$rc -eq 0 -a $$spark_rc -eq 0 -a $$e2e_rc -eq 0
 
 unit: $(VENV)/.stamp
 	$(PY) -m pytest -q tests/unit
