@@ -53,15 +53,23 @@ def _hour_columns(df: DataFrame) -> DataFrame:
             .withColumn("hour", F.lpad(F.col("hour").cast("string"), 2, "0")))
 
 
+MAX_HOURS = 24 * 7  # hours a run writes per kind (oldest first): a first run over a long raw/ takes several
+ROW_GROUP_BYTES = 16 * 1024 * 1024  # Parquet row groups: several per hour's file, each a narrow range of topics
+
+
 def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None = None,
                  grace_ms: int = C.GRACE_MS, keep_ms: int = C.KEEP_MS, log=print,
-                 show_progress: bool = False, crash: Callable[[str], None] | None = None) -> dict:
-    """Compact the closed hours of ``kind``; returns ``{"hours": [...committed], "conflicts": [...],
-    "deleted": n}``. ``crash(step)`` (tests) is called after ``written``, ``symlink`` and
-    ``committed`` of each hour: raising there is a crash at that point."""
+                 show_progress: bool = False, crash: Callable[[str], None] | None = None,
+                 max_hours: int = MAX_HOURS) -> dict:
+    """Compact the closed hours of ``kind`` (the oldest ``max_hours`` of them); returns
+    ``{"hours": [...committed], "conflicts": [...], "deleted": n, "left": n}``. ``crash(step)``
+    (tests) is called after ``written``, ``symlink`` and ``committed`` of each hour: raising there
+    is a crash at that point."""
     at = at_ms or now_ms()
     manifests = lake.manifests(kind)
     work = C.plan(kind, lake.raw_keys(kind), manifests, at, grace_ms)
+    left = max(0, len(work) - max_hours)
+    work = work[:max_hours]
     committed, conflicts = [], []
     if work:
         run = f"{at}-{secrets.token_hex(3)}"
@@ -72,7 +80,8 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
         log(f"compact {kind}: {len(work)} hour(s) -> {out}")
         with progress(spark, f"compact {kind}", show_progress):
             (df.repartition(parts, "dt", "hour").sortWithinPartitions("dt", "hour", *SORT[kind])
-             .write.mode("errorifexists").partitionBy("dt", "hour").parquet(lake.path(out)))
+             .write.mode("errorifexists").option("parquet.block.size", ROW_GROUP_BYTES)
+             .partitionBy("dt", "hour").parquet(lake.path(out)))
         files: dict[C.Hour, list[str]] = {}
         for k in lake.list_keys(out):
             p = C.parquet_hour(k)
@@ -100,11 +109,14 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
     written = lake.modified(f"{C.LAKE}/kind={kind}") | lake.modified(f"{C.MANIFESTS}/kind={kind}")
     trash = C.garbage(kind, written, written, live, at, keep_ms)
     lake.delete(trash)
-    log(f"compact {kind}: {len(committed)} hour(s) committed, {len(trash)} unreferenced file(s) deleted")
-    return {"kind": kind, "hours": committed, "conflicts": conflicts, "deleted": len(trash)}
+    log(f"compact {kind}: {len(committed)} hour(s) committed, {len(trash)} unreferenced file(s) deleted"
+        + (f", {left} hour(s) left for the next run" if left else ""))
+    return {"kind": kind, "hours": committed, "conflicts": conflicts, "deleted": len(trash), "left": left}
 
 
 def run_compact(spark: SparkSession, lake: Lake, at_ms: int | None = None, grace_ms: int = C.GRACE_MS,
-                kinds: tuple[str, ...] = C.KINDS, log=print, show_progress: bool = False) -> dict:
-    """The job body: every kind's closed hours."""
-    return {k: compact_kind(spark, lake, k, at_ms, grace_ms, log=log, show_progress=show_progress) for k in kinds}
+                kinds: tuple[str, ...] = C.KINDS, log=print, show_progress: bool = False,
+                max_hours: int = MAX_HOURS) -> dict:
+    """The job body: every kind's closed hours (at most ``max_hours`` each)."""
+    return {k: compact_kind(spark, lake, k, at_ms, grace_ms, log=log, show_progress=show_progress,
+                            max_hours=max_hours) for k in kinds}

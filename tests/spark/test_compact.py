@@ -245,3 +245,13 @@ def test_the_catalog_declares_the_columns_of_the_files(spark, raw_lake, template
     assert columns == _of_files(spark.read.parquet(str(weights)))
     assert table["Parameters"]["storage.location.template"]["Fn::Sub"].endswith(
         f"/{PLANS_PREFIX}/history/computed_at=${{!computed_at}}/")
+
+
+def test_a_run_writes_the_oldest_hours_first_and_leaves_the_rest(spark, raw_lake, tmp_path):
+    root = tmp_path / "lake"
+    shutil.copytree(raw_lake, root)
+    lk = Lake(str(root))
+    first = compact_kind(spark, lk, "offsets", AFTER, max_hours=2, **QUIET)
+    assert [h["hour"] for h in first["hours"]] == ["00", "01"] and first["left"] == 1
+    second = compact_kind(spark, lk, "offsets", AFTER, max_hours=2, **QUIET)
+    assert [h["hour"] for h in second["hours"]] == ["02"] and second["left"] == 0
