@@ -1,17 +1,19 @@
-"""``make jobs``: run both data-lake jobs once on a local SparkSession against the running local stack.
+"""``make jobs``: run the data-lake jobs once on a local SparkSession against the running local stack.
 
 1. ``POST /_local/streams/drain`` on the stack (``http://127.0.0.1:$LAKEQ_PORT``): the stream pump
    brings everything produced so far into the lake;
 2. ``GET /_local/info``: the stack's moto endpoint and table / bucket names;
-3. download ``raw/`` from the lake bucket (moto S3) to a local folder (``.lake/<bucket>/``; only
-   objects not downloaded before — keys never change content except by an identical rewrite);
-4. the backlog job, then the rebalance-plan job (publishing each plan into its group's state through
+3. download ``raw/`` and ``lake/`` from the lake bucket (moto S3) to a local folder
+   (``.lake/<bucket>/``; only objects not downloaded before — keys never change content except by
+   an identical rewrite, and a manifest is never rewritten);
+4. the compaction (its ``lake/`` uploaded back, and what it deleted deleted in the bucket too), the
+   backlog job, then the rebalance-plan job (publishing each plan into its group's state through
    the groups repository, on the stack's DynamoDB) on ``local[2]`` over that folder — the same code
    the Glue jobs run over ``s3://``;
 5. upload ``reports/`` back to the lake bucket (``GET /v1/reports/backlog`` serves it) and print a
    summary table.
 
-``python -m glue_jobs.local [--port N] [--lake-dir .lake] [--no-publish] [--job backlog|rebalance_plan]``
+``python -m glue_jobs.local [--port N] [--lake-dir .lake] [--no-publish] [--job compact|backlog|rebalance_plan]``
 (``--job``, repeatable: only those jobs, by their script's name; the local stack's scheduler runs
 each Glue trigger's job this way: ``make run WITH_JOBS=1``, ``infra/local/schedules.py``).
 """
@@ -84,6 +86,17 @@ def upload(s3, bucket: str, root: Path, prefix: str) -> int:
     return len(files)
 
 
+def delete_missing(s3, bucket: str, root: Path, prefix: str) -> int:
+    """Delete the bucket's keys under ``prefix`` that the local folder no longer has (the
+    compaction's garbage, deleted locally)."""
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for o in page.get("Contents", [])]
+    gone = [k for k in keys if not (root / k).exists()]
+    for i in range(0, len(gone), 1000):
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in gone[i:i + 1000]], "Quiet": True})
+    return len(gone)
+
+
 def table(rows: list[list], header: list[str]) -> str:
     cells = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -91,7 +104,7 @@ def table(rows: list[list], header: list[str]) -> str:
     return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
 
 
-JOBS = ("backlog", "rebalance_plan")
+JOBS = ("compact", "backlog", "rebalance_plan")
 
 
 def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 120.0, spark=None,
@@ -107,6 +120,8 @@ def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 
     t = step(f"downloading s3://{bucket}/raw/ from moto ({info['aws_endpoint_url']}) to {root}")
     n = download(s3, bucket, "raw/", root)
     done(t, f"{n} object(s)")
+    t = step(f"downloading s3://{bucket}/lake/ to {root}")
+    done(t, f"{download(s3, bucket, 'lake/', root)} object(s)")
 
     from lakeq_lake.jobs import run_backlog, run_rebalance_plan
     from lakeq_lake.store import Lake
@@ -124,6 +139,14 @@ def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 
     lake = Lake(str(root))
     log = lambda m: print(f"[jobs]   {m}", flush=True)  # noqa: E731
     backlog = plans = None
+    if "compact" in jobs:
+        from lakeq_lake.compact import run_compact
+
+        t = step("compaction job")
+        run_compact(spark, lake, log=log)
+        done(t)
+        t = step(f"uploading lake/ to s3://{bucket}/")
+        done(t, f"{upload(s3, bucket, root, 'lake')} file(s), {delete_missing(s3, bucket, root, 'lake/')} deleted")
     if "backlog" in jobs:
         t = step("backlog job")
         backlog = run_backlog(spark, lake, log=log)
@@ -165,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-publish", dest="publish", action="store_false")
     ap.add_argument("--drain-timeout", type=float, default=120.0)
     ap.add_argument("--job", dest="jobs", action="append", choices=JOBS,
-                    help="run only this job (repeatable; default: both, backlog first)")
+                    help="run only this job (repeatable; default: all three, in this order)")
     a = ap.parse_args(argv)
     try:
         run(a.port, a.lake_dir, a.publish, a.drain_timeout, jobs=tuple(a.jobs or JOBS))

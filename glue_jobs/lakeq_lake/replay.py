@@ -114,23 +114,16 @@ def summary_key(replay_id: str) -> str:
     return f"replays/{replay_id}/selection.json"
 
 
-def _partition_key() -> F.Column:
-    """``"YYYY-MM-DD HH"`` from the partition columns, whatever types discovery gave them (``dt`` a
-    date or a string, ``hour`` an int or ``"07"``)."""
-    return F.concat(F.col("dt").cast("string"), F.lit(" "), F.lpad(F.col("hour").cast("string"), 2, "0"))
-
-
 def read_slice(spark: SparkSession, lake: Lake, kind: str, from_ms: int, to_ms: int) -> DataFrame:
     """The ``kind`` (``messages`` / ``bodies``) rows of the hour partitions overlapping
-    ``[from_ms, to_ms)``; empty when nothing was archived."""
+    ``[from_ms, to_ms)``: the committed Parquet of the compacted hours and the raw rows no
+    committed manifest names (:meth:`Lake.read_kind`, ``stored``: ``properties`` as its JSON text);
+    a lake not compacted in that range is read as raw, pruned by a filter on the partition columns
+    (Spark lists and reads those folders only). Empty when nothing was archived."""
     schema = MESSAGES_RAW if kind == "messages" else BODIES
-    prefix = f"raw/kind={kind}"
-    if not lake.exists(prefix):
-        return spark.createDataFrame([], schema)
-    base = lake.path(prefix)
     lo, hi = hour_bounds(from_ms, to_ms)
-    df = spark.read.schema(schema).option("basePath", base).json(base)
-    return df.where(_partition_key().between(lo, hi)).select(*schema.fieldNames())
+    df = lake.read_kind(spark, kind, lo, hi, stored=True)
+    return df.select(*schema.fieldNames())
 
 
 # set by select() on its session: see its docstring

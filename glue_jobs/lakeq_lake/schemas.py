@@ -40,7 +40,34 @@ MEMBERS = StructType([
     StructField("at", LongType()), StructField("seq", StringType()),
 ])
 
-BY_KIND = {"messages": MESSAGES, "offsets": OFFSETS, "members": MEMBERS}
+PROPERTIES = MapType(StringType(), StringType())
+
+# kind=bodies as the replay reads it (lakeq.lake.archive.body_row): its metadata since 2026-11-28
+# (null in rows archived before), ``properties`` as the JSON object's text
+BODIES = StructType([
+    StructField("topic", StringType()), StructField("queue", LongType()),
+    StructField("offset", LongType()), StructField("body", StringType()),
+    StructField("id", StringType()), StructField("key", StringType()),
+    StructField("tags", ArrayType(StringType())), StructField("properties", StringType()),
+    StructField("produced_at", LongType()),
+    StructField("claim", StringType()),  # a body in the lake bucket (issue 18.2): its claim, as JSON text
+    StructField("inc", LongType()),
+    StructField("seq", StringType()),
+])
+
+# The compacted lake's Parquet rows (lake/kind=<k>/, lakeq.lake.compaction) and the Glue tables'
+# columns (template.yaml): the raw rows with these schemas. ``properties`` of a message stays the
+# JSON object's text — its values keep their JSON types (1, "1", true), which the replay's filter
+# tells apart; :meth:`Lake.read_kind` gives the jobs the map of :data:`MESSAGES`.
+STORED = {
+    "messages": StructType([StructField("properties", StringType()) if f.name == "properties" else f
+                            for f in MESSAGES.fields]),
+    "bodies": BODIES,
+    "offsets": OFFSETS,
+    "members": MEMBERS,
+}
+
+BY_KIND = {"messages": MESSAGES, "bodies": BODIES, "offsets": OFFSETS, "members": MEMBERS}
 
 BACKLOG = StructType([
     StructField("group", StringType()), StructField("client_id", StringType()),

@@ -1,13 +1,20 @@
 """Where the lake is: ``s3://bucket`` (Glue: Spark reads and writes ``s3://`` paths itself; small JSON
 objects go through boto3) or a local folder with the same layout (``make jobs`` brings the local
-stack's lake objects to a folder first: hadoop-aws is not installable here)."""
+stack's lake objects to a folder first: hadoop-aws is not installable here).
+
+A kind's rows are the committed Parquet of its compacted hours plus the raw JSON Lines no
+committed manifest names (:mod:`lakeq.lake.compaction`): :meth:`Lake.read_kind`."""
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakeq.lake import compaction as C
 
 from . import schemas
 
@@ -84,14 +91,159 @@ class Lake:
         tmp.write_bytes(data)
         os.replace(tmp, p)
 
+    def get_json(self, key: str):
+        if self.is_s3:
+            return json.loads(self.s3().get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        return json.loads(Path(self.path(key)).read_bytes())
+
+    def get_jsons(self, keys: list[str]) -> list:
+        """Many small JSON objects (in ``keys``' order; on S3 16 at a time)."""
+        if not self.is_s3 or len(keys) < 2:
+            return [self.get_json(k) for k in keys]
+        self.s3()
+        with ThreadPoolExecutor(16) as pool:
+            return list(pool.map(self.get_json, keys))
+
+    def create_json(self, key: str, obj) -> bool:
+        """Write ``key`` only if it does not exist (S3: ``If-None-Match: *``; a folder: a hard link,
+        which fails on an existing name). False when it existed: nothing was written."""
+        data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        if self.is_s3:
+            from botocore.exceptions import ClientError
+
+            try:
+                self.s3().put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json",
+                                     IfNoneMatch="*")
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict") \
+                        or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+                    return False
+                raise
+            return True
+        p = Path(self.path(key))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        try:
+            os.link(tmp, p)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink()
+        return True
+
+    def put_text(self, key: str, text: str) -> None:
+        data = text.encode("utf-8")
+        if self.is_s3:
+            self.s3().put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="text/plain")
+            return
+        p = Path(self.path(key))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, p)
+
+    def modified(self, prefix: str) -> dict[str, int]:
+        """The keys under ``prefix`` and their last-modified times (epoch ms)."""
+        if self.is_s3:
+            out = {}
+            for page in self.s3().get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=prefix.rstrip("/") + "/"):
+                out.update({o["Key"]: int(o["LastModified"].timestamp() * 1000) for o in page.get("Contents", [])})
+            return out
+        base = Path(self.root)
+        p = Path(self.path(prefix))
+        return ({str(f.relative_to(base)): int(f.stat().st_mtime * 1000) for f in p.rglob("*") if f.is_file()}
+                if p.exists() else {})
+
+    def delete(self, keys: list[str]) -> None:
+        if self.is_s3:
+            for i in range(0, len(keys), 1000):
+                self.s3().delete_objects(Bucket=self.bucket, Delete={
+                    "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+            return
+        for k in keys:
+            Path(self.path(k)).unlink(missing_ok=True)
+
+    def tag(self, keys: list[str], tag: tuple[str, str]) -> None:
+        """Tag objects (S3; the lifecycle rules act on tags); a folder has no tags: nothing to do."""
+        if not self.is_s3:
+            return
+        self.s3()
+
+        def one(k):
+            self.s3().put_object_tagging(Bucket=self.bucket, Key=k,
+                                         Tagging={"TagSet": [{"Key": tag[0], "Value": tag[1]}]})
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(one, keys))
+
     # ---------------------------------------------------------------- logs
-    def read_kind(self, spark: SparkSession, kind: str) -> DataFrame:
-        """``raw/kind=<kind>/`` with its explicit schema (partition columns ``dt``, ``hour`` added by
-        Spark's partition discovery); an empty DataFrame when nothing was archived yet."""
-        prefix = f"raw/kind={kind}"
-        schema = schemas.BY_KIND[kind]
-        if not self.exists(prefix):
-            return spark.createDataFrame([], schema)
-        base = self.path(prefix)
-        return (spark.read.schema(schema).option("basePath", base)
-                .option("recursiveFileLookup", "false").json(base))
+    def manifests(self, kind: str, lo: str | None = None, hi: str | None = None) -> dict[C.Hour, dict]:
+        """The newest committed manifest of each compacted hour of ``kind`` (within the
+        ``"YYYY-MM-DD HH"`` bounds ``lo``..``hi``)."""
+        newest = {h: k for h, k in C.newest_manifests(self.list_keys(f"{C.MANIFESTS}/kind={kind}"), kind).items()
+                  if C.in_hours(h, lo, hi)}
+        hours = sorted(newest)
+        return dict(zip(hours, self.get_jsons([newest[h] for h in hours]), strict=True))
+
+    def raw_keys(self, kind: str, lo: str | None = None, hi: str | None = None) -> list[str]:
+        out = []
+        for k in self.list_keys(f"{C.RAW}/kind={kind}"):
+            p = C.raw_hour(k)
+            if p is not None and C.in_hours((p[1], p[2]), lo, hi):
+                out.append(k)
+        return out
+
+    def read_kind(self, spark: SparkSession, kind: str, lo: str | None = None, hi: str | None = None,
+                  stored: bool = False, hours: set[C.Hour] | None = None) -> DataFrame:
+        """The rows of ``kind`` with their explicit schema (:data:`schemas.BY_KIND`, or
+        ``stored``: :data:`schemas.STORED`, ``properties`` as its JSON text) and the partition
+        columns ``dt`` (date), ``hour`` (int): the committed Parquet of the compacted hours and the
+        raw JSON Lines no committed manifest names. ``lo``, ``hi``: only the hours
+        ``"YYYY-MM-DD HH"`` within (``hours``: only those). Empty when nothing was archived.
+        A lake without any manifest of ``kind`` in range is read as it always was: Spark lists
+        ``raw/kind=<kind>/`` itself."""
+        schema = schemas.STORED[kind] if stored else schemas.BY_KIND[kind]
+        prefix = f"{C.RAW}/kind={kind}"
+        manifests = self.manifests(kind, lo, hi)
+        if hours is not None:
+            manifests = {h: m for h, m in manifests.items() if h in hours}
+        if not manifests and hours is None:
+            if not self.exists(prefix):
+                return spark.createDataFrame([], schema)
+            base = self.path(prefix)
+            df = (spark.read.schema(schema).option("basePath", base)
+                  .option("recursiveFileLookup", "false").json(base))
+            if lo is not None or hi is not None:  # a filter on the partition columns: Spark lists those folders only
+                df = df.where(partition_key().between(lo or "0000", hi or "9999"))
+            return df
+        raw_keys = self.raw_keys(kind, lo, hi)
+        if hours is not None:
+            raw_keys = [k for k in raw_keys if (C.raw_hour(k) or ("", "", ""))[1:] in hours]
+        parquet, raw = C.unread(raw_keys, manifests)
+        cols = [*schema.fieldNames(), "dt", "hour"]
+        frames = []
+        if raw:
+            frames.append(spark.read.schema(schema).option("basePath", self.path(prefix))
+                          .json([self.path(k) for k in raw]))
+        if parquet:
+            df = (spark.read.schema(schemas.STORED[kind]).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
+                  .parquet(*[self.path(k) for k in parquet]))
+            if kind == "messages" and not stored:
+                df = df.withColumn("properties", F.from_json("properties", schemas.PROPERTIES))
+            frames.append(df)
+        if not frames:
+            return spark.createDataFrame([], schema).withColumn("dt", F.lit(None).cast("date")) \
+                .withColumn("hour", F.lit(None).cast("int"))
+        frames = [f.withColumn("dt", F.col("dt").cast("date")).withColumn("hour", F.col("hour").cast("int"))
+                  .select(*cols) for f in frames]
+        out = frames[0]
+        for f in frames[1:]:
+            out = out.unionByName(f)
+        return out
+
+
+def partition_key() -> F.Column:
+    """``"YYYY-MM-DD HH"`` from the partition columns, whatever types discovery gave them (``dt`` a
+    date or a string, ``hour`` an int or ``"07"``)."""
+    return F.concat(F.col("dt").cast("string"), F.lit(" "), F.lpad(F.col("hour").cast("string"), 2, "0"))

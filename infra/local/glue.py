@@ -356,7 +356,8 @@ class ReplayRun:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def download_slice(self, arguments: Mapping[str, str], lake: Path) -> int:
-        """The ``raw/kind=messages|bodies`` objects of the run's hours (what the job reads) → ``lake``."""
+        """The ``raw/kind=messages|bodies`` objects of the run's hours and their compacted hours'
+        newest manifests and Parquet files (what the job reads) → ``lake``."""
         try:
             first, last, days = _hours(int(arguments.get("--from_ms", "")), int(arguments.get("--to_ms", "")))
         except ValueError:
@@ -375,6 +376,27 @@ class ReplayRun:
                         target.parent.mkdir(parents=True, exist_ok=True)
                         target.write_bytes(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
                         n += 1
+                n += self._download_compacted(kind, day, first, last, lake)
+        return n
+
+    def _download_compacted(self, kind: str, day: str, first: str, last: str, lake: Path) -> int:
+        """The newest manifest of each compacted hour of ``day`` in ``[first, last]`` and its Parquet
+        files (``lakeq.lake.compaction``: the job reads them instead of the raw keys they hold)."""
+        from lakeq.lake import compaction as C
+
+        s3, n = self.s3(), 0
+        prefix = f"{C.MANIFESTS}/kind={kind}/dt={day}/"
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+                for o in page.get("Contents", [])]
+        for hour, key in C.newest_manifests(keys, kind).items():
+            if not C.in_hours(hour, first, last):
+                continue
+            data = s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            for k in [key, *json.loads(data).get("parquet", [])]:
+                target = lake / k
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data if k == key else s3.get_object(Bucket=self.bucket, Key=k)["Body"].read())
+                n += 1
         return n
 
     def upload(self, lake: Path, replay_id: str) -> set[str]:

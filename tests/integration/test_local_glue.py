@@ -209,3 +209,26 @@ def test_glue_calls_are_authorised_on_the_jobs_arn(aws_rules_spec):
     with pytest.raises(ClientError):
         rules.before(Call("glue", "StartJobRun", {"JobName": REPLAY}, "AdminFunction"))  # no glue:* at all
     rules.before(Call("glue", "StartJobRun", {"JobName": REPLAY}, None))  # the stack's own calls: not checked
+
+
+def test_a_run_downloads_the_compacted_hours_it_reads(archived, tmp_path):
+    """A compacted hour of the run's range: its newest manifest and the Parquet files it names come
+    with the raw objects (what ``Lake.read_kind`` reads); an older generation and an hour outside
+    the range do not."""
+    from lakeq.lake import compaction as C
+
+    s3, bucket = archived
+    for gen, hour, files in ((1, "00", ["lake/kind=messages/run=1/dt=2026-01-01/hour=00/part-0.parquet"]),
+                             (2, "00", ["lake/kind=messages/run=2/dt=2026-01-01/hour=00/part-0.parquet"]),
+                             (1, "05", ["lake/kind=messages/run=2/dt=2026-01-01/hour=05/part-0.parquet"])):
+        for k in files:
+            s3.put_object(Bucket=bucket, Key=k, Body=b"parquet")
+        doc = C.manifest_doc("messages", "2026-01-01", hour, gen, str(gen), files, [], 1)
+        s3.put_object(Bucket=bucket, Key=C.manifest_key("messages", "2026-01-01", hour, gen), Body=json.dumps(doc))
+    run = G.ReplayRun(s3=lambda: s3)
+    run.bucket = bucket
+    run.download_slice({"--from_ms": str(T0), "--to_ms": str(T0 + 2 * 3_600_000)}, tmp_path)
+    got = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "lake").rglob("*") if p.is_file())
+    assert got == [C.manifest_key("messages", "2026-01-01", "00", 2),
+                   "lake/kind=messages/run=2/dt=2026-01-01/hour=00/part-0.parquet"]
+    assert (tmp_path / "raw").is_dir()  # the raw objects as before

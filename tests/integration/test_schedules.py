@@ -36,7 +36,7 @@ def test_every_schedule_of_the_template_is_read_from_it(template):
     # every scheduled Glue trigger, with its jobs and their MaxConcurrentRuns
     triggers = {lid: r["Properties"] for lid, r in raw.items()
                 if r["Type"] == "AWS::Glue::Trigger" and r["Properties"]["Type"] == "SCHEDULED"}
-    assert len(triggers) == 2
+    assert len(triggers) == 3
     for lid, props in triggers.items():
         s = srcs[lid]
         assert s.kind == "glue" and isinstance(s.expression, Cron)
@@ -46,6 +46,7 @@ def test_every_schedule_of_the_template_is_read_from_it(template):
     # the job runner is told the job by its script's name (from Command.ScriptLocation)
     assert glue_script("BacklogJob", template) == "backlog"
     assert glue_script("RebalancePlanJob", template) == "rebalance_plan"
+    assert glue_script("CompactJob", template) == "compact"
 
 
 def test_scheduled_event_has_eventbridge_shape(template):

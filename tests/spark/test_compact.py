@@ -1,0 +1,257 @@
+"""The hourly compaction (issue 32.1, lakeq_lake.compact) on lake folders written by the archiver's
+own encoding: the jobs (backlog report, replay selection) give the same results on a compacted lake
+as on the same raw lake never compacted — also with a raw file arriving late for a compacted hour,
+before and after the next run folds it in — and a crash at any step of a run leaves every hour's
+rows exactly once, before and after the next run."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lakeq.lake import archive as lake
+from lakeq.lake import compaction as C
+from lakeq.replay.rules import Filter
+from lakeq_lake import replay as R
+from lakeq_lake import schemas
+from lakeq_lake.compact import compact_kind, run_compact
+from lakeq_lake.jobs import run_backlog
+from lakeq_lake.store import Lake
+from tests.manifest import manifest_rows
+
+H = 3_600_000
+T0 = 1_767_225_600_000  # 2026-01-01T00:00Z
+SEG = "arn:aws:dynamodb:us-east-1:1:table/lakeq-local-segments/stream/x"
+OFF = "arn:aws:dynamodb:us-east-1:1:table/lakeq-local-offsets/stream/x"
+MEM = "arn:aws:dynamodb:us-east-1:1:table/lakeq-local-groups/stream/x"
+VALUES = [1, 1.0, "1", True, 0, "A", "AB", "", None, "😀", "a\nb", 7, "7"]
+AFTER = T0 + 3 * H + C.GRACE_MS  # hours 00-02 closed, 03 open
+QUIET = {"log": lambda *_: None}
+
+
+def _rows(rng: random.Random, n: int, t0: int, step: int, seq0: int, off0: int = 0):
+    """Messages (offsets from ``off0`` per queue) and group g's commits now and then: a message is
+    one ``(topic, queue, offset)`` (the jobs keep one row of each)."""
+    msgs, offs, offsets = [], [], {}
+    for i in range(n):
+        topic = rng.choice(["t", "t", "u", "t/sub"])
+        q = rng.randrange(3)
+        off = offsets.get((topic, q), off0)
+        offsets[(topic, q)] = off + 1
+        props = {f: rng.choice(VALUES) for f in ("k", "s") if rng.random() < 0.7}
+        at = t0 + i * step
+        msgs.append({"topic": topic, "queue": q, "offset": off, "id": f"m{seq0 + i}", "key": None, "size": 3,
+                     "tags": rng.sample(["red", "blue"], rng.randrange(3)), "properties": props,
+                     "produced_at": at, "seq": str(seq0 + i), "body": f"b-{topic}-{q}-{off}"})
+        if i % 7 == 3:  # group g commits topic's queue now and then
+            offs.append({"group": "g", "client_id": None, "subscription": None, "topic": topic, "queue": q,
+                         "committed_offset": off, "prev_committed_offset": None, "lock_ts": 0, "lock_until": 0,
+                         "last_consumed_at": at, "event": "MODIFY", "change": "commit", "at": at + 1,
+                         "seq": str(seq0 + i), "inc": 0})
+    return msgs, offs
+
+
+def _write(root: Path, msgs, offs, members=(), suffix=""):
+    for kind, arn, rows in (("messages", SEG, [{k: v for k, v in r.items() if k != "body"} for r in msgs]),
+                            ("bodies", SEG, [lake.body_row(r, r["body"]) for r in msgs]),
+                            ("offsets", OFF, offs), ("members", MEM, list(members))):
+        for i in range(0, len(rows), 150):
+            for key, blob in lake.objects(kind, arn + suffix, rows[i:i + 150]).items():
+                (root / key).parent.mkdir(parents=True, exist_ok=True)
+                (root / key).write_bytes(blob)
+
+
+MEMBERS = [{"group": "g", "generation": 1, "member_id": "m1", "change": "join", "state": "stable",
+            "topics": ["t"], "assignment": ["t#0"], "at": T0 + 5, "seq": "1"}]
+
+
+@pytest.fixture(scope="module")
+def raw_lake(tmp_path_factory):
+    root = tmp_path_factory.mktemp("raw-lake")
+    msgs, offs = _rows(random.Random(32), 800, T0, 16_000, 1000)  # 800 × 16 s: hours 00-03
+    _write(root, msgs, offs, MEMBERS)
+    return root
+
+
+FILTER = {"conditions": [{"field": "k", "values": [1, "A"]}], "tags": ["red"]}
+
+
+def _expire(root: Path) -> int:
+    """What the lifecycle rule does two days after a commit: delete the raw objects the newest
+    manifests name (a reader of raw/ alone then misses their rows)."""
+    lk, n = Lake(str(root)), 0
+    for kind in C.KINDS:
+        for m in lk.manifests(kind).values():
+            for k in m["raw"]:
+                if (root / k).exists():
+                    (root / k).unlink()
+                    n += 1
+    return n
+
+
+def _results(spark, root: Path, out: Path, name: str) -> dict:
+    """What the jobs make of the lake at ``root``: the backlog summaries, two replay selections
+    (filtered: one side; all of topic t), and each kind's rows."""
+    lk = Lake(str(root))
+    backlog = run_backlog(spark, lk, as_of_ms=T0 + 4 * H, **QUIET)
+    summaries = sorted((json.dumps({k: v for k, v in s.items() if k != "computed_at"}, sort_keys=True)
+                        for s in backlog["summaries"]))
+    replays = []
+    for i, flt in enumerate((FILTER, None)):
+        rid = f"{name}-{i}"
+        s = R.run_replay(spark, lk, rid, "t", T0 + H // 2, T0 + 4 * H, Filter.of(flt), out=Lake(str(out)), **QUIET)
+        rows = [r for p in s["parts"] for r in manifest_rows(p["key"], (out / p["key"]).read_bytes())]
+        replays.append(sorted(json.dumps(r, sort_keys=True) for r in rows))
+    kinds = {k: sorted(map(str, lk.read_kind(spark, k).drop("dt", "hour").collect())) for k in C.KINDS}
+    return {"backlog": summaries, "replays": replays, "kinds": kinds}
+
+
+def test_the_jobs_read_a_compacted_lake_as_the_raw_one(spark, raw_lake, tmp_path):
+    plain, compacted = tmp_path / "plain", tmp_path / "compacted"
+    shutil.copytree(raw_lake, plain)
+    shutil.copytree(raw_lake, compacted)
+    before = _results(spark, plain, tmp_path / "out", "a")
+    assert before["replays"][0] and len(before["replays"][1]) > len(before["replays"][0])
+    assert len(before["kinds"]["messages"]) == 800 and before["backlog"]
+
+    done = run_compact(spark, Lake(str(compacted)), AFTER, **QUIET)
+    assert {k: [(h["dt"], h["hour"], h["generation"]) for h in v["hours"]] for k, v in done.items()} == {
+        "messages": [("2026-01-01", f"{h:02d}", 1) for h in range(3)],
+        "bodies": [("2026-01-01", f"{h:02d}", 1) for h in range(3)],
+        "offsets": [("2026-01-01", f"{h:02d}", 1) for h in range(3)],
+        "members": [("2026-01-01", "00", 1)]}
+    assert _results(spark, compacted, tmp_path / "out", "b0") == before  # raw and Parquet both there
+    assert _expire(compacted) > 0
+    assert _results(spark, compacted, tmp_path / "out", "b") == before
+    # a second run has nothing to do
+    assert all(not v["hours"] for v in run_compact(spark, Lake(str(compacted)), AFTER, **QUIET).values())
+
+    # a batch arriving late for compacted hour 01 (and the open hour 03), on both lakes
+    msgs, offs = _rows(random.Random(7), 60, T0 + H + 100, 60_000, 50_000, off0=10_000)
+    for root in (plain, compacted):
+        _write(root, msgs, offs, suffix="-late")
+    before = _results(spark, plain, tmp_path / "out", "c")
+    assert len(before["kinds"]["messages"]) == 860
+    assert _results(spark, compacted, tmp_path / "out", "d") == before
+    done = run_compact(spark, Lake(str(compacted)), AFTER + H, **QUIET)  # now hour 03 is closed too
+    # hour 01: generation 2 = generation 1 + the late object; hour 03 (its 2 objects) for the first time
+    assert [(h["hour"], h["generation"], h["late"]) for h in done["messages"]["hours"]] == [
+        ("01", 2, 1), ("03", 1, 2)]
+    _expire(compacted)
+    assert _results(spark, compacted, tmp_path / "out", "e") == before
+    lk = Lake(str(compacted))
+    m = lk.manifests("messages")[("2026-01-01", "01")]
+    assert m["generation"] == 2 and sum("-late" in k or "-50000-" in k for k in m["raw"]) == 1
+    # the open hour 04 is empty here: every raw key is folded in (and expired)
+    assert lk.raw_keys("messages") == []
+
+
+def test_parquet_files_have_the_stored_schema_sorted_by_topic(spark, raw_lake):
+    lk = Lake(str(raw_lake))
+    tmp = Lake(str(raw_lake.parent / "schema-lake"))
+    shutil.copytree(raw_lake, tmp.root)
+    run_compact(spark, tmp, AFTER, **QUIET)
+    for kind in C.KINDS:
+        (doc,) = [m for h, m in tmp.manifests(kind).items() if h == ("2026-01-01", "00")]
+        assert len(doc["parquet"]) == 1  # one file per hour
+        df = spark.read.parquet(tmp.path(doc["parquet"][0]))
+        assert [(f.name, f.dataType) for f in df.schema.fields] == [
+            (f.name, f.dataType) for f in schemas.STORED[kind].fields]
+        order = [r[0] for r in df.select("group" if kind == "members" else "topic").collect()]
+        assert order == sorted(order)
+        assert df.count() == lk.read_kind(spark, kind, "2026-01-01 00", "2026-01-01 00").count()
+        # Athena's view of the hour: the same files
+        link = (Path(tmp.root) / C.symlink_key(kind, "2026-01-01", "00")).read_text().split()
+        assert link == [tmp.path(k) for k in doc["parquet"]]
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", ["written", "symlink", "committed"])
+def test_a_crash_anywhere_leaves_each_hour_once(spark, raw_lake, tmp_path, step):
+    root = tmp_path / "lake"
+    shutil.copytree(raw_lake, root)
+    lk = Lake(str(root))
+    want = sorted(map(str, lk.read_kind(spark, "messages").drop("dt", "hour").collect()))
+
+    def crash(at):
+        if at == step:
+            raise Crash(at)
+    with pytest.raises(Crash):
+        compact_kind(spark, lk, "messages", AFTER, crash=crash, **QUIET)
+    got = sorted(map(str, lk.read_kind(spark, "messages").drop("dt", "hour").collect()))
+    assert got == want
+    out = compact_kind(spark, lk, "messages", AFTER, **QUIET)
+    # the hour the crashed run committed is done; the others are committed now, once
+    assert [h["hour"] for h in out["hours"]] == (["01", "02"] if step == "committed" else ["00", "01", "02"])
+    assert {h: m["generation"] for h, m in lk.manifests("messages").items()} == {
+        ("2026-01-01", f"{h:02d}"): 1 for h in range(3)}
+    assert sorted(map(str, lk.read_kind(spark, "messages").drop("dt", "hour").collect())) == want
+    # the crashed run's files are garbage once old enough, and never read before
+    assert compact_kind(spark, lk, "messages", AFTER + C.KEEP_MS + 10**12, **QUIET)["deleted"] >= 1
+    assert sorted(map(str, lk.read_kind(spark, "messages").drop("dt", "hour").collect())) == want
+
+
+def _declared(template, logical_id: str) -> tuple[dict, list[tuple[str, str]]]:
+    table = template["Resources"][logical_id]["Properties"]["TableInput"]
+    return table, [(c["Name"], c["Type"]) for c in table["StorageDescriptor"]["Columns"]]
+
+
+def _of_files(df) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+
+
+def test_the_catalog_declares_the_columns_of_the_files(spark, raw_lake, template, tmp_path):
+    """template.yaml's Glue tables: each kind's columns are those of the Parquet files the
+    compaction writes, each report's those of the files its job writes; partitions projected over
+    the layout the files are in."""
+    from lakeq_lake import transforms as T
+    from lakeq_lake.jobs import PLANS_PREFIX
+
+    root = tmp_path / "lake"
+    shutil.copytree(raw_lake, root)
+    lk = Lake(str(root))
+    run_compact(spark, lk, AFTER, **QUIET)
+    for kind in C.KINDS:
+        table, columns = _declared(template, f"Lake{kind.capitalize()}Table")
+        doc = lk.manifests(kind)[("2026-01-01", "00")]
+        assert columns == _of_files(spark.read.parquet(*[lk.path(k) for k in doc["parquet"]])), kind
+        assert table["Name"] == kind
+        assert [(p["Name"], p["Type"]) for p in table["PartitionKeys"]] == [("dt", "string"), ("hour", "int")]
+        params = table["Parameters"]
+        assert params["projection.hour.digits"] == "2" and params["projection.dt.format"] == "yyyy-MM-dd"
+        # the location template names the hour's symlink folder (Athena reads symlink.txt there)
+        loc = params["storage.location.template"]["Fn::Sub"]
+        assert loc.replace("s3://${LakeBucket}/", "").replace("${!dt}", "2026-01-01").replace("${!hour}", "00") \
+            == C.symlink_key(kind, "2026-01-01", "00").rsplit("/", 1)[0] + "/"
+        assert table["StorageDescriptor"]["InputFormat"].endswith("SymlinkTextInputFormat")
+    # the reports: the backlog job's history, the plan job's weights (T.queue_weights, as it writes them)
+    out = run_backlog(spark, lk, as_of_ms=T0 + 4 * H, **QUIET)
+    hist = spark.read.parquet(lk.path(f"reports/backlog/history/computed_at={out['computed_at']}"))
+    table, columns = _declared(template, "LakeBacklogTable")
+    assert columns == _of_files(hist)
+    assert table["Parameters"]["storage.location.template"]["Fn::Sub"].endswith(
+        "/reports/backlog/history/computed_at=${!computed_at}/")
+    msgs, offs = lk.read_kind(spark, "messages"), lk.read_kind(spark, "offsets")
+    latest = T.latest(T.backlog(msgs, offs, T0 + 4 * H, H))
+    weights = tmp_path / "weights"
+    T.queue_weights(msgs, latest, T0 + 4 * H, H, H).coalesce(1).write.parquet(str(weights))
+    table, columns = _declared(template, "LakePlansTable")
+    assert columns == _of_files(spark.read.parquet(str(weights)))
+    assert table["Parameters"]["storage.location.template"]["Fn::Sub"].endswith(
+        f"/{PLANS_PREFIX}/history/computed_at=${{!computed_at}}/")
+
+
+def test_a_run_writes_the_oldest_hours_first_and_leaves_the_rest(spark, raw_lake, tmp_path):
+    root = tmp_path / "lake"
+    shutil.copytree(raw_lake, root)
+    lk = Lake(str(root))
+    first = compact_kind(spark, lk, "offsets", AFTER, max_hours=2, **QUIET)
+    assert [h["hour"] for h in first["hours"]] == ["00", "01"] and first["left"] == 1
+    second = compact_kind(spark, lk, "offsets", AFTER, max_hours=2, **QUIET)
+    assert [h["hour"] for h in second["hours"]] == ["02"] and second["left"] == 0
