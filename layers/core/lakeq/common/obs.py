@@ -17,7 +17,29 @@ metric set per process, so a metric a route adds is flushed by its function's ``
 """
 from __future__ import annotations
 
+import json
+
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import EphemeralMetrics
+
+from lakeq.common import metric_names
 
 logger = Logger()
 metrics = Metrics()
+
+
+def emit(dimensions: dict[str, str], values: dict[str, float], timestamp_ms: int | None = None) -> dict:
+    """Print one EMF document now: ``values`` (metric name -> value, each named in
+    :mod:`lakeq.common.metric_names`, its unit from there) under ``dimensions`` (plus powertools'
+    ``service``), apart from the invocation's shared :data:`metrics` (whose dimensions are fixed per
+    flush). For per-topic / per-group / per-endpoint figures. Returns the document printed."""
+    m = EphemeralMetrics()
+    for k, v in dimensions.items():
+        m.add_dimension(name=k, value=str(v))
+    for name, value in values.items():
+        m.add_metric(name=name, unit=metric_names.UNITS[name], value=value)
+    if timestamp_ms is not None:
+        m.set_timestamp(timestamp_ms)
+    doc = m.serialize_metric_set()
+    print(json.dumps(doc, separators=(",", ":")), flush=True)
+    return doc
