@@ -5,7 +5,8 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from lakeq.api.http import make_app
 from lakeq.api.redrive import router
-from lakeq.common.obs import logger
+from lakeq.common import metric_names as M
+from lakeq.common.obs import emit, logger
 
 app = make_app(router)
 MARGIN_MS = 5_000
@@ -16,7 +17,12 @@ def lambda_handler(event, context):
     if event.get("source") == "aws.events" or event.get("detail-type") == "Scheduled Event":
         from lakeq.redrive.service import run_all
 
-        stats = run_all(max(0, context.get_remaining_time_in_millis() - MARGIN_MS))
+        stats = run_all(max(0, context.get_remaining_time_in_millis() - MARGIN_MS), progress=progress)
         logger.info("redrives run", extra=stats)
         return stats
     return app.resolve(event, context)
+
+
+def progress(view: dict) -> None:
+    """A redrive's progress after its turn, per redrive (its id): messages moved, of its total."""
+    emit({"Redrive": view["id"]}, {M.REDRIVE_MOVED: view["moved"], M.REDRIVE_TOTAL: view["total"]})

@@ -117,3 +117,34 @@ def test_the_metrics_function_only_reads(template):
     assert actions == {"dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:Query"}
     assert fn["Events"]["Publish"]["Type"] == "Schedule"
     assert fn["Events"]["Publish"]["Properties"]["Schedule"] == "rate(1 minute)"
+
+
+def counted(text: str) -> dict[str, float]:
+    """Each metric's sum over the EMF documents printed (the functions' per-invocation flushes)."""
+    out: dict[str, float] = {}
+    for d in documents(text):
+        assert problems(d) == [], d
+        for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+            v = d[m["Name"]]
+            out[m["Name"]] = out.get(m["Name"], 0) + sum(v if isinstance(v, list) else [v])
+    return out
+
+
+def test_request_paths_count_sent_received_and_settled(api, setup, clock, capsys):
+    capsys.readouterr()
+    produce(api, setup["feed"], [{"body": f"b{i}", "key": "k"} for i in range(4)])
+    s, b = api.call("GET", path(T), query={"group": "risk", "max": 10}, key=setup["risk"])
+    assert s == 200 and len(b["messages"]) == 4
+    offs = [m["offset"] for m in b["messages"]]
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "accept": offs[:2],
+                                           "release": [offs[2]], "reject": [offs[3]]}, key=setup["risk"])
+    assert s == 200, out
+    # a batch ack: one good entry (whole batch), one stale (its error is not counted)
+    s, b2 = api.call("GET", path(T), query={"group": "risk", "max": 10}, key=setup["risk"])
+    assert s == 200 and [m["offset"] for m in b2["messages"]] == [offs[2]]  # the released one
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "acks": [{"receipt": b2["receipt"]},
+                                                                     {"receipt": b["receipt"]}]}, key=setup["risk"])
+    assert s == 200 and "error" in out["results"][1], out
+    c = counted(capsys.readouterr().out)
+    assert c[M.SENT] == 4 and c[M.RECEIVED] == 4 + len(b2["messages"])
+    assert c[M.ACKS] == 2 and c[M.ACCEPTED] == 2 and c[M.RELEASED] == 1 and c[M.REJECTED] == 1

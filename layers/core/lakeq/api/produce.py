@@ -4,6 +4,7 @@ from __future__ import annotations
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.api.http import Router, body, json_response, path
+from lakeq.common import metric_names as M
 from lakeq.common.obs import metrics
 from lakeq.produce import service as produce_service
 
@@ -14,5 +15,5 @@ produce_router = Router()
 def produce(topic: str):
     p = produce_router.caller
     out = produce_service.produce(p, path(topic), body(produce_router))
-    metrics.add_metric(name="MessagesProduced", unit=MetricUnit.Count, value=len(out["results"]))
+    metrics.add_metric(name=M.SENT, unit=MetricUnit.Count, value=len(out["results"]))
     return json_response(out)

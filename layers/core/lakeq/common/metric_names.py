@@ -26,8 +26,14 @@ ACCEPTED = "NumberOfMessagesAccepted"               # offsets named in an ack's 
 PUSH_ATTEMPTS = "PushAttempts"                      # batches POSTed to an endpoint
 PUSH_FAILURES = "PushFailures"                      # batches whose POST failed (non-2xx, timeout…)
 PUSH_DELIVERED = "PushDelivered"                    # messages delivered by push (run total)
-PUSH_FAILED = "PushFailed"                          # messages of failed batches (run total)
+PUSH_FAILED = "PushFailed"                          # batches whose delivery failed (run total)
 PUSH_DEAD_LETTERED = "PushDeadLettered"             # messages push dead-lettered (run total)
+
+# ---- redrive and replay progress (per run of their schedules: Redrive / Replay dimension, the id)
+REDRIVE_MOVED = "RedriveMessagesMoved"              # a redrive's messages moved so far
+REDRIVE_TOTAL = "RedriveMessagesTotal"              # of its total
+REPLAY_COPIED = "ReplayMessagesCopied"              # a replay's messages copied so far
+REPLAY_FOUND = "ReplayMessagesFound"                # of those its selection found
 
 # ---- gauges, each minute by the metrics function (Topic+Group, Subscription, Topic, or totals)
 VISIBLE = "ApproximateNumberOfMessagesVisible"      # backlog not locked (available to a pull)
@@ -47,6 +53,7 @@ OTHER_COUNTERS = ("WakePosted", "WakeGone", "WakeFailed", "HeadsMoved", "Unsubsc
 UNITS: dict[str, str] = {
     **{n: "Count" for n in (SENT, RECEIVED, SUBSCRIPTION_RECEIVED, ACKS, RELEASED, REJECTED, ACCEPTED,
                             PUSH_ATTEMPTS, PUSH_FAILURES, PUSH_DELIVERED, PUSH_FAILED, PUSH_DEAD_LETTERED,
+                            REDRIVE_MOVED, REDRIVE_TOTAL, REPLAY_COPIED, REPLAY_FOUND,
                             VISIBLE, NOT_VISIBLE, BACKLOG, DEAD_LETTERED, DELAYED, PUBLISHER_ROWS,
                             PUBLISHER_TRUNCATED, *OTHER_COUNTERS)},
     AGE: "Milliseconds",

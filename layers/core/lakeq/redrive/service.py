@@ -263,13 +263,14 @@ def run(rid: str, budget_ms: int) -> dict | None:
     return view(RedriveRepo.get(rid) or r)
 
 
-def run_all(budget_ms: int) -> dict:
+def run_all(budget_ms: int, progress=None) -> dict:
     """The schedule's invocation: every running (or cancelling) redrive in turn, each given an equal
     share of the time left (a redrive moving a big dead-letter topic at a low rate uses its whole
     share, so the first one no longer takes the whole minute from the others). A redrive whose run
     raises is logged and counted in ``errors``, and the next one still runs: one redrive that keeps
     failing (a store error, a destination that refuses every write) does not stop the others; its
-    lease lapses and the next invocation tries it again."""
+    lease lapses and the next invocation tries it again. ``progress``: called with each run
+    redrive's view after its turn (the function prints it as a metric)."""
     deadline = clock.now() + budget_ms
     ids = [r.id for r in RedriveRepo.all() if r.status in (mp.RUNNING, mp.CANCELLING)]
     out: dict[str, int] = {"redrives": 0}
@@ -279,5 +280,7 @@ def run_all(budget_ms: int) -> dict:
             break
         out["redrives"] += 1
         with counted(out, logger, "redrive %s: its run failed; the next invocation tries it again", rid):
-            run(rid, left // (len(ids) - i))
+            got = run(rid, left // (len(ids) - i))
+            if got is not None and progress is not None:
+                progress(got)
     return out
