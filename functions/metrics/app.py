@@ -4,6 +4,8 @@ metric format documents, one per row (lakeq.console.gauges computes them, lakeq.
 prints them; CloudWatch Logs turns them into metrics: no PutMetricData call, no cloudwatch:* IAM).
 It stops 5 s before the invocation's end (the rest of its page waits for that page's next minute)."""
 
+import os
+
 from lakeq.common import clock
 from lakeq.common.obs import emit, logger
 from lakeq.console import gauges
@@ -15,7 +17,7 @@ MARGIN_MS = 5_000
 def lambda_handler(event, context):
     now = clock.now()
     deadline = now + max(0, context.get_remaining_time_in_millis() - MARGIN_MS)
-    out = gauges.compute(now=now, deadline=deadline)
+    out = gauges.compute(now=now, deadline=deadline, detail=os.environ.get("LAKEQ_METRICS_DETAIL", "active"))
     for dims, values in out.rows:
         emit(dims, values, timestamp_ms=now)
     stats = {"rows": out.published, "of": out.total_rows, "truncated": out.truncated}

@@ -24,14 +24,17 @@ def publish(capsys) -> tuple[dict, list[dict]]:
     return stats, docs
 
 
-def row(docs: list[dict], **dims) -> dict:
-    """The values of the one document whose dimensions (besides ``service``) are exactly ``dims``."""
+def row(docs: list[dict], **dims) -> dict | None:
+    """The values of the one document whose dimensions (besides ``service``) are exactly ``dims``
+    (None: there is none)."""
     found = []
     for d in docs:
         (keys,) = d["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
         if set(keys) == {*dims, "service"} and all(d[k] == v for k, v in dims.items()):
             found.append({m["Name"]: d[m["Name"]] for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]})
-    assert len(found) == 1, (dims, found)
+    assert len(found) <= 1, (dims, found)
+    if not found:
+        return None
     return {k: (v[0] if isinstance(v, list) else v) for k, v in found[0].items()}
 
 
@@ -40,7 +43,7 @@ def produce(api, key, messages, topic=T):
     assert s == 200, b
 
 
-def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsys):
+def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsys, monkeypatch):
     t0 = clock.t
     produce(api, setup["feed"], [{"body": f"b{i}", "key": "k"} for i in range(5)])
     produce(api, setup["feed"], [{"body": "later", "key": "k", "delay_ms": 60_000}])
@@ -54,17 +57,27 @@ def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsy
     g = row(docs, Topic=T, Group="risk")
     assert g == {M.VISIBLE: 3, M.NOT_VISIBLE: 2, M.BACKLOG: 5, M.AGE: 7_000, M.DEAD_LETTERED: 0}
     assert row(docs, Topic=T) == {M.DELAYED: 1}
-    assert row(docs, Subscription=sub["id"])[M.BACKLOG] == 0
+    assert row(docs, Subscription=sub["id"]) is None  # active (the default): only rows with a backlog
+    assert row(docs, Topic="quotes/sh", Group="risk") is None and row(docs, Topic="quotes/sh") is None
     total = row(docs)
     assert total[M.BACKLOG] == 5 and total[M.NOT_VISIBLE] == 2 and total[M.AGE] == 7_000
     assert total[M.DELAYED] == 1 and total[M.PUBLISHER_TRUNCATED] == 0
     # every document's timestamp is the run's minute, its namespace the stack's
     assert {d["_aws"]["Timestamp"] for d in docs} == {clock.t}
     assert {d["_aws"]["CloudWatchMetrics"][0]["Namespace"] for d in docs} == {"lakeq"}
+    # all: every row, idle ones too; totals: the totals only, the same figures
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
+    _, docs = publish(capsys)
+    assert row(docs, Subscription=sub["id"])[M.BACKLOG] == 0 and row(docs, Topic="quotes/sh") == {M.DELAYED: 0}
+    assert row(docs, Topic="quotes/sh", Group="risk")[M.BACKLOG] == 0 and row(docs) == total
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "totals")
+    _, docs = publish(capsys)
+    assert len(docs) == 1 and row(docs) == total
 
 
-def test_dead_lettered_moves_and_the_age_is_of_the_oldest(api, setup, dlq, clock, capsys):
+def test_dead_lettered_moves_and_the_age_is_of_the_oldest(api, setup, dlq, clock, capsys, monkeypatch):
     from tests.integration.test_settlement import patch
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
     assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
     produce(api, setup["feed"], [{"body": "poison", "key": "k"}])
     _, docs = publish(capsys)
@@ -86,7 +99,8 @@ def test_over_the_cap_pages_rotate_by_minute_and_totals_are_withheld(api, setup,
     for i in range(3):
         assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
     monkeypatch.setattr(gauges, "MAX_ROWS", 2)
-    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 2))
+    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 2, "active"))
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
     seen = set()
     for minute in range(3):
         clock.t = (clock.t // 60_000 + 1) * 60_000

@@ -13,6 +13,13 @@ Rows (names in :mod:`lakeq.common.metric_names`):
   ``MetricsPublisherRows`` / ``MetricsPublisherTruncated``. The totals of the five and delayed are
   printed only by a run that covered every row (a partial sum would look like a drop).
 
+Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
+``MetricsDetail``): ``active`` (the default) — a (topic, group) or subscription row only while it
+has a backlog, a topic row only while it has delayed messages, the totals always (a CloudWatch
+metric costs only in the hours it receives data, so an idle topic costs nothing); ``all`` — every
+row every minute; ``totals`` — the totals only (a fixed count whatever the number of topics). Every
+row is computed in each mode (the totals need them).
+
 Per queue nothing is published (a topic has up to 64: ``GET /v1/topics/{topic}`` shows them);
 broadcasting groups neither (their offsets are per instance).
 
@@ -39,6 +46,7 @@ from lakeq.store.queue_log import LogRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
+DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
 
 
@@ -49,7 +57,7 @@ class Gauges:
 
     rows: list[tuple[dict, dict]] = field(default_factory=list)
     total_rows: int = 0       # every row that exists (all pages)
-    published: int = 0        # consumer rows published by this run
+    published: int = 0        # consumer rows computed by this run (printed: as ``detail`` says)
     truncated: bool = False
 
 
@@ -69,7 +77,10 @@ def consumer_values(log: str, vs: list, now: int) -> dict:
             M.AGE: age, M.DEAD_LETTERED: sum(v.dead_lettered for v in vs)}
 
 
-def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS) -> Gauges:
+def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS,
+            detail: str = "active") -> Gauges:
+    if detail not in DETAILS:
+        raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
     now = _clock.now() if now is None else now
     topics = sorted(TopicRepo.all(), key=lambda t: t.name)
     consumers = sorted((c for c in ClientRepo.all() if c.role == "consumer" and c.mode != "broadcasting"),
@@ -85,6 +96,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     out.truncated = pages > 1
     metas: dict[str, list] = {}
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
+    delayed = 0
     for kind, a, b in todo:
         if deadline is not None and _clock.now() >= deadline:
             out.truncated = True
@@ -93,8 +105,10 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
             log = log_of(a)
             if a.name not in metas:
                 metas[a.name] = LogRepo.queues(log, int(a.queues))
-                out.rows.append(({"Topic": a.name},
-                                 {M.DELAYED: sum(int(m.delayed or 0) for m in metas[a.name])}))
+                n = sum(int(m.delayed or 0) for m in metas[a.name])
+                delayed += n
+                if detail == "all" or (detail == "active" and n):
+                    out.rows.append(({"Topic": a.name}, {M.DELAYED: n}))
             vs = views_of(metas[a.name], OffsetRepo.records(OffsetRepo.owner(b.name, log)))
             dims = {"Topic": a.name, "Group": b.name}
         else:
@@ -102,13 +116,13 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
             vs = views_of(LogRepo.queues(log, 1), OffsetRepo.records(list_owner(a.id)))
             dims = {"Subscription": a.id}
         vals = consumer_values(log, vs, now)
-        out.rows.append((dims, vals))
+        if detail == "all" or (detail == "active" and vals[M.BACKLOG]):
+            out.rows.append((dims, vals))
         out.published += 1
         for k, v in vals.items():
             totals[k] = max(totals[k], v) if k == M.AGE else totals[k] + v
     run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.truncated)}
     if not out.truncated:
-        delayed = sum(v[M.DELAYED] for d, v in out.rows if M.DELAYED in v)
         run = {**totals, M.DELAYED: delayed, **run}
     out.rows.append(({}, run))
     return out
