@@ -9,7 +9,7 @@ Names follow SQS's own where the meaning is the same (``NumberOfMessagesSent``,
 document carries ``service`` (powertools' default dimension, ``POWERTOOLS_SERVICE_NAME``); the
 gauges add ``Topic`` + ``Group`` (a consumer group's view of a topic), ``Subscription``, or
 ``Topic`` alone; deployment totals carry ``service`` only; push counters add ``Endpoint``.
-See docs/operations.md for the count and its price.
+See docs/design.md ("Operations") and docs/costs.md for the count and its price.
 """
 from __future__ import annotations
 
