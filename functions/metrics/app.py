@@ -7,13 +7,14 @@ It stops 5 s before the invocation's end (the rest of its page waits for that pa
 import os
 
 from lakeq.common import clock
-from lakeq.common.obs import emit, logger
+from lakeq.common.obs import emit, logger, tracer
 from lakeq.console import gauges
 
 MARGIN_MS = 5_000
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     now = clock.now()
     deadline = now + max(0, context.get_remaining_time_in_millis() - MARGIN_MS)

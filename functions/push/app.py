@@ -10,12 +10,13 @@ anything the stream missed). Logic in lakeq.push.delivery (no HTTP use case is l
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.common import metric_names as M
-from lakeq.common.obs import emit, logger, metrics
+from lakeq.common.obs import emit, logger, metrics, tracer
 from lakeq.push import delivery as push
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     # every request of the run ends before the invocation does (lakeq.push.delivery.run_deadline)
     remaining_ms = context.get_remaining_time_in_millis()

@@ -6,13 +6,14 @@ from aws_lambda_powertools.logging import correlation_paths
 from lakeq.api.http import make_app
 from lakeq.api.redrive import router
 from lakeq.common import metric_names as M
-from lakeq.common.obs import emit, logger
+from lakeq.common.obs import emit, logger, tracer
 
 app = make_app(router)
 MARGIN_MS = 5_000
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     if event.get("source") == "aws.events" or event.get("detail-type") == "Scheduled Event":
         from lakeq.redrive.service import run_all

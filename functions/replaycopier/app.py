@@ -6,12 +6,13 @@ replay's rate); this one runs ~55 s of each minute, with no Glue right and no ro
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lakeq.common import metric_names as M
-from lakeq.common.obs import emit, logger
+from lakeq.common.obs import emit, logger, tracer
 
 MARGIN_MS = 5_000
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict, context: LambdaContext) -> dict:
     from lakeq.replay.service import run_all
 
