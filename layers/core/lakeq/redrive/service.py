@@ -191,7 +191,7 @@ def _batch(r: Redrive, prog: mp.Progress, queue: int, n: int, now: int) -> tuple
         by_dest.setdefault(d, []).append(seg.Message(
             id=mid, body="" if claim else m["body"], key=m.get("key"),
             tags=list(m.get("tags") or []), properties=dict(m.get("properties") or {}), produced_at=now,
-            claim=claim))
+            claim=claim, trace=m.get("trace")))
     moved = 0
     for d, items in by_dest.items():
         if _copy(d, items, now):
