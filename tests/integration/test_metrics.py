@@ -162,3 +162,20 @@ def test_request_paths_count_sent_received_and_settled(api, setup, clock, capsys
     c = counted(capsys.readouterr().out)
     assert c[M.SENT] == 4 and c[M.RECEIVED] == 4 + len(b2["messages"])
     assert c[M.ACKS] == 2 and c[M.ACCEPTED] == 2 and c[M.RELEASED] == 1 and c[M.REJECTED] == 1
+
+
+def test_the_sqs_endpoint_counts_sends_receives_and_deletes(api, capsys, monkeypatch):
+    from lakeq.sqs import handler as sqs_service
+    from tests.integration.sqs_harness import Harness, fake_auth
+    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
+    sqs = Harness().client("admin")
+    url = sqs.create_queue(QueueName="jobs")["QueueUrl"]
+    capsys.readouterr()
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "1", "MessageBody": "b"}, {"Id": "2", "MessageBody": "c"}])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                    for i, m in enumerate(got[1:])])
+    c = counted(capsys.readouterr().out)
+    assert c[M.SENT] == 3 and c[M.RECEIVED] == len(got) == 3 and c[M.ACKS] == 3
