@@ -21,7 +21,7 @@ import os
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.common.errors import LakeqError
-from lakeq.common.obs import logger, metrics
+from lakeq.common.obs import logger, metrics, tracer
 from lakeq.lake import archive as lake
 from lakeq.store.lake import put_objects
 
@@ -40,6 +40,7 @@ class PoisonBatch(LakeqError):
 
 
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     records = event.get("Records") or []
     objs, bad, error = lake.split_batch(records, kinds_by_table())

@@ -11,12 +11,13 @@ retried ``MaximumRetryAttempts`` times and sent to the on-failure queue (templat
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.common import clock
-from lakeq.common.obs import logger, metrics
+from lakeq.common.obs import logger, metrics, tracer
 from lakeq.fanout import worker as fanout
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     if "Records" not in event:  # the scheduled sweep (template.yaml: Redeliver)
         out = fanout.redeliver_parked(clock.now())

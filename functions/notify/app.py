@@ -3,7 +3,7 @@ that got a new segment (lakeq.wake.notify). Never fails a batch for a wake-up it
 a wake-up is a hint, the consumer's fallback pull delivers anyway (docs/design.md)."""
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.common.obs import logger, metrics
+from lakeq.common.obs import logger, metrics, tracer
 from lakeq.wake import notify as wake
 
 _post = None
@@ -11,6 +11,7 @@ _post = None
 
 @logger.inject_lambda_context
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     global _post
     if _post is None:

@@ -9,12 +9,14 @@ anything the stream missed). Logic in lakeq.push.delivery (no HTTP use case is l
 """
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.common.obs import logger, metrics
+from lakeq.common import metric_names as M
+from lakeq.common.obs import emit, logger, metrics, tracer
 from lakeq.push import delivery as push
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     # every request of the run ends before the invocation does (lakeq.push.delivery.run_deadline)
     remaining_ms = context.get_remaining_time_in_millis()
@@ -22,13 +24,16 @@ def lambda_handler(event, context):
         out = push.stream(event["Records"], remaining_ms=remaining_ms)
     else:  # the scheduled sweep
         out = push.sweep(remaining_ms=remaining_ms)
+    for endpoint, d in out.items():  # per endpoint: the batches POSTed, and those that failed
+        if d.batches:
+            emit({"Endpoint": endpoint}, {M.PUSH_ATTEMPTS: d.batches, M.PUSH_FAILURES: d.failed})
     delivered = sum(d.delivered for d in out.values())
     failed = sum(d.failed for d in out.values())
     dead = sum(d.dead_lettered for d in out.values())
-    metrics.add_metric(name="PushDelivered", unit=MetricUnit.Count, value=delivered)
-    metrics.add_metric(name="PushFailed", unit=MetricUnit.Count, value=failed)
+    metrics.add_metric(name=M.PUSH_DELIVERED, unit=MetricUnit.Count, value=delivered)
+    metrics.add_metric(name=M.PUSH_FAILED, unit=MetricUnit.Count, value=failed)
     if dead:
-        metrics.add_metric(name="PushDeadLettered", unit=MetricUnit.Count, value=dead)
+        metrics.add_metric(name=M.PUSH_DEAD_LETTERED, unit=MetricUnit.Count, value=dead)
     skipped = sum(d.skipped for d in out.values())
     summary = {"endpoints": len(out), "delivered": delivered, "failed": failed, "dead_lettered": dead}
     if skipped:  # endpoints the run's deadline left to the next run

@@ -6,12 +6,13 @@ from lakeq.api.console import subscriptions_router
 from lakeq.api.http import make_app
 from lakeq.api.push import push_router
 from lakeq.api.subscriptions import router
-from lakeq.common.obs import logger, metrics
+from lakeq.common.obs import logger, metrics, tracer
 
 app = make_app(router, subscriptions_router, push_router)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     return app.resolve(event, context)

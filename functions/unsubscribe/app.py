@@ -9,7 +9,7 @@ import time
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.common.obs import logger, metrics
+from lakeq.common.obs import logger, metrics, tracer
 from lakeq.subscriptions.purge import purge_removed
 
 MARGIN_S = 5.0  # stop purging this long before the function's timeout, and report the rest
@@ -17,6 +17,7 @@ MARGIN_S = 5.0  # stop purging this long before the function's timeout, and repo
 
 @logger.inject_lambda_context
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     deadline = time.monotonic() + max(1.0, context.get_remaining_time_in_millis() / 1000 - MARGIN_S)
     out = purge_removed(event, deadline)

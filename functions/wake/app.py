@@ -6,7 +6,7 @@ back on the connection (the routes' ``$default`` route response in template.yaml
 """
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lakeq.common.obs import logger, metrics
+from lakeq.common.obs import logger, metrics, tracer
 from lakeq.wake import service as wake
 from lakeq.wake.plan import reply
 
@@ -20,6 +20,7 @@ def _answer(status: int, body: str, headers: dict | None = None) -> dict:
 
 @logger.inject_lambda_context
 @metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event, context):
     rc = event.get("requestContext") or {}
     route, conn = rc.get("routeKey"), rc.get("connectionId") or ""

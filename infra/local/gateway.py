@@ -23,6 +23,9 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
   rules, Glue triggers) with their runs; ``POST /_local/schedules/run[?name=…]`` fires them now
   (all, or those of one function / trigger / job) → ``{"runs": [{"name", "ok", ...}]}``
   (``infra/local/schedules.py``).
+- ``GET /_local/metrics[?name=…&namespace=…]`` (local only) → ``{"series": [{"namespace", "name",
+  "unit", "dimensions", "points": [{"minute", "sum", "count", "max", "last"}]}]}``: the EMF metrics the
+  functions printed, per minute over the last hour, as CloudWatch would hold them (``infra/local/emf.py``).
 - ``POST /_local/glue`` (local only): Glue's JSON 1.1 API (``StartJobRun``, ``GetJobRun``,
   ``GetJobRuns``) for the template's Glue jobs; the stack points every function's Glue client here
   (``AWS_ENDPOINT_URL_GLUE``), so a ``StartJobRun`` runs the job (``infra/local/glue.py``).
@@ -57,6 +60,7 @@ INFO_PATH = "/_local/info"
 SCHEDULES_PATH = "/_local/schedules"
 SCHEDULES_RUN_PATH = "/_local/schedules/run"
 MOTO_RESET_PATH = "/moto-api/reset"  # moto's server mode, around each test (--sqs-any-signature only)
+METRICS_PATH = "/_local/metrics"  # the functions' EMF metrics, per minute (infra/local/emf.py)
 GLUE_PATH = "/_local/glue"  # the functions' Glue endpoint (AWS_ENDPOINT_URL_GLUE; infra/local/glue.py)
 
 _TEXT_TYPES = (
@@ -284,6 +288,12 @@ class Gateway:
 
         if self.glue is not None and (raw_path == GLUE_PATH or raw_path.startswith(GLUE_PATH + "/")):
             return self.glue.handle(request)
+
+        if raw_path == METRICS_PATH and method == "GET":
+            from .emf import COLLECTED
+            q = request.args
+            return Response(json.dumps({"series": COLLECTED.series(q.get("name") or None, q.get("namespace") or None)}),
+                            mimetype="application/json")
 
         if raw_path == INFO_PATH and method == "GET":
             env = tpl_mod.environment(self.ctx)

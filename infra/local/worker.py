@@ -77,7 +77,9 @@ def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in the child
     aws_rules.install_from_env()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)  # the handler's prints go to stderr
-    sys.stdout = sys.stderr
+    from infra.local.emf import Tee
+
+    sys.stdout = tee = Tee(sys.stderr)  # ... and its EMF lines back with the reply (infra/local/emf.py)
     sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # not on Lambda's path
     for d in layers:
         if d not in sys.path:
@@ -106,6 +108,8 @@ def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in the child
                 reply = {"ok": True, "result": result}
             except Exception as exc:  # noqa: BLE001
                 reply = {"ok": False, "error": repr(exc), "trace": traceback.format_exc()}
+            sys.stdout.flush()
+            reply["emf"] = tee.take()
         try:
             text = json.dumps(reply, default=str)
         except (TypeError, ValueError) as exc:
@@ -161,6 +165,9 @@ class Worker:
         except TimeoutError:
             self.kill()
             raise HandlerError(f"{self.spec.logical_id}: timed out after {self.spec.timeout}s")
+        if reply.get("emf"):  # what CloudWatch Logs would turn into metrics
+            from infra.local.emf import COLLECTED
+            COLLECTED.add_text("\n".join(reply["emf"]))
         if not reply.get("ok"):
             raise HandlerError(f"{self.spec.logical_id}: {reply.get('error')}", reply.get("trace", ""))
         return reply.get("result")

@@ -352,7 +352,8 @@ class Receiver:
         self.server.server_close()
 
 
-def test_push_function_as_its_role_to_a_real_receiver(api, setup, aws, clock, monkeypatch):
+def test_push_function_as_its_role_to_a_real_receiver(api, setup, aws, clock, monkeypatch, capsys):
+    from tests.emf import documents, problems
     monkeypatch.setenv(push.ENV_LOOPBACK, "1")
     rx = Receiver([500])
     try:
@@ -363,10 +364,15 @@ def test_push_function_as_its_role_to_a_real_receiver(api, setup, aws, clock, mo
         fan_out(aws)
         fn = load_function("PushFunction")
         rec = {"eventName": "INSERT", "dynamodb": {"Keys": {"pq": {"S": f"~{sid}#0"}, "base": {"N": "0"}}}}
+        capsys.readouterr()
         assert fn({"Records": [rec]}, Context()) == {"batchItemFailures": []}
         assert len(rx.got) == 1 and api.call("GET", f"/v1/subscriptions/{sid}/push")[1]["state"]["last_status"] == 500
         clock.t += 2000
         assert fn({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())["delivered"] == 2
+        # per endpoint (issue 34): each run's batches POSTed and failed, under the Endpoint dimension
+        per = [d for d in documents(capsys.readouterr().out) if d.get("Endpoint") == sid]
+        assert all(problems(d) == [] for d in per)
+        assert [(d["PushAttempts"], d["PushFailures"]) for d in per] == [([1.0], [1.0]), ([1.0], [0.0])]
         assert len(rx.got) == 2
         headers, body = rx.got[-1]
         assert contract.verify(headers[contract.SIGNATURE_HEADER], body, reg["secret"], clock.t // 1000)

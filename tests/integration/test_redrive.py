@@ -289,13 +289,19 @@ def test_cancel(api, setup, dlq, clock):
     assert start(api, {"source": "dlq"})["status"] == "completed"  # the source is free again
 
 
-def test_the_schedule_runs_redrives_as_the_function(api, setup, dlq):
+def test_the_schedule_runs_redrives_as_the_function(api, setup, dlq, capsys):
+    from tests.emf import documents, problems
     dead_letter(api, setup, 3)
     rid = _start_later({"source": "dlq"})
     fn = load_function("RedriveFunction")
+    capsys.readouterr()
     out = fn({"source": "aws.events", "detail-type": "Scheduled Event", "resources": [], "detail": {}}, Context())
     assert out == {"redrives": 1}
     assert RedriveModel.get(rid).status == "completed" and len(moved()) == 3
+    # its progress as metrics, per redrive (issue 34)
+    (doc,) = [d for d in documents(capsys.readouterr().out) if "Redrive" in d]
+    assert problems(doc) == [] and doc["Redrive"] == rid
+    assert (doc["RedriveMessagesMoved"], doc["RedriveMessagesTotal"]) == ([3.0], [3.0])
 
 
 def _crash_before_progress(rid: str, monkeypatch) -> None:

@@ -70,7 +70,7 @@ def check_delivered(topic_rows, log="replayed", source="quotes/sh"):
     return got
 
 
-def test_a_replay_into_a_topic_end_to_end(api, setup, clock, replay, aws, aws_rules):
+def test_a_replay_into_a_topic_end_to_end(api, setup, clock, replay, aws, aws_rules, capsys):
     produce(api, setup, clock, 40)
     lo, hi = T0 + 5_000, T0 + 35_000
     flt = {"conditions": [{"field": "n", "range": [0, 30]}], "tags": ["red"]}
@@ -90,8 +90,14 @@ def test_a_replay_into_a_topic_end_to_end(api, setup, clock, replay, aws, aws_ru
     assert [x["id"] for x in sorted(want, key=lambda x: x["produced_at"])] == \
         [f"m{i}" for i in range(6, 31, 2)]  # 13 messages: even (red), 5 s ≤ t < 35 s, n ≤ 30
     H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, flt)
+    capsys.readouterr()
     out = H.run_schedule()
     assert out == {"replays": 1, "done": 1}
+    # its progress as metrics, per replay (issue 34)
+    from tests.emf import documents, problems
+    (doc,) = [d for d in documents(capsys.readouterr().out) if "Replay" in d]
+    assert problems(doc) == [] and doc["Replay"] == r["id"]
+    assert (doc["ReplayMessagesCopied"], doc["ReplayMessagesFound"]) == ([13.0], [13.0])
     s, got = api.call("GET", f"/v1/replays/{r['id']}")
     assert s == 200 and got["status"] == "done"
     assert (got["found"], got["copied"], got["failed"], got["duplicates"]) == (13, 13, 0, 0)

@@ -71,6 +71,7 @@ def test_functions_are_invoked_under_their_own_role(template):
     sched.run_now()
     assert sorted(acting) == [("FanoutFunction", "FanoutFunction"),
                               ("GroupsSweepFunction", "GroupsSweepFunction"),
+                              ("MetricsFunction", "MetricsFunction"),
                               ("PromoterFunction", "PromoterFunction"),
                               ("PushFunction", "PushFunction"),
                               ("RedriveFunction", "RedriveFunction"),
@@ -203,7 +204,7 @@ def test_gateway_routes(template):
     # without a job runner, running "everything" runs the functions only
     assert [r["name"] for r in client.post("/_local/schedules/run").get_json()["runs"]] == \
         ["GroupsSweepFunction.Sweep", "PromoterFunction.Promote", "FanoutFunction.Redeliver", "PushFunction.Retry",
-         "RedriveFunction.Run", "ReplayCopierFunction.Copy"]
+         "RedriveFunction.Run", "ReplayCopierFunction.Copy", "MetricsFunction.Publish"]
 
 
 def test_a_trigger_firing_while_its_job_runs_is_skipped_not_queued(template):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.api.http import Router, body, json_response, path, query
+from lakeq.common import metric_names as M
 from lakeq.common.obs import metrics
 from lakeq.subscriptions import service as subscriptions
 
@@ -33,5 +34,5 @@ def delete(id: str):  # noqa: A002 - the route's parameter name
 def pull(id: str):  # noqa: A002
     p = router.caller
     out = subscriptions.pull(p, path(id), query(router))
-    metrics.add_metric(name="SubscriptionMessagesDelivered", unit=MetricUnit.Count, value=len(out["messages"]))
+    metrics.add_metric(name=M.SUBSCRIPTION_RECEIVED, unit=MetricUnit.Count, value=len(out["messages"]))
     return json_response(out)

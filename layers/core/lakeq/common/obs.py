@@ -13,11 +13,37 @@ the tests take from there, ``infra/local/template.py``'s ``environment``):
 The modules' own ``logging.getLogger("lakeq.<module>")`` loggers are children of the service's
 logger and come out in the same JSON. :class:`~aws_lambda_powertools.Metrics` instances share one
 metric set per process, so a metric a route adds is flushed by its function's ``log_metrics``.
-(No tracer: lakeq does not trace; a ``Tracer()`` would go here, reading ``POWERTOOLS_TRACE_*``.)
+:data:`tracer` (powertools' ``Tracer``, reading ``POWERTOOLS_TRACE_*``) wraps every function's handler
+(``@tracer.capture_lambda_handler(capture_response=False)``: responses may hold message bodies).
 """
 from __future__ import annotations
 
-from aws_lambda_powertools import Logger, Metrics
+import json
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import EphemeralMetrics
+
+from lakeq.common import metric_names
 
 logger = Logger()
 metrics = Metrics()
+# X-Ray (template.yaml's Tracing: Active): each handler's invocation and its AWS calls (botocore
+# patched); off where POWERTOOLS_TRACE_DISABLED is true (the local stack, the tests) or outside Lambda
+tracer = Tracer()
+
+
+def emit(dimensions: dict[str, str], values: dict[str, float], timestamp_ms: int | None = None) -> dict:
+    """Print one EMF document now: ``values`` (metric name -> value, each named in
+    :mod:`lakeq.common.metric_names`, its unit from there) under ``dimensions`` (plus powertools'
+    ``service``), apart from the invocation's shared :data:`metrics` (whose dimensions are fixed per
+    flush). For per-topic / per-group / per-endpoint figures. Returns the document printed."""
+    m = EphemeralMetrics()
+    for k, v in dimensions.items():
+        m.add_dimension(name=k, value=str(v))
+    for name, value in values.items():
+        m.add_metric(name=name, unit=metric_names.UNITS[name], value=value)
+    if timestamp_ms is not None:
+        m.set_timestamp(timestamp_ms)
+    doc = m.serialize_metric_set()
+    print(json.dumps(doc, separators=(",", ":")), flush=True)
+    return doc

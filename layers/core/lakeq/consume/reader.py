@@ -47,12 +47,16 @@ def message_out(m: dict) -> dict:
     ['id', 'topic', 'queue', 'offset', 'body', 'key', 'tags', 'properties', 'produced_at', 'deliveries']
     >>> list(message_out({"dead_letter": {}}))[-1]
     'dead_letter'
+    >>> list(message_out({"trace": "Root=1-5759e988-bd862e3fe1be46a994272793"}))[-1]
+    'trace'
     """
     out = {k: m.get(k) for k in ("id", "topic", "queue", "offset", "body", "key", "tags", "properties",
                                  "produced_at")}
     out["deliveries"] = m.get("deliveries", 1)
     if m.get("dead_letter") is not None:  # a dead-lettered copy (issue 9)
         out["dead_letter"] = m["dead_letter"]
+    if m.get("trace") is not None:  # the producer's X-Ray trace header (issue 34)
+        out["trace"] = m["trace"]
     return out
 
 

@@ -230,7 +230,8 @@ def dead_letter_copy(owner: str, queue: int, log_offset: int, msg: dict, reason:
     claim = msg.get("claim")  # a body in the lake bucket: the copy names the same object (issue 18.2)
     return seg.Message(id=copy_id(owner, queue, log_offset, msg["id"]), body="" if claim else msg["body"],
                        key=msg.get("key"), tags=list(msg.get("tags") or []),
-                       properties=dict(msg.get("properties") or {}), produced_at=now, dead_letter=info, claim=claim)
+                       properties=dict(msg.get("properties") or {}), produced_at=now, dead_letter=info, claim=claim,
+                       trace=msg.get("trace"))
 
 
 def append_copy(topic: str, m: seg.Message, now: int) -> bool:

@@ -209,6 +209,27 @@ class ProduceRequest:
         return None
 
 
+# an X-Ray trace header: Root=1-<8 hex>-<24 hex>, then ;Key=value fields (Parent, Sampled, Lineage…)
+TRACE_HEADER = re.compile(r"Root=1-[0-9a-f]{8}-[0-9a-f]{24}(;[A-Za-z]+=[A-Za-z0-9:.?_-]{1,64})*")
+TRACE_MAX = 256
+
+
+def trace_header(*candidates: str | None) -> str | None:
+    """The first of ``candidates`` that is an X-Ray trace header (``X-Amzn-Trace-Id``; the Lambda's
+    ``_X_AMZN_TRACE_ID``), at most 256 characters; None when none is. A malformed one is ignored, not
+    refused: tracing is a hint, as X-Ray itself treats it.
+
+    >>> trace_header(None, "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
+    'Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1'
+    >>> trace_header("Root=2-x", "Self=1-abc;Root=1-5759e988-bd862e3fe1be46a994272793", "") is None
+    True
+    """
+    for c in candidates:
+        if c and len(c) <= TRACE_MAX and TRACE_HEADER.fullmatch(c):
+            return c
+    return None
+
+
 def produce(body: dict, reserved_ok: bool = False) -> ProduceRequest:
     producer = check_name(body.get("producer"), "producer")
     msgs = body.get("messages")

@@ -81,7 +81,7 @@ def decode_message(data: bytes | str) -> seg.Message:
         body = raw[4 + hlen:].decode("utf-8")
     return seg.Message(id=d["id"], body=body, key=d.get("key"), tags=list(d.get("tags") or []),
                        properties=dict(d.get("properties") or {}), produced_at=int(d.get("produced_at") or 0),
-                       dead_letter=d.get("dead_letter"), claim=d.get("claim"))
+                       dead_letter=d.get("dead_letter"), claim=d.get("claim"), trace=d.get("trace"))
 
 
 def delayed_item_bytes(pq_: str, m: seg.Message) -> int:

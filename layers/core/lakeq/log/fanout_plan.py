@@ -37,10 +37,9 @@ class ListMessage(seg.Message):
         h = {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
              "produced_at": self.produced_at, "topic": self.topic, "queue": self.queue,
              "source_offset": self.source_offset}
-        if self.dead_letter is not None:  # a dead-lettered copy keeps its origin (issue 9)
-            h["dead_letter"] = self.dead_letter
-        if self.claim is not None:  # a body in the lake bucket: the entry copies the claim (issue 18.2)
-            h["claim"] = self.claim
+        # a dead-lettered copy keeps its origin (issue 9), a body in the lake bucket its claim
+        # (issue 18.2), a traced message its trace header (issue 34)
+        h = self.optional(h)
         return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -121,7 +120,7 @@ def group_messages(topic: str, q: int, s: seg.Segment, m: Matches, record: int,
         lm = ListMessage(id=msg["id"], body=msg["body"], key=msg.get("key"), tags=msg.get("tags") or [],
                          properties=msg.get("properties") or {}, produced_at=msg["produced_at"],
                          topic=topic, queue=q, source_offset=msg["offset"], dead_letter=msg.get("dead_letter"),
-                         claim=msg.get("claim"))
+                         claim=msg.get("claim"), trace=msg.get("trace"))
         for sid in sids:
             g = per_sub.get(sid)
             if g is None:

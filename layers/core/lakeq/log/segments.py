@@ -44,14 +44,23 @@ class Message:
     # a body kept in the lake bucket (issue 18.2, lakeq.log.claims): {"key","size","sha256"}; the
     # message's ``body`` is then "" and the header carries the claim
     claim: dict | None = None
+    # the producer's X-Ray trace header (issue 34: ``Root=1-…;Parent=…;Sampled=…``), carried to its
+    # pulls, pushes and SQS receives; stored in the header only when present
+    trace: str | None = None
 
-    def header(self) -> bytes:
-        h = {"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
-             "produced_at": self.produced_at}
+    def optional(self, h: dict) -> dict:
+        """``h`` with the header fields kept only when present (dead letter, claim, trace)."""
         if self.dead_letter is not None:
             h["dead_letter"] = self.dead_letter
         if self.claim is not None:
             h["claim"] = self.claim
+        if self.trace is not None:
+            h["trace"] = self.trace
+        return h
+
+    def header(self) -> bytes:
+        h = self.optional({"id": self.id, "key": self.key, "tags": self.tags, "properties": self.properties,
+                           "produced_at": self.produced_at})
         return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def encoded_size(self) -> int:

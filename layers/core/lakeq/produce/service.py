@@ -30,11 +30,14 @@ from lakeq.store.records import Topic
 
 # --- produce --------------------------------------------------------------------------------
 def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False,
-            t: Topic | None = None, avoid: frozenset[int] = frozenset()) -> dict:
+            t: Topic | None = None, avoid: frozenset[int] = frozenset(), traces: tuple = ()) -> dict:
     """``reserved_ok``: the properties may use reserved names (only the SQS endpoint's own sends);
     ``t``: the topic's item when the caller has just read it (the SQS endpoint: one read an action);
     ``avoid``: queues the messages without a key go to only when every queue is in it (the SQS
-    endpoint's: the queues its consumers hold locked, so a new message is not held behind one)."""
+    endpoint's: the queues its consumers hold locked, so a new message is not held behind one);
+    ``traces``: X-Ray trace header candidates, best first (the request's ``X-Amzn-Trace-Id``, the
+    invocation's ``_X_AMZN_TRACE_ID``): the first well-formed one (``validation.trace_header``) is
+    kept with every message of the request, a malformed one ignored."""
     check_topic(topic)
     req = v.produce(v.json_body(raw), reserved_ok)
     t = t if t is not None and t.name == topic else topic_or_404(topic)
@@ -44,6 +47,7 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
     if reason:
         raise PayloadTooLarge(reason)
 
+    trace = v.trace_header(*traces)
     now = _clock.now()
     n_queues = int(t.queues)
     log = log_of(t)  # the keys of this incarnation of the topic (lakeq.common.names.log_name)
@@ -65,7 +69,7 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
             first_index[m.id] = i
         q = queue_for_key(m.key, n_queues) if m.key is not None else spread
         msg = seg.Message(id=m.id or str(uuid.uuid4()), body=m.body, key=m.key, tags=m.tags,
-                          properties=m.properties, produced_at=now)
+                          properties=m.properties, produced_at=now, trace=trace)
         msg = BodyStore.claim_checked(log, msg)
         if m.delay_ms:
             delayed.setdefault(q, []).append(_delayed.Delayed(i, msg, m.id is not None, now + m.delay_ms))

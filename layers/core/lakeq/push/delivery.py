@@ -279,6 +279,9 @@ def _run(src: _Source, poster: Poster, deadline: float, max_batches: int | None)
         msg_id = contract.webhook_id(src.header, name, [m["id"] for m in msgs])
         headers = {**cfg["headers"], "Content-Type": "application/json", "User-Agent": "lakeq-push/1",
                    src.header: name, **contract.signature_headers(signing, now // 1000, body, msg_id)}
+        traces = {m.get("trace") for m in msgs}
+        if len(traces) == 1 and None not in traces:  # one producer's trace (issue 34): X-Ray's header
+            headers["X-Amzn-Trace-Id"] = traces.pop()
         status, answer = poster(cfg["url"], headers, body, timeout_ms / 1000)
         out.batches += 1
         out.statuses.append(status)

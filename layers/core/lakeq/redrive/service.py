@@ -191,7 +191,7 @@ def _batch(r: Redrive, prog: mp.Progress, queue: int, n: int, now: int) -> tuple
         by_dest.setdefault(d, []).append(seg.Message(
             id=mid, body="" if claim else m["body"], key=m.get("key"),
             tags=list(m.get("tags") or []), properties=dict(m.get("properties") or {}), produced_at=now,
-            claim=claim))
+            claim=claim, trace=m.get("trace")))
     moved = 0
     for d, items in by_dest.items():
         if _copy(d, items, now):
@@ -263,13 +263,14 @@ def run(rid: str, budget_ms: int) -> dict | None:
     return view(RedriveRepo.get(rid) or r)
 
 
-def run_all(budget_ms: int) -> dict:
+def run_all(budget_ms: int, progress=None) -> dict:
     """The schedule's invocation: every running (or cancelling) redrive in turn, each given an equal
     share of the time left (a redrive moving a big dead-letter topic at a low rate uses its whole
     share, so the first one no longer takes the whole minute from the others). A redrive whose run
     raises is logged and counted in ``errors``, and the next one still runs: one redrive that keeps
     failing (a store error, a destination that refuses every write) does not stop the others; its
-    lease lapses and the next invocation tries it again."""
+    lease lapses and the next invocation tries it again. ``progress``: called with each run
+    redrive's view after its turn (the function prints it as a metric)."""
     deadline = clock.now() + budget_ms
     ids = [r.id for r in RedriveRepo.all() if r.status in (mp.RUNNING, mp.CANCELLING)]
     out: dict[str, int] = {"redrives": 0}
@@ -279,5 +280,7 @@ def run_all(budget_ms: int) -> dict:
             break
         out["redrives"] += 1
         with counted(out, logger, "redrive %s: its run failed; the next invocation tries it again", rid):
-            run(rid, left // (len(ids) - i))
+            got = run(rid, left // (len(ids) - i))
+            if got is not None and progress is not None:
+                progress(got)
     return out

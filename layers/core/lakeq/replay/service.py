@@ -398,11 +398,12 @@ def run(rid: str, budget_ms: int) -> dict | None:
     return None if r is None else view(r)
 
 
-def run_all(budget_ms: int) -> dict:
+def run_all(budget_ms: int, progress=None) -> dict:
     """The schedule's invocation: every live replay in turn (oldest id first), each given an equal
     share of the time left. A replay whose turn raises is logged and counted in ``errors``, and the
     next one still gets its turn: a replay that keeps failing (a manifest part gone, a store error)
-    does not stop the ones after it; the next invocation tries it again."""
+    does not stop the ones after it; the next invocation tries it again. ``progress``: called with
+    each replay's view after its turn (the function prints it as a metric)."""
     t0 = monotonic()
     ids = ReplayRepo.live_ids()
     out: dict[str, int] = {"replays": len(ids)}
@@ -410,6 +411,8 @@ def run_all(budget_ms: int) -> dict:
         left = budget_ms - (monotonic() - t0) * 1000
         with counted(out, logger, "replay %s: its turn failed; the next invocation tries it again", rid):
             got = run(rid, int(max(0, left) / (len(ids) - i)))
+            if got is not None and progress is not None:
+                progress(got)
             status = got["status"] if got else "gone"
             out[status] = out.get(status, 0) + 1
     return out

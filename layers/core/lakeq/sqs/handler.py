@@ -13,7 +13,9 @@ import json
 import uuid
 from typing import Any, Callable
 
+from lakeq.common import metric_names as M
 from lakeq.common.errors import ApiError
+from lakeq.common.obs import metrics
 from lakeq.sqs import permissions as perm
 from lakeq.sqs import protocol as sp
 from lakeq.sqs.messages import (
@@ -57,6 +59,22 @@ ACTIONS: dict[str, Callable[[Ctx, dict], dict]] = {
     "RemovePermission": remove_permission,
 }
 UNSUPPORTED: set[str] = set()
+
+
+def count(action: str, result: dict) -> None:
+    """The request-path counters (issue 34) of an action that succeeded, as the native routes count:
+    messages sent, messages received, messages deleted (``NumberOfAcks``: a delete settles one)."""
+    n, name = 0, None
+    if action == "SendMessage":
+        n, name = 1, M.SENT
+    elif action == "ReceiveMessage":
+        n, name = len(result.get("Messages") or ()), M.RECEIVED
+    elif action == "DeleteMessage":
+        n, name = 1, M.ACKS
+    elif action in ("SendMessageBatch", "DeleteMessageBatch"):
+        n, name = len(result.get("Successful") or ()), M.SENT if action == "SendMessageBatch" else M.ACKS
+    if name is not None:
+        metrics.add_metric(name=name, unit="Count", value=n)
 
 
 # --- the Lambda event ------------------------------------------------------------------------------
@@ -112,6 +130,7 @@ def handle(event: dict, logger: Any = None) -> dict:
         ctx = Ctx(p, base, account_id(), region())
         try:
             result = fn(ctx, req)
+            count(action, result)
         finally:
             if action not in perm.TOPIC_READ_ONLY:  # it may have changed a topic item: read them again
                 perm.forget_topics()

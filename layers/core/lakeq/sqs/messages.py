@@ -256,8 +256,8 @@ def _message_out(ctx: Ctx, q: Queue, m: dict, receipt: str, system: set[str], at
                                                                   m["id"])
             else:
                 sa["SequenceNumber"] = sp.sequence_number(int(m["queue"]), int(m["offset"]))
-    if "AWSTraceHeader" in system and props.get("sqs.trace"):
-        sa["AWSTraceHeader"] = props["sqs.trace"]
+    if "AWSTraceHeader" in system and (props.get("sqs.trace") or m.get("trace")):
+        sa["AWSTraceHeader"] = props.get("sqs.trace") or m["trace"]  # sent by SQS, or produced traced
     dl = m.get("dead_letter")
     if "DeadLetterQueueSourceArn" in system and isinstance(dl, dict) and dl.get("topic"):
         sa["DeadLetterQueueSourceArn"] = ctx.arn(dl["topic"])

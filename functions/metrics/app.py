@@ -1,0 +1,26 @@
+"""Metrics function (EventBridge schedule, rate(1 minute)): prints the per-minute gauges — per
+(topic, group), per subscription, per topic and the deployment's totals — as CloudWatch embedded
+metric format documents, one per row (lakeq.console.gauges computes them, lakeq.common.obs.emit
+prints them; CloudWatch Logs turns them into metrics: no PutMetricData call, no cloudwatch:* IAM).
+It stops 5 s before the invocation's end (the rest of its page waits for that page's next minute)."""
+
+import os
+
+from lakeq.common import clock
+from lakeq.common.obs import emit, logger, tracer
+from lakeq.console import gauges
+
+MARGIN_MS = 5_000
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event, context):
+    now = clock.now()
+    deadline = now + max(0, context.get_remaining_time_in_millis() - MARGIN_MS)
+    out = gauges.compute(now=now, deadline=deadline, detail=os.environ.get("LAKEQ_METRICS_DETAIL", "active"))
+    for dims, values in out.rows:
+        emit(dims, values, timestamp_ms=now)
+    stats = {"rows": out.published, "of": out.total_rows, "truncated": out.truncated}
+    logger.info("metrics published", extra=stats)
+    return stats

@@ -1,0 +1,64 @@
+"""Every CloudWatch metric lakeq emits (namespace ``POWERTOOLS_METRICS_NAMESPACE``, ``lakeq``): its
+name, unit and dimension sets. The emitters use these constants (``add_metric(name=M.SENT…)`` or
+:func:`lakeq.common.obs.emit`), template.yaml's alarms and dashboard name them, and
+``tests/unit/test_metric_names.py`` checks both against this table (so an alarm cannot watch a
+metric nobody emits, and a literal name in an ``add_metric`` call must be in the table).
+
+Names follow SQS's own where the meaning is the same (``NumberOfMessagesSent``,
+``ApproximateNumberOfMessagesVisible``, ``ApproximateAgeOfOldestMessage``). Dimensions: every
+document carries ``service`` (powertools' default dimension, ``POWERTOOLS_SERVICE_NAME``); the
+gauges add ``Topic`` + ``Group`` (a consumer group's view of a topic), ``Subscription``, or
+``Topic`` alone; deployment totals carry ``service`` only; push counters add ``Endpoint``.
+See docs/design.md ("Operations") and docs/costs.md for the count and its price.
+"""
+from __future__ import annotations
+
+# ---- counters from the request paths (per invocation, service dimension only)
+SENT = "NumberOfMessagesSent"                       # produce: messages accepted by POST …/messages
+RECEIVED = "NumberOfMessagesReceived"               # group pulls: messages delivered
+SUBSCRIPTION_RECEIVED = "NumberOfSubscriptionMessagesReceived"  # subscription pulls
+ACKS = "NumberOfAcks"                               # acks (one per receipt settled, batch entries too)
+RELEASED = "NumberOfMessagesReleased"               # offsets named in an ack's `release`
+REJECTED = "NumberOfMessagesRejected"               # offsets named in an ack's `reject`
+ACCEPTED = "NumberOfMessagesAccepted"               # offsets named in an ack's `accept`
+
+# ---- push (per endpoint: Endpoint dimension; and run totals, service only)
+PUSH_ATTEMPTS = "PushAttempts"                      # batches POSTed to an endpoint
+PUSH_FAILURES = "PushFailures"                      # batches whose POST failed (non-2xx, timeout…)
+PUSH_DELIVERED = "PushDelivered"                    # messages delivered by push (run total)
+PUSH_FAILED = "PushFailed"                          # batches whose delivery failed (run total)
+PUSH_DEAD_LETTERED = "PushDeadLettered"             # messages push dead-lettered (run total)
+
+# ---- redrive and replay progress (per run of their schedules: Redrive / Replay dimension, the id)
+REDRIVE_MOVED = "RedriveMessagesMoved"              # a redrive's messages moved so far
+REDRIVE_TOTAL = "RedriveMessagesTotal"              # of its total
+REPLAY_COPIED = "ReplayMessagesCopied"              # a replay's messages copied so far
+REPLAY_FOUND = "ReplayMessagesFound"                # of those its selection found
+
+# ---- gauges, each minute by the metrics function (Topic+Group, Subscription, Topic, or totals)
+VISIBLE = "ApproximateNumberOfMessagesVisible"      # backlog not locked (available to a pull)
+NOT_VISIBLE = "ApproximateNumberOfMessagesNotVisible"  # locked by a pull, not yet settled (in flight)
+BACKLOG = "ApproximateNumberOfMessagesBacklog"      # visible + not visible (unsettled)
+AGE = "ApproximateAgeOfOldestMessage"               # ms since the oldest unsettled message was produced
+DEAD_LETTERED = "NumberOfMessagesDeadLettered"      # dead-lettered so far (cumulative; DIFF = new ones)
+DELAYED = "ApproximateNumberOfMessagesDelayed"      # per topic: delayed messages not yet in a queue
+PUBLISHER_ROWS = "MetricsPublisherRows"             # rows the run published (totals only)
+PUBLISHER_TRUNCATED = "MetricsPublisherTruncated"   # 1 when the run's cap left rows out (totals only)
+
+# ---- other counters the functions emit (per invocation, service dimension only)
+OTHER_COUNTERS = ("WakePosted", "WakeGone", "WakeFailed", "HeadsMoved", "UnsubscribePurgeUnfinished",
+                  "FanoutUnparked", "FanoutRecords", "FanoutPoisonRecords", "FanoutParked", "FanoutFailures",
+                  "LakePoisonRecords", "LakeRecords", "LakeObjects", "WakeConnects")
+
+UNITS: dict[str, str] = {
+    **{n: "Count" for n in (SENT, RECEIVED, SUBSCRIPTION_RECEIVED, ACKS, RELEASED, REJECTED, ACCEPTED,
+                            PUSH_ATTEMPTS, PUSH_FAILURES, PUSH_DELIVERED, PUSH_FAILED, PUSH_DEAD_LETTERED,
+                            REDRIVE_MOVED, REDRIVE_TOTAL, REPLAY_COPIED, REPLAY_FOUND,
+                            VISIBLE, NOT_VISIBLE, BACKLOG, DEAD_LETTERED, DELAYED, PUBLISHER_ROWS,
+                            PUBLISHER_TRUNCATED, *OTHER_COUNTERS)},
+    AGE: "Milliseconds",
+}
+ALL = frozenset(UNITS)
+
+# the gauges of one consumer's view (a Topic+Group row, a Subscription row, the totals)
+CONSUMER_GAUGES = (VISIBLE, NOT_VISIBLE, BACKLOG, AGE, DEAD_LETTERED)

@@ -1,0 +1,128 @@
+"""The per-minute gauges the metrics function (``functions/metrics``, rate(1 minute)) prints as
+CloudWatch embedded metric format: what SQS publishes for every queue, computed from the store with
+the operator summary's core (:func:`lakeq.console.summary.oldest_at`, the consumers' queue views).
+
+Rows (names in :mod:`lakeq.common.metric_names`):
+
+- per (topic, clustering group granted it) — dimensions ``Topic``, ``Group``: visible (backlog not
+  locked), not visible (locked by a pull: in flight), backlog, age of the oldest unsettled message
+  (ms), dead-lettered so far (cumulative);
+- per subscription — ``Subscription``: the same five over its message list;
+- per topic read — ``Topic``: delayed messages not yet in a queue;
+- the totals — ``service`` only: the five summed (age: the oldest), delayed, and the run's
+  ``MetricsPublisherRows`` / ``MetricsPublisherTruncated``. The totals of the five and delayed are
+  printed only by a run that covered every row (a partial sum would look like a drop).
+
+Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
+``MetricsDetail``): ``active`` (the default) — a (topic, group) or subscription row only while it
+has a backlog, a topic row only while it has delayed messages, the totals always (a CloudWatch
+metric costs only in the hours it receives data, so an idle topic costs nothing); ``all`` — every
+row every minute; ``totals`` — the totals only (a fixed count whatever the number of topics). Every
+row is computed in each mode (the totals need them).
+
+Per queue nothing is published (a topic has up to 64: ``GET /v1/topics/{topic}`` shows them);
+broadcasting groups neither (their offsets are per instance).
+
+Bounded work: the rows (pairs in topic-name order, then subscriptions) are cut into pages of
+:data:`MAX_ROWS`; a run publishes page ``minute mod pages`` only, so past ``MAX_ROWS`` rows each row
+is published every ``pages`` minutes and ``MetricsPublisherTruncated`` is 1. A run also stops at its
+``deadline`` (epoch ms), leaving the rest of its page (truncated). Store reads per row: as the
+summary's (one BatchGetItem of a topic's queue items, once per topic; one Query of the consumer's
+offset records; one Query per queue with a backlog for the oldest message); per run: the topics',
+clients' and subscriptions' Scans. Nothing is written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lakeq.common import clock as _clock
+from lakeq.common import metric_names as M
+from lakeq.common.names import covers, log_of
+from lakeq.console.summary import oldest_at
+from lakeq.consume import views_of
+from lakeq.store.catalog import ClientRepo, TopicRepo
+from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
+from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
+
+MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
+DETAILS = ("active", "all", "totals")
+MINUTE_MS = 60_000
+
+
+@dataclass
+class Gauges:
+    """What one run computed: ``rows`` (dimensions, values) to print, one per row and per topic
+    read, then the totals row (``{}``: service only)."""
+
+    rows: list[tuple[dict, dict]] = field(default_factory=list)
+    total_rows: int = 0       # every row that exists (all pages)
+    published: int = 0        # consumer rows computed by this run (printed: as ``detail`` says)
+    truncated: bool = False
+
+
+def consumer_values(log: str, vs: list, now: int) -> dict:
+    """The five gauges of one consumer over the queue views ``vs`` of ``log``."""
+    backlog = sum(v.backlog for v in vs)
+    in_flight = 0
+    for v in vs:
+        s = v.state()
+        if s.live(now):
+            in_flight += len(s.held)
+    in_flight = min(in_flight, backlog)
+    oldest = [o for o in (oldest_at(log, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
+              if o is not None]
+    age = max(0, now - int(min(oldest))) if oldest else 0
+    return {M.VISIBLE: backlog - in_flight, M.NOT_VISIBLE: in_flight, M.BACKLOG: backlog,
+            M.AGE: age, M.DEAD_LETTERED: sum(v.dead_lettered for v in vs)}
+
+
+def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS,
+            detail: str = "active") -> Gauges:
+    if detail not in DETAILS:
+        raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
+    now = _clock.now() if now is None else now
+    topics = sorted(TopicRepo.all(), key=lambda t: t.name)
+    consumers = sorted((c for c in ClientRepo.all() if c.role == "consumer" and c.mode != "broadcasting"),
+                       key=lambda c: c.name)
+    rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
+                         if any(covers(g, t.name) for g in c.topics)]
+    subs = {c.name for c in consumers}
+    rows += [("sub", s, None) for s in sorted(SubscriptionRepo.all(), key=lambda s: s.id) if s.subscriber in subs]
+    out = Gauges(total_rows=len(rows))
+    pages = max(1, -(-len(rows) // max_rows))
+    page = (now // MINUTE_MS) % pages
+    todo = rows[page * max_rows:(page + 1) * max_rows]
+    out.truncated = pages > 1
+    metas: dict[str, list] = {}
+    totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
+    delayed = 0
+    for kind, a, b in todo:
+        if deadline is not None and _clock.now() >= deadline:
+            out.truncated = True
+            break
+        if kind == "pair":
+            log = log_of(a)
+            if a.name not in metas:
+                metas[a.name] = LogRepo.queues(log, int(a.queues))
+                n = sum(int(m.delayed or 0) for m in metas[a.name])
+                delayed += n
+                if detail == "all" or (detail == "active" and n):
+                    out.rows.append(({"Topic": a.name}, {M.DELAYED: n}))
+            vs = views_of(metas[a.name], OffsetRepo.records(OffsetRepo.owner(b.name, log)))
+            dims = {"Topic": a.name, "Group": b.name}
+        else:
+            log = list_topic(a.id)
+            vs = views_of(LogRepo.queues(log, 1), OffsetRepo.records(list_owner(a.id)))
+            dims = {"Subscription": a.id}
+        vals = consumer_values(log, vs, now)
+        if detail == "all" or (detail == "active" and vals[M.BACKLOG]):
+            out.rows.append((dims, vals))
+        out.published += 1
+        for k, v in vals.items():
+            totals[k] = max(totals[k], v) if k == M.AGE else totals[k] + v
+    run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.truncated)}
+    if not out.truncated:
+        run = {**totals, M.DELAYED: delayed, **run}
+    out.rows.append(({}, run))
+    return out

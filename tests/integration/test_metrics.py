@@ -1,0 +1,181 @@
+"""Issue 34 item 1: the metrics function (MetricsFunction, rate(1 minute), as itself: its IAM role)
+prints per (topic, group), per subscription, per topic and in total the gauges SQS publishes, as
+valid embedded-metric-format documents."""
+from __future__ import annotations
+
+import pytest
+
+from lakeq.common import metric_names as M
+from lakeq.console import gauges
+from tests.emf import documents, problems
+from tests.handlers import Context, load_function
+from tests.history import path
+
+T = "quotes"
+
+
+def publish(capsys) -> tuple[dict, list[dict]]:
+    fn = load_function("MetricsFunction")
+    capsys.readouterr()
+    stats = fn({}, Context())
+    docs = documents(capsys.readouterr().out)
+    for d in docs:
+        assert problems(d) == [], d
+    return stats, docs
+
+
+def row(docs: list[dict], **dims) -> dict | None:
+    """The values of the one document whose dimensions (besides ``service``) are exactly ``dims``
+    (None: there is none)."""
+    found = []
+    for d in docs:
+        (keys,) = d["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+        if set(keys) == {*dims, "service"} and all(d[k] == v for k, v in dims.items()):
+            found.append({m["Name"]: d[m["Name"]] for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]})
+    assert len(found) <= 1, (dims, found)
+    if not found:
+        return None
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in found[0].items()}
+
+
+def produce(api, key, messages, topic=T):
+    s, b = api.call("POST", path(topic), {"producer": "feed", "messages": messages}, key=key)
+    assert s == 200, b
+
+
+def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsys, monkeypatch):
+    t0 = clock.t
+    produce(api, setup["feed"], [{"body": f"b{i}", "key": "k"} for i in range(5)])
+    produce(api, setup["feed"], [{"body": "later", "key": "k", "delay_ms": 60_000}])
+    clock.t = t0 + 7_000
+    s, b = api.call("GET", path(T), query={"group": "risk", "max": 2}, key=setup["risk"])
+    assert s == 200 and len(b["messages"]) == 2
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+    assert s == 201, sub
+    stats, docs = publish(capsys)
+    assert stats["truncated"] is False and stats["rows"] == stats["of"] >= 2
+    g = row(docs, Topic=T, Group="risk")
+    assert g == {M.VISIBLE: 3, M.NOT_VISIBLE: 2, M.BACKLOG: 5, M.AGE: 7_000, M.DEAD_LETTERED: 0}
+    assert row(docs, Topic=T) == {M.DELAYED: 1}
+    assert row(docs, Subscription=sub["id"]) is None  # active (the default): only rows with a backlog
+    assert row(docs, Topic="quotes/sh", Group="risk") is None and row(docs, Topic="quotes/sh") is None
+    total = row(docs)
+    assert total[M.BACKLOG] == 5 and total[M.NOT_VISIBLE] == 2 and total[M.AGE] == 7_000
+    assert total[M.DELAYED] == 1 and total[M.PUBLISHER_TRUNCATED] == 0
+    # every document's timestamp is the run's minute, its namespace the stack's
+    assert {d["_aws"]["Timestamp"] for d in docs} == {clock.t}
+    assert {d["_aws"]["CloudWatchMetrics"][0]["Namespace"] for d in docs} == {"lakeq"}
+    # all: every row, idle ones too; totals: the totals only, the same figures
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
+    _, docs = publish(capsys)
+    assert row(docs, Subscription=sub["id"])[M.BACKLOG] == 0 and row(docs, Topic="quotes/sh") == {M.DELAYED: 0}
+    assert row(docs, Topic="quotes/sh", Group="risk")[M.BACKLOG] == 0 and row(docs) == total
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "totals")
+    _, docs = publish(capsys)
+    assert len(docs) == 1 and row(docs) == total
+
+
+def test_dead_lettered_moves_and_the_age_is_of_the_oldest(api, setup, dlq, clock, capsys, monkeypatch):
+    from tests.integration.test_settlement import patch
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
+    assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
+    produce(api, setup["feed"], [{"body": "poison", "key": "k"}])
+    _, docs = publish(capsys)
+    assert row(docs, Topic=T, Group="risk")[M.DEAD_LETTERED] == 0
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "reject": [0]},
+                      key=setup["risk"])
+    assert s == 200, out
+    clock.t += 60_000
+    _, docs = publish(capsys)
+    assert row(docs, Topic=T, Group="risk")[M.DEAD_LETTERED] == 1
+    assert row(docs, Topic=T, Group="risk")[M.BACKLOG] == 0
+    # the copy waits in the dead-letter topic for its group: a backlog there, as old as the copy
+    assert row(docs, Topic="dlq", Group="ops")[M.BACKLOG] == 1
+    assert row(docs)[M.DEAD_LETTERED] == 1
+
+
+def test_over_the_cap_pages_rotate_by_minute_and_totals_are_withheld(api, setup, clock, capsys, monkeypatch):
+    for i in range(3):
+        assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
+    monkeypatch.setattr(gauges, "MAX_ROWS", 2)
+    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 2, "active"))
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
+    seen = set()
+    for minute in range(3):
+        clock.t = (clock.t // 60_000 + 1) * 60_000
+        stats, docs = publish(capsys)
+        assert stats["truncated"] is True and stats["rows"] <= 2
+        total = row(docs)
+        assert total[M.PUBLISHER_TRUNCATED] == 1 and M.BACKLOG not in total
+        seen |= {d["Topic"] for d in docs if "Group" in d}
+    # quotes, quotes/sh, quotes/p0..p2 (risk is granted quotes and its children): 5 rows, 3 pages
+    assert seen == {T, "quotes/sh", "quotes/p0", "quotes/p1", "quotes/p2"}
+
+
+@pytest.mark.parametrize("field", ["Topic", "Group"])
+def test_a_row_without_its_dimension_fails_validation(field):
+    doc = {"_aws": {"Timestamp": 1, "CloudWatchMetrics": [{"Namespace": "lakeq", "Dimensions": [["Topic", "Group"]],
+                                                           "Metrics": [{"Name": "X", "Unit": "Count"}]}]},
+           "Topic": "t", "Group": "g", "X": [1.0]}
+    assert problems(doc) == []
+    del doc[field]
+    assert problems(doc)
+
+
+def test_the_metrics_function_only_reads(template):
+    """Least privilege (checked in every call above by aws_rules): Scan, BatchGetItem and Query on
+    the tables it reads, nothing that writes, and no cloudwatch:PutMetricData (EMF goes via the log)."""
+    fn = template["Resources"]["MetricsFunction"]["Properties"]
+    actions = {a for pol in fn["Policies"] for st in pol["Statement"] for a in st["Action"]}
+    assert actions == {"dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:Query"}
+    assert fn["Events"]["Publish"]["Type"] == "Schedule"
+    assert fn["Events"]["Publish"]["Properties"]["Schedule"] == "rate(1 minute)"
+
+
+def counted(text: str) -> dict[str, float]:
+    """Each metric's sum over the EMF documents printed (the functions' per-invocation flushes)."""
+    out: dict[str, float] = {}
+    for d in documents(text):
+        assert problems(d) == [], d
+        for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+            v = d[m["Name"]]
+            out[m["Name"]] = out.get(m["Name"], 0) + sum(v if isinstance(v, list) else [v])
+    return out
+
+
+def test_request_paths_count_sent_received_and_settled(api, setup, clock, capsys):
+    capsys.readouterr()
+    produce(api, setup["feed"], [{"body": f"b{i}", "key": "k"} for i in range(4)])
+    s, b = api.call("GET", path(T), query={"group": "risk", "max": 10}, key=setup["risk"])
+    assert s == 200 and len(b["messages"]) == 4
+    offs = [m["offset"] for m in b["messages"]]
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "accept": offs[:2],
+                                           "release": [offs[2]], "reject": [offs[3]]}, key=setup["risk"])
+    assert s == 200, out
+    # a batch ack: one good entry (whole batch), one stale (its error is not counted)
+    s, b2 = api.call("GET", path(T), query={"group": "risk", "max": 10}, key=setup["risk"])
+    assert s == 200 and [m["offset"] for m in b2["messages"]] == [offs[2]]  # the released one
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "acks": [{"receipt": b2["receipt"]},
+                                                                     {"receipt": b["receipt"]}]}, key=setup["risk"])
+    assert s == 200 and "error" in out["results"][1], out
+    c = counted(capsys.readouterr().out)
+    assert c[M.SENT] == 4 and c[M.RECEIVED] == 4 + len(b2["messages"])
+    assert c[M.ACKS] == 2 and c[M.ACCEPTED] == 2 and c[M.RELEASED] == 1 and c[M.REJECTED] == 1
+
+
+def test_the_sqs_endpoint_counts_sends_receives_and_deletes(api, capsys, monkeypatch):
+    from lakeq.sqs import handler as sqs_service
+    from tests.integration.sqs_harness import Harness, fake_auth
+    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
+    sqs = Harness().client("admin")
+    url = sqs.create_queue(QueueName="jobs")["QueueUrl"]
+    capsys.readouterr()
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "1", "MessageBody": "b"}, {"Id": "2", "MessageBody": "c"}])
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                                    for i, m in enumerate(got[1:])])
+    c = counted(capsys.readouterr().out)
+    assert c[M.SENT] == 3 and c[M.RECEIVED] == len(got) == 3 and c[M.ACKS] == 3

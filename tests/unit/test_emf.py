@@ -1,0 +1,84 @@
+"""Issue 34: the embedded-metric-format documents lakeq prints (lakeq.common.obs.emit, and the shared
+Metrics' flush) validate against the format's specification (tests/emf.py), and the checker itself
+rejects what CloudWatch would drop."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from aws_lambda_powertools.metrics import MetricUnit
+
+from lakeq.common import metric_names as M
+from lakeq.common import obs
+from tests.emf import documents, problems
+
+SHAPES = [{}, {"Topic": "quotes/sh", "Group": "risk"}, {"Subscription": "s-1"}, {"Topic": "quotes"},
+          {"Endpoint": "group:risk"}, {"Redrive": "r1"}, {"Replay": "p1"}]
+
+
+@pytest.mark.parametrize("dims", SHAPES)
+def test_every_table_metric_under_every_dimension_shape_is_valid(dims, capsys, monkeypatch):
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "lakeq")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "lakeq")
+    names = sorted(M.ALL)
+    for i in range(0, len(names), 8):  # a document holds what one row has (at most 8 in the gauges)
+        doc = obs.emit(dims, {n: 3 for n in names[i:i + 8]}, timestamp_ms=1_700_000_000_000)
+        assert problems(doc) == []
+        (printed,) = documents(capsys.readouterr().out)
+        assert printed == json.loads(json.dumps(doc))
+        (d,) = doc["_aws"]["CloudWatchMetrics"]
+        assert d["Namespace"] == "lakeq" and d["Dimensions"] == [[*dims, "service"]]
+        assert {m["Name"]: m["Unit"] for m in d["Metrics"]} == {n: M.UNITS[n] for n in names[i:i + 8]}
+
+
+def test_the_shared_metrics_flush_is_valid(capsys, monkeypatch):
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "lakeq")
+    obs.metrics.add_metric(name=M.SENT, unit=MetricUnit.Count, value=2)
+    obs.metrics.flush_metrics()
+    (doc,) = documents(capsys.readouterr().out)
+    assert problems(doc) == [] and doc[M.SENT] == [2.0]
+
+
+GOOD = {"_aws": {"Timestamp": 1_700_000_000_000,
+                 "CloudWatchMetrics": [{"Namespace": "lakeq", "Dimensions": [["Topic", "service"]],
+                                        "Metrics": [{"Name": "A", "Unit": "Count"}]}]},
+        "Topic": "t", "service": "lakeq", "A": [1.0]}
+
+
+def broken(change):
+    doc = copy.deepcopy(GOOD)
+    change(doc)
+    return doc
+
+
+def many_dimensions(d, n):
+    d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] = [[f"d{i}" for i in range(n)]]
+    d.update({f"d{i}": "v" for i in range(n)})
+
+
+def many_metrics(d, n):
+    d["_aws"]["CloudWatchMetrics"][0]["Metrics"] = [{"Name": f"m{i}", "Unit": "Count"} for i in range(n)]
+    d.update({f"m{i}": 1 for i in range(n)})
+
+
+def test_the_limits_themselves_pass():
+    assert problems(broken(lambda d: many_dimensions(d, 30))) == []
+    assert problems(broken(lambda d: many_metrics(d, 100))) == []
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d.pop("_aws"),
+    lambda d: d["_aws"].pop("Timestamp"),
+    lambda d: d["_aws"]["CloudWatchMetrics"][0].pop("Namespace"),
+    lambda d: d.pop("Topic"),                                     # a dimension without its value
+    lambda d: d.update(Topic=7),                                  # a dimension value that is not a string
+    lambda d: d.pop("A"),                                         # a metric without its value
+    lambda d: d.update(A="1"),                                    # a value that is not a number
+    lambda d: d["_aws"]["CloudWatchMetrics"][0]["Metrics"][0].update(Unit="Items"),
+    lambda d: many_dimensions(d, 31),
+    lambda d: many_metrics(d, 101),
+])
+def test_the_checker_rejects_what_cloudwatch_drops(change):
+    assert problems(GOOD) == []
+    assert problems(broken(change))

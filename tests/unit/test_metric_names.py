@@ -1,0 +1,136 @@
+"""Issue 34: one table of the CloudWatch metrics lakeq emits (lakeq.common.metric_names). Every
+name an emitter uses is in it, every name in it is emitted, and template.yaml's alarms and dashboard
+watch only names in it (an alarm on a metric nobody emits never fires); the Lambda and DynamoDB
+queries name every function and table of the template."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.local import template as tpl
+from lakeq.common import metric_names as M
+from tests.emf import UNITS
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE = [*sorted((ROOT / "layers" / "core" / "lakeq").rglob("*.py")), *sorted((ROOT / "functions").rglob("*.py"))]
+TABLE = ROOT / "layers" / "core" / "lakeq" / "common" / "metric_names.py"
+
+
+def emitted_names(sources: dict[str, str]) -> dict[str, set[str]]:
+    """name -> the files that use it: ``M.<CONSTANT>`` anywhere (the table's own module apart) and
+    the string literal of an ``add_metric(name=…)``. Unknown constants and literals are kept as
+    ``?<text>`` so the test names them."""
+    out: dict[str, set[str]] = {}
+    for path, src in sources.items():
+        table = "metric_names as M" in src  # elsewhere M may be another module (the models)
+        for node in ast.walk(ast.parse(src)):
+            name = None
+            if table and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "M":
+                name = getattr(M, node.attr, None)
+                name = None if isinstance(name, tuple) else name if isinstance(name, str) else f"?M.{node.attr}"
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_metric":
+                for kw in node.keywords:
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                        name = kw.value.value if kw.value.value in M.ALL else f"?{kw.value.value}"
+            if name is not None:
+                out.setdefault(name, set()).add(path)
+    return out
+
+
+def code_sources() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): p.read_text() for p in CODE if p != TABLE}
+
+
+def test_every_emitted_name_is_in_the_table_and_every_table_name_is_emitted():
+    used = emitted_names(code_sources())
+    unknown = {n: sorted(f) for n, f in used.items() if n.startswith("?")}
+    assert unknown == {}
+    assert set(used) == set(M.ALL), sorted(set(M.ALL) - set(used))
+    assert set(M.UNITS.values()) <= UNITS
+
+
+def test_the_scan_sees_a_literal_outside_the_table():
+    src = ('from lakeq.common import metric_names as M\n'
+           'metrics.add_metric(name="MessagesProduced", unit="Count", value=1)\nx = M.SENT\ny = M.NOPE\n')
+    assert set(emitted_names({"f.py": src})) == {"?MessagesProduced", M.SENT, "?M.NOPE"}
+
+
+def _sub(value) -> str:
+    """A ``Fn::Sub`` string with each ``${X}`` replaced by ``X`` (enough to read names out of it)."""
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        v = value["Fn::Sub"]
+        v = v[0] if isinstance(v, list) else v
+        return re.sub(r"\$\{([^}]+)\}", r"\1", v)
+    return value
+
+
+LAKEQ_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM (?:SCHEMA\()?"?lakeq"?[,) ]')
+
+
+def watched(template: dict) -> dict[str, list[str]]:
+    """resource -> the lakeq-namespace metric names its alarm or dashboard watches."""
+    out: dict[str, list[str]] = {}
+    for lid, r in template["Resources"].items():
+        props = r.get("Properties") or {}
+        names: list[str] = []
+        if r["Type"] == "AWS::CloudWatch::Alarm":
+            if props.get("Namespace") == "lakeq":
+                names.append(props["MetricName"])
+            for q in props.get("Metrics") or []:
+                metric = (q.get("MetricStat") or {}).get("Metric") or {}
+                if metric.get("Namespace") == "lakeq":
+                    names.append(metric["MetricName"])
+                names += LAKEQ_QUERY.findall(_sub(q.get("Expression", "")))
+        elif r["Type"] == "AWS::CloudWatch::Dashboard":
+            body = json.loads(_sub(props["DashboardBody"]))
+            for w in body["widgets"]:
+                for line in w["properties"].get("metrics", []):
+                    if line and line[0] == "lakeq":
+                        names.append(line[1])
+                    elif line and isinstance(line[0], dict):
+                        names += LAKEQ_QUERY.findall(line[0].get("expression", ""))
+        if names:
+            out[lid] = names
+    return out
+
+
+@pytest.fixture(scope="module")
+def template():
+    return tpl.load_template()
+
+
+def test_alarms_and_dashboard_watch_only_emitted_metrics(template):
+    seen = watched(template)
+    assert {"DeadLetteredAlarm", "OldestMessageAgeAlarm", "BacklogGrowingAlarm", "PushEndpointFailingAlarm",
+            "MetricsTruncatedAlarm", "OperationsDashboard"} <= set(seen)
+    bad = {lid: [n for n in names if n not in M.ALL] for lid, names in seen.items()}
+    assert {lid: n for lid, n in bad.items() if n} == {}
+    board = set(seen["OperationsDashboard"])
+    assert {M.SENT, M.RECEIVED, M.VISIBLE, M.AGE, M.DEAD_LETTERED, M.BACKLOG} <= board
+
+
+def test_the_check_reports_a_name_nobody_emits(template):
+    alarm = json.loads(json.dumps(template["Resources"]["OldestMessageAgeAlarm"]))
+    alarm["Properties"]["MetricName"] = "ApproximateAgeOfOldestMesage"
+    board = json.loads(json.dumps(template["Resources"]["OperationsDashboard"]))
+    body = board["Properties"]["DashboardBody"]["Fn::Sub"].replace("SELECT MAX(ApproximateNumberOfMessagesBacklog)",
+                                                                   "SELECT MAX(Backlog)")
+    board["Properties"]["DashboardBody"]["Fn::Sub"] = body
+    seen = watched({"Resources": {"A": alarm, "D": board}})
+    assert "ApproximateAgeOfOldestMesage" in seen["A"] and "Backlog" in seen["D"]
+
+
+def test_function_and_table_queries_name_every_function_and_table(template):
+    res = template["Resources"]
+    functions = {lid for lid, r in res.items() if r["Type"] == "AWS::Serverless::Function"}
+    tables = {lid for lid, r in res.items() if r["Type"] == "AWS::DynamoDB::Table"}
+    for alarm in ("FunctionErrorsAlarm", "FunctionThrottlesAlarm"):
+        (q,) = res[alarm]["Properties"]["Metrics"]
+        assert set(re.findall(r"FunctionName = '\$\{(\w+)\}'", q["Expression"]["Fn::Sub"])) == functions, alarm
+    body = res["OperationsDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert set(re.findall(r"FunctionName = '\$\{(\w+)\}'", body)) == functions
+    assert set(re.findall(r"TableName = '\$\{(\w+)\}'", body)) == tables
