@@ -80,15 +80,14 @@ def _write(root: Path, msgs, offs, suffix: str = "") -> None:
                 (root / key).write_bytes(blob)
 
 
-def _declared(template, logical_id: str) -> list[tuple[str, str]]:
-    t = template["Resources"][logical_id]["Properties"]["TableInput"]
-    return [(c["Name"], c["Type"]) for c in t["StorageDescriptor"]["Columns"] + t.get("PartitionKeys", [])]
-
-
-def _register(spark, df, name: str, columns: list[tuple[str, str]]) -> None:
-    """``df`` as temporary view ``name`` with exactly the catalog's columns and types."""
+def _register(spark, df, template, logical_id: str) -> None:
+    """``df`` as a temporary view named as template.yaml's Glue table ``logical_id``, with exactly
+    its columns and types (partition keys last)."""
     from pyspark.sql import functions as F
 
+    t = template["Resources"][logical_id]["Properties"]["TableInput"]
+    name = t["Name"]
+    columns = [(c["Name"], c["Type"]) for c in t["StorageDescriptor"]["Columns"] + t.get("PartitionKeys", [])]
     assert {c for c, _ in columns} <= set(df.columns), (name, df.columns)
     df.select(*[F.col(f"`{c}`").cast(t).alias(c) for c, t in columns]).createOrReplaceTempView(name)
 
@@ -136,12 +135,9 @@ def test_the_guides_athena_queries_answer_as_plain_python(spark, template, tmp_p
         wdf.coalesce(1).write.parquet(lk.path(f"{PLANS_PREFIX}/history/computed_at={at}"))
 
     for kind in ("messages", "offsets"):
-        _register(spark, lk.read_kind(spark, kind, stored=True), kind,
-                  _declared(template, f"Lake{kind.capitalize()}Table"))
-    _register(spark, spark.read.parquet(lk.path("reports/backlog/history")), "backlog",
-              _declared(template, "LakeBacklogTable"))
-    _register(spark, spark.read.parquet(lk.path(f"{PLANS_PREFIX}/history")), "plans",
-              _declared(template, "LakePlansTable"))
+        _register(spark, lk.read_kind(spark, kind, stored=True), template, f"Lake{kind.capitalize()}Table")
+    _register(spark, spark.read.parquet(lk.path("reports/backlog/history")), template, "LakeBacklogTable")
+    _register(spark, spark.read.parquet(lk.path(f"{PLANS_PREFIX}/history")), template, "LakePlansTable")
     spark.udf.register("json_extract_scalar", _json_extract_scalar_fn(), "string")
 
     # --- plain Python over the same rows
