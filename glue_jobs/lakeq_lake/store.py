@@ -81,14 +81,19 @@ class Lake:
             return f.readline().rstrip(b"\r\n")
 
     def head_lines(self, key: str, n: int) -> list[bytes]:
-        """The first ``n`` non-empty lines of object ``key`` (streamed: not read past them)."""
+        """The first ``n`` non-empty lines of object ``key`` (streamed: not read past them; a key
+        ending in ``.gz`` is gunzipped)."""
+        import gzip
+
         out: list[bytes] = []
         if n <= 0:
             return out
         if self.is_s3:
             body = self.s3().get_object(Bucket=self.bucket, Key=key)["Body"]
             try:
-                for line in body.iter_lines():
+                lines = gzip.GzipFile(fileobj=body) if key.endswith(".gz") else body.iter_lines()
+                for line in lines:
+                    line = line.rstrip(b"\r\n")
                     if line.strip():
                         out.append(line)
                         if len(out) >= n:
@@ -96,7 +101,7 @@ class Lake:
             finally:
                 body.close()
             return out
-        with open(self.path(key), "rb") as f:
+        with (gzip.open if key.endswith(".gz") else open)(self.path(key), "rb") as f:
             for line in f:
                 line = line.rstrip(b"\r\n")
                 if line.strip():
