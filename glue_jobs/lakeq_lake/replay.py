@@ -373,7 +373,9 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
     holds whole queues, sorted by ``queue, inc, offset``) in one pass over the slice, then
     ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
-    (the copier's cursor is a position in the parts' order) and per queue its count. Returns the
+    (the copier's cursor is a position in the parts' order), per queue its count and ``sample``
+    (:func:`manifest_sample`: the first :data:`SAMPLE_MAX` rows in the copier's order, what a dry
+    run shows). Returns the
     summary (``seconds``: the whole job; ``phases``: ``select_write`` and ``summary``, seconds).
     ``out``: where ``replays/<id>/`` is written (default: ``lake`` itself; the benchmark
     keeps its generated lake read-only). ``native``, ``previous``, ``narrow_bodies``: :func:`select`'s.
@@ -445,16 +447,49 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     t2 = time.perf_counter()
     per_part, per_queue, missing = counts
     found = sum(p["rows"] for p in per_part)
+    sample = manifest_sample(dest, per_part)
     summary = {
         "replay_id": replay_id, "topic": topic, "from": from_ms, "to": to_ms, "filter": flt.to_json(),
         "found": found, "missing_bodies": missing, "parts": per_part,
         "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
-        "manifest": manifest_prefix(replay_id), "plan": plan, "seconds": round(time.perf_counter() - t0, 3),
+        "sample": sample, "manifest": manifest_prefix(replay_id), "plan": plan,
+        "seconds": round(time.perf_counter() - t0, 3),
         "phases": {"select_write": round(t1 - t0, 3), "summary": round(t2 - t1, 3)},
     }
     dest.put_json(summary_key(replay_id), summary)
     log(f"replay {replay_id}: {found} message(s) selected in {summary['seconds']} s → {where}")
     return summary
+
+
+SAMPLE_MAX = 20  # rows of the summary's ``sample`` (a dry run shows them; docs/api.md)
+SAMPLE_FIELDS = ("queue", "offset", "id", "key", "produced_at", "size")
+
+
+def sample_row(row: dict) -> dict:
+    """A manifest row as the summary's ``sample`` shows it: where it is, its id and key, when it was
+    produced and its body's size in bytes (UTF-8; a body kept in the lake bucket: its claim's
+    ``size``; null when the lake has no body for it)."""
+    claim = row.get("claim")
+    claim = json.loads(claim) if isinstance(claim, str) and claim else claim
+    if isinstance(claim, dict) and isinstance(claim.get("size"), int):
+        size = int(claim["size"])
+    elif row.get("body") is not None:
+        size = len(str(row["body"]).encode("utf-8"))
+    else:
+        size = None
+    return {"queue": row.get("queue"), "offset": row.get("offset"), "id": row.get("id"), "key": row.get("key"),
+            "produced_at": row.get("produced_at"), "size": size}
+
+
+def manifest_sample(dest: Lake, per_part: list[dict], n: int = SAMPLE_MAX) -> list[dict]:
+    """The first ``n`` rows of the manifest in the copier's order (the parts in order, each from its
+    start): the messages a replay copies first. Reads at most ``n`` lines, streamed."""
+    out: list[dict] = []
+    for p in per_part:
+        if len(out) >= n:
+            break
+        out += [sample_row(json.loads(x)) for x in dest.head_lines(p["key"], min(int(p["rows"]), n - len(out)))]
+    return out
 
 
 def _part_keys(dest: Lake, replay_id: str) -> dict[str, int]:

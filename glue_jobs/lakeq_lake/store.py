@@ -80,6 +80,36 @@ class Lake:
         with open(self.path(key), "rb") as f:
             return f.readline().rstrip(b"\r\n")
 
+    def head_lines(self, key: str, n: int) -> list[bytes]:
+        """The first ``n`` non-empty lines of object ``key`` (streamed: not read past them; a key
+        ending in ``.gz`` is gunzipped)."""
+        import gzip
+
+        out: list[bytes] = []
+        if n <= 0:
+            return out
+        if self.is_s3:
+            body = self.s3().get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                lines = gzip.GzipFile(fileobj=body) if key.endswith(".gz") else body.iter_lines()
+                for line in lines:
+                    line = line.rstrip(b"\r\n")
+                    if line.strip():
+                        out.append(line)
+                        if len(out) >= n:
+                            break
+            finally:
+                body.close()
+            return out
+        with (gzip.open if key.endswith(".gz") else open)(self.path(key), "rb") as f:
+            for line in f:
+                line = line.rstrip(b"\r\n")
+                if line.strip():
+                    out.append(line)
+                    if len(out) >= n:
+                        break
+        return out
+
     def put_json(self, key: str, obj) -> None:
         data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
         if self.is_s3:

@@ -49,6 +49,8 @@ class FakeReplays:
             r = _replay(f"rp_new{len(self.posts())}", topic=body["topic"], **{"from": body["from"]}, to=body["to"],
                         filter=body.get("filter"), target=body["target"], rate=body.get("rate", 100),
                         status="selecting", found=None, copied=0, failed=0)
+            if body.get("dry_run"):
+                r.update(dry_run=True, sample=None)
             self.replays.insert(0, r)
             return route.fulfill(status=202, content_type="application/json", body=json.dumps(r))
         m = re.fullmatch(r"/([^/]+)/cancel", path)
@@ -170,4 +172,43 @@ def test_the_console_says_so_when_the_api_has_no_replays(stack, browser):  # noq
     expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"^\d+$"), timeout=30_000)
     expect(page.locator("#replays")).to_have_text("This API has no replays (GET /v1/replays: 404).")
     expect(page.locator("#status")).not_to_have_class("error")
+    page.close()
+
+
+def test_a_dry_run_from_the_form_and_its_count_and_sample(stack, browser):  # noqa: F811
+    """Issue 32 item 5: "Dry run" sends the form's request with ``"dry_run": true`` and no
+    confirmation (it copies nothing); a selected dry run shows its count, "—" for copied/failed
+    and its sample (queue, offset, id, key, produced, bytes); one that selected nothing says so."""
+    fake = FakeReplays()
+    sample = [{"queue": 0, "offset": 7, "id": "m7", "key": "k2", "produced_at": T0 + 60_000, "size": 12},
+              {"queue": 1, "offset": 3, "id": "m3", "key": None, "produced_at": T0 + 1_000, "size": None}]
+    fake.replays = [_replay("rp_dry", status="selected", found=2, copied=0, failed=0, dry_run=True, sample=sample),
+                    _replay("rp_dry0", status="selected", found=0, copied=0, failed=0, dry_run=True, sample=[])]
+    page = browser.new_page()
+    page.route(re.compile(r".*/v1/replays(/[^?]*)?(\?.*)?$"), fake)
+    problems = open_replays_panel(page, stack)
+    cellof = lambda rid, f: page.locator(f'td[data-replay="{rid}"][data-field="{f}"]')  # noqa: E731
+    expect(cellof("rp_dry", "status")).to_have_text("dry run: selected")
+    expect(cellof("rp_dry", "found")).to_have_text("2")
+    expect(cellof("rp_dry", "copied")).to_have_text("—")
+    rows = page.locator('tr[data-replay-sample="rp_dry"] tbody tr')
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_have_text(re.compile(r"07m7k22026-01-01 00:01:00Z12"))
+    expect(rows.nth(1)).to_have_text(re.compile(r"13m32026-01-01 00:00:01Z—"))
+    expect(page.locator('tr[data-replay-sample="rp_dry0"]')).to_have_text("The dry run selected nothing.")
+    expect(page.locator('button[data-cancel-replay="rp_dry"]')).to_have_count(0)
+
+    page.fill("#replay-topic", "orders")
+    page.fill("#replay-from", "2026-01-01T00:30:00")
+    page.fill("#replay-to", "2026-01-01T02:00:00")
+    page.select_option("#replay-target-kind", "group")
+    page.fill("#replay-target", "billing")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.click("#replay-dry")
+    expect(page.locator("#replay-status")).to_have_text(re.compile(r"^Dry run rp_new1 selecting"))
+    assert dialogs == []
+    assert fake.posts() == [("", {"topic": "orders", "from": T0 + 1_800_000, "to": T0 + 7_200_000,
+                                  "target": {"group": "billing"}, "rate": 100, "dry_run": True})]
+    assert problems == [], problems
     page.close()

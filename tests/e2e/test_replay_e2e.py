@@ -5,7 +5,8 @@ ReplayFunction's schedule (fired through ``/_local/schedules/run``) copies the s
 group: that group re-receives exactly the messages of the time range the filter keeps, once, in
 order per queue, before its topic's own; another group of the topic receives nothing of it. Into a
 topic: the copies are produced there (derived ids), exactly the selection. ``GET /v1/replays/{id}``
-shows the progress, ``GET /v1/replays`` lists both."""
+shows the progress, ``GET /v1/replays`` lists both. A dry run of the group's request ends ``selected``
+with the count and sample of the same selection and delivers nothing."""
 from __future__ import annotations
 
 import time
@@ -26,7 +27,7 @@ def until_ended(stack, *ids: str, timeout: float = 600) -> None:
         assert run.status_code == 200, run.text
         got = {r["id"]: r for r in stack.call("GET", "/v1/replays")["replays"]}
         states = [got[i]["status"] for i in ids]
-        if all(s in ("done", "failed", "cancelled") for s in states):
+        if all(s in ("done", "failed", "cancelled", "selected") for s in states):
             return
         assert time.monotonic() < deadline, (states, stack.stderr[-4000:])
         time.sleep(2)
@@ -61,9 +62,17 @@ def test_replay_into_a_group_and_into_a_topic(stack):
         "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"group": billing}, "rate": 1000})
     into_topic = stack.call("POST", "/v1/replays", status=202, json={
         "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"topic": copies_topic}})
-    assert into_group["status"] == into_topic["status"] == "selecting"
+    # a dry run of the group's request (issue 32): the count and sample, nothing delivered
+    dry = stack.call("POST", "/v1/replays", status=202, json={
+        "topic": topic, "from": t_from, "to": t_to, "filter": flt, "target": {"group": billing}, "dry_run": True})
+    assert into_group["status"] == into_topic["status"] == dry["status"] == "selecting"
 
-    until_ended(stack, into_group["id"], into_topic["id"])
+    until_ended(stack, into_group["id"], into_topic["id"], dry["id"])
+    d = stack.call("GET", f"/v1/replays/{dry['id']}")
+    assert (d["status"], d["found"], d["copied"], d["dry_run"]) == ("selected", 5, 0, True), (d, stack.stderr[-3000:])
+    assert sorted(x["id"] for x in d["sample"]) == sorted(want)
+    assert all((x["queue"], x["offset"]) == where[x["id"]] and x["size"] == len(f"{x['id']} é".encode())
+               for x in d["sample"])
     for r in (into_group, into_topic):
         r = stack.call("GET", f"/v1/replays/{r['id']}")
         assert (r["status"], r["found"], r["copied"], r["failed"]) == ("done", 5, 5, 0), (r, stack.stderr[-3000:])
@@ -79,7 +88,8 @@ def test_replay_into_a_group_and_into_a_topic(stack):
             receipt = b["receipt"]
         raise AssertionError("never drained")
 
-    # into the group: its copies first (same ids and coordinates as the originals), then the topic's 12
+    # into the group: its copies first (same ids and coordinates as the originals; the dry run's none),
+    # then the topic's 12
     got = pull_all(keys[billing], billing, topic)
     copies = [m for from_list, m in got if from_list]
     assert [from_list for from_list, _ in got] == [True] * 5 + [False] * 12, got

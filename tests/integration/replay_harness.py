@@ -143,8 +143,13 @@ def write_manifest(aws, rid: str, topic: str, lo: int, hi: int, flt: dict | None
         text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in by_part[i]).encode("utf-8")
         s3.put_object(Bucket=bucket, Key=key, Body=gzip.compress(text) if gz else text)
         listed.append({"key": key, "rows": len(by_part[i])})
+    ordered = [x for i in sorted(by_part) for x in by_part[i]]  # the copier's order
+    first = [{"queue": x["queue"], "offset": x["offset"], "id": x["id"], "key": x.get("key"),
+              "produced_at": x["produced_at"],
+              "size": json.loads(x["claim"])["size"] if "claim" in x else
+              (len(x["body"].encode("utf-8")) if "body" in x else None)} for x in ordered[:20]]
     summary = {"replay_id": rid, "topic": topic, "from": lo, "to": hi, "filter": Filter.of(flt).to_json(),
-               "found": len(rows), "missing_bodies": len(drop_body or ()), "parts": listed,
+               "found": len(rows), "missing_bodies": len(drop_body or ()), "parts": listed, "sample": first,
                "queues": {}, "manifest": f"replays/{rid}/manifest", "seconds": 0.1}
     s3.put_object(Bucket=bucket, Key=f"replays/{rid}/selection.json", Body=json.dumps(summary).encode())
     return summary

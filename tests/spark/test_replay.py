@@ -438,6 +438,18 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     assert {r["inc"] for r in got} == {0, 1}  # both incarnations, their shared offsets kept apart
     assert s["queues"] == {str(q): sum(1 for w in want if w[0] == q) for q in {w[0] for w in want}}
     assert json.loads(got[0]["properties"]) == next(r["properties"] for r in rows if r["id"] == got[0]["id"])
+    # the sample (what a dry run shows): the first 20 rows in the copier's order (the parts in order,
+    # each from its start), each a selected message with its body's size
+    ordered = [json.loads(x) for p in s["parts"] for x in (root / p["key"]).read_bytes().decode().splitlines()]
+    by_id = {w[3]: w for w in want}
+    assert len(want) > R.SAMPLE_MAX and len(s["sample"]) == R.SAMPLE_MAX
+    assert [(x["queue"], x["offset"], x["id"]) for x in s["sample"]] == [
+        (r["queue"], r["offset"], r["id"]) for r in ordered[:R.SAMPLE_MAX]]
+    for x in s["sample"]:
+        assert set(x) == set(R.SAMPLE_FIELDS)
+        w = by_id[x["id"]]
+        assert (x["queue"], x["offset"], x["size"]) == (w[0], w[2], len(w[4].encode("utf-8")))
+        assert x["produced_at"] == next(r["produced_at"] for r in rows if r["id"] == x["id"])
 
 
 
@@ -517,7 +529,7 @@ def test_an_empty_selection_writes_an_empty_summary(spark, lake_dir, tmp_path):
     for lk in (Lake(str(root)), Lake(str(tmp_path / "nothing"))):
         s = R.run_replay(spark, lk, "e", "t", T0 + 30 * H, T0 + 31 * H, Filter.of(None), log=lambda *_: None,
                          out=Lake(str(tmp_path / "out")))
-        assert (s["found"], s["missing_bodies"], s["parts"], s["queues"]) == (0, 0, [], {})
+        assert (s["found"], s["missing_bodies"], s["parts"], s["queues"], s["sample"]) == (0, 0, [], {}, [])
 
 # ------------------------------------------------------------------ the native filter vs the matcher
 # Property values that a text comparison could confuse: types (1, 1.0, "1", true), -0.0 and 0,

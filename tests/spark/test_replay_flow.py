@@ -111,3 +111,40 @@ def test_produce_archive_select_copy_with_a_crash(spark, aws, api, setup, clock,
     orig = next(m for ms in H.topic_messages("quotes/sh").values() for m in ms if m["id"] == "m40")
     assert copy40["claim"]["key"] != orig["claim"]["key"] and copy40["claim"]["size"] == 350 * 1024
     assert {**copy40["claim"], "key": None} == {**orig["claim"], "key": None}
+
+
+@pytest.mark.moto
+def test_a_dry_run_selects_what_the_replay_copies(spark, aws, api, setup, clock, tmp_path, monkeypatch):  # noqa: F811
+    """Issue 32 item 5: a dry run and a replay of the same request, each selected by the real job:
+    the dry run ends ``selected`` with the replay's own count and, as its sample, the first 20
+    messages the replay copies; only the replay delivers (the target holds its copies, once)."""
+    H.into_topic(api, aws, clock, monkeypatch)
+    _produce(api, setup, clock)
+    _build_lake(aws, tmp_path)
+    body = {"topic": "quotes/sh", "from": T0, "to": T0 + 3 * HOUR,
+            "filter": {"conditions": [{"field": "side", "values": ["buy"]}]}, "target": {"topic": "replayed"},
+            "rate": 1000}
+    s, dry = api.call("POST", "/v1/replays", {**body, "dry_run": True})
+    assert s == 202 and dry["dry_run"] is True
+    s, real = api.call("POST", "/v1/replays", body)
+    assert s == 202
+    for run in H.job_runs():  # the two runs of the one job, each with its own arguments
+        a = {k.lstrip("-"): v for k, v in run["Arguments"].items()}
+        R.run_replay(spark, Lake(str(tmp_path)), a["replay_id"], a["topic"], int(a["from_ms"]), int(a["to_ms"]),
+                     Filter.of(json.loads(a["filter"]) or None), log=lambda *_: None)
+        _publish(aws, tmp_path, a["replay_id"])
+    assert H.run_schedule() == {"replays": 2, "selected": 1, "done": 1}
+    d = api.call("GET", f"/v1/replays/{dry['id']}")[1]
+    r = api.call("GET", f"/v1/replays/{real['id']}")[1]
+    want = H.expected(aws, "quotes/sh", body["from"], body["to"], body["filter"])
+    assert d["status"] == "selected" and d["found"] == r["found"] == r["copied"] == len(want) > 20
+    summary = json.loads((tmp_path / R.summary_key(real["id"])).read_text())
+    first = [json.loads(x) for p in summary["parts"] for x in (tmp_path / p["key"]).read_text().splitlines()][:20]
+    assert [(x["queue"], x["offset"], x["id"]) for x in d["sample"]] == [(x["queue"], x["offset"], x["id"])
+                                                                        for x in first]
+    src = {w["id"]: w for w in want}
+    assert all(x["id"] in src and x["key"] == src[x["id"]]["key"] for x in d["sample"])
+    big = [x for x in d["sample"] if x["id"] == "m40"]
+    assert all(x["size"] == 350 * 1024 for x in big)  # a claim-checked body: its claim's size
+    delivered = [m["id"] for ms in H.topic_messages("replayed").values() for m in ms]
+    assert sorted(delivered) == sorted(H.source_of("quotes/sh", want))  # the replay's copies, once; none of the dry run

@@ -462,6 +462,18 @@
     }
     return body;
   }
+  async function dryRun() {
+    // the same request with "dry_run": the count and a sample of what it would select; it copies
+    // nothing, so no confirmation
+    let body;
+    try { body = replayRequest(); } catch (e) { replayStatus(e.message, true); return; }
+    body.dry_run = true;
+    try {
+      const r = await send("POST", "/v1/replays", body);
+      replayStatus(`Dry run ${r.id} ${r.status}: its count and sample show below once selected.`);
+      await loadReplays();
+    } catch (e) { replayStatus(e.message, true); }
+  }
   async function replay(ev) {
     ev.preventDefault();
     let body;
@@ -494,23 +506,33 @@
       return;
     }
     const target = (t) => (t.group !== undefined ? "group " + t.group : "topic " + t.topic);
-    const rows = page.replays.map((r) => el("tr", {"data-replay": r.id},
+    // a dry run's sample (docs/api.md: up to 20 of the selected messages, in the order a replay copies them)
+    const sampleRow = (r) => el("tr", {"data-replay-sample": r.id}, el("td", {colspan: "11"},
+      r.sample.length
+        ? table([{text: "queue"}, {text: "offset"}, {text: "id", cls: "text"}, {text: "key", cls: "text"},
+          {text: "produced (UTC)", cls: "text"}, {text: "bytes"}],
+          r.sample.map((m) => el("tr", {},
+            cell(m.queue), cell(m.offset), cell(m.id, {}, "text"), cell(m.key === null ? "" : m.key, {}, "text"),
+            cell(fmtUtc(m.produced_at), {}, "text"), cell(m.size === null ? "—" : m.size))), "")
+        : el("p", {class: "muted", text: "The dry run selected nothing."})));
+    const rows = page.replays.flatMap((r) => [el("tr", {"data-replay": r.id},
       cell(r.id, {}, "text"),
       cell(r.topic, {}, "text"),
       cell(`${fmtUtc(r.from)} – ${fmtUtc(r.to)}`, {}, "text"),
       cell(r.filter ? JSON.stringify(r.filter) : "", {replay: r.id, field: "filter"}, "text"),
       cell(target(r.target), {replay: r.id, field: "target"}, "text"),
-      cell(r.status + (r.error ? ": " + r.error : ""), {replay: r.id, field: "status"}, "text"),
+      cell((r.dry_run ? "dry run: " : "") + r.status + (r.error ? ": " + r.error : ""),
+        {replay: r.id, field: "status"}, "text"),
       cell(r.found === null || r.found === undefined ? (r.status === "selecting" ? "…" : "—") : r.found,
         {replay: r.id, field: "found"}),
-      cell(r.copied, {replay: r.id, field: "copied"}),
-      cell(r.failed, {replay: r.id, field: "failed"}),
+      cell(r.dry_run ? "—" : r.copied, {replay: r.id, field: "copied"}),
+      cell(r.dry_run ? "—" : r.failed, {replay: r.id, field: "failed"}),
       cell(r.rate),
       el("td", {}, (r.status === "selecting" || r.status === "copying") ? (() => {
         const b = el("button", {type: "button", class: "cancel", text: "Cancel…", "data-cancel-replay": r.id});
         b.addEventListener("click", () => cancelReplay(r.id));
         return b;
-      })() : "")));
+      })() : "")), ...(r.dry_run && r.sample ? [sampleRow(r)] : [])]);
     $("replays").replaceChildren(page.replays.length
       ? table([{text: "replay", cls: "text"}, {text: "topic", cls: "text"}, {text: "range (UTC)", cls: "text"},
         {text: "filter", cls: "text"}, {text: "into", cls: "text"}, {text: "status", cls: "text"},
@@ -570,6 +592,7 @@
     $("peek-form").addEventListener("submit", peek);
     $("redrive-form").addEventListener("submit", redrive);
     $("replay-form").addEventListener("submit", replay);
+    $("replay-dry").addEventListener("click", dryRun);
     $("forget-key").addEventListener("click", () => {
       sessionStorage.clear();
       stop();

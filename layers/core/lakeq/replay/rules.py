@@ -173,6 +173,7 @@ class ReplayRequest:
     target_group: str | None = None
     target_topic: str | None = None
     rate: int = DEFAULT_RATE
+    dry_run: bool = False
 
     def to_json(self) -> dict:
         return {"topic": self.topic, "from": self.from_ms, "to": self.to_ms, "filter": self.filter.to_json(),
@@ -190,12 +191,15 @@ def _int(body: Mapping, name: str, lo: int, hi: int, default: int | None = None)
 
 
 def parse_request(body: Any) -> ReplayRequest:
-    """``{"topic", "from", "to", "filter"?, "target": {"group"} | {"topic"}, "rate"?}`` →
+    """``{"topic", "from", "to", "filter"?, "target": {"group"} | {"topic"}, "rate"?, "dry_run"?}`` →
     :class:`ReplayRequest`; :class:`BadRequest` (400) on anything else. ``from``/``to`` epoch ms,
     ``from < to``, at most 400 days apart; ``rate`` messages/s in [1, 1000] (default 100)."""
     if not isinstance(body, Mapping):
         raise BadRequest("body must be a JSON object")
-    known_fields(body, ("topic", "from", "to", "filter", "target", "rate"))
+    known_fields(body, ("topic", "from", "to", "filter", "target", "rate", "dry_run"))
+    dry = body.get("dry_run", False)
+    if not isinstance(dry, bool):
+        raise BadRequest("'dry_run' must be true or false")
     topic = check_topic(body.get("topic"))
     lo = _int(body, "from", 0, 2**53)
     hi = _int(body, "to", 0, 2**53)
@@ -217,7 +221,7 @@ def parse_request(body: Any) -> ReplayRequest:
         check_name(name, "target.group")
     rate = _int(body, "rate", 1, MAX_RATE, DEFAULT_RATE)
     return ReplayRequest(topic, lo, hi, flt, name if kind == "group" else None,
-                         name if kind == "topic" else None, rate)
+                         name if kind == "topic" else None, rate, dry)
 
 
 def next_chunk(total: int, cursor: int, size: int) -> range:

@@ -7,6 +7,12 @@ then the topic, the target topic or group: 404), the selection job started
 (``selecting``). The job starts first: a 4xx or a refused start writes nothing; a crash between the
 two leaves only objects under ``replays/<id>/`` that no item names.
 
+**A dry run** (``"dry_run": true``): the same checks (400 → 404 → 403), the same job (so it counts
+against the job's concurrent runs like a replay: a start refused → 503, nothing written), the item
+marked ``dry_run``; its ``selection.json`` makes it ``selected`` (final) with ``found`` and the
+job's ``sample``. It never reaches ``copying``: no cursor, no target begun or ended, nothing
+copied (the manifest the job wrote is read by nobody).
+
 **The schedule** (:func:`run_all`, every minute): each live replay (the sparse index ``live``) —
 ``selecting``: ``error.json`` → ``failed``, ``selection.json`` → ``copying`` (with ``found`` and the
 manifest's parts; nothing found → ``done``), neither within :data:`SELECT_TIMEOUT_MS` → ``failed``;
@@ -56,6 +62,8 @@ sleep = time.sleep
 SELECT_TIMEOUT_MS = 6 * 3_600_000  # a selection job that wrote nothing by then has failed
 CHUNK = 100  # manifest rows per cursor write (at most the rate)
 LIST_LIMIT, LIST_MAX = 50, 100
+SAMPLE_MAX = 20  # a dry run's sample (the job's summary: lakeq_lake.replay.SAMPLE_MAX)
+SAMPLE_FIELDS = ("queue", "offset", "id", "key", "produced_at", "size")
 
 
 class TargetGone(LakeqError):
@@ -69,6 +77,9 @@ def view(r: Replay) -> dict:
            "found": None if r.found is None else int(r.found), "copied": int(r.copied or 0),
            "failed": int(r.failed or 0), "duplicates": int(r.duplicates or 0),
            "created_at": int(r.created_at), "updated_at": int(r.updated_at)}
+    if r.dry_run:
+        out["dry_run"] = True
+        out["sample"] = None if r.sample is None else json.loads(r.sample)
     if r.error:
         out["error"] = r.error
     return out
@@ -123,7 +134,8 @@ def start(p: Principal, raw: str | None) -> dict:
     r = Replay(rid, topic=req.topic, from_ms=req.from_ms, to_ms=req.to_ms,
                filter=json.dumps(js["filter"], separators=(",", ":")),
                target=json.dumps(js["target"], separators=(",", ":")), rate=req.rate, status="selecting",
-               created_at=now, updated_at=now, cursor=0, copied=0, failed=0, duplicates=0, version=0, live="1")
+               created_at=now, updated_at=now, cursor=0, copied=0, failed=0, duplicates=0, version=0, live="1",
+               dry_run=1 if req.dry_run else None)
     if not ReplayRepo.create(r):  # pragma: no cover - a uuid4 collision
         raise Unavailable("replay id taken; retry")
     return view(r)
@@ -202,7 +214,7 @@ def _close(r: Replay) -> None:
     group target whose marker cannot go yet (the group has entries of the list to settle) stays
     ``live``: each run asks again (two consistent GetItems) until the list is drained."""
     kind, name = _target(r)
-    if kind == "group":
+    if kind == "group" and not r.dry_run:  # a dry run never began its target: nothing to tell
         from lakeq.replay import group_target
         if group_target.end(r.id, r.topic, name, r.status == "cancelled") is False:
             return
@@ -302,6 +314,10 @@ def _select(r: Replay, now: int) -> Replay | None:
     if error is not None:
         msg = str(error.get("error") or "the selection job failed")
         ReplayRepo.finish(r.id, int(r.version), "failed", now, f"selection: {msg}", expect="selecting")
+    elif selection is not None and r.dry_run:
+        sample = [{k: row.get(k) for k in SAMPLE_FIELDS} for row in (selection.get("sample") or [])[:SAMPLE_MAX]]
+        found = sum(int(p["rows"]) for p in selection.get("parts") or [])
+        ReplayRepo.dry_selected(r.id, int(r.version), found, json.dumps(sample, separators=(",", ":")), now)
     elif selection is not None:
         parts = [{"key": p["key"], "rows": int(p["rows"])} for p in selection.get("parts") or []]
         found = sum(p["rows"] for p in parts)

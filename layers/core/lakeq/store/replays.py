@@ -2,7 +2,8 @@
 
 ReplaysTable (``REPLAYS_TABLE``, key ``id``): one item per replay — the request (``topic``,
 ``from_ms``, ``to_ms``, ``filter`` and ``target`` as JSON text, ``rate``), ``status`` (selecting →
-copying → done | failed | cancelled), the copier's progress (``found``, ``cursor``, ``copied``,
+copying → done | failed | cancelled; a dry run, ``dry_run`` 1: selecting → selected | failed |
+cancelled, with ``found`` and ``sample``), the copier's progress (``found``, ``cursor``, ``copied``,
 ``failed``, ``duplicates``) and ``version``, which every write but a cancel moves. Every state
 change and cursor move is one conditional UpdateItem on ``version`` and/or ``status``.
 
@@ -36,7 +37,7 @@ from lakeq.store.records import model_of, record_of
 from lakeq.store.writes import update_if
 
 LIVE_STATUSES = ("selecting", "copying")
-FINAL = ("done", "failed", "cancelled")
+FINAL = ("done", "failed", "cancelled", "selected")  # selected: a dry run's end
 
 
 class LiveIndex(GlobalSecondaryIndex):
@@ -71,6 +72,8 @@ class ReplayModel(Model):
     error = UnicodeAttribute(null=True)
     live = UnicodeAttribute(null=True)  # "1" while selecting or copying (the sparse index)
     send_at = NumberAttribute(null=True)  # the copier's next sending slot (epoch ms; lakeq.store.slots)
+    dry_run = NumberAttribute(null=True)  # 1: a dry run (selecting → selected; never copies)
+    sample = UnicodeAttribute(null=True)  # a dry run's: JSON, selection.json's ``sample``
     by_live = LiveIndex()
 
 
@@ -102,6 +105,8 @@ class Replay:
     error: str | None = None
     live: str | None = None
     send_at: int | None = None
+    dry_run: int | None = None
+    sample: str | None = None
 
 
 class ReplayRepo:
@@ -145,6 +150,14 @@ class ReplayRepo:
         return update_if(M(rid), [M.status.set("copying"), M.found.set(found), M.parts.set(parts),
                                   M.inflight.set(1), M.version.add(1), M.updated_at.set(now)],
                          (M.version == version) & (M.status == "selecting"))
+
+    @staticmethod
+    def dry_selected(rid: str, version: int, found: int, sample: str, now: int) -> bool:
+        """A dry run's selecting → selected (final: ``live`` stays until :meth:`unlive`), with the
+        count and the sample; only if it is still selecting at ``version``."""
+        return update_if(M(rid), [M.status.set("selected"), M.found.set(found), M.sample.set(sample),
+                                  M.version.add(1), M.updated_at.set(now)],
+                         (M.version == version) & (M.status == "selecting") & (M.dry_run == 1))
 
     @staticmethod
     def progress(rid: str, version: int, cursor: int, copied: int, failed: int, duplicates: int, now: int,
