@@ -669,6 +669,9 @@ def required_permissions(call: Call, arns: Arns) -> list[Permission]:
         job = p.get("JobName")
         res = f"arn:aws:glue:{arns.region}:{arns.account_id}:job/{job}" if job else "*"
         return [Permission(f"glue:{op}", res)]
+    if call.service == "cloudwatch":
+        # CloudWatch's metric calls (GetMetricData, PutMetricData…) have no resource-level permissions
+        return [Permission(f"cloudwatch:{op}", "*")]
     return []
 
 
@@ -746,7 +749,7 @@ class AwsRules:
     # ----- the hook protocol
     def before(self, call: Call) -> None:
         if call.service not in ("dynamodb", "dynamodbstreams", "s3", "secretsmanager", "apigatewaymanagementapi",
-                                "glue"):
+                                "glue", "cloudwatch"):
             return
         if self.iam and call.function is not None:
             self.authorize(call)
