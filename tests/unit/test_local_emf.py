@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from infra.local import emf
+from infra.local import emf, interceptor
 
 T0 = 1_800_000_000_000 // 60_000 * 60_000
 
@@ -58,9 +58,12 @@ def test_metric_data_is_what_cloudwatch_makes_of_a_document_and_the_sink_gets_ea
 
         def put_metric_data(self, **kw):
             self.calls.append(kw)
+            self.as_function = interceptor._function.get()
 
     fake = Fake()
     c = emf.Collected(sink=emf.CloudWatchSink(fake))
-    c.add_text(json.dumps(doc(T0, A=3)) + "\nnot emf\n")
+    with interceptor.acting_as("ProduceFunction"):  # a worker's reply is collected in the invoking thread
+        c.add_text(json.dumps(doc(T0, A=3)) + "\nnot emf\n")
+    assert fake.as_function is None  # put as CloudWatch Logs would, not with the function's role
     assert [(k["Namespace"], k["MetricData"][0]["Values"]) for k in fake.calls] == [("lakeq", [3.0])]
     assert c.series("A")[0]["points"][0]["sum"] == 3.0  # still served at /_local/metrics too
