@@ -256,7 +256,8 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     assert page.locator(f'{g} svg.chart circle[data-series="live"]').count() == 0
     expect(page.locator('[data-field="summary_rates_source"]')).to_contain_text("from CloudWatch", timeout=20_000)
     assert page.locator('#summary-chart circle[data-series="produced"]').count() >= 1
-    assert "msg/s (minute of" in _text(page, '[data-field="summary_produce_rate"]')
+    assert _text(page, '[data-field="summary_produce_rate"]').endswith(" msg/s")
+    assert "(CloudWatch, minute of" in _text(page, '.tile:has([data-field="summary_produce_rate"]) .muted')
 
     screenshot(page, "console")
 

@@ -100,17 +100,17 @@
       const a = lastMinute(m.series.produced), b = lastMinute(m.series.consumed);
       pr = a.r; cr = b.r;
       const newest = Math.max(a.t || 0, b.t || 0);
-      suffix = ` (minute of ${new Date(newest).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"})})`;
+      suffix = ` (CloudWatch, minute of ${new Date(newest).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"})})`;
     } else {
       pr = rate(sum, prevSummary, "produced"); cr = rate(sum, prevSummary, "consumed");
     }
-    const fmtRate = (r) => (r === null ? "… (next refresh)" : r.toFixed(r < 10 ? 2 : 0) + " msg/s" + suffix);
+    const fmtRate = (r) => (r === null ? "… (next refresh)" : r.toFixed(r < 10 ? 2 : 0) + " msg/s");
     const tiles = [
       ["total backlog", t.backlog, "summary_backlog"],
       ["oldest unconsumed", fmtAge(t.oldest_unconsumed_age_ms), "summary_oldest_age"],
       ["dead-lettered", t.dead_lettered, "summary_dead_lettered"],
-      ["produce rate", fmtRate(pr), "summary_produce_rate"],
-      ["consume rate", fmtRate(cr), "summary_consume_rate"],
+      ["produce rate" + (fromCw ? suffix : " (sampled)"), fmtRate(pr), "summary_produce_rate"],
+      ["consume rate (acks)" + (fromCw ? suffix : " (sampled)"), fmtRate(cr), "summary_consume_rate"],
       ["topics / groups", `${t.topics} / ${t.groups}`, "summary_counts"]];
     const box = el("div", {class: "tiles"});
     for (const [label, value, field] of tiles) {
