@@ -295,7 +295,7 @@
       }
       for (const p of pts) s.append(svg("circle", {cx: x(p.t), cy: y(p.v), r: name === "lake" ? 4 : 2.5, fill: color,
                                                    "data-series": name, "data-value": p.v}));
-      s.append(svg("text", {x: L + 8 + i * 150, y: T + 2, "font-size": 11, fill: color}, "● " + legend));
+      s.append(svg("text", {x: L + 8 + i * 170, y: T + 2, "font-size": 11, fill: color}, "● " + legend));
     });
     return s;
   }
