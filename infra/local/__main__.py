@@ -240,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
 
         rules = aws_rules.AwsRules.from_template(ctx=ctx)
         interceptor.add(rules)
+        # the functions' EMF lines also go into moto's CloudWatch, as CloudWatch Logs would put them
+        # (infra/local/emf.py): GetMetricData (the console's charts) reads them as on AWS
+        from .emf import COLLECTED, CloudWatchSink
+
+        COLLECTED.sink = CloudWatchSink(boto3.client("cloudwatch"))
         # Lambda execution environments: worker processes (or, with --in-process, module copies)
         handlers = (HandlerCache() if args.in_process
                     else ProcessPool(tpl_mod.layer_dirs(template), rules=rules))

@@ -15,7 +15,8 @@ response)``) that makes every DynamoDB, DynamoDB Streams, S3 and Secrets Manager
    the index ARN, S3 object ARNs, ListObjectsV2 → ``s3:ListBucket`` on the bucket with the
    ``s3:prefix`` condition key, Secrets Manager calls on the secret's ARN, API Gateway management
    calls → ``execute-api:ManageConnections`` on ``<api>/<stage>/<VERB>/@connections/<id>``, Glue
-   job-run calls → ``glue:<Operation>`` on the job's ARN). Wildcards in
+   job-run calls → ``glue:<Operation>`` on the job's ARN, CloudWatch's metric calls →
+   ``cloudwatch:<Operation>`` on ``*``: they have no resource-level permissions). Wildcards in
    ``Action`` / ``Resource``, ``NotAction`` / ``NotResource``, the ``String*`` condition
    operators; an explicit ``Deny`` wins. A denied call raises botocore's ``ClientError`` —
    ``AccessDeniedException`` (S3: ``AccessDenied``, 403) with AWS's message — before anything
@@ -669,6 +670,9 @@ def required_permissions(call: Call, arns: Arns) -> list[Permission]:
         job = p.get("JobName")
         res = f"arn:aws:glue:{arns.region}:{arns.account_id}:job/{job}" if job else "*"
         return [Permission(f"glue:{op}", res)]
+    if call.service == "cloudwatch":
+        # CloudWatch's metric calls (GetMetricData, PutMetricData…) have no resource-level permissions
+        return [Permission(f"cloudwatch:{op}", "*")]
     return []
 
 
@@ -746,7 +750,7 @@ class AwsRules:
     # ----- the hook protocol
     def before(self, call: Call) -> None:
         if call.service not in ("dynamodb", "dynamodbstreams", "s3", "secretsmanager", "apigatewaymanagementapi",
-                                "glue"):
+                                "glue", "cloudwatch"):
             return
         if self.iam and call.function is not None:
             self.authorize(call)

@@ -5,12 +5,22 @@ what its handler prints during an invocation and hands them back with the reply;
 keeps them as CloudWatch would: one series per (namespace, metric name, dimension values), one
 point per minute (``sum``, ``count``, ``max``, ``last``) over the last :data:`KEEP_MINUTES`.
 ``GET /_local/metrics[?name=…&namespace=…]`` on the gateway serves them (``infra/local/gateway.py``).
+
+The local stack (``python -m infra.local``) also sets :attr:`Collected.sink` to :class:`CloudWatchSink`:
+every document collected is put into the local moto's CloudWatch (``PutMetricData`` with the
+document's timestamp, namespace, dimensions, values and unit: :func:`metric_data`), so what reads
+CloudWatch on AWS (the console's ``GET /v1/console/metrics``, ``GetMetricData``) reads the same
+figures locally. Nothing else calls PutMetricData: on AWS, CloudWatch Logs does this from the lines.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import logging
 import threading
 from collections import OrderedDict
+
+log = logging.getLogger("lakeq.local.emf")
 
 KEEP_MINUTES = 60
 MINUTE_MS = 60_000
@@ -32,11 +42,63 @@ def documents(text: str) -> list[dict]:
     return out
 
 
-class Collected:
-    """The series of the EMF documents seen, per minute, the newest :data:`KEEP_MINUTES` minutes."""
+def metric_data(doc: dict) -> list[tuple[str, list[dict]]]:
+    """What CloudWatch makes of one EMF document, as ``PutMetricData`` requests: ``[(namespace,
+    MetricData)]``, one datum per (metric, dimension set), its values (``Values``: a list in the
+    document is several) at the document's ``Timestamp``, with its unit."""
+    aws = doc["_aws"]
+    ts = _dt.datetime.fromtimestamp(int(aws.get("Timestamp") or 0) / 1000, tz=_dt.timezone.utc)
+    out = []
+    for d in aws.get("CloudWatchMetrics") or []:
+        data = []
+        for dims in d.get("Dimensions") or [[]]:
+            dimensions = [{"Name": k, "Value": str(doc.get(k))} for k in dims]
+            for m in d.get("Metrics") or []:
+                v = doc.get(m.get("Name"))
+                values = [float(x) for x in (v if isinstance(v, list) else [v])
+                          if isinstance(x, (int, float)) and not isinstance(x, bool)]
+                if values:
+                    datum = {"MetricName": m["Name"], "Dimensions": dimensions, "Timestamp": ts, "Values": values}
+                    if m.get("Unit"):
+                        datum["Unit"] = m["Unit"]
+                    data.append(datum)
+        if data and d.get("Namespace"):
+            out.append((d["Namespace"], data))
+    return out
 
-    def __init__(self) -> None:
+
+class CloudWatchSink:
+    """Puts each collected document into CloudWatch (the local stack's moto: ``AWS_ENDPOINT_URL``),
+    at most 1,000 data per ``PutMetricData`` (CloudWatch's limit), as nobody: CloudWatch Logs does
+    this on AWS, not the function (whose role has no ``cloudwatch:PutMetricData``; the thread that
+    collects acts as the function it invoked). A failure is logged, not raised."""
+
+    def __init__(self, client=None) -> None:
+        self._client = client
+
+    def __call__(self, doc: dict) -> None:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client("cloudwatch")
+        from infra.local.interceptor import acting_as
+
+        with acting_as(None):
+            for ns, data in metric_data(doc):
+                for i in range(0, len(data), 1000):
+                    try:
+                        self._client.put_metric_data(Namespace=ns, MetricData=data[i:i + 1000])
+                    except Exception as e:  # noqa: BLE001 - the local stack's metrics are best effort
+                        log.warning("PutMetricData to the local CloudWatch failed: %s", e)
+
+
+class Collected:
+    """The series of the EMF documents seen, per minute, the newest :data:`KEEP_MINUTES` minutes
+    (and, with a :attr:`sink`, each document handed to it as well)."""
+
+    def __init__(self, sink=None) -> None:
         self._lock = threading.Lock()
+        self.sink = sink
         # (namespace, name, unit, ((dim, value), ...)) -> OrderedDict(minute_ms -> [sum, count, max, last])
         self._series: dict[tuple, OrderedDict] = {}
 
@@ -51,6 +113,8 @@ class Collected:
                     values = [x for x in (v if isinstance(v, list) else [v]) if isinstance(x, (int, float))]
                     if values:
                         self._point((d.get("Namespace"), m["Name"], m.get("Unit"), key_dims), minute, values)
+        if self.sink is not None:
+            self.sink(doc)
 
     def _point(self, key: tuple, minute: int, values: list) -> None:
         with self._lock:

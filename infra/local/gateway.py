@@ -25,7 +25,8 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
   (``infra/local/schedules.py``).
 - ``GET /_local/metrics[?name=…&namespace=…]`` (local only) → ``{"series": [{"namespace", "name",
   "unit", "dimensions", "points": [{"minute", "sum", "count", "max", "last"}]}]}``: the EMF metrics the
-  functions printed, per minute over the last hour, as CloudWatch would hold them (``infra/local/emf.py``).
+  functions printed, per minute over the last hour, as CloudWatch would hold them (``infra/local/emf.py``;
+  each document is also put into moto's CloudWatch, where ``GetMetricData`` reads it).
 - ``POST /_local/glue`` (local only): Glue's JSON 1.1 API (``StartJobRun``, ``GetJobRun``,
   ``GetJobRuns``) for the template's Glue jobs; the stack points every function's Glue client here
   (``AWS_ENDPOINT_URL_GLUE``), so a ``StartJobRun`` runs the job (``infra/local/glue.py``).

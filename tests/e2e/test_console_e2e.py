@@ -200,7 +200,15 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     assert "Only the latest lake report exists" in note
     lake_points = page.locator(f'{g} svg.chart circle[data-series="lake"]')
     assert lake_points.count() == 1 and lake_points.get_attribute("data-value") == str(world["report"]["backlog"])
-    assert page.locator(f'{g} svg.chart circle[data-series="live"]').count() >= 1
+    # the chart's backlog: CloudWatch's per-minute figures once the metrics function has published
+    # some (it runs each minute), the page's own samples until then (and the page says which)
+    def charted() -> int:
+        src = _text(page, f'{g} [data-field="chart_source"][data-topic="{TOPIC}"]')
+        name = "metrics" if src.startswith("Backlog per minute over the last hour from CloudWatch") else "live"
+        assert name == "metrics" or src.startswith("No metrics in CloudWatch yet"), src
+        return page.locator(f'{g} svg.chart circle[data-series="{name}"]').count()
+
+    assert charted() >= 1
 
     # it refreshes by itself: new messages show up without a reload
     world["produce"](5, 100)
@@ -212,7 +220,7 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     for q in topic["queue_offsets"]:
         expect(page.locator(f'#topics-table td[data-topic="{TOPIC}"][data-queue="{q["queue"]}"][data-field="produced"]')
                ).to_have_text(str(q["max_offset"]), timeout=20_000)
-    assert page.locator(f'{g} svg.chart circle[data-series="live"]').count() >= 2
+    assert charted() >= 1
 
     # the summary first (issue 18 item 3): the same totals and per-group figures as GET /v1/summary;
     # rates appear from the second summary on (the page has refreshed since the produce above)
@@ -230,6 +238,26 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     assert page.locator('#summary-table tr[data-group] a[href="#group-' + GROUP + '"]').count() == 1  # drill-down link
     sub_row = page.locator(f'#summary-table td[data-subscription="{world["sub"]["id"]}"][data-field="summary_sub_backlog"]')
     assert sub_row.inner_text().strip() == str(next(x for x in summ["subscriptions"] if x["subscription"] == world["sub"]["id"])["backlog"])
+
+
+    # issue 34.4: the metrics function publishes; the chart then shows CloudWatch's per-minute backlog
+    # (GET /v1/console/metrics, the same figures), no browser samples; the summary's rates and chart too
+    run = requests.post(f"{url}/_local/schedules/run", params={"name": "MetricsFunction"}, timeout=120)
+    assert run.status_code == 200 and [x["ok"] for x in run.json()["runs"]] == [True], run.text
+    page.evaluate("document.body.removeAttribute('data-refreshed')")
+    page.reload()  # the page asks CloudWatch at most once a minute: a new page asks now
+    expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"^\d+$"), timeout=30_000)
+    expect(page.locator(f'{g} [data-field="chart_source"][data-topic="{TOPIC}"]')).to_contain_text(
+        "from CloudWatch", timeout=20_000)
+    cw = _ok(requests.get(f"{url}/v1/console/metrics", params={"topic": TOPIC, "group": GROUP}, headers=admin, timeout=T))
+    assert cw["scope"]["backlog"] == "topic+group" and cw["series"]["backlog"][-1]["v"] >= 1
+    pts = page.locator(f'{g} svg.chart circle[data-series="metrics"]')
+    expect(pts.last).to_have_attribute("data-value", str(cw["series"]["backlog"][-1]["v"]), timeout=20_000)
+    assert page.locator(f'{g} svg.chart circle[data-series="live"]').count() == 0
+    expect(page.locator('[data-field="summary_rates_source"]')).to_contain_text("from CloudWatch", timeout=20_000)
+    assert page.locator('#summary-chart circle[data-series="produced"]').count() >= 1
+    assert _text(page, '[data-field="summary_produce_rate"]').endswith(" msg/s")
+    assert "(CloudWatch, minute of" in _text(page, '.tile:has([data-field="summary_produce_rate"]) .muted')
 
     screenshot(page, "console")
 

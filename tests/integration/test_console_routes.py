@@ -226,3 +226,55 @@ def test_summary_store_work_is_bounded_by_its_cap(api, setup, monkeypatch):
     many, rows2 = calls()
     assert rows2 == rows
     assert many == few, (len(few), len(many))
+
+
+def test_console_metrics_reads_the_emf_figures_back_from_cloudwatch_with_the_templates_iam(api, setup, capsys):
+    """What the functions print (obs.emit: the metrics function's gauges, a route's counters), put
+    into CloudWatch as the local stack's EMF collector does (infra.local.emf), comes back per minute
+    from ``GET /v1/console/metrics`` (GetMetricData as AdminFunction, IAM from template.yaml)."""
+    import boto3
+
+    from infra.local.emf import CloudWatchSink
+    from lakeq.common import clock
+    from lakeq.common import metric_names as M
+    from lakeq.common.obs import emit
+
+    now = clock.now()
+    m = now // 60_000 * 60_000
+    sink = CloudWatchSink(boto3.client("cloudwatch", region_name="us-east-1"))
+    for back, backlog, sent, acks in ((3, 5, 10, 2), (2, 7, 4, 2), (1, 6, 0, 1)):
+        t = m - back * 60_000 + 1_000
+        sink(emit({"Topic": "quotes/sh", "Group": "risk"}, {M.BACKLOG: backlog, M.VISIBLE: backlog}, t))
+        sink(emit({"Topic": "quotes/sh", "Group": "other"}, {M.BACKLOG: 100}, t))  # not asked for
+        sink(emit({}, {M.BACKLOG: backlog + 100}, t))  # the totals row
+        if sent:
+            sink(emit({}, {M.SENT: sent}, t))
+        sink(emit({}, {M.ACKS: acks}, t))
+    sink(emit({"Topic": "quotes/sh", "Group": "risk"}, {M.BACKLOG: 99}, m - 90 * 60_000))  # over an hour ago
+    capsys.readouterr()
+
+    R = "/v1/console/metrics"
+    mine = {"topic": "quotes/sh", "group": "risk"}
+    s, b = api.call("GET", R, query=mine)
+    assert s == 200, b
+    assert b["period_s"] == 60 and b["end"] - b["start"] == 61 * 60_000 and b["start"] <= m - 60 * 60_000
+    assert b["scope"] == {"produced": "deployment", "consumed": "deployment", "backlog": "topic+group"}
+    ser = b["series"]
+    assert [(p["t"], p["v"]) for p in ser["backlog"]] == [(m - 180_000, 5), (m - 120_000, 7), (m - 60_000, 6)]
+    assert [(p["t"], p["v"]) for p in ser["produced"]] == [(m - 180_000, 10), (m - 120_000, 4)]
+    assert [(p["t"], p["v"]) for p in ser["consumed"]] == [(m - 180_000, 2), (m - 120_000, 2), (m - 60_000, 1)]
+
+    s, b = api.call("GET", R)  # the deployment's totals (admin)
+    assert s == 200 and b["scope"]["backlog"] == "deployment"
+    assert [p["v"] for p in b["series"]["backlog"]] == [105, 107, 106]
+
+    # a group's key: its own group on a granted topic only; never the totals
+    assert api.call("GET", R, query=mine, key=setup["risk"])[0] == 200
+    for q in ({"topic": "quotes/sh", "group": "other"}, None, {"topic": "elsewhere", "group": "risk"}):
+        s, e = api.call("GET", R, query=q, key=setup["risk"])
+        assert s == 403 and e["error"]["code"] == "forbidden", q
+    assert api.call("GET", R, key=None)[0] == 401
+    for q in ({"topic": "quotes"}, {"group": "risk"}, {**mine, "minutes": "600"},
+              {"topic": "bad name", "group": "risk"}, [("topic", "quotes"), ("group", "risk"), ("topic", "quotes")]):
+        s, e = api.call("GET", R, query=q)
+        assert s == 400 and e["error"]["code"] == "bad_request", q

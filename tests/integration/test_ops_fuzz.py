@@ -24,7 +24,7 @@ FUZZ = fuzz_settings(60)
 
 KEYS = ["url", "topic", "headers", "batch_size", "max_in_flight", "timeout_ms", "rate", "retry", "max_attempts",
         "backoff_base_ms", "backoff_cap_ms", "source", "destination", "from", "limit", "queue", "client_id",
-        "status", "paused"]
+        "status", "paused", "group"]
 odd_text = odd_texts(["", "risk", "quotes", T, "dlq", "-1", "0", "1", "1.5", "9" * 30, "\x00", "None", "null", "true",
                       "0:0", "1:x", URL, "http://127.0.0.1:1/x", "https://u:p@h.example/x", "https://" + "a" * 2100])
 wild = wild_json(KEYS, odd_text)
@@ -116,7 +116,7 @@ def test_peek_pending_summary_and_lists_with_odd_queries_never_5xx_and_change_no
     reads = [(f"/v1/topics/{TQ}/queues/0/messages", None), (f"/v1/topics/{TQ}/queues/1/messages", "risk"),
              ("/v1/groups/risk/pending", "risk"), ("/v1/groups/risk/pending", None),
              (f"/v1/subscriptions/{sid}/pending", "risk"), ("/v1/redrives", None), ("/v1/summary", None),
-             (f"/v1/redrives/{ops['redrive']}", None)]
+             (f"/v1/redrives/{ops['redrive']}", None), ("/v1/console/metrics", None), ("/v1/console/metrics", "risk")]
 
     @FUZZ
     @given(st.sampled_from(reads), queries, st.booleans())

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from aws_lambda_powertools.event_handler import Response
 
-from lakeq.api.http import Router, json_response, path, public
-from lakeq.console import monitor, summary
+from lakeq.api.http import Router, json_response, path, public, query
+from lakeq.console import charts, monitor, summary
 
 router = Router()
 subscriptions_router = Router()
@@ -46,6 +46,13 @@ def list_clients():
 def operator_summary():
     """The console's summary first (issue 18 item 3): totals, per topic, per (group, topic)."""
     return json_response(summary.summary(router.caller))
+
+
+@router.get("/v1/console/metrics")
+def console_metrics():
+    """The console's charts (issue 34 item 4): produce / consume rates and a backlog, last hour, per
+    minute, from CloudWatch (GetMetricData)."""
+    return json_response(charts.metrics(router.caller, query(router)))
 
 
 @router.get("/v1/topics/<topic>")

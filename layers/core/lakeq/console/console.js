@@ -86,16 +86,31 @@
     if (!prev || now.computed_at <= prev.computed_at) return null;
     return Math.max(0, (now.totals[field] - prev.totals[field]) * 1000 / (now.computed_at - prev.computed_at));
   }
-  function renderSummary(sum) {
+  // the newest minute's figure of a CloudWatch series, as messages per second
+  function lastMinute(points) {
+    if (!points.length) return {r: 0, t: null};
+    const p = points[points.length - 1];
+    return {r: p.v / 60, t: p.t};
+  }
+  function renderSummary(sum, m) {
     const t = sum.totals;
-    const pr = rate(sum, prevSummary, "produced"), cr = rate(sum, prevSummary, "consumed");
+    const fromCw = hasPoints(m, "produced", "consumed");
+    let pr, cr, suffix = "";
+    if (fromCw) {
+      const a = lastMinute(m.series.produced), b = lastMinute(m.series.consumed);
+      pr = a.r; cr = b.r;
+      const newest = Math.max(a.t || 0, b.t || 0);
+      suffix = ` (CloudWatch, minute of ${new Date(newest).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"})})`;
+    } else {
+      pr = rate(sum, prevSummary, "produced"); cr = rate(sum, prevSummary, "consumed");
+    }
     const fmtRate = (r) => (r === null ? "… (next refresh)" : r.toFixed(r < 10 ? 2 : 0) + " msg/s");
     const tiles = [
       ["total backlog", t.backlog, "summary_backlog"],
       ["oldest unconsumed", fmtAge(t.oldest_unconsumed_age_ms), "summary_oldest_age"],
       ["dead-lettered", t.dead_lettered, "summary_dead_lettered"],
-      ["produce rate", fmtRate(pr), "summary_produce_rate"],
-      ["consume rate", fmtRate(cr), "summary_consume_rate"],
+      ["produce rate" + (fromCw ? suffix : " (sampled)"), fmtRate(pr), "summary_produce_rate"],
+      ["consume rate (acks)" + (fromCw ? suffix : " (sampled)"), fmtRate(cr), "summary_consume_rate"],
       ["topics / groups", `${t.topics} / ${t.groups}`, "summary_counts"]];
     const box = el("div", {class: "tiles"});
     for (const [label, value, field] of tiles) {
@@ -130,6 +145,21 @@
     if (rows.length) {
       parts.push(table([{text: "group", cls: "text"}, {text: "topic", cls: "text"}, "backlog", "dead-lettered",
                         {text: "oldest unconsumed", cls: "text"}, "locked queues"], rows, "summary-table"));
+    }
+    if (fromCw) {
+      const perMin = (pts) => pts.map((p) => ({t: p.t, v: p.v}));
+      parts.push(chart([["produced", perMin(m.series.produced), "#1f6feb", "produced / min"],
+                        ["consumed", perMin(m.series.consumed), "#15803d", "acked / min"],
+                        ["backlog", m.series.backlog, "#b91c1c", "total backlog"]], "summary-chart",
+                       "produced, acked and backlog per minute, last hour"));
+      parts.push(el("p", {class: "muted", "data-field": "summary_rates_source", text:
+        "Rates and chart from CloudWatch, per minute over the last hour: NumberOfMessagesSent and NumberOfAcks " +
+        "(the deployment's), ApproximateNumberOfMessagesBacklog (the metrics function's total)."}));
+    } else {
+      parts.push(el("p", {class: "muted", "data-field": "summary_rates_source", text: m
+        ? "No metrics in CloudWatch yet: the rates are sampled by this page (the change between two refreshes) until the functions have published some."
+        : isAdmin ? "Rates sampled by this page (the change between two refreshes): CloudWatch's figures could not be read (GET /v1/console/metrics)."
+        : "Rates sampled by this page (the change between two refreshes): the deployment's CloudWatch figures are the admin key's."}));
     }
     if (sum.truncated) parts.push(el("p", {class: "muted", text: "Only the first 200 topics, and 200 (group, topic) pairs and subscriptions, are counted."}));
     $("summary").replaceChildren(...parts);
@@ -198,7 +228,7 @@
   }
 
   async function loadGroup(c, allTopics) {
-    const g = {client: c, topics: coveredTopics(c.topics, allTopics), offsets: [], reports: {}, subs: []};
+    const g = {client: c, topics: coveredTopics(c.topics, allTopics), offsets: [], reports: {}, metrics: {}, subs: []};
     try { g.desc = await api("/v1/groups/" + enc(c.name)); } catch (e) { g.descError = e.message; }
     if (c.mode !== "broadcasting") {
       for (const t of g.topics) {
@@ -206,6 +236,7 @@
         catch (e) { g.offsets.push({topic: t, error: e.message}); }
         try { g.reports[t] = await api("/v1/reports/backlog?group=" + enc(c.name) + "&topic=" + enc(t), true); }
         catch (e) { g.reports[t] = {error: e.message}; }
+        g.metrics[t] = await metricsOf(t, c.name);
       }
     }
     try {
@@ -239,11 +270,13 @@
     return h;
   }
 
-  function chart(h, id) {
+  // an inline SVG line chart of named series [[name, points {t, v}, colour, legend]]; empty series are skipped
+  function chart(series, id, label) {
     const W = 560, H = 170, L = 46, R = 10, T = 12, B = 26;
-    const all = h.lake.concat(h.live);
+    const shown = series.filter((x) => x[1].length);
+    const all = shown.flatMap((x) => x[1]);
     const s = svg("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "chart", id: id, role: "img",
-                          "aria-label": "backlog over time"});
+                          "aria-label": label || "backlog over time"});
     if (!all.length) return s;
     const t0 = Math.min(...all.map((p) => p.t)), t1 = Math.max(...all.map((p) => p.t));
     const vmax = Math.max(1, ...all.map((p) => p.v));
@@ -251,23 +284,38 @@
     const y = (v) => H - B - (v / vmax) * (H - T - B);
     s.append(svg("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#889"}));
     s.append(svg("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#889"}));
-    s.append(svg("text", {x: L - 4, y: y(vmax) + 4, "text-anchor": "end", "font-size": 10}, String(vmax)));
+    s.append(svg("text", {x: L - 4, y: y(vmax) + 4, "text-anchor": "end", "font-size": 10}, String(Math.round(vmax * 100) / 100)));
     s.append(svg("text", {x: L - 4, y: H - B + 4, "text-anchor": "end", "font-size": 10}, "0"));
     s.append(svg("text", {x: L, y: H - 8, "font-size": 10}, fmtTime(t0)));
     s.append(svg("text", {x: W - R, y: H - 8, "text-anchor": "end", "font-size": 10}, fmtTime(t1)));
-    const series = [["live", h.live, "#1f6feb"], ["lake", h.lake, "#d97706"]];
-    series.forEach(([name, pts, color], i) => {
+    shown.forEach(([name, pts, color, legend], i) => {
       if (pts.length > 1) {
         s.append(svg("polyline", {points: pts.map((p) => `${x(p.t)},${y(p.v)}`).join(" "), fill: "none",
                                   stroke: color, "stroke-width": 2, "data-series": name}));
       }
       for (const p of pts) s.append(svg("circle", {cx: x(p.t), cy: y(p.v), r: name === "lake" ? 4 : 2.5, fill: color,
                                                    "data-series": name, "data-value": p.v}));
-      s.append(svg("text", {x: W - R - 230 + i * 120, y: T + 2, "font-size": 11, fill: color},
-                   name === "lake" ? "● lake reports" : "● live (offsets)"));
+      s.append(svg("text", {x: L + 8 + i * 170, y: T + 2, "font-size": 11, fill: color}, "● " + legend));
     });
     return s;
   }
+
+  // ---- CloudWatch's figures (GET /v1/console/metrics): the last hour, per minute -----------------
+  // null when the route answers nothing usable (a key that may not ask, an API without the route)
+  // Asked at most once a minute per (topic, group) (the figures are per minute; GetMetricData is billed
+  // per metric asked), a failed answer again after a minute too.
+  const METRICS_EVERY_MS = 60000;
+  const metricsCache = new Map();
+  async function metricsOf(topic, group) {
+    const q = topic === undefined ? "" : "?topic=" + enc(topic) + "&group=" + enc(group);
+    const hit = metricsCache.get(q);
+    if (hit && Date.now() - hit.at < METRICS_EVERY_MS) return hit.m;
+    let m = null;
+    try { m = await api("/v1/console/metrics" + q); } catch (_e) { m = null; }
+    metricsCache.set(q, {at: Date.now(), m: m});
+    return m;
+  }
+  const hasPoints = (m, ...names) => !!m && names.some((n) => (m.series[n] || []).length > 0);
 
   function renderGroup(g) {
     const c = g.client, name = c.name;
@@ -329,16 +377,26 @@
       box.append(table(heads, rows));
       // backlog over time
       const rep = g.reports[o.topic];
-      const h = history(name, o.topic, rep, o.backlog);
+      const m = g.metrics[o.topic];
+      const fromCw = hasPoints(m, "backlog");
+      const h = history(name, o.topic, rep, fromCw ? null : o.backlog);  // sampled only without metrics
       let note;
-      if (!rep) note = "No lake report yet for this group and topic (the backlog job has not run: `make jobs`); " +
-                       "the chart shows the live backlog sampled by this page.";
+      if (!rep) note = "No lake report yet for this group and topic (the backlog job has not run: `make jobs`).";
       else if (rep.error) note = rep.error;
       else if (h.lake.length < 2) note = `Only the latest lake report exists (computed ${new Date(rep.computed_at).toLocaleString()}, ` +
-                       `backlog ${h.lake.length ? h.lake[h.lake.length - 1].v : "?"}): it is charted as one point next to the live samples; ` +
+                       `backlog ${h.lake.length ? h.lake[h.lake.length - 1].v : "?"}): it is charted as one point; ` +
                        "more points appear as later reports are computed.";
       else note = `${h.lake.length} lake reports, the latest computed ${new Date(rep.computed_at).toLocaleString()}.`;
-      box.append(chart(h, `chart-${name}-${o.topic}`.replace(/[^A-Za-z0-9_-]/g, "_")));
+      const cw = fromCw ? m.series.backlog : [];
+      box.append(chart([["metrics", cw, "#15803d", "CloudWatch (per minute)"],
+                        ["live", fromCw ? [] : h.live, "#1f6feb", "live (offsets)"],
+                        ["lake", h.lake, "#d97706", "lake reports"]],
+                       `chart-${name}-${o.topic}`.replace(/[^A-Za-z0-9_-]/g, "_")));
+      box.append(el("p", {class: "muted", "data-group": name, "data-topic": o.topic, "data-field": "chart_source",
+        text: fromCw ? `Backlog per minute over the last hour from CloudWatch (${cw.length} minute(s) with data: ` +
+                       "ApproximateNumberOfMessagesBacklog, published by the metrics function each minute while there is a backlog)."
+                     : "No metrics in CloudWatch yet for this group and topic: the live backlog is sampled by this page " +
+                       "at each refresh (a fallback) until the metrics function has published some."}));
       box.append(el("p", {class: "muted", "data-group": name, "data-topic": o.topic, "data-field": "chart_note", text: note}));
     }
     // subscriptions
@@ -547,7 +605,8 @@
     try {
       const who = await api("/v1/clients");
       isAdmin = who.caller.admin;
-      renderSummary(await api("/v1/summary"));
+      const sum = await api("/v1/summary");
+      renderSummary(sum, isAdmin ? await metricsOf() : null);
       let topicNames = null;
       if (who.caller.admin) topicNames = (await api("/v1/topics")).topics.map((t) => t.name);
       const consumers = who.clients.filter((c) => c.role === "consumer");
@@ -574,6 +633,7 @@
   }
   function start() {
     stop();
+    metricsCache.clear();
     refresh();
     timer = setInterval(refresh, PERIOD_MS);
   }

@@ -2,7 +2,8 @@
 service, made on first use, so a function that never touches S3 or Glue never builds one (botocore
 rather than boto3: boto3 would also load s3transfer; docs/design.md "Cold start"). Used by
 :mod:`lakeq.store.bodies` (S3: claim-checked bodies, the replays' objects) and
-:mod:`lakeq.store.jobs` (Glue: the replay's selection job)."""
+:mod:`lakeq.store.jobs` (Glue: the replay's selection job) and :mod:`lakeq.store.metrics`
+(CloudWatch: the console's charts)."""
 from __future__ import annotations
 
 from typing import Any
