@@ -179,3 +179,33 @@ def test_the_sqs_endpoint_counts_sends_receives_and_deletes(api, capsys, monkeyp
                                                     for i, m in enumerate(got[1:])])
     c = counted(capsys.readouterr().out)
     assert c[M.SENT] == 3 and c[M.RECEIVED] == len(got) == 3 and c[M.ACKS] == 3
+
+
+class Budget:
+    """A fake clock for the run's deadline: each read of it is one ms later (a run's budget of ``k``
+    ms covers ``k`` rows: the deadline is checked once before each row)."""
+
+    def __init__(self):
+        self.t = 0
+
+    def now(self) -> int:
+        self.t += 1
+        return self.t
+
+
+def test_a_run_cut_by_its_deadline_does_not_starve_the_rows_late_in_its_page(api, setup, clock, monkeypatch):
+    """Review of issue 34, item 1: a run that hits its deadline used to start the same page from its
+    first row the next minute, so the page's later rows were never published. The starting row
+    rotates by the minute: in as many minutes as the page has rows, every row is computed."""
+    for i in range(3):
+        assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
+    seen: set[str] = set()
+    minute0 = clock.t // 60_000 + 1
+    for m in range(5):  # 5 rows (quotes, quotes/sh, quotes/p0..p2 by risk), one page
+        budget = Budget()
+        monkeypatch.setattr(gauges, "_clock", budget)
+        out = gauges.compute(now=(minute0 + m) * 60_000, deadline=2, detail="all")
+        assert out.truncated and out.published == 1 and out.total_rows == 5
+        assert M.BACKLOG not in out.rows[-1][1]  # a partial run prints no totals
+        seen |= {d["Topic"] for d, _ in out.rows if "Group" in d}
+    assert seen == {T, "quotes/sh", "quotes/p0", "quotes/p1", "quotes/p2"}

@@ -26,7 +26,10 @@ broadcasting groups neither (their offsets are per instance).
 Bounded work: the rows (pairs in topic-name order, then subscriptions) are cut into pages of
 :data:`MAX_ROWS`; a run publishes page ``minute mod pages`` only, so past ``MAX_ROWS`` rows each row
 is published every ``pages`` minutes and ``MetricsPublisherTruncated`` is 1. A run also stops at its
-``deadline`` (epoch ms), leaving the rest of its page (truncated). Store reads per row: as the
+``deadline`` (epoch ms), leaving the rest of its page (truncated). No row waits behind the
+deadline for ever: a page's run starts at its row ``(minute // pages) mod len(page)`` (the rows
+after it, then those before), so in ``len(page)`` of its turns every row of the page is first
+once. Store reads per row: as the
 summary's (one BatchGetItem of a topic's queue items, once per topic; one Query of the consumer's
 offset records; one Query per queue with a backlog for the oldest message); per run: the topics',
 clients' and subscriptions' Scans. Nothing is written.
@@ -91,8 +94,12 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     rows += [("sub", s, None) for s in sorted(SubscriptionRepo.all(), key=lambda s: s.id) if s.subscriber in subs]
     out = Gauges(total_rows=len(rows))
     pages = max(1, -(-len(rows) // max_rows))
-    page = (now // MINUTE_MS) % pages
+    minute = now // MINUTE_MS
+    page = minute % pages
     todo = rows[page * max_rows:(page + 1) * max_rows]
+    if todo:  # the page's first row rotates by the page's turn: a run cut by its deadline starves no row
+        first = (minute // pages) % len(todo)
+        todo = todo[first:] + todo[:first]
     out.truncated = pages > 1
     metas: dict[str, list] = {}
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
