@@ -209,3 +209,17 @@ def test_a_run_cut_by_its_deadline_does_not_starve_the_rows_late_in_its_page(api
         assert M.BACKLOG not in out.rows[-1][1]  # a partial run prints no totals
         seen |= {d["Topic"] for d, _ in out.rows if "Group" in d}
     assert seen == {T, "quotes/sh", "quotes/p0", "quotes/p1", "quotes/p2"}
+
+
+def test_a_broadcasting_consumers_subscription_is_measured(api, setup, clock, capsys, monkeypatch):
+    """Review of issue 34, item 2: a subscription's list is one consumer's whatever the client's
+    mode; a broadcasting client's subscriptions were left out of the rows."""
+    s, b = api.call("POST", "/v1/clients", {"name": "fans", "role": "consumer", "topics": ["quotes"],
+                                            "mode": "broadcasting"})
+    assert s == 201, b
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "fans"}, key=b["api_key"])
+    assert s == 201, sub
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
+    _, docs = publish(capsys)
+    assert row(docs, Subscription=sub["id"]) is not None
+    assert row(docs, Topic=T, Group="fans") is None  # a broadcasting group's offsets are per instance

@@ -21,7 +21,8 @@ row every minute; ``totals`` — the totals only (a fixed count whatever the num
 row is computed in each mode (the totals need them).
 
 Per queue nothing is published (a topic has up to 64: ``GET /v1/topics/{topic}`` shows them);
-broadcasting groups neither (their offsets are per instance).
+no (topic, group) row for a broadcasting group (its offsets are per instance); its
+subscriptions have their rows like any consumer's.
 
 Bounded work: the rows (pairs in topic-name order, then subscriptions) are cut into pages of
 :data:`MAX_ROWS`; a run publishes page ``minute mod pages`` only, so past ``MAX_ROWS`` rows each row
@@ -86,10 +87,11 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
     now = _clock.now() if now is None else now
     topics = sorted(TopicRepo.all(), key=lambda t: t.name)
-    consumers = sorted((c for c in ClientRepo.all() if c.role == "consumer" and c.mode != "broadcasting"),
-                       key=lambda c: c.name)
+    consumers = sorted((c for c in ClientRepo.all() if c.role == "consumer"), key=lambda c: c.name)
+    # a broadcasting group has no (topic, group) row (its offsets are per instance); its
+    # subscriptions' lists are one consumer's like any other's
     rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
-                         if any(covers(g, t.name) for g in c.topics)]
+                         if c.mode != "broadcasting" and any(covers(g, t.name) for g in c.topics)]
     subs = {c.name for c in consumers}
     rows += [("sub", s, None) for s in sorted(SubscriptionRepo.all(), key=lambda s: s.id) if s.subscriber in subs]
     out = Gauges(total_rows=len(rows))
