@@ -223,3 +223,31 @@ def test_a_broadcasting_consumers_subscription_is_measured(api, setup, clock, ca
     _, docs = publish(capsys)
     assert row(docs, Subscription=sub["id"]) is not None
     assert row(docs, Topic=T, Group="fans") is None  # a broadcasting group's offsets are per instance
+
+
+def metrics_calls(capsys) -> list:
+    from tests.crash import CountCalls
+    with CountCalls({"MetricsFunction"}) as c:
+        publish(capsys)
+    return c.calls
+
+
+def test_a_run_over_idle_topics_reads_no_segment_and_scans_eventually(api, setup, clock, capsys):
+    """Review of issue 34, item 3: the run read each queue's newest segment (the exact head: one
+    Query a queue a minute, up to ~44 RRU for a big segment) and scanned the subscriptions
+    strongly. It reads the queue items' ``max_offset`` (the head mover keeps it within seconds), so
+    an idle topic costs its queue items and its groups' offsets only."""
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+    assert s == 201, sub
+    produce(api, setup["feed"], [{"body": "b", "key": "k"}])
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "accept": [0]},
+                    key=setup["risk"])[0] == 200  # quotes has a segment, nothing left to read
+    got = sorted((x.operation, (x.params.get("TableName") or ",".join(x.params.get("RequestItems") or {}))
+                  .rsplit("-", 1)[-1]) for x in metrics_calls(capsys))
+    # topics, clients, subscriptions; per topic (quotes, quotes/sh, the subscription's list) its
+    # queue items; per row (2 pairs, 1 subscription) its offsets
+    assert got == sorted([("Scan", "topics"), ("Scan", "clients"), ("Scan", "subscriptions")]
+                         + [("BatchGetItem", "queues")] * 3 + [("Query", "offsets")] * 3), got
+    scans = [x for x in metrics_calls(capsys) if x.operation == "Scan"]
+    assert not any(x.params.get("ConsistentRead") for x in scans)

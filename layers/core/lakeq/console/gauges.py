@@ -16,7 +16,8 @@ Rows (names in :mod:`lakeq.common.metric_names`):
 Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
 ``MetricsDetail``): ``active`` (the default) — a (topic, group) or subscription row only while it
 has a backlog, a topic row only while it has delayed messages, the totals always (a CloudWatch
-metric costs only in the hours it receives data, so an idle topic costs nothing); ``all`` — every
+metric costs only in the hours it receives data, so an idle topic costs no metric; its reads
+are below); ``all`` — every
 row every minute; ``totals`` — the totals only (a fixed count whatever the number of topics). Every
 row is computed in each mode (the totals need them).
 
@@ -31,9 +32,12 @@ is published every ``pages`` minutes and ``MetricsPublisherTruncated`` is 1. A r
 deadline for ever: a page's run starts at its row ``(minute // pages) mod len(page)`` (the rows
 after it, then those before), so in ``len(page)`` of its turns every row of the page is first
 once. Store reads per row: as the
-summary's (one BatchGetItem of a topic's queue items, once per topic; one Query of the consumer's
-offset records; one Query per queue with a backlog for the oldest message); per run: the topics',
-clients' and subscriptions' Scans. Nothing is written.
+summary's but cheaper: one BatchGetItem of a topic's queue items, once per topic, their
+``max_offset`` hints as they are (``exact=False``: no Query of each queue's newest segment; the
+SegmentsTable stream's head mover keeps the hints within seconds, so a backlog may show a few
+seconds late); one Query of the consumer's offset records; one Query per queue with a backlog for
+the oldest message. An idle row reads no segment. Per run: the topics', clients' and subscriptions'
+Scans, eventually consistent. Nothing is written.
 """
 from __future__ import annotations
 
@@ -93,7 +97,8 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
                          if c.mode != "broadcasting" and any(covers(g, t.name) for g in c.topics)]
     subs = {c.name for c in consumers}
-    rows += [("sub", s, None) for s in sorted(SubscriptionRepo.all(), key=lambda s: s.id) if s.subscriber in subs]
+    rows += [("sub", s, None) for s in sorted(SubscriptionRepo.all(consistent=False), key=lambda s: s.id)
+             if s.subscriber in subs]
     out = Gauges(total_rows=len(rows))
     pages = max(1, -(-len(rows) // max_rows))
     minute = now // MINUTE_MS
@@ -113,7 +118,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         if kind == "pair":
             log = log_of(a)
             if a.name not in metas:
-                metas[a.name] = LogRepo.queues(log, int(a.queues))
+                metas[a.name] = LogRepo.queues(log, int(a.queues), exact=False)
                 n = sum(int(m.delayed or 0) for m in metas[a.name])
                 delayed += n
                 if detail == "all" or (detail == "active" and n):
@@ -122,7 +127,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
             dims = {"Topic": a.name, "Group": b.name}
         else:
             log = list_topic(a.id)
-            vs = views_of(LogRepo.queues(log, 1), OffsetRepo.records(list_owner(a.id)))
+            vs = views_of(LogRepo.queues(log, 1, exact=False), OffsetRepo.records(list_owner(a.id)))
             dims = {"Subscription": a.id}
         vals = consumer_values(log, vs, now)
         if detail == "all" or (detail == "active" and vals[M.BACKLOG]):
