@@ -251,3 +251,32 @@ def test_a_run_over_idle_topics_reads_no_segment_and_scans_eventually(api, setup
                          + [("BatchGetItem", "queues")] * 3 + [("Query", "offsets")] * 3), got
     scans = [x for x in metrics_calls(capsys) if x.operation == "Scan"]
     assert not any(x.params.get("ConsistentRead") for x in scans)
+
+
+SECRET_ATTRIBUTES = {"push", "push_secrets", "push_state", "push_leases", "key_hash", "key_map", "sqs_keys",
+                     "conditions", "push_url", "headers"}
+
+
+def test_the_publishers_scans_return_no_secret(api, setup, clock, capsys):
+    """Review of issue 34, item 4: the metrics role scanned whole client and subscription items, every
+    tenant's push secrets, URLs, headers and key hashes with them. Its Scans name the attributes it
+    needs (ProjectionExpression): no item it reads holds a secret."""
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+    assert s == 201, sub
+    from tests.crash import CountCalls
+
+    class Items(CountCalls):
+        def after(self, call, response):
+            if self._counts(call) and call.operation == "Scan":
+                self.calls.append((call, response.get("Items") or []))
+            return response
+
+    with Items({"MetricsFunction"}) as c:
+        publish(capsys)
+    scanned = {call.params["TableName"].rsplit("-", 1)[-1]: items for call, items in c.calls}
+    assert scanned["clients"] and scanned["subscriptions"]  # the premise: there are items to read
+    for table in ("clients", "subscriptions"):
+        for item in scanned[table]:
+            assert not SECRET_ATTRIBUTES & set(item), (table, sorted(item))
+    assert all(set(i) <= {"name", "role", "mode", "topics"} for i in scanned["clients"])
+    assert all(set(i) <= {"id", "subscriber"} for i in scanned["subscriptions"])

@@ -37,7 +37,9 @@ summary's but cheaper: one BatchGetItem of a topic's queue items, once per topic
 SegmentsTable stream's head mover keeps the hints within seconds, so a backlog may show a few
 seconds late); one Query of the consumer's offset records; one Query per queue with a backlog for
 the oldest message. An idle row reads no segment. Per run: the topics', clients' and subscriptions'
-Scans, eventually consistent. Nothing is written.
+Scans, eventually consistent, the clients' and subscriptions' projected to the attributes used
+(``CLIENT_ATTRIBUTES``, ``SUB_ATTRIBUTES``: no key hash, push URL, header or secret is read).
+Nothing is written.
 """
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
+CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics"]
+SUB_ATTRIBUTES = ["id", "subscriber"]
 
 
 @dataclass
@@ -91,14 +95,16 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
     now = _clock.now() if now is None else now
     topics = sorted(TopicRepo.all(), key=lambda t: t.name)
-    consumers = sorted((c for c in ClientRepo.all() if c.role == "consumer"), key=lambda c: c.name)
+    # only the attributes used: the scans return no tenant's keys or push secrets
+    consumers = sorted((c for c in ClientRepo.all(attributes=CLIENT_ATTRIBUTES) if c.role == "consumer"),
+                       key=lambda c: c.name)
     # a broadcasting group has no (topic, group) row (its offsets are per instance); its
     # subscriptions' lists are one consumer's like any other's
     rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
                          if c.mode != "broadcasting" and any(covers(g, t.name) for g in c.topics)]
     subs = {c.name for c in consumers}
-    rows += [("sub", s, None) for s in sorted(SubscriptionRepo.all(consistent=False), key=lambda s: s.id)
-             if s.subscriber in subs]
+    listed = SubscriptionRepo.all(consistent=False, attributes=SUB_ATTRIBUTES)
+    rows += [("sub", s, None) for s in sorted(listed, key=lambda s: s.id) if s.subscriber in subs]
     out = Gauges(total_rows=len(rows))
     pages = max(1, -(-len(rows) // max_rows))
     minute = now // MINUTE_MS
