@@ -280,3 +280,17 @@ def test_the_publishers_scans_return_no_secret(api, setup, clock, capsys):
             assert not SECRET_ATTRIBUTES & set(item), (table, sorted(item))
     assert all(set(i) <= {"name", "role", "mode", "topics"} for i in scanned["clients"])
     assert all(set(i) <= {"id", "subscriber"} for i in scanned["subscriptions"])
+
+
+def test_an_offset_named_twice_in_an_ack_is_counted_once(api, setup, clock, capsys):
+    """Review of issue 34, item 5: the counters counted the request's lists as sent; an offset
+    repeated in a list settles once (the validation drops the repeats) and counts once."""
+    produce(api, setup["feed"], [{"body": "b", "key": "k"}])
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    off = b["messages"][0]["offset"]
+    capsys.readouterr()
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "reject": [off] * 100},
+                      key=setup["risk"])
+    assert s == 200, out
+    c = counted(capsys.readouterr().out)
+    assert c[M.ACKS] == 1 and c[M.REJECTED] == 1
