@@ -2,7 +2,8 @@
 (topic, group), per subscription, per topic and the deployment's totals — as CloudWatch embedded
 metric format documents, one per row (lakeq.console.gauges computes them, lakeq.common.obs.emit
 prints them; CloudWatch Logs turns them into metrics: no PutMetricData call, no cloudwatch:* IAM).
-It stops 5 s before the invocation's end (the rest of its page waits for that page's next minute)."""
+It stops 5 s before the invocation's end (the rest of its page waits: the next run of that page
+starts at another row, so no row waits for ever)."""
 
 import os
 

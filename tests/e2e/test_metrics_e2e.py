@@ -1,11 +1,26 @@
 """Issue 34 item 4: the local stack collects the EMF lines its functions print (as CloudWatch Logs
 would) and serves them per minute at ``GET /_local/metrics``: a message driven to the dead-letter
-topic moves the dead-letter metric the scheduled MetricsFunction publishes."""
+topic moves the dead-letter metric the scheduled MetricsFunction publishes.
+
+The stack runs no schedule (``--no-schedules``): MetricsFunction runs only when the test fires it,
+so a scheduled run beside the test's cannot print a minute's later value (or a run of its own
+between the test's two) and make ``last`` read another run's figure."""
 from __future__ import annotations
 
+import os
+import time
 import uuid
 
+import pytest
 import requests
+
+
+@pytest.fixture(scope="module")
+def stack(start_local_stack):
+    st = start_local_stack(admin_key=os.environ.get("LAKEQ_E2E_ADMIN_KEY", "e2e-admin-key"), args=["--no-schedules"])
+    yield st
+    code = st.stop()
+    assert code == 0, st.stderr[-3000:]
 
 
 def series(st, name: str, **dims) -> list[dict]:
@@ -23,6 +38,18 @@ def last(st, name: str, **dims) -> float | None:
 def publish(st) -> None:
     r = requests.post(f"{st.url}/_local/schedules/run", params={"name": "MetricsFunction"}, timeout=120)
     assert r.status_code == 200 and [x["ok"] for x in r.json()["runs"]] == [True], r.text
+
+
+def publish_until(st, name: str, want: float, **dims) -> None:
+    """Run MetricsFunction until the row shows ``want``: the publisher reads the queue items'
+    ``max_offset`` hints, which the SegmentsTable stream's head mover moves seconds after an append
+    (or a dead-letter copy)."""
+    deadline = time.monotonic() + 60
+    while True:
+        publish(st)
+        if last(st, name, **dims) == want or time.monotonic() > deadline:
+            return
+        time.sleep(1)
 
 
 def test_a_dead_lettered_message_moves_the_dead_letter_metric(stack):
@@ -43,7 +70,7 @@ def test_a_dead_lettered_message_moves_the_dead_letter_metric(stack):
     r = requests.post(f"{st.url}/v1/topics/{topic}/messages", headers=feed,
                       json={"producer": f"p{u}", "messages": [{"body": "poison"}, {"body": "fine"}]})
     assert r.status_code == 200, r.text
-    publish(st)
+    publish_until(st, "ApproximateNumberOfMessagesBacklog", 2, Topic=topic, Group=group)
     assert last(st, "NumberOfMessagesDeadLettered", Topic=topic, Group=group) == 0
     assert last(st, "ApproximateNumberOfMessagesBacklog", Topic=topic, Group=group) == 2
     before = last(st, "NumberOfMessagesDeadLettered")  # the deployment's total (other tests' too)
@@ -52,7 +79,7 @@ def test_a_dead_lettered_message_moves_the_dead_letter_metric(stack):
     r = requests.post(f"{st.url}/v1/acks", headers=key,
                       json={"group": group, "receipt": b["receipt"], "reject": [b["messages"][0]["offset"]]})
     assert r.status_code == 200, r.text
-    publish(st)
+    publish_until(st, "ApproximateNumberOfMessagesBacklog", 1, Topic=dlq, Group=ops)
     assert last(st, "NumberOfMessagesDeadLettered", Topic=topic, Group=group) == 1
     assert last(st, "ApproximateNumberOfMessagesBacklog", Topic=topic, Group=group) == 1
     assert last(st, "ApproximateNumberOfMessagesBacklog", Topic=dlq, Group=ops) == 1  # the copy waits

@@ -179,3 +179,118 @@ def test_the_sqs_endpoint_counts_sends_receives_and_deletes(api, capsys, monkeyp
                                                     for i, m in enumerate(got[1:])])
     c = counted(capsys.readouterr().out)
     assert c[M.SENT] == 3 and c[M.RECEIVED] == len(got) == 3 and c[M.ACKS] == 3
+
+
+class Budget:
+    """A fake clock for the run's deadline: each read of it is one ms later (a run's budget of ``k``
+    ms covers ``k`` rows: the deadline is checked once before each row)."""
+
+    def __init__(self):
+        self.t = 0
+
+    def now(self) -> int:
+        self.t += 1
+        return self.t
+
+
+def test_a_run_cut_by_its_deadline_does_not_starve_the_rows_late_in_its_page(api, setup, clock, monkeypatch):
+    """Review of issue 34, item 1: a run that hits its deadline used to start the same page from its
+    first row the next minute, so the page's later rows were never published. The starting row
+    rotates by the minute: in as many minutes as the page has rows, every row is computed."""
+    for i in range(3):
+        assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
+    seen: set[str] = set()
+    minute0 = clock.t // 60_000 + 1
+    for m in range(5):  # 5 rows (quotes, quotes/sh, quotes/p0..p2 by risk), one page
+        budget = Budget()
+        monkeypatch.setattr(gauges, "_clock", budget)
+        out = gauges.compute(now=(minute0 + m) * 60_000, deadline=2, detail="all")
+        assert out.truncated and out.published == 1 and out.total_rows == 5
+        assert M.BACKLOG not in out.rows[-1][1]  # a partial run prints no totals
+        seen |= {d["Topic"] for d, _ in out.rows if "Group" in d}
+    assert seen == {T, "quotes/sh", "quotes/p0", "quotes/p1", "quotes/p2"}
+
+
+def test_a_broadcasting_consumers_subscription_is_measured(api, setup, clock, capsys, monkeypatch):
+    """Review of issue 34, item 2: a subscription's list is one consumer's whatever the client's
+    mode; a broadcasting client's subscriptions were left out of the rows."""
+    s, b = api.call("POST", "/v1/clients", {"name": "fans", "role": "consumer", "topics": ["quotes"],
+                                            "mode": "broadcasting"})
+    assert s == 201, b
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "fans"}, key=b["api_key"])
+    assert s == 201, sub
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
+    _, docs = publish(capsys)
+    assert row(docs, Subscription=sub["id"]) is not None
+    assert row(docs, Topic=T, Group="fans") is None  # a broadcasting group's offsets are per instance
+
+
+def metrics_calls(capsys) -> list:
+    from tests.crash import CountCalls
+    with CountCalls({"MetricsFunction"}) as c:
+        publish(capsys)
+    return c.calls
+
+
+def test_a_run_over_idle_topics_reads_no_segment_and_scans_eventually(api, setup, clock, capsys):
+    """Review of issue 34, item 3: the run read each queue's newest segment (the exact head: one
+    Query a queue a minute, up to ~44 RRU for a big segment) and scanned the subscriptions
+    strongly. It reads the queue items' ``max_offset`` (the head mover keeps it within seconds), so
+    an idle topic costs its queue items and its groups' offsets only."""
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+    assert s == 201, sub
+    produce(api, setup["feed"], [{"body": "b", "key": "k"}])
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "accept": [0]},
+                    key=setup["risk"])[0] == 200  # quotes has a segment, nothing left to read
+    got = sorted((x.operation, (x.params.get("TableName") or ",".join(x.params.get("RequestItems") or {}))
+                  .rsplit("-", 1)[-1]) for x in metrics_calls(capsys))
+    # topics, clients, subscriptions; per topic (quotes, quotes/sh, the subscription's list) its
+    # queue items; per row (2 pairs, 1 subscription) its offsets
+    assert got == sorted([("Scan", "topics"), ("Scan", "clients"), ("Scan", "subscriptions")]
+                         + [("BatchGetItem", "queues")] * 3 + [("Query", "offsets")] * 3), got
+    scans = [x for x in metrics_calls(capsys) if x.operation == "Scan"]
+    assert not any(x.params.get("ConsistentRead") for x in scans)
+
+
+SECRET_ATTRIBUTES = {"push", "push_secrets", "push_state", "push_leases", "key_hash", "key_map", "sqs_keys",
+                     "conditions", "push_url", "headers"}
+
+
+def test_the_publishers_scans_return_no_secret(api, setup, clock, capsys):
+    """Review of issue 34, item 4: the metrics role scanned whole client and subscription items, every
+    tenant's push secrets, URLs, headers and key hashes with them. Its Scans name the attributes it
+    needs (ProjectionExpression): no item it reads holds a secret."""
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+    assert s == 201, sub
+    from tests.crash import CountCalls
+
+    class Items(CountCalls):
+        def after(self, call, response):
+            if self._counts(call) and call.operation == "Scan":
+                self.calls.append((call, response.get("Items") or []))
+            return response
+
+    with Items({"MetricsFunction"}) as c:
+        publish(capsys)
+    scanned = {call.params["TableName"].rsplit("-", 1)[-1]: items for call, items in c.calls}
+    assert scanned["clients"] and scanned["subscriptions"]  # the premise: there are items to read
+    for table in ("clients", "subscriptions"):
+        for item in scanned[table]:
+            assert not SECRET_ATTRIBUTES & set(item), (table, sorted(item))
+    assert all(set(i) <= {"name", "role", "mode", "topics"} for i in scanned["clients"])
+    assert all(set(i) <= {"id", "subscriber"} for i in scanned["subscriptions"])
+
+
+def test_an_offset_named_twice_in_an_ack_is_counted_once(api, setup, clock, capsys):
+    """Review of issue 34, item 5: the counters counted the request's lists as sent; an offset
+    repeated in a list settles once (the validation drops the repeats) and counts once."""
+    produce(api, setup["feed"], [{"body": "b", "key": "k"}])
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    off = b["messages"][0]["offset"]
+    capsys.readouterr()
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "reject": [off] * 100},
+                      key=setup["risk"])
+    assert s == 200, out
+    c = counted(capsys.readouterr().out)
+    assert c[M.ACKS] == 1 and c[M.REJECTED] == 1

@@ -35,13 +35,15 @@ def ack():
 
 def count_acks(req: dict, out: dict) -> None:
     """Count a settled ack (each entry of a batch ack that did not fail): ``NumberOfAcks``, and the
-    offsets its ``accept`` / ``release`` / ``reject`` lists name (a whole-batch ack names none)."""
+    offsets its ``accept`` / ``release`` / ``reject`` lists name, each once (a whole-batch ack names
+    none)."""
     entries = req["acks"] if "acks" in req else [req]
     results = out["results"] if "acks" in req else [out]
     done = [e for e, r in zip(entries, results) if "error" not in r]
     metrics.add_metric(name=M.ACKS, unit=MetricUnit.Count, value=len(done))
     for field, name in (("accept", M.ACCEPTED), ("release", M.RELEASED), ("reject", M.REJECTED)):
-        n = sum(len(e.get(field) or ()) for e in done)
+        # each offset once, as the validation (lakeq.contract.validation.outcomes) settles it
+        n = sum(len(set(e.get(field) or ())) for e in done)
         if n:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=n)
 

@@ -16,20 +16,30 @@ Rows (names in :mod:`lakeq.common.metric_names`):
 Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
 ``MetricsDetail``): ``active`` (the default) — a (topic, group) or subscription row only while it
 has a backlog, a topic row only while it has delayed messages, the totals always (a CloudWatch
-metric costs only in the hours it receives data, so an idle topic costs nothing); ``all`` — every
+metric costs only in the hours it receives data, so an idle topic costs no metric; its reads
+are below); ``all`` — every
 row every minute; ``totals`` — the totals only (a fixed count whatever the number of topics). Every
 row is computed in each mode (the totals need them).
 
 Per queue nothing is published (a topic has up to 64: ``GET /v1/topics/{topic}`` shows them);
-broadcasting groups neither (their offsets are per instance).
+no (topic, group) row for a broadcasting group (its offsets are per instance); its
+subscriptions have their rows like any consumer's.
 
 Bounded work: the rows (pairs in topic-name order, then subscriptions) are cut into pages of
 :data:`MAX_ROWS`; a run publishes page ``minute mod pages`` only, so past ``MAX_ROWS`` rows each row
 is published every ``pages`` minutes and ``MetricsPublisherTruncated`` is 1. A run also stops at its
-``deadline`` (epoch ms), leaving the rest of its page (truncated). Store reads per row: as the
-summary's (one BatchGetItem of a topic's queue items, once per topic; one Query of the consumer's
-offset records; one Query per queue with a backlog for the oldest message); per run: the topics',
-clients' and subscriptions' Scans. Nothing is written.
+``deadline`` (epoch ms), leaving the rest of its page (truncated). No row waits behind the
+deadline for ever: a page's run starts at its row ``(minute // pages) mod len(page)`` (the rows
+after it, then those before), so in ``len(page)`` of its turns every row of the page is first
+once. Store reads per row: as the
+summary's but cheaper: one BatchGetItem of a topic's queue items, once per topic, their
+``max_offset`` hints as they are (``exact=False``: no Query of each queue's newest segment; the
+SegmentsTable stream's head mover keeps the hints within seconds, so a backlog may show a few
+seconds late); one Query of the consumer's offset records; one Query per queue with a backlog for
+the oldest message. An idle row reads no segment. Per run: the topics', clients' and subscriptions'
+Scans, eventually consistent, the clients' and subscriptions' projected to the attributes used
+(``CLIENT_ATTRIBUTES``, ``SUB_ATTRIBUTES``: no key hash, push URL, header or secret is read).
+Nothing is written.
 """
 from __future__ import annotations
 
@@ -48,6 +58,8 @@ from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
+CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics"]
+SUB_ATTRIBUTES = ["id", "subscriber"]
 
 
 @dataclass
@@ -83,16 +95,24 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
     now = _clock.now() if now is None else now
     topics = sorted(TopicRepo.all(), key=lambda t: t.name)
-    consumers = sorted((c for c in ClientRepo.all() if c.role == "consumer" and c.mode != "broadcasting"),
+    # only the attributes used: the scans return no tenant's keys or push secrets
+    consumers = sorted((c for c in ClientRepo.all(attributes=CLIENT_ATTRIBUTES) if c.role == "consumer"),
                        key=lambda c: c.name)
+    # a broadcasting group has no (topic, group) row (its offsets are per instance); its
+    # subscriptions' lists are one consumer's like any other's
     rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
-                         if any(covers(g, t.name) for g in c.topics)]
+                         if c.mode != "broadcasting" and any(covers(g, t.name) for g in c.topics)]
     subs = {c.name for c in consumers}
-    rows += [("sub", s, None) for s in sorted(SubscriptionRepo.all(), key=lambda s: s.id) if s.subscriber in subs]
+    listed = SubscriptionRepo.all(consistent=False, attributes=SUB_ATTRIBUTES)
+    rows += [("sub", s, None) for s in sorted(listed, key=lambda s: s.id) if s.subscriber in subs]
     out = Gauges(total_rows=len(rows))
     pages = max(1, -(-len(rows) // max_rows))
-    page = (now // MINUTE_MS) % pages
+    minute = now // MINUTE_MS
+    page = minute % pages
     todo = rows[page * max_rows:(page + 1) * max_rows]
+    if todo:  # the page's first row rotates by the page's turn: a run cut by its deadline starves no row
+        first = (minute // pages) % len(todo)
+        todo = todo[first:] + todo[:first]
     out.truncated = pages > 1
     metas: dict[str, list] = {}
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
@@ -104,7 +124,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         if kind == "pair":
             log = log_of(a)
             if a.name not in metas:
-                metas[a.name] = LogRepo.queues(log, int(a.queues))
+                metas[a.name] = LogRepo.queues(log, int(a.queues), exact=False)
                 n = sum(int(m.delayed or 0) for m in metas[a.name])
                 delayed += n
                 if detail == "all" or (detail == "active" and n):
@@ -113,7 +133,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
             dims = {"Topic": a.name, "Group": b.name}
         else:
             log = list_topic(a.id)
-            vs = views_of(LogRepo.queues(log, 1), OffsetRepo.records(list_owner(a.id)))
+            vs = views_of(LogRepo.queues(log, 1, exact=False), OffsetRepo.records(list_owner(a.id)))
             dims = {"Subscription": a.id}
         vals = consumer_values(log, vs, now)
         if detail == "all" or (detail == "active" and vals[M.BACKLOG]):

@@ -102,9 +102,12 @@ class TopicRepo:
 
 class ClientRepo:
     @staticmethod
-    def all() -> list[Client]:
-        """Every client, by name: one Scan of the clients table (all its pages)."""
-        return sorted((record_of(Client, c) for c in ClientModel.scan()), key=lambda c: c.name)
+    def all(attributes: list[str] | None = None) -> list[Client]:
+        """Every client, by name: one Scan of the clients table (all its pages). ``attributes``:
+        only these are read (a ProjectionExpression; the others are None or their default in the
+        records): a reader that needs no key or push secret reads none."""
+        return sorted((record_of(Client, c) for c in ClientModel.scan(attributes_to_get=attributes)),
+                      key=lambda c: c.name)
 
     @staticmethod
     def get(name: str) -> Client | None:

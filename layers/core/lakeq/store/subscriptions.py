@@ -278,9 +278,13 @@ class SubscriptionRepo:
         return int(item.version or 0)
 
     @staticmethod
-    def all() -> list[Subscription]:
-        """Every subscription: a consistent paginated Scan (the fan-out's index rebuild)."""
-        return [record_of(Subscription, s) for s in SubscriptionModel.scan(consistent_read=True) if s.id != VERSION_ID]
+    def all(consistent: bool = True, attributes: list[str] | None = None) -> list[Subscription]:
+        """Every subscription: a paginated Scan, consistent by default (the fan-out's index rebuild;
+        the metrics publisher's is eventual: half the read units). ``attributes``: only these are
+        read (a ProjectionExpression; the others are None in the records)."""
+        return [record_of(Subscription, s)
+                for s in SubscriptionModel.scan(consistent_read=consistent, attributes_to_get=attributes)
+                if s.id != VERSION_ID]
 
 
 class ParkRepo:
