@@ -163,7 +163,9 @@ def test_event_v2_shape(client):
     assert ctx["memory_limit_in_mb"] == 256
     assert ctx["invoked_function_arn"].endswith(":function:gwtest-EchoFunction")
     assert ctx["aws_request_id"] == rc["requestId"]
-    assert 0 < ctx["remaining"] <= 7000
+    # the function's timeout bounds what is left; how much of it the call used is the machine's
+    # business (a loaded CI took 9.5 s to run this echo, and 0 was left)
+    assert isinstance(ctx["remaining"], int) and 0 <= ctx["remaining"] <= 7000
     # response mapping: headers and cookies
     assert r.headers["x-fn"] == "echo"
     assert r.headers.getlist("Set-Cookie") == ["a=1", "b=2"]
