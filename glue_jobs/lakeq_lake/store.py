@@ -225,20 +225,23 @@ class Lake:
         return out
 
     def read_kind(self, spark: SparkSession, kind: str, lo: str | None = None, hi: str | None = None,
-                  stored: bool = False, hours: set[C.Hour] | None = None) -> DataFrame:
+                  stored: bool = False, hours: set[C.Hour] | None = None,
+                  planned: tuple[dict, list[str]] | None = None) -> DataFrame:
         """The rows of ``kind`` with their explicit schema (:data:`schemas.BY_KIND`, or
         ``stored``: :data:`schemas.STORED`, ``properties`` as its JSON text) and the partition
         columns ``dt`` (date), ``hour`` (int): the committed Parquet of the compacted hours and the
         raw JSON Lines no committed manifest names. ``lo``, ``hi``: only the hours
         ``"YYYY-MM-DD HH"`` within (``hours``: only those). Empty when nothing was archived.
         A lake without any manifest of ``kind`` in range is read as it always was: Spark lists
-        ``raw/kind=<kind>/`` itself."""
+        ``raw/kind=<kind>/`` itself. ``planned`` (the compaction): ``(manifests, raw keys)`` as the
+        caller listed them, read as they are — never listed again, so a raw key arriving after the
+        caller's listing is not read (its rows would be written without the manifest naming it)."""
         schema = schemas.STORED[kind] if stored else schemas.BY_KIND[kind]
         prefix = f"{C.RAW}/kind={kind}"
-        manifests = self.manifests(kind, lo, hi)
+        manifests = self.manifests(kind, lo, hi) if planned is None else dict(planned[0])
         if hours is not None:
             manifests = {h: m for h, m in manifests.items() if h in hours}
-        if not manifests and hours is None:
+        if not manifests and hours is None and planned is None:
             if not self.exists(prefix):
                 return spark.createDataFrame([], schema)
             base = self.path(prefix)
@@ -247,7 +250,7 @@ class Lake:
             if lo is not None or hi is not None:  # a filter on the partition columns: Spark lists those folders only
                 df = df.where(partition_key().between(lo or "0000", hi or "9999"))
             return df
-        raw_keys = self.raw_keys(kind, lo, hi)
+        raw_keys = self.raw_keys(kind, lo, hi) if planned is None else list(planned[1])
         if hours is not None:
             raw_keys = [k for k in raw_keys if (C.raw_hour(k) or ("", "", ""))[1:] in hours]
         parquet, raw = C.unread(raw_keys, manifests)
