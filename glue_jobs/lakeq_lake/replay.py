@@ -36,6 +36,7 @@ from lakeq.replay.rules import Filter, field_needles, hour_bounds
 
 from . import native_filter as NF
 from .progress import progress
+from . import schemas
 from .schemas import incarnation
 from .store import Lake
 
@@ -48,17 +49,9 @@ MESSAGES_RAW = StructType([
     StructField("inc", LongType()),  # the topic's incarnation (lakeq.lake.archive); null (0) in older rows
 ])
 
-BODIES = StructType([
-    StructField("topic", StringType()), StructField("queue", LongType()),
-    StructField("offset", LongType()), StructField("body", StringType()),
-    # the message's metadata, archived with its body since 2026-11-28 (lakeq.lake.archive.body_row):
-    # a replay then reads this kind alone (select_one_sided); null in rows archived before
-    StructField("id", StringType()), StructField("key", StringType()),
-    StructField("tags", ArrayType(StringType())), StructField("properties", StringType()),
-    StructField("produced_at", LongType()),
-    StructField("claim", StringType()),  # a body in the lake bucket (issue 18.2): its claim, as JSON text
-    StructField("inc", LongType()),
-])
+# kind=bodies as the replay reads it: schemas.BODIES (the message's metadata, archived with its body
+# since 2026-11-28: a replay then reads this kind alone, select_one_sided) without the stream's seq
+BODIES = StructType([f for f in schemas.BODIES.fields if f.name != "seq"])
 
 MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim", "inc"]
 # A message of the lake is (topic, inc, queue, offset): a topic deleted and made again (SQS DeleteQueue,

@@ -19,6 +19,18 @@ from lakeq.lake import compaction as C
 from . import schemas
 
 
+def _first_lines(lines, n: int) -> list[bytes]:
+    """The first ``n`` non-empty lines of ``lines`` (bytes, with or without their line ends)."""
+    out: list[bytes] = []
+    for line in lines:
+        line = line.rstrip(b"\r\n")
+        if line.strip():
+            out.append(line)
+            if len(out) >= n:
+                break
+    return out
+
+
 class Lake:
     def __init__(self, root: str):
         self.root = root.rstrip("/")
@@ -85,30 +97,16 @@ class Lake:
         ending in ``.gz`` is gunzipped)."""
         import gzip
 
-        out: list[bytes] = []
         if n <= 0:
-            return out
+            return []
         if self.is_s3:
             body = self.s3().get_object(Bucket=self.bucket, Key=key)["Body"]
             try:
-                lines = gzip.GzipFile(fileobj=body) if key.endswith(".gz") else body.iter_lines()
-                for line in lines:
-                    line = line.rstrip(b"\r\n")
-                    if line.strip():
-                        out.append(line)
-                        if len(out) >= n:
-                            break
+                return _first_lines(gzip.GzipFile(fileobj=body) if key.endswith(".gz") else body.iter_lines(), n)
             finally:
                 body.close()
-            return out
         with (gzip.open if key.endswith(".gz") else open)(self.path(key), "rb") as f:
-            for line in f:
-                line = line.rstrip(b"\r\n")
-                if line.strip():
-                    out.append(line)
-                    if len(out) >= n:
-                        break
-        return out
+            return _first_lines(f, n)
 
     def put_json(self, key: str, obj) -> None:
         data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8")
