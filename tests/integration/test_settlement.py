@@ -358,13 +358,19 @@ def test_concurrent_settles_of_one_batch_all_land(api, setup, clock):
     results: list = []
 
     def settle(o):
-        results.append(ack(api, setup["risk"], r, accept=[o]))
+        # 503 "busy" is the API's "retry": twelve writers on one offsets item may exhaust a writer's
+        # compare-and-set rounds on a loaded machine (a client retries it, so the test does too)
+        for _ in range(5):
+            s, out = ack(api, setup["risk"], r, accept=[o])
+            if s != 503:
+                break
+        results.append((s, out))
     threads = [threading.Thread(target=settle, args=(o,)) for o in range(12)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    assert [s for s, _ in results] == [200] * 12
+    assert [s for s, _ in results] == [200] * 12, results
     assert sorted(len(out["unsettled"]) for _, out in results) == list(range(12))
     assert offsets(api, setup["risk"])["backlog"] == 0
 
