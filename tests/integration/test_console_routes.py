@@ -3,9 +3,9 @@ page, ``GET /v1/clients``, ``GET /v1/topics/{topic}``, ``lock_owner`` in a group
 ``GET /v1/subscriptions/{id}/offsets``."""
 from __future__ import annotations
 
-import pytest
-
 import re
+
+import pytest
 
 T = "/v1/topics/quotes%2Fsh/messages"
 
@@ -247,9 +247,12 @@ def test_console_metrics_reads_the_emf_figures_back_from_cloudwatch_with_the_tem
         sink(emit({"Topic": "quotes/sh", "Group": "risk"}, {M.BACKLOG: backlog, M.VISIBLE: backlog}, t))
         sink(emit({"Topic": "quotes/sh", "Group": "other"}, {M.BACKLOG: 100}, t))  # not asked for
         sink(emit({}, {M.BACKLOG: backlog + 100}, t))  # the totals row
-        if sent:
-            sink(emit({}, {M.SENT: sent}, t))
-        sink(emit({}, {M.ACKS: acks}, t))
+        if sent:  # the request paths' counters: the deployment's, and per row (obs.count_rows)
+            sink(emit({}, {M.SENT: sent + 1000}, t))
+            sink(emit({"Topic": "quotes/sh"}, {M.SENT: sent}, t))
+        sink(emit({}, {M.ACKS: acks + 1000}, t))
+        sink(emit({"Topic": "quotes/sh", "Group": "risk"}, {M.ACKS: acks}, t))
+        sink(emit({"Topic": "quotes/sh", "Group": "other"}, {M.ACKS: 50}, t))  # another group's
     sink(emit({"Topic": "quotes/sh", "Group": "risk"}, {M.BACKLOG: 99}, m - 90 * 60_000))  # over an hour ago
     capsys.readouterr()
 
@@ -258,15 +261,17 @@ def test_console_metrics_reads_the_emf_figures_back_from_cloudwatch_with_the_tem
     s, b = api.call("GET", R, query=mine)
     assert s == 200, b
     assert b["period_s"] == 60 and b["end"] - b["start"] == 61 * 60_000 and b["start"] <= m - 60 * 60_000
-    assert b["scope"] == {"produced": "deployment", "consumed": "deployment", "backlog": "topic+group"}
+    assert b["scope"] == {"produced": "topic", "consumed": "topic+group", "backlog": "topic+group"}
     ser = b["series"]
     assert [(p["t"], p["v"]) for p in ser["backlog"]] == [(m - 180_000, 5), (m - 120_000, 7), (m - 60_000, 6)]
     assert [(p["t"], p["v"]) for p in ser["produced"]] == [(m - 180_000, 10), (m - 120_000, 4)]
     assert [(p["t"], p["v"]) for p in ser["consumed"]] == [(m - 180_000, 2), (m - 120_000, 2), (m - 60_000, 1)]
 
     s, b = api.call("GET", R)  # the deployment's totals (admin)
-    assert s == 200 and b["scope"]["backlog"] == "deployment"
+    assert s == 200 and set(b["scope"].values()) == {"deployment"}
     assert [p["v"] for p in b["series"]["backlog"]] == [105, 107, 106]
+    assert [p["v"] for p in b["series"]["produced"]] == [1010, 1004]
+    assert [p["v"] for p in b["series"]["consumed"]] == [1002, 1002, 1001]
 
     # a group's key: its own group on a granted topic only; never the totals
     assert api.call("GET", R, query=mine, key=setup["risk"])[0] == 200

@@ -164,6 +164,54 @@ def test_request_paths_count_sent_received_and_settled(api, setup, clock, capsys
     assert c[M.ACKS] == 2 and c[M.ACCEPTED] == 2 and c[M.RELEASED] == 1 and c[M.REJECTED] == 1
 
 
+def counted_by(text: str) -> dict[tuple, float]:
+    """Each (dimension set without ``service``, metric) sum over the EMF documents printed: a
+    document with two dimension sets counts its values once under each."""
+    out: dict[tuple, float] = {}
+    for d in documents(text):
+        assert problems(d) == [], d
+        directive = d["_aws"]["CloudWatchMetrics"][0]
+        for keys in directive["Dimensions"]:
+            dims = tuple((k, d[k]) for k in keys if k != "service")
+            for m in directive["Metrics"]:
+                v = d[m["Name"]]
+                out[dims, m["Name"]] = out.get((dims, m["Name"]), 0) + sum(v if isinstance(v, list) else [v])
+    return out
+
+
+def test_request_counters_per_topic_group_and_subscription(api, setup, clock, capsys):
+    """Issue 34 item 1: the request paths' rates per row as well — sent per ``Topic``, received and
+    settled per ``Topic`` + ``Group``, a subscription's per ``Subscription`` — each row's figures its
+    own (a batch ack across two topics: one document a row), the deployment's (service only) the sum;
+    an empty pull or a failed ack adds no row."""
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+    assert s == 201, sub
+    produce(api, setup["feed"], [{"body": f"b{i}", "key": "k"} for i in range(3)])
+    produce(api, setup["feed"], [{"body": "sh", "key": "k"}], topic=f"{T}/sh")
+    capsys.readouterr()
+    s, a = api.call("GET", path(T), query={"group": "risk", "max": 10}, key=setup["risk"])
+    assert s == 200 and len(a["messages"]) == 3, a
+    s, e = api.call("GET", path(T), query={"group": "risk", "max": 10}, key=setup["risk"])
+    assert s == 200 and e["messages"] == [], e  # the key's queue is locked: an empty pull
+    s, b = api.call("GET", path(f"{T}/sh"), query={"group": "risk", "max": 10}, key=setup["risk"])
+    assert s == 200 and len(b["messages"]) == 1, b
+    produce(api, setup["feed"], [{"body": "x", "key": "k"}])
+    n = len(a["messages"])
+    offs = [m["offset"] for m in a["messages"]]
+    s, out = api.call("POST", "/v1/acks", {"group": "risk", "acks": [
+        {"receipt": a["receipt"], "accept": offs[:1], "reject": offs[1:2]}, {"receipt": b["receipt"]},
+        {"receipt": "b:quotes@9:0:1:1"}]}, key=setup["risk"])
+    assert s == 200 and "error" in out["results"][2], out
+    c = counted_by(capsys.readouterr().out)
+    qg, sg = (("Topic", T), ("Group", "risk")), (("Topic", f"{T}/sh"), ("Group", "risk"))
+    assert c[(("Topic", T),), M.SENT] == 1 and ((("Topic", f"{T}/sh"),), M.SENT) not in c  # produced before
+    assert c[qg, M.RECEIVED] == n == 3 and c[sg, M.RECEIVED] == 1
+    assert c[qg, M.ACKS] == 1 and c[qg, M.ACCEPTED] == 1 and c[qg, M.REJECTED] == 1 and (qg, M.RELEASED) not in c
+    assert c[sg, M.ACKS] == 1 and (sg, M.ACCEPTED) not in c
+    assert c[(), M.ACKS] == 2 and c[(), M.RECEIVED] == 4 and c[(), M.SENT] == 1
+    assert {dims for dims, _ in c} == {(), (("Topic", T),), qg, sg}
+
+
 def test_the_sqs_endpoint_counts_sends_receives_and_deletes(api, capsys, monkeypatch):
     from lakeq.sqs import handler as sqs_service
     from tests.integration.sqs_harness import Harness, fake_auth

@@ -40,6 +40,36 @@ def test_the_shared_metrics_flush_is_valid(capsys, monkeypatch):
     assert problems(doc) == [] and doc[M.SENT] == [2.0]
 
 
+def test_count_rows_one_row_rides_the_invocations_document_several_rows_get_their_own(capsys, monkeypatch):
+    """Issue 34 item 1: a request's per-row counters. One row: the shared document gets the row's
+    dimension set besides ``service`` (no second line); several: one document a row; zeros dropped."""
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "lakeq")
+    monkeypatch.setattr(obs.metrics, "service", "lakeq")
+    obs.metrics.add_metric(name=M.RECEIVED, unit=MetricUnit.Count, value=3)
+    obs.count_rows({(("Topic", "quotes"), ("Group", "risk")): {M.RECEIVED: 3}})
+    obs.metrics.flush_metrics()
+    (doc,) = documents(capsys.readouterr().out)
+    assert problems(doc) == [] and doc[M.RECEIVED] == [3.0]
+    assert doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service"], ["Topic", "Group", "service"]]
+    assert (doc["Topic"], doc["Group"]) == ("quotes", "risk")
+
+    obs.count_rows({(("Topic", "a"), ("Group", "g")): {M.ACKS: 1, M.ACCEPTED: 0},
+                    (("Subscription", "s-1"),): {M.ACKS: 2}, (("Topic", "b"), ("Group", "g")): {M.ACKS: 0}})
+    docs = documents(capsys.readouterr().out)
+    assert [problems(d) for d in docs] == [[], []]
+    shapes = [(d["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+               [m["Name"] for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]]) for d in docs]
+    assert shapes == [([["Topic", "Group", "service"]], [M.ACKS]), ([["Subscription", "service"]], [M.ACKS])]
+    assert obs.metrics.provider.dimension_sets == []  # several rows leave the invocation's document alone
+
+    obs.count_rows({(("Topic", "a"),): {M.SENT: 0}})  # an empty row: nothing printed, nothing added
+    assert capsys.readouterr().out == "" and obs.metrics.provider.dimension_sets == []
+    monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "totals")  # MetricsDetail totals: a fixed metric count
+    obs.count_rows({(("Topic", "a"),): {M.SENT: 1}, (("Topic", "b"),): {M.SENT: 1}})
+    obs.count_rows({(("Topic", "a"),): {M.SENT: 1}})
+    assert capsys.readouterr().out == "" and obs.metrics.provider.dimension_sets == []
+
+
 GOOD = {"_aws": {"Timestamp": 1_700_000_000_000,
                  "CloudWatchMetrics": [{"Namespace": "lakeq", "Dimensions": [["Topic", "service"]],
                                         "Metrics": [{"Name": "A", "Unit": "Count"}]}]},

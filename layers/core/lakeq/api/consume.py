@@ -10,7 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lakeq import consume
 from lakeq.api.http import Router, body, json_response, path, query
 from lakeq.common import metric_names as M
-from lakeq.common.obs import metrics
+from lakeq.common.obs import count_rows, metrics
 from lakeq.subscriptions import service as subscriptions
 
 consume_router = Router()
@@ -19,8 +19,10 @@ consume_router = Router()
 @consume_router.get("/v1/topics/<topic>/messages")
 def pull(topic: str):
     p = consume_router.caller
-    out = consume.pull(p, path(topic), query(consume_router))
+    q = query(consume_router)
+    out = consume.pull(p, path(topic), q)
     metrics.add_metric(name=M.RECEIVED, unit=MetricUnit.Count, value=len(out["messages"]))
+    count_rows({(("Topic", path(topic)), ("Group", q["group"])): {M.RECEIVED: len(out["messages"])}})
     return json_response(out)
 
 
@@ -36,16 +38,37 @@ def ack():
 def count_acks(req: dict, out: dict) -> None:
     """Count a settled ack (each entry of a batch ack that did not fail): ``NumberOfAcks``, and the
     offsets its ``accept`` / ``release`` / ``reject`` lists name, each once (a whole-batch ack names
-    none)."""
+    none) — the deployment's (``service``) and each row's (:func:`row_of`)."""
     entries = req["acks"] if "acks" in req else [req]
     results = out["results"] if "acks" in req else [out]
-    done = [e for e, r in zip(entries, results) if "error" not in r]
+    done = [(e, r) for e, r in zip(entries, results) if "error" not in r]
+    rows: dict[tuple, dict[str, int]] = {}
+    for e, r in done:
+        row = rows.setdefault(row_of(e.get("group", req.get("group")), r), dict.fromkeys(ACK_COUNTS, 0))
+        row[M.ACKS] += 1
+        for field, name in ACK_FIELDS:
+            # each offset once, as the validation (lakeq.contract.validation.outcomes) settles it
+            row[name] += len(set(e.get(field) or ()))
     metrics.add_metric(name=M.ACKS, unit=MetricUnit.Count, value=len(done))
-    for field, name in (("accept", M.ACCEPTED), ("release", M.RELEASED), ("reject", M.REJECTED)):
-        # each offset once, as the validation (lakeq.contract.validation.outcomes) settles it
-        n = sum(len(set(e.get(field) or ())) for e in done)
+    for _, name in ACK_FIELDS:
+        n = sum(row[name] for row in rows.values())
         if n:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=n)
+    count_rows(rows)
+
+
+ACK_FIELDS = (("accept", M.ACCEPTED), ("release", M.RELEASED), ("reject", M.REJECTED))
+ACK_COUNTS = (M.ACKS, M.ACCEPTED, M.RELEASED, M.REJECTED)
+
+
+def row_of(group: str | None, result: dict) -> tuple[tuple[str, str], ...]:
+    """The row an ack's counts go to: its ``Subscription``, its ``Replay`` (an entry of a replay's
+    list into a group: the dimension of the replay's progress), else its ``Topic`` + ``Group``."""
+    if result.get("subscription") is not None:
+        return (("Subscription", result["subscription"]),)
+    if result.get("replay") is not None:
+        return (("Replay", result["replay"]),)
+    return (("Topic", result["topic"]), ("Group", group or "-"))
 
 
 @consume_router.post("/v1/visibility")

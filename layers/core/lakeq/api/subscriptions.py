@@ -5,7 +5,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lakeq.api.http import Router, body, json_response, path, query
 from lakeq.common import metric_names as M
-from lakeq.common.obs import metrics
+from lakeq.common.obs import count_rows, metrics
 from lakeq.subscriptions import service as subscriptions
 
 router = Router()
@@ -35,4 +35,5 @@ def pull(id: str):  # noqa: A002
     p = router.caller
     out = subscriptions.pull(p, path(id), query(router))
     metrics.add_metric(name=M.SUBSCRIPTION_RECEIVED, unit=MetricUnit.Count, value=len(out["messages"]))
+    count_rows({(("Subscription", path(id)),): {M.SUBSCRIPTION_RECEIVED: len(out["messages"])}})
     return json_response(out)

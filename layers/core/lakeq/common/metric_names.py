@@ -8,12 +8,14 @@ Names follow SQS's own where the meaning is the same (``NumberOfMessagesSent``,
 ``ApproximateNumberOfMessagesVisible``, ``ApproximateAgeOfOldestMessage``). Dimensions: every
 document carries ``service`` (powertools' default dimension, ``POWERTOOLS_SERVICE_NAME``); the
 gauges add ``Topic`` + ``Group`` (a consumer group's view of a topic), ``Subscription``, or
-``Topic`` alone; deployment totals carry ``service`` only; push counters add ``Endpoint``.
+``Topic`` alone; deployment totals carry ``service`` only; push counters add ``Endpoint``; the
+request paths' counters are printed under ``service`` and under their row's dimensions.
 See docs/design.md ("Operations") and docs/costs.md for the count and its price.
 """
 from __future__ import annotations
 
-# ---- counters from the request paths (per invocation, service dimension only)
+# ---- counters from the request paths (per invocation: service, and per row — Topic for SENT; Topic+Group,
+#      Subscription or Replay for the others — lakeq.common.obs.count_rows)
 SENT = "NumberOfMessagesSent"                       # produce: messages accepted by POST …/messages
 RECEIVED = "NumberOfMessagesReceived"               # group pulls: messages delivered
 SUBSCRIPTION_RECEIVED = "NumberOfSubscriptionMessagesReceived"  # subscription pulls

@@ -19,6 +19,7 @@ metric set per process, so a metric a route adds is flushed by its function's ``
 from __future__ import annotations
 
 import json
+import os
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import EphemeralMetrics
@@ -47,3 +48,27 @@ def emit(dimensions: dict[str, str], values: dict[str, float], timestamp_ms: int
     doc = m.serialize_metric_set()
     print(json.dumps(doc, separators=(",", ":")), flush=True)
     return doc
+
+
+def count_rows(rows: dict[tuple[tuple[str, str], ...], dict[str, float]]) -> None:
+    """A request's counters per row as well (issue 34 item 1: rates per ``Topic``, per ``Topic`` +
+    ``Group``, per ``Subscription``), beside the ``service``-only ones the route added to
+    :data:`metrics`. ``rows``: the dimensions (pairs, in order) -> that row's counts. Zero counts
+    and empty rows are dropped (a row costs a CloudWatch metric only in the hours it gets data).
+    One row (a pull, a produce, an ack of one receipt: almost every request): the invocation's own
+    document gets that dimension set too (:meth:`Metrics.add_dimensions`: the same EMF line, no
+    second one); the route must have added exactly the row's counts to :data:`metrics`. Several
+    rows (a batch ack across topics): one document a row (:func:`emit`). Nothing when
+    ``LAKEQ_METRICS_DETAIL`` (template parameter ``MetricsDetail``) is ``totals``: a fixed metric
+    count whatever the number of topics."""
+    if os.environ.get("LAKEQ_METRICS_DETAIL") == "totals":
+        return
+    kept = {dims: {n: v for n, v in vals.items() if v} for dims, vals in rows.items()}
+    kept = {dims: vals for dims, vals in kept.items() if vals}
+    if len(kept) == 1 and len(rows) == 1:
+        (dims, _), = kept.items()
+        metrics.add_dimensions(**dict(dims), **({"service": metrics.service} if metrics.service else {}))
+    else:
+        for dims, vals in kept.items():
+            emit(dict(dims), vals)
+

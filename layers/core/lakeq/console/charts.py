@@ -6,11 +6,15 @@ What is charted (one ``GetMetricData`` call, three queries, period 60 s, the las
 and the current one):
 
 - ``produced`` — ``NumberOfMessagesSent`` (Sum per minute), and ``consumed`` — ``NumberOfAcks``
-  (Sum per minute: receipts settled, the group pulls', subscriptions' and SQS deletes alike). These
-  counters carry the ``service`` dimension only (a per-topic counter would multiply the metric count
-  by the topics: docs/costs.md), so they are **the deployment's** rates, whatever topic is asked;
-- ``backlog`` — ``ApproximateNumberOfMessagesBacklog`` (Maximum per minute) of the (``Topic``,
-  ``Group``) asked, or, with neither, the deployment's total (the metrics function's totals row).
+  (Sum per minute: receipts settled, the group pulls', subscriptions' and SQS deletes alike);
+- ``backlog`` — ``ApproximateNumberOfMessagesBacklog`` (Maximum per minute);
+
+for the (``Topic``, ``Group``) asked — sent per ``Topic``, settled and backlog per ``Topic`` +
+``Group`` (the request paths count per row too, :func:`lakeq.common.obs.count_rows`; the backlog
+is the metrics function's row) — or, with neither, the deployment's (``service`` only: the
+counters' totals, the metrics function's totals row). A group's key sees its own rows only, never
+another tenant's traffic (the SQS endpoint's sends and deletes are counted in the deployment's
+figures only).
 
 The answer's ``scope`` says which is which. A minute without data has no point (CloudWatch returns
 none): with ``detail`` ``active`` a (topic, group) row is printed only while it has a backlog, so a
@@ -69,11 +73,11 @@ def window(now: int) -> tuple[int, int]:
 def queries(topic: str | None, group: str | None) -> list[dict]:
     """The ``GetMetricData`` queries (ids ``produced``, ``consumed``, ``backlog``)."""
     svc = [{"Name": "service", "Value": service()}]
+    row = {"produced": [("Topic", topic)], "consumed": [("Topic", topic), ("Group", group)],
+           "backlog": [("Topic", topic), ("Group", group)]}
     out = []
     for sid, name, stat in SERIES:
-        dims = svc
-        if sid == "backlog" and topic is not None:
-            dims = [{"Name": "Topic", "Value": topic}, {"Name": "Group", "Value": group}, *svc]
+        dims = svc if topic is None else [*({"Name": k, "Value": v} for k, v in row[sid]), *svc]
         out.append({"Id": sid, "ReturnData": True,
                     "MetricStat": {"Metric": {"Namespace": namespace(), "MetricName": name, "Dimensions": dims},
                                    "Period": PERIOD_S, "Stat": stat}})
@@ -114,6 +118,6 @@ def metrics(p: Principal, q: dict, now: int | None = None) -> dict:
     start, end = window(now)
     raw = MetricsRepo.series(queries(topic, group), start, end)
     return {"start": start, "end": end, "period_s": PERIOD_S, "topic": topic, "group": group,
-            "scope": {"produced": "deployment", "consumed": "deployment",
-                      "backlog": "deployment" if topic is None else "topic+group"},
+            "scope": ({"produced": "deployment", "consumed": "deployment", "backlog": "deployment"} if topic is None
+                      else {"produced": "topic", "consumed": "topic+group", "backlog": "topic+group"}),
             "series": shape(raw, start, end)}
