@@ -58,6 +58,7 @@ class Client:
     push_send_at: int | None = None
     push_leases: dict | None = None
     push_endpoints: int | None = None
+    subscriptions: int | None = None
     replays: set[str] | None = None
 
 
