@@ -64,7 +64,8 @@ def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsy
     assert total[M.DELAYED] == 1 and total[M.PUBLISHER_TRUNCATED] == 0
     # every document's timestamp is the run's minute, its namespace the stack's
     assert {d["_aws"]["Timestamp"] for d in docs} == {clock.t}
-    assert {d["_aws"]["CloudWatchMetrics"][0]["Namespace"] for d in docs} == {"lakeq"}
+    assert {d["_aws"]["CloudWatchMetrics"][0]["Namespace"] for d in docs} == {"lakeq/lakeq-local"}
+    assert {d["service"] for d in docs} == {"lakeq-local"}
     # all: every row, idle ones too; totals: the totals only, the same figures
     monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
     _, docs = publish(capsys)
