@@ -59,6 +59,7 @@ class Client:
     push_leases: dict | None = None
     push_endpoints: int | None = None
     subscriptions: int | None = None
+    alarms_muted: bool | None = None
     replays: set[str] | None = None
 
 
