@@ -279,7 +279,7 @@ def test_the_publishers_scans_return_no_secret(api, setup, clock, capsys):
     for table in ("clients", "subscriptions"):
         for item in scanned[table]:
             assert not SECRET_ATTRIBUTES & set(item), (table, sorted(item))
-    assert all(set(i) <= {"name", "role", "mode", "topics"} for i in scanned["clients"])
+    assert all(set(i) <= {"name", "role", "mode", "topics", "alarms_muted"} for i in scanned["clients"])
     assert all(set(i) <= {"id", "subscriber"} for i in scanned["subscriptions"])
 
 
