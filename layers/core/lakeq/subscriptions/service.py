@@ -143,12 +143,12 @@ def create(p: Principal, raw: str | None) -> dict:
         topic_or_404(dl["dead_letter_topic"])
     authorize(p, client, topic)
     by = dead_letter_grant(p, client, [topic], dl.get("dead_letter_topic"))
+    _below_limit(subscriber)  # before the topics' Scan (Start.read): a refusal costs one read
     now = clock.now()
     sub = Subscription(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
                        conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
                        created_at=now, starts=Start.read(topic).dump(), max_deliveries=dl.get("max_deliveries"),
                        dead_letter_topic=dl.get("dead_letter_topic"), dead_letter_by=by)
-    _below_limit(subscriber)
     if not SubscriptionRepo.create(sub, MAX_SUBSCRIPTIONS_PER_CLIENT):
         _below_limit(subscriber)  # another creation took the last place (or the client went)
         raise Conflict("the subscription limit changed meanwhile; retry")  # pragma: no cover
