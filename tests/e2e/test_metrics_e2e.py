@@ -23,10 +23,14 @@ def stack(start_local_stack):
     assert code == 0, st.stderr[-3000:]
 
 
+# the local stack's (template.yaml: lakeq/<stack name>, <stack name>; the stack is lakeq-local)
+NAMESPACE, SERVICE = "lakeq/lakeq-local", "lakeq-local"
+
+
 def series(st, name: str, **dims) -> list[dict]:
-    r = requests.get(f"{st.url}/_local/metrics", params={"name": name, "namespace": "lakeq"}, timeout=10)
+    r = requests.get(f"{st.url}/_local/metrics", params={"name": name, "namespace": NAMESPACE}, timeout=10)
     assert r.status_code == 200, r.text
-    return [s for s in r.json()["series"] if s["dimensions"] == {**dims, "service": "lakeq"}]
+    return [s for s in r.json()["series"] if s["dimensions"] == {**dims, "service": SERVICE}]
 
 
 def last(st, name: str, **dims) -> float | None:

@@ -64,7 +64,8 @@ def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsy
     assert total[M.DELAYED] == 1 and total[M.PUBLISHER_TRUNCATED] == 0
     # every document's timestamp is the run's minute, its namespace the stack's
     assert {d["_aws"]["Timestamp"] for d in docs} == {clock.t}
-    assert {d["_aws"]["CloudWatchMetrics"][0]["Namespace"] for d in docs} == {"lakeq"}
+    assert {d["_aws"]["CloudWatchMetrics"][0]["Namespace"] for d in docs} == {"lakeq/lakeq-local"}
+    assert {d["service"] for d in docs} == {"lakeq-local"}
     # all: every row, idle ones too; totals: the totals only, the same figures
     monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
     _, docs = publish(capsys)
@@ -326,7 +327,7 @@ def test_the_publishers_scans_return_no_secret(api, setup, clock, capsys):
     for table in ("clients", "subscriptions"):
         for item in scanned[table]:
             assert not SECRET_ATTRIBUTES & set(item), (table, sorted(item))
-    assert all(set(i) <= {"name", "role", "mode", "topics"} for i in scanned["clients"])
+    assert all(set(i) <= {"name", "role", "mode", "topics", "alarms_muted"} for i in scanned["clients"])
     assert all(set(i) <= {"id", "subscriber"} for i in scanned["subscriptions"])
 
 
@@ -342,3 +343,82 @@ def test_an_offset_named_twice_in_an_ack_is_counted_once(api, setup, clock, caps
     assert s == 200, out
     c = counted(capsys.readouterr().out)
     assert c[M.ACKS] == 1 and c[M.REJECTED] == 1
+
+
+# --- review of issue 34: the alarms see every run, and a tenant's stale rows can be left out ------------
+def printed_names(docs: list[dict]) -> set[str]:
+    return {m["Name"] for d in docs for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+
+
+def test_a_truncated_run_still_publishes_what_the_age_alarm_watches(api, setup, clock, capsys, monkeypatch,
+                                                                     template):
+    """Item 1b: a truncated run withheld the totals the alarms watched, so past the row cap (or out
+    of time) every alarm saw no data. The age alarm now watches ``AlarmedAgeOfOldestMessage``, which
+    every run prints: the oldest over the rows it read, so in the minute a row's page comes round
+    the alarm sees that row's age. The backlog and dead-letter alarms DIFF sums, comparable only
+    between complete runs: their metrics are printed by complete runs only."""
+    from tests.unit.test_metric_names import watched
+    alarms = watched(template)
+    assert alarms["OldestMessageAgeAlarm"] == [M.ALARMED_AGE]
+    assert alarms["BacklogGrowingAlarm"] == [M.ALARMED_BACKLOG]
+    assert alarms["DeadLetteredAlarm"] == [M.ALARMED_DEAD_LETTERED]
+    for i in range(3):
+        assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
+    produce(api, setup["feed"], [{"body": "old", "key": "k", "id": "old-1"}])  # with an id: the head moves now
+    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 2, "active"))
+    t0, seen = clock.t, []
+    for minute in range(1, 4):
+        clock.t = (t0 // 60_000 + minute) * 60_000
+        stats, docs = publish(capsys)
+        total = row(docs)
+        assert stats["truncated"] is True and total[M.PUBLISHER_TRUNCATED] == 1
+        assert set(alarms["OldestMessageAgeAlarm"]) <= printed_names(docs)  # every run
+        assert M.ALARMED_BACKLOG not in total and M.ALARMED_DEAD_LETTERED not in total
+        g = row(docs, Topic=T, Group="risk")
+        if g is not None:  # the quotes row's page: the alarm sees its age
+            seen.append(minute)
+            assert total[M.ALARMED_AGE] == g[M.AGE] == clock.t - t0
+        else:
+            assert total[M.ALARMED_AGE] == 0
+    assert len(seen) == 1  # 5 rows, 3 pages: the quotes row is read once in 3 minutes
+    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 500, "active"))
+    _, docs = publish(capsys)
+    assert {M.ALARMED_AGE, M.ALARMED_BACKLOG, M.ALARMED_DEAD_LETTERED} <= set(row(docs))
+
+
+def test_a_muted_clients_rows_are_published_but_left_out_of_the_alarms(api, setup, clock, capsys):
+    """Item 3: one tenant's stale group (nobody consumes it any more, an old backlog) held the shared
+    age and backlog alarms in ALARM for everyone. The admin can leave a consumer out of the alarms
+    (``PATCH /v1/clients/{name}`` ``{"alarms": false}``): its rows are still published (and in the
+    totals), but not in the ``Alarmed*`` figures the alarms watch; ``{"alarms": true}`` puts it back."""
+    from tests.integration.test_settlement import patch
+    s, stale = api.call("POST", "/v1/clients", {"name": "stale", "role": "consumer", "topics": ["quotes"]})
+    assert s == 201, stale
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "stale"}, key=stale["api_key"])
+    assert s == 201, sub
+    t0 = clock.t
+    produce(api, setup["feed"], [{"body": "old", "key": "k", "id": "old-1"}])  # with an id: the head moves now
+    clock.t = t0 + 600_000
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
+    _, docs = publish(capsys)
+    assert row(docs, Topic=T, Group="stale")[M.AGE] == 600_000
+    assert (row(docs)[M.ALARMED_AGE], row(docs)[M.ALARMED_BACKLOG]) == (600_000, 1)
+
+    s, view = patch(api, "stale", {"alarms": False})
+    assert s == 200 and view["alarms"] is False, view
+    _, docs = publish(capsys)
+    assert row(docs, Topic=T, Group="stale")[M.AGE] == 600_000  # still published as a row
+    total = row(docs)
+    assert total[M.AGE] == 600_000 and total[M.BACKLOG] == 1  # and in the totals
+    assert (total[M.ALARMED_AGE], total[M.ALARMED_BACKLOG], total[M.ALARMED_DEAD_LETTERED]) == (0, 0, 0)
+
+    s, view = patch(api, "stale", {"alarms": True})
+    assert s == 200 and "alarms" not in view, view
+    _, docs = publish(capsys)
+    assert row(docs)[M.ALARMED_AGE] == 600_000
+    # admin only, consumers only, a boolean
+    assert patch(api, "stale", {"alarms": False}, key=stale["api_key"])[0] == 403
+    assert patch(api, "feed", {"alarms": False})[0] == 400
+    assert patch(api, "stale", {"alarms": "no"})[0] == 400 and patch(api, "stale", {"alarms": None})[0] == 400
+    assert "alarms" not in api.call("GET", "/v1/clients")[1]["clients"][-1]

@@ -119,3 +119,20 @@ def test_push_carries_the_trace_in_the_body_and_one_trace_as_the_header(api, set
     (url, headers, body, _t), = poster.calls
     assert "X-Amzn-Trace-Id" not in headers
     assert [m["trace"] for m in json.loads(body)["messages"]] == [TRACE, OTHER]
+
+
+def test_an_sqs_send_keeps_only_a_bounded_printable_awstraceheader(api, monkeypatch):
+    """Review of issue 34: a send's ``AWSTraceHeader`` was kept as sent, any length and any character,
+    and shown to every consumer of the queue (SQS consumers and their X-Ray parsers). Now one that is
+    not printable ASCII of at most 256 characters is ignored (the message is sent, without it), as
+    lakeq's own produce ignores a malformed ``X-Amzn-Trace-Id``; a well-formed one still goes through."""
+    monkeypatch.setattr(sqs_service, "authenticate_request", fake_auth)
+    sqs = Harness().client("admin")
+    url = sqs.create_queue(QueueName="jobs")["QueueUrl"]
+    sent = {"ok": TRACE, "newline": TRACE + "\r\nX-Injected: 1", "long": TRACE + ";Lineage=" + "a" * 300}
+    for body, header in sent.items():
+        sqs.send_message(QueueUrl=url, MessageBody=body,
+                         MessageSystemAttributes={"AWSTraceHeader": {"DataType": "String", "StringValue": header}})
+    got = {m["Body"]: m.get("Attributes", {}) for m in sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"]}
+    assert got == {"ok": {"AWSTraceHeader": TRACE}, "newline": {}, "long": {}}

@@ -26,21 +26,22 @@ def test_window_is_the_last_hour_of_whole_minutes_and_the_current_one():
     assert charts.window(M0) == (start, end)
 
 
-def test_queries_one_call_three_series_fixed_period_backlog_per_topic_and_group(monkeypatch):
+def test_queries_one_call_three_series_fixed_period_per_topic_and_group(monkeypatch):
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "ns")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "svc")
     qs = {q["Id"]: q["MetricStat"] for q in charts.queries("quotes/sh", "risk")}
     assert set(qs) == {"produced", "consumed", "backlog"} and {s["Period"] for s in qs.values()} == {60}
     assert qs["produced"]["Metric"] == {"Namespace": "ns", "MetricName": "NumberOfMessagesSent",
-                                        "Dimensions": [{"Name": "service", "Value": "svc"}]}
+                                        "Dimensions": [{"Name": "Topic", "Value": "quotes/sh"},
+                                                       {"Name": "service", "Value": "svc"}]}
     assert qs["produced"]["Stat"] == qs["consumed"]["Stat"] == "Sum" and qs["backlog"]["Stat"] == "Maximum"
     assert qs["consumed"]["Metric"]["MetricName"] == "NumberOfAcks"
     assert qs["backlog"]["Metric"]["MetricName"] == "ApproximateNumberOfMessagesBacklog"
-    assert qs["backlog"]["Metric"]["Dimensions"] == [{"Name": "Topic", "Value": "quotes/sh"},
-                                                     {"Name": "Group", "Value": "risk"},
-                                                     {"Name": "service", "Value": "svc"}]
+    assert qs["backlog"]["Metric"]["Dimensions"] == qs["consumed"]["Metric"]["Dimensions"] == [
+        {"Name": "Topic", "Value": "quotes/sh"}, {"Name": "Group", "Value": "risk"}, {"Name": "service", "Value": "svc"}]
     totals = {q["Id"]: q["MetricStat"] for q in charts.queries(None, None)}
-    assert totals["backlog"]["Metric"]["Dimensions"] == [{"Name": "service", "Value": "svc"}]
+    assert [totals[k]["Metric"]["Dimensions"] for k in ("produced", "consumed", "backlog")] == [
+        [{"Name": "service", "Value": "svc"}]] * 3
 
 
 def test_shape_one_point_per_minute_in_the_window_oldest_first():

@@ -68,34 +68,72 @@ def _sub(value) -> str:
     return value
 
 
-LAKEQ_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM (?:SCHEMA\()?"?lakeq"?[,) ]')
+# the stack's namespace and service (template.yaml's Globals), as _sub spells them
+NAMESPACE = "lakeq/AWS::StackName"
+SERVICE = "AWS::StackName"
+LAKEQ_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM (?:SCHEMA\()?"?lakeq/AWS::StackName"?[,) ]')
+ANY_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM (?:SCHEMA\()?"?([^",) ]+)"?[,) ]')
+
+
+def _ref(value):
+    """A ``Ref`` of a pseudo parameter or a ``Fn::Sub`` as :func:`_sub` spells it; anything else as is."""
+    if isinstance(value, dict) and "Ref" in value:
+        return value["Ref"]
+    return _sub(value)
 
 
 def watched(template: dict) -> dict[str, list[str]]:
-    """resource -> the lakeq-namespace metric names its alarm or dashboard watches."""
+    """resource -> the lakeq-namespace metric names its alarm or dashboard watches (the namespace
+    is the stack's, ``lakeq/${AWS::StackName}``)."""
     out: dict[str, list[str]] = {}
     for lid, r in template["Resources"].items():
         props = r.get("Properties") or {}
         names: list[str] = []
         if r["Type"] == "AWS::CloudWatch::Alarm":
-            if props.get("Namespace") == "lakeq":
+            if _ref(props.get("Namespace")) == NAMESPACE:
                 names.append(props["MetricName"])
             for q in props.get("Metrics") or []:
                 metric = (q.get("MetricStat") or {}).get("Metric") or {}
-                if metric.get("Namespace") == "lakeq":
+                if _ref(metric.get("Namespace")) == NAMESPACE:
                     names.append(metric["MetricName"])
                 names += LAKEQ_QUERY.findall(_sub(q.get("Expression", "")))
         elif r["Type"] == "AWS::CloudWatch::Dashboard":
             body = json.loads(_sub(props["DashboardBody"]))
             for w in body["widgets"]:
                 for line in w["properties"].get("metrics", []):
-                    if line and line[0] == "lakeq":
+                    if line and line[0] == NAMESPACE:
                         names.append(line[1])
                     elif line and isinstance(line[0], dict):
                         names += LAKEQ_QUERY.findall(line[0].get("expression", ""))
         if names:
             out[lid] = names
     return out
+
+
+def namespaces_and_services(template: dict) -> tuple[set, set]:
+    """Every namespace and every ``service`` dimension value the alarms and the dashboard name
+    (apart from AWS's own, ``AWS/…``)."""
+    spaces, services = set(), set()
+    for r in template["Resources"].values():
+        props = r.get("Properties") or {}
+        if r["Type"] == "AWS::CloudWatch::Alarm":
+            stats = [props, *[(q.get("MetricStat") or {}).get("Metric") or {} for q in props.get("Metrics") or []]]
+            for m in stats:
+                if m.get("Namespace") is not None:
+                    spaces.add(_ref(m["Namespace"]))
+                services |= {_ref(d["Value"]) for d in m.get("Dimensions") or [] if d["Name"] == "service"}
+            for q in props.get("Metrics") or []:
+                spaces |= {ns for _, ns in ANY_QUERY.findall(_sub(q.get("Expression", "")))}
+        elif r["Type"] == "AWS::CloudWatch::Dashboard":
+            body = json.loads(_sub(props["DashboardBody"]))
+            for w in body["widgets"]:
+                for line in w["properties"].get("metrics", []):
+                    if line and isinstance(line[0], str) and line[0] != "...":
+                        spaces.add(line[0])
+                        services |= {line[i + 1] for i in range(2, len(line) - 1, 2) if line[i] == "service"}
+                    elif line and isinstance(line[0], dict):
+                        spaces |= {ns for _, ns in ANY_QUERY.findall(line[0].get("expression", ""))}
+    return {s for s in spaces if not s.startswith("AWS/")}, services
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +149,23 @@ def test_alarms_and_dashboard_watch_only_emitted_metrics(template):
     assert {lid: n for lid, n in bad.items() if n} == {}
     board = set(seen["OperationsDashboard"])
     assert {M.SENT, M.RECEIVED, M.VISIBLE, M.AGE, M.DEAD_LETTERED, M.BACKLOG} <= board
+
+
+def test_every_alarm_and_the_dashboard_use_the_stacks_namespace_and_service(template):
+    """Review of issue 34 item 2: two stacks in one account shared the ``lakeq`` namespace and
+    service, so each one's alarms and dashboard watched the sum of both. The namespace and service
+    come from the stack's name in one place (Globals' POWERTOOLS_*), and every alarm and widget
+    names the same two expressions (a literal ``lakeq`` left anywhere fails here)."""
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert (_ref(env["POWERTOOLS_METRICS_NAMESPACE"]), _ref(env["POWERTOOLS_SERVICE_NAME"])) == (NAMESPACE, SERVICE)
+    assert namespaces_and_services(template) == ({NAMESPACE}, {SERVICE})
+
+
+def test_the_namespace_check_sees_a_literal(template):
+    alarm = json.loads(json.dumps(template["Resources"]["MetricsTruncatedAlarm"]))
+    alarm["Properties"]["Namespace"] = "lakeq"
+    alarm["Properties"]["Dimensions"][0]["Value"] = "lakeq"
+    assert namespaces_and_services({"Resources": {"A": alarm}}) == ({"lakeq"}, {"lakeq"})
 
 
 def test_the_check_reports_a_name_nobody_emits(template):

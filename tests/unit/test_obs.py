@@ -24,14 +24,15 @@ def test_template_globals_set_the_powertools_names():
     Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
     tpl = yaml.load((ROOT / "template.yaml").read_text(), Loader=Loader)
     env = tpl["Globals"]["Function"]["Environment"]["Variables"]
-    assert env["POWERTOOLS_SERVICE_NAME"] == "lakeq" and env["POWERTOOLS_METRICS_NAMESPACE"] == "lakeq"
+    assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"} <= set(env)
 
 
 def test_obs_reads_the_environment():
-    """tests/conftest.py puts template.yaml's environment in os.environ, as the local stack does."""
+    """tests/conftest.py puts template.yaml's environment in os.environ, as the local stack does:
+    the namespace and service are the stack's (``lakeq/<stack name>``, ``<stack name>``)."""
     from lakeq.common import obs
-    assert obs.logger.service == "lakeq"
-    assert obs.metrics.namespace == "lakeq" and obs.metrics.service == "lakeq"
+    assert obs.logger.service == "lakeq-local"
+    assert obs.metrics.namespace == "lakeq/lakeq-local" and obs.metrics.service == "lakeq-local"
 
 
 def test_every_handler_is_traced_and_tracing_is_off_here():

@@ -152,8 +152,8 @@ def test_repo_template_environment(template, monkeypatch):
         "LAKE_BUCKET": "lakeq-local-lakebucket",
         "LAKEQ_BROKER": "lakeq-local",
         "LAKEQ_ADMIN_KEY_SHA256": hashlib.sha256(b"k1").hexdigest(),
-        "POWERTOOLS_SERVICE_NAME": "lakeq",
-        "POWERTOOLS_METRICS_NAMESPACE": "lakeq",
+        "POWERTOOLS_SERVICE_NAME": "lakeq-local",
+        "POWERTOOLS_METRICS_NAMESPACE": "lakeq/lakeq-local",
     } | {k: v for k, v in env.items() if k not in {
         "TOPICS_TABLE", "CLIENTS_TABLE", "KEYS_TABLE", "QUEUES_TABLE", "SEGMENTS_TABLE",
         "DEDUP_TABLE", "OFFSETS_TABLE", "LAKE_BUCKET", "LAKEQ_BROKER", "LAKEQ_ADMIN_KEY_SHA256",
@@ -161,6 +161,8 @@ def test_repo_template_environment(template, monkeypatch):
     explicit = T.environment(template, "other", {"AdminKeySha256": "ab" * 32})
     assert explicit["LAKEQ_ADMIN_KEY_SHA256"] == "ab" * 32
     assert explicit["TOPICS_TABLE"] == "other-topics"
+    # another stack, another namespace and service: two stacks in one account never share a metric
+    assert (explicit["POWERTOOLS_METRICS_NAMESPACE"], explicit["POWERTOOLS_SERVICE_NAME"]) == ("lakeq/other", "other")
 
 
 def test_conftest_set_the_environment_from_the_template():

@@ -95,6 +95,8 @@ def client_view(c: Client) -> dict:
             out["max_deliveries"] = int(c.max_deliveries)
         if c.dead_letter_topic is not None:
             out["dead_letter_topic"] = c.dead_letter_topic
+        if c.alarms_muted:  # left out of the deployment's alarms (PATCH {"alarms": false})
+            out["alarms"] = False
     return out
 
 
@@ -147,7 +149,8 @@ def patch_client(p: Principal, name: str, raw: str | None) -> dict:
         raise NotFound(f"dead-letter topic '{dlt}' does not exist")
     require_admin(p)
     if c.role != "consumer":
-        raise BadRequest(f"client '{name}' is a {c.role}: 'max_deliveries' and 'dead_letter_topic' are for consumers")
+        raise BadRequest(f"client '{name}' is a {c.role}: 'max_deliveries', 'dead_letter_topic' and 'alarms' "
+                         "are for consumers")
     _no_loop(list(c.topics), dlt)
     updated = ClientRepo.set_settings(name, changes)
     if updated is None:

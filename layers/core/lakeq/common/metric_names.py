@@ -1,4 +1,4 @@
-"""Every CloudWatch metric lakeq emits (namespace ``POWERTOOLS_METRICS_NAMESPACE``, ``lakeq``): its
+"""Every CloudWatch metric lakeq emits (namespace ``POWERTOOLS_METRICS_NAMESPACE``, ``lakeq/<stack name>``): its
 name, unit and dimension sets. The emitters use these constants (``add_metric(name=M.SENT…)`` or
 :func:`lakeq.common.obs.emit`), template.yaml's alarms and dashboard name them, and
 ``tests/unit/test_metric_names.py`` checks both against this table (so an alarm cannot watch a
@@ -6,7 +6,8 @@ metric nobody emits, and a literal name in an ``add_metric`` call must be in the
 
 Names follow SQS's own where the meaning is the same (``NumberOfMessagesSent``,
 ``ApproximateNumberOfMessagesVisible``, ``ApproximateAgeOfOldestMessage``). Dimensions: every
-document carries ``service`` (powertools' default dimension, ``POWERTOOLS_SERVICE_NAME``); the
+document carries ``service`` (powertools' default dimension, ``POWERTOOLS_SERVICE_NAME``: the stack's
+name; the namespace is ``lakeq/<stack name>``); the
 gauges add ``Topic`` + ``Group`` (a consumer group's view of a topic), ``Subscription``, or
 ``Topic`` alone; deployment totals carry ``service`` only; push counters add ``Endpoint``; the
 request paths' counters are printed under ``service`` and under their row's dimensions.
@@ -46,6 +47,12 @@ DEAD_LETTERED = "NumberOfMessagesDeadLettered"      # dead-lettered so far (cumu
 DELAYED = "ApproximateNumberOfMessagesDelayed"      # per topic: delayed messages not yet in a queue
 PUBLISHER_ROWS = "MetricsPublisherRows"             # rows the run published (totals only)
 PUBLISHER_TRUNCATED = "MetricsPublisherTruncated"   # 1 when the run's cap left rows out (totals only)
+# what the deployment's alarms watch (service only, lakeq.console.gauges): the rows of clients the admin
+# left out of the alarms (PATCH /v1/clients {"alarms": false}) are not in them
+ALARMED_AGE = "AlarmedAgeOfOldestMessage"           # every run: the oldest over the rows it read (a page
+#                                                     when truncated: each row is read every `pages` minutes)
+ALARMED_BACKLOG = "AlarmedNumberOfMessagesBacklog"  # complete runs only: the backlog summed
+ALARMED_DEAD_LETTERED = "AlarmedNumberOfMessagesDeadLettered"  # complete runs only: dead-lettered so far
 
 # ---- other counters the functions emit (per invocation, service dimension only)
 OTHER_COUNTERS = ("WakePosted", "WakeGone", "WakeFailed", "HeadsMoved", "UnsubscribePurgeUnfinished",
@@ -57,8 +64,9 @@ UNITS: dict[str, str] = {
                             PUSH_ATTEMPTS, PUSH_FAILURES, PUSH_DELIVERED, PUSH_FAILED, PUSH_DEAD_LETTERED,
                             REDRIVE_MOVED, REDRIVE_TOTAL, REPLAY_COPIED, REPLAY_FOUND,
                             VISIBLE, NOT_VISIBLE, BACKLOG, DEAD_LETTERED, DELAYED, PUBLISHER_ROWS,
-                            PUBLISHER_TRUNCATED, *OTHER_COUNTERS)},
+                            PUBLISHER_TRUNCATED, ALARMED_BACKLOG, ALARMED_DEAD_LETTERED, *OTHER_COUNTERS)},
     AGE: "Milliseconds",
+    ALARMED_AGE: "Milliseconds",
 }
 ALL = frozenset(UNITS)
 

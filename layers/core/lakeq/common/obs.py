@@ -5,9 +5,10 @@ Nothing is hard-coded here: powertools reads its settings from the environment, 
 template.yaml's ``Globals.Function.Environment`` sets for every function (and the local stack and
 the tests take from there, ``infra/local/template.py``'s ``environment``):
 
-- ``POWERTOOLS_SERVICE_NAME`` (``lakeq``): the logger's ``service`` key and the metrics'
+- ``POWERTOOLS_SERVICE_NAME`` (the stack's name): the logger's ``service`` key and the metrics'
   ``service`` dimension;
-- ``POWERTOOLS_METRICS_NAMESPACE`` (``lakeq``): the metrics' CloudWatch namespace;
+- ``POWERTOOLS_METRICS_NAMESPACE`` (``lakeq/<stack name>``): the metrics' CloudWatch namespace (per
+  stack: two stacks in one account never share a series);
 - ``POWERTOOLS_LOG_LEVEL`` / ``POWERTOOLS_METRICS_DISABLED`` … as powertools documents them.
 
 The modules' own ``logging.getLogger("lakeq.<module>")`` loggers are children of the service's

@@ -11,7 +11,16 @@ Rows (names in :mod:`lakeq.common.metric_names`):
 - per topic read — ``Topic``: delayed messages not yet in a queue;
 - the totals — ``service`` only: the five summed (age: the oldest), delayed, and the run's
   ``MetricsPublisherRows`` / ``MetricsPublisherTruncated``. The totals of the five and delayed are
-  printed only by a run that covered every row (a partial sum would look like a drop).
+  printed only by a run that covered every row (a partial sum would look like a drop);
+- what the alarms watch — ``service`` only, in the same document, the rows of muted clients (the
+  admin's ``PATCH /v1/clients/{name}`` ``{"alarms": false}``: a tenant's stale group must not hold
+  the shared alarms; its rows are still published as rows) left out: ``AlarmedAgeOfOldestMessage``
+  by **every** run, the oldest over the rows it read (a truncated run's page: every row is read at
+  least once in ``pages`` minutes, so an age alarm on "any of the last 5 minutes" sees every row up
+  to 5 pages, truncated or not); ``AlarmedNumberOfMessagesBacklog`` and
+  ``AlarmedNumberOfMessagesDeadLettered`` by a complete run only (the alarms ``DIFF`` them: two
+  runs' sums compare only over the same rows, and a page's sum against another page's would page
+  someone for nothing).
 
 Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
 ``MetricsDetail``): ``active`` (the default) — a (topic, group) or subscription row only while it
@@ -58,7 +67,7 @@ from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
-CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics"]
+CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics", "alarms_muted"]
 SUB_ATTRIBUTES = ["id", "subscriber"]
 
 
@@ -102,9 +111,9 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     # subscriptions' lists are one consumer's like any other's
     rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
                          if c.mode != "broadcasting" and any(covers(g, t.name) for g in c.topics)]
-    subs = {c.name for c in consumers}
+    subs = {c.name: c for c in consumers}
     listed = SubscriptionRepo.all(consistent=False, attributes=SUB_ATTRIBUTES)
-    rows += [("sub", s, None) for s in sorted(listed, key=lambda s: s.id) if s.subscriber in subs]
+    rows += [("sub", s, subs[s.subscriber]) for s in sorted(listed, key=lambda s: s.id) if s.subscriber in subs]
     out = Gauges(total_rows=len(rows))
     pages = max(1, -(-len(rows) // max_rows))
     minute = now // MINUTE_MS
@@ -116,6 +125,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     out.truncated = pages > 1
     metas: dict[str, list] = {}
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
+    alarmed = {M.ALARMED_AGE: 0, M.ALARMED_BACKLOG: 0, M.ALARMED_DEAD_LETTERED: 0}
     delayed = 0
     for kind, a, b in todo:
         if deadline is not None and _clock.now() >= deadline:
@@ -141,8 +151,14 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         out.published += 1
         for k, v in vals.items():
             totals[k] = max(totals[k], v) if k == M.AGE else totals[k] + v
-    run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.truncated)}
-    if not out.truncated:
-        run = {**totals, M.DELAYED: delayed, **run}
+        if not b.alarms_muted:  # b: the pair's consumer, the subscription's subscriber
+            alarmed[M.ALARMED_AGE] = max(alarmed[M.ALARMED_AGE], vals[M.AGE])
+            alarmed[M.ALARMED_BACKLOG] += vals[M.BACKLOG]
+            alarmed[M.ALARMED_DEAD_LETTERED] += vals[M.DEAD_LETTERED]
+    run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.truncated),
+           M.ALARMED_AGE: alarmed[M.ALARMED_AGE]}
+    if not out.truncated:  # sums: comparable between runs over the same rows only
+        run = {**totals, M.DELAYED: delayed, **run, M.ALARMED_BACKLOG: alarmed[M.ALARMED_BACKLOG],
+               M.ALARMED_DEAD_LETTERED: alarmed[M.ALARMED_DEAD_LETTERED]}
     out.rows.append(({}, run))
     return out

@@ -368,13 +368,20 @@ def create_client(body: dict) -> ClientIn:
 
 
 def patch_client(body: dict) -> dict:
-    """``PATCH /v1/clients/{name}``: ``max_deliveries`` and/or ``dead_letter_topic`` (null clears)."""
-    unknown = sorted(set(body) - {"max_deliveries", "dead_letter_topic"})
+    """``PATCH /v1/clients/{name}``: ``max_deliveries`` and/or ``dead_letter_topic`` (null clears),
+    and/or ``alarms`` (a boolean: false leaves the consumer's rows out of the deployment's alarms,
+    true puts them back) — as the stored changes (``alarms_muted``: True, or None to remove)."""
+    unknown = sorted(set(body) - {"max_deliveries", "dead_letter_topic", "alarms"})
     if unknown:
-        raise BadRequest(f"unknown field '{unknown[0]}': a PATCH takes 'max_deliveries' and/or 'dead_letter_topic'")
+        raise BadRequest(f"unknown field '{unknown[0]}': a PATCH takes 'max_deliveries', 'dead_letter_topic' "
+                         "and/or 'alarms'")
     dl = dead_letter_settings(body)
+    if "alarms" in body:
+        if not isinstance(body["alarms"], bool):
+            raise BadRequest("'alarms' must be true or false")
+        dl["alarms_muted"] = None if body["alarms"] else True
     if not dl:
-        raise BadRequest("give 'max_deliveries' and/or 'dead_letter_topic' (null clears)")
+        raise BadRequest("give 'max_deliveries', 'dead_letter_topic' (null clears) and/or 'alarms'")
     return dl
 
 

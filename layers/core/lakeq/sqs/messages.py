@@ -77,8 +77,9 @@ def _prepare(ctx: Ctx, q: Queue, e: dict) -> Prepared:
         for i, c in enumerate(chunks):
             props[ATTRS_PROP if i == 0 else f"{ATTRS_PROP}.{i}"] = c
     props["sqs.sender"] = _sender_id(ctx)
-    if system:
-        props["sqs.trace"] = system["AWSTraceHeader"].get("StringValue", "")
+    trace = sp.trace_header(system["AWSTraceHeader"].get("StringValue")) if system else None
+    if trace is not None:  # a malformed or oversized one is ignored (review of issue 34)
+        props["sqs.trace"] = trace
     msg: dict[str, Any] = {"body": body, "properties": props}
     group = e.get("MessageGroupId")
     dedup = e.get("MessageDeduplicationId")
@@ -256,8 +257,9 @@ def _message_out(ctx: Ctx, q: Queue, m: dict, receipt: str, system: set[str], at
                                                                   m["id"])
             else:
                 sa["SequenceNumber"] = sp.sequence_number(int(m["queue"]), int(m["offset"]))
-    if "AWSTraceHeader" in system and (props.get("sqs.trace") or m.get("trace")):
-        sa["AWSTraceHeader"] = props.get("sqs.trace") or m["trace"]  # sent by SQS, or produced traced
+    trace = sp.trace_header(props.get("sqs.trace")) or m.get("trace")  # sent by SQS, or produced traced
+    if "AWSTraceHeader" in system and trace:  # (a value stored before the check is checked here)
+        sa["AWSTraceHeader"] = trace
     dl = m.get("dead_letter")
     if "DeadLetterQueueSourceArn" in system and isinstance(dl, dict) and dl.get("topic"):
         sa["DeadLetterQueueSourceArn"] = ctx.arn(dl["topic"])

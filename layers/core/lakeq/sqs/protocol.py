@@ -312,6 +312,22 @@ _ATTR_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[^\s]{1,250})?")
 _BAD_BODY = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 MAX_MESSAGE_ATTRIBUTES = 10
+# a send's AWSTraceHeader kept: printable ASCII, no space (X-Ray's header is ``Root=…;Parent=…;…``), at
+# most 256 characters (as lakeq's own produce keeps, contract.validation.TRACE_MAX)
+TRACE_HEADER = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+def trace_header(value: object) -> str | None:
+    r"""A send's ``AWSTraceHeader`` value as it is kept and shown to consumers, or None: ignored, not
+    refused (tracing is a hint), when it is not a bounded printable string — SQS consumers get it back
+    as a system attribute, and X-Ray's parsers (or a log line) must not meet a megabyte or a newline.
+
+    >>> trace_header("Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1")
+    'Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1'
+    >>> [trace_header(v) for v in ("Root=1-a\r\nX: y", "x" * 257, "", None, "Root=1-é")]
+    [None, None, None, None, None]
+    """
+    return value if isinstance(value, str) and TRACE_HEADER.fullmatch(value) else None
 
 
 def check_body(body: object) -> str:

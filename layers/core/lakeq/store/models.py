@@ -89,6 +89,13 @@ class ClientModel(Model):
     # in the same transaction as every endpoint's registration and removal, and as the deletion of
     # a subscription with one, so concurrent registrations cannot pass the limit together
     push_endpoints = NumberAttribute(null=True)
+    # subscriptions this client has (absent = 0): kept in the same transaction as every subscription's
+    # creation and deletion, so concurrent creations cannot pass the limit together
+    # (lakeq.subscriptions.service.MAX_SUBSCRIPTIONS_PER_CLIENT)
+    subscriptions = NumberAttribute(null=True)
+    # the admin left this consumer's rows out of the deployment's alarms (PATCH {"alarms": false};
+    # absent: in them): lakeq.console.gauges publishes its rows, not in the alarmed aggregates
+    alarms_muted = BooleanAttribute(null=True)
     # replays into this consumer group (issue 18.1, lakeq.store.replay_lists): "<replay id>|<topic>" per
     # replay whose hidden list the group's pulls of that topic read first (absent: none, the usual case)
     replays = UnicodeSetAttribute(null=True)

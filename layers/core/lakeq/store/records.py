@@ -58,6 +58,8 @@ class Client:
     push_send_at: int | None = None
     push_leases: dict | None = None
     push_endpoints: int | None = None
+    subscriptions: int | None = None
+    alarms_muted: bool | None = None
     replays: set[str] | None = None
 
 

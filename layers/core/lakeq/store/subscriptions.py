@@ -4,6 +4,7 @@ delivery begins). The use cases are in :mod:`lakeq.subscriptions.service`; the f
 (:mod:`lakeq.fanout.worker`) reads and parks through this module."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ class SubscriptionModel(Model):
     push_delivered = NumberAttribute(null=True)      # messages acknowledged by the endpoint (ADD)
     push_dead_lettered = NumberAttribute(null=True)  # messages rejected after max_attempts (ADD)
     push_send_at = NumberAttribute(null=True)  # a rate-limited endpoint's next batch may start then (epoch ms)
+    # counted in its subscriber's ``subscriptions`` (ClientModel) at creation; absent: made before the
+    # counter existed, nothing to give back at deletion
+    counted = BooleanAttribute(null=True)
     by_subscriber = BySubscriber()
 
 
@@ -94,6 +98,7 @@ class Subscription:
     push_delivered: int | None = None
     push_dead_lettered: int | None = None
     push_send_at: int | None = None
+    counted: bool | None = None
 
 
 def list_topic(sub_id: str) -> str:
@@ -212,35 +217,77 @@ class SubscriptionRepo:
             return None
 
     @staticmethod
-    def create(s: Subscription) -> None:
-        """Subscription item + its list's queue item + version bump: one transaction (4 WCU x2)."""
-        sub = model_of(SubscriptionModel, s)
+    def create(s: Subscription, limit: int) -> bool:
+        """Subscription item + its list's queue item + version bump + one more on its subscriber's
+        ``subscriptions`` count: one transaction (4 WCU x2). False, nothing written, when the client
+        item is gone or already counts ``limit`` (absent counts 0): the count is the condition, so
+        concurrent creations cannot pass the limit together."""
+        sub = model_of(SubscriptionModel, dataclasses.replace(s, counted=True))
+        C = ClientModel
 
         def build(t: TransactWrite) -> None:
             t.save(sub, condition=SubscriptionModel.id.does_not_exist())
             t.save(QueueModel(list_topic(sub.id), 0, max_offset=0, min_offset=0, last_produced_at=0),
                    condition=QueueModel.topic.does_not_exist())
             t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
-        transact(build)
+            t.update(C(s.subscriber), actions=[C.subscriptions.add(1)],
+                     condition=C.name.exists() & (C.subscriptions.does_not_exist() | (C.subscriptions < limit)))
+        try:
+            transact(build)
+        except TransactionFailed as e:
+            if e.failed(3):
+                return False
+            raise
+        return True
 
     @staticmethod
-    def delete(sub_id: str, push_owner: str | None = None) -> bool:
+    def count_of(client: str) -> int | None:
+        """The subscriptions ``client``'s item counts (None: no such client), consistent."""
+        try:
+            c = ClientModel.get(client, consistent_read=True, attributes_to_get=["name", "subscriptions"])
+        except DoesNotExist:
+            return None
+        return int(c.subscriptions or 0)
+
+    @staticmethod
+    def delete(sub_id: str, push_owner: str | None = None, counted_by: str | None = None) -> bool:
         """Delete the subscription, its list's queue item (no append can succeed afterwards: appends
         are conditioned on it) and bump the version, atomically. ``push_owner``: the subscription
         has a push endpoint, uncounted on that client's item in the same transaction (None: it has
-        none). False when it did not exist or its endpoint came or went meanwhile (read again)."""
-        S = SubscriptionModel
+        none). ``counted_by``: the subscription is counted (``counted``) in that client's
+        ``subscriptions``, given back in the same transaction — both on the one client item (the
+        subscriber's), each only while it counts one (a count never goes below 0). False when it
+        did not exist or its endpoint came or went meanwhile (read again)."""
+        S, C = SubscriptionModel, ClientModel
+        owner = push_owner or counted_by
 
-        def build(uncounting: bool):
+        def build(push: bool, sub: bool):
             def b(t: TransactWrite) -> None:
                 pushed = S.push.exists() if push_owner is not None else S.push.does_not_exist()
                 t.delete(S(sub_id), condition=S.id.exists() & pushed)
                 t.delete(QueueModel(list_topic(sub_id), 0))
                 t.update(S(VERSION_ID), actions=[S.version.add(1)])
-                if uncounting:
-                    uncount(t, push_owner)
+                counts = [a for a, on in ((C.push_endpoints, push), (C.subscriptions, sub)) if on]
+                if counts:
+                    cond = counts[0] > 0
+                    for a in counts[1:]:
+                        cond = cond & (a > 0)
+                    t.update(C(owner), actions=[a.add(-1) for a in counts], condition=cond)
             return b
-        return transact_uncounting(build, push_owner is not None, 3)
+        # the client item's condition failed: one of its counts has nothing to give back (a client item
+        # gone, or counted before its counter existed): the same without that one, then without both
+        tries = [(p, c) for p, c in ((True, True), (True, False), (False, True), (False, False))
+                 if (not p or push_owner is not None) and (not c or counted_by is not None)]
+        for p, c in tries[:-1]:
+            try:
+                transact(build(p, c))
+                return True
+            except TransactionFailed as e:
+                if e.failed(0):
+                    return False
+                if not e.failed(3):
+                    raise
+        return transact_if_first(build(*tries[-1]))
 
     @staticmethod
     def purge_list(sub_id: str, deadline: float | None = None) -> bool:

@@ -53,6 +53,9 @@ from lakeq.store.subscriptions import (
 log = logging.getLogger("lakeq.subscriptions.service")
 
 MAX_LEVELS = 64
+# subscriptions per client (issue 34 review): each is a row the metrics function publishes and a list
+# the fan-out appends to; the count on the client item is the creation's condition
+MAX_SUBSCRIPTIONS_PER_CLIENT = 100
 MAX_CONDITIONS_BYTES = 64 * 1024
 
 
@@ -140,13 +143,28 @@ def create(p: Principal, raw: str | None) -> dict:
         topic_or_404(dl["dead_letter_topic"])
     authorize(p, client, topic)
     by = dead_letter_grant(p, client, [topic], dl.get("dead_letter_topic"))
+    _below_limit(subscriber)  # before the topics' Scan (Start.read): a refusal costs one read
     now = clock.now()
     sub = Subscription(uuid.uuid4().hex, subscriber=subscriber, topic=topic,
                        conditions=json.dumps(levels, separators=(",", ":")), tags=tags or None,
                        created_at=now, starts=Start.read(topic).dump(), max_deliveries=dl.get("max_deliveries"),
                        dead_letter_topic=dl.get("dead_letter_topic"), dead_letter_by=by)
-    SubscriptionRepo.create(sub)
+    if not SubscriptionRepo.create(sub, MAX_SUBSCRIPTIONS_PER_CLIENT):
+        _below_limit(subscriber)  # another creation took the last place (or the client went)
+        raise Conflict("the subscription limit changed meanwhile; retry")  # pragma: no cover
     return view(sub)
+
+
+def _below_limit(subscriber: str) -> None:
+    """409 ``too_many_subscriptions`` when ``subscriber`` has its most subscriptions. The creation's
+    transaction checks the same count on the client item, so concurrent creations cannot pass the
+    limit together; this read gives the answer its reason (404 when the client is gone)."""
+    n = SubscriptionRepo.count_of(subscriber)
+    if n is None:
+        raise NotFound(f"consumer '{subscriber}' does not exist")
+    if n >= MAX_SUBSCRIPTIONS_PER_CLIENT:
+        raise Conflict(f"'{subscriber}' has {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions, the most a client may "
+                       "have; delete one first", code="too_many_subscriptions")
 
 
 def list_(p: Principal, params: dict) -> dict:
@@ -179,7 +197,8 @@ def delete(p: Principal, sub_id: str) -> None:
                 SubscriptionRepo.purge_list(sub_id, time.monotonic() + PURGE_INLINE_S)
             raise NotFound(f"subscription '{sub_id}' does not exist")
         _may_act(p, s)
-        if SubscriptionRepo.delete(sub_id, s.subscriber if s.push is not None else None):
+        if SubscriptionRepo.delete(sub_id, s.subscriber if s.push is not None else None,
+                                   s.subscriber if s.counted else None):
             break
     else:
         raise Conflict("the subscription's push endpoint changed meanwhile; retry")  # pragma: no cover
