@@ -3,7 +3,8 @@ keeps → ``replays/<id>/manifest/`` and ``replays/<id>/selection.json`` (docs/d
 
 On Glue (template.yaml ``ReplaySelectJob``, started by the replay function with ``StartJobRun``):
 ``--lake s3://<bucket>`` from the job's default arguments, the run's ``--replay_id``, ``--topic``,
-``--from_ms``, ``--to_ms`` and ``--filter`` (JSON text, ``{}`` = no filter), read with
+``--from_ms``, ``--to_ms``, ``--filter`` (JSON text, ``{}`` = no filter) and ``--dry_run`` (``true``: a
+dry run — ``selection.json`` with the count and sample, no manifest written), read with
 ``getResolvedOptions`` (Glue's own arguments — ``--JOB_ID``, ``--JOB_RUN_ID``, ``--TempDir``… — are
 ignored). Elsewhere (the local stack runs it so, ``infra/local/glue.py``)::
 
@@ -38,10 +39,11 @@ def options(argv: list[str]) -> dict:
     except ImportError:
         getResolvedOptions = None
     if getResolvedOptions is not None:
-        names = OPTIONS + (["filter"] if "--filter" in argv else [])  # getResolvedOptions needs every name
+        names = OPTIONS + [n for n in ("filter", "dry_run") if f"--{n}" in argv]  # getResolvedOptions needs every name
         a = getResolvedOptions(argv, names)
         return {"lake": a["lake"], "replay_id": a["replay_id"], "topic": a["topic"], "from_ms": a["from_ms"],
-                "to_ms": a["to_ms"], "filter": a.get("filter"), "master": None, "progress": False}
+                "to_ms": a["to_ms"], "filter": a.get("filter"), "dry_run": a.get("dry_run", "false"),
+                "master": None, "progress": False}
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--lake", required=True)
     p.add_argument("--replay_id", required=True)
@@ -49,6 +51,8 @@ def options(argv: list[str]) -> dict:
     p.add_argument("--from_ms", required=True)
     p.add_argument("--to_ms", required=True)
     p.add_argument("--filter", default=None, help="JSON: {\"conditions\": [...], \"tags\": [...]}")
+    p.add_argument("--dry_run", default="false", choices=["true", "false"],
+                   help="count and sample only: no manifest written")
     p.add_argument("--master", default="local[*]")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     a, _glue_own = p.parse_known_args(argv[1:])
@@ -103,7 +107,8 @@ def select(opts: dict) -> dict:
         spark.sparkContext.setLogLevel("ERROR")
     try:
         return run_replay(spark, Lake(opts["lake"]), opts["replay_id"], opts["topic"], from_ms, to_ms, flt,
-                          show_progress=bool(opts.get("progress")), log=lambda m: print(m, file=sys.stderr))
+                          show_progress=bool(opts.get("progress")), log=lambda m: print(m, file=sys.stderr),
+                          dry_run=opts.get("dry_run") == "true")
     finally:
         if opts["master"]:  # a local session (Glue ends its own)
             spark.stop()

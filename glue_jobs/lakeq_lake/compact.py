@@ -11,14 +11,21 @@ Per kind, one run:
    generation's Parquet + the raw keys not in it) to ``lake/kind=<k>/run=<run>/dt=/hour=/`` — one
    file per hour, sorted by topic (then incarnation, queue, offset / the kind's own order), so
    Parquet's row-group min/max statistics let a reader of one topic skip the others;
-3. per hour: Athena's ``symlink.txt`` (the new files), then the commit — the manifest
-   ``gen=<n>.json``, created only if absent — then the tag ``lakeq-compacted=true`` on its
-   newly folded raw objects (S3: a lifecycle rule expires them two days later);
-4. garbage: files and manifests no newest manifest names, older than two days, are deleted.
+3. per hour: the commit — the manifest ``gen=<n>.json``, created only if absent — then, if it
+   was this run's, Athena's ``symlink.txt`` from the committed manifest and the tag
+   ``lakeq-compacted=true`` on its newly folded raw objects (S3: a lifecycle rule expires them two
+   days later); a run that lost the commit writes neither;
+4. the hours past retention (:data:`lakeq.lake.compaction.RETAIN_DAYS` after their day) are
+   deleted: symlinks, files, manifests; a symlink older than its hour's newest manifest is
+   rewritten from it; files and manifests no newest manifest names, older than two days, are
+   deleted (decided from the listed key names, :func:`lakeq.lake.compaction.garbage`).
+
+A run GETs only the newest manifests of the hours with raw keys, of the hours whose garbage needs
+one and of the symlinks to repair: bounded by the work, not by the lake's age.
 
 A crash anywhere leaves each hour exactly once for every reader: before the commit the readers
-still read the previous generation and the raw keys (Athena may already read the new symlink: the
-same rows); the next run plans the hour again with a new generation.
+still read the previous generation and the raw keys; the next run plans the hour again with a new
+generation, and rewrites a symlink the crash left behind its manifest.
 """
 from __future__ import annotations
 
@@ -60,18 +67,23 @@ ROW_GROUP_BYTES = 16 * 1024 * 1024  # Parquet row groups: several per hour's fil
 def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None = None,
                  grace_ms: int = C.GRACE_MS, keep_ms: int = C.KEEP_MS, log=print,
                  show_progress: bool = False, crash: Callable[[str], None] | None = None,
-                 max_hours: int = MAX_HOURS) -> dict:
+                 max_hours: int = MAX_HOURS, retain_days: int = C.RETAIN_DAYS) -> dict:
     """Compact the closed hours of ``kind`` (the oldest ``max_hours`` of them); returns
-    ``{"hours": [...committed], "conflicts": [...], "deleted": n, "left": n}``. ``crash(step)``
-    (tests) is called after ``written``, ``symlink`` and ``committed`` of each hour: raising there
-    is a crash at that point."""
+    ``{"hours": [...committed], "conflicts": [...], "deleted": n, "retired": n, "repaired": n,
+    "retagged": n, "left": n}``. ``crash(step)`` (tests) is called after ``written``, ``committed`` and
+    ``symlink`` of each hour: raising there is a crash at that point."""
     at = at_ms or now_ms()
-    manifests = lake.manifests(kind)
     raw_keys = lake.raw_keys(kind)
-    work = C.plan(kind, raw_keys, manifests, at, grace_ms)
+    newest = C.newest_manifests(lake.list_keys(f"{C.MANIFESTS}/kind={kind}"), kind)
+    # the newest manifests of the hours with raw keys to plan: not every manifest ever written
+    manifests = lake.manifest_docs({h: newest[h] for h in sorted(C.plan_hours(kind, raw_keys, at, grace_ms,
+                                                                               retain_days)) if h in newest})
+    work = C.plan(kind, raw_keys, manifests, at, grace_ms, retain_days)
     left = max(0, len(work) - max_hours)
     work = work[:max_hours]
     committed, conflicts = [], []
+    # raw keys a committed manifest names that outlived their tag's expiry: the tag never came
+    retag = C.untagged(raw_keys, manifests, at, keep_ms)
     if work:
         run = f"{at}-{secrets.token_hex(3)}"
         out = C.run_prefix(kind, run)
@@ -94,11 +106,9 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
             crash("written")
         for w in work:
             parquet = files.get((w.day, w.hour), [])
-            lake.put_text(C.symlink_key(kind, w.day, w.hour), C.symlink_text(lake.root, parquet))
-            if crash:
-                crash("symlink")
             doc = C.manifest_doc(kind, w.day, w.hour, w.gen, run, parquet, w.raw, now_ms())
             if not lake.create_json(C.manifest_key(kind, w.day, w.hour, w.gen), doc):
+                # the hour's symlink is the winner's to write: this run's files are garbage
                 log(f"compact {kind} {w.day} {w.hour}: generation {w.gen} was committed by another run")
                 conflicts.append(f"{w.day} {w.hour}")
                 continue
@@ -107,14 +117,44 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
                               "parquet": len(parquet)})
             if crash:
                 crash("committed")
+            # Athena's view, from the committed manifest (a crash before it: the next run repairs it)
+            lake.put_text(C.symlink_key(kind, w.day, w.hour), C.symlink_text(lake.root, doc["parquet"]))
+            if crash:
+                crash("symlink")
             lake.tag(list(w.late), C.COMPACTED_TAG)
-    live = [k for m in manifests.values() for k in m.get("parquet", ())]
-    written = lake.modified(f"{C.LAKE}/kind={kind}") | lake.modified(f"{C.MANIFESTS}/kind={kind}")
-    trash = C.garbage(kind, written, written, live, at, keep_ms)
+    if retag:
+        lake.tag(retag, C.COMPACTED_TAG)
+    # what is there now (listings, no reads): the hours past retention, symlinks to repair, garbage
+    manifest_times = lake.modified(f"{C.MANIFESTS}/kind={kind}")
+    symlink_times = lake.modified(f"{C.SYMLINKS}/kind={kind}")
+    written = lake.modified(f"{C.LAKE}/kind={kind}") | manifest_times
+    retire = C.retired(kind, [*symlink_times, *written], at, retain_days)
+    gone = {k for keys in retire for k in keys}
+    for keys in retire:  # symlinks, files, manifests: in this order
+        lake.delete(keys)
+    manifest_times = {k: t for k, t in manifest_times.items() if k not in gone}
+    written = {k: t for k, t in written.items() if k not in gone}
+    newest = C.newest_manifests(manifest_times, kind)
+
+    def current(hours) -> dict[C.Hour, dict]:
+        """The newest manifest of each hour: this run's (committed or read), else read now."""
+        have = {h: manifests[h] for h in hours if h in manifests
+                and C.manifest_key(kind, h[0], h[1], int(manifests[h]["generation"])) == newest[h]}
+        return have | lake.manifest_docs({h: newest[h] for h in sorted(hours) if h not in have})
+
+    stale = C.stale_symlinks(kind, manifest_times, symlink_times)
+    for h, doc in current(stale).items():
+        lake.put_text(C.symlink_key(kind, *h), C.symlink_text(lake.root, doc.get("parquet", ())))
+    if stale:
+        log(f"compact {kind}: {len(stale)} symlink(s) older than their manifest rewritten")
+    trash = C.garbage(kind, written, at, keep_ms, current(C.doubtful_hours(kind, written, at, keep_ms)))
     lake.delete(trash)
     log(f"compact {kind}: {len(committed)} hour(s) committed, {len(trash)} unreferenced file(s) deleted"
+        + (f", {len(gone)} object(s) past retention deleted" if gone else "")
+        + (f", {len(retag)} raw object(s) tagged again" if retag else "")
         + (f", {left} hour(s) left for the next run" if left else ""))
-    return {"kind": kind, "hours": committed, "conflicts": conflicts, "deleted": len(trash), "left": left}
+    return {"kind": kind, "hours": committed, "conflicts": conflicts, "deleted": len(trash), "left": left,
+            "retired": len(gone), "repaired": len(stale), "retagged": len(retag)}
 
 
 def run_compact(spark: SparkSession, lake: Lake, at_ms: int | None = None, grace_ms: int = C.GRACE_MS,

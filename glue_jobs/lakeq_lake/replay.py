@@ -35,8 +35,8 @@ from lakeq.contract.validation import QUEUES_MAX
 from lakeq.replay.rules import Filter, field_needles, hour_bounds
 
 from . import native_filter as NF
-from .progress import progress
 from . import schemas
+from .progress import progress
 from .schemas import incarnation
 from .store import Lake
 
@@ -362,7 +362,7 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
                native: bool = True, previous: bool = False, legacy: bool = False,
-               narrow_bodies: bool = True, one_sided: bool = True) -> dict:
+               narrow_bodies: bool = True, one_sided: bool = True, dry_run: bool = False) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
     holds whole queues, sorted by ``queue, inc, offset``) in one pass over the slice, then
     ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
@@ -388,12 +388,21 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     ``one_sided=False``, ``narrow_bodies=False`` or ``legacy``: the two-sided selection only.
     ``legacy=True`` (also implied by ``previous``): the job's output as it was before — gzipped
     parts (``.json.gz``) and the summary read back from them — kept for ``bench/replay.py``'s
-    before/after."""
+    before/after.
+
+    ``dry_run``: the same selection, but no manifest is written — the pass that would write it
+    collects each partition's first :data:`SAMPLE_MAX` rows instead (:func:`_dry_pass`: their
+    place in the copier's order), its observation counting every row; ``selection.json`` then
+    holds ``found``, ``missing_bodies``, ``queues`` and ``sample``, no ``parts``, ``dry_run``
+    true."""
     t0 = time.perf_counter()
     legacy = legacy or previous
     if flt.conditions:
         ship(spark, "matcher", "lakeq")
+    if dry_run and legacy:
+        raise ValueError("a dry run has no legacy output")
     dest = out or lake
+    firsts: list = []
     where = dest.path(manifest_prefix(replay_id))
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     plan = "one side" if one_sided and not legacy and narrow_bodies else "two sides"
@@ -407,8 +416,8 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                 df = select_one_sided(bods, topic, from_ms, to_ms, flt, parts=parts, native=native,
                                       matcher=matcher, keep_plain=True)
                 obs = Observation(f"replay-{replay_id}")
-                (df.observe(obs, *_observed(), *_unjudged(flt, df.columns)).select(*MANIFEST_COLUMNS)
-                 .write.mode("overwrite").json(where))
+                firsts = _emit(df.observe(obs, *_observed(), *_unjudged(flt, df.columns)).select(*MANIFEST_COLUMNS),
+                               where, dry_run)
             seen = obs.get
             without, not_plain = int(seen.get("without_metadata") or 0), int(seen.get("not_plain") or 0)
             if without:
@@ -431,8 +440,20 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                 df.write.mode("overwrite").option("compression", "gzip").json(where)
             else:
                 obs = Observation(f"replay-{replay_id}")
-                df.observe(obs, *_observed()).write.mode("overwrite").json(where)
+                firsts = _emit(df.observe(obs, *_observed()), where, dry_run)
     t1 = time.perf_counter()
+    if dry_run:
+        metrics = obs.get
+        summary = {
+            "replay_id": replay_id, "topic": topic, "from": from_ms, "to": to_ms, "filter": flt.to_json(),
+            "found": int(metrics.get("n") or 0), "missing_bodies": int(metrics.get("missing") or 0), "parts": [],
+            "queues": _observed_queues(metrics), "sample": firsts, "manifest": None, "plan": plan,
+            "dry_run": True, "seconds": round(time.perf_counter() - t0, 3),
+            "phases": {"select_write": round(t1 - t0, 3), "summary": 0.0},
+        }
+        dest.put_json(summary_key(replay_id), summary)
+        log(f"replay {replay_id}: dry run, {summary['found']} message(s) selected in {summary['seconds']} s")
+        return summary
     counts = None if legacy else _summary_observed(dest, replay_id, obs.get, parts, log)
     if counts is None:
         with progress(spark, f"replay {replay_id}: summary", show_progress):
@@ -483,6 +504,41 @@ def manifest_sample(dest: Lake, per_part: list[dict], n: int = SAMPLE_MAX) -> li
             break
         out += [sample_row(json.loads(x)) for x in dest.head_lines(p["key"], min(int(p["rows"]), n - len(out)))]
     return out
+
+
+POSITION_BITS = 33  # monotonically_increasing_id(): the partition's index above, the row's place in it below
+
+
+def _emit(df: DataFrame, where: str, dry_run: bool) -> list[dict]:
+    """The selection's one action: write the manifest to ``where`` (returns ``[]``), or — a dry
+    run — :func:`_dry_pass`."""
+    if not dry_run:
+        df.write.mode("overwrite").json(where)
+        return []
+    return _dry_pass(df)
+
+
+def _dry_pass(df: DataFrame, n: int = SAMPLE_MAX) -> list[dict]:
+    """A dry run's pass over the manifest's rows, writing nothing: each partition's first ``n``
+    rows (``monotonically_increasing_id``: the partition index, then the row's place — the order of
+    the part files the write would name by their index, each sorted), as :func:`sample_row` shows
+    them (a body's size computed here: the bodies are not collected), the first ``n`` of them in
+    that order. The observation on ``df`` counts every row (each partition is read to its end)."""
+    claim_size = F.get_json_object(F.col("claim").cast("string"), "$.size")
+    size = F.when(claim_size.rlike(r"^-?[0-9]+$"), claim_size.cast("long")).otherwise(
+        F.octet_length(F.col("body")).cast("long"))
+    rows = (df.select(F.monotonically_increasing_id().alias("_pos"), *SAMPLE_FIELDS[:-1], size.alias("size"))
+            .where(F.col("_pos").bitwiseAND((1 << POSITION_BITS) - 1) < n).collect())
+    rows.sort(key=lambda r: r["_pos"])
+    return [{f: r[f] for f in SAMPLE_FIELDS} for r in rows[:n]]
+
+
+def _observed_queues(metrics: dict) -> dict[str, int]:
+    """The rows per queue from the observed histogram (:func:`_observed`), ``{}`` if it merged queues."""
+    bins = json.loads(metrics.get("per_queue") or "null") or []
+    if any(float(b["x"]) != int(b["x"]) or float(b["y"]) != int(b["y"]) for b in bins):
+        return {}
+    return {str(int(b["x"])): int(b["y"]) for b in sorted(bins, key=lambda b: int(b["x"])) if int(b["y"])}
 
 
 def _part_keys(dest: Lake, replay_id: str) -> dict[str, int]:

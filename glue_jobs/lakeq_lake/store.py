@@ -214,6 +214,11 @@ class Lake:
         hours = sorted(newest)
         return dict(zip(hours, self.get_jsons([newest[h] for h in hours]), strict=True))
 
+    def manifest_docs(self, keys: dict[C.Hour, str]) -> dict[C.Hour, dict]:
+        """The manifests ``keys`` (hour → key) read: one GET each."""
+        hours = sorted(keys)
+        return dict(zip(hours, self.get_jsons([keys[h] for h in hours]), strict=True))
+
     def raw_keys(self, kind: str, lo: str | None = None, hi: str | None = None) -> list[str]:
         out = []
         for k in self.list_keys(f"{C.RAW}/kind={kind}"):

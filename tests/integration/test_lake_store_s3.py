@@ -57,3 +57,29 @@ def test_compacted_raw_objects_are_tagged_and_garbage_deleted(lake):
     assert lake.list_keys("lake/kind=messages") == []
     lake.put_text(C.symlink_key("messages", "2026-01-01", "00"), "s3://lake-bucket/a\n")
     assert s3.get_object(Bucket="lake-bucket", Key=C.symlink_key("messages", "2026-01-01", "00"))["Body"].read() == b"s3://lake-bucket/a\n"
+
+
+def test_a_run_without_work_tags_again_repairs_and_retires_on_s3(lake):
+    """The compaction's upkeep over s3:// (no hour to write, so no Spark): a raw object its newest
+    manifest named days ago and still there is tagged again (the run stopped before tagging it); a
+    missing symlink is written from the manifest; once the day is past retention its symlink,
+    Parquet and manifest are deleted (the raw object is raw/'s lifecycle's)."""
+    from lakeq_lake.compact import compact_kind
+
+    s3 = boto3.client("s3")
+    t0 = C.hour_start_ms("2026-01-01", "00")
+    raw = "raw/kind=messages/dt=2026-01-01/hour=00/m-1-2.jsonl.gz"
+    pq = "lake/kind=messages/run=r1/dt=2026-01-01/hour=00/part-0.parquet"
+    for k in (raw, pq):
+        s3.put_object(Bucket="lake-bucket", Key=k, Body=b"x")
+    doc = C.manifest_doc("messages", "2026-01-01", "00", 1, "r1", [pq], [raw], t0 + 2 * C.HOUR_MS)
+    assert lake.create_json(C.manifest_key("messages", "2026-01-01", "00", 1), doc)
+    out = compact_kind(None, lake, "messages", t0 + 5 * C.DAY_MS, log=lambda *_: None)
+    assert (out["hours"], out["retagged"], out["repaired"], out["retired"]) == ([], 1, 1, 0)
+    assert s3.get_object_tagging(Bucket="lake-bucket", Key=raw)["TagSet"] == [
+        {"Key": "lakeq-compacted", "Value": "true"}]
+    link = C.symlink_key("messages", "2026-01-01", "00")
+    assert s3.get_object(Bucket="lake-bucket", Key=link)["Body"].read() == f"s3://lake-bucket/{pq}\n".encode()
+    out = compact_kind(None, lake, "messages", t0 + C.RETAIN_DAYS * C.DAY_MS, log=lambda *_: None)
+    assert (out["hours"], out["retired"]) == ([], 3)
+    assert lake.list_keys("lake") == [] and lake.raw_keys("messages") == [raw]

@@ -45,8 +45,8 @@ def test_a_dry_run_counts_and_samples_and_copies_nothing(api, setup, clock, repl
                     "dry_run": True})
     assert (r["status"], r["dry_run"], r["sample"], r["found"]) == ("selecting", True, None, None)
     (run,) = H.job_runs()  # the replay's own selection job, with the replay's arguments
-    assert {k: run["Arguments"][f"--{k}"] for k in ("topic", "from_ms", "to_ms")} == {
-        "topic": "quotes/sh", "from_ms": str(lo), "to_ms": str(hi)}
+    assert {k: run["Arguments"][f"--{k}"] for k in ("topic", "from_ms", "to_ms", "dry_run")} == {
+        "topic": "quotes/sh", "from_ms": str(lo), "to_ms": str(hi), "dry_run": "true"}  # no manifest written
     summary = H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, flt)
     want = H.expected(aws, "quotes/sh", lo, hi, flt)
     assert len(want) == 15 and len(summary["sample"]) == 15
@@ -127,3 +127,33 @@ def test_a_real_replays_selection_json_with_a_sample_still_copies(api, setup, cl
     assert H.run_schedule() == {"replays": 1, "done": 1}
     assert sum(len(v) for v in H.topic_messages("replayed").values()) == 4
     assert service.SAMPLE_MAX == 20
+
+
+def test_a_replay_runs_its_job_without_dry_run_and_fails_one_that_would_outlast_its_manifest(
+        api, setup, clock, replay, aws):
+    """A replay's job is no dry run (it writes the manifest). Its scratch under ``replays/<id>/``
+    expires after SCRATCH_DAYS (template.yaml expire-replays): a selection whose copy would take
+    more than MAX_COPY_MS at the replay's rate fails instead of losing its manifest half-way."""
+    import json
+    import os
+
+    from infra.local import template as tpl
+    from lakeq.replay import rules
+
+    lifecycle = tpl.load_template()["Resources"]["LakeBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert {(x["Id"], x.get("Prefix")): x.get("ExpirationInDays") for x in lifecycle}[("expire-replays", "replays/")] \
+        == rules.SCRATCH_DAYS
+    produce(api, setup, clock, 10)
+    lo, hi = T0, T0 + 10_000
+    r = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "target": {"topic": "replayed"}, "rate": 1})
+    (run,) = H.job_runs()
+    assert "--dry_run" not in run["Arguments"]
+    summary = H.write_manifest(aws, r["id"], "quotes/sh", lo, hi, None)
+    too_many = rules.MAX_COPY_MS // 1000 + 1  # one more than a copy at 1/s does in that time
+    summary["parts"][0]["rows"] += too_many - summary["found"]
+    aws["s3"].put_object(Bucket=os.environ[H.BUCKET_ENV], Key=f"replays/{r['id']}/selection.json",
+                         Body=json.dumps(summary).encode())
+    H.run_schedule()
+    got = api.call("GET", f"/v1/replays/{r['id']}")[1]
+    assert got["status"] == "failed" and "raise the rate or narrow the range" in got["error"], got
+    assert H.topic_messages("replayed") == {}

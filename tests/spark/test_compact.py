@@ -6,6 +6,7 @@ rows exactly once, before and after the next run."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -172,7 +173,14 @@ class Crash(Exception):
     pass
 
 
-@pytest.mark.parametrize("step", ["written", "symlink", "committed"])
+def _symlinks_match(root: Path, lk: Lake, kind: str) -> bool:
+    """Each compacted hour's symlink.txt names the files of its newest manifest."""
+    return all((root / C.symlink_key(kind, *h)).exists()
+               and (root / C.symlink_key(kind, *h)).read_text() == C.symlink_text(lk.root, m["parquet"])
+               for h, m in lk.manifests(kind).items())
+
+
+@pytest.mark.parametrize("step", ["written", "committed", "symlink"])
 def test_a_crash_anywhere_leaves_each_hour_once(spark, raw_lake, tmp_path, step):
     root = tmp_path / "lake"
     shutil.copytree(raw_lake, root)
@@ -188,12 +196,16 @@ def test_a_crash_anywhere_leaves_each_hour_once(spark, raw_lake, tmp_path, step)
     assert got == want
     out = compact_kind(spark, lk, "messages", AFTER, **QUIET)
     # the hour the crashed run committed is done; the others are committed now, once
-    assert [h["hour"] for h in out["hours"]] == (["01", "02"] if step == "committed" else ["00", "01", "02"])
+    assert [h["hour"] for h in out["hours"]] == (["00", "01", "02"] if step == "written" else ["01", "02"])
+    # a crash between the commit and the symlink: the next run writes it from the manifest
+    assert out["repaired"] == (1 if step == "committed" else 0)
+    assert _symlinks_match(root, lk, "messages")
     assert {h: m["generation"] for h, m in lk.manifests("messages").items()} == {
         ("2026-01-01", f"{h:02d}"): 1 for h in range(3)}
     assert sorted(map(str, lk.read_kind(spark, "messages").drop("dt", "hour").collect())) == want
     # the crashed run's files are garbage once old enough, and never read before
-    assert compact_kind(spark, lk, "messages", AFTER + C.KEEP_MS + 10**12, **QUIET)["deleted"] >= 1
+    assert compact_kind(spark, lk, "messages", AFTER + C.KEEP_MS + 10**12, retain_days=10**5,
+                        **QUIET)["deleted"] >= (1 if step == "written" else 0)
     assert sorted(map(str, lk.read_kind(spark, "messages").drop("dt", "hour").collect())) == want
 
 
@@ -225,6 +237,104 @@ def test_a_raw_file_arriving_during_a_run_is_compacted_once(spark, raw_lake, tmp
     assert [(h["hour"], h["generation"], h["late"]) for h in out["hours"]] == [("01", 2, 1)]
     ids = [r["id"] for r in Lake(str(root)).read_kind(spark, "messages").select("id").collect()]
     assert len(ids) == 805 and len(set(ids)) == 805
+
+
+def test_a_run_that_loses_the_commit_leaves_the_symlink_to_the_winner(spark, raw_lake, tmp_path):
+    """Another run commits hour 00's generation 1 first: this run's files are no hour's, so its
+    symlink must not name them (it was written before the commit, and stayed so); the hour's
+    symlink comes from the winner's manifest. A symlink older than its manifest (a crash between
+    the two) is rewritten by the next run."""
+    root = tmp_path / "lake"
+    shutil.copytree(raw_lake, root)
+    winner = ["lake/kind=offsets/run=winner/dt=2026-01-01/hour=00/part-00000-w.snappy.parquet"]
+    key = C.manifest_key("offsets", "2026-01-01", "00", 1)
+
+    class Racing(Lake):
+        def create_json(self, k, obj):
+            if k == key:  # the other run's commit lands first
+                super().create_json(k, {**obj, "run": "winner", "parquet": winner})
+            return super().create_json(k, obj)
+
+    out = compact_kind(spark, Racing(str(root)), "offsets", AFTER, **QUIET)
+    assert out["conflicts"] == ["2026-01-01 00"] and [h["hour"] for h in out["hours"]] == ["01", "02"]
+    lk = Lake(str(root))
+    assert (root / C.symlink_key("offsets", "2026-01-01", "00")).read_text() == C.symlink_text(lk.root, winner)
+    assert _symlinks_match(root, lk, "offsets")
+    # hour 01's symlink left behind its manifest (written before it, with other files)
+    link = root / C.symlink_key("offsets", "2026-01-01", "01")
+    link.write_text("s3://elsewhere/part-0.parquet\n")
+    manifest = root / C.manifest_key("offsets", "2026-01-01", "01", 1)
+    os.utime(link, ns=(manifest.stat().st_mtime_ns - 10**9,) * 2)
+    again = compact_kind(spark, lk, "offsets", AFTER, **QUIET)
+    assert again["hours"] == [] and again["repaired"] == 1
+    assert _symlinks_match(root, lk, "offsets")
+
+
+def test_a_run_reads_the_manifests_its_work_needs_only(spark, raw_lake, tmp_path):
+    """The manifests a run GETs: the newest of each hour with raw keys to plan, of each hour whose
+    garbage its key names cannot tell — not every manifest ever written (each run read them all)."""
+    root = tmp_path / "lake"
+    shutil.copytree(raw_lake, root)
+
+    class Counting(Lake):
+        gets: list[str] = []
+
+        def get_json(self, key):
+            Counting.gets.append(key)
+            return super().get_json(key)
+
+    lk = Counting(str(root))
+    assert [h["hour"] for h in compact_kind(spark, lk, "messages", AFTER, **QUIET)["hours"]] == ["00", "01", "02"]
+    assert Counting.gets == []
+    _expire(root)  # the lifecycle rule: the folded raw objects are gone
+    assert compact_kind(spark, lk, "messages", AFTER, **QUIET)["hours"] == []
+    assert Counting.gets == []  # nothing to fold: nothing read
+    msgs, offs = _rows(random.Random(5), 5, T0 + H + 100, 1_000, 60_000, off0=30_000)
+    _write(root, msgs, offs, suffix="-late")  # a late object for hour 01
+    out = compact_kind(spark, lk, "messages", AFTER, **QUIET)
+    assert [(h["hour"], h["generation"]) for h in out["hours"]] == [("01", 2)]
+    assert Counting.gets == [C.manifest_key("messages", "2026-01-01", "01", 1)]
+    _expire(root)
+    Counting.gets.clear()
+    far = AFTER + C.KEEP_MS + 10**12
+    out = compact_kind(spark, lk, "messages", far, retain_days=10**5, **QUIET)
+    # hour 01 has two runs' files: its newest manifest tells the superseded ones
+    assert Counting.gets == [C.manifest_key("messages", "2026-01-01", "01", 2)]
+    assert out["deleted"] >= 2 and not (root / C.manifest_key("messages", "2026-01-01", "01", 1)).exists()
+    _expire(root)  # hour 03's raw objects (folded by that run: open at AFTER)
+    Counting.gets.clear()
+    assert compact_kind(spark, lk, "messages", far, retain_days=10**5, **QUIET)["deleted"] == 0
+    assert Counting.gets == []
+    ids = [r["id"] for r in Lake(str(root)).read_kind(spark, "messages").select("id").collect()]
+    assert len(ids) == 805 and len(set(ids)) == 805
+
+
+def test_hours_past_retention_leave_the_lake_whole(spark, raw_lake, tmp_path):
+    """The day's compacted hours go when raw/'s retention ends for it (RETAIN_DAYS after the day's
+    start; its bodies/ are kept a day longer): manifests, Parquet and symlinks of every generation
+    — the one folded days later too — and a raw object of the day arriving then is not compacted.
+    (Nothing expired lake/: its rows outlived raw/ and the bodies their claims name.)"""
+    root = tmp_path / "lake"
+    shutil.copytree(raw_lake, root)
+    lk = Lake(str(root))
+    compact_kind(spark, lk, "messages", AFTER, **QUIET)
+    msgs, offs = _rows(random.Random(5), 5, T0 + H + 100, 1_000, 60_000, off0=30_000)
+    _write(root, msgs, offs, suffix="-late")
+    later = compact_kind(spark, lk, "messages", AFTER + 3 * C.DAY_MS, **QUIET)  # hour 01 gen 2, hour 03
+    assert [(h["hour"], h["generation"]) for h in later["hours"]] == [("01", 2), ("03", 1)]
+    _expire(root)
+    assert lk.read_kind(spark, "messages").count() == 805
+    end = T0 + C.RETAIN_DAYS * C.DAY_MS
+    assert compact_kind(spark, lk, "messages", end - 1, **QUIET)["retired"] == 0
+    assert len(lk.manifests("messages")) == 4
+    msgs, offs = _rows(random.Random(6), 5, T0 + 2 * H + 100, 1_000, 61_000, off0=40_000)
+    _write(root, msgs, offs, suffix="-last")  # a raw object for hour 02, past retention
+    out = compact_kind(spark, lk, "messages", end, **QUIET)
+    assert out["hours"] == [] and out["retired"] > 0
+    assert lk.manifests("messages") == {}
+    assert [k for k in lk.list_keys(C.LAKE) if (C.key_hour(k) or ("",))[0] == "messages"] == []
+    assert not (root / C.SYMLINKS / "kind=messages").exists() or lk.list_keys(f"{C.SYMLINKS}/kind=messages") == []
+    assert lk.read_kind(spark, "messages").count() == 5  # the raw object alone (raw/'s own lifecycle)
 
 
 def _declared(template, logical_id: str) -> tuple[dict, list[tuple[str, str]]]:

@@ -674,3 +674,26 @@ def test_native_bounds_are_exact():
             assert (lo <= v <= hi) == (ib is not None and ib[0] <= v <= ib[1]), (lo, hi, v)
         for v in probes_d:
             assert (lo <= v <= hi) == (db is not None and db[0] <= v <= db[1]), (lo, hi, v)
+
+
+@pytest.mark.parametrize("how", [{}, {"one_sided": False}])
+def test_a_dry_run_writes_no_manifest_and_counts_and_samples_as_the_replay(spark, lake_dir, tmp_path, how):
+    """A dry run (``dry_run=True``, the job's ``--dry_run true``) writes ``selection.json`` alone —
+    no manifest, so no bodies under ``replays/`` — with the replay's own count, missing bodies,
+    queues and sample (the first rows the replay would copy). It once wrote the whole manifest,
+    which nobody read or deleted."""
+    root, _rows_ = lake_dir
+    lk = Lake(str(root))
+    raw = {"conditions": [{"field": "k", "range": [0, 2]}], "tags": ["red", "green"]}
+    lo, hi = T0 + 600_000, T0 + 3 * H
+    real_out, dry_out = tmp_path / "real", tmp_path / "dry"
+    real = R.run_replay(spark, lk, "r1", "t", lo, hi, Filter.of(raw), out=Lake(str(real_out)),
+                        log=lambda *_: None, **how)
+    dry = R.run_replay(spark, lk, "r1", "t", lo, hi, Filter.of(raw), out=Lake(str(dry_out)),
+                       log=lambda *_: None, dry_run=True, **how)
+    assert sorted(str(p.relative_to(dry_out)) for p in dry_out.rglob("*") if p.is_file()) == [R.summary_key("r1")]
+    assert json.loads((dry_out / R.summary_key("r1")).read_text()) == dry
+    assert dry["dry_run"] is True and dry["parts"] == [] and dry["manifest"] is None
+    assert len(real["sample"]) == R.SAMPLE_MAX and real["found"] > R.SAMPLE_MAX
+    assert {k: dry[k] for k in ("found", "missing_bodies", "queues", "sample", "plan")} == {
+        k: real[k] for k in ("found", "missing_bodies", "queues", "sample", "plan")}

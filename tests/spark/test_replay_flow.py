@@ -131,8 +131,10 @@ def test_a_dry_run_selects_what_the_replay_copies(spark, aws, api, setup, clock,
     for run in H.job_runs():  # the two runs of the one job, each with its own arguments
         a = {k.lstrip("-"): v for k, v in run["Arguments"].items()}
         R.run_replay(spark, Lake(str(tmp_path)), a["replay_id"], a["topic"], int(a["from_ms"]), int(a["to_ms"]),
-                     Filter.of(json.loads(a["filter"]) or None), log=lambda *_: None)
+                     Filter.of(json.loads(a["filter"]) or None), log=lambda *_: None,
+                     dry_run=a.get("dry_run") == "true")
         _publish(aws, tmp_path, a["replay_id"])
+    assert not (tmp_path / R.manifest_prefix(dry["id"])).exists()  # the dry run wrote no manifest
     assert H.run_schedule() == {"replays": 2, "selected": 1, "done": 1}
     d = api.call("GET", f"/v1/replays/{dry['id']}")[1]
     r = api.call("GET", f"/v1/replays/{real['id']}")[1]

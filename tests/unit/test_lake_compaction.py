@@ -63,10 +63,60 @@ def test_garbage_is_unreferenced_and_old_enough():
     m1, m2 = (C.manifest_key("messages", "2026-01-01", "00", g) for g in (1, 2))
     written = {live_pq: old, dead_pq: old, crashed: young, m1: old, m2: old,
                "lake/kind=messages/run=1/_SUCCESS": old}
-    got = C.garbage("messages", written, [m1, m2], [live_pq], now)
+    doc = C.manifest_doc("messages", "2026-01-01", "00", 2, "2", [live_pq], [], 1)
+    # hour 00 has files of two runs: its newest manifest decides; hour 01 has no manifest at all
+    assert C.doubtful_hours("messages", written, now) == {("2026-01-01", "00")}
+    got = C.garbage("messages", written, now, known={("2026-01-01", "00"): doc})
     assert got == sorted([dead_pq, m1, "lake/kind=messages/run=1/_SUCCESS"])
-    assert crashed in C.garbage("messages", written, [m1, m2], [live_pq], now + 1)
-    assert C.garbage("bodies", written, [m1, m2], [], now) == []  # another kind's files are not its business
+    assert crashed in C.garbage("messages", written, now + 1, known={("2026-01-01", "00"): doc})
+    # without the doubtful hour's manifest (or with a stale one) nothing of it is deleted but
+    # what the key names tell: the superseded manifest
+    for known in ({}, {("2026-01-01", "00"): {**doc, "generation": 1, "parquet": [dead_pq]}}):
+        assert C.garbage("messages", written, now, known=known) == sorted([m1, "lake/kind=messages/run=1/_SUCCESS"])
+    assert C.garbage("bodies", written, now, known={("2026-01-01", "00"): doc}) == []  # not its business
+    # one run's files: live, no manifest needed
+    assert C.doubtful_hours("messages", {live_pq: old, m2: old}, now) == set()
+    assert C.garbage("messages", {live_pq: old, m2: old}, now) == []
+
+
+def test_hours_past_retention_are_retired_whole_and_not_compacted_again():
+    """A day is past retention RETAIN_DAYS after its start (raw/'s 400 days; bodies/ keeps 401, so
+    its bodies are still there): every generation's files, manifests and symlink go — a
+    generation folded late too, since it is found by the hour in its key, not its age."""
+    assert C.RETAIN_DAYS == 400
+    now = T0 + C.RETAIN_DAYS * C.DAY_MS  # 2026-01-01 is past retention, 2026-01-02 is not
+    keys = [C.manifest_key("messages", "2026-01-01", "23", g) for g in (1, 2)] + [
+        C.symlink_key("messages", "2026-01-01", "23"),
+        "lake/kind=messages/run=1/dt=2026-01-01/hour=23/part-0.parquet",
+        "lake/kind=messages/run=9/dt=2026-01-01/hour=23/part-0.parquet",  # the late generation's
+        "lake/kind=messages/run=9/dt=2026-01-02/hour=00/part-0.parquet",
+        C.manifest_key("messages", "2026-01-02", "00", 1), C.symlink_key("messages", "2026-01-02", "00"),
+        C.manifest_key("bodies", "2026-01-01", "23", 1)]
+    links, files, manifests = C.retired("messages", keys, now)
+    assert links == [keys[2]] and files == keys[3:5] and manifests == keys[:2]
+    assert C.retired("messages", keys, now - 1) == ([], [], [])
+    late = [raw("messages", 23, "late"), "raw/kind=messages/dt=2026-01-02/hour=00/x.jsonl.gz"]
+    assert [(w.day, w.hour) for w in C.plan("messages", late, {}, now)] == [("2026-01-02", "00")]
+    assert C.plan_hours("messages", late, now) == {("2026-01-02", "00")}
+
+
+def test_a_symlink_older_than_its_newest_manifest_is_stale():
+    m1, m2 = (C.manifest_key("offsets", "2026-01-01", "00", g) for g in (1, 2))
+    m3 = C.manifest_key("offsets", "2026-01-01", "01", 1)
+    link0, link1 = C.symlink_key("offsets", "2026-01-01", "00"), C.symlink_key("offsets", "2026-01-01", "01")
+    manifests = {m1: 10, m2: 20, m3: 30}
+    assert C.stale_symlinks("offsets", manifests, {link0: 20, link1: 31}) == {}
+    assert C.stale_symlinks("offsets", manifests, {link0: 19, link1: 31}) == {("2026-01-01", "00"): m2}
+    assert C.stale_symlinks("offsets", manifests, {link0: 20}) == {("2026-01-01", "01"): m3}
+
+
+def test_raw_keys_named_long_ago_and_still_there_are_tagged_again():
+    now = T0 + 10 * C.DAY_MS
+    a, b, c = raw("messages", 0, "a"), raw("messages", 0, "b"), raw("messages", 1, "c")
+    m0 = C.manifest_doc("messages", "2026-01-01", "00", 1, "r", [], [a], now - C.KEEP_MS - C.DAY_MS - 1)
+    m1 = C.manifest_doc("messages", "2026-01-01", "01", 1, "r", [], [c], now - C.KEEP_MS - C.DAY_MS)
+    manifests = {("2026-01-01", "00"): m0, ("2026-01-01", "01"): m1}
+    assert C.untagged([a, b, c], manifests, now) == [a]  # b is late (not named), c's tag may still act
 
 
 def test_parquet_keys_and_symlinks():

@@ -17,7 +17,22 @@ generation: the previous generation's Parquet + the late raw keys). A run's file
 newest manifest (a crash before the commit, or a superseded generation) are never read, and
 deleted once older than :data:`KEEP_MS` (a reader that planned on them a moment before still finds
 them). The manifest is created, never overwritten (``If-None-Match: *`` on S3, a hard link
-locally), so two runs cannot both commit one generation.
+locally), so two runs cannot both commit one generation. Athena's symlink is written after the
+commit, from the committed manifest; one older than its hour's newest manifest (a crash between
+the two) is rewritten by the next run.
+
+**Retention.** A day ``D`` is past retention :data:`RETAIN_DAYS` (raw/'s expiration, 400) days
+after its start: the compaction no longer folds its raw keys and deletes its hours — symlinks,
+Parquet, then the manifests (:func:`retired`). By the hour's date in the key names, not the
+objects' age: a generation folded late holds the whole hour and goes with it. The bodies of
+day ``D``'s messages (``bodies/``, 401 days after their creation, on or after ``D``, rounded up to a
+midnight by S3) are not expired before ``D`` + 401 days: a day of margin for a run that fails.
+
+**Reads per run** are bounded by the work: the plan GETs the newest manifest of the closed hours
+that still have raw keys (:func:`plan_hours`; folded raw expires two days after its commit), the
+garbage is decided from key names (:func:`doubtful_hours`: only an hour with files of more than one
+run, old enough to delete, needs its newest manifest), and a symlink is repaired only when it is
+older than its hour's newest manifest (:func:`stale_symlinks`, listed times).
 
 >>> raw_hour("raw/kind=messages/dt=2026-01-01/hour=07/m-1-2.jsonl.gz")
 ('messages', '2026-01-01', '07')
@@ -41,10 +56,13 @@ KINDS = ("messages", "bodies", "offsets", "members")
 HOUR_MS = 3_600_000
 GRACE_MS = 15 * 60_000  # an hour is closed this long after its end (the archiver's late batches)
 KEEP_MS = 2 * 24 * HOUR_MS  # unreferenced Parquet / manifests are deleted this long after they were written
+DAY_MS = 24 * HOUR_MS
+RETAIN_DAYS = 400  # raw/'s expiration (template.yaml expire-raw); bodies/ keeps 401 (expire-bodies)
 COMPACTED_TAG = ("lakeq-compacted", "true")  # on a raw object folded into a committed manifest (lifecycle)
 
 _RAW = re.compile(r"^raw/kind=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/([^/]+)$")
 _MANIFEST = re.compile(r"^lake/_manifests/kind=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/gen=(\d+)\.json$")
+_SYMLINK = re.compile(r"^lake/_symlinks/kind=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/symlink\.txt$")
 _RUN_FILE = re.compile(r"^lake/kind=([^/]+)/run=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/([^/]+)$")
 
 Hour = tuple[str, str]  # ("YYYY-MM-DD", "HH")
@@ -110,6 +128,54 @@ def is_closed(day: str, hour: str, now_ms: int, grace_ms: int = GRACE_MS) -> boo
     return hour_start_ms(day, hour) + HOUR_MS + grace_ms <= now_ms
 
 
+def past_retention(day: str, now_ms: int, retain_days: int = RETAIN_DAYS) -> bool:
+    """Day ``day`` is past the lake's retention at ``now_ms``: ``retain_days`` days after its start.
+
+    >>> past_retention("2026-01-01", hour_start_ms("2026-01-01", "00") + 400 * DAY_MS)
+    True
+    >>> past_retention("2026-01-01", hour_start_ms("2026-01-01", "00") + 400 * DAY_MS - 1)
+    False
+    """
+    return hour_start_ms(day, "00") + retain_days * DAY_MS <= now_ms
+
+
+def key_hour(key: str) -> tuple[str, Hour] | None:
+    """``(kind, (dt, hour))`` of a key under ``lake/`` (a run's file, a manifest, a symlink)."""
+    m = _MANIFEST.match(key) or _RUN_FILE.match(key) or _SYMLINK.match(key)
+    if m is None:
+        return None
+    if m.re is _RUN_FILE:
+        return m.group(1), (m.group(3), m.group(4))
+    return m.group(1), (m.group(2), m.group(3))
+
+
+def retired(kind: str, keys: Iterable[str], now_ms: int,
+            retain_days: int = RETAIN_DAYS) -> tuple[list[str], list[str], list[str]]:
+    """The keys of ``kind`` under ``lake/`` (``keys``) of hours past retention, in the three steps
+    that delete them: symlinks (Athena stops reading the hour), the runs' files, then the manifests
+    last — a run that stops half-way leaves the manifests, and the next one finishes."""
+    out: tuple[list[str], list[str], list[str]] = ([], [], [])
+    for k in sorted(set(keys)):
+        p = key_hour(k)
+        if p is not None and p[0] == kind and past_retention(p[1][0], now_ms, retain_days):
+            out[{"_symlinks": 0, "_manifests": 2}.get(k.split("/")[1], 1)].append(k)
+    return out
+
+
+def plan_hours(kind: str, raw_keys: Iterable[str], now_ms: int, grace_ms: int = GRACE_MS,
+               retain_days: int = RETAIN_DAYS) -> set[Hour]:
+    """The hours whose newest manifest a run needs to plan: closed, not past retention, with raw
+    keys of ``kind`` (folded raw keys expire two days after the commit, so: the recent hours and
+    those with late arrivals)."""
+    out = set()
+    for k in raw_keys:
+        p = raw_hour(k)
+        if p is not None and p[0] == kind and is_closed(p[1], p[2], now_ms, grace_ms) \
+                and not past_retention(p[1], now_ms, retain_days):
+            out.add((p[1], p[2]))
+    return out
+
+
 def newest_manifests(keys: Iterable[str], kind: str | None = None) -> dict[Hour, str]:
     """The newest manifest key of each hour (the highest generation) among ``keys``."""
     best: dict[Hour, tuple[int, str]] = {}
@@ -152,10 +218,10 @@ class Work:
 
 
 def plan(kind: str, raw_keys: Iterable[str], manifests: Mapping[Hour, Mapping], now_ms: int,
-         grace_ms: int = GRACE_MS) -> list[Work]:
-    """The hours of ``kind`` a run compacts: each closed hour with a raw key its newest manifest
-    (``manifests``: hour → manifest document) does not name — never compacted, or late arrivals.
-    Hours in key order."""
+         grace_ms: int = GRACE_MS, retain_days: int = RETAIN_DAYS) -> list[Work]:
+    """The hours of ``kind`` a run compacts: each closed hour not past retention with a raw key its
+    newest manifest (``manifests``: hour → manifest document) does not name — never compacted, or
+    late arrivals. Hours in key order."""
     by_hour: dict[Hour, list[str]] = {}
     for k in raw_keys:
         p = raw_hour(k)
@@ -163,7 +229,7 @@ def plan(kind: str, raw_keys: Iterable[str], manifests: Mapping[Hour, Mapping], 
             by_hour.setdefault((p[1], p[2]), []).append(k)
     out = []
     for (day, hour), keys in sorted(by_hour.items()):
-        if not is_closed(day, hour, now_ms, grace_ms):
+        if not is_closed(day, hour, now_ms, grace_ms) or past_retention(day, now_ms, retain_days):
             continue
         prev = manifests.get((day, hour))
         done = set((prev or {}).get("raw", ()))
@@ -189,19 +255,80 @@ def unread(raw_keys: Iterable[str], manifests: Mapping[Hour, Mapping]) -> tuple[
     return parquet, sorted(raw)
 
 
-def garbage(kind: str, written: Mapping[str, int], manifest_keys: Iterable[str], live: Iterable[str],
-            now_ms: int, keep_ms: int = KEEP_MS) -> list[str]:
-    """Keys of ``kind`` to delete: ``written`` (key → last-modified ms) under ``lake/kind=<kind>/``
-    and ``lake/_manifests/kind=<kind>/`` that are neither ``live`` (the newest manifests and their
-    Parquet files) nor younger than ``keep_ms`` — files of runs that crashed before their commit,
-    superseded generations and their manifests."""
-    live = set(live)
-    newest = set(newest_manifests(manifest_keys, kind).values())
+def doubtful_hours(kind: str, written: Mapping[str, int], now_ms: int, keep_ms: int = KEEP_MS) -> set[Hour]:
+    """The hours whose garbage cannot be told from key names: a manifest names the hour and Parquet
+    files of more than one run are there, one of them old enough to delete (a superseded
+    generation, a run that crashed or lost its commit). :func:`garbage` needs their newest
+    manifest; every other hour is decided without reading one."""
+    committed = set(newest_manifests(written, kind))
+    runs: dict[Hour, set[str]] = {}
+    old: set[Hour] = set()
+    for k, mtime in written.items():
+        p = parquet_hour(k)
+        if p is None or p[0] != kind:
+            continue
+        runs.setdefault((p[2], p[3]), set()).add(p[1])
+        if now_ms - mtime >= keep_ms:
+            old.add((p[2], p[3]))
+    return {h for h in old if h in committed and len(runs[h]) > 1}
+
+
+def garbage(kind: str, written: Mapping[str, int], now_ms: int, keep_ms: int = KEEP_MS,
+            known: Mapping[Hour, Mapping] | None = None) -> list[str]:
+    """Keys of ``kind`` to delete: ``written`` (key → last-modified ms, the listing of
+    ``lake/kind=<kind>/`` and ``lake/_manifests/kind=<kind>/``) older than ``keep_ms`` that no
+    newest manifest names — from the key names: a superseded manifest (a lower generation), a file
+    of an hour no manifest names (its run crashed before the commit), a run's file that is no
+    Parquet part (``_SUCCESS``); and a Parquet file of an hour in ``known`` (hour → its newest
+    manifest, at least the :func:`doubtful_hours`) that its manifest does not name. An hour with
+    files of one run only is presumed live (a generation without rows names no file, so a crashed
+    run's files there wait for the hour's next generation)."""
+    newest = newest_manifests(written, kind)
+    gen_of = {h: (parse_manifest_key(k) or ("", "", "", 0))[3] for h, k in newest.items()}
+    named = {h: set(m.get("parquet", ())) for h, m in (known or {}).items()
+             if h in gen_of and int(m.get("generation", -1)) == gen_of[h]}
     out = []
     for k, mtime in written.items():
-        if k in live or k in newest or now_ms - mtime < keep_ms:
+        if now_ms - mtime < keep_ms:
             continue
-        if k.startswith(f"{LAKE}/kind={kind}/run=") or (parse_manifest_key(k) or ("",))[0] == kind:
+        pm = parse_manifest_key(k)
+        if pm is not None:
+            if pm[0] == kind and newest.get((pm[1], pm[2])) != k:
+                out.append(k)
+            continue
+        if not k.startswith(f"{LAKE}/kind={kind}/run="):
+            continue
+        p = parquet_hour(k)
+        h = (p[2], p[3]) if p else None
+        if p is None or h not in newest or (h in named and k not in named[h]):
+            out.append(k)
+    return sorted(out)
+
+
+def stale_symlinks(kind: str, manifests: Mapping[str, int], symlinks: Mapping[str, int]) -> dict[Hour, str]:
+    """Hour → its newest manifest key, for the hours whose symlink is missing or older than that
+    manifest (``manifests``, ``symlinks``: key → last-modified ms): a run stopped between its
+    commit and the symlink. The symlink is written after the commit, so it is never older when all
+    went well."""
+    out = {}
+    for h, k in newest_manifests(manifests, kind).items():
+        at = symlinks.get(symlink_key(kind, *h))
+        if at is None or at < manifests[k]:
+            out[h] = k
+    return out
+
+
+def untagged(raw_keys: Iterable[str], manifests: Mapping[Hour, Mapping], now_ms: int,
+             keep_ms: int = KEEP_MS) -> list[str]:
+    """Raw keys a newest manifest committed more than ``keep_ms`` + a day ago names that are still
+    there: the lifecycle rule expires a tagged one two days after its tag, so the run that
+    committed them stopped before tagging them. The next run tags them again."""
+    out = []
+    for k in raw_keys:
+        p = raw_hour(k)
+        m = manifests.get((p[1], p[2])) if p else None
+        if m is not None and now_ms - int(m.get("committed_at", now_ms)) > keep_ms + DAY_MS \
+                and k in set(m.get("raw", ())):
             out.append(k)
     return sorted(out)
 

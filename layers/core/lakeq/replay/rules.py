@@ -29,6 +29,8 @@ from lakeq.contract.validation import known_fields
 MAX_RANGE_MS = 400 * 24 * 3_600_000  # the lake keeps raw/ 400 days
 MAX_RATE = 1_000  # messages per second a copier may be asked for (REPLAY.md: 1..1000)
 DEFAULT_RATE = 100
+SCRATCH_DAYS = 30  # the lake bucket's expire-replays rule: replays/<id>/ (manifest, selection.json) goes then
+MAX_COPY_MS = SCRATCH_DAYS * 24 * 3_600_000 // 2  # a copy planned longer (found / rate) fails at selection
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ two leaves only objects under ``replays/<id>/`` that no item names.
 against the job's concurrent runs like a replay: a start refused → 503, nothing written), the item
 marked ``dry_run``; its ``selection.json`` makes it ``selected`` (final) with ``found`` and the
 job's ``sample``. It never reaches ``copying``: no cursor, no target begun or ended, nothing
-copied (the manifest the job wrote is read by nobody).
+copied. The job is started with ``dry_run`` and writes no manifest, only ``selection.json`` (the
+count and the sample).
 
 **The schedule** (:func:`run_all`, every minute): each live replay (the sparse index ``live``) —
 ``selecting``: ``error.json`` → ``failed``, ``selection.json`` → ``copying`` (with ``found`` and the
@@ -126,7 +127,8 @@ def start(p: Principal, raw: str | None) -> dict:
     try:
         start_replay_selection({"replay_id": rid, "topic": req.topic, "from_ms": str(req.from_ms),
                                 "to_ms": str(req.to_ms),
-                                "filter": "{}" if req.filter.empty else json.dumps(req.filter.to_json())})
+                                "filter": "{}" if req.filter.empty else json.dumps(req.filter.to_json()),
+                                **({"dry_run": "true"} if req.dry_run else {})})
     except (ClientError, BotoCoreError) as e:
         raise Unavailable(f"the selection job could not be started ({e}); retry") from None
     now = clock.now()
@@ -308,6 +310,15 @@ def _progress(r: Replay) -> copier.Progress:
     return p
 
 
+def _found(selection: Mapping) -> int:
+    return sum(int(p["rows"]) for p in selection.get("parts") or [])
+
+
+def _copy_ms(selection: Mapping, r: Replay) -> float:
+    """How long copying the selection takes at the replay's rate, at the least."""
+    return _found(selection) * 1000 / max(1, int(r.rate or rules.DEFAULT_RATE))
+
+
 def _select(r: Replay, now: int) -> Replay | None:
     """A selecting replay: its job's outcome, if any. The item as it is after (None: gone)."""
     selection, error = ReplayObjects.outcome(r.id)
@@ -316,8 +327,16 @@ def _select(r: Replay, now: int) -> Replay | None:
         ReplayRepo.finish(r.id, int(r.version), "failed", now, f"selection: {msg}", expect="selecting")
     elif selection is not None and r.dry_run:
         sample = [{k: row.get(k) for k in SAMPLE_FIELDS} for row in (selection.get("sample") or [])[:SAMPLE_MAX]]
-        found = sum(int(p["rows"]) for p in selection.get("parts") or [])
+        found = int(selection["found"]) if "found" in selection else sum(
+            int(p["rows"]) for p in selection.get("parts") or [])
         ReplayRepo.dry_selected(r.id, int(r.version), found, json.dumps(sample, separators=(",", ":")), now)
+    elif selection is not None and _copy_ms(selection, r) > rules.MAX_COPY_MS:
+        days = _copy_ms(selection, r) / 86_400_000
+        ReplayRepo.finish(r.id, int(r.version), "failed", now,
+                          f"selection: copying {_found(selection)} message(s) at {int(r.rate or rules.DEFAULT_RATE)}/s "
+                          f"would take {days:.1f} days, over {rules.MAX_COPY_MS // 86_400_000} (the manifest "
+                          f"expires {rules.SCRATCH_DAYS} days after the selection): raise the rate or narrow the range",
+                          expect="selecting")
     elif selection is not None:
         parts = [{"key": p["key"], "rows": int(p["rows"])} for p in selection.get("parts") or []]
         found = sum(p["rows"] for p in parts)
