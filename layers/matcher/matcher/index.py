@@ -69,15 +69,16 @@ the same predicates as the edges — and emits the id, so a chain of ``k`` level
 not ``k``, and a leaf is one check.
 
 Bit blocks: once the order has been learned from traffic, the subscriptions that match often
-(every level passes at least ``_DENSE`` of the sampled messages — two levels on one field too, ANDed in
-slots — and some
-sampled message matches the whole subscription when it should have, ``_EXPECT``) leave the trie
-for their topic's
+(every level passes at least ``_DENSE`` of the sampled messages — two levels on one field too,
+ANDed in slots — and some sampled message matches the whole subscription when it should have,
+``_EXPECT``) leave the trie for their topic's
 :class:`_Block`: Python ints as bitsets over their positions, one per value / prefix / excluded
 value / tag / range cell, ANDed per field and decoded by one C-level ``compress`` — no Python step
 per output id. Per message and block ``O(F x B / 30)`` word operations plus ``O(B)`` in C for
 ``B`` members; the subscriptions that rarely match stay in the trie, so never-matching ones cost
-the blocks nothing. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
+the blocks nothing. Before any traffic the static estimates decide (every level's at least
+``_STATIC``; fields few members constrain stay in the trie), so a fresh index answers its dense part
+from bitsets from its first match. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
 
 The order (:func:`_canonical`)
 ------------------------------
@@ -1143,8 +1144,10 @@ class SubscriptionIndex:
         return p
 
     def _eligible(self, labels: list[tuple] | tuple) -> bool:
-        """True when a subscription belongs in its topic's bit block: traffic was measured, it has
-        levels, every level passed at least one sampled message (so the
+        """True when a subscription belongs in its topic's bit block. Before any traffic: it has
+        levels and each one's static estimate (:func:`_static_estimate`) is at least ``_STATIC``
+        (re-checked when it is moved, see :meth:`_rebuild_blocks`). Once traffic was measured: it
+        has levels, every level passed at least one sampled message (so the
         product of the pass rates, its expected match rate with levels taken as independent, is not
         0) and the least passing level passes at least ``_DENSE`` of them. In the trie such a
         subscription costs about a visit whenever its first (least passing) level passes; in a
