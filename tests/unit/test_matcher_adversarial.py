@@ -159,3 +159,25 @@ def test_no_traffic_fields_few_members_constrain_stay_in_the_trie():
     assert set(idx._inblock) == {f"c{i}" for i in range(600)}
     assert len(idx._blocks["t"].fields) == 1
     idx._check()
+
+
+def test_reorder_and_block_rebuild_leave_the_collector_as_they_found_it():
+    """Re-orders and block rebuilds pause the cyclic garbage collector (half a re-order's time at
+    10k was full collections); it must be running again afterwards, and stay off if it was off."""
+    import gc
+
+    subs, msgs = draw("heldout", 5, 300, 40)
+    assert gc.isenabled()
+    idx = build(subs)
+    idx.match(*msgs[0])  # the first match forms the static blocks (_rebuild_blocks)
+    assert idx._inblock and gc.isenabled()
+    idx.reorder()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        idx.reorder()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    for msg in msgs:
+        assert answer(idx, *msg) == reference(subs, *msg), msg

@@ -119,6 +119,7 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 """
 from __future__ import annotations
 
+import gc
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
@@ -1045,6 +1046,21 @@ def _message_views(props: Mapping) -> tuple:
     return kmap, nums, strs
 
 
+class _no_gc:
+    """Pause the cyclic garbage collector (if it runs) for a bulk rebuild: re-inserting 10k
+    subscriptions allocates enough tuples and nodes to trigger full collections over the whole
+    heap, about half of a re-order's time at 10k (measured 443 ms with, 233 ms without). The
+    structures built hold no garbage cycles; collection resumes afterwards."""
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was:
+            gc.enable()
+
+
 class SubscriptionIndex:
     """Index of subscriptions answering "which subscriptions match this message?".
 
@@ -1199,7 +1215,12 @@ class SubscriptionIndex:
         """Re-index every subscription with its levels ordered by the pass rates measured on the
         last matched messages (:class:`_Learned`); :meth:`match` calls it by itself (see there).
         Answers never change, only which nodes a message visits. O(n x L log L) plus O(S x fields).
+        The cyclic garbage collector is paused meanwhile (:func:`_no_gc`).
         """
+        with _no_gc():
+            self._reorder()
+
+    def _reorder(self) -> None:
         self._learned = _Learned(self._sample) if self._sample else None
         subs = [(sid,) + _path(leaf) for sid, leaf in self._leaf.items()]
         for blk in self._blocks.values():
@@ -1281,7 +1302,11 @@ class SubscriptionIndex:
     def _rebuild_blocks(self) -> None:
         """Move the pending subscriptions out of the trie into their topics' blocks and rebuild the
         blocks they join or that hold dead positions (no re-measuring: see :meth:`reorder`).
-        O(pending x L + size of the rebuilt blocks)."""
+        O(pending x L + size of the rebuilt blocks); the cyclic garbage collector paused."""
+        with _no_gc():
+            self._rebuild_blocks_now()
+
+    def _rebuild_blocks_now(self) -> None:
         moved: dict[str, list] = {}
         static = self._learned is None
         for sid in self._pending:
