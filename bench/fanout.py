@@ -10,7 +10,13 @@ against the 100k index. The Scan that feeds the rebuild is not measured here (mo
 JSON-decoding the same items (the floor of any rebuild), the plan against only decoding the
 batch's message headers (reading without matching).
 
-    python bench/fanout.py [--quick]
+``--workload heldout`` (issue 33): the held-out-style dense workload of ``bench/matcher.py``
+(``Adversary``: six fields, 0-3 levels, ~9 % of the subscriptions match each message) instead of the
+stock quotes; the index is warmed on 1,000 messages first (it learns from traffic), then one batch
+of 100 records x 10 messages is planned and, side by side on the same messages, only matched
+(``Matcher.match``, the plan's matching step) and only decoded: the matching's share of the plan.
+
+    python bench/fanout.py [--quick] [--workload quotes|heldout]
 """
 from __future__ import annotations
 
@@ -53,15 +59,19 @@ def subscriptions(n: int, rnd: random.Random) -> list[SimpleNamespace]:
     return out
 
 
-def batch(rnd: random.Random, n_codes: int, records: int = 100, per: int = 10) -> dict:
+def batch(rnd: random.Random, n_codes: int, records: int = 100, per: int = 10, draw=None,
+          log: str = "quotes/sh") -> dict:
+    """``draw``: ``() -> (properties, tags)`` for each message (default: a stock quote)."""
     recs = []
     for r in range(records):
-        msgs = [seg.Message(id=f"m{r}-{i}", body="x" * 64, key=None, tags=[],
-                            properties={"type": rnd.choice("AB"), "stock_code": f"{rnd.randrange(n_codes):06d}",
-                                        "price": rnd.randint(0, 100)}, produced_at=1)
-                for i in range(per)]
+        msgs = []
+        for i in range(per):
+            props, tags = draw() if draw else ({"type": rnd.choice("AB"), "stock_code": f"{rnd.randrange(n_codes):06d}",
+                                                "price": rnd.randint(0, 100)}, [])
+            msgs.append(seg.Message(id=f"m{r}-{i}", body="x" * 64, key=None, tags=tags, properties=props,
+                                    produced_at=1))
         s = seg.encode(msgs, r * per)
-        img = {"pq": {"S": "quotes/sh#0"}, "base": {"N": str(s.base)}, "count": {"N": str(s.count)},
+        img = {"pq": {"S": f"{log}#0"}, "base": {"N": str(s.base)}, "count": {"N": str(s.count)},
                "idx": {"B": base64.b64encode(s.idx).decode()}, "data": {"B": base64.b64encode(s.data).decode()},
                "z": {"BOOL": s.compressed}}
         recs.append({"eventName": "INSERT", "dynamodb": {"NewImage": img, "SequenceNumber": str(r)}})
@@ -86,13 +96,63 @@ def decode_batch(records: list[dict]) -> int:
     return n
 
 
+def heldout(sizes: list[int]) -> None:
+    """The matching's share of a plan on the held-out-style dense workload (see the module doc)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_matcher", os.path.join(_HERE, "matcher.py"))
+    bm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bm)
+    adv = bm.ADVERSARIES["heldout"]
+    for n in sizes:
+        rnd = random.Random(7)
+        subs, _ = adv.subscriptions(n, rnd)
+        stored = [SimpleNamespace(id=sid, topic=topic, conditions=json.dumps(levels), tags=tags, created_at=0)
+                  for sid, topic, levels, tags in subs]
+        m = fanout.Matcher()
+        t0 = time.thread_time()
+        m.load(stored)
+        load_ms = (time.thread_time() - t0) * 1000
+        t0 = time.thread_time()
+        for topic, props, tags in adv.messages(1_000, None, rnd):  # warm-up: the index learns from traffic
+            m.index.match(topic, props, tags)
+        warm_ms = (time.thread_time() - t0) * 1000
+        msgs = adv.messages(1_000, None, rnd)
+        it = iter(msgs)
+        ev = batch(rnd, 0, draw=lambda: next(it)[1:], log="t/a/x")
+        plans, matches, decodes = [], [], []
+        for _ in range(5):  # alternating, best of 5 (thread CPU: a shared machine)
+            t0 = time.thread_time()
+            pending = fanout.plan(ev["Records"], m).pending
+            plans.append(time.thread_time() - t0)
+            t0 = time.thread_time()
+            got = 0
+            for props, tags in ((p, t) for _, p, t in msgs):
+                got += len(m.match("t/a/x", {"properties": props, "tags": tags, "produced_at": 1}))
+            matches.append(time.thread_time() - t0)
+            t0 = time.thread_time()
+            decode_batch(ev["Records"])
+            decodes.append(time.thread_time() - t0)
+        listed = sum(len(g.messages) for gs in pending.values() for g in gs)
+        pl, ma, de = min(plans) * 1e3, min(matches) * 1e3, min(decodes) * 1e3
+        print(f"heldout {n:>7} subscriptions: rebuild {load_ms:.0f} ms CPU, warm-up 1,000 messages "
+              f"{warm_ms:.0f} ms CPU; plan 100 records x 10 messages {pl:.1f} ms CPU "
+              f"({pl / len(msgs) * 1000:.0f} µs/msg); matching alone {ma:.1f} ms "
+              f"(= {ma / pl:.0%} of the plan); decoding alone {de:.1f} ms; {got / len(msgs):.0f} matches/msg, "
+              f"{listed} list entries for {len(pending)} subscriptions")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1k and 10k only")
+    ap.add_argument("--workload", choices=["quotes", "heldout"], default="quotes")
     args = ap.parse_args()
     rnd = random.Random(7)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     print(f"python {sys.version.split()[0]}")
+    if args.workload == "heldout":
+        heldout(sizes)
+        return
     for n in sizes:
         subs = subscriptions(n, rnd)
         times = []

@@ -1,8 +1,8 @@
 """Subscription matcher benchmark (SPEC §3): SubscriptionIndex vs a linear scan of moto's SNS
 filter-policy matcher, same subscriptions and messages, match sets cross-checked.
 
-Five workloads (``--workload sparse|dense|dense6|distractors|correlated``; ``both`` = sparse and
-dense; default ``all``):
+Workloads (``--workload sparse|dense|dense6|distractors|correlated|heldout|ho-…``; ``both`` = sparse
+and dense; default ``all``: every one but the ``ho-*`` variants, which run by name):
 
 * **sparse** — stock quotes: each stock code has ~2 subscriptions, a few percent use prefix / range /
   anything-but / exists / tags, ~1.1 matches per message at every size.
@@ -32,6 +32,14 @@ dense; default ``all``):
   match, so the learned order cannot put a never-passing level first, and the bit blocks take
   them as dense. A shape the index is weak on (its time grows with n), kept to show it.
   ``--no-blocks`` keeps every subscription in the trie (the index before the bit blocks).
+* **heldout** (issue 33) — written from the issue's description of its held-out workload: six
+  fields (numeric ``qty``, ``px``, ``lat``; strings ``sku``, ``ccy``, ``ref``), 0-3 random levels of
+  the kinds it names (ranges on the numeric fields, one-digit prefixes, anything-but, exists), 30 %
+  with tags, ~9 % of 10k match a message. Adversarial variants from the same generator
+  (:class:`Adversary`): ``ho-skew`` (hot values), ``ho-few-levels``, ``ho-many-levels`` (up to 6),
+  ``ho-repeat-fields`` (two levels on one field), ``ho-many-matches`` (~22 %), ``ho-few-matches``
+  (~2 %), ``ho-distractors`` (half never match). tests/unit/test_matcher_adversarial.py checks
+  each one's premise and the index's exactness on it.
 
 For each size (1k, 10k, 100k subscriptions; ``--quick``: 1k, 10k and ``QUICK_TOP`` = 20k, and only 1k
 and 20k for distractors and correlated, so that it stays under a minute on the shared machine) it
@@ -54,14 +62,16 @@ reports:
   difference must be explained by that deviation (counted and printed).
 
     python bench/matcher.py [--quick] [--seed N]
-                            [--workload sparse|dense|dense6|distractors|correlated|both|all]
+                            [--workload sparse|dense|dense6|distractors|correlated|heldout|ho-...|both|all]
                             [--check] [--no-learn] [--no-blocks] [--ratio [--against INDEX_PY]]
 
-``--ratio``: only dense6 at 10k, the index and moto timed side by side on the same messages,
-interleaved message by message, several rounds; prints CPU and wall ratios per round, their medians
-and the load average (see :func:`ratio_10k`). ``--against INDEX_PY`` adds another copy of
-``matcher/index.py`` (e.g. main's: ``git show main:layers/matcher/matcher/index.py > /tmp/old.py``)
+``--ratio``: only one workload (``--workload``, default dense6) at 10k, the index and moto timed side
+by side on the same messages, interleaved message by message, several rounds; prints CPU and wall
+ratios per round, their medians and the load average (see :func:`ratio_10k`). ``--against INDEX_PY``
+adds another copy of ``matcher/index.py`` (e.g. main's: ``git show main:layers/matcher/matcher/index.py > /tmp/old.py``)
 timed in the same rounds on the same messages: before/after ratios from the same moto timings.
+It also prints the CPU time per message from a fresh build (the build and the ``WARM`` warm-up
+messages, re-orders included) against moto's median: what a harness that times from the start sees.
 """
 from __future__ import annotations
 
@@ -75,6 +85,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import argparse
 import gc
 import json
+import math
 import platform
 import random
 import statistics
@@ -448,10 +459,138 @@ def gen_correlated_messages(m: int, _codes, rng: random.Random) -> list:
     return msgs
 
 
+# Held-out style (issue 33): six fields, 0-3 random levels of the four kinds the issue names (ranges on
+# the numeric fields, one-digit prefixes, anything-but, exists), 30 % with tags, ~8 % of 10k match a
+# message; written from the issue's description, not tuned to the index. ``Adversary`` draws it and
+# its adversarial variants (``ADVERSARIES``): skewed values, few and many levels, many and few
+# matches, never-matching distractors mixed in. Every variant is seeded and self-describing.
+H_TOPICS = ["t"] * 2 + ["t/a"] * 4 + ["t/b"] * 4
+H_PUB = ["t/a"] * 5 + ["t/a/x"] * 2 + ["t/b"] * 3
+H_CCY = [f"c{i:02d}" for i in range(12)]
+H_TAGS = [f"g{i}" for i in range(10)]
+H_FIELDS = ("qty", "px", "lat", "sku", "ccy", "ref")  # numeric: qty px lat; strings: sku ccy ref
+
+
+class Adversary:
+    """A held-out-style workload with knobs. ``levels``: weights of 0, 1, 2, ... levels per
+    subscription; ``width``: scale of range widths and anything-but list sizes (> 1: levels pass
+    more often, so more matches); ``skew``: messages draw values Zipf-like from a few hot ones
+    (subscriptions too, from the same hot values, with probability ``skew``); ``distract``: the
+    share of subscriptions that can never match (a level no message satisfies, under broad ones);
+    ``tags``: the share with tags; ``repeat``: fields drawn with replacement (two levels on one
+    field, ANDed: e.g. a range and an anything-but on ``qty``)."""
+
+    def __init__(self, levels=(0.02, 0.15, 0.33, 0.5), width=1.0, skew=0.0, distract=0.0, tags=0.3, repeat=False):
+        self.levels, self.width, self.skew, self.distract, self.tags = levels, width, skew, distract, tags
+        self.repeat = repeat
+
+    def _num(self, field: str, rng: random.Random) -> float:
+        hot = self.skew and rng.random() < self.skew
+        if field == "qty":
+            return rng.choice((100, 500, 1000)) if hot else rng.randint(0, 10_000)
+        if field == "px":
+            return rng.choice((9.99, 10.0, 99.5)) if hot else rng.randint(0, 50_000) / 100
+        return rng.choice((0, 45)) if hot else rng.randint(-90, 90)
+
+    def _str(self, field: str, rng: random.Random) -> str:
+        hot = self.skew and rng.random() < self.skew
+        if field == "sku":
+            return "100000" if hot else f"{rng.randint(0, 999_999):06d}"
+        if field == "ccy":
+            return "c00" if hot else rng.choice(H_CCY)
+        return "0aa" if hot else f"{rng.randint(0, 9)}{rng.choice('abcdef')}{rng.randint(0, 99)}"
+
+    def level(self, field: str, rng: random.Random) -> dict:
+        w, r = self.width, rng.random()
+        if field in ("qty", "px", "lat"):
+            span = {"qty": 10_000, "px": 500, "lat": 180}[field]
+            if r < 0.6:
+                lo = self._num(field, rng) - rng.random() * span * 0.05 * w
+                hi = lo + rng.random() ** 2 * span * 0.3 * w
+                if field != "px":
+                    lo, hi = math.floor(lo), math.ceil(hi)
+                return {"field": field, "range": [lo, hi]}
+            if r < 0.8:
+                return {"field": field, "anything_but": [self._num(field, rng) for _ in range(rng.randint(1, 3))]}
+            return {"field": field, "exists": rng.random() < 0.75}
+        if r < 0.45 and field != "ccy":
+            return {"field": field, "prefix": self._str(field, rng)[0]}
+        if r < 0.8:
+            k = max(1, min(11, round(rng.randint(1, 3) * (1 / w if w > 1 else 1))))
+            vals = [self._str(field, rng) for _ in range(k)]
+            if w < 1 and field == "ccy":  # narrow: anything-but of most currencies
+                vals = rng.sample(H_CCY, 11)
+            return {"field": field, "anything_but": vals}
+        return {"field": field, "exists": rng.random() < 0.8}
+
+    def sub(self, i: int, rng: random.Random) -> tuple:
+        k = rng.choices(range(len(self.levels)), self.levels)[0]
+        if self.repeat:
+            levels = [self.level(rng.choice(H_FIELDS), rng) for _ in range(k)]
+        else:
+            levels = [self.level(f, rng) for f in rng.sample(H_FIELDS, min(k, 6))]
+        tags = rng.sample(H_TAGS, rng.randint(1, 3)) if rng.random() < self.tags else None
+        if self.distract and rng.random() < self.distract:
+            never, ntags = _h_never(rng, i)
+            levels = [lv for lv in levels if lv["field"] != (never or {}).get("field")]
+            if never is not None:
+                levels.insert(rng.randint(0, len(levels)), never)
+            if ntags is not None:
+                tags = ntags
+            return (f"hdis-{i}", rng.choice(H_TOPICS), levels, tags)
+        return (f"h-{i}", rng.choice(H_TOPICS), levels, tags)
+
+    def subscriptions(self, n: int, rng: random.Random) -> tuple[list, list]:
+        return [self.sub(i, rng) for i in range(n)], []
+
+    def messages(self, m: int, _codes, rng: random.Random) -> list:
+        msgs = []
+        for _ in range(m):
+            props: dict = {"qty": self._num("qty", rng), "px": self._num("px", rng),
+                           "sku": self._str("sku", rng), "ccy": self._str("ccy", rng)}
+            if rng.random() < 0.8:
+                props["lat"] = self._num("lat", rng)
+            if rng.random() < 0.4:
+                props["ref"] = self._str("ref", rng)
+            msgs.append((rng.choice(H_PUB), props, rng.sample(H_TAGS, rng.randint(0, 3))))
+        return msgs
+
+
+def _h_never(rng: random.Random, i: int) -> tuple[dict | None, list | None]:
+    """A level (or tags) no held-out-style message satisfies."""
+    r = rng.random()
+    if r < 0.25:
+        return {"field": rng.choice(["qty", "px", "lat"]), "range": [20_000 + i % 977, 30_000 + i % 991]}, None
+    if r < 0.45:
+        return {"field": rng.choice(["sku", "ref"]), "prefix": rng.choice("xyz") + str(i % 10)}, None
+    if r < 0.6:
+        return {"field": f"nx{i % 5000}", "exists": True}, None
+    if r < 0.7:
+        return {"field": rng.choice(["qty", "px", "sku", "ccy"]), "exists": False}, None
+    if r < 0.8:
+        return {"field": "ccy", "prefix": "d"}, None
+    if r < 0.9:
+        return {"field": "sku", "range": [0, 10]}, None  # a range on a string field
+    return None, [f"never{i % 50}"]
+
+
+ADVERSARIES = {
+    "heldout": Adversary(),
+    "ho-skew": Adversary(skew=0.5),
+    "ho-few-levels": Adversary(levels=(0.02, 0.7, 0.28)),
+    "ho-many-levels": Adversary(levels=(0.01, 0.04, 0.1, 0.2, 0.3, 0.2, 0.15)),
+    "ho-many-matches": Adversary(levels=(0.15, 0.45, 0.25, 0.15), width=4.0),
+    "ho-few-matches": Adversary(levels=(0.0, 0.0, 0.3, 0.7), width=0.05, tags=0.6),
+    "ho-distractors": Adversary(distract=0.5),
+    "ho-repeat-fields": Adversary(repeat=True),
+}
+
+
 WORKLOADS = {"sparse": (gen_subscriptions, gen_messages), "dense": (gen_dense_subscriptions, gen_dense_messages),
              "dense6": (gen_dense6_subscriptions, gen_dense6_messages),
              "distractors": (gen_distractor_subscriptions, gen_distractor_messages),
-             "correlated": (gen_correlated_subscriptions, gen_correlated_messages)}
+             "correlated": (gen_correlated_subscriptions, gen_correlated_messages),
+             **{name: (a.subscriptions, a.messages) for name, a in ADVERSARIES.items()}}
 
 
 def to_policy(conds: list[dict], tags) -> dict:
@@ -685,7 +824,7 @@ def _load_index_class(path: str):
     return mod.SubscriptionIndex
 
 
-def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -> None:
+def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None, workload: str = "dense6") -> None:
     """dense6 at 10,000 subscriptions: the index and moto timed in this process on the same messages,
     for ``rounds`` rounds; each round times moto over the messages, then the index over the same
     messages as a stream ("stream": one ``match`` per message, as a worker matches its traffic), then
@@ -697,19 +836,27 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -
     before a change); its index is built and warmed the same way and timed as a stream in every round
     right after this one's ("before" columns), so both ratios come from the same moto timings."""
     rng = random.Random(seed)
-    subs, _ = gen_dense6_subscriptions(10_000, rng)
-    msgs = gen_dense6_messages(WARM + n_msgs, None, rng)
+    gen_subs, gen_msgs = WORKLOADS[workload]
+    subs, codes = gen_subs(10_000, rng)
+    msgs = gen_msgs(WARM + n_msgs, codes, rng)
+    tc = time.thread_time_ns
+    gc.collect()
+    c = tc()
     idx = build(subs)
     for topic, props, tags in msgs[:WARM]:
         idx.match(topic, props, tags)
+    fresh = (tc() - c) / (WARM * 1000.0)  # from a fresh build: build, first matches and re-orders
     reorders0 = idx._reorders
     old = None
     if against:
+        gc.collect()
+        c = tc()
         old = _load_index_class(against)()
         for sid, topic, conds, tags in subs:
             old.add(sid, topic, conds, tags)
         for topic, props, tags in msgs[:WARM]:
             old.match(topic, props, tags)
+        old_fresh = (tc() - c) / (WARM * 1000.0)
     msgs = msgs[WARM:]
     matchers = [(sub, FilterPolicyMatcher(to_policy(sub[2], sub[3]), "MessageAttributes")) for sub in subs]
     attrs = [to_attributes(props, tags) for _, props, tags in msgs]
@@ -720,13 +867,13 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -
         if old is not None:
             assert set(old.match(topic, props, tags)) == ref, f"WRONG ANSWER (against) on {(topic, props, tags)!r}"
     load0 = os.getloadavg()
-    print(f"\n## dense6 at 10,000 subscriptions: ratio to moto, same process, same messages "
+    print(f"\n## {workload} at 10,000 subscriptions: ratio to moto, same process, same messages "
           f"({rounds} rounds x {n_msgs} messages)")
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
     print("| round | moto CPU µs/msg | moto wall | index stream CPU | stream wall | index cold CPU | cold wall "
           "| ratio stream CPU / wall | ratio cold CPU / wall |")
     print("|---|---|---|---|---|---|---|---|---|")
-    tc, pc = time.thread_time_ns, time.perf_counter_ns
+    pc = time.perf_counter_ns
     match = idx.match
 
     def moto(topic, at):
@@ -785,6 +932,9 @@ def ratio_10k(rounds: int, n_msgs: int, seed: int, against: str | None = None) -
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; index == API.md reference on all "
           f"{len(msgs)} messages: yes; re-orders in the warm-up {reorders0}, in the timed rounds "
           f"{idx._reorders - reorders0}; target >= 100x")
+    print(f"from a fresh build (build + the first {WARM:,} messages, re-orders included; thread CPU): "
+          f"{fresh:,.0f} µs/msg -> {med[0] / fresh:.1f}x moto (median)"
+          + (f"; against: {old_fresh:,.0f} µs/msg -> {med[0] / old_fresh:.1f}x" if against else ""))
     if befores:
         b = statistics.median(befores)
         print(f"against {against}: stream CPU median {b:,.0f} µs/msg -> {med[0] / b:.1f}x moto (ratio of medians; "
@@ -847,10 +997,11 @@ def main() -> None:
                     help=f"fewer messages and baseline messages, sizes up to {QUICK_TOP:,} (< 1 min)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--workload", choices=[*WORKLOADS, "both", "all"], default="all",
-                    help="both = sparse and dense; all (default) = every workload")
+                    help="both = sparse and dense; all (default) = every workload but the ho-* variants")
     ap.add_argument("--check", action="store_true", help="also run idx._check() after each build")
     ap.add_argument("--ratio", action="store_true",
-                    help="only dense6 at 10k: index vs moto interleaved, medians of rounds (CPU and wall), load")
+                    help="only one workload at 10k (--workload, default dense6): index vs moto interleaved, "
+                         "medians of rounds (CPU and wall), load")
     ap.add_argument("--against", metavar="INDEX_PY",
                     help="with --ratio: also time this other matcher/index.py (e.g. main's) in every round")
     ap.add_argument("--no-learn", action="store_true", help="static level order only: never re-order from traffic")
@@ -861,6 +1012,7 @@ def main() -> None:
         import matcher.index
 
         matcher.index._DENSE = float("inf")
+        matcher.index._STATIC = float("inf")
     if args.no_learn:
         import matcher.index
 
@@ -883,8 +1035,11 @@ def main() -> None:
         ("correlated", False): [(1_000, 10_000, 200, True), (10_000, 10_000, 30, True),
                                 (100_000, 10_000, 5, True)],
     }
-    workloads = (["sparse", "dense"] if args.workload == "both" else list(WORKLOADS) if args.workload == "all"
-                 else [args.workload])
+    for name in ADVERSARIES:  # held-out style and its variants: dense6's sizes
+        plans[(name, True)] = plans[("dense6", True)]
+        plans[(name, False)] = [(1_000, 5_000, 100, True), (10_000, 5_000, 20, True), (100_000, 3_000, 3, True)]
+    workloads = (["sparse", "dense"] if args.workload == "both"  # all: the variants ho-* only by name
+                 else [w for w in WORKLOADS if not w.startswith("ho-")] if args.workload == "all" else [args.workload])
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
           f"mode={'quick' if args.quick else 'full'} seed={args.seed}{' no-learn' if args.no_learn else ''}"
           f"{' no-blocks' if args.no_blocks else ''}")
@@ -893,7 +1048,8 @@ def main() -> None:
               f"1k -> {QUICK_TOP:,}, not the 1k -> 100k of the targets (run without --quick for those)")
     t0 = time.perf_counter()
     if args.ratio:
-        ratio_10k(3 if args.quick else 7, 10 if args.quick else 25, args.seed, args.against)
+        ratio_10k(3 if args.quick else 7, 10 if args.quick else 25, args.seed, args.against,
+                  "dense6" if args.workload == "all" else args.workload)
         print(f"\nwall time {time.perf_counter() - t0:.1f} s")
         return
     for w in workloads:

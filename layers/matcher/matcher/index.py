@@ -69,14 +69,16 @@ the same predicates as the edges — and emits the id, so a chain of ``k`` level
 not ``k``, and a leaf is one check.
 
 Bit blocks: once the order has been learned from traffic, the subscriptions that match often
-(every level passes at least ``_DENSE`` of the sampled messages, one level per field, and some
-sampled message matches the whole subscription when it should have, ``_EXPECT``) leave the trie
-for their topic's
+(every level passes at least ``_DENSE`` of the sampled messages — two levels on one field too,
+ANDed in slots — and some sampled message matches the whole subscription when it should have,
+``_EXPECT``) leave the trie for their topic's
 :class:`_Block`: Python ints as bitsets over their positions, one per value / prefix / excluded
 value / tag / range cell, ANDed per field and decoded by one C-level ``compress`` — no Python step
 per output id. Per message and block ``O(F x B / 30)`` word operations plus ``O(B)`` in C for
 ``B`` members; the subscriptions that rarely match stay in the trie, so never-matching ones cost
-the blocks nothing. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
+the blocks nothing. Before any traffic the static estimates decide (every level's at least
+``_STATIC``; fields few members constrain stay in the trie), so a fresh index answers its dense part
+from bitsets from its first match. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
 
 The order (:func:`_canonical`)
 ------------------------------
@@ -117,6 +119,7 @@ Every public method states its complexity; :meth:`SubscriptionIndex._check` veri
 """
 from __future__ import annotations
 
+import gc
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
@@ -131,12 +134,15 @@ _SMALL = 16  # up to this many ranges per node and field: a plain scan
 _SAMPLE = 256  # messages whose properties are kept to measure pass rates
 _MIN_SAMPLE = 32  # no re-order before this many messages
 _MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
-_DENSE = 0.02  # a subscription whose every level passes at least this often goes to its topic's bit block
+_DENSE = 0.008  # a subscription whose every level passes at least this often goes to its topic's bit block
 _BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it is rebuilt
 _MEMO = 1 << 18  # memoised pass rates kept per sample (labels churn across adopted rebuilds)
 _EXPECT = 3.0  # a block member expected to match this many sampled messages and matching none leaves
 _UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
+_WASTE_SHIFT = 7  # a block's members that output nothing count (B - found) >> this visits of waste
 _CELLS = 256  # at most this many cells per range field of a block
+_STATIC = 0.1  # no traffic yet: a subscription whose every level's static estimate is at least this: to a block
+_SLOT_MIN = 64  # no traffic yet: a block member's fields each constrained by 1/_SLOT_MIN of the block (or 4)
 _BITS = bytes.maketrans(b"01", b"\x00\x01")  # bin() digits -> compress() selectors
 
 
@@ -836,10 +842,12 @@ class _Block:
 
     A subscription goes here (instead of the topic's trie) when the pass rates measured on the
     traffic sample make it likely to match (:meth:`SubscriptionIndex._eligible`: every level passes
-    at least ``_DENSE`` of the sample, at most one level per field; see also :meth:`SubscriptionIndex._make_block`).
+    at least ``_DENSE`` of the sample; see also :meth:`SubscriptionIndex._make_block`).
     Position ``p`` is bit ``p`` of every int; ``ids[p]`` / ``labels[p]`` its subscription
     (``labels[p]`` is ``None`` once removed: an id may be ``None``), ``alive`` the live
-    positions. Per constrained field one tuple ``(field, absent, base, eq, ab, abx, pre, lens, rg)``:
+    positions. Per constrained field one tuple ``(field, absent, base, eq, ab, abx, pre, lens, rg)``
+    (per *slot*: a subscription with two levels on one field puts the second in the field's slot 1,
+    where every position without a second level passes; ``slots`` lists ``(field, j)`` in order):
 
     * ``absent``: the positions that pass when the message lacks the field (no level on it, or
       ``exists: false``); ``base``: those that pass whatever value it has (no level, ``exists: true``);
@@ -858,7 +866,7 @@ class _Block:
     O(B / 8) bytes per distinct value, prefix, excluded value, tag and range cell, B = positions.
     """
 
-    __slots__ = ("topic", "ids", "labels", "alive", "count", "fields", "tags")
+    __slots__ = ("topic", "ids", "labels", "alive", "count", "fields", "slots", "tags")
 
     def __init__(self, topic: str, members: list[tuple]) -> None:
         self.topic = topic
@@ -872,18 +880,22 @@ class _Block:
         tagged: dict[str, list] = {}
         tag_pos: list[int] = []
         for pos, (_, labels) in enumerate(members):
+            nth: dict = {}  # several levels on one field: the j-th goes to slot (field, j), ANDed
             for label in labels:
                 if label[0] == _G:
                     tag_pos.append(pos)
                     for t in label[2]:
                         tagged.setdefault(t, []).append(pos)
                 else:
-                    per.setdefault(label[1], []).append((pos, label))
+                    j = nth.get(label[1], 0)
+                    nth[label[1]] = j + 1
+                    per.setdefault((label[1], j), []).append((pos, label))
         self.tags = None
         if tag_pos:
             self.tags = (self.alive & ~_bits(tag_pos, nb), {t: _bits(ps, nb) for t, ps in tagged.items()})
         fields = []
-        for field, lv in per.items():
+        self.slots = list(per)
+        for (field, _), lv in per.items():
             has, eq, abx, pre, ranges = [], {}, {}, {}, []
             et, ef, ab = [], [], []
             for pos, (kind, _, arg) in lv:
@@ -1034,6 +1046,21 @@ def _message_views(props: Mapping) -> tuple:
     return kmap, nums, strs
 
 
+class _no_gc:
+    """Pause the cyclic garbage collector (if it runs) for a bulk rebuild: re-inserting 10k
+    subscriptions allocates enough tuples and nodes to trigger full collections over the whole
+    heap, about half of a re-order's time at 10k (measured 443 ms with, 233 ms without). The
+    structures built hold no garbage cycles; collection resumes afterwards."""
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was:
+            gc.enable()
+
+
 class SubscriptionIndex:
     """Index of subscriptions answering "which subscriptions match this message?".
 
@@ -1122,7 +1149,7 @@ class SubscriptionIndex:
         if sub_id in self:
             self.remove(sub_id)
         self._insert(sub_id, topic, labels)
-        if self._learned is not None and self._eligible(labels):
+        if self._eligible(labels):
             self._pending.add(sub_id)  # moved to its topic's block by a later match (_rebuild_blocks)
         return levels
 
@@ -1134,18 +1161,23 @@ class SubscriptionIndex:
         return p
 
     def _eligible(self, labels: list[tuple] | tuple) -> bool:
-        """True when a subscription belongs in its topic's bit block: traffic was measured, it has
-        levels, at most one per field, every level passed at least one sampled message (so the
+        """True when a subscription belongs in its topic's bit block. Before any traffic: it has
+        levels and each one's static estimate (:func:`_static_estimate`) is at least ``_STATIC``
+        (re-checked when it is moved, see :meth:`_rebuild_blocks`). Once traffic was measured: it
+        has levels, every level passed at least one sampled message (so the
         product of the pass rates, its expected match rate with levels taken as independent, is not
         0) and the least passing level passes at least ``_DENSE`` of them. In the trie such a
         subscription costs about a visit whenever its first (least passing) level passes; in a
         block one bit test (~1/100 of a visit) per message. O(L) after the rates are memoised."""
+        if not labels:
+            return False
         learned = self._learned
-        if learned is None or not labels:
-            return False
-        fields = {label[1] for label in labels}
-        if len(fields) < len(labels):
-            return False
+        if learned is None:  # no traffic yet: the static estimates (see _canonical), re-checked by _rebuild_blocks
+            seen = self._seen
+            for label in labels:
+                if _static_estimate(label, seen) < _STATIC:
+                    return False
+            return True
         p = 1.0
         lo = 1.0
         for label in labels:
@@ -1183,7 +1215,12 @@ class SubscriptionIndex:
         """Re-index every subscription with its levels ordered by the pass rates measured on the
         last matched messages (:class:`_Learned`); :meth:`match` calls it by itself (see there).
         Answers never change, only which nodes a message visits. O(n x L log L) plus O(S x fields).
+        The cyclic garbage collector is paused meanwhile (:func:`_no_gc`).
         """
+        with _no_gc():
+            self._reorder()
+
+    def _reorder(self) -> None:
         self._learned = _Learned(self._sample) if self._sample else None
         subs = [(sid,) + _path(leaf) for sid, leaf in self._leaf.items()]
         for blk in self._blocks.values():
@@ -1209,7 +1246,14 @@ class SubscriptionIndex:
         expected (levels taken as independent) to match at least ``_EXPECT`` sampled messages and
         matching none; a rarer one missing the sample is no sign of it and stays.
         O(B x (labels + sample x F / 30))."""
+        if self._learned is None:  # no traffic: keep out members with a level on a field few members constrain
+            members = self._common_fields(topic, members)
+            if not members:
+                return
         blk = _Block(topic, members)
+        if self._learned is None:
+            self._adopt_block(blk, members)
+            return
         hit = 0
         for props in self._sample:
             tags = props.get(_TAGF, ())
@@ -1228,18 +1272,47 @@ class SubscriptionIndex:
                 return
             members = keep
             blk = _Block(topic, members)
-        self._blocks[topic] = blk
+        self._adopt_block(blk, members)
+
+    def _adopt_block(self, blk: _Block, members: list[tuple]) -> None:
+        self._blocks[blk.topic] = blk
         inblock = self._inblock
         for pos, (sid, _) in enumerate(members):
             inblock[sid] = (blk, pos)
 
+    def _common_fields(self, topic: str, members: list[tuple]) -> list[tuple]:
+        """Before any traffic: the ``members`` whose every level is on a field that at least
+        ``max(4, len(members) / _SLOT_MIN)`` members constrain; the others go (back) to the trie.
+        A block costs a few Python steps per constrained field and message whatever its members, so
+        5,000 subscriptions each on a field of its own (``exists: true`` on fields messages never
+        carry) would cost 5,000 steps a message there and about nothing in the trie. O(B x L)."""
+        per: dict = {}
+        for _, labels in members:
+            for label in labels:
+                per[label[1]] = per.get(label[1], 0) + 1
+        least = max(4, len(members) // _SLOT_MIN)
+        keep = []
+        for sid, labels in members:
+            if all(per[label[1]] >= least for label in labels):
+                keep.append((sid, labels))
+            else:
+                self._insert(sid, topic, _canonical(None, self._seen, None, list(labels)))
+        return keep
+
     def _rebuild_blocks(self) -> None:
         """Move the pending subscriptions out of the trie into their topics' blocks and rebuild the
         blocks they join or that hold dead positions (no re-measuring: see :meth:`reorder`).
-        O(pending x L + size of the rebuilt blocks)."""
+        O(pending x L + size of the rebuilt blocks); the cyclic garbage collector paused."""
+        with _no_gc():
+            self._rebuild_blocks_now()
+
+    def _rebuild_blocks_now(self) -> None:
         moved: dict[str, list] = {}
+        static = self._learned is None
         for sid in self._pending:
             topic, labels = _path(self._leaf[sid])
+            if static and not self._eligible(labels):  # the static estimates moved (more values seen)
+                continue
             self._trie_remove(sid)
             moved.setdefault(topic, []).append((sid, tuple(labels)))
         self._pending = set()
@@ -1485,7 +1558,7 @@ class SubscriptionIndex:
         for b in bstarts:  # the dense subscriptions: bitsets (see _Block)
             found = _block_match(b, kmap, nums, strs, tag_list)
             out += found
-            waste += (b.count - len(found)) >> 5  # ~32 bits tested cost about one node visit
+            waste += (b.count - len(found)) >> _WASTE_SHIFT  # a member ~12 ns, a node visit ~1.5 µs
         stack = starts
         push = stack.append
         pop = stack.pop
@@ -1662,8 +1735,9 @@ class SubscriptionIndex:
         assert total == len(self._leaf) == len(seen), (total, len(self._leaf), len(seen))
         for sid, leaf in self._leaf.items():
             assert seen.get(sid) is leaf, sid
-        for sid in self._pending:  # waiting for a block: in the trie, and it would qualify
-            assert sid in self._leaf and self._eligible(_path(self._leaf[sid])[1]), sid
+        for sid in self._pending:  # waiting for a block: in the trie, and it would qualify (statically:
+            # qualified when added; the estimates move as values are added, re-checked when moved)
+            assert sid in self._leaf and (self._learned is None or self._eligible(_path(self._leaf[sid])[1])), sid
         recount: dict[str, dict[Hashable, int]] = {}
         stack = list(self._roots.values())
         while stack:
@@ -1706,16 +1780,24 @@ class SubscriptionIndex:
             for p in lives:
                 sid, labels = blk.ids[p], blk.labels[p]
                 assert self._inblock.get(sid) == (blk, p), sid
-                assert labels and len({lb[1] for lb in labels}) == len(labels), "levels per field"
+                assert labels, "a block member without levels"
                 live += 1
 
             def bit(x: int, p: int) -> bool:
                 return bool(x >> p & 1)
 
-            own = {p: {lb[1]: lb for lb in blk.labels[p]} for p in lives}
-            for f, absent, base, eq, ab, abx, pre, lens, rg in blk.fields:
+            own: dict = {}
+            for p in lives:
+                nth: dict = {}
+                own[p] = {}
+                for lb in blk.labels[p]:
+                    j = nth[lb[1]] = nth.get(lb[1], -1) + 1
+                    own[p][lb[1], j] = lb
+            assert len(blk.slots) == len(blk.fields) and len(set(blk.slots)) == len(blk.slots)
+            for slot, (f, absent, base, eq, ab, abx, pre, lens, rg) in zip(blk.slots, blk.fields):
+                assert slot[0] == f
                 for p in lives:
-                    lb = own[p].get(f)
+                    lb = own[p].get(slot)
                     kind, arg = (lb[0], lb[2]) if lb is not None else (None, None)
                     assert bit(absent, p) == (lb is None or (kind == _E and not arg)), (f, p)
                     assert bit(base, p) == (lb is None or (kind == _E and arg)), (f, p)
@@ -1748,10 +1830,10 @@ class SubscriptionIndex:
                         meets = lo < end and hi >= start
                         assert bit(full[i], p) == covers, (f, p, i)
                         assert tested == ([] if covers or not meets else [(lo, hi, p)]), (f, p, i)
-            fields = {f for f, *_ in blk.fields}
+            slots = set(blk.slots)
             for p in lives:
-                assert {f for f in own[p] if f != _TAGF} <= fields, p
-                g = own[p].get(_TAGF)
+                assert {sl for sl in own[p] if sl[0] != _TAGF} <= slots, p
+                g = own[p].get((_TAGF, 0))
                 if blk.tags is None:
                     assert g is None, p
                     continue
