@@ -361,7 +361,7 @@ def test_a_truncated_run_still_publishes_what_the_age_alarm_watches(api, setup, 
     alarms = watched(template)
     assert alarms["OldestMessageAgeAlarm"] == [M.ALARMED_AGE]
     assert alarms["BacklogGrowingAlarm"] == [M.ALARMED_BACKLOG]
-    assert alarms["DeadLetteredAlarm"] == [M.ALARMED_DEAD_LETTERED]
+    assert alarms["DeadLetteredAlarm"] == [M.ALARMED_DEAD_LETTERS]  # counted where it happens: below
     for i in range(3):
         assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
     produce(api, setup["feed"], [{"body": "old", "key": "k", "id": "old-1"}])  # with an id: the head moves now
@@ -373,7 +373,7 @@ def test_a_truncated_run_still_publishes_what_the_age_alarm_watches(api, setup, 
         total = row(docs)
         assert stats["truncated"] is True and total[M.PUBLISHER_TRUNCATED] == 1
         assert set(alarms["OldestMessageAgeAlarm"]) <= printed_names(docs)  # every run
-        assert M.ALARMED_BACKLOG not in total and M.ALARMED_DEAD_LETTERED not in total
+        assert M.ALARMED_BACKLOG not in total
         g = row(docs, Topic=T, Group="risk")
         if g is not None:  # the quotes row's page: the alarm sees its age
             seen.append(minute)
@@ -383,7 +383,7 @@ def test_a_truncated_run_still_publishes_what_the_age_alarm_watches(api, setup, 
     assert len(seen) == 1  # 5 rows, 3 pages: the quotes row is read once in 3 minutes
     monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 500, "active"))
     _, docs = publish(capsys)
-    assert {M.ALARMED_AGE, M.ALARMED_BACKLOG, M.ALARMED_DEAD_LETTERED} <= set(row(docs))
+    assert {M.ALARMED_AGE, M.ALARMED_BACKLOG} <= set(row(docs))
 
 
 def test_a_muted_clients_rows_are_published_but_left_out_of_the_alarms(api, setup, clock, capsys):
@@ -411,7 +411,7 @@ def test_a_muted_clients_rows_are_published_but_left_out_of_the_alarms(api, setu
     assert row(docs, Topic=T, Group="stale")[M.AGE] == 600_000  # still published as a row
     total = row(docs)
     assert total[M.AGE] == 600_000 and total[M.BACKLOG] == 1  # and in the totals
-    assert (total[M.ALARMED_AGE], total[M.ALARMED_BACKLOG], total[M.ALARMED_DEAD_LETTERED]) == (0, 0, 0)
+    assert (total[M.ALARMED_AGE], total[M.ALARMED_BACKLOG]) == (0, 0)
 
     s, view = patch(api, "stale", {"alarms": True})
     assert s == 200 and "alarms" not in view, view
@@ -422,3 +422,30 @@ def test_a_muted_clients_rows_are_published_but_left_out_of_the_alarms(api, setu
     assert patch(api, "feed", {"alarms": False})[0] == 400
     assert patch(api, "stale", {"alarms": "no"})[0] == 400 and patch(api, "stale", {"alarms": None})[0] == 400
     assert "alarms" not in api.call("GET", "/v1/clients")[1]["clients"][-1]
+
+
+def test_dead_letters_are_counted_where_they_happen_for_the_alarm(api, setup, clock, capsys, template):
+    """Review of issue 34: the dead-letter alarm watched a sum only a complete metrics run printed,
+    so past 500 rows (every run truncated) it never fired. It now watches
+    ``AlarmedMessagesDeadLettered``, counted by the settlement that dead-letters (a pull's upkeep
+    here), whatever the metrics function reads; a client left out of the alarms counts nothing."""
+    from tests.integration.test_settlement import patch
+    from tests.unit.test_metric_names import watched
+    assert watched(template)["DeadLetteredAlarm"] == [M.ALARMED_DEAD_LETTERS]
+    assert patch(api, "risk", {"max_deliveries": 1})[0] == 200
+
+    def poison(body: str) -> dict[str, float]:
+        produce(api, setup["feed"], [{"body": body, "key": "k"}])
+        s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+        assert s == 200 and [m["body"] for m in b["messages"]] == [body], b
+        clock.t += 1_001  # risk's visibility: the lock ends unsettled, the message is due
+        capsys.readouterr()
+        s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+        assert s == 200 and b["messages"] == [], b
+        s, o = api.call("GET", "/v1/groups/risk/offsets", query={"topic": T}, key=setup["risk"])
+        assert s == 200 and sum(q["dead_lettered"] for q in o["queues"]) >= 1, o
+        return counted(capsys.readouterr().out)
+
+    assert poison("p1").get(M.ALARMED_DEAD_LETTERS) == 1
+    assert patch(api, "risk", {"alarms": False})[0] == 200
+    assert M.ALARMED_DEAD_LETTERS not in poison("p2")

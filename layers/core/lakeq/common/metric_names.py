@@ -52,7 +52,9 @@ PUBLISHER_TRUNCATED = "MetricsPublisherTruncated"   # 1 when the run's cap left 
 ALARMED_AGE = "AlarmedAgeOfOldestMessage"           # every run: the oldest over the rows it read (a page
 #                                                     when truncated: each row is read every `pages` minutes)
 ALARMED_BACKLOG = "AlarmedNumberOfMessagesBacklog"  # complete runs only: the backlog summed
-ALARMED_DEAD_LETTERED = "AlarmedNumberOfMessagesDeadLettered"  # complete runs only: dead-lettered so far
+# counted where a message is dead-lettered (lakeq.consume.settle.flush_due, after its write), whatever the
+# metrics function reads: the dead-letter alarm sees every row in a deployment of any size
+ALARMED_DEAD_LETTERS = "AlarmedMessagesDeadLettered"
 
 # ---- other counters the functions emit (per invocation, service dimension only)
 OTHER_COUNTERS = ("WakePosted", "WakeGone", "WakeFailed", "HeadsMoved", "UnsubscribePurgeUnfinished",
@@ -64,7 +66,7 @@ UNITS: dict[str, str] = {
                             PUSH_ATTEMPTS, PUSH_FAILURES, PUSH_DELIVERED, PUSH_FAILED, PUSH_DEAD_LETTERED,
                             REDRIVE_MOVED, REDRIVE_TOTAL, REPLAY_COPIED, REPLAY_FOUND,
                             VISIBLE, NOT_VISIBLE, BACKLOG, DEAD_LETTERED, DELAYED, PUBLISHER_ROWS,
-                            PUBLISHER_TRUNCATED, ALARMED_BACKLOG, ALARMED_DEAD_LETTERED, *OTHER_COUNTERS)},
+                            PUBLISHER_TRUNCATED, ALARMED_BACKLOG, ALARMED_DEAD_LETTERS, *OTHER_COUNTERS)},
     AGE: "Milliseconds",
     ALARMED_AGE: "Milliseconds",
 }

@@ -17,10 +17,11 @@ Rows (names in :mod:`lakeq.common.metric_names`):
   the shared alarms; its rows are still published as rows) left out: ``AlarmedAgeOfOldestMessage``
   by **every** run, the oldest over the rows it read (a truncated run's page: every row is read at
   least once in ``pages`` minutes, so an age alarm on "any of the last 5 minutes" sees every row up
-  to 5 pages, truncated or not); ``AlarmedNumberOfMessagesBacklog`` and
-  ``AlarmedNumberOfMessagesDeadLettered`` by a complete run only (the alarms ``DIFF`` them: two
-  runs' sums compare only over the same rows, and a page's sum against another page's would page
-  someone for nothing).
+  to 5 pages, truncated or not); ``AlarmedNumberOfMessagesBacklog`` by a complete run only (its
+  alarm compares minutes: two runs' sums compare only over the same rows, and a page's sum against
+  another page's would page someone for nothing). (The dead-letter alarm's figure is not here: it
+  is counted where a message is dead-lettered, ``AlarmedMessagesDeadLettered``,
+  :func:`lakeq.consume.settle.flush_due`.)
 
 Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
 ``MetricsDetail``): ``active`` (the default) — a (topic, group) or subscription row only while it
@@ -125,7 +126,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     out.truncated = pages > 1
     metas: dict[str, list] = {}
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
-    alarmed = {M.ALARMED_AGE: 0, M.ALARMED_BACKLOG: 0, M.ALARMED_DEAD_LETTERED: 0}
+    alarmed = {M.ALARMED_AGE: 0, M.ALARMED_BACKLOG: 0}
     delayed = 0
     for kind, a, b in todo:
         if deadline is not None and _clock.now() >= deadline:
@@ -154,11 +155,9 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         if not b.alarms_muted:  # b: the pair's consumer, the subscription's subscriber
             alarmed[M.ALARMED_AGE] = max(alarmed[M.ALARMED_AGE], vals[M.AGE])
             alarmed[M.ALARMED_BACKLOG] += vals[M.BACKLOG]
-            alarmed[M.ALARMED_DEAD_LETTERED] += vals[M.DEAD_LETTERED]
     run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.truncated),
            M.ALARMED_AGE: alarmed[M.ALARMED_AGE]}
     if not out.truncated:  # sums: comparable between runs over the same rows only
-        run = {**totals, M.DELAYED: delayed, **run, M.ALARMED_BACKLOG: alarmed[M.ALARMED_BACKLOG],
-               M.ALARMED_DEAD_LETTERED: alarmed[M.ALARMED_DEAD_LETTERED]}
+        run = {**totals, M.DELAYED: delayed, **run, M.ALARMED_BACKLOG: alarmed[M.ALARMED_BACKLOG]}
     out.rows.append(({}, run))
     return out

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, runtime_checkable
 
 from lakeq.common import backoff
+from lakeq.common import metric_names as M
 from lakeq.common.errors import BadRequest, StaleReceipt, Unavailable
 from lakeq.common.names import log_of
 from lakeq.log import segments as seg
@@ -59,17 +60,21 @@ class Policy:
     consumer's name as the copy's ``dead_letter.group`` shows it, and ``granted_by``: None when
     the admin chose the topic (a group's settings, a subscription created with the admin key), else
     the client whose own dead-letter setting must still name it when a message is dead-lettered
-    (:func:`granted`)."""
+    (:func:`granted`); ``alarmed``: whether its dead letters count for the deployment's alarm (the
+    client's ``alarms_muted`` unset), None when not known yet (a subscription's: its subscriber's
+    client item is read when one is dead-lettered, :func:`count_dead_letters`)."""
 
     max_deliveries: int | None = None
     dead_letter_topic: str | None = None
     group: str | None = None
     granted_by: str | None = None
+    alarmed: bool | None = None
 
 
 def policy_of(client, group: str | None = None) -> Policy:
     md = getattr(client, "max_deliveries", None)
-    return Policy(None if md is None else int(md), getattr(client, "dead_letter_topic", None), group or client.name)
+    return Policy(None if md is None else int(md), getattr(client, "dead_letter_topic", None), group or client.name,
+                  alarmed=not getattr(client, "alarms_muted", False))
 
 
 def subscription_policy(s) -> Policy:
@@ -300,5 +305,23 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
         new = S.gone(S.dead_lettered(st, done), gone)
         if new == st:
             return st  # nothing readable yet: left due
-        return _Write(view, new, lambda: new)
+        return _Write(view, new, lambda: count_dead_letters(policy, len(done)) or new)
     return _on_record(owner, queue, now, step)
+
+
+def count_dead_letters(policy: Policy, n: int) -> None:
+    """``AlarmedMessagesDeadLettered`` += ``n`` (a written settlement's dead letters: copied or
+    dropped), for the deployment's dead-letter alarm, unless the consumer's client is left out of
+    the alarms (``policy.alarmed``; a subscription's policy does not know: one GetItem of its
+    subscriber, only when something was dead-lettered). Its own EMF document, ``service`` only
+    (never a request's per-row dimension set)."""
+    if n <= 0:
+        return
+    alarmed = policy.alarmed
+    if alarmed is None:
+        client = ClientRepo.get(policy.group) if policy.group else None
+        alarmed = client is None or not getattr(client, "alarms_muted", False)
+    if not alarmed:
+        return
+    from lakeq.common.obs import emit
+    emit({}, {M.ALARMED_DEAD_LETTERS: n})
