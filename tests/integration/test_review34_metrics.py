@@ -18,7 +18,6 @@ def pulled(api, key, n=2):
     return b
 
 
-@pytest.mark.xfail(strict=True, reason="review34: count_acks takes a batch entry's raw, unvalidated 'group' as the row")
 def test_a_batch_ack_entrys_own_group_field_names_no_metric_row(api, setup, clock, capsys):
     """A batch ack's entries act for the envelope's group (validation.ack_batch ignores an entry's
     ``group``), but the counters' row was taken from the entry's raw ``group``: any string a consumer
@@ -38,7 +37,6 @@ def test_a_batch_ack_entrys_own_group_field_names_no_metric_row(api, setup, cloc
 
 
 @pytest.mark.parametrize("junk", [{"a": 1}, ["x"], "x" * 2000, "line\nbreak\"quote"])
-@pytest.mark.xfail(strict=True, reason="review34: count_acks takes a batch entry's raw, unvalidated 'group' as the row")
 def test_a_batch_ack_entrys_junk_group_field_is_harmless(api, setup, clock, capsys, junk):
     """The same field holding JSON that is not a name: a dict or a list made the route's counting raise
     (unhashable) after the ack had settled (a 500 for a settled ack, the client retries); a long or
