@@ -95,7 +95,6 @@ def test_a_tenant_deleting_its_subscription_does_not_hide_anothers_new_dead_lett
     assert after - before > 0, (before, after)  # the alarm's DIFF: a message was dead-lettered
 
 
-@pytest.mark.xfail(strict=True, reason="review34: one row's store error ends the run before any print")
 def test_one_rows_store_error_does_not_lose_the_whole_run(api, setup, clock, capsys, monkeypatch):
     """A busy deployment: one row's read fails (a throttled Query past botocore's retries, on a hot
     offsets partition). The run computed every row before printing any, so the exception lost the
