@@ -122,3 +122,31 @@ def test_one_rows_store_error_does_not_lose_the_whole_run(api, setup, clock, cap
     total = row(docs)
     assert total[M.PUBLISHER_TRUNCATED] == 1 and M.BACKLOG not in total
     assert total[M.ALARMED_AGE] == 30_000 == row(docs, Topic=T, Group="risk")[M.AGE]
+
+
+@pytest.mark.xfail(strict=True, reason="review34: past MAX_ROWS (500) rows every run is truncated and never prints "
+                                       "AlarmedNumberOfMessagesDeadLettered: the dead-letter alarm is blind for good")
+def test_a_deployment_over_the_row_cap_still_alarms_on_a_dead_letter(api, setup, dlq, clock, capsys, monkeypatch):
+    """Issue 34 names 1,000 topics; one group reading each is 1,000 rows, two pages of 500. Every run
+    is then truncated, so ``AlarmedNumberOfMessagesDeadLettered`` (complete runs only) is never
+    printed: DeadLetteredAlarm (missing data = not breaching) can never fire, whatever is
+    dead-lettered; only MetricsTruncatedAlarm fires, for ever, and ``MAX_ROWS`` is no parameter.
+    Here the cap is 2 and the deployment 3 rows (2 pages); a message is dead-lettered, and over the
+    next pages' minutes the figure the alarm DIFFs is never printed twice (no DIFF, no alarm)."""
+    from lakeq.console import gauges
+    from tests.integration.test_metrics import publish, row
+    from tests.integration.test_settlement import patch
+    assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
+    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 2, "active"))
+    produce(api, setup["feed"], [{"body": "poison", "key": "k"}])
+    s, b = api.call("GET", path(T), query={"group": "risk"}, key=setup["risk"])
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "reject": [0]},
+                    key=setup["risk"])[0] == 200
+    printed = []
+    for _ in range(6):
+        clock.t = (clock.t // 60_000 + 1) * 60_000
+        _, docs = publish(capsys)
+        v = row(docs).get(M.ALARMED_DEAD_LETTERED)
+        if v is not None:
+            printed.append(v)
+    assert len(printed) >= 2, printed
