@@ -150,3 +150,33 @@ def test_a_deployment_over_the_row_cap_still_alarms_on_a_dead_letter(api, setup,
         if v is not None:
             printed.append(v)
     assert len(printed) >= 2, printed
+
+
+@pytest.mark.xfail(strict=True, reason="review34: the cap bounds a client's subscriptions at a time, not the "
+                                       "Subscription dimension values it mints: create/pull/delete churns new metrics")
+def test_subscription_churn_mints_no_more_metric_rows_than_the_cap(api, setup, clock, capsys, monkeypatch):
+    """The per-client cap (100) was meant to bound what one tenant adds to the metrics. But every
+    subscription is a new random id, and the request paths count per ``Subscription``: a consumer
+    key that creates a subscription, pulls (and acks) one message, deletes it and starts again mints
+    2-5 new CloudWatch metrics per round (billed for the hours they get data), with no rate limit on
+    the creations (abuse.md: none per key). Here the cap is 1 and 3 rounds mint 3 rows."""
+    from lakeq.fanout.worker import append_groups
+    from lakeq.log.fanout_plan import Group, ListMessage
+    from lakeq.subscriptions import service
+    monkeypatch.setattr(service, "MAX_SUBSCRIPTIONS_PER_CLIENT", 1)
+    capsys.readouterr()
+    for i in range(3):
+        s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+        assert s == 201, sub
+        # a message the fan-out delivered to the list (its source: quotes, queue 0, offset i)
+        append_groups(sub["id"], [Group(f"quotes@0:{i}", 0, [ListMessage(
+            id=f"m{i}", body="b", produced_at=clock.t, topic=T, queue=0, source_offset=i)])], clock.t)
+        s, b = api.call("GET", f"/v1/subscriptions/{sub['id']}/messages", key=setup["risk"])
+        assert s == 200 and len(b["messages"]) == 1, b
+        s, out = api.call("POST", "/v1/acks", {"subscription": sub["id"], "receipt": b["receipt"]},
+                          key=setup["risk"])
+        assert s == 200, out
+        assert api.call("DELETE", f"/v1/subscriptions/{sub['id']}", key=setup["risk"])[0] == 204
+    c = counted_by(capsys.readouterr().out)
+    minted = {dict(dims)["Subscription"] for dims, _ in c if "Subscription" in dict(dims)}
+    assert len(minted) <= 1, minted
