@@ -180,3 +180,17 @@ def test_subscription_churn_mints_no_more_metric_rows_than_the_cap(api, setup, c
     c = counted_by(capsys.readouterr().out)
     minted = {dict(dims)["Subscription"] for dims, _ in c if "Subscription" in dict(dims)}
     assert len(minted) <= 1, minted
+
+
+@pytest.mark.xfail(strict=True, reason="review34: a pull's piggybacked ack= settles a batch but counts no NumberOfAcks")
+def test_a_pulls_piggybacked_ack_is_counted_as_an_ack(api, setup, clock, capsys):
+    """``GET …/messages?ack=<receipt>`` settles the previous batch (API.md: the efficient consumer's
+    loop, what the Python client does). Only ``POST /v1/acks`` counted ``NumberOfAcks``: a consumer
+    that acks by piggybacking shows no consumption on the dashboard and the console's ``consumed``
+    chart (both read ``NumberOfAcks``), as if it were stuck."""
+    b = pulled(api, setup, n=1)
+    capsys.readouterr()
+    s, b2 = api.call("GET", path(T), query={"group": "risk", "ack": b["receipt"]}, key=setup["risk"])
+    assert s == 200, b2
+    c = counted_by(capsys.readouterr().out)
+    assert c.get(((), M.ACKS)) == 1, c
