@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from lakeq.common import clock as _clock
 from lakeq.common import metric_names as M
 from lakeq.common.errors import counted
-from lakeq.common.names import covers, log_of
+from lakeq.common.names import ancestors, log_of
 from lakeq.console.summary import oldest_at
 from lakeq.consume import views_of
 from lakeq.store.catalog import ClientRepo, TopicRepo
@@ -103,6 +103,25 @@ def consumer_values(log: str, vs: list, now: int) -> dict:
             M.AGE: age, M.DEAD_LETTERED: sum(v.dead_lettered for v in vs)}
 
 
+def pairs(topics: list, consumers: list) -> list[tuple]:
+    """The (topic, clustering consumer) rows, in topic then consumer order: a consumer whose grant
+    covers the topic. A grant covers a topic exactly when it is one of the topic's
+    :func:`~lakeq.common.names.ancestors`, so the consumers are looked up by those (work: topics x
+    depth + rows), not every grant of every consumer tested against every topic."""
+    by_grant: dict[str, dict[str, object]] = {}
+    for c in consumers:
+        if c.mode != "broadcasting":
+            for g in c.topics:
+                by_grant.setdefault(g, {})[c.name] = c
+    out: list[tuple] = []
+    for t in topics:
+        found: dict[str, object] = {}
+        for a in ancestors(t.name):
+            found.update(by_grant.get(a, {}))
+        out += [("pair", t, found[n]) for n in sorted(found)]
+    return out
+
+
 def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS,
             detail: str = "active") -> Gauges:
     if detail not in DETAILS:
@@ -114,8 +133,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
                        key=lambda c: c.name)
     # a broadcasting group has no (topic, group) row (its offsets are per instance); its
     # subscriptions' lists are one consumer's like any other's
-    rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
-                         if c.mode != "broadcasting" and any(covers(g, t.name) for g in c.topics)]
+    rows: list[tuple] = pairs(topics, consumers)
     subs = {c.name: c for c in consumers}
     listed = SubscriptionRepo.all(consistent=False, attributes=SUB_ATTRIBUTES)
     rows += [("sub", s, subs[s.subscriber]) for s in sorted(listed, key=lambda s: s.id) if s.subscriber in subs]
