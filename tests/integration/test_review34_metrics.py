@@ -276,3 +276,22 @@ def test_the_pair_build_does_not_test_every_grant_against_every_topic(monkeypatc
     got = [(d["Topic"], d["Group"]) for d, _ in out.rows if "Group" in d]
     assert got == want and len(want) == 74 and out.total_rows == 74
     assert len(calls) < 100 * 50, len(calls)
+
+
+@pytest.mark.xfail(strict=True, reason="review34: every GET /v1/console/metrics is a GetMetricData call, "
+                                       "paid by the operator, at whatever rate a consumer key asks")
+def test_a_consumer_key_hammering_the_charts_costs_one_read_a_minute(api, setup, clock, monkeypatch):
+    """``GET /v1/console/metrics`` is open to any consumer key (its own group); each call is one
+    ``GetMetricData`` of 3 metrics ($0.01 per 1,000 metrics: $0.00003 a call) on the operator's bill
+    and against the account's GetMetricData request quota (which the operator's own dashboard
+    shares), with no per-key rate limit (abuse.md). 50 requests a second from one key is ~$130 a
+    day. The figures move once a minute: the same question within the minute could be answered
+    from the last answer."""
+    from lakeq.console import charts
+    calls = []
+    monkeypatch.setattr(charts.MetricsRepo, "series",
+                        staticmethod(lambda queries, start, end: calls.append(1) or {}))
+    for _ in range(20):
+        s, b = api.call("GET", "/v1/console/metrics", query={"topic": T, "group": "risk"}, key=setup["risk"])
+        assert s == 200, b
+    assert len(calls) <= 1, len(calls)
