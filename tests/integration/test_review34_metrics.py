@@ -297,7 +297,6 @@ def test_a_consumer_key_hammering_the_charts_costs_one_read_a_minute(api, setup,
     assert len(calls) <= 1, len(calls)
 
 
-@pytest.mark.xfail(strict=True, reason="review34: MetricsFunction keeps Lambda's 2 async retries")
 def test_a_failed_metrics_run_is_not_retried_beside_the_next_ones(template):
     """A scheduled (asynchronous) invocation that fails or times out is retried twice by Lambda by
     default, each retry up to the 60 s timeout: a run that failed because the tables were throttled
