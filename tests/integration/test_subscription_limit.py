@@ -41,7 +41,7 @@ def test_concurrent_creations_cannot_pass_the_limit_together(api, setup, monkeyp
     from lakeq.subscriptions import service
     monkeypatch.setattr(service, "MAX_SUBSCRIPTIONS_PER_CLIENT", 1)
     real = SubscriptionRepo.count_of
-    both_counted = threading.Barrier(2, timeout=10)
+    both_counted = threading.Barrier(2, timeout=60)  # released in ms; 10 s could break on a loaded machine
     waited = set()
 
     def counted(client):

@@ -42,9 +42,12 @@ def count_acks(req: dict, out: dict) -> None:
     entries = req["acks"] if "acks" in req else [req]
     results = out["results"] if "acks" in req else [out]
     done = [(e, r) for e, r in zip(entries, results) if "error" not in r]
+    # the group the validation checked (the request's, a batch's envelope): never an entry's own
+    # "group" field, which the validation ignores (any JSON a key writes there would be a dimension)
+    group = req.get("group")
     rows: dict[tuple, dict[str, int]] = {}
     for e, r in done:
-        row = rows.setdefault(row_of(e.get("group", req.get("group")), r), dict.fromkeys(ACK_COUNTS, 0))
+        row = rows.setdefault(row_of(group, r), dict.fromkeys(ACK_COUNTS, 0))
         row[M.ACKS] += 1
         for field, name in ACK_FIELDS:
             # each offset once, as the validation (lakeq.contract.validation.outcomes) settles it

@@ -38,7 +38,8 @@ subscriptions have their rows like any consumer's.
 Bounded work: the rows (pairs in topic-name order, then subscriptions) are cut into pages of
 :data:`MAX_ROWS`; a run publishes page ``minute mod pages`` only, so past ``MAX_ROWS`` rows each row
 is published every ``pages`` minutes and ``MetricsPublisherTruncated`` is 1. A run also stops at its
-``deadline`` (epoch ms), leaving the rest of its page (truncated). No row waits behind the
+``deadline`` (epoch ms), leaving the rest of its page (truncated); a row whose reads raise is logged
+and left out (truncated too), the rows after it still computed. No row waits behind the
 deadline for ever: a page's run starts at its row ``(minute // pages) mod len(page)`` (the rows
 after it, then those before), so in ``len(page)`` of its turns every row of the page is first
 once. Store reads per row: as the
@@ -53,17 +54,21 @@ Nothing is written.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from lakeq.common import clock as _clock
 from lakeq.common import metric_names as M
-from lakeq.common.names import covers, log_of
+from lakeq.common.errors import counted
+from lakeq.common.names import ancestors, log_of
 from lakeq.console.summary import oldest_at
 from lakeq.consume import views_of
 from lakeq.store.catalog import ClientRepo, TopicRepo
 from lakeq.store.offsets import OffsetRepo
 from lakeq.store.queue_log import LogRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
+
+_log = logging.getLogger("lakeq.console.gauges")
 
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
 DETAILS = ("active", "all", "totals")
@@ -99,6 +104,25 @@ def consumer_values(log: str, vs: list, now: int) -> dict:
             M.AGE: age, M.DEAD_LETTERED: sum(v.dead_lettered for v in vs)}
 
 
+def pairs(topics: list, consumers: list) -> list[tuple]:
+    """The (topic, clustering consumer) rows, in topic then consumer order: a consumer whose grant
+    covers the topic. A grant covers a topic exactly when it is one of the topic's
+    :func:`~lakeq.common.names.ancestors`, so the consumers are looked up by those (work: topics x
+    depth + rows), not every grant of every consumer tested against every topic."""
+    by_grant: dict[str, dict[str, object]] = {}
+    for c in consumers:
+        if c.mode != "broadcasting":
+            for g in c.topics:
+                by_grant.setdefault(g, {})[c.name] = c
+    out: list[tuple] = []
+    for t in topics:
+        found: dict[str, object] = {}
+        for a in ancestors(t.name):
+            found.update(by_grant.get(a, {}))
+        out += [("pair", t, found[n]) for n in sorted(found)]
+    return out
+
+
 def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS,
             detail: str = "active") -> Gauges:
     if detail not in DETAILS:
@@ -110,8 +134,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
                        key=lambda c: c.name)
     # a broadcasting group has no (topic, group) row (its offsets are per instance); its
     # subscriptions' lists are one consumer's like any other's
-    rows: list[tuple] = [("pair", t, c) for t in topics for c in consumers
-                         if c.mode != "broadcasting" and any(covers(g, t.name) for g in c.topics)]
+    rows: list[tuple] = pairs(topics, consumers)
     subs = {c.name: c for c in consumers}
     listed = SubscriptionRepo.all(consistent=False, attributes=SUB_ATTRIBUTES)
     rows += [("sub", s, subs[s.subscriber]) for s in sorted(listed, key=lambda s: s.id) if s.subscriber in subs]
@@ -128,25 +151,35 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
     alarmed = {M.ALARMED_AGE: 0, M.ALARMED_BACKLOG: 0}
     delayed = 0
+    errors: dict = {}
     for kind, a, b in todo:
         if deadline is not None and _clock.now() >= deadline:
             out.truncated = True
             break
-        if kind == "pair":
-            log = log_of(a)
-            if a.name not in metas:
-                metas[a.name] = LogRepo.queues(log, int(a.queues), exact=False)
-                n = sum(int(m.delayed or 0) for m in metas[a.name])
-                delayed += n
-                if detail == "all" or (detail == "active" and n):
-                    out.rows.append(({"Topic": a.name}, {M.DELAYED: n}))
-            vs = views_of(metas[a.name], OffsetRepo.records(OffsetRepo.owner(b.name, log)))
-            dims = {"Topic": a.name, "Group": b.name}
-        else:
-            log = list_topic(a.id)
-            vs = views_of(LogRepo.queues(log, 1, exact=False), OffsetRepo.records(list_owner(a.id)))
-            dims = {"Subscription": a.id}
-        vals = consumer_values(log, vs, now)
+        got = None
+        # one row's failed read (a throttled Query past the retries) skips that row only: the rows
+        # after it and the age the alarm watches are still printed; the run counts as truncated
+        with counted(errors, _log, "metrics: the row of %s / %s failed; left out of this run",
+                     getattr(a, "name", None) or a.id, b.name):
+            if kind == "pair":
+                log = log_of(a)
+                if a.name not in metas:
+                    metas[a.name] = LogRepo.queues(log, int(a.queues), exact=False)
+                    n = sum(int(m.delayed or 0) for m in metas[a.name])
+                    delayed += n
+                    if detail == "all" or (detail == "active" and n):
+                        out.rows.append(({"Topic": a.name}, {M.DELAYED: n}))
+                vs = views_of(metas[a.name], OffsetRepo.records(OffsetRepo.owner(b.name, log)))
+                dims = {"Topic": a.name, "Group": b.name}
+            else:
+                log = list_topic(a.id)
+                vs = views_of(LogRepo.queues(log, 1, exact=False), OffsetRepo.records(list_owner(a.id)))
+                dims = {"Subscription": a.id}
+            got = dims, consumer_values(log, vs, now)
+        if got is None:
+            out.truncated = True
+            continue
+        dims, vals = got
         if detail == "all" or (detail == "active" and vals[M.BACKLOG]):
             out.rows.append((dims, vals))
         out.published += 1
