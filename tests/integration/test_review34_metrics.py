@@ -163,7 +163,6 @@ def test_subscription_churn_mints_no_more_metric_rows_than_the_cap(api, setup, c
     assert len(minted) <= 1, minted
 
 
-@pytest.mark.xfail(strict=True, reason="review34: a pull's piggybacked ack= settles a batch but counts no NumberOfAcks")
 def test_a_pulls_piggybacked_ack_is_counted_as_an_ack(api, setup, clock, capsys):
     """``GET …/messages?ack=<receipt>`` settles the previous batch (API.md: the efficient consumer's
     loop, what the Python client does). Only ``POST /v1/acks`` counted ``NumberOfAcks``: a consumer

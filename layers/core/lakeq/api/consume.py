@@ -22,7 +22,14 @@ def pull(topic: str):
     q = query(consume_router)
     out = consume.pull(p, path(topic), q)
     metrics.add_metric(name=M.RECEIVED, unit=MetricUnit.Count, value=len(out["messages"]))
-    count_rows({(("Topic", path(topic)), ("Group", q["group"])): {M.RECEIVED: len(out["messages"])}})
+    row = (("Topic", path(topic)), ("Group", q["group"]))
+    rows = {row: {M.RECEIVED: len(out["messages"])}}
+    if q.get("ack") is not None:  # the piggybacked ack settled (else the pull answered its error): one ack
+        metrics.add_metric(name=M.ACKS, unit=MetricUnit.Count, value=1)
+        replay = consume.receipt_replay(q["ack"])
+        ack_row = (("Replay", replay),) if replay is not None else row
+        rows[ack_row] = {**rows.get(ack_row, {}), M.ACKS: 1}
+    count_rows(rows)
     return json_response(out)
 
 

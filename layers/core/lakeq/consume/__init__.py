@@ -23,7 +23,8 @@ group's topic (push, subscriptions, peek, redrive, the console):
   ``subscription_policy(subscription)``: where dead letters go and after how many deliveries;
 - ``views``, ``views_of``: queue views (offsets, lock) for the offsets and summary pages; ``broker``.
 
-The HTTP use cases: ``pull``, ``ack``, ``visibility``, ``offsets``, ``reset_offset``. Other
+The HTTP use cases: ``pull``, ``ack``, ``visibility``, ``offsets``, ``reset_offset``
+(``receipt_replay``: the replay a receipt's batch belongs to, for the routes' counters). Other
 packages import these names from ``lakeq.consume``, never a submodule
 (``tests/unit/test_architecture.py``).
 """
@@ -34,6 +35,6 @@ __getattr__, __dir__, __all__ = exports(__name__, {
                "settle_lock",),
     "reader": ("ListLog", "TopicLog", "broker", "consume", "list_reader", "topic_reader", "views", "views_of",),
     "replays": ("ReplayLog", "replay_reader",),
-    "service": ("ack", "offsets", "pull", "reset_offset", "visibility",),
+    "service": ("ack", "offsets", "pull", "receipt_replay", "reset_offset", "visibility",),
     "settle": ("Policy", "policy_of", "receipt_visibility", "settle_receipt", "subscription_policy",),
 })

@@ -131,6 +131,12 @@ def visibility(p: Principal, raw: str | None,
     return _visibility_group(p, group, req.ack.client_id, receipt, req.visibility_timeout_ms)
 
 
+def receipt_replay(raw: str) -> str | None:
+    """The replay id of a receipt of a replay's list (None: a topic queue's, a list's), for a route
+    that counts a piggybacked ack already settled (the receipt parsed)."""
+    return parse_receipt(raw).replay
+
+
 def pull(p: Principal, topic: str, params: dict) -> dict:
     """``GET /v1/topics/{topic}/messages``: the query parsed into a
     :class:`~lakeq.contract.validation.PullRequest` (400), the topic read (404), then
