@@ -38,11 +38,11 @@ def ack():
     p = consume_router.caller
     raw = body(consume_router)
     out = consume.ack(p, raw, subscription_ack=subscriptions.ack)
-    count_acks(json.loads(raw), out)
+    count_acks(json.loads(raw), out, p.client or "admin")
     return json_response(out)
 
 
-def count_acks(req: dict, out: dict) -> None:
+def count_acks(req: dict, out: dict, caller: str) -> None:
     """Count a settled ack (each entry of a batch ack that did not fail): ``NumberOfAcks``, and the
     offsets its ``accept`` / ``release`` / ``reject`` lists name, each once (a whole-batch ack names
     none) — the deployment's (``service``) and each row's (:func:`row_of`)."""
@@ -54,7 +54,7 @@ def count_acks(req: dict, out: dict) -> None:
     group = req.get("group")
     rows: dict[tuple, dict[str, int]] = {}
     for e, r in done:
-        row = rows.setdefault(row_of(group, r), dict.fromkeys(ACK_COUNTS, 0))
+        row = rows.setdefault(row_of(group, r, caller), dict.fromkeys(ACK_COUNTS, 0))
         row[M.ACKS] += 1
         for field, name in ACK_FIELDS:
             # each offset once, as the validation (lakeq.contract.validation.outcomes) settles it
@@ -71,11 +71,14 @@ ACK_FIELDS = (("accept", M.ACCEPTED), ("release", M.RELEASED), ("reject", M.REJE
 ACK_COUNTS = (M.ACKS, M.ACCEPTED, M.RELEASED, M.REJECTED)
 
 
-def row_of(group: str | None, result: dict) -> tuple[tuple[str, str], ...]:
-    """The row an ack's counts go to: its ``Subscription``, its ``Replay`` (an entry of a replay's
-    list into a group: the dimension of the replay's progress), else its ``Topic`` + ``Group``."""
+def row_of(group: str | None, result: dict, caller: str) -> tuple[tuple[str, str], ...]:
+    """The row an ack's counts go to: a subscription's, its ``Subscriber`` (``caller``: the
+    client whose key acked, ``admin`` for the admin key — not the subscription's id, which a key
+    could churn into new metrics by creating and deleting subscriptions); its ``Replay`` (an entry
+    of a replay's list into a group: the dimension of the replay's progress; replays are the
+    admin's); else its ``Topic`` + ``Group``."""
     if result.get("subscription") is not None:
-        return (("Subscription", result["subscription"]),)
+        return (("Subscriber", caller),)
     if result.get("replay") is not None:
         return (("Replay", result["replay"]),)
     return (("Topic", result["topic"]), ("Group", group or "-"))

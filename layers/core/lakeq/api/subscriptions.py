@@ -35,5 +35,6 @@ def pull(id: str):  # noqa: A002
     p = router.caller
     out = subscriptions.pull(p, path(id), query(router))
     metrics.add_metric(name=M.SUBSCRIPTION_RECEIVED, unit=MetricUnit.Count, value=len(out["messages"]))
-    count_rows({(("Subscription", path(id)),): {M.SUBSCRIPTION_RECEIVED: len(out["messages"])}})
+    # per subscriber client, not per subscription id (a key could churn ids into new metrics)
+    count_rows({(("Subscriber", p.client or "admin"),): {M.SUBSCRIPTION_RECEIVED: len(out["messages"])}})
     return json_response(out)

@@ -16,7 +16,7 @@ See docs/design.md ("Operations") and docs/costs.md for the count and its price.
 from __future__ import annotations
 
 # ---- counters from the request paths (per invocation: service, and per row — Topic for SENT; Topic+Group,
-#      Subscription or Replay for the others — lakeq.common.obs.count_rows)
+#      Subscriber (a subscription's client) or Replay for the others — lakeq.common.obs.count_rows)
 SENT = "NumberOfMessagesSent"                       # produce: messages accepted by POST …/messages
 RECEIVED = "NumberOfMessagesReceived"               # group pulls: messages delivered
 SUBSCRIPTION_RECEIVED = "NumberOfSubscriptionMessagesReceived"  # subscription pulls

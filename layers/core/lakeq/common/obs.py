@@ -53,7 +53,7 @@ def emit(dimensions: dict[str, str], values: dict[str, float], timestamp_ms: int
 
 def count_rows(rows: dict[tuple[tuple[str, str], ...], dict[str, float]]) -> None:
     """A request's counters per row as well (issue 34 item 1: rates per ``Topic``, per ``Topic`` +
-    ``Group``, per ``Subscription``), beside the ``service``-only ones the route added to
+    ``Group``, per ``Subscriber`` client or ``Replay``), beside the ``service``-only ones the route added to
     :data:`metrics`. ``rows``: the dimensions (pairs, in order) -> that row's counts. Zero counts
     and empty rows are dropped (a row costs a CloudWatch metric only in the hours it gets data).
     One row (a pull, a produce, an ack of one receipt: almost every request): the invocation's own
