@@ -215,6 +215,9 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot, _memory_tables, r
         from lakeq.sqs import permissions as sqs_perm
 
         sqs_perm.forget_topics()  # (the container's topic cache and copies of queue items: a fresh store per test)
+        from lakeq.console import charts
+
+        charts.clear_cache()  # (the console charts' answers, reused for seconds: a fresh CloudWatch per test)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         # DynamoDB's data plane: the memory store unless the test is marked ``moto``
         # (LAKEQ_TEST_STORE=moto: every test on moto, to compare)

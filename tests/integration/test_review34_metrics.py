@@ -254,8 +254,6 @@ def test_the_pair_build_does_not_test_every_grant_against_every_topic(monkeypatc
     assert len(calls) < 100 * 50, len(calls)
 
 
-@pytest.mark.xfail(strict=True, reason="review34: every GET /v1/console/metrics is a GetMetricData call, "
-                                       "paid by the operator, at whatever rate a consumer key asks")
 def test_a_consumer_key_hammering_the_charts_costs_one_read_a_minute(api, setup, clock, monkeypatch):
     """``GET /v1/console/metrics`` is open to any consumer key (its own group); each call is one
     ``GetMetricData`` of 3 metrics ($0.01 per 1,000 metrics: $0.00003 a call) on the operator's bill

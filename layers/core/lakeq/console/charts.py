@@ -39,6 +39,13 @@ PERIOD_S = 60
 MINUTES = 60  # the last hour (and the current minute)
 MINUTE_MS = PERIOD_S * 1000
 PARAMS = ("topic", "group")
+CACHE_TTL_MS = 10_000  # an answer is reused this long by the container (the figures move once a minute)
+CACHE_MAX = 1_000
+_cache: dict[tuple, tuple[int, dict]] = {}
+
+
+def clear_cache() -> None:
+    _cache.clear()
 SERIES = (("produced", M.SENT, "Sum"), ("consumed", M.ACKS, "Sum"), ("backlog", M.BACKLOG, "Maximum"))
 
 
@@ -116,7 +123,17 @@ def metrics(p: Principal, q: dict, now: int | None = None) -> dict:
     _may_ask(p, topic, group)
     now = _clock.now() if now is None else now
     start, end = window(now)
-    raw = MetricsRepo.series(queries(topic, group), start, end)
+    # a key asking again and again costs the operator one GetMetricData (3 metrics) per container per
+    # CACHE_TTL_MS, not one per request (review of issue 34: no per-key rate limit on this route)
+    key = (namespace(), service(), topic, group, start)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] > now:
+        raw = hit[1]
+    else:
+        raw = MetricsRepo.series(queries(topic, group), start, end)
+        if len(_cache) >= CACHE_MAX:
+            _cache.clear()
+        _cache[key] = (now + CACHE_TTL_MS, raw)
     return {"start": start, "end": end, "period_s": PERIOD_S, "topic": topic, "group": group,
             "scope": ({"produced": "deployment", "consumed": "deployment", "backlog": "deployment"} if topic is None
                       else {"produced": "topic", "consumed": "topic+group", "backlog": "topic+group"}),
