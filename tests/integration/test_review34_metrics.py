@@ -84,6 +84,38 @@ def test_a_tenant_deleting_its_subscription_does_not_hide_anothers_new_dead_lett
     assert dead_letters_counted(capsys.readouterr().out) == 1
 
 
+def test_a_run_the_timeout_cuts_keeps_the_rows_it_printed(api, setup, clock, capsys, monkeypatch):
+    """The run printed its rows only after computing all of them: a Lambda timeout (one slow row:
+    sequential segment Queries with botocore's retries can outlast the 5-s margin) lost the whole
+    minute. Each row is printed as it is computed now: here the run is killed (a BaseException, as
+    the timeout ends the process) at the row after the quotes group's, whose row was printed."""
+    from lakeq.console import gauges
+    from tests.emf import documents
+    from tests.handlers import Context, load_function
+    from tests.integration.test_metrics import row
+    produce(api, setup["feed"], [{"body": "old", "key": "k", "id": "old-1"}])
+    clock.t += 30_000
+    real = gauges.OffsetRepo.records
+
+    class Killed(BaseException):
+        pass
+
+    class Slow(gauges.OffsetRepo):
+        @staticmethod
+        def records(owner, *a, **kw):
+            if "quotes/sh" in owner:
+                raise Killed()
+            return real(owner, *a, **kw)
+
+    monkeypatch.setattr(gauges, "OffsetRepo", Slow)
+    fn = load_function("MetricsFunction")
+    capsys.readouterr()
+    with pytest.raises(Killed):
+        fn({}, Context())
+    docs = documents(capsys.readouterr().out)
+    assert row(docs, Topic=T, Group="risk")[M.AGE] == 30_000
+
+
 def test_one_rows_store_error_does_not_lose_the_whole_run(api, setup, clock, capsys, monkeypatch):
     """A busy deployment: one row's read fails (a throttled Query past botocore's retries, on a hot
     offsets partition). The run computed every row before printing any, so the exception lost the

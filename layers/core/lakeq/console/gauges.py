@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
 from lakeq.common import clock as _clock
 from lakeq.common import metric_names as M
@@ -124,7 +125,9 @@ def pairs(topics: list, consumers: list) -> list[tuple]:
 
 
 def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS,
-            detail: str = "active") -> Gauges:
+            detail: str = "active", *, sink: Callable[[tuple[dict, dict]], object] | None = None) -> Gauges:
+    """The run's rows (:class:`Gauges`); ``sink(row)`` is also called with each row as soon as it is
+    computed (the metrics function prints it then: a run the Lambda timeout cuts keeps what it printed)."""
     if detail not in DETAILS:
         raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
     now = _clock.now() if now is None else now
@@ -168,7 +171,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
                     n = sum(int(m.delayed or 0) for m in metas[a.name])
                     delayed += n
                     if detail == "all" or (detail == "active" and n):
-                        out.rows.append(({"Topic": a.name}, {M.DELAYED: n}))
+                        _put(out, sink, ({"Topic": a.name}, {M.DELAYED: n}))
                 vs = views_of(metas[a.name], OffsetRepo.records(OffsetRepo.owner(b.name, log)))
                 dims = {"Topic": a.name, "Group": b.name}
             else:
@@ -181,7 +184,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
             continue
         dims, vals = got
         if detail == "all" or (detail == "active" and vals[M.BACKLOG]):
-            out.rows.append((dims, vals))
+            _put(out, sink, (dims, vals))
         out.published += 1
         for k, v in vals.items():
             totals[k] = max(totals[k], v) if k == M.AGE else totals[k] + v
@@ -192,5 +195,11 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
            M.ALARMED_AGE: alarmed[M.ALARMED_AGE]}
     if not out.truncated:  # sums: comparable between runs over the same rows only
         run = {**totals, M.DELAYED: delayed, **run, M.ALARMED_BACKLOG: alarmed[M.ALARMED_BACKLOG]}
-    out.rows.append(({}, run))
+    _put(out, sink, ({}, run))
     return out
+
+
+def _put(out: Gauges, sink, row: tuple[dict, dict]) -> None:
+    out.rows.append(row)
+    if sink is not None:
+        sink(row)
