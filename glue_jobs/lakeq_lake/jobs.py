@@ -53,13 +53,15 @@ def run_backlog(spark: SparkSession, lake: Lake, as_of_ms: int | None = None,
     computed_at = now_ms()
     as_of = as_of_ms or computed_at
     msgs, offs = lake.read_kind(spark, "messages"), lake.read_kind(spark, "offsets")
-    report = T.backlog(msgs, offs, as_of, bucket_minutes * 60_000).cache()
+    persisted: list = []  # the cleaned logs the transform reads twice (T.backlog)
+    report = T.backlog(msgs, offs, as_of, bucket_minutes * 60_000, persisted=persisted).cache()
     out = lake.path(history_prefix(BACKLOG_PREFIX, computed_at))
     log(f"backlog: writing {out}")
     report.coalesce(1).write.mode("overwrite").parquet(out)
     rows = T.latest(report).orderBy("group", "topic", "queue", "client_id").collect()
     series = _series(report)
-    report.unpersist()
+    for df in (report, *persisted):
+        df.unpersist()
     summaries: dict[tuple[str, str], dict] = {}
     for r in rows:
         s = summaries.setdefault((r["group"], r["topic"]), {
@@ -94,14 +96,16 @@ def run_rebalance_plan(spark: SparkSession, lake: Lake, as_of_ms: int | None = N
     computed_at = now_ms()
     as_of = as_of_ms or computed_at
     msgs, offs = lake.read_kind(spark, "messages"), lake.read_kind(spark, "offsets")
-    latest = T.latest(T.backlog(msgs, offs, as_of, bucket_minutes * 60_000))
+    persisted: list = []  # the cleaned logs the transform reads twice (T.backlog)
+    latest = T.latest(T.backlog(msgs, offs, as_of, bucket_minutes * 60_000, persisted=persisted))
     weights_df = T.queue_weights(msgs, latest, as_of, lookback_minutes * 60_000, horizon_minutes * 60_000).cache()
     weights_df.coalesce(1).write.mode("overwrite").parquet(
         lake.path(history_prefix(PLANS_PREFIX, computed_at)))
     by_group: dict[str, dict] = defaultdict(dict)
     for r in weights_df.collect():
         by_group[r["group"]][(r["topic"], int(r["queue"]))] = float(r["weight"])
-    weights_df.unpersist()
+    for df in (weights_df, *persisted):
+        df.unpersist()
     members = lake.read_kind(spark, "members")
     groups = set(by_group) | {r["group"] for r in members.select("group").where(F.col("group").isNotNull())
                               .distinct().collect()}
