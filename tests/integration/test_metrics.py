@@ -226,8 +226,12 @@ def test_the_sqs_endpoint_counts_sends_receives_and_deletes(api, capsys, monkeyp
     sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
     sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                                                     for i, m in enumerate(got[1:])])
-    c = counted(capsys.readouterr().out)
+    text = capsys.readouterr().out
+    c = counted(text)
     assert c[M.SENT] == 3 and c[M.RECEIVED] == len(got) == 3 and c[M.ACKS] == 3
+    by = counted_by(text)  # and per queue (its topic), as SQS publishes per queue
+    assert {k: v for k, v in by.items() if k[0]} == {
+        ((("Topic", "jobs"),), M.SENT): 3, ((("Topic", "jobs"),), M.RECEIVED): 3, ((("Topic", "jobs"),), M.ACKS): 3}
 
 
 class Budget:

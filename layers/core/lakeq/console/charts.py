@@ -13,8 +13,8 @@ for the (``Topic``, ``Group``) asked — sent per ``Topic``, settled and backlog
 ``Group`` (the request paths count per row too, :func:`lakeq.common.obs.count_rows`; the backlog
 is the metrics function's row) — or, with neither, the deployment's (``service`` only: the
 counters' totals, the metrics function's totals row). A group's key sees its own rows only, never
-another tenant's traffic (the SQS endpoint's sends and deletes are counted in the deployment's
-figures only).
+another tenant's traffic (the SQS endpoint's sends count per ``Topic``, in ``produced``; its
+receives and deletes per ``Topic`` alone, not in ``consumed``).
 
 The answer's ``scope`` says which is which. A minute without data has no point (CloudWatch returns
 none): with ``detail`` ``active`` a (topic, group) row is printed only while it has a backlog, so a

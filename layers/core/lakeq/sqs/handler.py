@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from lakeq.common import metric_names as M
 from lakeq.common.errors import ApiError
-from lakeq.common.obs import metrics
+from lakeq.common.obs import count_rows, metrics
 from lakeq.sqs import permissions as perm
 from lakeq.sqs import protocol as sp
 from lakeq.sqs.messages import (
@@ -61,9 +61,12 @@ ACTIONS: dict[str, Callable[[Ctx, dict], dict]] = {
 UNSUPPORTED: set[str] = set()
 
 
-def count(action: str, result: dict) -> None:
+def count(action: str, result: dict, req: dict | None = None) -> None:
     """The request-path counters (issue 34) of an action that succeeded, as the native routes count:
-    messages sent, messages received, messages deleted (``NumberOfAcks``: a delete settles one)."""
+    messages sent, messages received, messages deleted (``NumberOfAcks``: a delete settles one) —
+    the deployment's (``service``) and the queue's (``Topic``: the queue is its topic; the action
+    succeeded, so the name in ``req``'s ``QueueUrl`` is a queue the caller may use), as SQS
+    publishes per queue."""
     n, name = 0, None
     if action == "SendMessage":
         n, name = 1, M.SENT
@@ -75,6 +78,9 @@ def count(action: str, result: dict) -> None:
         n, name = len(result.get("Successful") or ()), M.SENT if action == "SendMessageBatch" else M.ACKS
     if name is not None:
         metrics.add_metric(name=name, unit="Count", value=n)
+        queue = sp.queue_name_of_url((req or {}).get("QueueUrl"))
+        if queue:
+            count_rows({(("Topic", queue),): {name: n}})
 
 
 # --- the Lambda event ------------------------------------------------------------------------------
@@ -130,7 +136,7 @@ def handle(event: dict, logger: Any = None) -> dict:
         ctx = Ctx(p, base, account_id(), region())
         try:
             result = fn(ctx, req)
-            count(action, result)
+            count(action, result, req)
         finally:
             if action not in perm.TOPIC_READ_ONLY:  # it may have changed a topic item: read them again
                 perm.forget_topics()
