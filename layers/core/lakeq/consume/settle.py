@@ -29,6 +29,7 @@ from lakeq.common import backoff
 from lakeq.common import metric_names as M
 from lakeq.common.errors import BadRequest, StaleReceipt, Unavailable
 from lakeq.common.names import log_of
+from lakeq.common.obs import emit
 from lakeq.log import segments as seg
 from lakeq.log import settlement as S
 from lakeq.log.produce_plan import plan_parts, queue_for_key
@@ -305,7 +306,11 @@ def flush_due(owner: str, queue: int, policy: Policy, reader: Reader, now: int) 
         new = S.gone(S.dead_lettered(st, done), gone)
         if new == st:
             return st  # nothing readable yet: left due
-        return _Write(view, new, lambda: count_dead_letters(policy, len(done)) or new)
+
+        def written() -> S.State:
+            count_dead_letters(policy, len(done))
+            return new
+        return _Write(view, new, written)
     return _on_record(owner, queue, now, step)
 
 
@@ -321,7 +326,5 @@ def count_dead_letters(policy: Policy, n: int) -> None:
     if alarmed is None:
         client = ClientRepo.get(policy.group) if policy.group else None
         alarmed = client is None or not getattr(client, "alarms_muted", False)
-    if not alarmed:
-        return
-    from lakeq.common.obs import emit
-    emit({}, {M.ALARMED_DEAD_LETTERS: n})
+    if alarmed:
+        emit({}, {M.ALARMED_DEAD_LETTERS: n})
