@@ -8,7 +8,7 @@ __getattr__, __dir__, __all__ = exports(__name__, {
     "clock": ("now",),
     "errors": (
         "ApiError", "BadRequest", "Conflict", "Forbidden", "LakeqError", "NotFound", "PayloadTooLarge",
-        "StaleReceipt", "Unauthorized", "Unavailable", "counted", "http_error",
+        "StaleReceipt", "Unauthorized", "Unavailable", "below_limit", "counted", "http_error",
     ),
     "names": (
         "LOG_SEP", "NAME_RULE", "TOPIC_RULE", "ancestors", "check_name", "check_topic", "covers",

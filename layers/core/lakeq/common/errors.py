@@ -77,6 +77,26 @@ class Conflict(ApiError):
     status, code = 409, "conflict"
 
 
+def below_limit(count: int | None, limit: int, missing: str, over: str, code: str) -> None:
+    """The answer to a creation past a per-client cap, read before its conditional write (the
+    write's condition on the client item's counter is what enforces the cap; this read gives the
+    refusal its reason): 404 ``missing`` when the counted item is gone (``count`` None), 409
+    ``code`` with ``over`` when ``count`` has reached ``limit``.
+
+    >>> below_limit(2, 3, "gone", "full", "too_many_things")
+    >>> below_limit(3, 3, "gone", "full", "too_many_things")
+    Traceback (most recent call last):
+    lakeq.common.errors.Conflict: full
+    >>> below_limit(None, 3, "gone", "full", "too_many_things")
+    Traceback (most recent call last):
+    lakeq.common.errors.NotFound: gone
+    """
+    if count is None:
+        raise NotFound(missing)
+    if count >= limit:
+        raise Conflict(over, code=code)
+
+
 class StaleReceipt(Conflict):
     """A receipt whose lock is no longer its own (locked again, acknowledged or reset since)."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, is_dataclass, replace
 
 from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound
+from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, below_limit
 from lakeq.common.names import check_name, is_name
 from lakeq.contract import push as contract
 from lakeq.contract import validation as v
@@ -154,12 +154,9 @@ def _below_limit(owner: str) -> None:
     transaction checks the same count on the client item, so concurrent registrations cannot pass
     the limit together; this read gives the answer its reason. 404 when ``owner`` is gone (the
     registration's condition needs its item)."""
-    n = PushRepo.endpoints_of(owner)
-    if n is None:
-        raise NotFound(f"consumer group '{owner}' does not exist")
-    if n >= MAX_ENDPOINTS_PER_CLIENT:
-        raise Conflict(f"'{owner}' has {MAX_ENDPOINTS_PER_CLIENT} push endpoints, the most a client may have; "
-                       "delete one first", code="too_many_push_endpoints")
+    below_limit(PushRepo.endpoints_of(owner), MAX_ENDPOINTS_PER_CLIENT, f"consumer group '{owner}' does not exist",
+                f"'{owner}' has {MAX_ENDPOINTS_PER_CLIENT} push endpoints, the most a client may have; "
+                "delete one first", "too_many_push_endpoints")
 
 
 def get(p: Principal, sub_id: str, k: Kind = SUBSCRIPTION) -> dict:

@@ -23,7 +23,7 @@ import uuid
 
 from lakeq.admin.auth import Principal, authorize, client_or_404, dead_letter_grant, topic_or_404
 from lakeq.common import clock
-from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, StaleReceipt
+from lakeq.common.errors import BadRequest, Conflict, Forbidden, NotFound, StaleReceipt, below_limit
 from lakeq.common.names import check_name, check_topic, is_name
 from lakeq.consume import (
     ListLog,
@@ -159,12 +159,10 @@ def _below_limit(subscriber: str) -> None:
     """409 ``too_many_subscriptions`` when ``subscriber`` has its most subscriptions. The creation's
     transaction checks the same count on the client item, so concurrent creations cannot pass the
     limit together; this read gives the answer its reason (404 when the client is gone)."""
-    n = SubscriptionRepo.count_of(subscriber)
-    if n is None:
-        raise NotFound(f"consumer '{subscriber}' does not exist")
-    if n >= MAX_SUBSCRIPTIONS_PER_CLIENT:
-        raise Conflict(f"'{subscriber}' has {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions, the most a client may "
-                       "have; delete one first", code="too_many_subscriptions")
+    below_limit(SubscriptionRepo.count_of(subscriber), MAX_SUBSCRIPTIONS_PER_CLIENT,
+                f"consumer '{subscriber}' does not exist",
+                f"'{subscriber}' has {MAX_SUBSCRIPTIONS_PER_CLIENT} subscriptions, the most a client may have; "
+                "delete one first", "too_many_subscriptions")
 
 
 def list_(p: Principal, params: dict) -> dict:
