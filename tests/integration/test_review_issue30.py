@@ -8,6 +8,7 @@ import pytest
 
 from lakeq.store.push import PushRepo
 from lakeq.store.subscriptions import SubscriptionModel
+from tests.concurrency import FirstCallsMeet
 from tests.integration.sqs_harness import h  # noqa: F401 (fixture)
 from tests.integration.test_push import URL, subscribe
 
@@ -22,21 +23,8 @@ def test_concurrent_registrations_cannot_pass_the_endpoint_limit_together(api, s
     from lakeq.push import service
     monkeypatch.setattr(service, "MAX_ENDPOINTS_PER_CLIENT", 1)
     sids = [subscribe(api, setup["risk"]) for _ in range(2)]
-    real = PushRepo.endpoints_of
-    both_counted = threading.Barrier(2, timeout=10)
-    waited = set()
-
-    def counted(client):
-        n = real(client)
-        if threading.get_ident() not in waited:  # each request's first count waits for the other's
-            waited.add(threading.get_ident())
-            try:
-                both_counted.wait()
-            except threading.BrokenBarrierError:
-                pass
-        return n
-
-    monkeypatch.setattr(PushRepo, "endpoints_of", staticmethod(counted))
+    both_counted = FirstCallsMeet(PushRepo.endpoints_of)  # each request's first count waits for the other's
+    monkeypatch.setattr(PushRepo, "endpoints_of", staticmethod(both_counted))
     answers = {}
 
     def put(sid):

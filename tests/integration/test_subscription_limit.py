@@ -8,6 +8,7 @@ import threading
 
 from lakeq.store.models import ClientModel
 from lakeq.store.subscriptions import SubscriptionModel, SubscriptionRepo
+from tests.concurrency import FirstCallsMeet
 from tests.handlers import ADMIN
 from tests.integration.test_push import URL, subscribe
 from tests.integration.test_subscriptions_handlers import snapshot
@@ -40,21 +41,8 @@ def test_concurrent_creations_cannot_pass_the_limit_together(api, setup, monkeyp
     transaction's condition, so one answers 201 and the other 409, and one subscription is stored."""
     from lakeq.subscriptions import service
     monkeypatch.setattr(service, "MAX_SUBSCRIPTIONS_PER_CLIENT", 1)
-    real = SubscriptionRepo.count_of
-    both_counted = threading.Barrier(2, timeout=60)  # released in ms; 10 s could break on a loaded machine
-    waited = set()
-
-    def counted(client):
-        n = real(client)
-        if threading.get_ident() not in waited:
-            waited.add(threading.get_ident())
-            try:
-                both_counted.wait()
-            except threading.BrokenBarrierError:
-                pass
-        return n
-
-    monkeypatch.setattr(SubscriptionRepo, "count_of", staticmethod(counted))
+    both_counted = FirstCallsMeet(SubscriptionRepo.count_of)  # each request's first count waits for the other's
+    monkeypatch.setattr(SubscriptionRepo, "count_of", staticmethod(both_counted))
     answers = []
 
     def post():
