@@ -108,7 +108,8 @@ def test_over_the_cap_pages_rotate_by_minute_and_totals_are_withheld(api, setup,
         stats, docs = publish(capsys)
         assert stats["truncated"] is True and stats["rows"] <= 2
         total = row(docs)
-        assert total[M.PUBLISHER_TRUNCATED] == 1 and M.BACKLOG not in total
+        # paging alone is no truncation (every row is read in its turn); the totals are withheld
+        assert total[M.PUBLISHER_TRUNCATED] == 0 and M.BACKLOG not in total
         seen |= {d["Topic"] for d in docs if "Group" in d}
     # quotes, quotes/sh, quotes/p0..p2 (risk is granted quotes and its children): 5 rows, 3 pages
     assert seen == {T, "quotes/sh", "quotes/p0", "quotes/p1", "quotes/p2"}
@@ -126,10 +127,13 @@ def test_a_row_without_its_dimension_fails_validation(field):
 
 def test_the_metrics_function_only_reads(template):
     """Least privilege (checked in every call above by aws_rules): Scan, BatchGetItem and Query on
-    the tables it reads, nothing that writes, and no cloudwatch:PutMetricData (EMF goes via the log)."""
+    the tables it reads, nothing that writes a table, no cloudwatch:PutMetricData (EMF goes via the
+    log); S3 only for its own state, under ops/metrics/."""
     fn = template["Resources"]["MetricsFunction"]["Properties"]
     actions = {a for pol in fn["Policies"] for st in pol["Statement"] for a in st["Action"]}
-    assert actions == {"dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:Query"}
+    assert actions == {"dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:Query", "s3:GetObject", "s3:PutObject"}
+    s3 = [st for pol in fn["Policies"] for st in pol["Statement"] if st["Action"][0].startswith("s3:")]
+    assert [st["Resource"] for st in s3] == [{"Fn::Sub": "${LakeBucket.Arn}/ops/metrics/*"}]
     assert fn["Events"]["Publish"]["Type"] == "Schedule"
     assert fn["Events"]["Publish"]["Properties"]["Schedule"] == "rate(1 minute)"
 
@@ -300,10 +304,12 @@ def test_a_run_over_idle_topics_reads_no_segment_and_scans_eventually(api, setup
                   .rsplit("-", 1)[-1]) for x in metrics_calls(capsys))
     # topics, clients, subscriptions; per topic (quotes, quotes/sh, the subscription's list) its
     # queue items; per row (2 pairs, 1 subscription) its offsets
+    # and its state: read (none yet: the call fails, uncounted) and written, one object
     assert got == sorted([("Scan", "topics"), ("Scan", "clients"), ("Scan", "subscriptions")]
-                         + [("BatchGetItem", "queues")] * 3 + [("Query", "offsets")] * 3), got
-    scans = [x for x in metrics_calls(capsys) if x.operation == "Scan"]
-    assert not any(x.params.get("ConsistentRead") for x in scans)
+                         + [("BatchGetItem", "queues")] * 3 + [("Query", "offsets")] * 3 + [("PutObject", "")]), got
+    again = metrics_calls(capsys)
+    assert not any(x.params.get("ConsistentRead") for x in again if x.operation == "Scan")
+    assert sorted(x.operation for x in again if x.service == "s3") == ["GetObject", "PutObject"]
 
 
 SECRET_ATTRIBUTES = {"push", "push_secrets", "push_state", "push_leases", "key_hash", "key_map", "sqs_keys",
@@ -354,40 +360,56 @@ def printed_names(docs: list[dict]) -> set[str]:
     return {m["Name"] for d in docs for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
 
 
-def test_a_truncated_run_still_publishes_what_the_age_alarm_watches(api, setup, clock, capsys, monkeypatch,
-                                                                     template):
-    """Item 1b: a truncated run withheld the totals the alarms watched, so past the row cap (or out
-    of time) every alarm saw no data. The age alarm now watches ``AlarmedAgeOfOldestMessage``, which
-    every run prints: the oldest over the rows it read, so in the minute a row's page comes round
-    the alarm sees that row's age. The backlog and dead-letter alarms DIFF sums, comparable only
-    between complete runs: their metrics are printed by complete runs only."""
+def test_a_paged_run_publishes_what_the_alarms_watch_over_every_row(api, setup, clock, capsys, monkeypatch,
+                                                                    template):
+    """Item 1b, then the second review of issue 34: past the row cap each run reads one page. The
+    age alarm watched the oldest over the run's page only (a row seen once in ``pages`` minutes:
+    past 5 pages the alarm flapped) and the backlog alarm a sum only complete runs printed (no data
+    past 500 rows). Both figures now come from every row as last read (the function's state): once
+    a row's page has come round, every run's ``AlarmedAgeOfOldestMessage`` holds its age, and
+    ``AlarmedBacklogGrowth`` its backlog's change a minute."""
     from tests.unit.test_metric_names import watched
     alarms = watched(template)
     assert alarms["OldestMessageAgeAlarm"] == [M.ALARMED_AGE]
-    assert alarms["BacklogGrowingAlarm"] == [M.ALARMED_BACKLOG]
+    assert alarms["BacklogGrowingAlarm"] == [M.ALARMED_GROWTH]
     assert alarms["DeadLetteredAlarm"] == [M.ALARMED_DEAD_LETTERS]  # counted where it happens: below
     for i in range(3):
         assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
     produce(api, setup["feed"], [{"body": "old", "key": "k", "id": "old-1"}])  # with an id: the head moves now
     monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 2, "active"))
     t0, seen = clock.t, []
-    for minute in range(1, 4):
+    for minute in range(1, 7):  # 5 rows, 3 pages: each page twice
         clock.t = (t0 // 60_000 + minute) * 60_000
         stats, docs = publish(capsys)
         total = row(docs)
-        assert stats["truncated"] is True and total[M.PUBLISHER_TRUNCATED] == 1
+        assert stats["truncated"] is True and total[M.PUBLISHER_TRUNCATED] == 0 and stats["state_saved"] is True
         assert set(alarms["OldestMessageAgeAlarm"]) <= printed_names(docs)  # every run
-        assert M.ALARMED_BACKLOG not in total
         g = row(docs, Topic=T, Group="risk")
-        if g is not None:  # the quotes row's page: the alarm sees its age
+        if g is not None:  # the quotes row's page
             seen.append(minute)
-            assert total[M.ALARMED_AGE] == g[M.AGE] == clock.t - t0
+            assert g[M.AGE] == clock.t - t0
+        if seen:  # read once: every run's alarmed age holds it, its page's or not
+            assert total[M.ALARMED_AGE] == clock.t - t0
         else:
             assert total[M.ALARMED_AGE] == 0
-    assert len(seen) == 1  # 5 rows, 3 pages: the quotes row is read once in 3 minutes
+        if minute <= 3:
+            assert M.ALARMED_GROWTH not in total  # no row read twice yet
+        else:
+            assert total[M.ALARMED_GROWTH] == 0  # every row read twice, none grew
+    assert len(seen) == 2 and seen[1] - seen[0] == 3
+    # the quotes row grows by 3 between its visits (3 minutes apart): one message a minute, which
+    # every run holds until its next visit, whichever page it reads
+    produce(api, setup["feed"], [{"body": f"m{i}", "key": "k", "id": f"new-{i}"} for i in range(3)])
+    growth = []
+    for minute in range(7, 13):
+        clock.t = (t0 // 60_000 + minute) * 60_000
+        growth.append(row(publish(capsys)[1])[M.ALARMED_GROWTH])
+    first = seen[1] + 3 - 7  # the row's next visit: from then on, 1.0 until the visit after
+    assert growth[:first] == [0] * first and growth[first:first + 3] == [1.0] * 3, growth
+    assert growth[first + 3:] == [0] * (6 - first - 3), growth  # read again, no change: 0
     monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 500, "active"))
     _, docs = publish(capsys)
-    assert {M.ALARMED_AGE, M.ALARMED_BACKLOG} <= set(row(docs))
+    assert {M.ALARMED_AGE, M.ALARMED_GROWTH, M.BACKLOG} <= set(row(docs))
 
 
 def test_a_muted_clients_rows_are_published_but_left_out_of_the_alarms(api, setup, clock, capsys):
@@ -407,7 +429,7 @@ def test_a_muted_clients_rows_are_published_but_left_out_of_the_alarms(api, setu
     assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
     _, docs = publish(capsys)
     assert row(docs, Topic=T, Group="stale")[M.AGE] == 600_000
-    assert (row(docs)[M.ALARMED_AGE], row(docs)[M.ALARMED_BACKLOG]) == (600_000, 1)
+    assert row(docs)[M.ALARMED_AGE] == 600_000
 
     s, view = patch(api, "stale", {"alarms": False})
     assert s == 200 and view["alarms"] is False, view
@@ -415,7 +437,7 @@ def test_a_muted_clients_rows_are_published_but_left_out_of_the_alarms(api, setu
     assert row(docs, Topic=T, Group="stale")[M.AGE] == 600_000  # still published as a row
     total = row(docs)
     assert total[M.AGE] == 600_000 and total[M.BACKLOG] == 1  # and in the totals
-    assert (total[M.ALARMED_AGE], total[M.ALARMED_BACKLOG]) == (0, 0)
+    assert total[M.ALARMED_AGE] == 0
 
     s, view = patch(api, "stale", {"alarms": True})
     assert s == 200 and "alarms" not in view, view
@@ -453,3 +475,28 @@ def test_dead_letters_are_counted_where_they_happen_for_the_alarm(api, setup, cl
     assert poison("p1").get(M.ALARMED_DEAD_LETTERS) == 1
     assert patch(api, "risk", {"alarms": False})[0] == 200
     assert M.ALARMED_DEAD_LETTERS not in poison("p2")
+
+
+def test_overlapping_runs_do_not_overwrite_each_others_state(api, setup, clock, capsys):
+    """The state is written only if the object is still the one the run read (S3 conditional put):
+    of two runs that overlap, the later writer's save answers False and changes nothing."""
+    import boto3
+
+    from lakeq.store.metrics import STATE_KEY, MetricsStateRepo
+    assert MetricsStateRepo.load() == (None, None)
+    assert MetricsStateRepo.put({"v": 1, "rows": {}, "run": "a"}, None) is True
+    assert MetricsStateRepo.put({"v": 1, "rows": {}, "run": "b"}, None) is False  # a wrote it first
+    got, etag = MetricsStateRepo.load()
+    assert got["run"] == "a"
+    assert MetricsStateRepo.put({"v": 1, "rows": {}, "run": "c"}, etag) is True
+    assert MetricsStateRepo.put({"v": 1, "rows": {}, "run": "d"}, etag) is False  # c wrote it since
+    assert MetricsStateRepo.load()[0]["run"] == "c"
+    # an object that is not the function's (not JSON): the run starts afresh and replaces it
+    import os
+    boto3.client("s3").put_object(Bucket=os.environ["LAKE_BUCKET"], Key=STATE_KEY, Body=b"\xff not json")
+    stats, docs = publish(capsys)
+    assert stats["state_saved"] is True and M.ALARMED_GROWTH not in row(docs)
+    assert MetricsStateRepo.load()[0]["v"] == 1
+    clock.t += 60_000
+    stats, docs = publish(capsys)
+    assert row(docs)[M.ALARMED_GROWTH] == 0

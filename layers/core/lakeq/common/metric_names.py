@@ -46,12 +46,13 @@ AGE = "ApproximateAgeOfOldestMessage"               # ms since the oldest unsett
 DEAD_LETTERED = "NumberOfMessagesDeadLettered"      # dead-lettered so far (cumulative; DIFF = new ones)
 DELAYED = "ApproximateNumberOfMessagesDelayed"      # per topic: delayed messages not yet in a queue
 PUBLISHER_ROWS = "MetricsPublisherRows"             # rows the run published (totals only)
-PUBLISHER_TRUNCATED = "MetricsPublisherTruncated"   # 1 when the run's cap left rows out (totals only)
+PUBLISHER_TRUNCATED = "MetricsPublisherTruncated"   # 1 when the run left rows of its page out (time, errors)
 # what the deployment's alarms watch (service only, lakeq.console.gauges): the rows of clients the admin
 # left out of the alarms (PATCH /v1/clients {"alarms": false}) are not in them
-ALARMED_AGE = "AlarmedAgeOfOldestMessage"           # every run: the oldest over the rows it read (a page
-#                                                     when truncated: each row is read every `pages` minutes)
-ALARMED_BACKLOG = "AlarmedNumberOfMessagesBacklog"  # complete runs only: the backlog summed
+ALARMED_AGE = "AlarmedAgeOfOldestMessage"           # every run: the oldest over every row as last read (its
+#                                                     own page this minute, the others' within `pages` minutes)
+ALARMED_GROWTH = "AlarmedBacklogGrowth"             # every run (once rows have two visits): the rows'
+#                                                     backlog change a minute, each row's over its last two visits
 # counted where a message is dead-lettered (lakeq.consume.settle.flush_due, after its write), whatever the
 # metrics function reads: the dead-letter alarm sees every row in a deployment of any size
 ALARMED_DEAD_LETTERS = "AlarmedMessagesDeadLettered"
@@ -66,7 +67,7 @@ UNITS: dict[str, str] = {
                             PUSH_ATTEMPTS, PUSH_FAILURES, PUSH_DELIVERED, PUSH_FAILED, PUSH_DEAD_LETTERED,
                             REDRIVE_MOVED, REDRIVE_TOTAL, REPLAY_COPIED, REPLAY_FOUND,
                             VISIBLE, NOT_VISIBLE, BACKLOG, DEAD_LETTERED, DELAYED, PUBLISHER_ROWS,
-                            PUBLISHER_TRUNCATED, ALARMED_BACKLOG, ALARMED_DEAD_LETTERS, *OTHER_COUNTERS)},
+                            PUBLISHER_TRUNCATED, ALARMED_GROWTH, ALARMED_DEAD_LETTERS, *OTHER_COUNTERS)},
     AGE: "Milliseconds",
     ALARMED_AGE: "Milliseconds",
 }

@@ -14,14 +14,14 @@ Rows (names in :mod:`lakeq.common.metric_names`):
   printed only by a run that covered every row (a partial sum would look like a drop);
 - what the alarms watch — ``service`` only, in the same document, the rows of muted clients (the
   admin's ``PATCH /v1/clients/{name}`` ``{"alarms": false}``: a tenant's stale group must not hold
-  the shared alarms; its rows are still published as rows) left out: ``AlarmedAgeOfOldestMessage``
-  by **every** run, the oldest over the rows it read (a truncated run's page: every row is read at
-  least once in ``pages`` minutes, so an age alarm on "any of the last 5 minutes" sees every row up
-  to 5 pages, truncated or not); ``AlarmedNumberOfMessagesBacklog`` by a complete run only (its
-  alarm compares minutes: two runs' sums compare only over the same rows, and a page's sum against
-  another page's would page someone for nothing). (The dead-letter alarm's figure is not here: it
-  is counted where a message is dead-lettered, ``AlarmedMessagesDeadLettered``,
-  :func:`lakeq.consume.settle.flush_due`.)
+  the shared alarms; its rows are still published as rows) left out, both printed by **every** run
+  from every row as last read (the run's state, :func:`remember`: its own page this minute, the
+  other pages' rows within ``pages`` minutes, so the alarms see the whole deployment each minute
+  however many rows it has): ``AlarmedAgeOfOldestMessage``, the oldest unsettled message's age;
+  ``AlarmedBacklogGrowth``, the sum of the rows' backlog change a minute, each row's over its last
+  two visits (a row that appears with a backlog, or goes, is no growth). (The dead-letter alarm's
+  figure is not here: it is counted where a message is dead-lettered,
+  ``AlarmedMessagesDeadLettered``, :func:`lakeq.consume.settle.flush_due`.)
 
 Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
 ``MetricsDetail``): ``active`` (the default) — a (topic, group) or subscription row only while it
@@ -37,9 +37,11 @@ subscriptions have their rows like any consumer's.
 
 Bounded work: the rows (pairs in topic-name order, then subscriptions) are cut into pages of
 :data:`MAX_ROWS`; a run publishes page ``minute mod pages`` only, so past ``MAX_ROWS`` rows each row
-is published every ``pages`` minutes and ``MetricsPublisherTruncated`` is 1. A run also stops at its
-``deadline`` (epoch ms), leaving the rest of its page (truncated); a row whose reads raise is logged
-and left out (truncated too), the rows after it still computed. No row waits behind the
+is published every ``pages`` minutes (the totals are not printed: a page's sum is not the
+deployment's; the alarms' figures are, from the state). A run also stops at its ``deadline`` (epoch
+ms), leaving the rest of its page; a row whose reads raise is logged and left out, the rows after it
+still computed: either way ``MetricsPublisherTruncated`` is 1 (rows of the page were not read this
+turn; paging alone is 0). No row waits behind the
 deadline for ever: a page's run starts at its row ``(minute // pages) mod len(page)`` (the rows
 after it, then those before), so in ``len(page)`` of its turns every row of the page is first
 once. Store reads per row: as the
@@ -49,8 +51,9 @@ SegmentsTable stream's head mover keeps the hints within seconds, so a backlog m
 seconds late); one Query of the consumer's offset records; one Query per queue with a backlog for
 the oldest message. An idle row reads no segment. Per run: the topics', clients' and subscriptions'
 Scans, eventually consistent, the clients' and subscriptions' projected to the attributes used
-(``CLIENT_ATTRIBUTES``, ``SUB_ATTRIBUTES``: no key hash, push URL, header or secret is read).
-Nothing is written.
+(``CLIENT_ATTRIBUTES``, ``SUB_ATTRIBUTES``: no key hash, push URL, header or secret is read). The
+store is not written; the function reads and writes its state (one S3 object,
+:class:`lakeq.store.metrics.MetricsStateRepo`: ~60 bytes a row).
 """
 from __future__ import annotations
 
@@ -65,6 +68,7 @@ from lakeq.common.names import ancestors, log_of
 from lakeq.console.summary import oldest_at
 from lakeq.consume import views_of
 from lakeq.store.catalog import ClientRepo, TopicRepo
+from lakeq.store.metrics import MetricsStateRepo
 from lakeq.store.offsets import OffsetRepo
 from lakeq.store.queue_log import LogRepo
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
@@ -72,6 +76,7 @@ from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 _log = logging.getLogger("lakeq.console.gauges")
 
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
+STATE_VERSION = 1
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
 CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics", "alarms_muted"]
@@ -86,7 +91,10 @@ class Gauges:
     rows: list[tuple[dict, dict]] = field(default_factory=list)
     total_rows: int = 0       # every row that exists (all pages)
     published: int = 0        # consumer rows computed by this run (printed: as ``detail`` says)
-    truncated: bool = False
+    truncated: bool = False   # not every row computed (more than a page, or the page cut): no totals
+    cut: bool = False         # rows of the run's own page left out (its deadline, a row's failed reads)
+    state: dict = field(default_factory=dict)  # for the next run (remember)
+    state_saved: bool = False  # by run(): False when it could not be read, or another run wrote it
 
 
 def consumer_values(log: str, vs: list, now: int) -> dict:
@@ -125,9 +133,11 @@ def pairs(topics: list, consumers: list) -> list[tuple]:
 
 
 def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS,
-            detail: str = "active", *, sink: Callable[[tuple[dict, dict]], object] | None = None) -> Gauges:
+            detail: str = "active", *, sink: Callable[[tuple[dict, dict]], object] | None = None,
+            previous: dict | None = None) -> Gauges:
     """The run's rows (:class:`Gauges`); ``sink(row)`` is also called with each row as soon as it is
-    computed (the metrics function prints it then: a run the Lambda timeout cuts keeps what it printed)."""
+    computed (the metrics function prints it then: a run the Lambda timeout cuts keeps what it printed).
+    ``previous``: the state the last run left (:func:`remember`; ``Gauges.state`` is this run's)."""
     if detail not in DETAILS:
         raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
     now = _clock.now() if now is None else now
@@ -152,12 +162,12 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     out.truncated = pages > 1
     metas: dict[str, list] = {}
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
-    alarmed = {M.ALARMED_AGE: 0, M.ALARMED_BACKLOG: 0}
+    seen: dict[str, tuple[int, int | None]] = {}
     delayed = 0
     errors: dict = {}
     for kind, a, b in todo:
         if deadline is not None and _clock.now() >= deadline:
-            out.truncated = True
+            out.truncated = out.cut = True
             break
         got = None
         # one row's failed read (a throttled Query past the retries) skips that row only: the rows
@@ -180,7 +190,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
                 dims = {"Subscription": a.id}
             got = dims, consumer_values(log, vs, now)
         if got is None:
-            out.truncated = True
+            out.truncated = out.cut = True
             continue
         dims, vals = got
         if detail == "all" or (detail == "active" and vals[M.BACKLOG]):
@@ -188,15 +198,85 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         out.published += 1
         for k, v in vals.items():
             totals[k] = max(totals[k], v) if k == M.AGE else totals[k] + v
-        if not b.alarms_muted:  # b: the pair's consumer, the subscription's subscriber
-            alarmed[M.ALARMED_AGE] = max(alarmed[M.ALARMED_AGE], vals[M.AGE])
-            alarmed[M.ALARMED_BACKLOG] += vals[M.BACKLOG]
-    run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.truncated),
-           M.ALARMED_AGE: alarmed[M.ALARMED_AGE]}
+        seen[row_key(kind, a, b)] = (vals[M.BACKLOG], now - vals[M.AGE] if vals[M.AGE] else None)
+    # what the alarms watch: from every row's last visit (this run's page fresh, the others' at most
+    # `pages` minutes old), so they see the whole deployment each minute however many rows it has
+    out.state, age, growth = remember(previous, {row_key(*r): bool(r[2].alarms_muted) for r in rows}, seen,
+                                      minute, now, pages)
+    run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.cut), M.ALARMED_AGE: age}
+    if growth is not None:
+        run[M.ALARMED_GROWTH] = growth
     if not out.truncated:  # sums: comparable between runs over the same rows only
-        run = {**totals, M.DELAYED: delayed, **run, M.ALARMED_BACKLOG: alarmed[M.ALARMED_BACKLOG]}
+        run = {**totals, M.DELAYED: delayed, **run}
     _put(out, sink, ({}, run))
     return out
+
+
+def run(now: int | None = None, deadline: int | None = None, detail: str = "active", *,
+        sink: Callable[[tuple[dict, dict]], object] | None = None) -> Gauges:
+    """The metrics function's run: :func:`compute` from the state the last run left
+    (:class:`~lakeq.store.metrics.MetricsStateRepo`), then this run's state saved, if no other run
+    wrote it in between. A state that cannot be read (S3 unreachable) is neither used nor saved: the
+    gauges are printed all the same, the alarms' figures from this run's rows only."""
+    try:
+        previous, etag = MetricsStateRepo.load()
+        loaded = True
+    except Exception:
+        _log.exception("metrics: the state could not be read; this run neither uses nor saves it")
+        previous, etag, loaded = None, None, False
+    out = compute(now=now, deadline=deadline, detail=detail, sink=sink, previous=previous)
+    out.state_saved = loaded and MetricsStateRepo.put(out.state, etag)
+    return out
+
+
+def row_key(kind: str, a, b) -> str:
+    """A row's name in the state: ``p<TAB>topic<TAB>group`` or ``s<TAB>subscription id``."""
+    return f"p\t{a.name}\t{b.name}" if kind == "pair" else f"s\t{a.id}"
+
+
+def _entry(e) -> list | None:
+    """A remembered row ``[backlog, oldest ms | None, minute, rate | None]`` as written, or None."""
+    num = (int, float)
+    if (isinstance(e, list) and len(e) == 4 and isinstance(e[0], int) and isinstance(e[2], int)
+            and (e[1] is None or isinstance(e[1], int)) and (e[3] is None or isinstance(e[3], num))):
+        return e
+    return None
+
+
+def remember(previous: dict | None, live: dict[str, bool], seen: dict[str, tuple[int, int | None]],
+             minute: int, now: int, pages: int = 1) -> tuple[dict, int, float | None]:
+    """The state a run leaves for the next, and what the alarms watch, from the state it read
+    (``previous``: None when there is none), the rows that exist (``live``: key → left out of the
+    alarms) and those it computed (``seen``: key → (backlog, oldest unsettled message's epoch ms or
+    None)). Returns ``(state, age, growth)``:
+
+    - ``state``: ``{"v": 1, "rows": {key: [backlog, oldest, minute, rate]}}`` for the live rows
+      only (a deleted row is forgotten), a computed row refreshed, the others as remembered; a
+      row's ``rate`` is its backlog's change per minute between its last two visits (None until it
+      has two); a row not visited for ``2 * pages + 5`` minutes (its reads keep failing) is forgotten;
+    - ``age``: ms since the oldest message of any live row in the alarms, as last seen (a row
+      drained since its last visit counts until its next: at most ``pages`` minutes);
+    - ``growth``: the sum of those rows' rates (messages a minute; None when no row has one), so a
+      row that grew in its last interval holds the figure above 0 until its next visit, and rows
+      that appear (a new group with a backlog) or go (a deleted subscription) are not growth."""
+    old: dict = {}
+    if isinstance(previous, dict) and previous.get("v") == STATE_VERSION and isinstance(previous.get("rows"), dict):
+        old = previous["rows"]
+    rows: dict[str, list] = {}
+    for k in live:
+        p = _entry(old.get(k))
+        if p is not None and (p[2] > minute or minute - p[2] > 2 * pages + 5):
+            p = None  # from the future (a clock step back) or stale
+        if k in seen:
+            backlog, oldest = seen[k]
+            rate = None if p is None else (backlog - p[0]) / (minute - p[2]) if p[2] < minute else p[3]
+            rows[k] = [backlog, oldest, minute, rate]
+        elif p is not None:
+            rows[k] = p
+    alarmed = [r for k, r in rows.items() if not live[k]]
+    age = max((now - r[1] for r in alarmed if r[1] is not None), default=0)
+    rates = [r[3] for r in alarmed if r[3] is not None]
+    return {"v": STATE_VERSION, "rows": rows}, max(0, age), (sum(rates) if rates else None)
 
 
 def _put(out: Gauges, sink, row: tuple[dict, dict]) -> None:

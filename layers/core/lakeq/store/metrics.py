@@ -1,10 +1,16 @@
 """CloudWatch metrics, read (the console's charts, ``lakeq.console.charts``): one ``GetMetricData``
 call of a few queries. The metrics themselves are written by the functions' EMF lines (CloudWatch
 Logs turns them into metrics; locally ``infra/local/emf.py`` puts them into moto's CloudWatch), never
-here. IAM: ``cloudwatch:GetMetricData`` (no resource-level permissions: ``Resource: "*"``)."""
+here. IAM: ``cloudwatch:GetMetricData`` (no resource-level permissions: ``Resource: "*"``).
+
+Also the metrics function's memory between runs (:class:`MetricsStateRepo`): one S3 object."""
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
+
+from botocore.exceptions import ClientError
 
 from lakeq.store.clients import client
 
@@ -33,3 +39,43 @@ class MetricsRepo:
                 break
             args["NextToken"] = r["NextToken"]
         return {k: sorted(v.items()) for k, v in out.items()}
+
+
+STATE_KEY = "ops/metrics/state.json"  # in $LAKE_BUCKET; IAM: s3:GetObject / s3:PutObject on ops/metrics/*
+STATE_PRECONDITION = ("PreconditionFailed", "ConditionalRequestConflict")
+
+
+class MetricsStateRepo:
+    """What the metrics function remembers between runs (:func:`lakeq.console.gauges.compute`'s
+    ``previous`` / ``Gauges.state``): one JSON object, read and written once a run. The write is
+    conditional on the object read (its ETag; none read: on there being none), so of two
+    overlapping runs one saves and the other's ``put`` answers False (its figures were printed;
+    the next run reads the winner's)."""
+
+    @staticmethod
+    def load() -> tuple[dict | None, str | None]:
+        """``(state, etag)``; ``(None, None)`` when there is no object yet, ``(None, etag)`` when it is not JSON."""
+        try:
+            obj = client("s3").get_object(Bucket=os.environ["LAKE_BUCKET"], Key=STATE_KEY)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return None, None
+            raise
+        try:
+            return json.loads(obj["Body"].read()), obj["ETag"]
+        except ValueError:  # not JSON (written by hand?): the run starts afresh and replaces it
+            return None, obj["ETag"]
+
+    @staticmethod
+    def put(state: dict, etag: str | None) -> bool:
+        """Write ``state`` if the object is still the one read (``etag``; None: if there is none).
+        False when another run wrote it in between."""
+        cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+        try:
+            client("s3").put_object(Bucket=os.environ["LAKE_BUCKET"], Key=STATE_KEY, ContentType="application/json",
+                                    Body=json.dumps(state, separators=(",", ":")).encode(), **cond)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in STATE_PRECONDITION:
+                return False
+            raise
+        return True
