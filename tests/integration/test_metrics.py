@@ -57,7 +57,7 @@ def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsy
     g = row(docs, Topic=T, Group="risk")
     assert g == {M.VISIBLE: 3, M.NOT_VISIBLE: 2, M.BACKLOG: 5, M.AGE: 7_000, M.DEAD_LETTERED: 0}
     assert row(docs, Topic=T) == {M.DELAYED: 1}
-    assert row(docs, Subscription=sub["id"]) is None  # active (the default): only rows with a backlog
+    assert row(docs, Subscriber="risk", Topic=T) is None  # active (the default): only rows with a backlog
     assert row(docs, Topic="quotes/sh", Group="risk") is None and row(docs, Topic="quotes/sh") is None
     total = row(docs)
     assert total[M.BACKLOG] == 5 and total[M.NOT_VISIBLE] == 2 and total[M.AGE] == 7_000
@@ -69,7 +69,7 @@ def test_gauges_per_group_topic_subscription_and_totals(api, setup, clock, capsy
     # all: every row, idle ones too; totals: the totals only, the same figures
     monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
     _, docs = publish(capsys)
-    assert row(docs, Subscription=sub["id"])[M.BACKLOG] == 0 and row(docs, Topic="quotes/sh") == {M.DELAYED: 0}
+    assert row(docs, Subscriber="risk", Topic=T)[M.BACKLOG] == 0 and row(docs, Topic="quotes/sh") == {M.DELAYED: 0}
     assert row(docs, Topic="quotes/sh", Group="risk")[M.BACKLOG] == 0 and row(docs) == total
     monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "totals")
     _, docs = publish(capsys)
@@ -278,7 +278,7 @@ def test_a_broadcasting_consumers_subscription_is_measured(api, setup, clock, ca
     assert s == 201, sub
     monkeypatch.setenv("LAKEQ_METRICS_DETAIL", "all")
     _, docs = publish(capsys)
-    assert row(docs, Subscription=sub["id"]) is not None
+    assert row(docs, Subscriber="fans", Topic=T) is not None
     assert row(docs, Topic=T, Group="fans") is None  # a broadcasting group's offsets are per instance
 
 
@@ -338,7 +338,7 @@ def test_the_publishers_scans_return_no_secret(api, setup, clock, capsys):
         for item in scanned[table]:
             assert not SECRET_ATTRIBUTES & set(item), (table, sorted(item))
     assert all(set(i) <= {"name", "role", "mode", "topics", "alarms_muted"} for i in scanned["clients"])
-    assert all(set(i) <= {"id", "subscriber"} for i in scanned["subscriptions"])
+    assert all(set(i) <= {"id", "subscriber", "topic"} for i in scanned["subscriptions"])
 
 
 def test_an_offset_named_twice_in_an_ack_is_counted_once(api, setup, clock, capsys):

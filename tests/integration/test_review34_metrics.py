@@ -193,6 +193,60 @@ def test_subscription_churn_mints_no_more_metric_rows_than_the_cap(api, setup, c
     assert minted == {(("Subscriber", "risk"),)}, minted  # one row, whatever the churn
 
 
+def test_subscription_churn_with_a_backlog_mints_no_gauge_rows(api, setup, clock, capsys, monkeypatch):
+    """Second review of issue 34: the gauges were printed per ``Subscription`` (the id), so a key that
+    creates a subscription, lets the fan-out give it a message, waits for the minute's run and
+    deletes it minted 5 CloudWatch metrics a round. A client's subscriptions to one topic are now one
+    row per ``Subscriber`` + ``Topic``: three rounds, one row; a run reads a client's subscriptions to a
+    topic on one page (never half of them), and a row one of whose reads failed is not printed."""
+    from lakeq.console import gauges
+    from lakeq.fanout.worker import append_groups
+    from lakeq.log.fanout_plan import Group, ListMessage
+    from tests.integration.test_metrics import publish, row
+    subs, dims = [], set()
+    for i in range(3):
+        s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+        assert s == 201, sub
+        subs.append(sub["id"])
+        append_groups(sub["id"], [Group(f"quotes@0:{i}", 0, [ListMessage(
+            id=f"m{i}", body="b", produced_at=clock.t, topic=T, queue=0, source_offset=i)])], clock.t)
+        clock.t += 60_000
+        _, docs = publish(capsys)
+        dims |= {tuple(sorted(k for k in d if k[0].isupper() and k not in M.ALL)) for d in docs}
+        assert row(docs, Subscriber="risk", Topic=T)[M.BACKLOG] == 1 + (i > 0)  # 2 live at most
+        if i:
+            assert api.call("DELETE", f"/v1/subscriptions/{subs[i - 1]}", key=setup["risk"])[0] == 204
+    assert ("Subscription",) not in dims and ("Subscriber", "Topic") in dims, dims
+    # two live subscriptions of risk to quotes: with a cap of 1 row a page, they are still one page
+    s, sub = api.call("POST", "/v1/subscriptions", {"topic": T, "subscriber": "risk"}, key=setup["risk"])
+    assert s == 201, sub
+    append_groups(sub["id"], [Group("quotes@0:9", 0, [ListMessage(
+        id="m9", body="b", produced_at=clock.t, topic=T, queue=0, source_offset=9)])], clock.t)
+    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 1, "active"))
+    printed = []
+    for minute in range(4):  # the pairs' pages (risk: quotes, quotes/sh) and the subscriptions' one
+        clock.t = (clock.t // 60_000 + 1) * 60_000
+        r = row(publish(capsys)[1], Subscriber="risk", Topic=T)
+        if r is not None:
+            printed.append(r[M.BACKLOG])
+    assert printed and set(printed) == {2}, printed  # subs[2] has 1, the new one 1: never half
+    # one subscription's read fails: its client's row for the topic is not printed (not a half sum)
+    monkeypatch.setattr(gauges.compute, "__defaults__", (None, None, 500, "active"))
+    real = gauges.OffsetRepo.records
+
+    class Flaky(gauges.OffsetRepo):
+        @staticmethod
+        def records(owner, *a, **kw):
+            if sub["id"] in owner:
+                from pynamodb.exceptions import QueryError
+                raise QueryError("ProvisionedThroughputExceededException (injected)")
+            return real(owner, *a, **kw)
+
+    monkeypatch.setattr(gauges, "OffsetRepo", Flaky)
+    stats, docs = publish(capsys)
+    assert row(docs, Subscriber="risk", Topic=T) is None and row(docs)[M.PUBLISHER_TRUNCATED] == 1
+
+
 def test_a_pulls_piggybacked_ack_is_counted_as_an_ack(api, setup, clock, capsys):
     """``GET …/messages?ack=<receipt>`` settles the previous batch (API.md: the efficient consumer's
     loop, what the Python client does). Only ``POST /v1/acks`` counted ``NumberOfAcks``: a consumer

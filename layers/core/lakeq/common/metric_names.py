@@ -8,7 +8,8 @@ Names follow SQS's own where the meaning is the same (``NumberOfMessagesSent``,
 ``ApproximateNumberOfMessagesVisible``, ``ApproximateAgeOfOldestMessage``). Dimensions: every
 document carries ``service`` (powertools' default dimension, ``POWERTOOLS_SERVICE_NAME``: the stack's
 name; the namespace is ``lakeq/<stack name>``); the
-gauges add ``Topic`` + ``Group`` (a consumer group's view of a topic), ``Subscription``, or
+gauges add ``Topic`` + ``Group`` (a consumer group's view of a topic), ``Subscriber`` + ``Topic`` (a
+client's subscriptions to a topic), or
 ``Topic`` alone; deployment totals carry ``service`` only; push counters add ``Endpoint``; the
 request paths' counters are printed under ``service`` and under their row's dimensions.
 See docs/design.md ("Operations") and docs/costs.md for the count and its price.
@@ -38,7 +39,7 @@ REDRIVE_TOTAL = "RedriveMessagesTotal"              # of its total
 REPLAY_COPIED = "ReplayMessagesCopied"              # a replay's messages copied so far
 REPLAY_FOUND = "ReplayMessagesFound"                # of those its selection found
 
-# ---- gauges, each minute by the metrics function (Topic+Group, Subscription, Topic, or totals)
+# ---- gauges, each minute by the metrics function (Topic+Group, Subscriber+Topic, Topic, or totals)
 VISIBLE = "ApproximateNumberOfMessagesVisible"      # backlog not locked (available to a pull)
 NOT_VISIBLE = "ApproximateNumberOfMessagesNotVisible"  # locked by a pull, not yet settled (in flight)
 BACKLOG = "ApproximateNumberOfMessagesBacklog"      # visible + not visible (unsettled)
@@ -73,5 +74,5 @@ UNITS: dict[str, str] = {
 }
 ALL = frozenset(UNITS)
 
-# the gauges of one consumer's view (a Topic+Group row, a Subscription row, the totals)
+# the gauges of one consumer's view (a Topic+Group row, a Subscriber+Topic row, the totals)
 CONSUMER_GAUGES = (VISIBLE, NOT_VISIBLE, BACKLOG, AGE, DEAD_LETTERED)

@@ -7,7 +7,10 @@ Rows (names in :mod:`lakeq.common.metric_names`):
 - per (topic, clustering group granted it) — dimensions ``Topic``, ``Group``: visible (backlog not
   locked), not visible (locked by a pull: in flight), backlog, age of the oldest unsettled message
   (ms), dead-lettered so far (cumulative);
-- per subscription — ``Subscription``: the same five over its message list;
+- per client and topic subscribed — ``Subscriber`` + ``Topic``: the same five over the client's
+  subscriptions' message lists to that topic, summed (the age: the oldest). Not per subscription id:
+  ids are a key's to mint (create, wait for a run, delete), each a new metric; a page holds all of a
+  client's subscriptions to a topic, and the row is printed only when each of them was read;
 - per topic read — ``Topic``: delayed messages not yet in a queue;
 - the totals — ``service`` only: the five summed (age: the oldest), delayed, and the run's
   ``MetricsPublisherRows`` / ``MetricsPublisherTruncated``. The totals of the five and delayed are
@@ -59,6 +62,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Callable
 
 from lakeq.common import clock as _clock
@@ -80,7 +84,7 @@ STATE_VERSION = 1
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
 CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics", "alarms_muted"]
-SUB_ATTRIBUTES = ["id", "subscriber"]
+SUB_ATTRIBUTES = ["id", "subscriber", "topic"]
 
 
 @dataclass
@@ -147,18 +151,27 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
                        key=lambda c: c.name)
     # a broadcasting group has no (topic, group) row (its offsets are per instance); its
     # subscriptions' lists are one consumer's like any other's
-    rows: list[tuple] = pairs(topics, consumers)
+    pair_rows: list[tuple] = pairs(topics, consumers)
     subs = {c.name: c for c in consumers}
     listed = SubscriptionRepo.all(consistent=False, attributes=SUB_ATTRIBUTES)
-    rows += [("sub", s, subs[s.subscriber]) for s in sorted(listed, key=lambda s: s.id) if s.subscriber in subs]
+    listed = sorted(listed, key=lambda s: (s.subscriber, s.topic or "", s.id))
+    sub_rows = [("sub", s, subs[s.subscriber]) for s in listed if s.subscriber in subs]
+    rows = pair_rows + sub_rows
+    # a page holds whole units: a pair, or a client's subscriptions to one topic (published as one
+    # row, per Subscriber and Topic: a subscription id is a key's to mint, so it is no dimension)
+    units = [[r] for r in pair_rows] + [list(g) for _, g in groupby(sub_rows, key=lambda r: (r[1].subscriber,
+                                                                                             r[1].topic))]
     out = Gauges(total_rows=len(rows))
-    pages = max(1, -(-len(rows) // max_rows))
+    book = paginate(units, max_rows)
+    pages = max(1, len(book))
     minute = now // MINUTE_MS
-    page = minute % pages
-    todo = rows[page * max_rows:(page + 1) * max_rows]
-    if todo:  # the page's first row rotates by the page's turn: a run cut by its deadline starves no row
-        first = (minute // pages) % len(todo)
-        todo = todo[first:] + todo[:first]
+    mine = book[minute % pages] if book else []
+    if mine:  # the page's first unit rotates by the page's turn: a run cut by its deadline starves no row
+        first = (minute // pages) % len(mine)
+        mine = mine[first:] + mine[:first]
+    todo = [r for u in mine for r in u]
+    left = {(u[0][1].subscriber, u[0][1].topic): len(u) for u in mine if u[0][0] == "sub"}
+    agg: dict[tuple, dict | None] = {}
     out.truncated = pages > 1
     metas: dict[str, list] = {}
     totals = dict.fromkeys(M.CONSUMER_GAUGES, 0)
@@ -187,13 +200,20 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
             else:
                 log = list_topic(a.id)
                 vs = views_of(LogRepo.queues(log, 1, exact=False), OffsetRepo.records(list_owner(a.id)))
-                dims = {"Subscription": a.id}
+                dims = {"Subscriber": a.subscriber, "Topic": a.topic}
             got = dims, consumer_values(log, vs, now)
+        if kind == "sub":  # the unit's row once its last subscription is read; not if one failed
+            unit = (a.subscriber, a.topic)
+            left[unit] -= 1
+            agg[unit] = None if got is None or (unit in agg and agg[unit] is None) else merge(agg.get(unit), got[1])
+            if left[unit] == 0 and agg[unit] is not None and (detail == "all" or (detail == "active"
+                                                                                 and agg[unit][M.BACKLOG])):
+                _put(out, sink, (got[0], agg[unit]))
         if got is None:
             out.truncated = out.cut = True
             continue
         dims, vals = got
-        if detail == "all" or (detail == "active" and vals[M.BACKLOG]):
+        if kind == "pair" and (detail == "all" or (detail == "active" and vals[M.BACKLOG])):
             _put(out, sink, (dims, vals))
         out.published += 1
         for k, v in vals.items():
@@ -210,6 +230,31 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         run = {**totals, M.DELAYED: delayed, **run}
     _put(out, sink, ({}, run))
     return out
+
+
+def paginate(units: list[list], max_rows: int) -> list[list[list]]:
+    """Whole units into pages of at most ``max_rows`` rows, in order (a unit longer than that —
+    100 subscriptions at most, the per-client cap — is a page of its own).
+
+    >>> [[len(u) for u in p] for p in paginate([[1], [1, 1], [1], [1, 1, 1], [1]], 3)]
+    [[1, 2], [1], [3], [1]]
+    """
+    book: list[list[list]] = []
+    n = 0
+    for u in units:
+        if not book or n + len(u) > max_rows:
+            book.append([])
+            n = 0
+        book[-1].append(u)
+        n += len(u)
+    return book
+
+
+def merge(acc: dict | None, vals: dict) -> dict:
+    """Two consumers' gauges as one row: counts summed, the age the oldest."""
+    if acc is None:
+        return dict(vals)
+    return {k: max(acc[k], v) if k == M.AGE else acc[k] + v for k, v in vals.items()}
 
 
 def run(now: int | None = None, deadline: int | None = None, detail: str = "active", *,
