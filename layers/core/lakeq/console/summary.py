@@ -57,14 +57,15 @@ def _visible(p: Principal) -> tuple[list[Topic], list[Client]]:
 
 
 def oldest_at(log: str, queue: int, start: int, max_offset: int) -> int | None:
-    """``produced_at`` of the first readable message at or after ``start`` (below ``max_offset``):
-    one Query of the segment holding ``start``. None when there is none to read."""
+    """When the first readable message at or after ``start`` (below ``max_offset``) joined its
+    queue: ``produced_at``, or a delayed message's ``visible_at`` (its deliver time: a 900-s delay is
+    not 900 s of backlog). One Query of the segment holding ``start``. None when there is none to read."""
     if start >= max_offset:
         return None
     for s in LogRepo.read(log, queue, start, 1):
         for _off, msg in seg.read(s, start, 1, None):
             if msg is not None:
-                return msg.get("produced_at")
+                return msg.get("visible_at") or msg.get("produced_at")
         return None
     return None
 

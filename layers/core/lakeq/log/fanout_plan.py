@@ -120,7 +120,7 @@ def group_messages(topic: str, q: int, s: seg.Segment, m: Matches, record: int,
         lm = ListMessage(id=msg["id"], body=msg["body"], key=msg.get("key"), tags=msg.get("tags") or [],
                          properties=msg.get("properties") or {}, produced_at=msg["produced_at"],
                          topic=topic, queue=q, source_offset=msg["offset"], dead_letter=msg.get("dead_letter"),
-                         claim=msg.get("claim"), trace=msg.get("trace"))
+                         claim=msg.get("claim"), trace=msg.get("trace"), visible_at=msg.get("visible_at"))
         for sid in sids:
             g = per_sub.get(sid)
             if g is None:

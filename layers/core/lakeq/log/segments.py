@@ -47,15 +47,20 @@ class Message:
     # the producer's X-Ray trace header (issue 34: ``Root=1-…;Parent=…;Sampled=…``), carried to its
     # pulls, pushes and SQS receives; stored in the header only when present
     trace: str | None = None
+    # a delayed message's deliver time (its promotion sets it): when it joined its queue, from which
+    # the age of the oldest message counts (lakeq.console.summary.oldest_at); header only when present
+    visible_at: int | None = None
 
     def optional(self, h: dict) -> dict:
-        """``h`` with the header fields kept only when present (dead letter, claim, trace)."""
+        """``h`` with the header fields kept only when present (dead letter, claim, trace, visible_at)."""
         if self.dead_letter is not None:
             h["dead_letter"] = self.dead_letter
         if self.claim is not None:
             h["claim"] = self.claim
         if self.trace is not None:
             h["trace"] = self.trace
+        if self.visible_at is not None:
+            h["visible_at"] = self.visible_at
         return h
 
     def header(self) -> bytes:

@@ -20,6 +20,7 @@ promotion try again (``next_due`` is never raised past a waiting message: no los
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from lakeq.common import backoff, clock
 from lakeq.common.backoff import CAS_ATTEMPTS
@@ -128,7 +129,9 @@ def promote_queue(topic: str, q: int, now: int, meta: Queue | None = None) -> tu
             base = head if n == 0 else LogRepo.head(topic, q, fresh=True)
             if base is None:
                 return head, None
-            items = [(k, decode_message(e.data if e.data is not None else e.msg), bool(e.cid))
+            # each keeps its produce time and records when it joined the queue (its age counts from then)
+            items = [(k, replace(decode_message(e.data if e.data is not None else e.msg),
+                                 visible_at=int(e.deliver_at)), bool(e.cid))
                      for k, e in enumerate(entries)]
             part, placed = plan_parts(topic, q, items, base, extra=promotion_extra(topic, q))[0]
             promoted = entries[:len(placed)]
