@@ -77,7 +77,7 @@ e2e: $(VENV)/.stamp $(CHROMIUM)
 
 # every benchmark's --quick (each under a minute on an idle machine once lake and replay have
 # generated their 1M lakes, which the first run does; docs/benchmarks.md)
-BENCHES := queue bitmap matcher rebalance idle coldstart fanout group_storage imports push sqs_endpoint lake replay
+BENCHES := queue bitmap matcher rebalance idle coldstart fanout group_storage imports push sqs_endpoint ceiling lake replay
 bench: $(VENV)/.stamp
 	set -e; for b in $(BENCHES); do $(PY) bench/$$b.py --quick; done
 
