@@ -1,0 +1,32 @@
+"""Review 34b (adversarial) of issue 34's metrics state, subscription rows and visible_at: each test
+fails on the code it was written against (strict xfail) until the finding is fixed."""
+from __future__ import annotations
+
+import pytest
+
+from lakeq.common import metric_names as M
+from lakeq.console import gauges
+from tests.integration.test_metrics import Budget, produce
+
+T = "quotes"
+
+
+@pytest.mark.xfail(strict=True, reason="review34b: a page its deadline cuts rotates by one unit a turn, so "
+                   "a row goes unread for len(page) - k turns and remember() forgets it after 2*pages+5 minutes: "
+                   "the age alarm goes blind to a stuck consumer's oldest message")
+def test_a_row_the_deadline_skips_for_a_while_is_not_dropped_from_the_age_alarm(api, setup, clock, monkeypatch):
+    for i in range(8):  # 10 rows by risk: quotes, quotes/sh, quotes/p0..p7 (one page)
+        assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
+    t0 = clock.t
+    produce(api, setup["feed"], [{"body": "stuck", "key": "k", "id": "old-1"}])  # never pulled
+    ages, visited = [], False
+    for m in range(1, 25):
+        now = (t0 // 60_000 + m) * 60_000
+        clock.t = now
+        monkeypatch.setattr(gauges, "_clock", Budget())  # a busy store: the run reads 1 row of its 10
+        out = gauges.run(now=now, deadline=2, detail="all")
+        assert out.cut and out.published == 1
+        visited = visited or any(d == {"Topic": T, "Group": "risk"} for d, _ in out.rows)
+        if visited:
+            ages.append(out.rows[-1][1][M.ALARMED_AGE])
+    assert ages and min(ages) > 0, ages  # once read, the stuck message holds the alarm's age every minute
