@@ -74,3 +74,12 @@ def test_a_clock_step_back_does_not_forget_a_stuck_row():
     # NTP steps the clock back 2 minutes; this run reads page b
     _, age, _ = remember(s, {"a": False, "b": False}, {"b": (0, None)}, NOW_MIN - 2, now - 120_000, pages=2)
     assert age >= 480_000, age
+
+
+def test_the_age_thresholds_description_says_the_alarms_window(template):
+    """The parameter told the deployer 'in any of the last 5 minutes'; the alarm (and docs/design.md)
+    is over the last minute (Period 60, EvaluationPeriods 1)."""
+    alarm = template["Resources"]["OldestMessageAgeAlarm"]["Properties"]
+    assert alarm["Period"] * alarm["EvaluationPeriods"] == 60
+    desc = template["Parameters"]["OldestMessageAgeThresholdMs"]["Description"]
+    assert "last 5 minutes" not in desc and "last minute" in desc, desc
