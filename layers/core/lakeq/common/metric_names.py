@@ -43,7 +43,7 @@ REPLAY_FOUND = "ReplayMessagesFound"                # of those its selection fou
 VISIBLE = "ApproximateNumberOfMessagesVisible"      # backlog not locked (available to a pull)
 NOT_VISIBLE = "ApproximateNumberOfMessagesNotVisible"  # locked by a pull, not yet settled (in flight)
 BACKLOG = "ApproximateNumberOfMessagesBacklog"      # visible + not visible (unsettled)
-AGE = "ApproximateAgeOfOldestMessage"               # ms since the oldest unsettled message was produced
+AGE = "ApproximateAgeOfOldestMessage"               # ms since the oldest unsettled message joined its queue
 DEAD_LETTERED = "NumberOfMessagesDeadLettered"      # dead-lettered so far (cumulative; DIFF = new ones)
 DELAYED = "ApproximateNumberOfMessagesDelayed"      # per topic: delayed messages not yet in a queue
 PUBLISHER_ROWS = "MetricsPublisherRows"             # rows the run published (totals only)

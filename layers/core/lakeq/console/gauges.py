@@ -44,7 +44,8 @@ is published every ``pages`` minutes (the totals are not printed: a page's sum i
 deployment's; the alarms' figures are, from the state). A run also stops at its ``deadline`` (epoch
 ms), leaving the rest of its page; a row whose reads raise is logged and left out, the rows after it
 still computed: either way ``MetricsPublisherTruncated`` is 1 (rows of the page were not read this
-turn; paging alone is 0). No row waits behind the
+turn; paging alone is 0; so is it, past one page, when the state could not be read: the alarms'
+figures then cover the run's page only). No row waits behind the
 deadline for ever: a page's run starts at its row ``(minute // pages) mod len(page)`` (the rows
 after it, then those before), so in ``len(page)`` of its turns every row of the page is first
 once. Store reads per row: as the
@@ -138,10 +139,12 @@ def pairs(topics: list, consumers: list) -> list[tuple]:
 
 def compute(now: int | None = None, deadline: int | None = None, max_rows: int = MAX_ROWS,
             detail: str = "active", *, sink: Callable[[tuple[dict, dict]], object] | None = None,
-            previous: dict | None = None) -> Gauges:
+            previous: dict | None = None, state_lost: bool = False) -> Gauges:
     """The run's rows (:class:`Gauges`); ``sink(row)`` is also called with each row as soon as it is
     computed (the metrics function prints it then: a run the Lambda timeout cuts keeps what it printed).
-    ``previous``: the state the last run left (:func:`remember`; ``Gauges.state`` is this run's)."""
+    ``previous``: the state the last run left (:func:`remember`; ``Gauges.state`` is this run's);
+    ``state_lost``: it could not be read, so past one page the alarms' figures cover this run's page
+    only (``MetricsPublisherTruncated`` is then 1: the alarms' view of the other pages is missing)."""
     if detail not in DETAILS:
         raise ValueError(f"metrics detail {detail!r}: one of {', '.join(DETAILS)}")
     now = _clock.now() if now is None else now
@@ -223,7 +226,8 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     # `pages` minutes old), so they see the whole deployment each minute however many rows it has
     out.state, age, growth = remember(previous, {row_key(*r): bool(r[2].alarms_muted) for r in rows}, seen,
                                       minute, now, pages)
-    run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.cut), M.ALARMED_AGE: age}
+    run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.cut or (state_lost and pages > 1)),
+           M.ALARMED_AGE: age}
     if growth is not None:
         run[M.ALARMED_GROWTH] = growth
     if not out.truncated:  # sums: comparable between runs over the same rows only
@@ -262,14 +266,15 @@ def run(now: int | None = None, deadline: int | None = None, detail: str = "acti
     """The metrics function's run: :func:`compute` from the state the last run left
     (:class:`~lakeq.store.metrics.MetricsStateRepo`), then this run's state saved, if no other run
     wrote it in between. A state that cannot be read (S3 unreachable) is neither used nor saved: the
-    gauges are printed all the same, the alarms' figures from this run's rows only."""
+    gauges are printed all the same, the alarms' figures from this run's rows only (past one page
+    ``MetricsPublisherTruncated`` says so: its alarm)."""
     try:
         previous, etag = MetricsStateRepo.load()
         loaded = True
     except Exception:
         _log.exception("metrics: the state could not be read; this run neither uses nor saves it")
         previous, etag, loaded = None, None, False
-    out = compute(now=now, deadline=deadline, detail=detail, sink=sink, previous=previous)
+    out = compute(now=now, deadline=deadline, detail=detail, sink=sink, previous=previous, state_lost=not loaded)
     out.state_saved = loaded and MetricsStateRepo.put(out.state, etag)
     return out
 
