@@ -1,8 +1,6 @@
 """Review 34b (adversarial) of issue 34's metrics state, subscription rows and visible_at: each test
-fails on the code it was written against (strict xfail) until the finding is fixed."""
+failed on the code it was written against (a strict xfail until the finding was fixed)."""
 from __future__ import annotations
-
-import pytest
 
 from lakeq.common import metric_names as M
 from lakeq.console import gauges
@@ -11,9 +9,6 @@ from tests.integration.test_metrics import Budget, produce
 T = "quotes"
 
 
-@pytest.mark.xfail(strict=True, reason="review34b: a page its deadline cuts rotates by one unit a turn, so "
-                   "a row goes unread for len(page) - k turns and remember() forgets it after 2*pages+5 minutes: "
-                   "the age alarm goes blind to a stuck consumer's oldest message")
 def test_a_row_the_deadline_skips_for_a_while_is_not_dropped_from_the_age_alarm(api, setup, clock, monkeypatch):
     for i in range(8):  # 10 rows by risk: quotes, quotes/sh, quotes/p0..p7 (one page)
         assert api.call("POST", "/v1/topics", {"name": f"quotes/p{i}", "queues": 1})[0] == 201
@@ -32,21 +27,12 @@ def test_a_row_the_deadline_skips_for_a_while_is_not_dropped_from_the_age_alarm(
     assert ages and min(ages) > 0, str(ages)  # once read, the stuck message holds the alarm's age every minute
 
 
-@pytest.mark.xfail(strict=True, reason="review34b: MaximumRetryAttempts 0 covers the function's errors, not "
-                   "throttles: a throttled scheduled event is kept and retried for up to 6 hours (the default "
-                   "MaximumEventAgeInSeconds), and no reserved concurrency keeps runs from overlapping, so after a "
-                   "concurrency squeeze late runs pile up beside the current ones (Scans each; all but one lose "
-                   "their state save)")
 def test_a_throttled_metrics_run_does_not_run_late_beside_the_next_ones(template):
     fn = template["Resources"]["MetricsFunction"]["Properties"]
     assert fn.get("EventInvokeConfig", {}).get("MaximumEventAgeInSeconds", 21_600) <= 120, fn.get("EventInvokeConfig")
     assert fn.get("ReservedConcurrentExecutions") == 1  # one run at a time: no overlap, never starved
 
 
-@pytest.mark.xfail(strict=True, reason="review34b: a muted client's dead letters are copied into its dead-letter "
-                   "topic, whose reading group (not muted) is a row like any other: 5 minutes later the copy "
-                   "holds OldestMessageAgeAlarm (and its arrivals BacklogGrowingAlarm) although the client "
-                   "is left out of the alarms; the dead-letter alarm already leaves it out")
 def test_a_muted_clients_dead_letters_do_not_page_through_the_dead_letter_topic(api, setup, dlq, clock):
     from tests.integration.test_settlement import patch
     assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
@@ -99,11 +85,6 @@ def test_a_paged_run_without_its_state_says_so(api, setup, clock, monkeypatch):
     assert blind and all(t == 1 for t in blind), blind
 
 
-@pytest.mark.xfail(strict=True, reason="review34b: pages are cut by position and the run reads page minute mod "
-                   "pages, so a key toggling one subscription of its own each minute (created on even minutes, "
-                   "deleted on odd) moves every later row across a page boundary in step with the minute: "
-                   "the rows just before the boundary are never read — no gauge, no alarm figure, "
-                   "MetricsPublisherTruncated 0")
 def test_a_key_toggling_a_subscription_does_not_keep_anothers_row_off_every_page(api, setup, clock, monkeypatch):
     from lakeq.fanout.worker import append_groups
     from lakeq.log.fanout_plan import Group, ListMessage

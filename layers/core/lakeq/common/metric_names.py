@@ -52,8 +52,8 @@ PUBLISHER_TRUNCATED = "MetricsPublisherTruncated"   # 1 when the run left rows o
 # left out of the alarms (PATCH /v1/clients {"alarms": false}) are not in them
 ALARMED_AGE = "AlarmedAgeOfOldestMessage"           # every run: the oldest over every row as last read (its
 #                                                     own page this minute, the others' within `pages` minutes)
-ALARMED_GROWTH = "AlarmedBacklogGrowth"             # every run (once rows have two visits): the rows'
-#                                                     backlog change a minute, each row's over its last two visits
+ALARMED_GROWING = "AlarmedBacklogGrowingMinutes"    # every run: the longest run of minutes any row's
+#                                                     backlog grew at each of its reads (its own, row by row)
 # counted where a message is dead-lettered (lakeq.consume.settle.flush_due, after its write), whatever the
 # metrics function reads: the dead-letter alarm sees every row in a deployment of any size
 ALARMED_DEAD_LETTERS = "AlarmedMessagesDeadLettered"
@@ -68,7 +68,7 @@ UNITS: dict[str, str] = {
                             PUSH_ATTEMPTS, PUSH_FAILURES, PUSH_DELIVERED, PUSH_FAILED, PUSH_DEAD_LETTERED,
                             REDRIVE_MOVED, REDRIVE_TOTAL, REPLAY_COPIED, REPLAY_FOUND,
                             VISIBLE, NOT_VISIBLE, BACKLOG, DEAD_LETTERED, DELAYED, PUBLISHER_ROWS,
-                            PUBLISHER_TRUNCATED, ALARMED_GROWTH, ALARMED_DEAD_LETTERS, *OTHER_COUNTERS)},
+                            PUBLISHER_TRUNCATED, ALARMED_GROWING, ALARMED_DEAD_LETTERS, *OTHER_COUNTERS)},
     AGE: "Milliseconds",
     ALARMED_AGE: "Milliseconds",
 }

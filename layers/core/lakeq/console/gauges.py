@@ -9,21 +9,23 @@ Rows (names in :mod:`lakeq.common.metric_names`):
   (ms), dead-lettered so far (cumulative);
 - per client and topic subscribed — ``Subscriber`` + ``Topic``: the same five over the client's
   subscriptions' message lists to that topic, summed (the age: the oldest). Not per subscription id:
-  ids are a key's to mint (create, wait for a run, delete), each a new metric; a page holds all of a
-  client's subscriptions to a topic, and the row is printed only when each of them was read;
+  ids are a key's to mint (create, wait for a run, delete), each a new metric; a run reads all of a
+  client's subscriptions to a topic or none, and the row is printed only when each of them was read;
 - per topic read — ``Topic``: delayed messages not yet in a queue;
 - the totals — ``service`` only: the five summed (age: the oldest), delayed, and the run's
   ``MetricsPublisherRows`` / ``MetricsPublisherTruncated``. The totals of the five and delayed are
   printed only by a run that covered every row (a partial sum would look like a drop);
-- what the alarms watch — ``service`` only, in the same document, the rows of muted clients (the
-  admin's ``PATCH /v1/clients/{name}`` ``{"alarms": false}``: a tenant's stale group must not hold
-  the shared alarms; its rows are still published as rows) left out, both printed by **every** run
-  from every row as last read (the run's state, :func:`remember`: its own page this minute, the
-  other pages' rows within ``pages`` minutes, so the alarms see the whole deployment each minute
-  however many rows it has): ``AlarmedAgeOfOldestMessage``, the oldest unsettled message's age;
-  ``AlarmedBacklogGrowth``, the sum of the rows' backlog change a minute, each row's over its last
-  two visits (a row that appears with a backlog, or goes, is no growth). (The dead-letter alarm's
-  figure is not here: it is counted where a message is dead-lettered,
+- what the alarms watch — ``service`` only, in the same document, both printed by **every** run
+  from every row as last read (the run's state, :func:`remember`), so the alarms see the whole
+  deployment each minute however many rows it has: ``AlarmedAgeOfOldestMessage``, the oldest
+  unsettled message's age; ``AlarmedBacklogGrowingMinutes``, the longest run of minutes over which
+  a row's backlog grew at each of its reads (each row against its own reads: one tenant's drain
+  offsets nobody's growth; a row that appears with a backlog, or goes, is no growth). Left out of
+  both: the rows of muted clients (the admin's ``PATCH /v1/clients/{name}`` ``{"alarms": false}``:
+  a tenant's stale group must not hold the shared alarms; its rows are still published as rows)
+  and the rows of dead-letter topics (some client's or subscription's ``dead_letter_topic``: the
+  dead-letter alarm covers what arrives there, and a muted client's dead letters would page
+  through them). (The dead-letter alarm's figure is counted where a message is dead-lettered,
   ``AlarmedMessagesDeadLettered``, :func:`lakeq.consume.settle.flush_due`.)
 
 Which rows are printed (``detail``, the function's ``LAKEQ_METRICS_DETAIL``, template parameter
@@ -38,17 +40,17 @@ Per queue nothing is published (a topic has up to 64: ``GET /v1/topics/{topic}``
 no (topic, group) row for a broadcasting group (its offsets are per instance); its
 subscriptions have their rows like any consumer's.
 
-Bounded work: the rows (pairs in topic-name order, then subscriptions) are cut into pages of
-:data:`MAX_ROWS`; a run publishes page ``minute mod pages`` only, so past ``MAX_ROWS`` rows each row
-is published every ``pages`` minutes (the totals are not printed: a page's sum is not the
-deployment's; the alarms' figures are, from the state). A run also stops at its ``deadline`` (epoch
-ms), leaving the rest of its page; a row whose reads raise is logged and left out, the rows after it
-still computed: either way ``MetricsPublisherTruncated`` is 1 (rows of the page were not read this
-turn; paging alone is 0; so is it, past one page, when the state could not be read: the alarms'
-figures then cover the run's page only). No row waits behind the
-deadline for ever: a page's run starts at its row ``(minute // pages) mod len(page)`` (the rows
-after it, then those before), so in ``len(page)`` of its turns every row of the page is first
-once. Store reads per row: as the
+Bounded work: a run reads at most :data:`MAX_ROWS` rows, whole units (a pair, or a client's
+subscriptions to one topic): those read longest ago first, by the state (:func:`schedule`; a row
+never read before all), so past ``MAX_ROWS`` rows each is read every ``ceil(rows / MAX_ROWS)``
+minutes, a run cut by its deadline leaves its unread rows first for the next, and no key's
+subscriptions moving in and out shifts another row out of its turn (a position-based page did).
+The totals are printed only when the run read every row (a part's sum is not the deployment's; the
+alarms' figures are, from the state). A run stops at its ``deadline`` (epoch ms); a row whose reads
+raise is logged and left out, the rows after it still computed: either way
+``MetricsPublisherTruncated`` is 1 (rows due this turn were not read; reading part of the rows by
+design is 0; so is it, past one page, when the state could not be read: the run then reads page
+``minute mod pages`` by position and the alarms' figures cover that page only). Store reads per row: as the
 summary's but cheaper: one BatchGetItem of a topic's queue items, once per topic, their
 ``max_offset`` hints as they are (``exact=False``: no Query of each queue's newest segment; the
 SegmentsTable stream's head mover keeps the hints within seconds, so a backlog may show a few
@@ -57,10 +59,12 @@ the oldest message. An idle row reads no segment. Per run: the topics', clients'
 Scans, eventually consistent, the clients' and subscriptions' projected to the attributes used
 (``CLIENT_ATTRIBUTES``, ``SUB_ATTRIBUTES``: no key hash, push URL, header or secret is read). The
 store is not written; the function reads and writes its state (one S3 object,
-:class:`lakeq.store.metrics.MetricsStateRepo`: ~60 bytes a row).
+:class:`lakeq.store.metrics.MetricsStateRepo`: ~55 bytes a row, its names hashed).
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -81,11 +85,11 @@ from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 _log = logging.getLogger("lakeq.console.gauges")
 
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
-STATE_VERSION = 1
+STATE_VERSION = 2
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
-CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics", "alarms_muted"]
-SUB_ATTRIBUTES = ["id", "subscriber", "topic"]
+CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics", "alarms_muted", "dead_letter_topic"]
+SUB_ATTRIBUTES = ["id", "subscriber", "topic", "dead_letter_topic"]
 
 
 @dataclass
@@ -168,10 +172,14 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     book = paginate(units, max_rows)
     pages = max(1, len(book))
     minute = now // MINUTE_MS
-    mine = book[minute % pages] if book else []
-    if mine:  # the page's first unit rotates by the page's turn: a run cut by its deadline starves no row
-        first = (minute // pages) % len(mine)
-        mine = mine[first:] + mine[:first]
+    known = remembered_rows(previous)
+    if known is not None and not state_lost:  # the rows read longest ago first (never read: first of all)
+        mine = schedule(units, known, max_rows)
+    else:  # no state: page `minute mod pages`, its first unit rotating by the page's turn
+        mine = book[minute % pages] if book else []
+        if mine:
+            first = (minute // pages) % len(mine)
+            mine = mine[first:] + mine[:first]
     todo = [r for u in mine for r in u]
     left = {(u[0][1].subscriber, u[0][1].topic): len(u) for u in mine if u[0][0] == "sub"}
     agg: dict[tuple, dict | None] = {}
@@ -224,12 +232,14 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         seen[row_key(kind, a, b)] = (vals[M.BACKLOG], now - vals[M.AGE] if vals[M.AGE] else None)
     # what the alarms watch: from every row's last visit (this run's page fresh, the others' at most
     # `pages` minutes old), so they see the whole deployment each minute however many rows it has
-    out.state, age, growth = remember(previous, {row_key(*r): bool(r[2].alarms_muted) for r in rows}, seen,
-                                      minute, now, pages)
+    # left out of them: a muted client's rows, and the rows of dead-letter topics (the dead-letter
+    # alarm covers what arrives there; a muted client's dead letters would page through them)
+    dlq = {getattr(x, "dead_letter_topic", None) for x in (*consumers, *listed)} - {None}
+    out_of_alarms = {row_key(*r): bool(r[2].alarms_muted) or (r[1].name if r[0] == "pair" else r[1].topic) in dlq
+                     for r in rows}
+    out.state, age, growing = remember(previous, out_of_alarms, seen, minute, now, pages)
     run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.cut or (state_lost and pages > 1)),
-           M.ALARMED_AGE: age}
-    if growth is not None:
-        run[M.ALARMED_GROWTH] = growth
+           M.ALARMED_AGE: age, M.ALARMED_GROWING: growing}
     if not out.truncated:  # sums: comparable between runs over the same rows only
         run = {**totals, M.DELAYED: delayed, **run}
     _put(out, sink, ({}, run))
@@ -280,53 +290,104 @@ def run(now: int | None = None, deadline: int | None = None, detail: str = "acti
 
 
 def row_key(kind: str, a, b) -> str:
-    """A row's name in the state: ``p<TAB>topic<TAB>group`` or ``s<TAB>subscription id``."""
-    return f"p\t{a.name}\t{b.name}" if kind == "pair" else f"s\t{a.id}"
+    """A row's key in the state: 12 characters of a hash of its names (a row's names may be 400
+    characters; the state is read and written every minute).
+
+    >>> len(row_key("sub", type("S", (), {"id": "x" * 200})(), None))
+    12
+    """
+    name = f"p\t{a.name}\t{b.name}" if kind == "pair" else f"s\t{a.id}"
+    return base64.urlsafe_b64encode(hashlib.blake2b(name.encode("utf-8"), digest_size=9).digest()).decode()
+
+
+def remembered_rows(previous) -> dict | None:
+    """The rows of a state written by this version (:func:`remember`), or None."""
+    if isinstance(previous, dict) and previous.get("v") == STATE_VERSION and isinstance(previous.get("rows"), dict):
+        return previous["rows"]
+    return None
+
+
+def schedule(units: list[list], known: dict, max_rows: int) -> list[list]:
+    """The units this run reads: those read longest ago first (a unit's last read: its rows' oldest;
+    a row never read counts as read before all), in their order on ties, until ``max_rows`` rows
+    (at least one unit). By what the state says and not by position, so a key that adds and removes
+    a subscription moves no other row out of its turn, and a run cut by its deadline leaves its
+    unread rows first for the next run.
+
+    >>> from types import SimpleNamespace as N
+    >>> units = [[("pair", N(name=t), N(name="g"))] for t in "abc"]
+    >>> known = {row_key(*units[0][0]): [0, None, 5, None], row_key(*units[2][0]): [0, None, 3, None]}
+    >>> [u[0][1].name for u in schedule(units, known, 2)]  # b never read, then c (minute 3)
+    ['b', 'c']
+    """
+    def last(u: list) -> int:
+        return min((_last_read(known.get(row_key(*r))) for r in u), default=-1)
+
+    order = sorted(range(len(units)), key=lambda i: (last(units[i]), i))
+    out, n = [], 0
+    for i in order:
+        if out and n + len(units[i]) > max_rows:
+            break
+        out.append(units[i])
+        n += len(units[i])
+    return out
+
+
+def _last_read(e) -> int:
+    e = _entry(e)
+    return -1 if e is None else e[2]
 
 
 def _entry(e) -> list | None:
-    """A remembered row ``[backlog, oldest ms | None, minute, rate | None]`` as written, or None."""
-    num = (int, float)
-    if (isinstance(e, list) and len(e) == 4 and isinstance(e[0], int) and isinstance(e[2], int)
-            and (e[1] is None or isinstance(e[1], int)) and (e[3] is None or isinstance(e[3], num))):
+    """A remembered row ``[backlog, oldest ms | None, minute read, growing since minute | None]`` as
+    written, or None."""
+    if (isinstance(e, list) and len(e) == 4 and all(x is None or type(x) is int for x in e)
+            and e[0] is not None and e[2] is not None):
         return e
     return None
 
 
-def remember(previous: dict | None, live: dict[str, bool], seen: dict[str, tuple[int, int | None]],
-             minute: int, now: int, pages: int = 1) -> tuple[dict, int, float | None]:
+def remember(previous: dict | None, out_of_alarms: dict[str, bool], seen: dict[str, tuple[int, int | None]],
+             minute: int, now: int, pages: int = 1) -> tuple[dict, int, int]:
     """The state a run leaves for the next, and what the alarms watch, from the state it read
-    (``previous``: None when there is none), the rows that exist (``live``: key → left out of the
-    alarms) and those it computed (``seen``: key → (backlog, oldest unsettled message's epoch ms or
-    None)). Returns ``(state, age, growth)``:
+    (``previous``: None when there is none), the rows that exist (``out_of_alarms``: key → left out
+    of the alarms) and those it computed (``seen``: key → (backlog, oldest unsettled message's epoch
+    ms or None)). Returns ``(state, age, growing)``:
 
-    - ``state``: ``{"v": 1, "rows": {key: [backlog, oldest, minute, rate]}}`` for the live rows
-      only (a deleted row is forgotten), a computed row refreshed, the others as remembered; a
-      row's ``rate`` is its backlog's change per minute between its last two visits (None until it
-      has two); a row not visited for ``2 * pages + 5`` minutes (its reads keep failing) is forgotten;
-    - ``age``: ms since the oldest message of any live row in the alarms, as last seen (a row
-      drained since its last visit counts until its next: at most ``pages`` minutes);
-    - ``growth``: the sum of those rows' rates (messages a minute; None when no row has one), so a
-      row that grew in its last interval holds the figure above 0 until its next visit, and rows
-      that appear (a new group with a backlog) or go (a deleted subscription) are not growth."""
-    old: dict = {}
-    if isinstance(previous, dict) and previous.get("v") == STATE_VERSION and isinstance(previous.get("rows"), dict):
-        old = previous["rows"]
+    - ``state``: ``{"v": 2, "rows": {key: [backlog, oldest, minute read, growing since]}}`` for the
+      rows that exist only (a deleted row is forgotten), a computed row refreshed, the others as
+      remembered (a minute ahead of this run's — a clock stepped back — counts as this minute);
+      ``growing since``: the minute of the visit before the first of the row's current run of
+      visits each of which found its backlog larger than the visit before (None: the last visit
+      found it no larger, or it has had one visit);
+    - ``age``: ms since the oldest message of any row in the alarms, as last read (a row drained
+      since counts until its next read; one whose reads keep failing keeps counting: its
+      ``MetricsPublisherTruncated`` is the alarm that says why);
+    - ``growing``: the longest such run over the rows in the alarms (minutes; 0: none), a row not
+      read for ``2 * pages + 5`` minutes left out (its growth is not known). One row's drain does not
+      offset another's growth: each row's backlog is judged against its own."""
+    old = remembered_rows(previous) or {}
     rows: dict[str, list] = {}
-    for k in live:
+    for k in out_of_alarms:
         p = _entry(old.get(k))
-        if p is not None and (p[2] > minute or minute - p[2] > 2 * pages + 5):
-            p = None  # from the future (a clock step back) or stale
+        if p is not None and p[2] > minute:  # a clock stepped back: as if read this minute
+            p = [p[0], p[1], minute, None if p[3] is None else min(p[3], minute)]
         if k in seen:
             backlog, oldest = seen[k]
-            rate = None if p is None else (backlog - p[0]) / (minute - p[2]) if p[2] < minute else p[3]
-            rows[k] = [backlog, oldest, minute, rate]
+            if p is None:
+                since = None
+            elif p[2] == minute:  # a second run in the same minute
+                since = p[3]
+            else:
+                since = (p[2] if p[3] is None else p[3]) if backlog > p[0] else None
+            rows[k] = [backlog, oldest, minute, since]
         elif p is not None:
             rows[k] = p
-    alarmed = [r for k, r in rows.items() if not live[k]]
+    alarmed = [r for k, r in rows.items() if not out_of_alarms[k]]
     age = max((now - r[1] for r in alarmed if r[1] is not None), default=0)
-    rates = [r[3] for r in alarmed if r[3] is not None]
-    return {"v": STATE_VERSION, "rows": rows}, max(0, age), (sum(rates) if rates else None)
+    growing = max((minute - r[3] for r in alarmed if r[3] is not None and minute - r[2] <= 2 * pages + 5),
+                  default=0)
+    return {"v": STATE_VERSION, "rows": rows}, max(0, age), growing
 
 
 def _put(out: Gauges, sink, row: tuple[dict, dict]) -> None:
