@@ -23,7 +23,8 @@ Rows (names in :mod:`lakeq.common.metric_names`):
   offsets nobody's growth; a row that appears with a backlog, or goes, is no growth). Left out of
   both: the rows of muted clients (the admin's ``PATCH /v1/clients/{name}`` ``{"alarms": false}``:
   a tenant's stale group must not hold the shared alarms; its rows are still published as rows)
-  and the rows of dead-letter topics (some client's or subscription's ``dead_letter_topic``: the
+  and the rows of dead-letter topics (some client's ``dead_letter_topic``, or a subscription's the
+  admin key named — one its subscriber's key named gets copies only while the client's names it: the
   dead-letter alarm covers what arrives there, and a muted client's dead letters would page
   through them). (The dead-letter alarm's figure is counted where a message is dead-lettered,
   ``AlarmedMessagesDeadLettered``, :func:`lakeq.consume.settle.flush_due`.)
@@ -89,7 +90,7 @@ STATE_VERSION = 2
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
 CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics", "alarms_muted", "dead_letter_topic"]
-SUB_ATTRIBUTES = ["id", "subscriber", "topic", "dead_letter_topic"]
+SUB_ATTRIBUTES = ["id", "subscriber", "topic", "dead_letter_topic", "dead_letter_by"]
 
 
 @dataclass
@@ -234,7 +235,11 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     # `pages` minutes old), so they see the whole deployment each minute however many rows it has
     # left out of them: a muted client's rows, and the rows of dead-letter topics (the dead-letter
     # alarm covers what arrives there; a muted client's dead letters would page through them)
-    dlq = {getattr(x, "dead_letter_topic", None) for x in (*consumers, *listed)} - {None}
+    # a subscription's own dead-letter topic counts only when the admin key named it: one its key named
+    # receives copies only while the client's setting names it (lakeq.consume.settle.granted), and that
+    # setting is in the set already; once the admin moves it, the key's stale name excludes nothing
+    dlq = ({getattr(c, "dead_letter_topic", None) for c in consumers}
+           | {s.dead_letter_topic for s in listed if getattr(s, "dead_letter_by", None) == "admin"}) - {None}
     out_of_alarms = {row_key(*r): bool(r[2].alarms_muted) or (r[1].name if r[0] == "pair" else r[1].topic) in dlq
                      for r in rows}
     out.state, age, growing = remember(previous, out_of_alarms, seen, minute, now, pages)
