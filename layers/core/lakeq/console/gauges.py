@@ -381,8 +381,8 @@ def remember(previous: dict | None, out_of_alarms: dict[str, bool], seen: dict[s
             backlog, oldest = seen[k]
             if p is None:
                 since = None
-            elif p[2] == minute:  # a second run in the same minute
-                since = p[3]
+            elif p[2] == minute:  # a second run in the same minute: less than its first read found ends the run
+                since = p[3] if backlog >= p[0] else None
             else:
                 since = (p[2] if p[3] is None else p[3]) if backlog > p[0] else None
             rows[k] = [backlog, oldest, minute, since]
