@@ -86,9 +86,6 @@ def _stuck_on_dlq_after_a_revoked_setting(api, setup, clock, subscribe: bool, by
     return out.rows[-1][1][M.ALARMED_AGE]
 
 
-@pytest.mark.xfail(strict=True, reason="review34c: ReservedConcurrentExecutions 1 is the template's only "
-                   "reservation: Lambda keeps 100 (at least 10) unreserved, so a new account whose concurrency "
-                   "quota is 10 or 50 cannot deploy the stack (InvalidRequest, rollback); no doc says so")
 def test_the_metrics_functions_reserved_concurrency_is_optional_or_documented(template):
     import pathlib
     fn = template["Resources"]["MetricsFunction"]["Properties"]
@@ -97,9 +94,6 @@ def test_the_metrics_functions_reserved_concurrency_is_optional_or_documented(te
     assert not isinstance(rc, int) or "UnreservedConcurrentExecution" in docs or "concurrency quota" in docs, rc
 
 
-@pytest.mark.xfail(strict=True, reason="review34c: with ReservedConcurrentExecutions 1 a run that overlaps the "
-                   "previous one (a late EventBridge event, a retried throttled event) is throttled by design, yet "
-                   "FunctionThrottlesAlarm (> 0 in 5 minutes) sums the MetricsFunction's Throttles: a page")
 def test_the_throttles_alarm_does_not_page_for_the_metrics_functions_designed_throttles(template):
     expr = template["Resources"]["FunctionThrottlesAlarm"]["Properties"]["Metrics"][0]["Expression"]
     rc = template["Resources"]["MetricsFunction"]["Properties"].get("ReservedConcurrentExecutions")
@@ -142,10 +136,6 @@ def test_control_without_churn_a_message_stuck_later_is_seen(api, setup, clock, 
     assert ages[-1] >= 10 * 60_000 and truncated == [0] * 15, (ages, truncated)
 
 
-@pytest.mark.xfail(strict=True, reason="review34c: a key that deletes one subscription and creates one each "
-                   "minute keeps its whole unit 'never read', first in every run: past the cap's share (5 keys at "
-                   "MAX_ROWS 500) no other row is read again; a message stuck after the last read never reaches "
-                   "AlarmedAgeOfOldestMessage and MetricsPublisherTruncated stays 0")
 def test_a_key_churning_one_subscription_a_minute_does_not_starve_other_rows(api, setup, clock, monkeypatch):
     ages, truncated = _churn_run(api, setup, clock, monkeypatch, churn=True)
     assert ages[-1] >= 10 * 60_000 or any(truncated), (ages, truncated)

@@ -86,7 +86,7 @@ from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 _log = logging.getLogger("lakeq.console.gauges")
 
 MAX_ROWS = 500  # (topic, group) pairs + subscriptions published per run
-STATE_VERSION = 2
+STATE_VERSION = 3
 DETAILS = ("active", "all", "totals")
 MINUTE_MS = 60_000
 CLIENT_ATTRIBUTES = ["name", "role", "mode", "topics", "alarms_muted", "dead_letter_topic"]
@@ -173,9 +173,8 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     book = paginate(units, max_rows)
     pages = max(1, len(book))
     minute = now // MINUTE_MS
-    known = remembered_rows(previous)
-    if known is not None and not state_lost:  # the rows read longest ago first (never read: first of all)
-        mine = schedule(units, known, max_rows)
+    if remembered_rows(previous) is not None and not state_lost:  # the rows read longest ago first
+        mine = schedule(units, previous, max_rows, minute)
     else:  # no state: page `minute mod pages`, its first unit rotating by the page's turn
         mine = book[minute % pages] if book else []
         if mine:
@@ -312,21 +311,35 @@ def remembered_rows(previous) -> dict | None:
     return None
 
 
-def schedule(units: list[list], known: dict, max_rows: int) -> list[list]:
-    """The units this run reads: those read longest ago first (a unit's last read: its rows' oldest;
-    a row never read counts as read before all), in their order on ties, until ``max_rows`` rows
-    (at least one unit). By what the state says and not by position, so a key that adds and removes
-    a subscription moves no other row out of its turn, and a run cut by its deadline leaves its
-    unread rows first for the next run.
+def schedule(units: list[list], previous: dict | None, max_rows: int, minute: int) -> list[list]:
+    """The units this run reads: those read longest ago first (a unit's last read: its rows'
+    oldest; a row never read counts as read the minute before a run first listed it — this run for
+    one listed now — so a new subscription waits its turn behind the rows read before it appeared), in their
+    order on ties, until ``max_rows`` rows (at least one unit). By what the state (``previous``,
+    :func:`remember`) says and not by position, so a key that adds and removes subscriptions moves
+    no other row out of its turn, and a run cut by its deadline leaves its unread rows first for the
+    next run.
 
     >>> from types import SimpleNamespace as N
-    >>> units = [[("pair", N(name=t), N(name="g"))] for t in "abc"]
-    >>> known = {row_key(*units[0][0]): [0, None, 5, None], row_key(*units[2][0]): [0, None, 3, None]}
-    >>> [u[0][1].name for u in schedule(units, known, 2)]  # b never read, then c (minute 3)
+    >>> units = [[("pair", N(name=t), N(name="g"))] for t in "abcd"]
+    >>> k = [row_key(*u[0]) for u in units]
+    >>> state = {"v": STATE_VERSION, "rows": {k[0]: [0, None, 5, None, 0], k[2]: [0, None, 3, None, 0]},
+    ...          "listed": {k[1]: 4}}
+    >>> [u[0][1].name for u in schedule(units, state, 2, 9)]  # b listed at 4 (counts as 3), c read at 3
     ['b', 'c']
+    >>> [u[0][1].name for u in schedule(units, state, 3, 9)]  # then a (read at 5), before d (new: 8)
+    ['b', 'c', 'a']
     """
-    def last(u: list) -> int:
-        return min((_last_read(known.get(row_key(*r))) for r in u), default=-1)
+    rows = remembered_rows(previous) or {}
+    listed = remembered_listed(previous)
+
+    def last(u: list) -> int:  # a row listed at minute m and not read yet counts as read at m - 1
+        out = minute
+        for r in u:
+            k = row_key(*r)
+            e = _entry(rows.get(k))
+            out = min(out, e[2] if e is not None else listed.get(k, minute) - 1)
+        return out
 
     order = sorted(range(len(units)), key=lambda i: (last(units[i]), i))
     out, n = [], 0
@@ -338,16 +351,18 @@ def schedule(units: list[list], known: dict, max_rows: int) -> list[list]:
     return out
 
 
-def _last_read(e) -> int:
-    e = _entry(e)
-    return -1 if e is None else e[2]
+def remembered_listed(previous) -> dict:
+    """When each row not yet read was first listed (``{key: minute}``) in a state of this version."""
+    if remembered_rows(previous) is None or not isinstance(previous.get("listed"), dict):
+        return {}
+    return {k: v for k, v in previous["listed"].items() if type(v) is int}
 
 
 def _entry(e) -> list | None:
-    """A remembered row ``[backlog, oldest ms | None, minute read, growing since minute | None]`` as
-    written, or None."""
-    if (isinstance(e, list) and len(e) == 4 and all(x is None or type(x) is int for x in e)
-            and e[0] is not None and e[2] is not None):
+    """A remembered row ``[backlog, oldest ms | None, minute read, growing since minute | None,
+    growing reads]`` as written, or None."""
+    if (isinstance(e, list) and len(e) == 5 and all(x is None or type(x) is int for x in e)
+            and e[0] is not None and e[2] is not None and e[4] is not None):
         return e
     return None
 
@@ -359,40 +374,48 @@ def remember(previous: dict | None, out_of_alarms: dict[str, bool], seen: dict[s
     of the alarms) and those it computed (``seen``: key → (backlog, oldest unsettled message's epoch
     ms or None)). Returns ``(state, age, growing)``:
 
-    - ``state``: ``{"v": 2, "rows": {key: [backlog, oldest, minute read, growing since]}}`` for the
-      rows that exist only (a deleted row is forgotten), a computed row refreshed, the others as
-      remembered (a minute ahead of this run's — a clock stepped back — counts as this minute);
-      ``growing since``: the minute of the visit before the first of the row's current run of
-      visits each of which found its backlog larger than the visit before (None: the last visit
-      found it no larger, or it has had one visit);
+    - ``state``: ``{"v": 3, "rows": {key: [backlog, oldest, minute read, growing since, growing
+      reads]}, "listed": {key: minute first listed}}`` for the rows that exist only (a deleted row
+      is forgotten), a computed row refreshed, the others as remembered (a minute ahead of this
+      run's — a clock stepped back — counts as this minute); ``listed``: the rows not read yet, for
+      :func:`schedule`; ``growing reads``: how many reads in a row found the backlog larger than
+      the read before, ``growing since`` the minute of the read before the first of them (None, 0:
+      the last read found it no larger; a gap between two reads longer than ``2 * pages + 5``
+      minutes — the function paused, the clock jumped — starts afresh);
     - ``age``: ms since the oldest message of any row in the alarms, as last read (a row drained
       since counts until its next read; one whose reads keep failing keeps counting: its
       ``MetricsPublisherTruncated`` is the alarm that says why);
-    - ``growing``: the longest such run over the rows in the alarms (minutes; 0: none), a row not
-      read for ``2 * pages + 5`` minutes left out (its growth is not known). One row's drain does not
-      offset another's growth: each row's backlog is judged against its own."""
+    - ``growing``: the longest such run over the rows in the alarms, from ``growing since`` to the
+      row's last read (minutes; 0: none), counted once it holds at least two growing reads (one
+      larger read over a long interval is no trend), a row not read for ``2 * pages + 5`` minutes
+      left out (its growth is not known). One row's drain does not offset another's growth: each
+      row's backlog is judged against its own reads."""
     old = remembered_rows(previous) or {}
+    was_listed = remembered_listed(previous)
+    gap = 2 * pages + 5
     rows: dict[str, list] = {}
+    listed: dict[str, int] = {}
     for k in out_of_alarms:
         p = _entry(old.get(k))
         if p is not None and p[2] > minute:  # a clock stepped back: as if read this minute
-            p = [p[0], p[1], minute, None if p[3] is None else min(p[3], minute)]
+            p = [p[0], p[1], minute, None if p[3] is None else min(p[3], minute), p[4]]
         if k in seen:
             backlog, oldest = seen[k]
-            if p is None:
-                since = None
-            elif p[2] == minute:  # a second run in the same minute: less than its first read found ends the run
-                since = p[3] if backlog >= p[0] else None
-            else:
-                since = (p[2] if p[3] is None else p[3]) if backlog > p[0] else None
-            rows[k] = [backlog, oldest, minute, since]
+            since, n = None, 0
+            if p is not None and p[2] == minute:  # a second read this minute: less than the first ends the run
+                since, n = (p[3], p[4]) if backlog >= p[0] else (None, 0)
+            elif p is not None and minute - p[2] <= gap and backlog > p[0]:
+                since, n = (p[2], 1) if p[3] is None else (p[3], p[4] + 1)
+            rows[k] = [backlog, oldest, minute, since, n]
         elif p is not None:
             rows[k] = p
+        else:
+            listed[k] = min(was_listed.get(k, minute), minute)
     alarmed = [r for k, r in rows.items() if not out_of_alarms[k]]
     age = max((now - r[1] for r in alarmed if r[1] is not None), default=0)
-    growing = max((minute - r[3] for r in alarmed if r[3] is not None and minute - r[2] <= 2 * pages + 5),
+    growing = max((r[2] - r[3] for r in alarmed if r[3] is not None and r[4] >= 2 and minute - r[2] <= gap),
                   default=0)
-    return {"v": STATE_VERSION, "rows": rows}, max(0, age), growing
+    return {"v": STATE_VERSION, "rows": rows, "listed": listed}, max(0, age), growing
 
 
 def _put(out: Gauges, sink, row: tuple[dict, dict]) -> None:
