@@ -78,6 +78,8 @@ class Queue:
     dver: int | None = None
     rpos: int | None = None
     ended_at: int | None = None
+    wv: int | None = None  # a topic's change marker's (key ``<log>#w``, issue 33; read as :class:`Change`)
+    wat: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
