@@ -9,6 +9,8 @@ The call-count test failed on the code before (39 calls: 26 BatchGetItem + 13 Qu
 """
 from __future__ import annotations
 
+import pytest
+
 from infra.local import interceptor
 from lakeq.store.models import QueueModel
 from tests.crash import CountCalls
@@ -16,6 +18,16 @@ from tests.handlers import this_thread_sleep
 from tests.history import path
 
 T = "idle64"
+
+
+@pytest.fixture(autouse=True)
+def _no_probe_history():
+    """The container's probe times (the 60-s safety net) start empty: another test's pulls on a
+    real clock would make this one's fake-clock first round probe."""
+    from lakeq.consume import reader
+    reader.forget_probes()
+    yield
+    reader.forget_probes()
 
 
 def ok(r, want=(200, 201)):
