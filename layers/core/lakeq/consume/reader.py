@@ -266,13 +266,14 @@ class TopicLog(Log):
 def _must_probe(log: "TopicLog", now: int) -> bool:
     """Whether a full round of ``log`` (a :class:`TopicLog` waiting on its change marker) probes
     its lagging queues' chains (:meth:`TopicLog.probe`): the topic was bumped recently, or the
-    container's safety net is due (the first sight of a (log, owner, queues) starts its clock)."""
+    container's safety net is due (its first pull of a (log, owner, queues), then every
+    :data:`PROBE_NET_MS`)."""
     key = (log.name, log.owner, None if log.only is None else frozenset(log.only))
     last = _PROBED.get(key)
     c = log.change
     recent = c is not None and now < c.at + CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
-    net = last is not None and now - last >= PROBE_NET_MS
-    if last is None or recent or net:
+    net = last is None or not 0 <= now - last < PROBE_NET_MS
+    if recent or net:
         if len(_PROBED) >= PROBED_KEPT and key not in _PROBED:
             _PROBED.clear()
         _PROBED[key] = now
