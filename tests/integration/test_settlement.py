@@ -431,8 +431,9 @@ def test_store_calls_per_settle(api, setup, clock, dlq):
     # client (re-read after the PATCH), topic, record, CAS (due) | record, 2 segment Queries (the
     # message, inside a segment), dlq topic, dedup BatchGetItem, dlq head (issue 16 item 3: the
     # newest segment's Query, and the queue item's GetItem since the dlq's chain is empty),
-    # append TransactWriteItems, CAS (settled)
-    assert len(c.calls) == 13, [(x.operation, x.params.get("TableName")) for x in c.calls]
+    # append TransactWriteItems, the dlq's change marker (UpdateItem, issue 33: a long poll of the
+    # dlq waits on it), CAS (settled)
+    assert len(c.calls) == 14, [(x.operation, x.params.get("TableName")) for x in c.calls]
     with CountCalls() as c:
         s, out = ack(api, setup["risk"], b["receipt"])  # the rest
     assert s == 200 and out["unsettled"] == [], out

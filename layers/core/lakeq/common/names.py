@@ -121,6 +121,7 @@ def is_log_name(value: object) -> bool:
 # Every storage key lakeq composes from names is spelled and parsed here, nowhere else
 # (tests/unit/test_architecture.py::test_the_key_grammar_is_spelled_in_one_module):
 #   a queue's partition key (QueuesTable, SegmentsTable)   ``<log>#<queue>``       queue_key / split_queue_key
+#   a topic's change marker (QueuesTable, issue 33)         ``<log>#w``             change_key
 #   a subscription's message list, as a log                ``~<subscription id>``  list_log / subscription_of
 #   a replay's hidden list of a group, as a log            ``~r.<replay id>``      replay_log / replay_of
 # ``#`` and ``~`` are in no name rule, so these never collide with a topic's log name.
@@ -136,6 +137,17 @@ def queue_key(log: str, queue: int | str) -> str:
     ('quotes/sh#3', 'quotes!2#0', '~s1#0')
     """
     return f"{log}{QUEUE_SEP}{queue}"
+
+
+def change_key(log: str) -> str:
+    """The QueuesTable key of log ``log``'s change marker (issue 33: what a waiting long poll reads
+    each round instead of every queue item; ``lakeq.store.queue_log.LogRepo.change``). ``w`` is no
+    queue number, so it never names a queue.
+
+    >>> change_key("quotes/sh"), change_key("quotes!2")
+    ('quotes/sh#w', 'quotes!2#w')
+    """
+    return f"{log}{QUEUE_SEP}w"
 
 
 def split_queue_key(pq: str) -> tuple[str, str]:

@@ -27,10 +27,22 @@ from lakeq.log.selection import QueueView, ack_entry, ack_key, candidates, laggi
 from lakeq.log.selection import acked as remembered
 from lakeq.store.bodies import BodyStore
 from lakeq.store.offsets import OffsetRepo
-from lakeq.store.queue_log import LogRepo
+from lakeq.store.queue_log import CHANGE_EVERY_MS, CHANGE_SKEW_MS, LogRepo
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
 POLL_MIN_MS, POLL_MAX_MS = 50, 500
+# The long poll's waiting rounds on a topic (issue 33; docs/design.md "The long poll's waiting rounds"):
+# while the topic's change marker (lakeq.store.queue_log.LogRepo.change) stands still, a round reads
+# it alone, every WAIT_ROUND_MS (a new message is found within that of its produce's bump)
+WAIT_ROUND_MS = 1000
+# a topic bumped more than this long ago: every append before it is taken as shown by the queue
+# items' max_offset (the stream's head mover runs within seconds), so a full round probes no chain
+HEADS_SETTLE_MS = 10_000
+# ... but each container still probes each (log, owner, queues) at least this often (a late mover,
+# an append that could not bump): such a message waits at most this long, never forever
+PROBE_NET_MS = 60_000
+_PROBED: dict[tuple, int] = {}  # (log, owner, only) -> when this container last probed (epoch ms)
+PROBED_KEPT = 4096
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
 LogReader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
@@ -159,9 +171,12 @@ class Log:
         """A poll's write step before it reads: nothing for this kind."""
 
     def views(self, metas: list) -> list[QueueView]:
-        """The queues' views with the owner's records (one Query)."""
+        """The queues' views with the owner's records (one Query); kept as :attr:`last_views`."""
         self._recs = OffsetRepo.records(self.owner)
-        return views_of(metas, self._recs)
+        self.last_views = views_of(metas, self._recs)
+        return self.last_views
+
+    last_views: list[QueueView] = []
 
     def refreshed(self) -> list[QueueView] | None:
         """The last :meth:`views` again from queue items read now, when those views ranked by a
@@ -186,14 +201,36 @@ class TopicLog(Log):
                  only: set[int] | None = None, hints_max_age_s: float = 0.0):
         super().__init__(name, owner, meta, n_queues, lock_owner, only)
         self.hints_max_age_s = hints_max_age_s
+        # the native pull waits on the topic's change marker (issue 33); the SQS endpoint's receives
+        # (a copy of the queue items) wait as before
+        self.waits_on_change = hints_max_age_s <= 0
+        self.change = None  # the marker as the last full round read it (None: never bumped)
 
     _copied = False
 
     def queues(self) -> list:
-        if self.hints_max_age_s <= 0:
-            return super().queues()
+        if self.hints_max_age_s <= 0:  # the queue items and the change marker: one BatchGetItem
+            metas, self.change = LogRepo.queues_and_change(self.name, self.n_queues, only=self.only)
+            return metas
         metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only)
         return metas
+
+    def probe(self, views: list[QueueView], now: int, allowed: set[int] | None) -> list[QueueView]:
+        """:meth:`Log.probe` when the chains may hold more than the hints show: the topic was bumped
+        less than ``CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS`` ago (its recent appends,
+        signalled or not, may not be on the queue items yet), or this container has not probed this
+        log for this owner for :data:`PROBE_NET_MS`. A quiet topic's pull probes nothing: its
+        queue items' ``max_offset`` are its heads (issue 33)."""
+        if not self.waits_on_change or _must_probe(self, now):
+            return super().probe(views, now, allowed)
+        return views
+
+    def settled_since(self, now: int) -> bool:
+        """Whether every append the marker read by the last full round may stand for happened
+        before ``now - CHANGE_SKEW_MS`` and past its unsignalled window: a round at ``now`` that
+        finds the marker unchanged has nothing new to look for."""
+        c = self.change
+        return c is None or now >= c.at + CHANGE_EVERY_MS + CHANGE_SKEW_MS
 
     def refreshed(self) -> list[QueueView] | None:
         """When the poll ranked by the container's copy of the queue items and neither the copy's
@@ -224,6 +261,28 @@ class TopicLog(Log):
     def wake_at(self) -> int | None:
         at, self._wake = self._wake, None
         return at
+
+
+def _must_probe(log: "TopicLog", now: int) -> bool:
+    """Whether a full round of ``log`` (a :class:`TopicLog` waiting on its change marker) probes
+    its lagging queues' chains (:meth:`TopicLog.probe`): the topic was bumped recently, or the
+    container's safety net is due (its first pull of a (log, owner, queues), then every
+    :data:`PROBE_NET_MS`)."""
+    key = (log.name, log.owner, None if log.only is None else frozenset(log.only))
+    last = _PROBED.get(key)
+    c = log.change
+    recent = c is not None and now < c.at + CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
+    net = last is None or not 0 <= now - last < PROBE_NET_MS
+    if recent or net:
+        if len(_PROBED) >= PROBED_KEPT and key not in _PROBED:
+            _PROBED.clear()
+        _PROBED[key] = now
+    return recent or net
+
+
+def forget_probes() -> None:
+    """Drop when this container last probed each log (tests: a fresh store)."""
+    _PROBED.clear()
 
 
 class ListLog(Log):
@@ -560,5 +619,55 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         remaining = deadline - clock.now()
         if remaining <= 0:
             return {"messages": [], "receipt": None}
-        time.sleep(_sleep_ms(min(poll, remaining), log.wake_at()) / 1000)  # delayed delivery: wake when one is due
+        if getattr(log, "waits_on_change", False):  # a topic's native pull: wait on its change marker
+            if not _wait_for_change(log, now, deadline, allowed, poll):
+                return {"messages": [], "receipt": None}
+        else:
+            time.sleep(_sleep_ms(min(poll, remaining), log.wake_at()) / 1000)  # delayed delivery: wake when one is due
         poll = min(POLL_MAX_MS, poll * 2)
+
+
+def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[int] | None, poll: int) -> bool:
+    """A long poll's waiting rounds on a topic after a full round at ``full_at`` found nothing to
+    lock (issue 33): sleep until something may have changed, then True (the caller runs a full
+    round); False when ``deadline`` passed first.
+
+    - The full round read the marker inside its unsignalled window (a bump less than
+      ``CHANGE_EVERY_MS + CHANGE_SKEW_MS`` before it: appends the bumping container did not signal
+      may follow): sleep ``poll`` (the 50 ms doubling to 500 ms rounds) and run a full round again.
+    - Otherwise every ``WAIT_ROUND_MS`` (sooner when a delayed message is due or a lock ends):
+      a delayed message due (:meth:`Log.wake_at`) or a queue lockable now that was not at the full
+      round (a lock that ended: :func:`lakeq.log.selection.candidates` on the same views) → True;
+      else one strongly consistent GetItem of the marker (:meth:`LogRepo.change`): moved → True.
+    Every append to a topic's queue bumps the marker after its write (at most once a second per
+    container, :meth:`LogRepo.bump_change`), so a round that finds it unchanged and outside its
+    window has no message to look for that the full round did not see."""
+    wake = log.wake_at()
+    views = log.last_views
+    tried = {v.queue for v in candidates(views, full_at, allowed)}
+    while True:
+        now = clock.now()
+        remaining = deadline - now
+        if remaining <= 0:
+            return False
+        if not log.settled_since(full_at):
+            time.sleep(_sleep_ms(min(poll, remaining), wake) / 1000)
+            return clock.now() < deadline
+        step = min(WAIT_ROUND_MS, remaining)
+        ends = [v.lock_until for v in views if v.lock_until > now]
+        for at in ([wake] if wake is not None else []) + ([min(ends)] if ends else []):
+            step = min(step, max(at - now, 0) + 5)
+        time.sleep(step / 1000)
+        now = clock.now()
+        if now >= deadline:
+            return False
+        if wake is not None and now >= wake:
+            return True
+        if any(v.queue not in tried for v in candidates(views, now, allowed)):
+            return True
+        if deadline - now <= WAIT_ROUND_MS:  # the poll's last round: the topic item too, for the next poll
+            change = LogRepo.change_and_topic(log.name, topic_of_log(log.name))
+        else:
+            change = LogRepo.change(log.name)
+        if change != log.change:
+            return True

@@ -144,7 +144,9 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
-    return engine.pull_batch(p, topic_or_404(topic), req, ack=ack_receipt)
+    # the topic item as this container's last long poll of it read it (< 1.5 s ago), else read now
+    t = LogRepo.seen_topic(topic) or topic_or_404(topic)
+    return engine.pull_batch(p, t, req, ack=ack_receipt)
 
 
 # --- offsets --------------------------------------------------------------------------------

@@ -20,11 +20,13 @@ appended. Store calls per round are those of ``LogRepo.head`` and ``LogRepo.appe
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable, TypeVar
 
-from lakeq.common import backoff
+from lakeq.common import backoff, clock
 from lakeq.common.backoff import CAS_ATTEMPTS
 from lakeq.common.errors import LakeqError
+from lakeq.common.names import is_list
 from lakeq.log.produce_plan import Append
 from lakeq.store.queue_log import LogRepo
 from lakeq.store.writes import TransactionFailed
@@ -87,17 +89,26 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
     def contended():
         raise Contended(items, lost[-1]) from lost[-1]
 
-    while items:
-        out = backoff.cas(attempt, attempts, contended)  # each write is a compare-and-set of the head
-        if out is None:
-            return False
-        if out is _ANSWERED:
-            break
-        part, n = out
-        if on_written is not None:
-            on_written(items[:n], part)
-        items = items[n:]
-    return True
+    wrote = False
+    try:
+        while items:
+            out = backoff.cas(attempt, attempts, contended)  # each write is a compare-and-set of the head
+            if out is None:
+                return False
+            if out is _ANSWERED:
+                break
+            part, n = out
+            wrote = True
+            if on_written is not None:
+                on_written(items[:n], part)
+            items = items[n:]
+        return True
+    finally:
+        if wrote and not is_list(log):  # a topic's long polls wait on its change marker (issue 33)
+            try:
+                LogRepo.bump_change(log, clock.now())
+            except Exception:  # noqa: BLE001 - a hint: the appends stand; waiting polls see them at their next full round
+                logging.getLogger(__name__).warning("change marker not bumped", exc_info=True)
 
 
 def append_copies(log: str, n_queues: int, msgs: list, now: int) -> int:

@@ -136,6 +136,10 @@ class QueueModel(Model):
     # appended (a re-sent copy below it is already in), and when the replay ended (no more copies)
     rpos = NumberAttribute(null=True)
     ended_at = NumberAttribute(null=True)
+    # a topic's change marker (issue 33, key ``<log>#w``, no ``topic``/``queue``): ``wv`` moves on
+    # every bump, ``wat`` is the bump's time (lakeq.store.queue_log.LogRepo.bump_change)
+    wv = NumberAttribute(null=True)
+    wat = NumberAttribute(null=True)
 
     def __init__(self, topic: str | None = None, queue: int | None = None, **attributes):
         if topic is not None and queue is not None:

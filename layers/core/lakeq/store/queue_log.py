@@ -18,11 +18,12 @@ from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from lakeq.common import backoff
+from lakeq.common.names import change_key
 from lakeq.log import segments as seg
 from lakeq.log.produce_plan import TRANSACT_ITEMS, Append, pq
 from lakeq.log.selection import segments_wanted
-from lakeq.store.models import DedupModel, QueueModel, SegmentModel, queue_key
-from lakeq.store.records import Queue, queue_from_item, record_of
+from lakeq.store.models import DedupModel, QueueModel, SegmentModel, TopicModel, queue_key
+from lakeq.store.records import Change, Queue, Topic, queue_from_item, record_of
 from lakeq.store.writes import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
 
 DEDUP_TTL_S = 24 * 3600
@@ -84,9 +85,32 @@ _HINTS: dict[tuple, tuple[float, list[dict]]] = {}
 HINTS_KEPT = 1024  # at most this many copies (expired ones dropped first; past it, none kept)
 
 
+# A topic's change marker (issue 33; docs/design.md "The long poll's waiting rounds"): one small
+# QueuesTable item per topic log (``<log>#w``) that the produce path bumps after its appends, so a
+# waiting long poll reads it alone each round instead of every queue item and chain. A container
+# bumps a topic at most once per CHANGE_EVERY_MS (a busy topic pays at most that many writes a
+# second per producing container, not one per produce); the appends it does not signal fall in
+# [its last bump, + CHANGE_EVERY_MS), so a reader treats the CHANGE_EVERY_MS + CHANGE_SKEW_MS after
+# a bump as "may have changed unsignalled" (it reads everything then).
+CHANGE_EVERY_MS = 1000
+CHANGE_SKEW_MS = 250  # clocks of containers apart, and an append's commit before its check
+_BUMPED: dict[str, int] = {}  # log -> when this container last bumped its marker (epoch ms)
+BUMPED_KEPT = 4096
+# The topic items a long poll's last waiting round read with the marker (LogRepo.change_and_topic):
+# the next poll of this container within TOPIC_SEEN_S takes the topic from here (no GetItem), so
+# back-to-back long polls read each topic item once per poll, in the same call as a marker
+TOPIC_SEEN_S = 1.5
+_TOPIC_SEEN: dict[str, tuple[float, Topic]] = {}
+
+
 def _monotonic() -> float:
     """The clock of the container's copies (a seam for tests)."""
     return time.monotonic()
+
+
+def _change_of(item: dict) -> Change:
+    """The record of a raw change-marker item."""
+    return Change(int((item.get("wv") or {}).get("N") or 0), int((item.get("wat") or {}).get("N") or 0))
 
 
 class LogRepo:
@@ -128,9 +152,101 @@ class LogRepo:
     @staticmethod
     def forget_hints() -> None:
         """Drop the container's copies of queue items (:meth:`queue_hints`) and of locks
-        (:meth:`OffsetRepo.held`; tests: a fresh store)."""
+        (:meth:`OffsetRepo.held`; tests: a fresh store), and when it last bumped each change marker
+        (:meth:`bump_change`)."""
         _HINTS.clear()
         _HELD.clear()
+        _BUMPED.clear()
+        _TOPIC_SEEN.clear()
+
+    @classmethod
+    def queues_and_change(cls, topic: str, n: int,
+                          only: Iterable[int] | None = None) -> tuple[list[Queue], Change | None]:
+        """:meth:`queues` with ``exact=False`` (the hints) and the topic's change marker
+        (:meth:`change`) in the same BatchGetItem (eventually consistent; +0.5 RRU): what a long
+        poll's full round reads. The marker is None when no produce bumped it yet."""
+        numbers = range(n) if only is None else sorted(q for q in set(only) if 0 <= q < n)
+        ck = change_key(topic)
+        items = _batch_get(QueueModel, [{"pq": queue_key(topic, q)} for q in numbers] + [{"pq": ck}])
+        change = None
+        metas = []
+        for item in items:
+            if item.get("pq", {}).get("S") == ck:
+                change = _change_of(item)
+            else:
+                metas.append(queue_from_item(item))
+        metas.sort(key=lambda m: int(m.queue))
+        return metas, change
+
+    @staticmethod
+    def change(topic: str) -> Change | None:
+        """The topic's change marker (issue 33): one strongly consistent GetItem of a small item
+        (1 RRU), what a waiting long poll reads each round. None when no produce bumped it yet."""
+        try:
+            item = QueueModel.get(change_key(topic), consistent_read=True, attributes_to_get=["pq", "wv", "wat"])
+        except DoesNotExist:
+            return None
+        return Change(int(item.wv or 0), int(item.wat or 0))
+
+    @staticmethod
+    def change_and_topic(log: str, name: str) -> Change | None:
+        """:meth:`change` and topic ``name``'s item in one BatchGetItem (both strongly consistent,
+        ~2 RRU): a long poll's last waiting round, so the next poll of this container within
+        :data:`TOPIC_SEEN_S` takes the topic item from :meth:`seen_topic` instead of a GetItem."""
+        conn = QueueModel._get_connection().connection
+        qt, tt = QueueModel.Meta.table_name, TopicModel.Meta.table_name
+        ck = change_key(log)
+        req = {qt: {"Keys": [{"pq": {"S": ck}}], "ConsistentRead": True},
+               tt: {"Keys": [{"name": {"S": name}}], "ConsistentRead": True}}
+        got: dict[str, list] = {qt: [], tt: []}
+        attempt = 0
+        while req:
+            data = conn.client.batch_get_item(RequestItems=req)
+            for table, items in (data.get("Responses") or {}).items():
+                got.setdefault(table, []).extend(items)
+            req = data.get("UnprocessedKeys") or {}
+            if req:
+                attempt += 1
+                backoff.sleep(attempt, base=0.01, cap=1.0)
+        topic = None
+        if got[tt]:
+            t = record_of(Topic, TopicModel.from_raw_data(got[tt][0]))
+            topic = t if t.deleted_at is None else None
+        if topic is None:
+            _TOPIC_SEEN.pop(name, None)
+        else:
+            if len(_TOPIC_SEEN) >= HINTS_KEPT and name not in _TOPIC_SEEN:
+                _TOPIC_SEEN.clear()
+            _TOPIC_SEEN[name] = (_monotonic() + TOPIC_SEEN_S, topic)
+        return _change_of(got[qt][0]) if got[qt] else None
+
+    @staticmethod
+    def seen_topic(name: str) -> Topic | None:
+        """Topic ``name``'s item as a long poll of this container read it less than
+        :data:`TOPIC_SEEN_S` ago (:meth:`change_and_topic`), else None (read it)."""
+        hit = _TOPIC_SEEN.get(name)
+        return hit[1] if hit is not None and hit[0] > _monotonic() else None
+
+    @staticmethod
+    def bump_change(topic: str, now: int) -> bool:
+        """After appends to topic log ``topic`` (the produce path): move its change marker
+        (``wv`` + 1, ``wat`` := ``now``; one UpdateItem, 1 WRU, creating the item the first time;
+        conditional on the key naming no queue item) unless this container bumped it less than
+        :data:`CHANGE_EVERY_MS` ago (no call then). True when it wrote."""
+        last = _BUMPED.get(topic)
+        if last is not None and 0 <= now - last < CHANGE_EVERY_MS:
+            return False
+        try:
+            QueueModel(change_key(topic)).update(actions=[QueueModel.wv.add(1), QueueModel.wat.set(now)],
+                                                 condition=QueueModel.queue.does_not_exist())
+        except UpdateError as e:
+            if conditional_failed(e):
+                return False
+            raise
+        if len(_BUMPED) >= BUMPED_KEPT and topic not in _BUMPED:
+            _BUMPED.clear()
+        _BUMPED[topic] = now
+        return True
 
     @classmethod
     def queue_hints(cls, topic: str, n: int, max_age_s: float, only: Iterable[int] | None = None,

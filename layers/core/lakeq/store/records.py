@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 
 from lakeq.common.names import log_of
 
-__all__ = ["Client", "Queue", "Topic", "log_of", "model_of", "queue_from_item", "record_of"]
+__all__ = ["Change", "Client", "Queue", "Topic", "log_of", "model_of", "queue_from_item", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,16 @@ class Queue:
     dver: int | None = None
     rpos: int | None = None
     ended_at: int | None = None
+    wv: int | None = None  # a topic's change marker's (key ``<log>#w``, issue 33; read as :class:`Change`)
+    wat: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A topic's change marker (issue 33, ``lakeq.store.queue_log.LogRepo.change``): ``version``
+    moves on every bump, ``at`` is the latest bump's time (epoch ms, the bumping container's clock)."""
+    version: int = 0
+    at: int = 0
 
 
 _QUEUE_SET = frozenset(f.name for f in fields(Queue))
