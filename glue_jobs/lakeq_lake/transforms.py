@@ -57,7 +57,7 @@ def seq_order(col: str = "seq"):
     any length (up to 40: more than a long or a decimal(38) holds) = (digits without leading zeros
     by length, then the digits). Never (at, seq-as-string): ``at`` comes from the writers' clocks
     and "99" > "100" as strings."""
-    digits = F.regexp_replace(F.coalesce(F.col(col), F.lit("")), "^0+", "")
+    digits = F.expr(f"trim(LEADING '0' FROM coalesce(`{col}`, ''))")  # (a regular expression: 2× the time)
     return F.struct(F.length(digits).alias("seq_len"), digits.alias("seq_digits"))
 
 
@@ -124,10 +124,10 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
         F.when((F.col("offset") == 0) | F.col("_wanted"), F.col("offset")).alias("head"),
     ).agg(F.bit_or(F.expr("shiftleft(1L, int(offset & 63))")).alias("bits"),
           F.max("offset").alias("last"), F.min("produced_at").alias("head_at")))
-    mb = keep(blocks.groupBy("topic", "inc", "queue", "b", "block")
-              .agg(F.bit_or("bits").alias("bits"), F.max("last").alias("last"))
-              .groupBy("topic", "inc", "queue", "b")
-              .agg(F.sum(F.bit_count("bits")).alias("produced_in_bucket"),
+    # (whether a row is a head's is a function of its message: a message's copies all set their bit
+    # in one group, so the groups of a block hold disjoint bits and their counts add up)
+    mb = keep(blocks.groupBy("topic", "inc", "queue", "b")
+              .agg(F.sum(F.bit_count("bits")).cast("long").alias("produced_in_bucket"),
                    (F.max("last") + 1).alias("end_in_bucket")))
     # (topic, inc) is the log; the grid is built for each topic's newest incarnation only (the
     # inner join with ``starts``), so the left joins below take only that log's rows
