@@ -53,7 +53,7 @@ def run_backlog(spark: SparkSession, lake: Lake, as_of_ms: int | None = None,
     computed_at = now_ms()
     as_of = as_of_ms or computed_at
     msgs, offs = lake.read_kind(spark, "messages"), lake.read_kind(spark, "offsets")
-    persisted: list = []  # the cleaned logs the transform reads twice (T.backlog)
+    persisted: list = []  # the logs' aggregates the transform reads in several branches (T.backlog)
     report = T.backlog(msgs, offs, as_of, bucket_minutes * 60_000, persisted=persisted).cache()
     out = lake.path(history_prefix(BACKLOG_PREFIX, computed_at))
     log(f"backlog: writing {out}")
@@ -96,7 +96,7 @@ def run_rebalance_plan(spark: SparkSession, lake: Lake, as_of_ms: int | None = N
     computed_at = now_ms()
     as_of = as_of_ms or computed_at
     msgs, offs = lake.read_kind(spark, "messages"), lake.read_kind(spark, "offsets")
-    persisted: list = []  # the cleaned logs the transform reads twice (T.backlog)
+    persisted: list = []  # the logs' aggregates the transform reads in several branches (T.backlog)
     latest = T.latest(T.backlog(msgs, offs, as_of, bucket_minutes * 60_000, persisted=persisted))
     weights_df = T.queue_weights(msgs, latest, as_of, lookback_minutes * 60_000, horizon_minutes * 60_000).cache()
     weights_df.coalesce(1).write.mode("overwrite").parquet(

@@ -57,7 +57,7 @@ def seq_order(col: str = "seq"):
     any length (up to 40: more than a long or a decimal(38) holds) = (digits without leading zeros
     by length, then the digits). Never (at, seq-as-string): ``at`` comes from the writers' clocks
     and "99" > "100" as strings."""
-    digits = F.regexp_replace(F.coalesce(F.col(col), F.lit("")), "^0+", "")
+    digits = F.expr(f"trim(LEADING '0' FROM coalesce(`{col}`, ''))")  # (a regular expression: 2× the time)
     return F.struct(F.length(digits).alias("seq_len"), digits.alias("seq_digits"))
 
 
@@ -77,36 +77,65 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
     place a change in a bucket, never order two changes. ``oldest_unconsumed_age_ms`` = ``at`` −
     ``produced_at`` of the message at ``committed`` when there is a backlog, else 0.
 
-    Cost: one aggregation of each log, one sort per key for the running windows (keys × buckets
-    rows), one join of the messages with the (broadcast) grid for the ages. With ``persisted`` (a
-    list: the jobs pass one) the cleaned logs are persisted (memory, then disk) and appended to it,
-    for the caller to ``unpersist()`` once the report is written: both are read by several branches
-    of the plan (the messages by the buckets' aggregation and the ages' join, the offsets by the keys
-    and the commits), and Spark reused no exchange between them, so each branch deduplicated its
-    whole log again (``bench/lake.py`` side by side, 1M rows: 23.3-26.7 s → 13.4-14.0 s)."""
+    Cost: each log is read once and shuffled once at full size (its deduplication); everything
+    after works on aggregates. The offsets are aggregated first (``ob``: the newest change per key
+    and bucket); the offsets they name (and offset 0, where a queue never pulled starts) are the
+    only candidates for the head of a backlog, so the messages' pass flags those rows (a broadcast
+    join of the candidates) and keeps their ``produced_at`` in its per-bucket aggregate (``mb``):
+    the ages need no second read of the messages. With ``persisted`` (a list: the jobs pass one)
+    the two aggregates — read by the incarnations, the keys and the grid's joins — are persisted
+    and appended to it, for the caller to ``unpersist()`` once the report is written; without it
+    Spark computes them for each branch again (small frames are fine; 10M rows are not).
+    (Before: the cleaned logs persisted whole and read by every branch, the grid computed twice
+    for the ages: 49 exchanges, 153 → 55.8 s at 10M rows; docs/benchmarks.md.)"""
     last_b = as_of_ms // bucket_ms
-    m = (clean_messages(messages).where(F.col("produced_at") <= as_of_ms)
-         .select("topic", "inc", "queue", "offset", "produced_at")
-         .withColumn("b", F.floor(F.col("produced_at") / bucket_ms).cast("long")))
-    o = (clean_offsets(offsets).where(F.col("at") <= as_of_ms)
-         .select("group", "client_id", "topic", "inc", "queue", "committed_offset", "at", "seq")
-         .withColumn("b", F.floor(F.col("at") / bucket_ms).cast("long"))
-         .withColumn("order", seq_order("seq")))
-    if persisted is not None:
-        m, o = m.persist(), o.persist()
-        persisted += [m, o]
 
-    mb = m.groupBy("topic", "inc", "queue", "b").agg(
-        F.count(F.lit(1)).alias("produced_in_bucket"), (F.max("offset") + 1).alias("end_in_bucket"))
-    ob = o.groupBy(*GROUP_KEYS, "inc", "b").agg(
-        F.max(F.struct("order", "committed_offset")).alias("latest_b"))
+    def keep(df):
+        if persisted is None:
+            return df
+        df = df.persist()
+        persisted.append(df)
+        return df
+
+    # the offsets: one row per key and bucket with the change of the highest sequence number. No
+    # deduplication first: a stream record written twice is the same change twice, and a maximum
+    # does not count (what clean_offsets removes changes nothing here)
+    o = (offsets.where(F.col("group").isNotNull() & F.col("topic").isNotNull()
+                       & F.col("committed_offset").isNotNull() & (F.col("at") <= as_of_ms))
+         .select("group", F.coalesce(F.col("client_id"), F.lit("")).alias("client_id"), "topic", incarnation(),
+                 "queue", "committed_offset", F.floor(F.col("at") / bucket_ms).cast("long").alias("b"),
+                 seq_order("seq").alias("order")))
+    ob = keep(o.groupBy(*GROUP_KEYS, "inc", "b").agg(
+        F.max(F.struct("order", "committed_offset")).alias("latest_b")))
+    # the messages: a message is (topic, inc, queue, offset) (clean_messages), and a bucket's count
+    # is of distinct offsets — counted in blocks of 64 offsets, one bit each (a message written twice
+    # sets its bit twice), so the map side sends one row per block, not one per message. A backlog's
+    # head is the message at ``committed``: 0 or an offset some change committed; those rows (a
+    # broadcast join of the candidates) keep their own group, with their ``produced_at``.
+    heads_wanted = (ob.select("topic", "inc", "queue", F.col("latest_b.committed_offset").alias("offset"))
+                    .distinct().withColumn("_wanted", F.lit(True)))
+    m = (messages.where(F.col("topic").isNotNull() & F.col("offset").isNotNull()
+                        & (F.col("produced_at") <= as_of_ms))
+         .select("topic", incarnation(), "queue", "offset", "produced_at")
+         .join(F.broadcast(heads_wanted), ["topic", "inc", "queue", "offset"], "left"))
+    blocks = keep(m.groupBy(
+        "topic", "inc", "queue", F.floor(F.col("produced_at") / bucket_ms).cast("long").alias("b"),
+        F.shiftright("offset", 6).alias("block"),
+        F.when((F.col("offset") == 0) | F.col("_wanted"), F.col("offset")).alias("head"),
+    ).agg(F.bit_or(F.expr("shiftleft(1L, int(offset & 63))")).alias("bits"),
+          F.max("offset").alias("last"), F.min("produced_at").alias("head_at")))
+    # (whether a row is a head's is a function of its message: a message's copies all set their bit
+    # in one group, so the groups of a block hold disjoint bits and their counts add up)
+    mb = keep(blocks.groupBy("topic", "inc", "queue", "b")
+              .agg(F.sum(F.bit_count("bits")).cast("long").alias("produced_in_bucket"),
+                   (F.max("last") + 1).alias("end_in_bucket")))
     # (topic, inc) is the log; the grid is built for each topic's newest incarnation only (the
     # inner join with ``starts``), so the left joins below take only that log's rows
     starts = current_incarnation(
         mb.select("topic", "inc", "b").unionByName(ob.select("topic", "inc", "b"))
         .groupBy("topic", "inc").agg(F.min("b").alias("start_b")))
     # (a group seen in an older incarnation's offsets only still gets the newest one's queues, at 0)
-    keys = (o.select("group", "client_id", "topic").distinct()
+    keys = (ob.select("group", "client_id", "topic").distinct()
             .join(mb.select("topic", "inc", "queue").distinct(), "topic")
             .unionByName(ob.select(*GROUP_KEYS, "inc"))
             .distinct())
@@ -132,11 +161,10 @@ def backlog(messages: DataFrame, offsets: DataFrame, as_of_ms: int, bucket_ms: i
     g = (g.withColumn("production_rate", (F.col("produced_in_bucket") / secs).cast("double"))
          .withColumn("consumption_rate", (F.col("consumed_in_bucket") / secs).cast("double")))
 
-    # age of the oldest unconsumed message: the message at ``committed`` (grid rows with a backlog)
-    pending = (g.where(F.col("backlog") > 0)
-               .select("topic", "inc", "queue", F.col("committed").alias("offset")).distinct())
-    heads = (m.join(F.broadcast(pending), ["topic", "inc", "queue", "offset"])
-             .select("topic", "inc", "queue", F.col("offset").alias("committed"), "produced_at"))
+    # age of the oldest unconsumed message: the message at ``committed`` (one row per message; a
+    # message written twice with two clocks' ``produced_at``: the earliest)
+    heads = (blocks.where(F.col("head").isNotNull()).groupBy("topic", "inc", "queue", F.col("head").alias("committed"))
+             .agg(F.min("head_at").alias("produced_at")))
     g = (g.join(heads, ["topic", "inc", "queue", "committed"], "left")
          .withColumn("oldest_unconsumed_age_ms",
                      F.when(F.col("backlog") > 0,
