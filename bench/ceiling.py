@@ -47,8 +47,8 @@ QUEUES_MAX = 64
 
 
 class Counts:
-    """The store calls of the run (botocore hooks on every client): per operation, sent and failed
-    on a condition; the bytes of each segment put."""
+    """The store calls of the run (``bench/queue.py``'s botocore hooks on every client call them):
+    per operation, sent and failed on a condition; the bytes of each segment put."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -69,20 +69,6 @@ class Counts:
             if op == "PutItem" and "segments" in params.get("TableName", "").lower() and not err:
                 item = params.get("Item") or {}
                 self.seg_bytes.append(sum(len(k) + len(str(v)) for k, v in item.items()))
-
-
-def install(counts: Counts) -> None:
-    import botocore.session
-
-    original = botocore.session.Session.create_client
-
-    def create_client(self, *a, **kw):
-        c = original(self, *a, **kw)
-        c.meta.events.register("before-parameter-build.dynamodb.*", counts.before)
-        c.meta.events.register("after-call.dynamodb.*", counts.after)
-        return c
-
-    botocore.session.Session.create_client = create_client
 
 
 def start() -> object:
@@ -157,7 +143,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer producers and requests (under a minute)")
     args = ap.parse_args()
     counts = Counts()
-    install(counts)
+    _local.bench_queue().install_hooks(counts)  # the queue bench's botocore hooks, with these counts
     moto = start()
     reqs = 60 if args.quick else 300
     plan = [(1, n, 1, False) for n in ((1, 4) if args.quick else (1, 2, 4, 8, 16))]
