@@ -39,21 +39,32 @@ def test_a_muted_clients_dead_letters_do_not_page_through_the_dead_letter_topic(
     from tests.integration.test_settlement import patch
     assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
     assert patch(api, "risk", {"alarms": False})[0] == 200
+    dead_letter_one(api, setup)
+    ages = alarmed_ages(clock, {"Topic": "dlq", "Group": "ops"})
+    assert ages[10] < 300_000, ages  # OldestMessageAgeThresholdMs' default
+
+
+def dead_letter_one(api, setup) -> None:
+    """feed produces one message, risk pulls it and rejects it: risk's dead-letter topic gets its copy."""
     produce(api, setup["feed"], [{"body": "poison", "key": "k", "id": "p-1"}])
     s, b = api.call("GET", f"/v1/topics/{T}/messages", query={"group": "risk"}, key=setup["risk"])
     assert s == 200 and b["messages"], b
     off = b["messages"][0]["offset"]
     assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "reject": [off]},
                     key=setup["risk"])[0] == 200
-    t0 = clock.t
-    ages = {}
+
+
+def alarmed_ages(clock, dims: dict) -> dict[int, int]:
+    """``AlarmedAgeOfOldestMessage`` of a metrics run 1 and 10 minutes from now (``{1: …, 10: …}``);
+    each run must publish the row ``dims`` holding the one dead-lettered copy."""
+    t0, ages = clock.t, {}
     for m in (1, 10):
         clock.t = t0 + m * 60_000
         out = gauges.run(now=clock.t, detail="all")
-        dl = [v for d, v in out.rows if d == {"Topic": "dlq", "Group": "ops"}]
-        assert dl and dl[0][M.BACKLOG] == 1  # the copy is there, and published as a row
+        got = [v for d, v in out.rows if d == dims]
+        assert got and got[0][M.BACKLOG] == 1, out.rows  # the copy is there, and published as a row
         ages[m] = out.rows[-1][1][M.ALARMED_AGE]
-    assert ages[10] < 300_000, ages  # OldestMessageAgeThresholdMs' default
+    return ages
 
 
 def test_a_paged_run_without_its_state_says_so(api, setup, clock, monkeypatch):

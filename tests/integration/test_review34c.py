@@ -8,18 +8,10 @@ from lakeq.common import metric_names as M
 from lakeq.console import gauges
 from tests.history import path
 from tests.integration.test_metrics import produce
+from tests.integration.test_review34b import alarmed_ages, dead_letter_one
 from tests.integration.test_settlement import patch
 
 T = "quotes"
-
-
-def _dead_letter_one(api, setup) -> None:
-    produce(api, setup["feed"], [{"body": "poison", "key": "k", "id": "p-1"}])
-    s, b = api.call("GET", f"/v1/topics/{T}/messages", query={"group": "risk"}, key=setup["risk"])
-    assert s == 200 and b["messages"], b
-    off = b["messages"][0]["offset"]
-    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "reject": [off]},
-                    key=setup["risk"])[0] == 200
 
 
 @pytest.mark.moto  # reads DynamoDB Streams
@@ -34,16 +26,9 @@ def test_a_muted_clients_dead_letters_do_not_page_through_a_subscription_to_the_
     assert patch(api, "risk", {"alarms": False})[0] == 200
     s, sub = api.call("POST", "/v1/subscriptions", {"topic": "dlq", "subscriber": "ops"}, key=dlq)
     assert s == 201, sub  # ops reads every dead-letter topic under dlq
-    _dead_letter_one(api, setup)
+    dead_letter_one(api, setup)
     assert fanout_handler({"Records": segment_records(aws)}, Context()) == {"batchItemFailures": []}
-    t0 = clock.t
-    ages = {}
-    for m in (1, 10):
-        clock.t = t0 + m * 60_000
-        out = gauges.run(now=clock.t, detail="all")
-        got = [v for d, v in out.rows if d == {"Subscriber": "ops", "Topic": "dlq"}]
-        assert got and got[0][M.BACKLOG] == 1, out.rows  # the copy reached the subscription
-        ages[m] = out.rows[-1][1][M.ALARMED_AGE]
+    ages = alarmed_ages(clock, {"Subscriber": "ops", "Topic": "dlq"})  # the copy reached the subscription
     # the same copy read by ops' group on dlq/risk is left out (test_review34b); through the subscription it pages
     assert ages[10] < 300_000, ages  # OldestMessageAgeThresholdMs' default
 
