@@ -323,7 +323,8 @@ def test_the_pair_build_does_not_test_every_grant_against_every_topic(monkeypatc
     from lakeq.console import gauges
     topics = [NS(name=f"t{i:03d}" + ("/sub" if i % 2 else ""), queues=1) for i in range(100)]
     consumers = [NS(name=f"c{j:02d}", role="consumer", mode="broadcasting" if j == 7 else "clustering",
-                    alarms_muted=None, topics=[f"x{j}-{k}" for k in range(98)] + [f"t{j:03d}", f"t{j + 1:03d}/sub"])
+                    alarms_muted=None, dead_letter_topic=None,
+                    topics=[f"x{j}-{k}" for k in range(98)] + [f"t{j:03d}", f"t{j + 1:03d}/sub"])
                  for j in range(50)]
     calls = []
 

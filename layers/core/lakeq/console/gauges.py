@@ -230,15 +230,15 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         for k, v in vals.items():
             totals[k] = max(totals[k], v) if k == M.AGE else totals[k] + v
         seen[row_key(kind, a, b)] = (vals[M.BACKLOG], now - vals[M.AGE] if vals[M.AGE] else None)
-    # what the alarms watch: from every row's last visit (this run's page fresh, the others' at most
-    # `pages` minutes old), so they see the whole deployment each minute however many rows it has
-    # left out of them: a muted client's rows, and the rows of dead-letter topics (the dead-letter
-    # alarm covers what arrives there; a muted client's dead letters would page through them)
-    # a subscription's own dead-letter topic counts only when the admin key named it: one its key named
+    # what the alarms watch: from every row as last read (this run's rows fresh, the others as the
+    # state remembers them), so they see the whole deployment each minute however many rows it has.
+    # Left out of them: a muted client's rows, and the rows of dead-letter topics (the dead-letter
+    # alarm covers what arrives there; a muted client's dead letters would page through them); a
+    # subscription's own dead-letter topic counts only when the admin key named it: one its key named
     # receives copies only while the client's setting names it (lakeq.consume.settle.granted), and that
     # setting is in the set already; once the admin moves it, the key's stale name excludes nothing
-    dlq = ({getattr(c, "dead_letter_topic", None) for c in consumers}
-           | {s.dead_letter_topic for s in listed if getattr(s, "dead_letter_by", None) == "admin"}) - {None}
+    dlq = ({c.dead_letter_topic for c in consumers}
+           | {s.dead_letter_topic for s in listed if s.dead_letter_by == "admin"}) - {None}
     out_of_alarms = {row_key(*r): bool(r[2].alarms_muted) or (r[1].name if r[0] == "pair" else r[1].topic) in dlq
                      for r in rows}
     out.state, age, growing = remember(previous, out_of_alarms, seen, minute, now, pages)
