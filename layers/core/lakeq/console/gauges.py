@@ -170,11 +170,12 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     units = [[r] for r in pair_rows] + [list(g) for _, g in groupby(sub_rows, key=lambda r: (r[1].subscriber,
                                                                                              r[1].topic))]
     out = Gauges(total_rows=len(rows))
+    key_of = {id(r): row_key(*r) for r in rows}  # each row's name in the state, hashed once a run
     book = paginate(units, max_rows)
     pages = max(1, len(book))
     minute = now // MINUTE_MS
     if remembered_rows(previous) is not None and not state_lost:  # the rows read longest ago first
-        mine = schedule(units, previous, max_rows, minute)
+        mine = schedule(units, previous, max_rows, minute, key=lambda r: key_of[id(r)])
     else:  # no state: page `minute mod pages`, its first unit rotating by the page's turn
         mine = book[minute % pages] if book else []
         if mine:
@@ -189,7 +190,8 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     seen: dict[str, tuple[int, int | None]] = {}
     delayed = 0
     errors: dict = {}
-    for kind, a, b in todo:
+    for r in todo:
+        kind, a, b = r
         if deadline is not None and _clock.now() >= deadline:
             out.truncated = out.cut = True
             break
@@ -229,7 +231,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
         out.published += 1
         for k, v in vals.items():
             totals[k] = max(totals[k], v) if k == M.AGE else totals[k] + v
-        seen[row_key(kind, a, b)] = (vals[M.BACKLOG], now - vals[M.AGE] if vals[M.AGE] else None)
+        seen[key_of[id(r)]] = (vals[M.BACKLOG], now - vals[M.AGE] if vals[M.AGE] else None)
     # what the alarms watch: from every row as last read (this run's rows fresh, the others as the
     # state remembers them), so they see the whole deployment each minute however many rows it has.
     # Left out of them: a muted client's rows, and the rows of dead-letter topics (the dead-letter
@@ -239,7 +241,7 @@ def compute(now: int | None = None, deadline: int | None = None, max_rows: int =
     # setting is in the set already; once the admin moves it, the key's stale name excludes nothing
     dlq = ({c.dead_letter_topic for c in consumers}
            | {s.dead_letter_topic for s in listed if s.dead_letter_by == "admin"}) - {None}
-    out_of_alarms = {row_key(*r): bool(r[2].alarms_muted) or (r[1].name if r[0] == "pair" else r[1].topic) in dlq
+    out_of_alarms = {key_of[id(r)]: bool(r[2].alarms_muted) or (r[1].name if r[0] == "pair" else r[1].topic) in dlq
                      for r in rows}
     out.state, age, growing = remember(previous, out_of_alarms, seen, minute, now, pages)
     run = {M.PUBLISHER_ROWS: out.published, M.PUBLISHER_TRUNCATED: int(out.cut or (state_lost and pages > 1)),
@@ -311,11 +313,13 @@ def remembered_rows(previous) -> dict | None:
     return None
 
 
-def schedule(units: list[list], previous: dict | None, max_rows: int, minute: int) -> list[list]:
+def schedule(units: list[list], previous: dict | None, max_rows: int, minute: int,
+             key: Callable[[tuple], str] = lambda r: row_key(*r)) -> list[list]:
     """The units this run reads: those read longest ago first (a unit's last read: its rows'
     oldest; a row never read counts as read the minute before a run first listed it — this run for
     one listed now — so a new subscription waits its turn behind the rows read before it appeared), in their
-    order on ties, until ``max_rows`` rows (at least one unit). By what the state (``previous``,
+    order on ties, until ``max_rows`` rows (at least one unit); ``key``: a row's key in the state.
+    By what the state (``previous``,
     :func:`remember`) says and not by position, so a key that adds and removes subscriptions moves
     no other row out of its turn, and a run cut by its deadline leaves its unread rows first for the
     next run.
@@ -336,7 +340,7 @@ def schedule(units: list[list], previous: dict | None, max_rows: int, minute: in
     def last(u: list) -> int:  # a row listed at minute m and not read yet counts as read at m - 1
         out = minute
         for r in u:
-            k = row_key(*r)
+            k = key(r)
             e = _entry(rows.get(k))
             out = min(out, e[2] if e is not None else listed.get(k, minute) - 1)
         return out
