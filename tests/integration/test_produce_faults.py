@@ -299,3 +299,19 @@ def test_head_update_meeting_a_transaction_is_retried(api, setup, aws):
         out = load_function("HeadsFunction")({"Records": segment_records(aws)}, Context())
     assert hook.left == 0 and out["moved"] == 1
     assert int(QueueModel.get(f"quotes/sh#{q}").max_offset) == 2
+
+
+@pytest.mark.parametrize("delay_ms", [0, 60_000])
+def test_a_change_marker_that_cannot_be_bumped_fails_no_produce(api, setup, monkeypatch, delay_ms):
+    """The topic's change marker (issue 33) is a hint for waiting long polls: the appends stand
+    without it. An append's failed bump was logged and the produce answered; a delayed produce's
+    bump raised instead, so the request failed after its delayed messages were stored (a retry
+    without ids would store them twice). Both answer now."""
+    from lakeq.store.queue_log import LogRepo
+
+    def throttled(topic, now):
+        raise RuntimeError("ProvisionedThroughputExceededException (injected)")
+    monkeypatch.setattr(LogRepo, "bump_change", staticmethod(throttled))
+    s, b = produce(api, setup["feed"], [{"body": "a", "key": "k", "delay_ms": delay_ms}])
+    assert s == 200, b
+    assert b["results"][0]["id"], b

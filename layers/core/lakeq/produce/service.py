@@ -23,9 +23,8 @@ from lakeq.log import segments as seg
 from lakeq.log.produce_plan import plan_parts as _plan_parts
 from lakeq.log.produce_plan import queue_for_key
 from lakeq.produce import delayed as _delayed
-from lakeq.store.append import Contended, append_at_head
+from lakeq.store.append import Contended, append_at_head, bump_change_hint
 from lakeq.store.bodies import BodyStore
-from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Topic
 
 
@@ -81,7 +80,7 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
     for q, ditems in sorted(delayed.items()):
         _delayed.produce_delayed(log, q, ditems, results, now)
     if delayed:  # a long poll waiting on the topic learns the new next_due from its marker (issue 33;
-        LogRepo.bump_change(log, _clock.now())  # the appends above bumped it already, at most once a second)
+        bump_change_hint(log)  # the appends above bumped it already, at most once a second)
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}

@@ -104,11 +104,20 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
             items = items[n:]
         return True
     finally:
-        if wrote and not is_list(log):  # a topic's long polls wait on its change marker (issue 33)
-            try:
-                LogRepo.bump_change(log, clock.now())
-            except Exception:  # noqa: BLE001 - a hint: the appends stand; waiting polls see them at their next full round
-                logging.getLogger(__name__).warning("change marker not bumped", exc_info=True)
+        if wrote:
+            bump_change_hint(log)
+
+
+def bump_change_hint(log: str) -> None:
+    """After writes to log ``log``: move its change marker when it is a topic's (issue 33: its long
+    polls wait on it; :meth:`LogRepo.bump_change`). A hint: a failed bump is logged, never raised
+    (the writes stand; a waiting poll sees them at its next full round)."""
+    if is_list(log):
+        return
+    try:
+        LogRepo.bump_change(log, clock.now())
+    except Exception:  # noqa: BLE001 - a hint, see above
+        logging.getLogger(__name__).warning("change marker not bumped", exc_info=True)
 
 
 def append_copies(log: str, n_queues: int, msgs: list, now: int) -> int:
