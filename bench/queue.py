@@ -481,19 +481,22 @@ def main() -> None:
               f"{pulls['empty']} empty)")
     print()
     print("## dollars per million messages (produce + pull + ack), us-east-1 list prices")
-    print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'SQS':>8} {'DynamoDB/SQS':>13} "
-          f"{'w/o empty pulls**':>18} {'/SQS':>6}")
+    print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'via URLs*':>10} {'SQS':>8} "
+          f"{'DynamoDB/SQS':>13} {'all-in/SQS':>11} {'URLs/SQS':>9} {'w/o empty pulls**':>18} {'/SQS':>6}")
     for (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), (*_, (ew, er)) in zip(rows, details):
         ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
         busy = ((pw + cw - ew) * PRICE_WRU + (pr + cr - er) * PRICE_RRU) / n * 1e6
         # produce: 1 HTTP request per batch; pull: 1 per batch (the ack rides on the next pull)
         reqs = 2 / batch
-        per_req = PRICE_HTTP_API_REQUEST + PRICE_LAMBDA_REQUEST + LAMBDA_MB / 1024 * LAMBDA_MS_ESTIMATE / 1000 * PRICE_LAMBDA_GBS_ARM
-        allin = ddb + reqs * per_req * 1e6
+        per_invocation = PRICE_LAMBDA_REQUEST + LAMBDA_MB / 1024 * LAMBDA_MS_ESTIMATE / 1000 * PRICE_LAMBDA_GBS_ARM
+        urls = ddb + reqs * per_invocation * 1e6  # ProduceFunctionUrl / ConsumeFunctionUrl: no gateway fee
+        allin = urls + reqs * PRICE_HTTP_API_REQUEST * 1e6
         sqs = sqs_price_per_million(batch)
-        print(f"{batch:>5} {ddb:>15.3f} {allin:>14.3f} {sqs:>8.3f} {ddb / sqs:>13.2f} {busy:>18.3f} {busy / sqs:>6.2f}")
+        print(f"{batch:>5} {ddb:>15.3f} {allin:>14.3f} {urls:>10.3f} {sqs:>8.3f} {ddb / sqs:>13.2f} "
+              f"{allin / sqs:>11.2f} {urls / sqs:>9.2f} {busy:>18.3f} {busy / sqs:>6.2f}")
     print("* all-in adds API Gateway HTTP API and Lambda requests (2 per batch) and an estimated "
-          f"{LAMBDA_MS_ESTIMATE} ms x {LAMBDA_MB} MB arm64 per invocation")
+          f"{LAMBDA_MS_ESTIMATE} ms x {LAMBDA_MB} MB arm64 per invocation; via URLs: the same through the "
+          "functions' URLs (ProduceFunctionUrl, ConsumeFunctionUrl), without API Gateway's request fee")
     print("** the DynamoDB cost without the pulls that came back empty (threads waiting at the end of a run for "
           "the last batches others hold; their number depends on timing), as SQS's price above counts no empty "
           "receive")
