@@ -33,8 +33,13 @@ SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000)
 POLL_MIN_MS, POLL_MAX_MS = 50, 500
 # The long poll's waiting rounds on a topic (issue 33; docs/design.md "The long poll's waiting rounds"):
 # while the topic's change marker (lakeq.store.queue_log.LogRepo.change) stands still, a round reads
-# it alone, every WAIT_ROUND_MS (a new message is found within that of its produce's bump)
+# it alone, every WAIT_ROUND_MS (a new message is found within that of its produce's bump, + a full round)
 WAIT_ROUND_MS = 1000
+# ... every WAIT_ROUND_ACTIVE_MS while the topic is active (its marker bumped within ACTIVE_MS: the
+# window in which full rounds probe the chains too), so a message produced right after a round read
+# the marker is answered within 1 s of its produce's answer, a full round included (issue 33: 1 s + a
+# round at WAIT_ROUND_MS). A quiet topic's idle poll reads the marker once a second as before.
+WAIT_ROUND_ACTIVE_MS = 250
 # a topic bumped more than this long ago: every append before it is taken as shown by the queue
 # items' max_offset (the stream's head mover runs within seconds), so a full round probes no chain
 HEADS_SETTLE_MS = 10_000
@@ -43,6 +48,7 @@ HEADS_SETTLE_MS = 10_000
 PROBE_NET_MS = 60_000
 _PROBED: dict[tuple, int] = {}  # (log, owner, only) -> when this container last probed (epoch ms)
 PROBED_KEPT = 4096
+ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
 LogReader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
@@ -270,14 +276,26 @@ def _must_probe(log: "TopicLog", now: int) -> bool:
     :data:`PROBE_NET_MS`)."""
     key = (log.name, log.owner, None if log.only is None else frozenset(log.only))
     last = _PROBED.get(key)
-    c = log.change
-    recent = c is not None and now < c.at + CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
+    recent = active(log.change, now)
     net = last is None or not 0 <= now - last < PROBE_NET_MS
     if recent or net:
         if len(_PROBED) >= PROBED_KEPT and key not in _PROBED:
             _PROBED.clear()
         _PROBED[key] = now
     return recent or net
+
+
+def active(change, now: int) -> bool:
+    """Whether a topic whose marker reads ``change`` was bumped less than :data:`ACTIVE_MS` before
+    ``now``: its recent appends may not be on the queue items yet (a full round probes the chains),
+    and more may follow (a waiting round reads the marker every :data:`WAIT_ROUND_ACTIVE_MS`)."""
+    return change is not None and now < change.at + ACTIVE_MS
+
+
+def wait_round_ms(change, now: int) -> int:
+    """The time between a long poll's waiting rounds at ``now`` on a topic whose marker reads
+    ``change``: :data:`WAIT_ROUND_ACTIVE_MS` while it is :func:`active`, else :data:`WAIT_ROUND_MS`."""
+    return WAIT_ROUND_ACTIVE_MS if active(change, now) else WAIT_ROUND_MS
 
 
 def forget_probes() -> None:
@@ -635,7 +653,8 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
     - The full round read the marker inside its unsignalled window (a bump less than
       ``CHANGE_EVERY_MS + CHANGE_SKEW_MS`` before it: appends the bumping container did not signal
       may follow): sleep ``poll`` (the 50 ms doubling to 500 ms rounds) and run a full round again.
-    - Otherwise every ``WAIT_ROUND_MS`` (sooner when a delayed message is due or a lock ends):
+    - Otherwise every ``WAIT_ROUND_MS``, or ``WAIT_ROUND_ACTIVE_MS`` while the topic is active
+      (:func:`wait_round_ms`; sooner when a delayed message is due or a lock ends):
       a delayed message due (:meth:`Log.wake_at`) or a queue lockable now that was not at the full
       round (a lock that ended: :func:`lakeq.log.selection.candidates` on the same views) → True;
       else one strongly consistent GetItem of the marker (:meth:`LogRepo.change`): moved → True.
@@ -653,7 +672,7 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
         if not log.settled_since(full_at):
             time.sleep(_sleep_ms(min(poll, remaining), wake) / 1000)
             return clock.now() < deadline
-        step = min(WAIT_ROUND_MS, remaining)
+        step = min(wait_round_ms(log.change, now), remaining)
         ends = [v.lock_until for v in views if v.lock_until > now]
         for at in ([wake] if wake is not None else []) + ([min(ends)] if ends else []):
             step = min(step, max(at - now, 0) + 5)
@@ -665,8 +684,8 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
             return True
         if any(v.queue not in tried for v in candidates(views, now, allowed)):
             return True
-        if deadline - now <= WAIT_ROUND_MS:  # the poll's last round: the topic item too, for the next poll
-            change = LogRepo.change_and_topic(log.name, topic_of_log(log.name))
+        if deadline - now <= wait_round_ms(log.change, now):  # the poll's last round: the topic item
+            change = LogRepo.change_and_topic(log.name, topic_of_log(log.name))  # too, for the next poll
         else:
             change = LogRepo.change(log.name)
         if change != log.change:
