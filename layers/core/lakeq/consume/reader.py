@@ -207,10 +207,11 @@ class TopicLog(Log):
                  only: set[int] | None = None, hints_max_age_s: float = 0.0):
         super().__init__(name, owner, meta, n_queues, lock_owner, only)
         self.hints_max_age_s = hints_max_age_s
-        # the native pull waits on the topic's change marker (issue 33); the SQS endpoint's receives
-        # (a copy of the queue items) wait as before
-        self.waits_on_change = hints_max_age_s <= 0
+        # a long poll waits on the topic's change marker (issue 33): the native pull's and the SQS
+        # endpoint's receives (whose marker comes with the copy of the queue items, as old as they are)
+        self.waits_on_change = True
         self.change = None  # the marker as the last full round read it (None: never bumped)
+        self.moved = False  # a waiting round saw the marker move: the next full round reads the items
 
     _copied = False
 
@@ -218,7 +219,9 @@ class TopicLog(Log):
         if self.hints_max_age_s <= 0:  # the queue items and the change marker: one BatchGetItem
             metas, self.change = LogRepo.queues_and_change(self.name, self.n_queues, only=self.only)
             return metas
-        metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only)
+        metas, self.change, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s,
+                                                               only=self.only, refresh=self.moved)
+        self.moved = False
         return metas
 
     def probe(self, views: list[QueueView], now: int, allowed: set[int] | None) -> list[QueueView]:
@@ -226,8 +229,9 @@ class TopicLog(Log):
         less than ``CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS`` ago (its recent appends,
         signalled or not, may not be on the queue items yet), or this container has not probed this
         log for this owner for :data:`PROBE_NET_MS`. A quiet topic's pull probes nothing: its
-        queue items' ``max_offset`` are its heads (issue 33)."""
-        if not self.waits_on_change or _must_probe(self, now):
+        queue items' ``max_offset`` are its heads (issue 33). A pull ranked by the container's copy
+        of the queue items (the SQS endpoint's) probes as before."""
+        if self.hints_max_age_s > 0 or _must_probe(self, now):
             return super().probe(views, now, allowed)
         return views
 
@@ -246,8 +250,8 @@ class TopicLog(Log):
         promotion brings; a poll comes back empty only after they said so too."""
         if not self._copied:
             return None
-        metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only,
-                                                  refresh=True)
+        metas, self.change, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s,
+                                                               only=self.only, refresh=True)
         self.promote(metas)
         return views_of(metas, self._recs)
 
@@ -637,7 +641,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         remaining = deadline - clock.now()
         if remaining <= 0:
             return {"messages": [], "receipt": None}
-        if getattr(log, "waits_on_change", False):  # a topic's native pull: wait on its change marker
+        if getattr(log, "waits_on_change", False):  # a topic (native pull, SQS receive): wait on its change marker
             if not _wait_for_change(log, now, deadline, allowed, poll):
                 return {"messages": [], "receipt": None}
         else:
@@ -684,9 +688,11 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
             return True
         if any(v.queue not in tried for v in candidates(views, now, allowed)):
             return True
-        if deadline - now <= wait_round_ms(log.change, now):  # the poll's last round: the topic item
-            change = LogRepo.change_and_topic(log.name, topic_of_log(log.name))  # too, for the next poll
+        if log.hints_max_age_s <= 0 and deadline - now <= wait_round_ms(log.change, now):
+            # the native poll's last round: the topic item too, for the next poll
+            change = LogRepo.change_and_topic(log.name, topic_of_log(log.name))
         else:
             change = LogRepo.change(log.name)
         if change != log.change:
+            log.moved = True
             return True
