@@ -166,6 +166,56 @@ def test_a_second_produce_the_container_did_not_signal_is_still_returned(api, cl
     assert len(bumps) == 2 and bumps[0] == bumps[1]  # the second produce did not bump the marker
 
 
+class CallTime:
+    """Hook: each store call takes ``ms`` of fake time (a round's own reads and writes, as on moto
+    or AWS: the local stack's calls take ~50 ms under load, a produce request ~190 ms)."""
+
+    def __init__(self, clock, ms: int):
+        self.clock, self.ms = clock, ms
+
+    def before(self, call) -> None:
+        pass
+
+    def after(self, call, response: dict) -> dict:
+        self.clock.t += self.ms
+        return response
+
+
+def test_a_message_produced_right_after_a_waiting_round_read_the_marker_comes_within_a_second(api, clock, monkeypatch):
+    """The tail of issue 33's 1-s bound (bench/idle.py: max 1,539 ms): a produce that lands just after
+    a waiting round read the marker is seen at the next marker read, then a full round reads, locks
+    and answers. With rounds a second apart that is 1 s + a full round after the produce's answer.
+    While the topic is active (bumped within the window in which full rounds probe the chains) the
+    waiting rounds read the marker every ``WAIT_ROUND_ACTIVE_MS`` instead, so the message is
+    answered within 1 s of the produce's answer; every store call here takes 50 ms of fake time.
+    Failed before (1,040 ms after the answer: the next marker read a second after the previous one; 300
+    ms now)."""
+    from lakeq.consume import reader
+    feed, cons = topic64(api)
+    produce(api, feed, [{"body": "first", "key": "k0"}])  # the topic is active: bumped now
+    b = pull(api, cons, wait_ms=0)
+    assert [m["body"] for m in b["messages"]] == ["first"]
+    ok(api.call("POST", "/v1/acks", {"group": "c64", "receipt": b["receipt"]}, key=cons))
+    clock.t += 2000  # past that bump's unsignalled window: the poll waits on the marker
+    answered = []
+    n = [0]
+
+    def sleep(s):
+        until = clock.t + max(1, round(s * 1000))
+        n[0] += 1
+        if n[0] == 2:  # a waiting round has just read the marker; 10 ms later a produce
+            clock.t += 10
+            produce(api, feed, [{"body": "late", "key": "k7"}])
+            answered.append(clock.t)
+        clock.t = max(clock.t, until)
+    monkeypatch.setattr(reader.time, "sleep", this_thread_sleep(sleep))
+    with interceptor.hooked(CallTime(clock, 50)):
+        b = pull(api, cons, wait_ms=20_000)
+    assert [m["body"] for m in b["messages"]] == ["late"]
+    assert answered, n[0]
+    assert clock.t - answered[0] <= 1000, clock.t - answered[0]
+
+
 def test_a_lock_that_ends_while_a_poll_waits_is_served_by_that_poll(api, clock, monkeypatch):
     """No produce signals a lock's end: the waiting rounds wake at the end of the earliest lock they
     saw and the same poll serves the message again (deliveries 2)."""

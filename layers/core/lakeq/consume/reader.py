@@ -33,8 +33,13 @@ SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000)
 POLL_MIN_MS, POLL_MAX_MS = 50, 500
 # The long poll's waiting rounds on a topic (issue 33; docs/design.md "The long poll's waiting rounds"):
 # while the topic's change marker (lakeq.store.queue_log.LogRepo.change) stands still, a round reads
-# it alone, every WAIT_ROUND_MS (a new message is found within that of its produce's bump)
+# it alone, every WAIT_ROUND_MS (a new message is found within that of its produce's bump, + a full round)
 WAIT_ROUND_MS = 1000
+# ... every WAIT_ROUND_ACTIVE_MS while the topic is active (its marker bumped within ACTIVE_MS: the
+# window in which full rounds probe the chains too), so a message produced right after a round read
+# the marker is answered within 1 s of its produce's answer, a full round included (issue 33: 1 s + a
+# round at WAIT_ROUND_MS). A quiet topic's idle poll reads the marker once a second as before.
+WAIT_ROUND_ACTIVE_MS = 250
 # a topic bumped more than this long ago: every append before it is taken as shown by the queue
 # items' max_offset (the stream's head mover runs within seconds), so a full round probes no chain
 HEADS_SETTLE_MS = 10_000
@@ -43,6 +48,7 @@ HEADS_SETTLE_MS = 10_000
 PROBE_NET_MS = 60_000
 _PROBED: dict[tuple, int] = {}  # (log, owner, only) -> when this container last probed (epoch ms)
 PROBED_KEPT = 4096
+ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
 LogReader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
@@ -201,10 +207,11 @@ class TopicLog(Log):
                  only: set[int] | None = None, hints_max_age_s: float = 0.0):
         super().__init__(name, owner, meta, n_queues, lock_owner, only)
         self.hints_max_age_s = hints_max_age_s
-        # the native pull waits on the topic's change marker (issue 33); the SQS endpoint's receives
-        # (a copy of the queue items) wait as before
-        self.waits_on_change = hints_max_age_s <= 0
+        # a long poll waits on the topic's change marker (issue 33): the native pull's and the SQS
+        # endpoint's receives (whose marker comes with the copy of the queue items, as old as they are)
+        self.waits_on_change = True
         self.change = None  # the marker as the last full round read it (None: never bumped)
+        self.moved = False  # a waiting round saw the marker move: the next full round reads the items
 
     _copied = False
 
@@ -212,7 +219,9 @@ class TopicLog(Log):
         if self.hints_max_age_s <= 0:  # the queue items and the change marker: one BatchGetItem
             metas, self.change = LogRepo.queues_and_change(self.name, self.n_queues, only=self.only)
             return metas
-        metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only)
+        metas, self.change, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s,
+                                                               only=self.only, refresh=self.moved)
+        self.moved = False
         return metas
 
     def probe(self, views: list[QueueView], now: int, allowed: set[int] | None) -> list[QueueView]:
@@ -220,8 +229,9 @@ class TopicLog(Log):
         less than ``CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS`` ago (its recent appends,
         signalled or not, may not be on the queue items yet), or this container has not probed this
         log for this owner for :data:`PROBE_NET_MS`. A quiet topic's pull probes nothing: its
-        queue items' ``max_offset`` are its heads (issue 33)."""
-        if not self.waits_on_change or _must_probe(self, now):
+        queue items' ``max_offset`` are its heads (issue 33). A pull ranked by the container's copy
+        of the queue items (the SQS endpoint's) probes as before."""
+        if self.hints_max_age_s > 0 or _must_probe(self, now):
             return super().probe(views, now, allowed)
         return views
 
@@ -240,8 +250,8 @@ class TopicLog(Log):
         promotion brings; a poll comes back empty only after they said so too."""
         if not self._copied:
             return None
-        metas, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s, only=self.only,
-                                                  refresh=True)
+        metas, self.change, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s,
+                                                               only=self.only, refresh=True)
         self.promote(metas)
         return views_of(metas, self._recs)
 
@@ -270,14 +280,26 @@ def _must_probe(log: "TopicLog", now: int) -> bool:
     :data:`PROBE_NET_MS`)."""
     key = (log.name, log.owner, None if log.only is None else frozenset(log.only))
     last = _PROBED.get(key)
-    c = log.change
-    recent = c is not None and now < c.at + CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
+    recent = active(log.change, now)
     net = last is None or not 0 <= now - last < PROBE_NET_MS
     if recent or net:
         if len(_PROBED) >= PROBED_KEPT and key not in _PROBED:
             _PROBED.clear()
         _PROBED[key] = now
     return recent or net
+
+
+def active(change, now: int) -> bool:
+    """Whether a topic whose marker reads ``change`` was bumped less than :data:`ACTIVE_MS` before
+    ``now``: its recent appends may not be on the queue items yet (a full round probes the chains),
+    and more may follow (a waiting round reads the marker every :data:`WAIT_ROUND_ACTIVE_MS`)."""
+    return change is not None and now < change.at + ACTIVE_MS
+
+
+def wait_round_ms(change, now: int) -> int:
+    """The time between a long poll's waiting rounds at ``now`` on a topic whose marker reads
+    ``change``: :data:`WAIT_ROUND_ACTIVE_MS` while it is :func:`active`, else :data:`WAIT_ROUND_MS`."""
+    return WAIT_ROUND_ACTIVE_MS if active(change, now) else WAIT_ROUND_MS
 
 
 def forget_probes() -> None:
@@ -619,7 +641,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         remaining = deadline - clock.now()
         if remaining <= 0:
             return {"messages": [], "receipt": None}
-        if getattr(log, "waits_on_change", False):  # a topic's native pull: wait on its change marker
+        if getattr(log, "waits_on_change", False):  # a topic (native pull, SQS receive): wait on its change marker
             if not _wait_for_change(log, now, deadline, allowed, poll):
                 return {"messages": [], "receipt": None}
         else:
@@ -635,7 +657,8 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
     - The full round read the marker inside its unsignalled window (a bump less than
       ``CHANGE_EVERY_MS + CHANGE_SKEW_MS`` before it: appends the bumping container did not signal
       may follow): sleep ``poll`` (the 50 ms doubling to 500 ms rounds) and run a full round again.
-    - Otherwise every ``WAIT_ROUND_MS`` (sooner when a delayed message is due or a lock ends):
+    - Otherwise every ``WAIT_ROUND_MS``, or ``WAIT_ROUND_ACTIVE_MS`` while the topic is active
+      (:func:`wait_round_ms`; sooner when a delayed message is due or a lock ends):
       a delayed message due (:meth:`Log.wake_at`) or a queue lockable now that was not at the full
       round (a lock that ended: :func:`lakeq.log.selection.candidates` on the same views) → True;
       else one strongly consistent GetItem of the marker (:meth:`LogRepo.change`): moved → True.
@@ -653,7 +676,7 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
         if not log.settled_since(full_at):
             time.sleep(_sleep_ms(min(poll, remaining), wake) / 1000)
             return clock.now() < deadline
-        step = min(WAIT_ROUND_MS, remaining)
+        step = min(wait_round_ms(log.change, now), remaining)
         ends = [v.lock_until for v in views if v.lock_until > now]
         for at in ([wake] if wake is not None else []) + ([min(ends)] if ends else []):
             step = min(step, max(at - now, 0) + 5)
@@ -665,9 +688,11 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
             return True
         if any(v.queue not in tried for v in candidates(views, now, allowed)):
             return True
-        if deadline - now <= WAIT_ROUND_MS:  # the poll's last round: the topic item too, for the next poll
+        if log.hints_max_age_s <= 0 and deadline - now <= wait_round_ms(log.change, now):
+            # the native poll's last round: the topic item too, for the next poll
             change = LogRepo.change_and_topic(log.name, topic_of_log(log.name))
         else:
             change = LogRepo.change(log.name)
         if change != log.change:
+            log.moved = True
             return True

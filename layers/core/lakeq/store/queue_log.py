@@ -113,6 +113,21 @@ def _change_of(item: dict) -> Change:
     return Change(int((item.get("wv") or {}).get("N") or 0), int((item.get("wat") or {}).get("N") or 0))
 
 
+def _split_change(topic: str, items: list[dict]) -> tuple[list[Queue], Change | None]:
+    """Raw items of topic ``topic``'s queues and of its change marker (:meth:`LogRepo._items_and_change`):
+    the queue records ordered by queue, and the marker (None: not among them, never bumped)."""
+    ck = change_key(topic)
+    change = None
+    metas = []
+    for item in items:
+        if item.get("pq", {}).get("S") == ck:
+            change = _change_of(item)
+        else:
+            metas.append(queue_from_item(item))
+    metas.sort(key=lambda m: int(m.queue))
+    return metas, change
+
+
 class LogRepo:
     @staticmethod
     def pq(topic: str, queue: int) -> str:
@@ -165,18 +180,15 @@ class LogRepo:
         """:meth:`queues` with ``exact=False`` (the hints) and the topic's change marker
         (:meth:`change`) in the same BatchGetItem (eventually consistent; +0.5 RRU): what a long
         poll's full round reads. The marker is None when no produce bumped it yet."""
+        return _split_change(topic, cls._items_and_change(topic, n, only))
+
+    @staticmethod
+    def _items_and_change(topic: str, n: int, only: Iterable[int] | None) -> list[dict]:
+        """The raw queue items :meth:`queue_items` reads and the topic's change-marker item, in one
+        BatchGetItem (eventually consistent)."""
         numbers = range(n) if only is None else sorted(q for q in set(only) if 0 <= q < n)
-        ck = change_key(topic)
-        items = _batch_get(QueueModel, [{"pq": queue_key(topic, q)} for q in numbers] + [{"pq": ck}])
-        change = None
-        metas = []
-        for item in items:
-            if item.get("pq", {}).get("S") == ck:
-                change = _change_of(item)
-            else:
-                metas.append(queue_from_item(item))
-        metas.sort(key=lambda m: int(m.queue))
-        return metas, change
+        keys = [{"pq": queue_key(topic, q)} for q in numbers] + [{"pq": change_key(topic)}]
+        return _batch_get(QueueModel, keys)
 
     @staticmethod
     def change(topic: str) -> Change | None:
@@ -250,7 +262,7 @@ class LogRepo:
 
     @classmethod
     def queue_hints(cls, topic: str, n: int, max_age_s: float, only: Iterable[int] | None = None,
-                    refresh: bool = False) -> tuple[list[Queue], bool]:
+                    refresh: bool = False) -> tuple[list[Queue], Change | None, bool]:
         """:meth:`queues` with ``exact=False`` (the hints), from the container's copy when it is
         younger than ``max_age_s`` (monotonic): no store call then. A pull that takes these (the
         SQS endpoint's receives, issue 16 item 4) ranks by hints at most that much older than the
@@ -261,8 +273,11 @@ class LogRepo:
         ``max_age_s`` when another container deletes it: see docs/costs.md "SQS endpoint: the
         queue items' copy"). Items naming delayed messages (``next_due``)
         are never kept: such a topic's pulls read them each time, so its promotions are due to the
-        millisecond. Fresh records each call (a poll moves their heads in memory), and whether they
-        came from the copy; ``refresh``: read the items now (and keep them). O(n)."""
+        millisecond. Fresh records each call (a poll moves their heads in memory), the topic's change
+        marker read with them (issue 33: in the same BatchGetItem, +0.5 RRU, and kept in the same
+        copy: a long poll waits on it, :func:`lakeq.consume.reader._wait_for_change`; as old as the
+        items, so never newer than what they show), and whether they came from the copy;
+        ``refresh``: read the items now (and keep them). O(n)."""
         key = (topic, n, None if only is None else tuple(sorted(set(only))))
         now = _monotonic()
         hit = None if refresh else _HINTS.get(key)
@@ -270,7 +285,7 @@ class LogRepo:
         if copied:
             items = hit[1]
         else:
-            items = cls.queue_items(topic, n, only=only)
+            items = cls._items_and_change(topic, n, only)
             if len(_HINTS) >= HINTS_KEPT:
                 for k, (until, _) in list(_HINTS.items()):
                     if until <= now:
@@ -279,7 +294,8 @@ class LogRepo:
                 _HINTS.pop(key, None)
             else:
                 _HINTS[key] = (now + max_age_s, items)
-        return sorted((queue_from_item(item) for item in items), key=lambda m: int(m.queue)), copied
+        metas, change = _split_change(topic, items)
+        return metas, change, copied
 
     @classmethod
     def queue(cls, topic: str, queue: int, consistent: bool = True, exact: bool = True) -> Queue | None:
