@@ -39,8 +39,12 @@ for _var in (
 # subprocesses, the local stacks' lake and replay jobs) on the JIT's first tier and the serial
 # collector: the same results, about half the JVM's CPU for these seconds-long jobs
 # (tests/spark/test_transforms.py: 105 -> 60 s of JVM CPU; test_replay_job_e2e.py 22.5 -> 11.3 s).
+# And their expressions interpreted, not compiled to Java first (tests/spark/conftest.py's
+# INTERPRETED, which says why): the Glue scripts run as Glue runs them
+# (tests/unit/test_glue_packaging.py) keep the code generation.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{JVM_OPTIONS}" pyspark-shell')
+SPARK_INTERPRETED = "--conf spark.sql.codegen.wholeStage=false --conf spark.sql.codegen.factoryMode=NO_CODEGEN"
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f'{SPARK_INTERPRETED} --driver-java-options "{JVM_OPTIONS}" pyspark-shell')
 os.environ["AWS_ACCESS_KEY_ID"] = "testing"
 os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ["AWS_DEFAULT_REGION"] = "us-east-1"

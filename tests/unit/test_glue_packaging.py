@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def isolated_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    # Spark's code generation on, as on Glue (the suite's other JVMs interpret: tests/conftest.py)
+    env["PYSPARK_SUBMIT_ARGS"] = re.sub(r"--conf spark\.sql\.codegen\.\S+\s*", "",
+                                        env.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
     env["TMPDIR"] = str(tmp_path / "tmp")
     (tmp_path / "tmp").mkdir(exist_ok=True)
     return env
