@@ -19,7 +19,17 @@ MESSAGES = StructType([
     StructField("properties", MapType(StringType(), StringType())),
     StructField("produced_at", LongType()), StructField("seq", StringType()),
     StructField("inc", LongType()),  # the topic's incarnation (lakeq.lake.archive); null (0) in older rows
+    # a dead-lettered copy's origin and cause (lakeq.lake.archive._dead_letter); null on other messages
+    StructField("dead_letter", StructType([
+        StructField("topic", StringType()), StructField("queue", LongType()), StructField("offset", LongType()),
+        StructField("id", StringType()), StructField("group", StringType()),
+        StructField("deliveries", LongType()), StructField("reason", StringType()), StructField("at", LongType())])),
 ])
+
+# what one write of an offsets record settled (lakeq.lake.archive.settlement_of: the delivery ledger)
+SETTLED = ArrayType(StructType([
+    StructField("lo", LongType()), StructField("hi", LongType()), StructField("outcome", StringType()),
+    StructField("reason", StringType()), StructField("deliveries", LongType())]))
 
 OFFSETS = StructType([
     StructField("group", StringType()), StructField("client_id", StringType()),
@@ -30,6 +40,9 @@ OFFSETS = StructType([
     StructField("event", StringType()), StructField("change", StringType()),
     StructField("at", LongType()), StructField("seq", StringType()),
     StructField("inc", LongType()),  # the topic's incarnation; null (0) in older rows
+    # the delivery ledger's events (lakeq.lake.archive.settlement_of); null in rows archived before them
+    StructField("settled", SETTLED), StructField("delivered", ArrayType(LongType())),
+    StructField("start_offset", LongType()),
 ])
 
 MEMBERS = StructType([
