@@ -1,11 +1,11 @@
 """The delivery ledger's events (issue 32.4): each archived offsets row says what its write did to
 the messages (``settled``, ``delivered``, ``start_offset``: :func:`lakeq.lake.archive.settlement_of`).
-A consumer driven through the real settlement state machine (:mod:`lakeq.log.settlement`: pulls
-with a tag filter, partial settles, whole-batch acks, expiries, dead letters copied or gone,
-resets forward and back), each write turned into a DynamoDB stream record and archived by
-:func:`lakeq.lake.archive.offset_rows`; replaying the rows must give every offset the outcome and
-the deliveries a plain model of the same run recorded, and nothing below the committed offset may be
-left unaccounted (what the ledger would call lost)."""
+A consumer driven through the real settlement state machine (:mod:`lakeq.log.settlement`: pulls with
+a tag filter, partial settles, whole-batch acks, piggybacked acks folded into the next lock,
+expiries, dead letters copied or gone, resets forward and back), each write turned into a DynamoDB
+stream record and archived by :func:`lakeq.lake.archive.offset_rows`; replaying the rows must give
+every offset the outcome and the deliveries a plain model of the same run recorded, and nothing
+below the committed offset may be left unaccounted (what the ledger would call lost)."""
 from __future__ import annotations
 
 import random
@@ -28,7 +28,7 @@ def _av(v):
     return {"S": v}
 
 
-def image(s: S.State, at: int) -> dict:
+def image(s: S.State, at: int, acks: list[str]) -> dict:
     """The OffsetsTable item ``write_state`` leaves for ``s`` (DynamoDB JSON)."""
     item = {"owner": OWNER, "queue": 0, "committed_offset": s.committed, "lock_ts": s.lock_ts,
             "lock_until": s.lock_until, "updated_at": at, "dead_lettered": s.dead_lettered}
@@ -36,13 +36,16 @@ def image(s: S.State, at: int) -> dict:
         item["lock_next"] = s.lock_next
     if (raw := S.to_settle(s)) is not None:
         item["settle"] = raw
-    return {k: _av(v) for k, v in item.items()}
+    out = {k: _av(v) for k, v in item.items()}
+    if acks:
+        out["acks"] = {"L": [{"S": a} for a in acks]}
+    return out
 
 
-def record(old: S.State | None, new: S.State, at: int, seq: int) -> dict:
-    d = {"SequenceNumber": str(seq), "NewImage": image(new, at)}
+def record(old: S.State | None, new: S.State, at: int, seq: int, old_acks=(), new_acks=()) -> dict:
+    d = {"SequenceNumber": str(seq), "NewImage": image(new, at, list(new_acks))}
     if old is not None:
-        d["OldImage"] = image(old, at)
+        d["OldImage"] = image(old, at, list(old_acks))
     return {"eventName": "INSERT" if old is None else "MODIFY", "dynamodb": d,
             "eventSourceARN": "arn:aws:dynamodb:us-east-1:1:table/lakeq-offsets/stream/x"}
 
@@ -72,16 +75,31 @@ def run(rng: random.Random, steps: int, md: int | None, start: int):
     model: dict[int, tuple] = {}
     delivered: dict[int, int] = {}
 
-    def write(new: S.State):
-        nonlocal s, seq, cur
+    acks: list[str] = []
+
+    def write(new: S.State, ack: str | None = None):
+        nonlocal s, seq, cur, acks
         seq += 1
-        rows.extend(lake.offset_rows(record(s, new, now, seq)))
-        s = cur = new
+        after = acks + [ack] if ack else acks  # a whole-batch ack remembered (ack_fast, fold)
+        rows.extend(lake.offset_rows(record(s, new, now, seq, acks, after)))
+        s, cur, acks = new, new, after[-5:]
 
     for _ in range(steps):
         now += rng.randrange(1, 8)
-        op = rng.choice(["pull", "pull", "settle", "settle", "ack", "flush", "reset"])
-        if op == "pull" and not cur.live(now):
+        op = rng.choice(["pull", "pull", "settle", "settle", "ack", "fold", "flush", "reset"])
+        if op == "fold" and cur.live(now):  # a pull's piggybacked whole-batch ack and its next lock: one write
+            acked = S.settle(cur, cur.lock_ts, cur.lock_from, cur.lock_next, None, (), (), md).state
+            if acked.pend or acked.due:
+                continue  # (a fold needs nothing left unsettled: lakeq.log.selection.may_fold)
+            span = rng.randrange(1, 5)
+            new = S.lock(acked, acked.lock_ts + 1, now + 10, [], range(acked.frontier, acked.frontier + span),
+                         acked.frontier + span)
+            for o in cur.held:
+                model[o] = ("accepted", None)
+            for o in new.batch:
+                delivered[o] = delivered.get(o, 0) + 1
+            write(new, f"ack-{seq}")
+        elif op == "pull" and not cur.live(now):
             u = S.upkept(cur, now, md)
             served = sorted(o for o in u.pend if o not in u.held)[:rng.randrange(0, 4)]
             span = rng.randrange(0, 6)
@@ -99,9 +117,10 @@ def run(rng: random.Random, steps: int, md: int | None, start: int):
             write(new)
         elif op in ("settle", "ack") and cur.live(now):
             held = sorted(cur.held)
+            ack = None
             if op == "ack":
                 out = S.settle(cur, cur.lock_ts, cur.lock_from, cur.lock_next, None, (), (), md)
-                acc, rej = held, []
+                acc, rej, ack = held, [], f"ack-{seq}"
             else:
                 acc = [o for o in held if rng.random() < 0.5]
                 rej = [o for o in held if o not in acc and rng.random() < 0.4]
@@ -109,7 +128,7 @@ def run(rng: random.Random, steps: int, md: int | None, start: int):
                 out = S.settle(cur, cur.lock_ts, cur.lock_from, cur.lock_next, acc, rel, rej, md)
             for o in acc:
                 model[o] = ("accepted", None)
-            write(out.state)
+            write(out.state, ack)
         elif op == "flush" and cur.due:
             due = sorted(cur.due)
             gone = due[:rng.randrange(0, len(due) + 1)]  # below the log's first offset: the lowest

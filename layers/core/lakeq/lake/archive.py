@@ -294,8 +294,10 @@ def settlement_of(old: Mapping | None, new: Mapping | None) -> tuple[list[dict],
       settled (or reopened), ``outcome``: ``dead_lettered`` (one offset; ``reason`` ``rejected`` or
       ``max_deliveries`` and its ``deliveries``: it left ``due`` and the record's dead-letter count
       grew), ``expired`` (left ``due`` uncounted: below the log's retained offsets; or pending ones
-      a new lock's pull dropped below the log's first offset), ``skipped`` (passed over by a reset
-      of the committed offset), ``reopened`` (settled before, unsettled again by a reset back),
+      a new lock's pull dropped below the log's first offset — unless the write folded a
+      piggybacked ack of the previous lock, a new ``acks`` entry: those are accepted),
+      ``skipped`` (passed over by a reset of the committed offset), ``reopened`` (settled before,
+      unsettled again by a reset back),
       ``accepted`` (every other offset that became settled: acknowledged, or passed over by the
       consumer's tag filter — it then has no delivery);
     * ``delivered``: the offsets a new lock delivered (its batch), ``[]`` otherwise;
@@ -346,8 +348,14 @@ def settlement_of(old: Mapping | None, new: Mapping | None) -> tuple[list[dict],
     for x in left_due[len(gone):]:
         reason, times = o.due[x]
         out.append({"lo": x, "hi": x + 1, "outcome": DEAD_LETTERED, "reason": reason, "deliveries": int(times)})
-    if lock_moved and n.lock_until > 0:  # a new lock's pull: pending offsets it dropped were below the log
-        out += _runs(was_pending, EXPIRED) + _runs(fresh, ACCEPTED)
+    if lock_moved and n.lock_until > 0:
+        # a new lock's pull: pending offsets it settled were the previous lock's, acknowledged by a
+        # piggybacked ack folded into this write (lakeq.consume.reader.fold: a new entry in
+        # ``acks``), else dropped below the log's first offset (retention)
+        folded = bool(set(new.get("acks") or ()) - set((old or {}).get("acks") or ()))
+        acked = [sp for sp in was_pending if folded and sp[0] in o.held]
+        out += (_runs(acked, ACCEPTED) + _runs([sp for sp in was_pending if sp not in acked], EXPIRED)
+                + _runs(fresh, ACCEPTED))
     else:
         out += _runs(was_pending + fresh, ACCEPTED)
     out.sort(key=lambda r: (r["lo"], r["outcome"]))
