@@ -25,9 +25,11 @@ more than one. Rows after ``as_of_ms`` are left out. A lake missing an offsets r
 settlement that row held is absent, so its messages are ``lost`` when a later row committed past
 them, ``pending`` when none did.
 
-Cost: each log is read once; ``settled`` spans are exploded into offsets only within the range of
-offsets the time range produced per queue (a reset over millions of offsets costs what the range
-holds), then everything is an equi-join on ``(consumer, topic, inc, queue, offset)``.
+Cost: each log is read once; ``settled`` spans (and ``delivered`` offsets) are exploded only within
+the range of offsets the time range produced per queue (a reset over millions of offsets costs what
+the range holds), both kinds aggregated in one shuffle per consumer and offset, then one equi-join
+with the consumers' messages on ``(consumer, topic, inc, queue, offset)`` (the positions per queue
+broadcast).
 """
 from __future__ import annotations
 
@@ -82,16 +84,20 @@ def ledger(messages: DataFrame, offsets: DataFrame, from_ms: int, to_ms: int, as
              .select(*keys, "order", F.col("e.outcome").alias("outcome"), F.col("e.reason").alias("reason"),
                      F.greatest("e.lo", "m_lo").alias("lo"), F.least(F.col("e.hi") - 1, F.col("m_hi")).alias("hi"))
              .where(F.col("lo") <= F.col("hi")))
-    last = (spans.select(*keys, F.explode(F.sequence("lo", "hi")).alias("offset"), "order", "outcome", "reason")
-            .groupBy(*keys, "offset")
-            .agg(F.max(F.struct("order", "outcome", "reason")).alias("last")))
-    delivered = (o.select(*keys, "seq", F.explode("delivered").alias("offset"))
-                 .groupBy(*keys, "offset").agg(F.countDistinct("seq").alias("deliveries")))
+    # one pass over both kinds of events, per consumer and offset: the newest settlement, the deliveries
+    settle_ev = spans.select(*keys, F.explode(F.sequence("lo", "hi")).alias("offset"),
+                             F.struct("order", "outcome", "reason").alias("ev"), F.lit(0).alias("d"))
+    deliver_ev = (o.select(*keys, F.explode("delivered").alias("offset"))
+                  .join(F.broadcast(bounds), ["topic", "inc", "queue"])
+                  .where(F.col("offset").between(F.col("m_lo"), F.col("m_hi")))
+                  .select(*keys, "offset", F.lit(None).cast(settle_ev.schema["ev"].dataType).alias("ev"),
+                          F.lit(1).alias("d")))
+    events = (settle_ev.unionByName(deliver_ev).groupBy(*keys, "offset")
+              .agg(F.max("ev").alias("last"), F.sum("d").alias("deliveries")))
     consumers = o.select(*CONSUMER, "topic", "inc").distinct()
     rows = (consumers.join(m, ["topic", "inc"])
-            .join(pos, keys, "left")
-            .join(last, [*keys, "offset"], "left")
-            .join(delivered, [*keys, "offset"], "left")
+            .join(F.broadcast(pos), keys, "left")
+            .join(events, [*keys, "offset"], "left")
             .where((F.col("offset") >= F.coalesce("start", F.lit(0))) | F.col("last").isNotNull()))
     outcome = F.col("last.outcome")
     older = (F.lit(False) if retention_ms is None
