@@ -213,3 +213,19 @@ def test_a_complete_lake_has_nothing_lost(run):
     ref = reference(run["msgs"], offs, as_of - 24 * 3_600_000, as_of + 1, as_of)
     assert sum(v[0] == "lost" for v in ref.values()) == 0
     assert {v[0] for k, v in ref.items() if k[0] == "audit" and k[3] == 0} == {"accepted"}
+
+
+def test_the_catalog_declares_the_columns_of_the_ledger_files(run, template, spark):
+    """template.yaml's Glue table ``ledger``: the columns of the job's Parquet history, partition
+    ``computed_at`` projected over its folders (as the backlog and plans tables)."""
+    from lakeq_lake import ledger as L
+
+    table = template["Resources"]["LakeLedgerTable"]["Properties"]["TableInput"]
+    columns = [(c["Name"], c["Type"]) for c in table["StorageDescriptor"]["Columns"]]
+    files = run["lake"].path(f"reports/ledger/history/computed_at={run['out']['computed_at']}")
+    assert columns == [(f.name, f.dataType.simpleString()) for f in spark.read.parquet(files).schema.fields]
+    assert [f.name for f in L.LEDGER.fields] == [c for c, _ in columns]
+    assert table["Name"] == "ledger" and [(p["Name"], p["Type"]) for p in table["PartitionKeys"]] == [
+        ("computed_at", "bigint")]
+    assert table["Parameters"]["storage.location.template"]["Fn::Sub"].endswith(
+        "/reports/ledger/history/computed_at=${!computed_at}/")
