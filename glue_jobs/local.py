@@ -7,13 +7,13 @@
    (``.lake/<bucket>/``; only objects not downloaded before — keys never change content except by
    an identical rewrite, and a manifest is never rewritten);
 4. the compaction (its ``lake/`` uploaded back, and what it deleted deleted in the bucket too), the
-   backlog job, then the rebalance-plan job (publishing each plan into its group's state through
-   the groups repository, on the stack's DynamoDB) on ``local[2]`` over that folder — the same code
-   the Glue jobs run over ``s3://``;
+   backlog job, the delivery ledger's job (issue 32.4), then the rebalance-plan job (publishing each
+   plan into its group's state through the groups repository, on the stack's DynamoDB) on
+   ``local[2]`` over that folder — the same code the Glue jobs run over ``s3://``;
 5. upload ``reports/`` back to the lake bucket (``GET /v1/reports/backlog`` serves it) and print a
    summary table.
 
-``python -m glue_jobs.local [--port N] [--lake-dir .lake] [--no-publish] [--job compact|backlog|rebalance_plan]``
+``python -m glue_jobs.local [--port N] [--lake-dir .lake] [--no-publish] [--job compact|backlog|ledger|rebalance_plan]``
 (``--job``, repeatable: only those jobs, by their script's name; the local stack's scheduler runs
 each Glue trigger's job this way: ``make run WITH_JOBS=1``, ``infra/local/schedules.py``).
 """
@@ -104,7 +104,7 @@ def table(rows: list[list], header: list[str]) -> str:
     return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
 
 
-JOBS = ("compact", "backlog", "rebalance_plan")
+JOBS = ("compact", "backlog", "ledger", "rebalance_plan")
 
 
 def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 120.0, spark=None,
@@ -151,6 +151,13 @@ def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 
         t = step("backlog job")
         backlog = run_backlog(spark, lake, log=log)
         done(t)
+    ledger = None
+    if "ledger" in jobs:
+        from lakeq_lake.ledger import run_ledger
+
+        t = step("delivery ledger job")
+        ledger = run_ledger(spark, lake, log=log)
+        done(t)
     if "rebalance_plan" in jobs:
         t = step("rebalance-plan job" + (" (publishing plans)" if publish else " (not publishing)"))
         plans = run_rebalance_plan(spark, lake, publish=publish, log=log)
@@ -159,9 +166,13 @@ def run(port: int, lake_dir: Path, publish: bool = True, drain_timeout: float = 
     done(t, f"{upload(s3, bucket, root, 'reports')} file(s)")
     if backlog is not None:
         _print_backlog(backlog)
+    if ledger is not None:
+        print("\ndelivery ledger (the last day):")
+        print(table([[x["group"], x["topic"], x["line"]] for x in sorted(
+            ledger["summaries"], key=lambda x: (x["group"], x["topic"]))], ["group", "topic", "ledger"]))
     if plans is not None:
         _print_plans(plans)
-    return {"backlog": backlog, "plans": plans, "info": info}
+    return {"backlog": backlog, "plans": plans, "ledger": ledger, "info": info}
 
 
 def _print_backlog(backlog: dict) -> None:
@@ -188,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-publish", dest="publish", action="store_false")
     ap.add_argument("--drain-timeout", type=float, default=120.0)
     ap.add_argument("--job", dest="jobs", action="append", choices=JOBS,
-                    help="run only this job (repeatable; default: all three, in this order)")
+                    help="run only this job (repeatable; default: all four, in this order)")
     a = ap.parse_args(argv)
     try:
         run(a.port, a.lake_dir, a.publish, a.drain_timeout, jobs=tuple(a.jobs or JOBS))

@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-JOBS = ("backlog", "rebalance_plan", "replay", "compact")
+JOBS = ("backlog", "rebalance_plan", "replay", "compact", "ledger")
 DIST = ROOT / "glue_jobs" / "dist"
 # where the jobs' own packages live (a top-level package name → its parent directory)
 ROOTS = (ROOT / "glue_jobs", ROOT / "layers" / "core", ROOT / "layers" / "matcher")

@@ -21,6 +21,20 @@ MESSAGES = StructType([
     StructField("inc", LongType()),  # the topic's incarnation (lakeq.lake.archive); null (0) in older rows
 ])
 
+# The columns added for the delivery ledger (issue 32.4) after the ones above, which stay as they
+# were (the transforms' tests build rows of MESSAGES / OFFSETS as tuples): a whole raw row is
+# MESSAGES + DEAD_LETTER (:data:`BY_KIND`), OFFSETS + LEDGER_EVENTS.
+# a dead-lettered copy's origin and cause (lakeq.lake.archive._dead_letter); null on other messages
+DEAD_LETTER = [StructField("dead_letter", StructType([
+    StructField("topic", StringType()), StructField("queue", LongType()), StructField("offset", LongType()),
+    StructField("id", StringType()), StructField("group", StringType()),
+    StructField("deliveries", LongType()), StructField("reason", StringType()), StructField("at", LongType())]))]
+
+# what one write of an offsets record settled (lakeq.lake.archive.settlement_of: the delivery ledger)
+SETTLED = ArrayType(StructType([
+    StructField("lo", LongType()), StructField("hi", LongType()), StructField("outcome", StringType()),
+    StructField("reason", StringType()), StructField("deliveries", LongType())]))
+
 OFFSETS = StructType([
     StructField("group", StringType()), StructField("client_id", StringType()),
     StructField("subscription", StringType()), StructField("topic", StringType()),
@@ -31,6 +45,12 @@ OFFSETS = StructType([
     StructField("at", LongType()), StructField("seq", StringType()),
     StructField("inc", LongType()),  # the topic's incarnation; null (0) in older rows
 ])
+
+# the delivery ledger's events (lakeq.lake.archive.settlement_of); null in rows archived before them
+LEDGER_EVENTS = [StructField("settled", SETTLED), StructField("delivered", ArrayType(LongType())),
+                 StructField("start_offset", LongType())]
+MESSAGE_ROWS = StructType(MESSAGES.fields + DEAD_LETTER)
+OFFSET_ROWS = StructType(OFFSETS.fields + LEDGER_EVENTS)
 
 MEMBERS = StructType([
     StructField("group", StringType()), StructField("generation", LongType()),
@@ -61,13 +81,13 @@ BODIES = StructType([
 # tells apart; :meth:`Lake.read_kind` gives the jobs the map of :data:`MESSAGES`.
 STORED = {
     "messages": StructType([StructField("properties", StringType()) if f.name == "properties" else f
-                            for f in MESSAGES.fields]),
+                            for f in MESSAGE_ROWS.fields]),
     "bodies": BODIES,
-    "offsets": OFFSETS,
+    "offsets": OFFSET_ROWS,
     "members": MEMBERS,
 }
 
-BY_KIND = {"messages": MESSAGES, "bodies": BODIES, "offsets": OFFSETS, "members": MEMBERS}
+BY_KIND = {"messages": MESSAGE_ROWS, "bodies": BODIES, "offsets": OFFSET_ROWS, "members": MEMBERS}
 
 BACKLOG = StructType([
     StructField("group", StringType()), StructField("client_id", StringType()),

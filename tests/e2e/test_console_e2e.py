@@ -92,7 +92,17 @@ def world(stack):
                       aws_access_key_id="testing", aws_secret_access_key="testing")
     s3.put_object(Bucket=info["environment"]["LAKE_BUCKET"], Key=summary_key(GROUP, TOPIC),
                   Body=json.dumps(report).encode())
-    return {"url": url, "admin": admin, "gk": gk, "sub": sub, "held": held, "report": report, "produce": produce}
+    # and a delivery ledger, as the ledger job writes it (issue 32.4; the job itself: tests/spark/test_ledger.py)
+    from lakeq.lake.report_keys import ledger_key
+    ledger = {"group": GROUP, "topic": TOPIC, "computed_at": report["computed_at"], "as_of": 0, "from": 0, "to": 0,
+              "produced": 12, "accepted": 2, "dead_lettered": 1, "pending": 9, "expired": 0, "skipped": 0, "lost": 0,
+              "redelivered": 0, "deliveries": 6, "causes": {"rejected": 1}, "lost_messages": [],
+              "pending_messages": [],
+              "line": "12 produced, 2 accepted, 1 dead-lettered, 9 pending, 0 lost, 0 redelivered"}
+    s3.put_object(Bucket=info["environment"]["LAKE_BUCKET"], Key=ledger_key(GROUP, TOPIC),
+                  Body=json.dumps(ledger).encode())
+    return {"url": url, "admin": admin, "gk": gk, "sub": sub, "held": held, "report": report, "produce": produce,
+            "ledger": ledger}
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +122,11 @@ def browser(tmp_path_factory):
 
 
 def _expected(m) -> bool:
-    """A 404 of ``GET /v1/reports/backlog`` means "no lake report yet" (the page says so); Chromium
-    still logs every non-2xx fetch as a console error. Nothing else is expected."""
-    return m.type == "error" and "/v1/reports/backlog?" in (m.location or {}).get("url", "") \
-        and "status of 404" in m.text
+    """A 404 of ``GET /v1/reports/backlog`` or ``GET /v1/groups/{g}/ledger`` means "no lake report
+    yet" (the page says so); Chromium still logs every non-2xx fetch as a console error. Nothing
+    else is expected."""
+    return m.type == "error" and re.search(r"/v1/reports/backlog\?|/ledger\?", (m.location or {}).get("url", "")) \
+        is not None and "status of 404" in m.text
 
 
 def screenshot(page, name: str) -> Path:
@@ -173,6 +184,11 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     off = _ok(requests.get(f"{url}/v1/groups/{GROUP}/offsets", params={"topic": TOPIC}, headers=admin, timeout=T))
     g = f'.group[data-group="{GROUP}"]'
     assert _text(page, f'{g} [data-field="total_backlog"][data-topic="{TOPIC}"]') == str(off["backlog"])
+    # the delivery ledger's line (issue 32.4), as GET /v1/groups/{group}/ledger serves it
+    led = _ok(requests.get(f"{url}/v1/groups/{GROUP}/ledger", params={"topic": TOPIC}, headers=admin, timeout=T))
+    assert led == world["ledger"]
+    assert _text(page, f'{g} [data-field="ledger"][data-topic="{TOPIC}"]') == \
+        f"ledger: {led['line']} (dead letters: rejected 1)"
     held_queue = world["held"]["messages"][0]["queue"]
     for q in off["queues"]:
         sel = f'{g} td[data-topic="{TOPIC}"][data-queue="{q["queue"]}"]'

@@ -1,8 +1,8 @@
 """Data lake end to end: produce and consume over HTTP, drain the streams, run both jobs the way
 `make jobs` does (a `python -m glue_jobs.local` subprocess against the stack: its own SparkSession
 and its own AWS environment, nothing leaks into this process), then check that the backlog report
-equals the API's offsets and that the published plan, applied by the group's next rebalance,
-assigns every queue exactly once."""
+equals the API's offsets, that the delivery ledger accounts for every message (nothing lost), and
+that the published plan, applied by the group's next rebalance, assigns every queue exactly once."""
 from __future__ import annotations
 
 import subprocess
@@ -75,6 +75,17 @@ def test_lake_jobs_end_to_end(stack, tmp_path):
     assert sum(q["backlog"] for q in report["queues"]) == offsets["backlog"] > 0
     assert requests.get(f"{url}/v1/reports/backlog", params={"group": GROUP, "topic": TOPIC},
                         headers=admin).status_code == 200
+
+    # the delivery ledger (issue 32.4): every message produced accounted for, nothing lost
+    r = requests.get(f"{url}/v1/groups/{GROUP}/ledger", params={"topic": TOPIC}, headers=bearer(gk))
+    assert r.status_code == 200, r.text
+    led = r.json()
+    committed = sum(q["committed_offset"] for q in offsets["queues"])
+    assert (led["produced"], led["accepted"], led["pending"], led["lost"], led["dead_lettered"]) == (
+        len(keys), committed, offsets["backlog"], 0, 0), led
+    assert led["line"] == (f"{len(keys)} produced, {committed} accepted, 0 dead-lettered, "
+                           f"{offsets['backlog']} pending, 0 lost, 0 redelivered")
+    assert "delivery ledger (the last day):" in out.stdout
 
     described = requests.get(f"{url}/v1/groups/{GROUP}", headers=bearer(gk)).json()
     assert described["plan"]["published_at"] > 0 and described["plan"]["expected_imbalance"] is not None

@@ -4,7 +4,8 @@ over a small local lake compacted to Parquet, each table registered as template.
 declares it (its columns and types, ``dt``/``hour`` or ``computed_at``), and each answer checked
 against plain Python over the same rows: the rows generated (messages, offsets) or the report rows
 the jobs wrote (backlog, plans). The lake has a redelivered batch (duplicate rows the queries must
-not count twice), a day before the queried one, a second group and topic, and a decoy plan run."""
+not count twice), a day before the queried one, a second group and topic, dead-lettered copies in two
+dead-letter topics (their ``dead_letter``: origin and cause), and a decoy plan run."""
 from __future__ import annotations
 
 import datetime as dt
@@ -60,6 +61,16 @@ def _rows(rng: random.Random):
         msgs.append({"topic": topic, "queue": q, "offset": off, "id": f"m{i}",
                      "key": rng.choice(["order-42", "order-7", None]), "size": 3, "tags": [],
                      "properties": props, "produced_at": at, "seq": str(1000 + i), "inc": 0, "body": f"b{i}"})
+        if i % 6 == 1:  # a consumer dead-letters it: its copy in a dead-letter topic, with origin and cause
+            dlt = rng.choice(["dlq", "dlq", "dlq-audit"])
+            doff = offsets.get((dlt, 0), 0)
+            offsets[(dlt, 0)] = doff + 1
+            msgs.append({"topic": dlt, "queue": 0, "offset": doff, "id": f"dl-{i}", "key": None, "size": 3,
+                         "tags": [], "properties": {}, "produced_at": at + 500, "seq": str(5000 + i), "inc": 0,
+                         "body": f"b{i}",
+                         "dead_letter": {"topic": topic, "queue": q, "offset": off, "id": f"m{i}", "group": "risk",
+                                         "deliveries": rng.randrange(1, 4),
+                                         "reason": rng.choice(["rejected", "max_deliveries"]), "at": at + 500}})
         if i % 5 == 2:
             group = rng.choice(["risk", "risk", "audit"])
             change = rng.choice(["commit", "commit", "lock"])
@@ -156,6 +167,13 @@ def test_the_guides_athena_queries_answer_as_plain_python(spark, template, tmp_p
             commits.setdefault((int(h), r["topic"]), []).append(r)
     want["offsets"] = [(h, t, len({r["seq"] for r in rs}), max(r["committed_offset"] for r in rs))
                        for (h, t), rs in sorted(commits.items())]
+    dead: dict[tuple, list] = {}
+    for r in by_msg.values():
+        if lake.partition(r["produced_at"])[0] == day and r.get("dead_letter"):
+            d = r["dead_letter"]
+            dead.setdefault((r["topic"], d["topic"], d["reason"]), []).append(r)
+    want["dead_letters"] = [(t, o, c, len({r["id"] for r in rs}), max(r["dead_letter"]["deliveries"] for r in rs))
+                            for (t, o, c), rs in sorted(dead.items())]
     hist = spark.read.parquet(lk.path(f"reports/backlog/history/computed_at={COMPUTED}")).collect()
     sums: dict[tuple[str, str], int] = {}
     for r in hist:
@@ -172,7 +190,8 @@ def test_the_guides_athena_queries_answer_as_plain_python(spark, template, tmp_p
     assert any(h == 3 for h, *_ in want["offsets"])  # the open hour (raw) too
 
     queries = doc_queries()
-    tables = [re.search(r"FROM lakeq_lake\.(\w+)", q).group(1) for q in queries]
+    tables = ["dead_letters" if "dead_letter IS NOT NULL" in q else re.search(r"FROM lakeq_lake\.(\w+)", q).group(1)
+              for q in queries]  # (two queries read messages: the dead letters by cause is named so)
     assert sorted(tables) == sorted(want), tables  # every query of the doc is checked, each once
     old = {k: spark.conf.get(k, None) for k in ANSI}
     try:

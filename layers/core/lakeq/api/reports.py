@@ -1,7 +1,7 @@
-"""Report routes (data-lake job output): ``GET /v1/reports/backlog``."""
+"""Report routes (data-lake job output): ``GET /v1/reports/backlog``, ``GET /v1/groups/{group}/ledger``."""
 from __future__ import annotations
 
-from lakeq.api.http import Router, json_response, query
+from lakeq.api.http import Router, json_response, path, query
 from lakeq.lake import reports
 
 reports_router = Router()
@@ -11,3 +11,9 @@ reports_router = Router()
 def backlog():
     p = reports_router.caller
     return json_response(reports.backlog(p, query(reports_router)))
+
+
+@reports_router.get("/v1/groups/<group>/ledger")
+def ledger(group: str):
+    p = reports_router.caller
+    return json_response(reports.ledger(p, path(group), query(reports_router)))

@@ -228,7 +228,8 @@
   }
 
   async function loadGroup(c, allTopics) {
-    const g = {client: c, topics: coveredTopics(c.topics, allTopics), offsets: [], reports: {}, metrics: {}, subs: []};
+    const g = {client: c, topics: coveredTopics(c.topics, allTopics), offsets: [], reports: {}, ledgers: {}, metrics: {},
+               subs: []};
     try { g.desc = await api("/v1/groups/" + enc(c.name)); } catch (e) { g.descError = e.message; }
     if (c.mode !== "broadcasting") {
       for (const t of g.topics) {
@@ -236,6 +237,9 @@
         catch (e) { g.offsets.push({topic: t, error: e.message}); }
         try { g.reports[t] = await api("/v1/reports/backlog?group=" + enc(c.name) + "&topic=" + enc(t), true); }
         catch (e) { g.reports[t] = {error: e.message}; }
+        // the delivery ledger (issue 32.4): its summary line, from the ledger job's newest run
+        try { g.ledgers[t] = await api("/v1/groups/" + enc(c.name) + "/ledger?topic=" + enc(t), true); }
+        catch (e) { g.ledgers[t] = {error: e.message}; }
         g.metrics[t] = await metricsOf(t, c.name);
       }
     }
@@ -247,6 +251,19 @@
       }
     } catch (e) { g.subsError = e.message; }
     return g;
+  }
+
+  // the delivery ledger's line: "N produced, N accepted, … 0 lost, M redelivered" (the ledger job's window)
+  function ledgerLine(group, topic, led) {
+    const attrs = {"data-group": group, "data-topic": topic, "data-field": "ledger"};
+    if (!led) return el("p", {...attrs, class: "muted", text: "No delivery ledger yet for this group and topic " +
+                                                              "(the ledger job has not run)."});
+    if (led.error) return el("p", {...attrs, class: "muted", text: led.error});
+    const causes = Object.entries(led.causes || {}).map(([c, n]) => `${c} ${n}`).join(", ");
+    return el("p", {...attrs, class: led.lost > 0 ? "backlog-hot" : "",
+      title: `messages produced ${new Date(led.from).toLocaleString()} – ${new Date(led.to).toLocaleString()}, ` +
+             `computed ${new Date(led.computed_at).toLocaleString()}`,
+      text: "ledger: " + led.line + (causes ? ` (dead letters: ${causes})` : "")});
   }
 
   // backlog history per group|topic: lake report points (one per computed_at) and live samples
@@ -375,6 +392,7 @@
       box.append(el("h4", {}, `topic ${o.topic}: backlog `,
         el("span", {"data-group": name, "data-topic": o.topic, "data-field": "total_backlog", text: String(o.backlog)})));
       box.append(table(heads, rows));
+      box.append(ledgerLine(name, o.topic, g.ledgers[o.topic]));
       // backlog over time
       const rep = g.reports[o.topic];
       const m = g.metrics[o.topic];

@@ -18,15 +18,19 @@ Layout (Hive-partitioned, one object per stream batch and partition, never one p
   ``at`` for offsets and members. A batch spanning an hour boundary becomes one object per hour.
 
 Row schemas (JSON, times epoch ms) — ``kind=messages``: ``topic, inc, queue, offset, id, key, size``
-(body bytes), ``tags, properties, produced_at, seq`` (no body); ``kind=bodies`` (issue 18.1,
-replay): ``topic, inc, queue, offset, id, key, tags, properties, body, seq, produced_at`` — the same
-messages' bodies with their metadata (since 2026-11-28: a replay reads this kind alone), in a parallel dataset
-partitioned by the same ``produced_at`` hour and named by the same batch (``bodies-<hash>-…``), so
-the metadata jobs never read a body and the replay job reads the bodies of the hours it replays
-only; ``kind=offsets``: ``group,
-client_id, subscription, topic, inc, queue, committed_offset, prev_committed_offset, lock_ts,
+(body bytes), ``tags, properties, produced_at, seq`` (no body) and, on a dead-lettered copy
+only, ``dead_letter`` (``topic, queue, offset, id, group, deliveries, reason, at``: its origin and
+cause, since 2026-12-07); ``kind=bodies`` (issue 18.1, replay): ``topic, inc, queue, offset, id,
+key, tags, properties, body, seq, produced_at`` — the same messages' bodies with their metadata
+(since 2026-11-28: a replay reads this kind alone), in a parallel dataset partitioned by the
+same ``produced_at`` hour and named by the same batch (``bodies-<hash>-…``), so the metadata jobs
+never read a body and the replay job reads the bodies of the hours it replays only;
+``kind=offsets``: ``group, client_id, subscription, topic, inc, queue, committed_offset, prev_committed_offset, lock_ts,
 lock_until, last_consumed_at, event`` (``INSERT``/``MODIFY``/``REMOVE``), ``change``
-(``commit``/``lock``/``reset``/``other``), ``at, seq``; ``kind=members``: ``group, generation,
+(``commit``/``lock``/``reset``/``other``), ``at, seq``, and what the write did to the messages
+(:func:`settlement_of`, the delivery ledger): ``settled`` (``[{lo, hi, outcome, reason, deliveries}]``),
+``delivered`` (the offsets a new lock delivered), ``start_offset`` (the record's first position, on
+its ``INSERT``); rows archived before 2026-12-07 have none of the three; ``kind=members``: ``group, generation,
 member_id, change`` (``joined``/``left``/``changed``), ``state, topics, assignment``
 (``["topic#queue", …]``), ``at, seq``.
 
@@ -152,8 +156,25 @@ def message_and_body_rows(record: Mapping[str, Any]) -> tuple[list[dict], list[d
             "produced_at": int(m.get("produced_at") or item.get("produced_at") or 0),
             "seq": sq,
         })
+        if isinstance(m.get("dead_letter"), dict):  # a dead-lettered copy: its origin and cause
+            rows[-1]["dead_letter"] = _dead_letter(m["dead_letter"])
         bodies.append(body_row(rows[-1], m["body"], m.get("claim")))
     return rows, bodies
+
+
+DEAD_LETTER_FIELDS = ("topic", "queue", "offset", "id", "group", "deliveries", "reason", "at")
+
+
+def _dead_letter(d: Mapping[str, Any]) -> dict:
+    """A dead-lettered copy's ``dead_letter`` header (:func:`lakeq.consume.settle.dead_letter_copy`)
+    as its row's ``dead_letter``: where it came from (``topic, queue, offset, id``), whose consumer
+    (``group``), why (``reason``: ``rejected`` or ``max_deliveries``), after how many
+    ``deliveries``, and when (``at``).
+
+    >>> _dead_letter({"topic": "t", "queue": 1, "offset": 5, "reason": "rejected", "extra": 1})["offset"]
+    5
+    """
+    return {k: d.get(k) for k in DEAD_LETTER_FIELDS}
 
 
 def _body_size(m: dict) -> int:
@@ -216,12 +237,129 @@ def offset_rows(record: Mapping[str, Any]) -> list[dict]:
     else:
         change = "commit" if committed != prev else "other"
     at = _num(new, "updated_at") or approx_ms(record)
+    settled, delivered, start = settlement_of(old, new)
     return [{
         **who, "queue": int(cur["queue"]), "committed_offset": committed, "prev_committed_offset": prev,
         "lock_ts": lock_ts, "lock_until": _num(new, "lock_until"),
         "last_consumed_at": _num(new, "last_consumed_at"), "event": record.get("eventName"),
         "change": change, "at": at, "seq": seq_of(record),
+        "settled": settled, "delivered": delivered, "start_offset": start,
     }]
+
+
+# ------------------------------------------------------------------------------ the delivery ledger's events
+ACCEPTED, DEAD_LETTERED, EXPIRED, SKIPPED, REOPENED = "accepted", "dead_lettered", "expired", "skipped", "reopened"
+
+
+def _state(img: Mapping | None):
+    """An offsets record's image → its settlement state (:func:`lakeq.log.settlement.from_record`),
+    None without a committed offset."""
+    from lakeq.log import settlement as S
+
+    if not img or img.get("committed_offset") is None:
+        return None
+    return S.from_record(int(img["committed_offset"]), int(img.get("lock_ts") or 0), int(img.get("lock_until") or 0),
+                         _num(img, "lock_next"), img.get("settle"), int(img.get("dead_lettered") or 0))
+
+
+def _runs(spans: list[tuple[int, int]], outcome: str) -> list[dict]:
+    """``[lo, hi)`` spans → ``{lo, hi, outcome}`` entries, touching spans joined (in order)."""
+    out: list[dict] = []
+    for lo, hi in sorted(spans):
+        if out and out[-1]["hi"] == lo:
+            out[-1]["hi"] = hi
+        elif hi > lo:
+            out.append({"lo": lo, "hi": hi, "outcome": outcome, "reason": None, "deliveries": None})
+    return out
+
+
+def _gaps(lo: int, hi: int, holes: set[int]) -> list[tuple[int, int]]:
+    """``[lo, hi)`` without ``holes``, as spans. O(holes): a reset may skip millions of offsets."""
+    out, at = [], lo
+    for h in sorted(x for x in holes if lo <= x < hi):
+        if h > at:
+            out.append((at, h))
+        at = h + 1
+    if hi > at:
+        out.append((at, hi))
+    return out
+
+
+def settlement_of(old: Mapping | None, new: Mapping | None) -> tuple[list[dict], list[int], int | None]:
+    """What one write of an offsets record did to its messages (the delivery ledger, issue 32.4),
+    from the record's two images (the settlement state of :mod:`lakeq.log.settlement` before and
+    after): ``(settled, delivered, start_offset)``.
+
+    * ``settled``: ``{lo, hi, outcome, reason, deliveries}`` — the offsets ``[lo, hi)`` this write
+      settled (or reopened), ``outcome``: ``dead_lettered`` (one offset; ``reason`` ``rejected`` or
+      ``max_deliveries`` and its ``deliveries``: it left ``due`` and the record's dead-letter count
+      grew), ``expired`` (left ``due`` uncounted: below the log's retained offsets; or pending ones
+      a new lock's pull dropped below the log's first offset — unless the write folded a
+      piggybacked ack of the previous lock, a new ``acks`` entry: those are accepted),
+      ``skipped`` (passed over by a reset of the committed offset), ``reopened`` (settled before,
+      unsettled again by a reset back),
+      ``accepted`` (every other offset that became settled: acknowledged, or passed over by the
+      consumer's tag filter — it then has no delivery);
+    * ``delivered``: the offsets a new lock delivered (its batch), ``[]`` otherwise;
+    * ``start_offset``: the record's first position when this write made it (``INSERT``), else None
+      (offsets a first pull passed over without a delivery, filtered out, are before it).
+
+    >>> from lakeq.log import settlement as S
+    >>> img = lambda s: {"committed_offset": s.committed, "lock_ts": s.lock_ts, "lock_until": s.lock_until,
+    ...                  "lock_next": s.lock_next, "settle": S.to_settle(s), "dead_lettered": s.dead_lettered}
+    >>> a = S.lock(S.State(4), 7, 100, [], [4, 5, 6], 8)            # offset 7 skipped by a filter
+    >>> settlement_of(None, img(a))[1:], [(r["lo"], r["hi"]) for r in settlement_of(None, img(a))[0]]
+    (([4, 5, 6], 4), [(7, 8)])
+    >>> b = S.settle(a, 7, 4, 8, accept=[4], reject=[6]).state
+    >>> settlement_of(img(a), img(b))[0][0]["lo"], settlement_of(img(a), img(b))[1]
+    (4, [])
+    >>> c = S.dead_lettered(b, [6])
+    >>> settlement_of(img(b), img(c))[0]
+    [{'lo': 6, 'hi': 7, 'outcome': 'dead_lettered', 'reason': 'rejected', 'deliveries': 1}]
+    """
+    from lakeq.log import settlement as S
+
+    n = _state(new)
+    if n is None:
+        return [], [], None
+    o = _state(old)
+    start = None
+    if o is None:  # the record's first write: nothing before its first position was the consumer's
+        start = min([n.lock_from, n.committed, *n.batch])  # (a first pull's filtered offsets before it: unseen)
+        o = S.State(start)
+    lock_moved = n.lock_ts != o.lock_ts
+    # a reset (OffsetRepo.reset) moves the lock on and leaves nothing pending; an expired lock
+    # ended by a pull's upkeep moves it on too, but its messages stay pending or due
+    reset = lock_moved and n.lock_until == 0 and not n.pend and not n.due
+    delivered = sorted(n.batch) if lock_moved and n.lock_until > 0 and n.held else []
+    before, after = set(o.pend) | set(o.due), set(n.pend) | set(n.due)
+    fresh = _gaps(o.frontier, n.frontier, after)  # (pending and due offsets are all below the frontier)
+    singles = sorted(x for x in before if x not in after and x < n.frontier)
+    if reset:  # everything it passed over, due ones too (their copies were never written)
+        out = _runs([(x, x + 1) for x in singles] + fresh, SKIPPED)
+        out += _runs(_gaps(n.frontier, o.frontier, before), REOPENED)
+        out.sort(key=lambda r: (r["lo"], r["outcome"]))
+        return out, delivered, start
+    left_due = [x for x in singles if x in o.due]
+    was_pending = [(x, x + 1) for x in singles if x not in o.due]
+    counted = max(0, n.dead_lettered - o.dead_lettered)
+    gone = left_due[:max(0, len(left_due) - counted)]  # gone ones are below the log's first offset: the lowest
+    out = _runs([(x, x + 1) for x in gone], EXPIRED)
+    for x in left_due[len(gone):]:
+        reason, times = o.due[x]
+        out.append({"lo": x, "hi": x + 1, "outcome": DEAD_LETTERED, "reason": reason, "deliveries": int(times)})
+    if lock_moved and n.lock_until > 0:
+        # a new lock's pull: pending offsets it settled were the previous lock's, acknowledged by a
+        # piggybacked ack folded into this write (lakeq.consume.reader.fold: a new entry in
+        # ``acks``), else dropped below the log's first offset (retention)
+        folded = bool(set(new.get("acks") or ()) - set((old or {}).get("acks") or ()))
+        acked = [sp for sp in was_pending if folded and sp[0] in o.held]
+        out += (_runs(acked, ACCEPTED) + _runs([sp for sp in was_pending if sp not in acked], EXPIRED)
+                + _runs(fresh, ACCEPTED))
+    else:
+        out += _runs(was_pending + fresh, ACCEPTED)
+    out.sort(key=lambda r: (r["lo"], r["outcome"]))
+    return out, delivered, start
 
 
 def _group_state(img: Mapping | None) -> dict | None:

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 BACKLOG = "reports/backlog"  # Parquet history under history/computed_at=<ms>/, JSON summaries under latest/
 PLANS = "reports/plans"
+LEDGER = "reports/ledger"  # the delivery ledger (issue 32.4): Parquet history, JSON summaries under latest/
 
 
 def enc(topic: str) -> str:
@@ -42,3 +43,17 @@ def history_prefix(kind: str, computed_at: int) -> str:
     'reports/plans/history/computed_at=5'
     """
     return f"{kind}/history/computed_at={computed_at}"
+
+
+def ledger_key(group: str, topic: str) -> str:
+    """The newest delivery ledger of one group and topic (one JSON object, overwritten per run).
+
+    >>> ledger_key("risk", "quotes/sh")
+    'reports/ledger/latest/group=risk/topic=quotes%2Fsh.json'
+    """
+    return f"{LEDGER}/latest/group={group}/topic={enc(topic)}.json"
+
+
+def ledger_run_key() -> str:
+    """The ledger job's last run: ``{"computed_at", "as_of", "from", "to", "summaries"}``."""
+    return f"{LEDGER}/latest/_run.json"

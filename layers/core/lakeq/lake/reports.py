@@ -1,4 +1,5 @@
-"""Reports computed by the data-lake jobs, as served by ``GET /v1/reports/backlog`` (API.md "Reports").
+"""Reports computed by the data-lake jobs, as served by ``GET /v1/reports/backlog`` (API.md "Reports")
+and ``GET /v1/groups/{group}/ledger`` (the delivery ledger, issue 32.4; docs/api.md).
 
 The backlog job writes, next to its Parquet output, one small JSON summary per group and topic —
 the newest state of every queue — at :func:`lakeq.lake.report_keys.summary_key` (the keys are defined
@@ -11,7 +12,7 @@ from __future__ import annotations
 from lakeq.admin.auth import Principal, authorize, client_or_404, topic_or_404
 from lakeq.common.errors import NotFound
 from lakeq.common.names import check_name, check_topic
-from lakeq.lake.report_keys import BACKLOG, PLANS, enc, plan_key, summary_key  # noqa: F401
+from lakeq.lake.report_keys import BACKLOG, PLANS, enc, ledger_key, plan_key, summary_key  # noqa: F401
 from lakeq.store.lake import get_json
 
 
@@ -27,4 +28,21 @@ def backlog(p: Principal, params: dict) -> dict:
     if report is None:
         raise NotFound(f"no backlog report for group '{group.name}' and topic '{topic}' yet "
                        "(the backlog job has not run since they had traffic)")
+    return report
+
+
+def ledger(p: Principal, group_name: str, params: dict) -> dict:
+    """The newest delivery ledger of ``group_name`` on ``params["topic"]`` (the ledger job's summary:
+    one S3 GetObject). The same checks as :func:`backlog`: the group's key or the admin key, the
+    topic granted to the group; 404 before the job's first run over their traffic."""
+    topic = params.get("topic")
+    check_name(group_name, "group")
+    check_topic(topic)
+    topic_or_404(topic)
+    group = client_or_404(group_name, "consumer")
+    authorize(p, group, topic)
+    report = get_json(ledger_key(group.name, topic))
+    if report is None:
+        raise NotFound(f"no delivery ledger for group '{group.name}' and topic '{topic}' yet "
+                       "(the ledger job has not run since they had traffic)")
     return report
