@@ -14,6 +14,7 @@ API Gateway's throttle does not apply (no per-key rate existed behind it either)
 """
 from __future__ import annotations
 
+import base64
 import copy
 import json
 
@@ -118,3 +119,71 @@ def test_a_route_the_function_does_not_serve_is_404_and_changes_nothing(api, set
     assert (api.call("GET", "/v1/topics")[1], api.call("GET", "/v1/clients")[1]) == before
     s, b = api.call("GET", "/v1/groups/risk/offsets", query={"topic": "quotes"}, key=setup["risk"])
     assert b["queues"] and all(q["max_offset"] == 0 for q in b["queues"]), b
+
+
+def stored(api, setup) -> int:
+    """Messages on topic quotes (risk's offsets: every queue's max_offset)."""
+    s, b = api.call("GET", "/v1/groups/risk/offsets", query={"topic": "quotes"}, key=setup["risk"])
+    assert s == 200, b
+    return sum(q["max_offset"] for q in b["queues"])
+
+
+@pytest.mark.parametrize("raw_path,status,code", [
+    # a function URL hands the path percent-encoded as the client sent it (API Gateway's HTTP API
+    # decodes it): the handler decodes each segment once, then the name rule and the topic lookup apply
+    ("/v1/topics/%2E%2E/messages", 404, "not_found"),                    # '..': no such topic
+    ("/v1/topics/quotes%2F..%2F..%2Fx/messages", 404, "not_found"),      # no path walking: a name, not found
+    ("/v1/topics/quotes%252Fsh/messages", 400, "bad_request"),           # decoded once: 'quotes%2Fsh'
+    ("/v1/topics/quotes%00/messages", 400, "bad_request"),
+    ("/v1/topics/quotes%2F/messages", 400, "bad_request"),
+    ("/v1/topics/quotes/sh/messages", 404, "not_found"),                 # a child topic unencoded: no route here
+    ("/v1/topics/quotes/messages/", 404, "not_found"),
+    ("//v1/topics/quotes/messages", 404, "not_found"),
+    ("/V1/topics/quotes/messages", 404, "not_found"),
+])
+def test_a_hostile_path_on_the_produce_url_is_refused_and_stores_nothing(api, setup, fns, raw_path, status, code):
+    """Review 33: paths API Gateway would have normalised or refused reach the function as sent."""
+    s, b = answer(fns["produce"](url_event("POST", raw_path, setup["feed"],
+                                           {"producer": "feed", "messages": [{"body": "x"}]}), Context()))
+    assert (s, b["error"]["code"]) == (status, code), b
+    assert stored(api, setup) == 0
+
+
+@pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "PUT", "PATCH", "DELETE"])
+def test_another_method_on_a_served_path_is_404_and_changes_nothing(api, setup, fns, method):
+    for fn in ("produce", "consume"):
+        s, b = answer(fns[fn](url_event(method, "/v1/topics/quotes/messages", "local-admin-key",
+                                        {"producer": "feed", "messages": [{"body": "x"}]}), Context()))
+        assert s == 404 and b["error"]["code"] == "not_found", (fn, b)
+    assert stored(api, setup) == 0
+
+
+def test_header_cookie_query_and_body_encodings_of_a_function_url(api, setup, fns):
+    """Review 33: what a function URL event carries differently, each answered as behind API Gateway.
+    A key in a cookie is no key; two Authorization headers (joined with a comma) are no key; a
+    repeated query parameter is a 400 (check_query reads ``rawQueryString``, as the URL sends it);
+    a body the URL sent base64-encoded (a non-text content type) is decoded; one that is not UTF-8
+    or not base64 is a 400."""
+    msg = {"producer": "feed", "messages": [{"body": "x"}]}
+    ev = url_event("POST", "/v1/topics/quotes/messages", None, msg)
+    ev["cookies"] = [f"authorization=Bearer {setup['feed']}"]
+    assert answer(fns["produce"](ev, Context()))[0] == 401
+    ev = url_event("POST", "/v1/topics/quotes/messages", setup["feed"], msg)
+    ev["headers"]["authorization"] = f"Bearer x,Bearer {setup['feed']}"
+    assert answer(fns["produce"](ev, Context()))[0] == 401
+    assert stored(api, setup) == 0
+    ev = url_event("GET", "/v1/topics/quotes/messages", setup["risk"], query="group=risk&group=other")
+    ev["queryStringParameters"] = {"group": "risk,other"}  # the URL joins them, as API Gateway does
+    s, b = answer(fns["consume"](ev, Context()))
+    assert s == 400 and "more than once" in b["error"]["message"], b
+    ev = url_event("POST", "/v1/topics/quotes/messages", setup["feed"], msg)
+    ev["body"], ev["isBase64Encoded"] = base64.b64encode(ev["body"].encode()).decode(), True
+    ev["headers"]["content-type"] = "application/octet-stream"
+    s, b = answer(fns["produce"](ev, Context()))
+    assert s == 200 and len(b["results"]) == 1, b
+    for raw in (base64.b64encode(b"\xff\xfe").decode(), "!!not base64"):
+        ev = url_event("POST", "/v1/acks", setup["risk"], None)
+        ev["body"], ev["isBase64Encoded"] = raw, True
+        s, b = answer(fns["consume"](ev, Context()))
+        assert s == 400 and b["error"]["code"] == "bad_request", b
+    assert stored(api, setup) == 1

@@ -101,3 +101,27 @@ def test_a_second_send_the_container_did_not_signal_is_still_returned(h, sqs, cl
     got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20)
     assert [m["Body"] for m in got["Messages"]] == ["two"]
     assert clock.t - sent[0] <= 1000
+
+
+def test_a_message_another_receiver_makes_visible_while_a_receive_waits_is_returned_by_it(h, sqs, clock, fake_time):  # noqa: F811
+    """Review 33 (B): no send bumps the marker when another receiver's lock ends early: a
+    ChangeMessageVisibility to 0 makes the message visible again at once (so does a DeleteMessage of
+    a batch with more messages behind it on the same lakeq queue). SQS answers a waiting ReceiveMessage as soon
+    as a message is visible; waiting on the marker alone, the receive answered nothing at its
+    deadline (20 s) although the message was visible from the second second. While a queue it saw
+    is locked by another receiver, the receive runs its full rounds (50 ms doubling to 500 ms, as
+    before the marker) and returns the message within a second of the release."""
+    url = sqs.create_queue(QueueName="nack")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    held = sqs.receive_message(QueueUrl=url, VisibilityTimeout=60)["Messages"]
+    clock.t += 5000  # the sends' bump long settled
+    released = []
+
+    def during(k):
+        if k == 2:
+            sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=held[0]["ReceiptHandle"], VisibilityTimeout=0)
+            released.append(clock.t)
+    fake_time.during = during
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20)
+    assert released and [m["Body"] for m in got.get("Messages", [])] == ["m"], clock.t - released[0]
+    assert clock.t - released[0] <= 1000, clock.t - released[0]

@@ -657,6 +657,8 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
     - The full round read the marker inside its unsignalled window (a bump less than
       ``CHANGE_EVERY_MS + CHANGE_SKEW_MS`` before it: appends the bumping container did not signal
       may follow): sleep ``poll`` (the 50 ms doubling to 500 ms rounds) and run a full round again.
+    - The SQS endpoint's receive (``hints_max_age_s > 0``) saw a queue locked by another receiver: the
+      same (a lock ended early — DeleteMessage, ChangeMessageVisibility to 0 — bumps no marker).
     - Otherwise every ``WAIT_ROUND_MS``, or ``WAIT_ROUND_ACTIVE_MS`` while the topic is active
       (:func:`wait_round_ms`; sooner when a delayed message is due or a lock ends):
       a delayed message due (:meth:`Log.wake_at`) or a queue lockable now that was not at the full
@@ -673,7 +675,10 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
         remaining = deadline - now
         if remaining <= 0:
             return False
-        if not log.settled_since(full_at):
+        if not log.settled_since(full_at) or (log.hints_max_age_s > 0 and any(v.lock_until > now for v in views)):
+            # ... and the SQS endpoint's receive while another receiver holds a lock it saw (review 33):
+            # a DeleteMessage with more behind it or a ChangeMessageVisibility to 0 ends it early with
+            # no append to bump the marker, and SQS answers a waiting receive once a message is visible
             time.sleep(_sleep_ms(min(poll, remaining), wake) / 1000)
             return clock.now() < deadline
         step = min(wait_round_ms(log.change, now), remaining)
