@@ -192,3 +192,16 @@ def test_a_dead_letter_carries_its_cause_and_deliveries_and_a_gone_one_expires()
     (r,) = lake.offset_rows(record(s, new, 1, 1))
     assert [(e["lo"], e["outcome"], e["reason"], e["deliveries"]) for e in r["settled"]] == [
         (1, "expired", None, None), (4, "dead_lettered", "max_deliveries", 3), (6, "dead_lettered", "rejected", 2)]
+
+
+def test_delivered_messages_retention_removed_unacknowledged_expire_not_accepted():
+    """A lock ``[3, 6)`` delivered and never acknowledged (its consumer died); retention removed the
+    log up to offset 8; the next pull finds nothing new past them and only moves the frontier
+    (``reader``: ``settlement.advance`` of the state ``QueueView.state`` floored at the log's first
+    offset). Those three messages were never acknowledged: ``expired``, not ``accepted`` (the ledger
+    said ``accepted, 0 lost`` for a consumer that lost them)."""
+    a = S.settle(S.lock(S.State(0), 1, 100, [], [0, 1, 2], 3), 1, 0, 3, None, (), (), None).state
+    c = S.lock(a, 2, 200, [], [3, 4, 5], 6)
+    d = S.advance(S.floor(c, 8), 9)  # (6, 7: never delivered, passed over: a filter or retention, unknown)
+    (r,) = lake.offset_rows(record(c, d, 1, 1))
+    assert [(e["lo"], e["hi"], e["outcome"]) for e in r["settled"]] == [(3, 6, "expired"), (6, 9, "accepted")]
