@@ -6,8 +6,10 @@ transform over the lake's ``messages`` and ``offsets`` rows (the offsets rows' `
 A message is ``(topic, inc, queue, offset)``; a consumer is ``(group, client_id)`` (``client_id``
 ``""`` for a clustering group) and is in the ledger of every topic it has offsets rows of. Its
 messages are those produced in ``[from_ms, to_ms)`` at or above its first position on that queue
-(the smallest ``start_offset`` of its rows; 0 when none is in the lake), plus any below that some
-row names (a reset back). Each gets exactly one ``state``:
+(the smallest ``start_offset`` of its rows; 0 when none is in the lake; at least the committed
+offset of its newest row archived before these columns existed, without ``settled``: what that
+consumer settled before the upgrade is not in the lake), plus any below that some row names (a
+reset back). Each gets exactly one ``state``:
 
 * the outcome of the newest row (in stream order, :func:`lakeq_lake.transforms.seq_order`) whose
   ``settled`` names it, when that is ``accepted`` (acknowledged, or passed over by the consumer's
@@ -72,11 +74,15 @@ def ledger(messages: DataFrame, offsets: DataFrame, from_ms: int, to_ms: int, as
                   seq_order("seq").alias("order"))
          .dropDuplicates(["seq", *CONSUMER, "topic", "inc", "queue"]))  # a stream batch archived twice
     keys = [*CONSUMER, "topic", "inc", "queue"]
-    # per consumer and queue: its first position and its committed offset (the newest row's)
+    # per consumer and queue: its first position, its committed offset (the newest row's), and what
+    # the newest row archived before the ledger's columns existed (no ``settled``) had committed:
+    # those messages' settlements are not in the lake, they are before the ledger (not lost)
     pos = o.groupBy(*keys).agg(
         F.min("start_offset").alias("start"),
         F.max(F.when(F.col("committed_offset").isNotNull(), F.struct("order", "committed_offset")))
-        ["committed_offset"].alias("committed"))
+        ["committed_offset"].alias("committed"),
+        F.max(F.when(F.col("settled").isNull() & F.col("committed_offset").isNotNull(),
+                     F.struct("order", "committed_offset")))["committed_offset"].alias("legacy"))
     # the offsets the range produced, per queue: what the spans are clipped to
     bounds = m.groupBy("topic", "inc", "queue").agg(F.min("offset").alias("m_lo"), F.max("offset").alias("m_hi"))
     spans = (o.select(*keys, "order", F.explode("settled").alias("e"))
@@ -98,7 +104,8 @@ def ledger(messages: DataFrame, offsets: DataFrame, from_ms: int, to_ms: int, as
     rows = (consumers.join(m, ["topic", "inc"])
             .join(F.broadcast(pos), keys, "left")
             .join(events, [*keys, "offset"], "left")
-            .where((F.col("offset") >= F.coalesce("start", F.lit(0))) | F.col("last").isNotNull()))
+            .where((F.col("offset") >= F.greatest(F.coalesce("start", F.lit(0)), F.coalesce("legacy", F.lit(0))))
+                   | F.col("last").isNotNull()))
     outcome = F.col("last.outcome")
     older = (F.lit(False) if retention_ms is None
              else F.col("produced_at") + F.lit(retention_ms) <= F.lit(as_of_ms))

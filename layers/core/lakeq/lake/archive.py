@@ -295,7 +295,9 @@ def settlement_of(old: Mapping | None, new: Mapping | None) -> tuple[list[dict],
       ``max_deliveries`` and its ``deliveries``: it left ``due`` and the record's dead-letter count
       grew), ``expired`` (left ``due`` uncounted: below the log's retained offsets; or pending ones
       a new lock's pull dropped below the log's first offset — unless the write folded a
-      piggybacked ack of the previous lock, a new ``acks`` entry: those are accepted),
+      piggybacked ack of the previous lock, a new ``acks`` entry: those are accepted; or pending
+      ones that left in any other write that was not a settle of their lock's batch: a pull that
+      only moved the frontier past the log's first offset),
       ``skipped`` (passed over by a reset of the committed offset), ``reopened`` (settled before,
       unsettled again by a reset back),
       ``accepted`` (every other offset that became settled: acknowledged, or passed over by the
@@ -354,10 +356,14 @@ def settlement_of(old: Mapping | None, new: Mapping | None) -> tuple[list[dict],
         # ``acks``), else dropped below the log's first offset (retention)
         folded = bool(set(new.get("acks") or ()) - set((old or {}).get("acks") or ()))
         acked = [sp for sp in was_pending if folded and sp[0] in o.held]
-        out += (_runs(acked, ACCEPTED) + _runs([sp for sp in was_pending if sp not in acked], EXPIRED)
-                + _runs(fresh, ACCEPTED))
     else:
-        out += _runs(was_pending + fresh, ACCEPTED)
+        # a settle accepts only offsets of its lock's batch and never moves the frontier; a pending
+        # offset that leaves otherwise (a pull that only moves the frontier: settlement.advance of a
+        # state floored at the log's first offset) was dropped below it by retention, unacknowledged
+        moved = n.frontier != o.frontier
+        acked = [sp for sp in was_pending if not moved and sp[0] in o.batch]
+    kept = set(acked)
+    out += (_runs(acked + fresh, ACCEPTED) + _runs([sp for sp in was_pending if sp not in kept], EXPIRED))
     out.sort(key=lambda r: (r["lo"], r["outcome"]))
     return out, delivered, start
 
