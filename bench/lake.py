@@ -8,7 +8,11 @@ not JSON parsing or S3 I/O. Prints rows/s per size and how time grows with the i
 
 ``python bench/lake.py --quick`` (1M rows, < 1 min) · ``python bench/lake.py`` (1M and 10M) ·
 ``--side-by-side [--quick|--rows N] [--rounds R]``: :func:`backlog_before` (the transform before its
-rewrite) and the current one alternating in one process.
+rewrite) and the current one alternating in one process. ``--from-lake [--quick|--rows N]``: the
+same rows written as the archiver's raw lake (gzipped JSON Lines, ``raw/kind=messages|offsets/dt=/hour=/``,
+kept under ``--dir``) and compacted (a hard-linked copy, by the compaction job's own code, its wall and
+CPU seconds printed); then the job's read (``Lake.read_kind``) and the transform, over the raw lake
+and over the compacted one, alternating in one process, with the cached-input figure beside them.
 """
 from __future__ import annotations
 
@@ -157,6 +161,82 @@ def run(spark, n: int, transform=None, plan: bool = False):
     return (dt, rows, shape) if plan else (dt, rows)
 
 
+def cpu_seconds(spark) -> float:
+    """CPU seconds (user + system) used so far by this process and its Spark JVM."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    t = os.times()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") + t.user + t.system
+
+
+def lakes(spark, n: int, base: Path) -> tuple[Path, Path]:
+    """The raw lake of :func:`synthetic`'s rows (generated once under ``base``) and its compacted
+    copy (hard links; compacted once, by ``lakeq_lake.compact.run_compact``: wall and CPU printed)."""
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    from lakeq_lake.compact import run_compact
+    from lakeq_lake.store import Lake
+
+    raw = base / f"n{n}"
+    if not (raw / "_generated").exists():
+        shutil.rmtree(raw, ignore_errors=True)
+        t = time.perf_counter()
+        msgs, offs = synthetic(spark, n)
+        for kind, df, at in (("messages", msgs, "produced_at"), ("offsets", offs, "at")):
+            ts = (F.col(at) / 1000).cast("timestamp")
+            (df.withColumn("dt", F.date_format(ts, "yyyy-MM-dd")).withColumn("hour", F.date_format(ts, "HH"))
+             .repartition(48, "dt", "hour").write.partitionBy("dt", "hour").option("compression", "gzip")
+             .json(str(raw / "raw" / f"kind={kind}")))
+        (raw / "_generated").write_text(str(n))
+        print(f"raw lake of {n:,} message rows written in {time.perf_counter() - t:.1f} s → {raw}", flush=True)
+    pq = base / f"n{n}-compacted"
+    if not (pq / "_compacted").exists():
+        shutil.rmtree(pq, ignore_errors=True)
+        shutil.copytree(raw, pq, copy_function=os.link)
+        load0, cpu0, t = os.getloadavg()[0], cpu_seconds(spark), time.perf_counter()
+        out = run_compact(spark, Lake(str(pq)), at_ms=T0 + SPAN_MS + 3_600_000, kinds=("messages", "offsets"),
+                          log=lambda *_: None)
+        wall, cpu = time.perf_counter() - t, cpu_seconds(spark) - cpu0
+        line = (f"compacted {n:,} message + {n // 5:,} offset rows ({ {k: len(v['hours']) for k, v in out.items()} }"
+                f" hours) in {wall:.1f} s wall, {cpu:.1f} CPU-s; per million message rows {wall / n * 1e6:.1f} s, "
+                f"{cpu / n * 1e6:.1f} CPU-s; load {load0:.2f} → {os.getloadavg()[0]:.2f}")
+        print(line, flush=True)
+        (pq / "_compacted").write_text(line + "\n")
+    return raw, pq
+
+
+def from_lake(spark, sizes: list[int], rounds: int, base: Path) -> None:
+    """Per size: the job's read and the transform over the raw lake, then over the compacted one,
+    ``rounds`` times, and the cached-input :func:`run` once (the figure of the other modes)."""
+    from lakeq_lake import transforms as T
+    from lakeq_lake.store import Lake
+
+    def timed(root: Path) -> tuple[float, float]:
+        lk = Lake(str(root))
+        c, t = cpu_seconds(spark), time.perf_counter()
+        persisted: list = []
+        report = T.backlog(lk.read_kind(spark, "messages"), lk.read_kind(spark, "offsets"), T0 + SPAN_MS,
+                           3_600_000, persisted=persisted)
+        report.write.format("noop").mode("overwrite").save()
+        out = time.perf_counter() - t, cpu_seconds(spark) - c
+        spark.catalog.clearCache()
+        return out
+
+    print(f"{'message rows':>13} {'round':>5} {'raw s':>7} {'(CPU)':>7} {'parquet s':>9} {'(CPU)':>7} "
+          f"{'ratio':>6} {'cached s':>8}  load (1 min)")
+    for n in sizes:
+        raw, pq = lakes(spark, n, base)
+        timed(pq)  # warm-up: the JIT, the listings
+        for r in range(1, rounds + 1):
+            (rs, rc), (ps, pc) = timed(raw), timed(pq)
+            cached = f"{run(spark, n)[0]:>8.2f}" if r == 1 else f"{'':>8}"
+            print(f"{n:>13,} {r:>5} {rs:>7.2f} {rc:>7.1f} {ps:>9.2f} {pc:>7.1f} {rs / ps:>5.2f}x {cached}  "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
+
+
 def side_by_side(spark, sizes: list[int], rounds: int) -> None:
     """The transform before (:func:`backlog_before`) and now, alternating in this process: per size,
     ``rounds`` rounds of before then now (a warm-up of each at 100k rows first), load average
@@ -181,7 +261,10 @@ def main() -> int:
     ap.add_argument("--rows", type=int, help="this many message rows only (the suite's smoke test: a small lake)")
     ap.add_argument("--side-by-side", action="store_true",
                     help="the transform before its rewrite and now, alternating in one process")
-    ap.add_argument("--rounds", type=int, default=2, help="--side-by-side: rounds per size")
+    ap.add_argument("--rounds", type=int, default=2, help="--side-by-side, --from-lake: rounds per size")
+    ap.add_argument("--from-lake", action="store_true",
+                    help="the job's read + transform over the raw lake and over the compacted one, alternating")
+    ap.add_argument("--dir", default="/tmp/lakeq-lake-bench", help="--from-lake: where the lakes are kept")
     a = ap.parse_args()
     sizes = [a.rows] if a.rows else [1_000_000] if a.quick else [1_000_000, 10_000_000]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -190,11 +273,16 @@ def main() -> int:
     t = time.perf_counter()
     spark = (SparkSession.builder.master("local[2]").appName("lakeq-bench")
              .config("spark.sql.shuffle.partitions", "8").config("spark.ui.enabled", "false")
+             .config("spark.sql.session.timeZone", "UTC")
              .config("spark.driver.memory", "4g").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
           f"Python {platform.python_version()}, Spark {spark.version} local[2]; "
           f"start-up {time.perf_counter() - t:.1f}s")
+    if a.from_lake:
+        from_lake(spark, sizes, a.rounds, Path(a.dir))
+        spark.stop()
+        return 0
     if a.side_by_side:
         side_by_side(spark, sizes, a.rounds)
         spark.stop()

@@ -29,6 +29,14 @@ after the filter's name the plan that wrote the manifest when the job had to sel
 metadata). ``--dir`` may name a lake made by hand (e.g. the generated one with a few objects of
 such rows added). The job's progress bar is on stderr.
 
+``--parquet``: the same lake compacted too (a hard-linked copy beside it, ``<dir>/n<rows>-v2-compacted``,
+compacted once by the compaction job's own code, :func:`lakeq_lake.compact.run_compact`, its wall
+and CPU seconds printed) and each filter run over the raw lake then over the compacted one, side
+by side in the process (``--parquet-only``: the compacted one alone). ``--adversarial``: the lake
+used is a hard-linked copy plus one object per kind of :data:`ADV_ROWS` rows whose properties hold
+an emoji, control characters, quotes and a backslash (:func:`add_adversarial`); compacted, those
+rows arrive late in a compacted hour and are folded into its next generation.
+
 ``python bench/replay.py --quick`` (1M rows, the 3-hour window, the filters of :data:`QUICK_FILTERS`) ·
 ``python bench/replay.py --window 24h --filters mixed-miss,none`` (10M rows, the whole day;
 generating the lake takes ~10 min the first time).
@@ -113,13 +121,122 @@ def size_of(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.gz"))
 
 
+ADV_ROWS = 1_000  # rows per kind of the adversarial object (0.01 % of the 10M lake)
+# a value with an emoji (beyond U+FFFF), control characters, a quote and a backslash
+ADV_NOTE = "\U0001F600 line\nbreak \u0001 say \"hi\"\\ok"
+
+
+def linked_copy(src: Path, dst: Path) -> None:
+    """``dst``: the files of ``src`` hard-linked (no bytes copied; the raw lake stays as it was)."""
+    if not dst.exists():
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp, copy_function=os.link)
+        tmp.rename(dst)
+
+
+def add_adversarial(root: Path, n: int) -> None:
+    """One object per kind at 12:00 of the day: :data:`ADV_ROWS` rows, queue ``i % 64``, offsets past
+    the generated ones, properties ``{kind, tier, code, note}`` with ``note`` = :data:`ADV_NOTE`
+    (Jackson escapes, as the archiver's rows have them)."""
+    import gzip
+    import json
+
+    per_q = n // QUEUES + 1
+    for kind in ("messages", "bodies"):
+        lines = []
+        for i in range(ADV_ROWS):
+            at = T0 + 12 * HOUR + i
+            props = {"kind": f"k{i % 6}", "tier": i % 10, "code": f"{i % 10000:04d}", "note": ADV_NOTE}
+            row = {"topic": "bench", "queue": i % QUEUES, "offset": per_q + i // QUEUES, "id": f"adv{i}",
+                   "key": None, "tags": ["red", "green"][: i % 3], "properties": props,
+                   "produced_at": at, "seq": f"adv{i}", "inc": 0}
+            row.update({"size": 100} if kind == "messages" else {"body": json.dumps({"adv": i, "note": ADV_NOTE})})
+            lines.append(json.dumps(row, ensure_ascii=True))
+        d = root / "raw" / f"kind={kind}" / "dt=2026-01-01" / "hour=12"
+        with gzip.open(d / "part-adversarial.json.gz", "wt", encoding="ascii") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def cpu_seconds(spark) -> float:
+    """CPU seconds (user + system) used so far by this process and its Spark JVM."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return (int(fields[11]) + int(fields[12])) / ticks + t.user + t.system
+
+
+def compacted(spark, lake_root: Path, n: int, adversarial: bool = False) -> Path:
+    """``lake_root`` compacted once, in a hard-linked copy beside it (the compaction job's code,
+    the messages and the bodies of the 24 closed hours); prints its wall and CPU seconds.
+    ``adversarial``: a hard-linked copy of that one, :func:`add_adversarial`'s objects added to
+    its raw hour 12 and compacted again: late arrivals folded into the hour's next generation."""
+    from lakeq_lake.compact import run_compact
+    from lakeq_lake.store import Lake
+
+    def compact(dst: Path, what: str) -> None:
+        lines = []
+        for kind in ("messages", "bodies"):  # timed one kind at a time
+            load0, cpu0, t = load(), cpu_seconds(spark), time.perf_counter()
+            out = run_compact(spark, Lake(str(dst)), at_ms=T0 + 25 * HOUR, kinds=(kind,), log=lambda *_: None,
+                              show_progress=True)
+            wall, cpu = time.perf_counter() - t, cpu_seconds(spark) - cpu0
+            pq = sum(f.stat().st_size for f in (dst / "lake" / f"kind={kind}").rglob("*.parquet"))
+            lines.append(f"compacted {what}, {kind}: {len(out[kind]['hours'])} hours in {wall:.1f} s wall, "
+                         f"{cpu:.1f} CPU-s → {wall / n * 1e6:.1f} s wall, {cpu / n * 1e6:.1f} CPU-s per million "
+                         f"messages of the lake; Parquet {pq / 1e6:.1f} MB; load before {load0}, after {load()}")
+            print(lines[-1], flush=True)
+        (dst / "_compacted").write_text("\n".join(lines) + "\n")
+
+    dst = lake_root.with_name(lake_root.name + "-compacted")
+    if not (dst / "_compacted").exists():
+        shutil.rmtree(dst, ignore_errors=True)
+        linked_copy(lake_root, dst)
+        compact(dst, f"{n:,} messages")
+    if not adversarial:
+        return dst
+    adv = lake_root.with_name(lake_root.name + "-compacted-adv")
+    if not (adv / "_compacted").exists():
+        shutil.rmtree(adv, ignore_errors=True)
+        linked_copy(dst, adv)
+        (adv / "_compacted").unlink()
+        add_adversarial(adv, n)
+        compact(adv, f"the adversarial lake ({ADV_ROWS:,} late rows per kind in hour 12)")
+    return adv
+
+
+def scans(spark, lake_root: Path, lo: int, hi: int, name: str) -> list[str]:
+    """The file scans of the one-sided selection's plan with filter ``name`` over ``lake_root``
+    (no job runs): the format, the columns read, the partition and pushed filters."""
+    import re
+
+    from lakeq.replay.rules import Filter
+    from lakeq_lake import replay as R
+    from lakeq_lake.store import Lake
+
+    spark.conf.set("spark.sql.maxMetadataStringLength", "2000")  # the pushed filters in full
+    df = R.select_one_sided(R.read_slice(spark, Lake(str(lake_root)), "bodies", lo, hi), "bench", lo, hi,
+                            Filter.of(FILTERS[name]), matcher=False, keep_plain=True)
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    out = []
+    for m in re.finditer(r"FileScan (\w+) \[([^\]]*)\][^\n]*", plan):
+        line = m.group(0)
+        got = {k: re.search(k + r": (\[[^\]]*\]|[^,]*)", line) for k in ("PartitionFilters", "PushedFilters")}
+        where = re.search(r"Location: (\w+\(\d+ paths?\))", line)
+        out.append(f"{m.group(1)}: columns [{m.group(2)}]; {where.group(1) if where else ''}; "
+                   + "; ".join(f"{k} {v.group(1)}" for k, v in got.items() if v))
+    return out
+
+
 def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
-        native: bool = True, previous: bool = False, legacy: bool = False, narrow_bodies: bool = True,
-        one_sided: bool = True) -> None:
+        lake_kind: str = "raw", native: bool = True, previous: bool = False, legacy: bool = False,
+        narrow_bodies: bool = True, one_sided: bool = True) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
     substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
@@ -141,19 +258,22 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     rid = f"bench-{label}-{name}"
     out = Lake(str(work))  # the manifest goes to our own folder: the generated lake stays read-only
     load1 = load()
+    cpu1 = cpu_seconds(spark)
     t = time.perf_counter()
     s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
                      log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
                      narrow_bodies=narrow_bodies, one_sided=one_sided)
     job_s = time.perf_counter() - t
+    job_cpu = cpu_seconds(spark) - cpu1
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
     tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
            + ("" if narrow_bodies else " (all b.)")
            + {"two sides": " (2 sides)", "one side, matcher": " (+matcher)"}.get(s.get("plan"), ""))
     ph = s["phases"]
-    print(f"{n:>12,} {label:>6} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
+    print(f"{n:>12,} {label:>6} {lake_kind:>7} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
           f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
-          f"{job_s / base_s:>6.2f} {ph['select_write']:>7.1f} {ph['summary']:>7.1f}  {load0} {load1}", flush=True)
+          f"{job_s / base_s:>6.2f} {ph['select_write']:>7.1f} {ph['summary']:>7.1f} {job_cpu:>7.1f}  {load0} {load1}",
+          flush=True)
 
 
 def main() -> int:
@@ -181,6 +301,15 @@ def main() -> int:
     ap.add_argument("--compare-sides", action="store_true",
                     help="also run each filter with the messages joined with the bodies (one_sided=False: the "
                          "plan before body rows carried their metadata) just before")
+    ap.add_argument("--parquet", action="store_true",
+                    help="also compact the lake (a hard-linked copy, once) and run each filter over it just after "
+                         "the raw lake")
+    ap.add_argument("--parquet-only", action="store_true", help="the compacted lake alone")
+    ap.add_argument("--adversarial", action="store_true",
+                    help=f"the lake plus {ADV_ROWS:,} rows per kind whose values hold an emoji, control characters, "
+                         "quotes (a hard-linked copy)")
+    ap.add_argument("--plan", action="store_true",
+                    help="print each lake's file scans in the selection's plan (columns, pushed filters) first")
     ap.add_argument("--work", default=None, help="where manifests are written (default: a temporary folder)")
     a = ap.parse_args()
     n = a.rows or (1_000_000 if a.quick else 10_000_000)
@@ -202,6 +331,18 @@ def main() -> int:
         generate(spark, lake_root, n)
         (lake_root / "_generated").write_text(str(n))
         print(f"generated {n:,} messages in {time.perf_counter() - t:.1f} s → {lake_root}")
+    lakes = []
+    if a.parquet or a.parquet_only:
+        lakes.append(("parquet", compacted(spark, lake_root, n, a.adversarial)))
+    if a.adversarial:
+        adv = lake_root.with_name(lake_root.name + "-adv")
+        if not (adv / "raw" / "kind=bodies" / "dt=2026-01-01" / "hour=12" / "part-adversarial.json.gz").exists():
+            shutil.rmtree(adv, ignore_errors=True)
+            linked_copy(lake_root, adv)
+            add_adversarial(adv, n)
+        lake_root = adv
+    if not a.parquet_only:
+        lakes.insert(0, ("raw", lake_root))
     if a.generate_only:
         return 0
     m, b = size_of(lake_root / "raw" / "kind=messages"), size_of(lake_root / "raw" / "kind=bodies")
@@ -221,23 +362,33 @@ def main() -> int:
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
 
-    R.read_slice(spark, Lake(str(lake_root)), "messages", T0, T0 + HOUR).count()
-    print(f"{'lake rows':>12} {'window':>6} {'filter':>20} {'slice rows':>12} {'selected':>10} {'sel %':>6} "
-          f"{'scan s':>7} {'job s':>7} {'ratio':>6} {'sel+wr':>7} {'summ.':>7}  "
+    for kind, root in lakes:
+        R.read_slice(spark, Lake(str(root)), "messages", T0, T0 + HOUR).count()
+        if a.plan:
+            for label, lo, hi in windows:
+                for name in names:
+                    for scan in scans(spark, root, lo, hi, name):
+                        print(f"plan {kind} {label} {name}: {scan}")
+    print(f"{'lake rows':>12} {'window':>6} {'lake':>7} {'filter':>20} {'slice rows':>12} {'selected':>10} "
+          f"{'sel %':>6} "
+          f"{'scan s':>7} {'job s':>7} {'ratio':>6} {'sel+wr':>7} {'summ.':>7} {'job CPU':>7}  "
           f"load before scan, before job (1/5/15 min)")
     for label, lo, hi in windows:
         for name in names:
-            if a.compare_udf and FILTERS[name] and FILTERS[name].get("conditions"):
-                run(spark, lake_root, n, label, lo, hi, name, work, native=False)
-            if a.compare_plan:
-                run(spark, lake_root, n, label, lo, hi, name, work, previous=True)
-            if a.compare:
-                run(spark, lake_root, n, label, lo, hi, name, work, legacy=True)
-            if a.compare_bodies and FILTERS[name]:
-                run(spark, lake_root, n, label, lo, hi, name, work, narrow_bodies=False)
-            if a.compare_sides:
-                run(spark, lake_root, n, label, lo, hi, name, work, one_sided=False)
-            run(spark, lake_root, n, label, lo, hi, name, work)
+            for kind, root in lakes:
+                def go(**kw):
+                    run(spark, root, n, label, lo, hi, name, work, lake_kind=kind, **kw)
+                if a.compare_udf and FILTERS[name] and FILTERS[name].get("conditions"):
+                    go(native=False)
+                if a.compare_plan:
+                    go(previous=True)
+                if a.compare:
+                    go(legacy=True)
+                if a.compare_bodies and FILTERS[name]:
+                    go(narrow_bodies=False)
+                if a.compare_sides:
+                    go(one_sided=False)
+                go()
     spark.stop()
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
