@@ -36,7 +36,8 @@ def test_every_schedule_of_the_template_is_read_from_it(template):
     # every scheduled Glue trigger, with its jobs and their MaxConcurrentRuns
     triggers = {lid: r["Properties"] for lid, r in raw.items()
                 if r["Type"] == "AWS::Glue::Trigger" and r["Properties"]["Type"] == "SCHEDULED"}
-    assert len(triggers) == 3
+    assert set(triggers) == {"BacklogJobSchedule", "RebalancePlanJobSchedule", "CompactJobSchedule",
+                             "LedgerJobSchedule"}
     for lid, props in triggers.items():
         s = srcs[lid]
         assert s.kind == "glue" and isinstance(s.expression, Cron)
@@ -47,6 +48,7 @@ def test_every_schedule_of_the_template_is_read_from_it(template):
     assert glue_script("BacklogJob", template) == "backlog"
     assert glue_script("RebalancePlanJob", template) == "rebalance_plan"
     assert glue_script("CompactJob", template) == "compact"
+    assert glue_script("LedgerJob", template) == "ledger"
 
 
 def test_scheduled_event_has_eventbridge_shape(template):
