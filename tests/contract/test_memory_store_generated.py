@@ -64,6 +64,7 @@ VALUES = {"n": n_val, "s": s_val, "ss": ss_val, "l": l_val, "m": m_val, "b": b_v
 ATTRS = list(VALUES)
 # (a comparison with NULL is not generated: moto holds a missing attribute equal to NULL)
 any_val = st.one_of(*(v for a, v in VALUES.items() if a != "nl"))
+any_bool_safe = st.one_of(*(v for a, v in VALUES.items() if a not in ("nl", "n")))
 
 
 class Expr:
@@ -103,7 +104,10 @@ def _atom(draw) -> callable:
     attr = draw(st.sampled_from(ATTRS))
     v1, v2 = draw(n_val), draw(n_val)
     s1 = draw(s_val)
-    any1 = draw(any_val)
+    # (moto compares a BOOL with a number as Python does: true = 1 and false = 0, so `b <> 1` is false
+    # there for b = true; in DynamoDB values of two types are never equal. Not generated: a CI run
+    # drew it once, moto answered no item and the memory store one)
+    any1 = draw(any_bool_safe if attr == "b" else any_val)
     x = draw(st.sampled_from(["x", "y", "q"]))
     nx = draw(st.sampled_from(["-1", "2.5", "7"]))
     type_name = draw(st.sampled_from(["S", "N", "SS", "NS", "L", "M", "BOOL", "B", "NULL"]))

@@ -54,11 +54,23 @@ class LocalStack:
     def output(self) -> str:
         return "".join(self.lines)
 
+    def printed(self, text: str, timeout: float = 60.0) -> bool:
+        """Whether the stack printed ``text``, waiting up to ``timeout`` s: the stack answers health
+        checks before it has printed all of its banner, and the pump thread reads its lines later
+        still on a loaded machine (a CI run read the banner without its last line)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     @property
     def ws_url(self) -> str:
         """The WebSocket wake-up URL the stack printed (``ws://127.0.0.1:<its own port>/ws``)."""
         import re
 
+        self.printed("WebSocket wake-ups: ws://")
         return re.search(r"WebSocket wake-ups: (ws://\S+)", self.output).group(1)
 
     @property

@@ -28,7 +28,7 @@ def test_process_prints_url_key_curl_and_stops_cleanly_on_sigterm(start_local_st
     finally:
         code = st.stop()
     assert code == 0
-    assert "lakeq local stack stopped." in st.output
+    assert st.printed("lakeq local stack stopped."), st.output
     assert "GET /v1/nothing-here 404" in st.stderr  # one access-log line per request
 
 

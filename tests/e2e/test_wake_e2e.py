@@ -23,6 +23,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def wake(stack):
+    stack.printed("WebSocket wake-ups: ws://")
     m = re.search(r"WebSocket wake-ups: (ws://\S+)", stack.output)
     assert m, stack.output
     url = m.group(1)
