@@ -166,19 +166,25 @@ class Api:
         return self.through_gateway(ev, h)
 
 
-def segment_records(aws, lists: bool = False) -> list[dict]:
-    """Every SegmentsTable stream record so far, as a Lambda trigger receives it, oldest first per
-    shard: INSERTs of topic segments (and, with ``lists``, of subscription lists ``~<id>#0`` too)."""
+def stream_records(aws, table: str) -> list[dict]:
+    """Every stream record so far of the local stack's table ``table`` (``segments``, ``offsets``, ...),
+    as a Lambda trigger receives it, oldest first per shard."""
     from infra.local.streams import lambda_record
 
-    arn = aws["dynamodb"].describe_table(TableName=f"{tpl.LOCAL_STACK}-segments")["Table"]["LatestStreamArn"]
+    arn = aws["dynamodb"].describe_table(TableName=f"{tpl.LOCAL_STACK}-{table}")["Table"]["LatestStreamArn"]
     ddbs = aws["dynamodbstreams"]
     out = []
     for sh in ddbs.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
         it = ddbs.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
         out += [lambda_record(x, arn, "us-east-1") for x in ddbs.get_records(ShardIterator=it["ShardIterator"])
                 ["Records"]]
-    return [r for r in out if r["eventName"] == "INSERT"
+    return out
+
+
+def segment_records(aws, lists: bool = False) -> list[dict]:
+    """Every SegmentsTable stream record so far, as a Lambda trigger receives it, oldest first per
+    shard: INSERTs of topic segments (and, with ``lists``, of subscription lists ``~<id>#0`` too)."""
+    return [r for r in stream_records(aws, "segments") if r["eventName"] == "INSERT"
             and (lists or not r["dynamodb"]["Keys"]["pq"]["S"].startswith("~"))]
 
 

@@ -10,10 +10,9 @@ import os
 
 import pytest
 
-from infra.local import template as tpl
 from lakeq.lake import archive as lake
 from lakeq.lake.report_keys import ledger_key
-from tests.handlers import ADMIN, segment_records
+from tests.handlers import ADMIN, segment_records, stream_records
 
 REPORT = {"group": "risk", "topic": "quotes", "computed_at": 5, "as_of": 5, "from": 1, "to": 5,
           "produced": 3, "accepted": 3, "dead_lettered": 0, "pending": 0, "expired": 0, "skipped": 0, "lost": 0,
@@ -51,16 +50,7 @@ def test_the_ledger_is_the_object_the_job_wrote_for_the_groups_key_only(api, set
 
 def _offsets_records(aws) -> list[dict]:
     """Every OffsetsTable stream record so far, as the archiver receives them."""
-    from infra.local.streams import lambda_record
-
-    arn = aws["dynamodb"].describe_table(TableName=f"{tpl.LOCAL_STACK}-offsets")["Table"]["LatestStreamArn"]
-    ddbs = aws["dynamodbstreams"]
-    out = []
-    for sh in ddbs.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        it = ddbs.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
-        out += [lambda_record(x, arn, "us-east-1") for x in ddbs.get_records(ShardIterator=it["ShardIterator"])
-                ["Records"]]
-    return out
+    return stream_records(aws, "offsets")
 
 
 @pytest.mark.moto  # reads DynamoDB Streams

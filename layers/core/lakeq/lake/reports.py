@@ -17,32 +17,26 @@ from lakeq.store.lake import get_json
 
 
 def backlog(p: Principal, params: dict) -> dict:
-    group_name = params.get("group")
-    topic = params.get("topic")
-    check_name(group_name, "group")
-    check_topic(topic)
-    topic_or_404(topic)
-    group = client_or_404(group_name, "consumer")
-    authorize(p, group, topic)
-    report = get_json(summary_key(group.name, topic))
-    if report is None:
-        raise NotFound(f"no backlog report for group '{group.name}' and topic '{topic}' yet "
-                       "(the backlog job has not run since they had traffic)")
-    return report
+    return _report(p, params.get("group"), params.get("topic"), summary_key, "backlog report", "backlog job")
 
 
 def ledger(p: Principal, group_name: str, params: dict) -> dict:
     """The newest delivery ledger of ``group_name`` on ``params["topic"]`` (the ledger job's summary:
     one S3 GetObject). The same checks as :func:`backlog`: the group's key or the admin key, the
     topic granted to the group; 404 before the job's first run over their traffic."""
-    topic = params.get("topic")
+    return _report(p, group_name, params.get("topic"), ledger_key, "delivery ledger", "ledger job")
+
+
+def _report(p: Principal, group_name, topic, key_of, what: str, job: str) -> dict:
+    """A job's newest summary for a group and topic at ``key_of(group, topic)``: the group's key or
+    the admin key, the topic granted to the group; 404 before the job's first run over their traffic."""
     check_name(group_name, "group")
     check_topic(topic)
     topic_or_404(topic)
     group = client_or_404(group_name, "consumer")
     authorize(p, group, topic)
-    report = get_json(ledger_key(group.name, topic))
+    report = get_json(key_of(group.name, topic))
     if report is None:
-        raise NotFound(f"no delivery ledger for group '{group.name}' and topic '{topic}' yet "
-                       "(the ledger job has not run since they had traffic)")
+        raise NotFound(f"no {what} for group '{group.name}' and topic '{topic}' yet "
+                       f"(the {job} has not run since they had traffic)")
     return report
