@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         from .gateway import Gateway, access_log_to_stderr
         from .handlers import HandlerCache
         from .schedules import Scheduler, glue_runner
-        from .streams import StreamPump, moto_write_signal
+        from .streams import Pumps, StreamPump, moto_write_signal
         from .worker import ProcessPool
 
         template = tpl_mod.load_template(args.template)
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         wsgw.start()
         # two pumps (threads): the mappings without a batching window (the wake-up notifier,
         # latency-bound) never wait behind a slow batch of another function (the archiver's);
-        # ``pump`` (drained by POST /_local/streams/drain) serves the others. While idle they wait
+        # ``pump`` serves the others (POST /_local/streams/drain drains both). While idle they wait
         # for moto's next DynamoDB write (moto_serial's write count) instead of polling the shards
         pump = StreamPump(template, stack_name=args.stack_name, dynamodb_client=ddb,
                           handler_cache=handlers, select=lambda ev: ev.batching_window_s > 0,
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
             reset = LocalReset(ctx, dynamodb_client=ddb, s3_client=boto3.client("s3"), handlers=handlers,
                                pumps=(pump, fast_pump))
-        gateway = Gateway(template, stack_name=args.stack_name, pump=pump, handler_cache=handlers,
+        gateway = Gateway(template, stack_name=args.stack_name, pump=Pumps(pump, fast_pump), handler_cache=handlers,
                           scheduler=scheduler, glue=glue, reset=reset)
         gateway.preload()
         server.app = gateway

@@ -15,7 +15,8 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
   what API Gateway answers when the integration fails (limits: ``infra/local/aws_rules.py``).
   Otherwise errors use the API's shape ``{"error": {"code", "message"}}``.
 - ``POST /_local/streams/drain[?timeout=30]`` (local only, not in the template) runs the streams
-  pump until every stream is caught up → ``{"drained": bool, "records": n}``.
+  pumps (both: the batching-window one and the latency-bound one) until every stream is caught up
+  and no invocation they started still runs → ``{"drained": bool, "records": n}``.
 - ``GET /_local/info`` (local only) → ``{"aws_endpoint_url", "region", "stack_name", "environment"}``:
   the moto endpoint and the functions' resolved environment (table and bucket names), for local
   batch jobs (``make jobs``) that read the stack's lake and tables directly.

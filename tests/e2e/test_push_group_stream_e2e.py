@@ -22,6 +22,8 @@ WAIT_S = 90.0
 class Receiver:
     def __init__(self):
         self.got: list[tuple[float, list[str]]] = []
+        self.answered: list[float] = []  # when each answer was sent (monotonic)
+        self.delay = 0.0  # seconds each request waits before its answer
         self.lock = threading.Lock()
         outer = self
 
@@ -30,9 +32,12 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with outer.lock:
                     outer.got.append((time.monotonic(), [m["body"] for m in json.loads(body)["messages"]]))
+                time.sleep(outer.delay)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                with outer.lock:
+                    outer.answered.append(time.monotonic())
 
             def log_message(self, *a):
                 pass
@@ -95,5 +100,36 @@ def test_group_endpoint_gets_a_message_in_seconds_without_the_schedule(st):
         assert rx.arrival(f"paused-{tag}") is None
         pulled = st.call("GET", f"/v1/topics/{topic}/messages", gkey, params={"group": group, "max": 10})["messages"]
         assert [m["body"] for m in pulled] == [f"paused-{tag}"]
+    finally:
+        rx.close()
+
+
+def test_the_drain_waits_for_a_push_run_in_flight(st):
+    """``POST /_local/streams/drain`` returns only once the push run the stream started has ended: a
+    drain of the batching-window pump alone returned while the latency-bound pump's push run was
+    still waiting for the endpoint, and that run then pulled a message produced after the drain and
+    a pause (the test above failed so once on a loaded CI)."""
+    rx = Receiver()
+    rx.delay = 3.0
+    try:
+        tag = uuid.uuid4().hex[:6]
+        topic, group, producer = f"gdrain-{tag}", f"gd-{tag}", f"feed-{tag}"
+        st.call("POST", "/v1/topics", json={"name": topic, "queues": 1}, status=201)
+        feed = st.call("POST", "/v1/clients", json={"name": producer, "role": "producer", "topics": [topic]},
+                       status=201)["api_key"]
+        gkey = st.call("POST", "/v1/clients", json={"name": group, "role": "consumer", "topics": [topic]},
+                       status=201)["api_key"]
+        st.call("PUT", f"/v1/groups/{group}/push", gkey, 201, json={"url": rx.url, "topic": topic})
+        t0 = time.monotonic()
+        st.call("POST", f"/v1/topics/{topic}/messages", feed,
+                json={"producer": producer, "messages": [{"key": "k", "body": f"slow-{tag}"}]})
+        while rx.arrival(f"slow-{tag}") is None and time.monotonic() - t0 < WAIT_S:
+            time.sleep(0.05)
+        assert rx.arrival(f"slow-{tag}") is not None, st.stderr[-3000:]
+        st.drain(30)  # the endpoint is still holding its answer back (3 s)
+        returned = time.monotonic()
+        with rx.lock:
+            answered = list(rx.answered)
+        assert answered and answered[0] <= returned, (answered, returned)
     finally:
         rx.close()
