@@ -5,8 +5,9 @@ It serves the ``HttpApi`` routes of ``template.yaml`` with the functions' own ha
 - routes are matched on the RAW request path, segment by segment (werkzeug's ``PATH_INFO`` has
   ``%2F`` already decoded, which would split ``quotes%2Fsh``). A ``{topic}`` (or greedy
   ``{name+}``) parameter also accepts several unencoded segments (``/v1/topics/quotes/sh/messages``
-  → ``topic = "quotes/sh"``); ``rawPath`` handed to the handler is then normalised to the encoded
-  form (``/v1/topics/quotes%2Fsh/messages``). Routes with more literal segments win.
+  → ``topic = "quotes/sh"``); ``rawPath`` handed to the handler is percent-decoded, as API Gateway
+  hands it (``/v1/topics/quotes/sh/messages``; the route is in ``routeKey`` and ``pathParameters``).
+  Routes with more literal segments win.
 - unmatched path → 404 ``not_found``; a known path with another method → 405
   ``method_not_allowed``; a body over 10 MiB (API Gateway's limit) or an event over Lambda's 6 MB
   invocation request → 413 ``payload_too_large`` (plus API Gateway's ``"message": "Request Entity
@@ -374,7 +375,11 @@ class Gateway:
                 value = "/".join(unquote(s) for s in chunk)
                 path_params[text] = value
                 out_segments.append(chunk[0] if len(chunk) == 1 else quote(value, safe=""))
-        raw_path = "/" + "/".join(out_segments)
+        # API Gateway's HTTP API hands the function the path percent-DECODED (``rawPath`` and
+        # ``requestContext.http.path``; live captures: ``/a%2Fb`` arrives as ``/a/b``): so does this
+        # stand-in, so the handlers' routing on ``routeKey`` + ``pathParameters``
+        # (lakeq.api.http.routed_path) is what every local request exercises
+        raw_path = unquote("/" + "/".join(out_segments))
 
         headers: dict[str, str] = {}
         for key, value in request.headers.items():

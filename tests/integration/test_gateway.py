@@ -86,11 +86,14 @@ def _event(resp):
 
 
 def test_encoded_topic(client):
+    """API Gateway's HTTP API hands the path percent-decoded (live captures: ``/a%2Fb`` arrives as
+    ``/a/b``); the route matched is in ``routeKey`` and ``pathParameters`` (the handlers route on
+    those: lakeq.api.http.routed_path)."""
     ev = _event(client.post("/v1/topics/quotes%2Fsh/messages?x=1", json={"a": 1}))
     assert ev["routeKey"] == "POST /v1/topics/{topic}/messages"
-    assert ev["rawPath"] == "/v1/topics/quotes%2Fsh/messages"
+    assert ev["rawPath"] == "/v1/topics/quotes/sh/messages"
     assert ev["pathParameters"] == {"topic": "quotes/sh"}
-    assert ev["requestContext"]["http"]["path"] == "/v1/topics/quotes%2Fsh/messages"
+    assert ev["requestContext"]["http"]["path"] == "/v1/topics/quotes/sh/messages"
     assert json.loads(ev["body"]) == {"a": 1}
 
 
@@ -98,7 +101,7 @@ def test_unencoded_multi_segment_topic_is_normalised(client):
     ev = _event(client.get("/v1/topics/quotes/sh/deep/messages?group=g"))
     assert ev["routeKey"] == "GET /v1/topics/{topic}/messages"
     assert ev["pathParameters"] == {"topic": "quotes/sh/deep"}
-    assert ev["rawPath"] == "/v1/topics/quotes%2Fsh%2Fdeep/messages"
+    assert ev["rawPath"] == "/v1/topics/quotes/sh/deep/messages"
     ev = _event(client.get("/v1/topics/quotes/messages"))
     assert ev["pathParameters"] == {"topic": "quotes"}
     assert ev["rawPath"] == "/v1/topics/quotes/messages"

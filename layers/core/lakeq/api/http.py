@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from contextvars import ContextVar
 from typing import Callable, TypeVar
-from urllib.parse import unquote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
@@ -114,8 +114,58 @@ def authenticating(routes: dict[tuple[str, str], bool]):
     return authenticate_caller
 
 
+_PARAM = re.compile(r"\{([^}/]+?)\+?\}")
+
+
+def routed_path(event: dict) -> str | None:
+    """The request's path rebuilt from the route API Gateway matched (``routeKey``) and its
+    ``pathParameters``, each value one percent-encoded segment; None when the event names no route
+    with parameters (a function URL's ``$default``, a direct invocation).
+
+    API Gateway's HTTP API hands the function ``rawPath`` percent-DECODED (live captures: ``/a%2Fb``
+    arrives as ``/a/b``, ``%252F`` decoded twice), so a child topic's ``quotes%2Fsh`` would reach the
+    resolver as two segments and match no route; the route and its parameters say what matched. A
+    parameter decoded only once (``quotes%2Fsh``) is decoded again: names hold no ``%``.
+
+    >>> routed_path({"routeKey": "POST /v1/topics/{topic}/messages", "rawPath": "/v1/topics/quotes/sh/messages",
+    ...              "pathParameters": {"topic": "quotes/sh"}})
+    '/v1/topics/quotes%2Fsh/messages'
+    >>> routed_path({"routeKey": "GET /v1/topics/{topic}", "pathParameters": {"topic": "quotes%2Fsh"}})
+    '/v1/topics/quotes%2Fsh'
+    >>> routed_path({"routeKey": "$default", "rawPath": "/v1/topics/a%2Fb/messages"}) is None
+    True
+    """
+    route, params = event.get("routeKey") or "", event.get("pathParameters")
+    method, _, template_ = route.partition(" ")
+    if not params or not isinstance(params, dict) or not template_.startswith("/") or "{" not in template_:
+        return None
+
+    names = _PARAM.findall(template_)
+    if any(not isinstance(params.get(n), str) for n in names):
+        return None  # the parameters are not the route's: route on rawPath, as without them
+
+    def segment(m: re.Match) -> str:
+        value = params[m.group(1)]
+        return quote(unquote(value) if "%" in value else value, safe="")
+    path_ = _PARAM.sub(segment, template_)
+    stage = ((event.get("requestContext") or {}).get("stage")) or "$default"
+    return path_ if stage == "$default" else f"/{stage}{path_}"
+
+
+class LakeqResolver(APIGatewayHttpResolver):
+    """powertools' HTTP API resolver, routing on :func:`routed_path` when API Gateway names the
+    route it matched (its ``rawPath`` is decoded: see there), on ``rawPath`` otherwise."""
+
+    def resolve(self, event, context):
+        if isinstance(event, dict):
+            rebuilt = routed_path(event)
+            if rebuilt is not None and rebuilt != event.get("rawPath"):
+                event = {**event, "rawPath": rebuilt}
+        return super().resolve(event, context)
+
+
 def make_app(*routers: Router) -> APIGatewayHttpResolver:
-    app = APIGatewayHttpResolver(serializer=dumps)
+    app = LakeqResolver(serializer=dumps)
     routes: dict[tuple[str, str], bool] = {}
     for r in routers:
         if not isinstance(r, Router):  # its routes would not be known to the middleware
