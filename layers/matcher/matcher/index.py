@@ -259,6 +259,48 @@ def _dedupe_scalars(where: str, kind: str, values: Any) -> list:
     return list(seen.values())
 
 
+def _plain_level(level: dict) -> dict | None:
+    """The normalised copy of a valid level ``{"field": ..., kind: ...}`` (exactly those two keys)
+    with plain ``list`` / ``str`` / ``int`` / ``float`` / ``bool`` arguments, as
+    :func:`validate_conditions` makes it; ``None`` for anything else (valid or not), which the full
+    checks then handle with their messages. O(size)."""
+    field = level.get("field")
+    if type(field) is not str or not field:
+        return None
+    for kind, arg in level.items():
+        if kind != "field":
+            break
+    ta = type(arg)
+    if kind == "range":
+        if (ta is list or ta is tuple) and len(arg) == 2:
+            lo, hi = arg
+            tl, th = type(lo), type(hi)
+            if ((tl is int or (tl is float and math.isfinite(lo)))
+                    and (th is int or (th is float and math.isfinite(hi))) and lo <= hi):
+                return {"field": field, "range": [lo, hi]}
+        return None
+    if kind == "values" or kind == "anything_but":
+        if (ta is not list and ta is not tuple) or not arg:
+            return None
+        seen: dict[Hashable, Any] = {}
+        for v in arg:
+            tv = type(v)
+            if tv is str or tv is int:
+                seen.setdefault(v, v)
+            elif tv is bool:
+                seen.setdefault(_TRUE if v else _FALSE, v)
+            elif tv is float and math.isfinite(v):
+                seen.setdefault(v, v)
+            else:
+                return None
+        return {"field": field, kind: list(seen.values())}
+    if kind == "prefix":
+        return {"field": field, "prefix": arg} if ta is str else None
+    if kind == "exists":
+        return {"field": field, "exists": arg} if ta is bool else None
+    return None
+
+
 def validate_conditions(conditions: Any) -> list[dict]:
     """Validate API conditions and return a normalised copy. O(total size).
 
@@ -273,6 +315,11 @@ def validate_conditions(conditions: Any) -> list[dict]:
         raise ValueError("conditions must be a list of levels")
     out: list[dict] = []
     for i, level in enumerate(conditions):
+        if type(level) is dict and len(level) == 2:  # the common shape: checked without the messages
+            norm = _plain_level(level)
+            if norm is not None:
+                out.append(norm)
+                continue
         where = f"conditions[{i}]"
         if not isinstance(level, Mapping):
             raise ValueError(f"{where} must be an object with 'field' and one condition")
@@ -431,19 +478,23 @@ class _Learned:
     Per field: how many sample messages carry it, their value keys counted, their numbers and
     strings sorted. :meth:`rate` is ``(passing sample messages + prior) / (sample size + 1)``, so a
     level no sampled message passes ranks by its static guess among the other never-passing ones.
-    Building: O(S x fields); :meth:`rate`: O(values + log S).
+    Building: O(S x fields); :meth:`rate`: O(values + log S) the first time per label (a tag set:
+    one OR of per-tag bitsets over the sample), then O(1) (memoised).
     """
 
-    __slots__ = ("size", "present", "keys", "nums", "strs", "tagsets", "memo")
+    __slots__ = ("size", "present", "keys", "nums", "strs", "tagbits", "memo")
 
     def __init__(self, sample: list[Mapping]) -> None:
         self.size = len(sample)
-        self.memo: dict[tuple, float] = {}
+        self.memo: dict[tuple, int] = {}  # label -> sample messages passing it
         self.present: dict[str, int] = {}
         self.keys: dict[str, dict[Hashable, int]] = {}
         nums: dict[str, list] = {}
         strs: dict[str, list] = {}
-        self.tagsets = [props.get(_TAGF, ()) for props in sample]
+        self.tagbits: dict[str, int] = {}  # tag -> the sample messages carrying it, as bits
+        for i, props in enumerate(sample):
+            for t in props.get(_TAGF, ()):
+                self.tagbits[t] = self.tagbits.get(t, 0) | 1 << i
         for props in sample:
             for f, v in props.items():
                 if f == _TAGF:
@@ -460,9 +511,22 @@ class _Learned:
         self.strs = {f: sorted(v) for f, v in strs.items()}
 
     def rate(self, label: tuple, prior: float) -> float:
+        hits = self.memo.get(label)
+        if hits is None:
+            if len(self.memo) >= _MEMO:
+                self.memo.clear()
+            hits = self.memo[label] = self._hits(label)
+        return (hits + prior) / (self.size + 1)
+
+    def _hits(self, label: tuple) -> int:
+        """How many sample messages pass ``label``."""
         kind, field, arg = label
         if kind == _G:
-            hits = sum(1 for ts in self.tagsets if not arg.isdisjoint(ts))
+            get = self.tagbits.get
+            bits = 0
+            for t in arg:
+                bits |= get(t, 0)
+            hits = bits.bit_count()
         elif kind == _E:
             have = self.present.get(field, 0)
             hits = have if arg else self.size - have
@@ -483,17 +547,17 @@ class _Learned:
                 hits = end - bisect_left(xs, arg)
             else:
                 hits = len(xs)
-        return (hits + prior) / (self.size + 1)
+        return hits
 
     def pass_rate(self, label: tuple) -> float:
-        """:meth:`rate` without a prior (a level no sampled message passes: 0), memoised per label
-        (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
-        r = self.memo.get(label)
-        if r is None:
+        """:meth:`rate` without a prior (a level no sampled message passes: 0); the hits memoised
+        per label (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
+        hits = self.memo.get(label)
+        if hits is None:
             if len(self.memo) >= _MEMO:
                 self.memo.clear()
-            r = self.memo[label] = self.rate(label, 0.0)
-        return r
+            hits = self.memo[label] = self._hits(label)
+        return hits / (self.size + 1)
 
 
 def _sort_repr(arg: Any) -> str:
@@ -772,6 +836,24 @@ def _pairs(per: dict, props: Mapping) -> list:
     return [(f, e) for f in props if (e := get(f)) is not None]
 
 
+def _count_values(seen: dict, labels: Iterable[tuple], d: int) -> None:
+    """Add ``d`` to ``seen``'s count of every value of the ``values`` labels among ``labels`` (the
+    index's field -> {value key: subscriptions}, see :func:`_canonical`). O(values)."""
+    for kind, field, arg in labels:
+        if kind == _V:
+            known = seen.get(field)
+            if known is None:
+                known = seen[field] = {}
+            for k in (arg if type(arg) is frozenset else (arg,)):
+                left = known.get(k, 0) + d
+                if left:
+                    known[k] = left
+                else:
+                    del known[k]
+            if not known:
+                del seen[field]
+
+
 def _bucket_nodes(d: dict) -> list:
     """The distinct nodes of a bucket dict (values: a node or a list of nodes). O(size)."""
     return list({id(c): c for b in d.values() for c in (b if type(b) is list else [b])}.values())
@@ -829,8 +911,14 @@ def _ids_iter(holder: Any) -> Iterable:
 
 
 # ----------------------------------------------------------------------------------- bit blocks
-def _bits(positions: Iterable[int], nbytes: int) -> int:
-    """The int with exactly the bits ``positions`` set. O(nbytes + positions)."""
+def _bits(positions: list[int], nbytes: int) -> int:
+    """The int with exactly the bits ``positions`` set. O(nbytes + positions); a few positions
+    (most of a block's excluded values and prefixes): O(positions x nbytes / 30) in C, no buffer."""
+    if len(positions) < 8:  # type: ignore[arg-type]
+        x = 0
+        for p in positions:
+            x |= 1 << p
+        return x
     ba = bytearray(nbytes)
     for p in positions:
         ba[p >> 3] |= 1 << (p & 7)
@@ -1097,6 +1185,9 @@ class SubscriptionIndex:
         self._inblock: dict[Hashable, tuple] = {}
         self._pending: set = set()
         self._dead = 0
+        # id -> (topic, labels): added since the last match and eligible for a block, in no structure
+        # yet (their ``values`` counted in ``_seen``); the next match files them (:meth:`_file_staged`)
+        self._staged: dict[Hashable, tuple] = {}
 
     def adopt(self, other: "SubscriptionIndex") -> None:
         """Take over what ``other`` learned from traffic (its message sample, measured pass rates and
@@ -1111,15 +1202,16 @@ class SubscriptionIndex:
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
         """Number of subscriptions. O(1)."""
-        return len(self._leaf) + len(self._inblock)
+        return len(self._leaf) + len(self._inblock) + len(self._staged)
 
     def __contains__(self, sub_id: Hashable) -> bool:
         """True when ``sub_id`` is indexed. O(1)."""
-        return sub_id in self._leaf or sub_id in self._inblock
+        return sub_id in self._leaf or sub_id in self._inblock or sub_id in self._staged
 
     def topics(self) -> list[str]:
         """The topics that have at least one subscription. O(topics)."""
-        return list({**dict.fromkeys(self._roots), **dict.fromkeys(self._blocks)})
+        return list({**dict.fromkeys(self._roots), **dict.fromkeys(self._blocks),
+                     **dict.fromkeys(topic for topic, _ in self._staged.values())})
 
     # ------------------------------------------------------------------------------ add
     def add(self, sub_id: Hashable, topic: str, conditions: Any, tags: Any = None) -> list[dict]:
@@ -1128,8 +1220,9 @@ class SubscriptionIndex:
         Complexity: O(L log L + sum over levels of (number of values + log r)) where L is the number
         of levels and r the number of prefix / range edges at a node; independent of how many other
         subscriptions are indexed (amortised dict costs; a range's width class list moves up to r pointers in C).
-        A subscription that qualifies for a bit block (:meth:`_eligible`) goes to the trie too and
-        is moved by a later :meth:`match` (amortised O(1)).
+        A subscription that qualifies for a bit block (:meth:`_eligible`) is only staged: the next
+        :meth:`match` builds the blocks from every staged one when they are many (a bulk build: they
+        never enter the trie), else puts them in the trie to wait for a block (amortised O(1)).
         Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags, or an id that is
         None or not hashable.
         """
@@ -1148,9 +1241,11 @@ class SubscriptionIndex:
         labels = _canonical(None, self._seen, self._learned, labels)
         if sub_id in self:
             self.remove(sub_id)
-        self._insert(sub_id, topic, labels)
         if self._eligible(labels):
-            self._pending.add(sub_id)  # moved to its topic's block by a later match (_rebuild_blocks)
+            self._staged[sub_id] = (topic, tuple(labels))  # filed by the next match (_file_staged)
+            _count_values(self._seen, labels, 1)
+        else:
+            self._insert(sub_id, topic, labels)
         return levels
 
     def _expected(self, labels: tuple) -> float:
@@ -1221,22 +1316,91 @@ class SubscriptionIndex:
             self._reorder()
 
     def _reorder(self) -> None:
-        self._learned = _Learned(self._sample) if self._sample else None
+        """The trie is rebuilt with the new order; a block is kept as it is unless its membership
+        changes by more than half (``_BLOCK_MIN`` at least): members that no longer qualify or that
+        no sampled message matched (:meth:`_evict`) leave it as dead bits, subscriptions that now
+        qualify wait in the trie (``_pending``). A block's bits do not depend on the level order, so
+        rebuilding an unchanged block (most of a re-order's time at 10k) buys nothing."""
+        learned = self._learned = _Learned(self._sample) if self._sample else None
         subs = [(sid,) + _path(leaf) for sid, leaf in self._leaf.items()]
-        for blk in self._blocks.values():
-            subs += [(sid, blk.topic, list(labels)) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
-        self._roots, self._leaf, self._seen = {}, {}, {}
-        self._blocks, self._inblock, self._pending, self._dead = {}, {}, set(), 0
+        subs += [(sid, topic, list(labels)) for sid, (topic, labels) in self._staged.items()]
+        self._roots, self._leaf, self._seen, self._staged, self._pending = {}, {}, {}, {}, set()
+        rest: list[tuple] = []
         dense: dict[str, list] = {}
         for sid, topic, labels in subs:
             if self._eligible(labels):
                 dense.setdefault(topic, []).append((sid, tuple(labels)))
             else:
-                self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels))
+                rest.append((sid, topic, labels))
+        for topic, blk in list(self._blocks.items()):
+            rest += [(sid, topic, list(labels)) for sid, labels in self._evict(blk)]
+            join = dense.pop(topic, [])
+            if self._blocks.get(topic) is not blk:  # emptied: a new block of the joiners (below)
+                if join:
+                    dense[topic] = join
+                continue
+            if len(join) + len(blk.ids) - blk.count > max(_BLOCK_MIN, blk.count >> 1):
+                self._make_block(topic, self._drop_block(blk) + join)
+            else:
+                for sid, labels in join:  # a few: they wait in the trie for the next block rebuild
+                    self._insert(sid, topic, _canonical(None, self._seen, learned, list(labels)))
+                    self._pending.add(sid)
         for topic, members in dense.items():
             self._make_block(topic, members)
+        for sid, topic, labels in rest:
+            self._insert(sid, topic, _canonical(None, self._seen, learned, labels))
         self._waste = 0
         self._reorders += 1
+
+    def _evict(self, blk: _Block) -> list[tuple]:
+        """Clear the bits of ``blk``'s members that no longer qualify (:meth:`_eligible`) and, with
+        a traffic sample, of those expected to match ``_EXPECT`` sampled messages and matching none
+        (as :meth:`_make_block`); return them as ``(id, labels)``. O(B x L + sample x F x B / 30)."""
+        out = []
+        labels_of = blk.labels
+        for pos, labels in enumerate(labels_of):
+            if labels is not None and not self._eligible(labels):
+                out.append((blk.ids[pos], labels))
+                self._discard(blk, pos)
+        if self._learned is not None and blk.count:
+            hit = self._sample_hits(blk)
+            if hit != blk.alive:
+                size = len(self._sample)
+                for pos, labels in enumerate(labels_of):
+                    if labels is not None and not hit >> pos & 1 and self._expected(labels) * size >= _EXPECT:
+                        out.append((blk.ids[pos], labels))
+                        self._discard(blk, pos)
+        return out
+
+    def _discard(self, blk: _Block, pos: int) -> None:
+        """Clear the member at ``pos`` of ``blk`` (a dead bit; the block goes with its last member)."""
+        del self._inblock[blk.ids[pos]]
+        blk.discard(pos)
+        self._dead += 1
+        if not blk.count:
+            del self._blocks[blk.topic]
+            self._dead -= len(blk.ids)
+
+    def _drop_block(self, blk: _Block) -> list[tuple]:
+        """Take ``blk`` out of the index; return its live members ``(id, labels)``."""
+        members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
+        del self._blocks[blk.topic]
+        self._dead -= len(blk.ids) - blk.count
+        inblock = self._inblock
+        for sid, _ in members:
+            del inblock[sid]
+        return members
+
+    def _sample_hits(self, blk: _Block) -> int:
+        """The positions of ``blk`` some message of the traffic sample passes. O(sample x F x B / 30)."""
+        hit = 0
+        alive = blk.alive
+        for props in self._sample:
+            tags = props.get(_TAGF, ())
+            hit |= _block_bits(blk, *_message_views({f: v for f, v in props.items() if f != _TAGF}), tags)
+            if hit == alive:
+                break
+        return hit
 
     def _make_block(self, topic: str, members: list[tuple]) -> None:
         """Build ``topic``'s block of ``members`` (``(id, labels)``, each eligible), keeping out the
@@ -1254,12 +1418,7 @@ class SubscriptionIndex:
         if self._learned is None:
             self._adopt_block(blk, members)
             return
-        hit = 0
-        for props in self._sample:
-            tags = props.get(_TAGF, ())
-            hit |= _block_bits(blk, *_message_views({f: v for f, v in props.items() if f != _TAGF}), tags)
-            if hit == blk.alive:
-                break
+        hit = self._sample_hits(blk)
         if hit != blk.alive:
             keep = []
             size = len(self._sample)
@@ -1306,9 +1465,35 @@ class SubscriptionIndex:
         with _no_gc():
             self._rebuild_blocks_now()
 
+    def _file_staged(self) -> None:
+        """Put the staged subscriptions in the trie, each waiting for a block (``_pending``): a few
+        added since the last match, too few for a block rebuild. O(staged x L)."""
+        staged, self._staged = self._staged, {}
+        seen = self._seen
+        learned = self._learned
+        for sid, (topic, labels) in staged.items():
+            _count_values(seen, labels, -1)  # counted again by _insert
+        for sid, (topic, labels) in staged.items():
+            # the order (and, before any traffic, the static estimates) with every value seen since
+            labels = _canonical(None, seen, learned, list(labels))
+            self._insert(sid, topic, labels)
+            if learned is not None or self._eligible(labels):
+                self._pending.add(sid)
+
     def _rebuild_blocks_now(self) -> None:
         moved: dict[str, list] = {}
         static = self._learned is None
+        staged, self._staged = self._staged, {}
+        seen = self._seen
+        # the static estimates moved (more values seen): re-checked with every staged one counted
+        late = [sid for sid, (_, labels) in staged.items() if not self._eligible(labels)] if static else ()
+        for sid, (topic, labels) in staged.items():
+            _count_values(seen, labels, -1)
+        for sid in late:
+            topic, labels = staged.pop(sid)
+            self._insert(sid, topic, _canonical(None, seen, None, list(labels)))
+        for sid, (topic, labels) in staged.items():
+            moved.setdefault(topic, []).append((sid, labels))
         for sid in self._pending:
             topic, labels = _path(self._leaf[sid])
             if static and not self._eligible(labels):  # the static estimates moved (more values seen)
@@ -1319,12 +1504,7 @@ class SubscriptionIndex:
         for topic in list(self._blocks):
             blk = self._blocks[topic]
             if topic in moved or blk.count < len(blk.ids):
-                members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
-                moved[topic] = members + moved.get(topic, [])
-                del self._blocks[topic]
-                for sid, _ in members:
-                    del self._inblock[sid]
-        self._dead = 0
+                moved[topic] = self._drop_block(blk) + moved.get(topic, [])
         for topic, members in moved.items():
             if members:
                 self._make_block(topic, members)
@@ -1407,14 +1587,13 @@ class SubscriptionIndex:
         subscription in a bit block: O(B / 30) (its bit cleared; the block is rebuilt by a later
         match once enough are gone, amortised O(1) per removal).
         """
-        where = self._inblock.pop(sub_id, None)
+        staged = self._staged.pop(sub_id, None)
+        if staged is not None:  # O(L): not filed anywhere yet
+            _count_values(self._seen, staged[1], -1)
+            return
+        where = self._inblock.get(sub_id)
         if where is not None:  # O(B / 30): clear its bit; a later match rebuilds the block
-            blk, pos = where
-            blk.discard(pos)
-            self._dead += 1
-            if not blk.count:
-                del self._blocks[blk.topic]
-                self._dead -= len(blk.ids)
+            self._discard(*where)
             return
         self._pending.discard(sub_id)
         self._trie_remove(sub_id)
@@ -1515,10 +1694,12 @@ class SubscriptionIndex:
         """
         roots = self._roots
         blocks = self._blocks
-        if self._pending or self._dead:
-            if len(self._pending) + self._dead > max(_BLOCK_MIN, len(self._inblock) >> 1):
+        if self._staged or self._pending or self._dead:
+            if len(self._staged) + len(self._pending) + self._dead > max(_BLOCK_MIN, len(self._inblock) >> 1):
                 self._rebuild_blocks()
                 blocks = self._blocks
+            elif self._staged:
+                self._file_staged()
         if not roots and not blocks:
             return []
         starts = []
@@ -1738,7 +1919,12 @@ class SubscriptionIndex:
         for sid in self._pending:  # waiting for a block: in the trie, and it would qualify (statically:
             # qualified when added; the estimates move as values are added, re-checked when moved)
             assert sid in self._leaf and (self._learned is None or self._eligible(_path(self._leaf[sid])[1])), sid
+        for sid, (topic, labels) in self._staged.items():  # staged: in no structure, would qualify
+            assert sid not in self._leaf and sid not in self._inblock and sid not in self._pending, sid
+            validate_topic(topic)
+            assert type(labels) is tuple and labels and (self._learned is None or self._eligible(labels)), sid
         recount: dict[str, dict[Hashable, int]] = {}
+        _count_values(recount, (lb for _, labels in self._staged.values() for lb in labels), 1)
         stack = list(self._roots.values())
         while stack:
             node = stack.pop()
