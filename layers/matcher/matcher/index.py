@@ -139,6 +139,7 @@ _BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it 
 _MEMO = 1 << 18  # memoised pass rates kept per sample (labels churn across adopted rebuilds)
 _EXPECT = 3.0  # a block member expected to match this many sampled messages and matching none leaves
 _UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
+_KEEP_SHIFT = 5  # a re-order keeps a block when fewer than B >> this members leave or join it (else rebuilt)
 _WASTE_SHIFT = 7  # a block's members that output nothing count (B - found) >> this visits of waste
 _CELLS = 256  # at most this many cells per range field of a block
 _STATIC = 0.1  # no traffic yet: a subscription whose every level's static estimate is at least this: to a block
@@ -482,7 +483,7 @@ class _Learned:
     one OR of per-tag bitsets over the sample), then O(1) (memoised).
     """
 
-    __slots__ = ("size", "present", "keys", "nums", "strs", "tagbits", "memo")
+    __slots__ = ("size", "present", "keys", "nums", "strs", "tagbits", "memo", "views")
 
     def __init__(self, sample: list[Mapping]) -> None:
         self.size = len(sample)
@@ -492,6 +493,9 @@ class _Learned:
         nums: dict[str, list] = {}
         strs: dict[str, list] = {}
         self.tagbits: dict[str, int] = {}  # tag -> the sample messages carrying it, as bits
+        # each sample message as a match sees it, (kmap, nums, strs, tags): the blocks' sample checks
+        self.views = [_message_views({f: v for f, v in props.items() if f != _TAGF}) + (props.get(_TAGF, ()),)
+                      for props in sample]
         for i, props in enumerate(sample):
             for t in props.get(_TAGF, ()):
                 self.tagbits[t] = self.tagbits.get(t, 0) | 1 << i
@@ -513,10 +517,15 @@ class _Learned:
     def rate(self, label: tuple, prior: float) -> float:
         hits = self.memo.get(label)
         if hits is None:
-            if len(self.memo) >= _MEMO:
-                self.memo.clear()
-            hits = self.memo[label] = self._hits(label)
+            hits = self.hits(label)
         return (hits + prior) / (self.size + 1)
+
+    def hits(self, label: tuple) -> int:
+        """How many sample messages pass ``label``, memoised (at most ``_MEMO`` labels, then cleared)."""
+        if len(self.memo) >= _MEMO:
+            self.memo.clear()
+        hits = self.memo[label] = self._hits(label)
+        return hits
 
     def _hits(self, label: tuple) -> int:
         """How many sample messages pass ``label``."""
@@ -554,9 +563,7 @@ class _Learned:
         per label (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
         hits = self.memo.get(label)
         if hits is None:
-            if len(self.memo) >= _MEMO:
-                self.memo.clear()
-            hits = self.memo[label] = self._hits(label)
+            hits = self.hits(label)
         return hits / (self.size + 1)
 
 
@@ -964,43 +971,62 @@ class _Block:
         self.count = n
         self.alive = (1 << n) - 1
         nb = (n + 7) >> 3
-        per: dict[Any, list] = {}
+        # one pass over the members' levels: per slot (a field's j-th level, j > 0 keyed (field, j))
+        # [has, eq, ab, abx, pre, ranges, exists true, exists false] positions
+        per: dict[Any, tuple] = {}
         tagged: dict[str, list] = {}
         tag_pos: list[int] = []
-        for pos, (_, labels) in enumerate(members):
-            nth: dict = {}  # several levels on one field: the j-th goes to slot (field, j), ANDed
-            for label in labels:
-                if label[0] == _G:
+        for pos, labels in enumerate(self.labels):
+            nth: dict | None = None  # several levels on one field: the j-th goes to slot (field, j), ANDed
+            for kind, field, arg in labels:
+                if kind == _G:
                     tag_pos.append(pos)
-                    for t in label[2]:
+                    for t in arg:
                         tagged.setdefault(t, []).append(pos)
+                    continue
+                if nth is None or field not in nth:
+                    slot = field
+                    if nth is None:
+                        nth = {field: 1}
+                    else:
+                        nth[field] = 1
                 else:
-                    j = nth.get(label[1], 0)
-                    nth[label[1]] = j + 1
-                    per.setdefault((label[1], j), []).append((pos, label))
+                    j = nth[field]
+                    nth[field] = j + 1
+                    slot = (field, j)
+                sl = per.get(slot)
+                if sl is None:
+                    sl = per[slot] = ([], {}, [], {}, {}, [], [], [])
+                sl[0].append(pos)
+                if kind == _R:
+                    sl[5].append((arg[0], arg[1], pos))
+                elif kind == _A:
+                    sl[2].append(pos)
+                    abx = sl[3]
+                    for k in arg:
+                        x = abx.get(k)
+                        if x is None:
+                            abx[k] = [pos]
+                        else:
+                            x.append(pos)
+                elif kind == _P:
+                    x = sl[4].get(arg)
+                    if x is None:
+                        sl[4][arg] = [pos]
+                    else:
+                        x.append(pos)
+                elif kind == _V:
+                    eq = sl[1]
+                    for k in (arg if type(arg) is frozenset else (arg,)):
+                        eq.setdefault(k, []).append(pos)
+                else:
+                    sl[6 if arg else 7].append(pos)
         self.tags = None
         if tag_pos:
             self.tags = (self.alive & ~_bits(tag_pos, nb), {t: _bits(ps, nb) for t, ps in tagged.items()})
         fields = []
-        self.slots = list(per)
-        for (field, _), lv in per.items():
-            has, eq, abx, pre, ranges = [], {}, {}, {}, []
-            et, ef, ab = [], [], []
-            for pos, (kind, _, arg) in lv:
-                has.append(pos)
-                if kind == _V:
-                    for k in (arg if type(arg) is frozenset else (arg,)):
-                        eq.setdefault(k, []).append(pos)
-                elif kind == _A:
-                    ab.append(pos)
-                    for k in arg:
-                        abx.setdefault(k, []).append(pos)
-                elif kind == _P:
-                    pre.setdefault(arg, []).append(pos)
-                elif kind == _R:
-                    ranges.append((arg[0], arg[1], pos))
-                else:
-                    (et if arg else ef).append(pos)
+        self.slots = [(slot, 0) if type(slot) is not tuple else slot for slot in per]
+        for (field, _), (has, eq, ab, abx, pre, ranges, et, ef) in zip(self.slots, per.values()):
             none = self.alive & ~_bits(has, nb)
             fields.append((
                 field,
@@ -1238,14 +1264,13 @@ class SubscriptionIndex:
         labels = _labels(levels)
         if tag_tuple:
             labels.append((_G, _TAGF, frozenset(tag_tuple)))
-        labels = _canonical(None, self._seen, self._learned, labels)
         if sub_id in self:
             self.remove(sub_id)
-        if self._eligible(labels):
+        if self._eligible(labels):  # a block's bits do not depend on the level order: not sorted
             self._staged[sub_id] = (topic, tuple(labels))  # filed by the next match (_file_staged)
             _count_values(self._seen, labels, 1)
         else:
-            self._insert(sub_id, topic, labels)
+            self._insert(sub_id, topic, _canonical(None, self._seen, self._learned, labels))
         return levels
 
     def _expected(self, labels: tuple) -> float:
@@ -1273,14 +1298,17 @@ class SubscriptionIndex:
                 if _static_estimate(label, seen) < _STATIC:
                     return False
             return True
-        p = 1.0
-        lo = 1.0
+        # every level passes some sampled message (the product of the rates is not 0) and at least
+        # _DENSE of them: compared as counts of sample messages, the memo read inline
+        get = learned.memo.get
+        need = _DENSE * (learned.size + 1)
         for label in labels:
-            r = learned.pass_rate(label)
-            p *= r
-            if r < lo:
-                lo = r
-        return p > 0 and lo >= _DENSE
+            h = get(label)
+            if h is None:
+                h = learned.hits(label)
+            if not h or h < need:
+                return False
+        return True
 
     def _insert(self, sub_id: Hashable, topic: str, labels: list[tuple]) -> None:
         node = self._roots.get(topic)
@@ -1316,11 +1344,13 @@ class SubscriptionIndex:
             self._reorder()
 
     def _reorder(self) -> None:
-        """The trie is rebuilt with the new order; a block is kept as it is unless its membership
-        changes by more than half (``_BLOCK_MIN`` at least): members that no longer qualify or that
-        no sampled message matched (:meth:`_evict`) leave it as dead bits, subscriptions that now
-        qualify wait in the trie (``_pending``). A block's bits do not depend on the level order, so
-        rebuilding an unchanged block (most of a re-order's time at 10k) buys nothing."""
+        """The trie is rebuilt with the new order; a block is kept as it is unless more than
+        ``B >> _KEEP_SHIFT`` of its B members (``_BLOCK_MIN`` at least) leave or join it: members
+        that no longer qualify or that no sampled message matched (:meth:`_evict`) leave it as dead
+        bits, subscriptions that now qualify wait in the trie (``_pending``). A block's bits do not
+        depend on the level order, so rebuilding an unchanged block (about half a re-order's time at
+        10k) buys nothing; a changed one is rebuilt, compact, with every newcomer in it (dead bits
+        and waiting broad subscriptions cost every message)."""
         learned = self._learned = _Learned(self._sample) if self._sample else None
         subs = [(sid,) + _path(leaf) for sid, leaf in self._leaf.items()]
         subs += [(sid, topic, list(labels)) for sid, (topic, labels) in self._staged.items()]
@@ -1339,7 +1369,7 @@ class SubscriptionIndex:
                 if join:
                     dense[topic] = join
                 continue
-            if len(join) + len(blk.ids) - blk.count > max(_BLOCK_MIN, blk.count >> 1):
+            if len(join) + len(blk.ids) - blk.count > max(_BLOCK_MIN, blk.count >> _KEEP_SHIFT):
                 self._make_block(topic, self._drop_block(blk) + join)
             else:
                 for sid, labels in join:  # a few: they wait in the trie for the next block rebuild
@@ -1365,7 +1395,7 @@ class SubscriptionIndex:
         if self._learned is not None and blk.count:
             hit = self._sample_hits(blk)
             if hit != blk.alive:
-                size = len(self._sample)
+                size = len(self._learned.views)
                 for pos, labels in enumerate(labels_of):
                     if labels is not None and not hit >> pos & 1 and self._expected(labels) * size >= _EXPECT:
                         out.append((blk.ids[pos], labels))
@@ -1392,12 +1422,12 @@ class SubscriptionIndex:
         return members
 
     def _sample_hits(self, blk: _Block) -> int:
-        """The positions of ``blk`` some message of the traffic sample passes. O(sample x F x B / 30)."""
+        """The positions of ``blk`` some message of the traffic sample (as of the last re-order: the
+        one the pass rates were measured on) passes. O(sample x F x B / 30)."""
         hit = 0
         alive = blk.alive
-        for props in self._sample:
-            tags = props.get(_TAGF, ())
-            hit |= _block_bits(blk, *_message_views({f: v for f, v in props.items() if f != _TAGF}), tags)
+        for kmap, nums, strs, tags in self._learned.views:  # type: ignore[union-attr]
+            hit |= _block_bits(blk, kmap, nums, strs, tags)
             if hit == alive:
                 break
         return hit
@@ -1421,7 +1451,7 @@ class SubscriptionIndex:
         hit = self._sample_hits(blk)
         if hit != blk.alive:
             keep = []
-            size = len(self._sample)
+            size = len(self._learned.views)
             for pos, (sid, labels) in enumerate(members):
                 if hit >> pos & 1 or self._expected(labels) * size < _EXPECT:
                     keep.append((sid, labels))
@@ -1429,8 +1459,9 @@ class SubscriptionIndex:
                     self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
             if not keep:
                 return
-            members = keep
-            blk = _Block(topic, members)
+            if len(keep) < len(members):  # else every member stays: the block as built
+                members = keep
+                blk = _Block(topic, members)
         self._adopt_block(blk, members)
 
     def _adopt_block(self, blk: _Block, members: list[tuple]) -> None:
