@@ -1370,7 +1370,11 @@ class SubscriptionIndex:
                     dense[topic] = join
                 continue
             if len(join) + len(blk.ids) - blk.count > max(_BLOCK_MIN, blk.count >> _KEEP_SHIFT):
-                self._make_block(topic, self._drop_block(blk) + join)
+                # the members left were checked against the sample by _evict: only the joiners are
+                members = self._drop_block(blk) + self._vet(topic, join)
+                if members:
+                    new = _Block(topic, members)
+                    self._adopt_block(new, members)
             else:
                 for sid, labels in join:  # a few: they wait in the trie for the next block rebuild
                     self._insert(sid, topic, _canonical(None, self._seen, learned, list(labels)))
@@ -1401,6 +1405,24 @@ class SubscriptionIndex:
                         out.append((blk.ids[pos], labels))
                         self._discard(blk, pos)
         return out
+
+    def _vet(self, topic: str, members: list[tuple]) -> list[tuple]:
+        """The ``members`` :meth:`_make_block` would keep in a block (the sample check), the others
+        put in the trie. O(B x (labels + sample x F / 30))."""
+        if not members or self._learned is None:
+            return members
+        blk = _Block(topic, members)
+        hit = self._sample_hits(blk)
+        if hit == blk.alive:
+            return members
+        keep = []
+        size = len(self._learned.views)
+        for pos, (sid, labels) in enumerate(members):
+            if hit >> pos & 1 or self._expected(labels) * size < _EXPECT:
+                keep.append((sid, labels))
+            else:
+                self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
+        return keep
 
     def _discard(self, blk: _Block, pos: int) -> None:
         """Clear the member at ``pos`` of ``blk`` (a dead bit; the block goes with its last member)."""
@@ -1477,13 +1499,18 @@ class SubscriptionIndex:
         5,000 subscriptions each on a field of its own (``exists: true`` on fields messages never
         carry) would cost 5,000 steps a message there and about nothing in the trie. O(B x L)."""
         per: dict = {}
+        get = per.get
         for _, labels in members:
             for label in labels:
-                per[label[1]] = per.get(label[1], 0) + 1
+                f = label[1]
+                per[f] = get(f, 0) + 1
         least = max(4, len(members) // _SLOT_MIN)
+        rare = {f for f, c in per.items() if c < least}
+        if not rare:  # every field common: all stay
+            return members
         keep = []
         for sid, labels in members:
-            if all(per[label[1]] >= least for label in labels):
+            if all(label[1] not in rare for label in labels):
                 keep.append((sid, labels))
             else:
                 self._insert(sid, topic, _canonical(None, self._seen, None, list(labels)))
