@@ -149,6 +149,8 @@ def test_selective_level_goes_first():
                             {"field": "sym", "values": [f"{i:06d}"]}], None) for i in range(400)}
     idx = build(subs)
     idx._check()
+    assert idx.match("t", {}) == []  # files the staged ones (added while ``sym`` looked broad)
+    idx._check()
     by_field: dict = {}
     for field, _ in idx._roots["t"].exact:
         by_field[field] = by_field.get(field, 0) + 1

@@ -78,7 +78,12 @@ per output id. Per message and block ``O(F x B / 30)`` word operations plus ``O(
 ``B`` members; the subscriptions that rarely match stay in the trie, so never-matching ones cost
 the blocks nothing. Before any traffic the static estimates decide (every level's at least
 ``_STATIC``; fields few members constrain stay in the trie), so a fresh index answers its dense part
-from bitsets from its first match. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
+from bitsets from its first match. ``add`` only *stages* a subscription that qualifies (in no
+structure yet); the next ``match`` files the staged ones — into their blocks when they are many (a
+bulk build: the dense part never goes through the trie), else into the trie to wait for a block
+(``_pending``). A re-order keeps a block whose membership changes by less than ``B >> _KEEP_SHIFT``
+(members leaving become dead bits; a block's bits do not depend on the level order) and rebuilds it
+otherwise. See :meth:`SubscriptionIndex._eligible` and docs/design.md "Bit blocks".
 
 The order (:func:`_canonical`)
 ------------------------------
@@ -139,6 +144,7 @@ _BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it 
 _MEMO = 1 << 18  # memoised pass rates kept per sample (labels churn across adopted rebuilds)
 _EXPECT = 3.0  # a block member expected to match this many sampled messages and matching none leaves
 _UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
+_KEEP_SHIFT = 5  # a re-order keeps a block when fewer than B >> this members leave or join it (else rebuilt)
 _WASTE_SHIFT = 7  # a block's members that output nothing count (B - found) >> this visits of waste
 _CELLS = 256  # at most this many cells per range field of a block
 _STATIC = 0.1  # no traffic yet: a subscription whose every level's static estimate is at least this: to a block
@@ -259,6 +265,48 @@ def _dedupe_scalars(where: str, kind: str, values: Any) -> list:
     return list(seen.values())
 
 
+def _plain_level(level: dict) -> dict | None:
+    """The normalised copy of a valid level ``{"field": ..., kind: ...}`` (exactly those two keys)
+    with plain ``list`` / ``str`` / ``int`` / ``float`` / ``bool`` arguments, as
+    :func:`validate_conditions` makes it; ``None`` for anything else (valid or not), which the full
+    checks then handle with their messages. O(size)."""
+    field = level.get("field")
+    if type(field) is not str or not field:
+        return None
+    for kind, arg in level.items():
+        if kind != "field":
+            break
+    ta = type(arg)
+    if kind == "range":
+        if (ta is list or ta is tuple) and len(arg) == 2:
+            lo, hi = arg
+            tl, th = type(lo), type(hi)
+            if ((tl is int or (tl is float and math.isfinite(lo)))
+                    and (th is int or (th is float and math.isfinite(hi))) and lo <= hi):
+                return {"field": field, "range": [lo, hi]}
+        return None
+    if kind == "values" or kind == "anything_but":
+        if (ta is not list and ta is not tuple) or not arg:
+            return None
+        seen: dict[Hashable, Any] = {}
+        for v in arg:
+            tv = type(v)
+            if tv is str or tv is int:
+                seen.setdefault(v, v)
+            elif tv is bool:
+                seen.setdefault(_TRUE if v else _FALSE, v)
+            elif tv is float and math.isfinite(v):
+                seen.setdefault(v, v)
+            else:
+                return None
+        return {"field": field, kind: list(seen.values())}
+    if kind == "prefix":
+        return {"field": field, "prefix": arg} if ta is str else None
+    if kind == "exists":
+        return {"field": field, "exists": arg} if ta is bool else None
+    return None
+
+
 def validate_conditions(conditions: Any) -> list[dict]:
     """Validate API conditions and return a normalised copy. O(total size).
 
@@ -273,6 +321,11 @@ def validate_conditions(conditions: Any) -> list[dict]:
         raise ValueError("conditions must be a list of levels")
     out: list[dict] = []
     for i, level in enumerate(conditions):
+        if type(level) is dict and len(level) == 2:  # the common shape: checked without the messages
+            norm = _plain_level(level)
+            if norm is not None:
+                out.append(norm)
+                continue
         where = f"conditions[{i}]"
         if not isinstance(level, Mapping):
             raise ValueError(f"{where} must be an object with 'field' and one condition")
@@ -431,19 +484,26 @@ class _Learned:
     Per field: how many sample messages carry it, their value keys counted, their numbers and
     strings sorted. :meth:`rate` is ``(passing sample messages + prior) / (sample size + 1)``, so a
     level no sampled message passes ranks by its static guess among the other never-passing ones.
-    Building: O(S x fields); :meth:`rate`: O(values + log S).
+    Building: O(S x fields); :meth:`rate`: O(values + log S) the first time per label (a tag set:
+    one OR of per-tag bitsets over the sample), then O(1) (memoised).
     """
 
-    __slots__ = ("size", "present", "keys", "nums", "strs", "tagsets", "memo")
+    __slots__ = ("size", "present", "keys", "nums", "strs", "tagbits", "memo", "views")
 
     def __init__(self, sample: list[Mapping]) -> None:
         self.size = len(sample)
-        self.memo: dict[tuple, float] = {}
+        self.memo: dict[tuple, int] = {}  # label -> sample messages passing it
         self.present: dict[str, int] = {}
         self.keys: dict[str, dict[Hashable, int]] = {}
         nums: dict[str, list] = {}
         strs: dict[str, list] = {}
-        self.tagsets = [props.get(_TAGF, ()) for props in sample]
+        self.tagbits: dict[str, int] = {}  # tag -> the sample messages carrying it, as bits
+        # each sample message as a match sees it, (kmap, nums, strs, tags): the blocks' sample checks
+        self.views = [_message_views({f: v for f, v in props.items() if f != _TAGF}) + (props.get(_TAGF, ()),)
+                      for props in sample]
+        for i, props in enumerate(sample):
+            for t in props.get(_TAGF, ()):
+                self.tagbits[t] = self.tagbits.get(t, 0) | 1 << i
         for props in sample:
             for f, v in props.items():
                 if f == _TAGF:
@@ -460,9 +520,27 @@ class _Learned:
         self.strs = {f: sorted(v) for f, v in strs.items()}
 
     def rate(self, label: tuple, prior: float) -> float:
+        hits = self.memo.get(label)
+        if hits is None:
+            hits = self.hits(label)
+        return (hits + prior) / (self.size + 1)
+
+    def hits(self, label: tuple) -> int:
+        """How many sample messages pass ``label``, memoised (at most ``_MEMO`` labels, then cleared)."""
+        if len(self.memo) >= _MEMO:
+            self.memo.clear()
+        hits = self.memo[label] = self._hits(label)
+        return hits
+
+    def _hits(self, label: tuple) -> int:
+        """How many sample messages pass ``label``."""
         kind, field, arg = label
         if kind == _G:
-            hits = sum(1 for ts in self.tagsets if not arg.isdisjoint(ts))
+            get = self.tagbits.get
+            bits = 0
+            for t in arg:
+                bits |= get(t, 0)
+            hits = bits.bit_count()
         elif kind == _E:
             have = self.present.get(field, 0)
             hits = have if arg else self.size - have
@@ -483,17 +561,15 @@ class _Learned:
                 hits = end - bisect_left(xs, arg)
             else:
                 hits = len(xs)
-        return (hits + prior) / (self.size + 1)
+        return hits
 
     def pass_rate(self, label: tuple) -> float:
-        """:meth:`rate` without a prior (a level no sampled message passes: 0), memoised per label
-        (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
-        r = self.memo.get(label)
-        if r is None:
-            if len(self.memo) >= _MEMO:
-                self.memo.clear()
-            r = self.memo[label] = self.rate(label, 0.0)
-        return r
+        """:meth:`rate` without a prior (a level no sampled message passes: 0); the hits memoised
+        per label (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
+        hits = self.memo.get(label)
+        if hits is None:
+            hits = self.hits(label)
+        return hits / (self.size + 1)
 
 
 def _sort_repr(arg: Any) -> str:
@@ -772,6 +848,24 @@ def _pairs(per: dict, props: Mapping) -> list:
     return [(f, e) for f in props if (e := get(f)) is not None]
 
 
+def _count_values(seen: dict, labels: Iterable[tuple], d: int) -> None:
+    """Add ``d`` to ``seen``'s count of every value of the ``values`` labels among ``labels`` (the
+    index's field -> {value key: subscriptions}, see :func:`_canonical`). O(values)."""
+    for kind, field, arg in labels:
+        if kind == _V:
+            known = seen.get(field)
+            if known is None:
+                known = seen[field] = {}
+            for k in (arg if type(arg) is frozenset else (arg,)):
+                left = known.get(k, 0) + d
+                if left:
+                    known[k] = left
+                else:
+                    del known[k]
+            if not known:
+                del seen[field]
+
+
 def _bucket_nodes(d: dict) -> list:
     """The distinct nodes of a bucket dict (values: a node or a list of nodes). O(size)."""
     return list({id(c): c for b in d.values() for c in (b if type(b) is list else [b])}.values())
@@ -829,8 +923,14 @@ def _ids_iter(holder: Any) -> Iterable:
 
 
 # ----------------------------------------------------------------------------------- bit blocks
-def _bits(positions: Iterable[int], nbytes: int) -> int:
-    """The int with exactly the bits ``positions`` set. O(nbytes + positions)."""
+def _bits(positions: list[int], nbytes: int) -> int:
+    """The int with exactly the bits ``positions`` set. O(nbytes + positions); a few positions
+    (most of a block's excluded values and prefixes): O(positions x nbytes / 30) in C, no buffer."""
+    if len(positions) < 8:  # type: ignore[arg-type]
+        x = 0
+        for p in positions:
+            x |= 1 << p
+        return x
     ba = bytearray(nbytes)
     for p in positions:
         ba[p >> 3] |= 1 << (p & 7)
@@ -876,43 +976,62 @@ class _Block:
         self.count = n
         self.alive = (1 << n) - 1
         nb = (n + 7) >> 3
-        per: dict[Any, list] = {}
+        # one pass over the members' levels: per slot (a field's j-th level, j > 0 keyed (field, j))
+        # [has, eq, ab, abx, pre, ranges, exists true, exists false] positions
+        per: dict[Any, tuple] = {}
         tagged: dict[str, list] = {}
         tag_pos: list[int] = []
-        for pos, (_, labels) in enumerate(members):
-            nth: dict = {}  # several levels on one field: the j-th goes to slot (field, j), ANDed
-            for label in labels:
-                if label[0] == _G:
+        for pos, labels in enumerate(self.labels):
+            nth: dict | None = None  # several levels on one field: the j-th goes to slot (field, j), ANDed
+            for kind, field, arg in labels:
+                if kind == _G:
                     tag_pos.append(pos)
-                    for t in label[2]:
+                    for t in arg:
                         tagged.setdefault(t, []).append(pos)
+                    continue
+                if nth is None or field not in nth:
+                    slot = field
+                    if nth is None:
+                        nth = {field: 1}
+                    else:
+                        nth[field] = 1
                 else:
-                    j = nth.get(label[1], 0)
-                    nth[label[1]] = j + 1
-                    per.setdefault((label[1], j), []).append((pos, label))
+                    j = nth[field]
+                    nth[field] = j + 1
+                    slot = (field, j)
+                sl = per.get(slot)
+                if sl is None:
+                    sl = per[slot] = ([], {}, [], {}, {}, [], [], [])
+                sl[0].append(pos)
+                if kind == _R:
+                    sl[5].append((arg[0], arg[1], pos))
+                elif kind == _A:
+                    sl[2].append(pos)
+                    abx = sl[3]
+                    for k in arg:
+                        x = abx.get(k)
+                        if x is None:
+                            abx[k] = [pos]
+                        else:
+                            x.append(pos)
+                elif kind == _P:
+                    x = sl[4].get(arg)
+                    if x is None:
+                        sl[4][arg] = [pos]
+                    else:
+                        x.append(pos)
+                elif kind == _V:
+                    eq = sl[1]
+                    for k in (arg if type(arg) is frozenset else (arg,)):
+                        eq.setdefault(k, []).append(pos)
+                else:
+                    sl[6 if arg else 7].append(pos)
         self.tags = None
         if tag_pos:
             self.tags = (self.alive & ~_bits(tag_pos, nb), {t: _bits(ps, nb) for t, ps in tagged.items()})
         fields = []
-        self.slots = list(per)
-        for (field, _), lv in per.items():
-            has, eq, abx, pre, ranges = [], {}, {}, {}, []
-            et, ef, ab = [], [], []
-            for pos, (kind, _, arg) in lv:
-                has.append(pos)
-                if kind == _V:
-                    for k in (arg if type(arg) is frozenset else (arg,)):
-                        eq.setdefault(k, []).append(pos)
-                elif kind == _A:
-                    ab.append(pos)
-                    for k in arg:
-                        abx.setdefault(k, []).append(pos)
-                elif kind == _P:
-                    pre.setdefault(arg, []).append(pos)
-                elif kind == _R:
-                    ranges.append((arg[0], arg[1], pos))
-                else:
-                    (et if arg else ef).append(pos)
+        self.slots = [(slot, 0) if type(slot) is not tuple else slot for slot in per]
+        for (field, _), (has, eq, ab, abx, pre, ranges, et, ef) in zip(self.slots, per.values()):
             none = self.alive & ~_bits(has, nb)
             fields.append((
                 field,
@@ -1097,6 +1216,9 @@ class SubscriptionIndex:
         self._inblock: dict[Hashable, tuple] = {}
         self._pending: set = set()
         self._dead = 0
+        # id -> (topic, labels): added since the last match and eligible for a block, in no structure
+        # yet (their ``values`` counted in ``_seen``); the next match files them (:meth:`_file_staged`)
+        self._staged: dict[Hashable, tuple] = {}
 
     def adopt(self, other: "SubscriptionIndex") -> None:
         """Take over what ``other`` learned from traffic (its message sample, measured pass rates and
@@ -1111,15 +1233,16 @@ class SubscriptionIndex:
     # ------------------------------------------------------------------------------ size
     def __len__(self) -> int:
         """Number of subscriptions. O(1)."""
-        return len(self._leaf) + len(self._inblock)
+        return len(self._leaf) + len(self._inblock) + len(self._staged)
 
     def __contains__(self, sub_id: Hashable) -> bool:
         """True when ``sub_id`` is indexed. O(1)."""
-        return sub_id in self._leaf or sub_id in self._inblock
+        return sub_id in self._leaf or sub_id in self._inblock or sub_id in self._staged
 
     def topics(self) -> list[str]:
         """The topics that have at least one subscription. O(topics)."""
-        return list({**dict.fromkeys(self._roots), **dict.fromkeys(self._blocks)})
+        return list({**dict.fromkeys(self._roots), **dict.fromkeys(self._blocks),
+                     **dict.fromkeys(topic for topic, _ in self._staged.values())})
 
     # ------------------------------------------------------------------------------ add
     def add(self, sub_id: Hashable, topic: str, conditions: Any, tags: Any = None) -> list[dict]:
@@ -1128,8 +1251,9 @@ class SubscriptionIndex:
         Complexity: O(L log L + sum over levels of (number of values + log r)) where L is the number
         of levels and r the number of prefix / range edges at a node; independent of how many other
         subscriptions are indexed (amortised dict costs; a range's width class list moves up to r pointers in C).
-        A subscription that qualifies for a bit block (:meth:`_eligible`) goes to the trie too and
-        is moved by a later :meth:`match` (amortised O(1)).
+        A subscription that qualifies for a bit block (:meth:`_eligible`) is only staged: the next
+        :meth:`match` builds the blocks from every staged one when they are many (a bulk build: they
+        never enter the trie), else puts them in the trie to wait for a block (amortised O(1)).
         Raises :class:`ValueError` for a bad topic, malformed conditions or bad tags, or an id that is
         None or not hashable.
         """
@@ -1145,12 +1269,13 @@ class SubscriptionIndex:
         labels = _labels(levels)
         if tag_tuple:
             labels.append((_G, _TAGF, frozenset(tag_tuple)))
-        labels = _canonical(None, self._seen, self._learned, labels)
         if sub_id in self:
             self.remove(sub_id)
-        self._insert(sub_id, topic, labels)
-        if self._eligible(labels):
-            self._pending.add(sub_id)  # moved to its topic's block by a later match (_rebuild_blocks)
+        if self._eligible(labels):  # a block's bits do not depend on the level order: not sorted
+            self._staged[sub_id] = (topic, tuple(labels))  # filed by the next match (_file_staged)
+            _count_values(self._seen, labels, 1)
+        else:
+            self._insert(sub_id, topic, _canonical(None, self._seen, self._learned, labels))
         return levels
 
     def _expected(self, labels: tuple) -> float:
@@ -1178,14 +1303,17 @@ class SubscriptionIndex:
                 if _static_estimate(label, seen) < _STATIC:
                     return False
             return True
-        p = 1.0
-        lo = 1.0
+        # every level passes some sampled message (the product of the rates is not 0) and at least
+        # _DENSE of them: compared as counts of sample messages, the memo read inline
+        get = learned.memo.get
+        need = _DENSE * (learned.size + 1)
         for label in labels:
-            r = learned.pass_rate(label)
-            p *= r
-            if r < lo:
-                lo = r
-        return p > 0 and lo >= _DENSE
+            h = get(label)
+            if h is None:
+                h = learned.hits(label)
+            if not h or h < need:
+                return False
+        return True
 
     def _insert(self, sub_id: Hashable, topic: str, labels: list[tuple]) -> None:
         node = self._roots.get(topic)
@@ -1221,22 +1349,115 @@ class SubscriptionIndex:
             self._reorder()
 
     def _reorder(self) -> None:
-        self._learned = _Learned(self._sample) if self._sample else None
+        """The trie is rebuilt with the new order; a block is kept as it is unless more than
+        ``B >> _KEEP_SHIFT`` of its B members (``_BLOCK_MIN`` at least) leave or join it: members
+        that no longer qualify or that no sampled message matched (:meth:`_evict`) leave it as dead
+        bits, subscriptions that now qualify wait in the trie (``_pending``). A block's bits do not
+        depend on the level order, so rebuilding an unchanged block (about half a re-order's time at
+        10k) buys nothing; a changed one is rebuilt, compact, with every newcomer in it (dead bits
+        and waiting broad subscriptions cost every message)."""
+        learned = self._learned = _Learned(self._sample) if self._sample else None
         subs = [(sid,) + _path(leaf) for sid, leaf in self._leaf.items()]
-        for blk in self._blocks.values():
-            subs += [(sid, blk.topic, list(labels)) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
-        self._roots, self._leaf, self._seen = {}, {}, {}
-        self._blocks, self._inblock, self._pending, self._dead = {}, {}, set(), 0
+        subs += [(sid, topic, list(labels)) for sid, (topic, labels) in self._staged.items()]
+        self._roots, self._leaf, self._seen, self._staged, self._pending = {}, {}, {}, {}, set()
+        rest: list[tuple] = []
         dense: dict[str, list] = {}
         for sid, topic, labels in subs:
             if self._eligible(labels):
                 dense.setdefault(topic, []).append((sid, tuple(labels)))
             else:
-                self._insert(sid, topic, _canonical(None, self._seen, self._learned, labels))
+                rest.append((sid, topic, labels))
+        for topic, blk in list(self._blocks.items()):
+            rest += [(sid, topic, list(labels)) for sid, labels in self._evict(blk)]
+            join = dense.pop(topic, [])
+            if self._blocks.get(topic) is not blk:  # emptied: a new block of the joiners (below)
+                if join:
+                    dense[topic] = join
+                continue
+            if len(join) + len(blk.ids) - blk.count > max(_BLOCK_MIN, blk.count >> _KEEP_SHIFT):
+                # the members left were checked against the sample by _evict: only the joiners are
+                members = self._drop_block(blk) + self._vet(topic, join)
+                if members:
+                    new = _Block(topic, members)
+                    self._adopt_block(new, members)
+            else:
+                for sid, labels in join:  # a few: they wait in the trie for the next block rebuild
+                    self._insert(sid, topic, _canonical(None, self._seen, learned, list(labels)))
+                    self._pending.add(sid)
         for topic, members in dense.items():
             self._make_block(topic, members)
+        for sid, topic, labels in rest:
+            self._insert(sid, topic, _canonical(None, self._seen, learned, labels))
         self._waste = 0
         self._reorders += 1
+
+    def _evict(self, blk: _Block) -> list[tuple]:
+        """Clear the bits of ``blk``'s members that no longer qualify (:meth:`_eligible`) and, with
+        a traffic sample, of those expected to match ``_EXPECT`` sampled messages and matching none
+        (as :meth:`_make_block`); return them as ``(id, labels)``. O(B x L + sample x F x B / 30)."""
+        out = []
+        labels_of = blk.labels
+        for pos, labels in enumerate(labels_of):
+            if labels is not None and not self._eligible(labels):
+                out.append((blk.ids[pos], labels))
+                self._discard(blk, pos)
+        if self._learned is not None and blk.count:
+            hit = self._sample_hits(blk)
+            if hit != blk.alive:
+                size = len(self._learned.views)
+                for pos, labels in enumerate(labels_of):
+                    if labels is not None and not hit >> pos & 1 and self._expected(labels) * size >= _EXPECT:
+                        out.append((blk.ids[pos], labels))
+                        self._discard(blk, pos)
+        return out
+
+    def _vet(self, topic: str, members: list[tuple]) -> list[tuple]:
+        """The ``members`` :meth:`_make_block` would keep in a block (the sample check), the others
+        put in the trie. O(B x (labels + sample x F / 30))."""
+        if not members or self._learned is None:
+            return members
+        blk = _Block(topic, members)
+        hit = self._sample_hits(blk)
+        if hit == blk.alive:
+            return members
+        keep = []
+        size = len(self._learned.views)
+        for pos, (sid, labels) in enumerate(members):
+            if hit >> pos & 1 or self._expected(labels) * size < _EXPECT:
+                keep.append((sid, labels))
+            else:
+                self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
+        return keep
+
+    def _discard(self, blk: _Block, pos: int) -> None:
+        """Clear the member at ``pos`` of ``blk`` (a dead bit; the block goes with its last member)."""
+        del self._inblock[blk.ids[pos]]
+        blk.discard(pos)
+        self._dead += 1
+        if not blk.count:
+            del self._blocks[blk.topic]
+            self._dead -= len(blk.ids)
+
+    def _drop_block(self, blk: _Block) -> list[tuple]:
+        """Take ``blk`` out of the index; return its live members ``(id, labels)``."""
+        members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
+        del self._blocks[blk.topic]
+        self._dead -= len(blk.ids) - blk.count
+        inblock = self._inblock
+        for sid, _ in members:
+            del inblock[sid]
+        return members
+
+    def _sample_hits(self, blk: _Block) -> int:
+        """The positions of ``blk`` some message of the traffic sample (as of the last re-order: the
+        one the pass rates were measured on) passes. O(sample x F x B / 30)."""
+        hit = 0
+        alive = blk.alive
+        for kmap, nums, strs, tags in self._learned.views:  # type: ignore[union-attr]
+            hit |= _block_bits(blk, kmap, nums, strs, tags)
+            if hit == alive:
+                break
+        return hit
 
     def _make_block(self, topic: str, members: list[tuple]) -> None:
         """Build ``topic``'s block of ``members`` (``(id, labels)``, each eligible), keeping out the
@@ -1254,15 +1475,10 @@ class SubscriptionIndex:
         if self._learned is None:
             self._adopt_block(blk, members)
             return
-        hit = 0
-        for props in self._sample:
-            tags = props.get(_TAGF, ())
-            hit |= _block_bits(blk, *_message_views({f: v for f, v in props.items() if f != _TAGF}), tags)
-            if hit == blk.alive:
-                break
+        hit = self._sample_hits(blk)
         if hit != blk.alive:
             keep = []
-            size = len(self._sample)
+            size = len(self._learned.views)
             for pos, (sid, labels) in enumerate(members):
                 if hit >> pos & 1 or self._expected(labels) * size < _EXPECT:
                     keep.append((sid, labels))
@@ -1270,8 +1486,9 @@ class SubscriptionIndex:
                     self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
             if not keep:
                 return
-            members = keep
-            blk = _Block(topic, members)
+            if len(keep) < len(members):  # else every member stays: the block as built
+                members = keep
+                blk = _Block(topic, members)
         self._adopt_block(blk, members)
 
     def _adopt_block(self, blk: _Block, members: list[tuple]) -> None:
@@ -1287,13 +1504,18 @@ class SubscriptionIndex:
         5,000 subscriptions each on a field of its own (``exists: true`` on fields messages never
         carry) would cost 5,000 steps a message there and about nothing in the trie. O(B x L)."""
         per: dict = {}
+        get = per.get
         for _, labels in members:
             for label in labels:
-                per[label[1]] = per.get(label[1], 0) + 1
+                f = label[1]
+                per[f] = get(f, 0) + 1
         least = max(4, len(members) // _SLOT_MIN)
+        rare = {f for f, c in per.items() if c < least}
+        if not rare:  # every field common: all stay
+            return members
         keep = []
         for sid, labels in members:
-            if all(per[label[1]] >= least for label in labels):
+            if all(label[1] not in rare for label in labels):
                 keep.append((sid, labels))
             else:
                 self._insert(sid, topic, _canonical(None, self._seen, None, list(labels)))
@@ -1306,9 +1528,35 @@ class SubscriptionIndex:
         with _no_gc():
             self._rebuild_blocks_now()
 
+    def _file_staged(self) -> None:
+        """Put the staged subscriptions in the trie, each waiting for a block (``_pending``): a few
+        added since the last match, too few for a block rebuild. O(staged x L)."""
+        staged, self._staged = self._staged, {}
+        seen = self._seen
+        learned = self._learned
+        for sid, (topic, labels) in staged.items():
+            _count_values(seen, labels, -1)  # counted again by _insert
+        for sid, (topic, labels) in staged.items():
+            # the order (and, before any traffic, the static estimates) with every value seen since
+            labels = _canonical(None, seen, learned, list(labels))
+            self._insert(sid, topic, labels)
+            if learned is not None or self._eligible(labels):
+                self._pending.add(sid)
+
     def _rebuild_blocks_now(self) -> None:
         moved: dict[str, list] = {}
         static = self._learned is None
+        staged, self._staged = self._staged, {}
+        seen = self._seen
+        # the static estimates moved (more values seen): re-checked with every staged one counted
+        late = [sid for sid, (_, labels) in staged.items() if not self._eligible(labels)] if static else ()
+        for sid, (topic, labels) in staged.items():
+            _count_values(seen, labels, -1)
+        for sid in late:
+            topic, labels = staged.pop(sid)
+            self._insert(sid, topic, _canonical(None, seen, None, list(labels)))
+        for sid, (topic, labels) in staged.items():
+            moved.setdefault(topic, []).append((sid, labels))
         for sid in self._pending:
             topic, labels = _path(self._leaf[sid])
             if static and not self._eligible(labels):  # the static estimates moved (more values seen)
@@ -1319,12 +1567,7 @@ class SubscriptionIndex:
         for topic in list(self._blocks):
             blk = self._blocks[topic]
             if topic in moved or blk.count < len(blk.ids):
-                members = [(sid, labels) for sid, labels in zip(blk.ids, blk.labels) if labels is not None]
-                moved[topic] = members + moved.get(topic, [])
-                del self._blocks[topic]
-                for sid, _ in members:
-                    del self._inblock[sid]
-        self._dead = 0
+                moved[topic] = self._drop_block(blk) + moved.get(topic, [])
         for topic, members in moved.items():
             if members:
                 self._make_block(topic, members)
@@ -1407,14 +1650,13 @@ class SubscriptionIndex:
         subscription in a bit block: O(B / 30) (its bit cleared; the block is rebuilt by a later
         match once enough are gone, amortised O(1) per removal).
         """
-        where = self._inblock.pop(sub_id, None)
+        staged = self._staged.pop(sub_id, None)
+        if staged is not None:  # O(L): not filed anywhere yet
+            _count_values(self._seen, staged[1], -1)
+            return
+        where = self._inblock.get(sub_id)
         if where is not None:  # O(B / 30): clear its bit; a later match rebuilds the block
-            blk, pos = where
-            blk.discard(pos)
-            self._dead += 1
-            if not blk.count:
-                del self._blocks[blk.topic]
-                self._dead -= len(blk.ids)
+            self._discard(*where)
             return
         self._pending.discard(sub_id)
         self._trie_remove(sub_id)
@@ -1515,10 +1757,12 @@ class SubscriptionIndex:
         """
         roots = self._roots
         blocks = self._blocks
-        if self._pending or self._dead:
-            if len(self._pending) + self._dead > max(_BLOCK_MIN, len(self._inblock) >> 1):
+        if self._staged or self._pending or self._dead:
+            if len(self._staged) + len(self._pending) + self._dead > max(_BLOCK_MIN, len(self._inblock) >> 1):
                 self._rebuild_blocks()
                 blocks = self._blocks
+            elif self._staged:
+                self._file_staged()
         if not roots and not blocks:
             return []
         starts = []
@@ -1718,227 +1962,8 @@ class SubscriptionIndex:
     # ------------------------------------------------------------------------------ invariants
     def _check(self) -> None:
         """Verify every invariant of the structure; raise AssertionError on the first violation.
+        O(size of the index). The checks live in :mod:`matcher._invariants` (tests only: not
+        compiled with this module on a cold start)."""
+        from matcher._invariants import check
 
-        O(size of the index). Checks: each root is keyed by its topic; each child's back reference
-        and edge label match where its parent indexes it; exact buckets hold 1 node or a list of
-        ≥ 2; range lists and dicts agree; ``count`` = subscriptions ending in the subtree and is
-        > 0 (no empty node survives a removal); no empty container is left; the id → leaf map and
-        tag map agree with the nodes; total = ``len(self)``; ``_seen`` counts each exact value's
-        subscriptions.
-        """
-        self._check_blocks()
-        seen: dict[Hashable, _Node] = {}
-        total = 0
-        for topic, root in self._roots.items():
-            assert root.parent is None and root.kind == _ROOT and root.arg == topic, topic
-            total += self._check_node(root, seen)
-        assert total == len(self._leaf) == len(seen), (total, len(self._leaf), len(seen))
-        for sid, leaf in self._leaf.items():
-            assert seen.get(sid) is leaf, sid
-        for sid in self._pending:  # waiting for a block: in the trie, and it would qualify (statically:
-            # qualified when added; the estimates move as values are added, re-checked when moved)
-            assert sid in self._leaf and (self._learned is None or self._eligible(_path(self._leaf[sid])[1])), sid
-        recount: dict[str, dict[Hashable, int]] = {}
-        stack = list(self._roots.values())
-        while stack:
-            node = stack.pop()
-            if node.kind == _V:
-                per = recount.setdefault(node.field, {})
-                for k in (node.arg if type(node.arg) is frozenset else (node.arg,)):
-                    per[k] = per.get(k, 0) + node.count
-            if node.exact:
-                stack.extend({id(c): c for b in node.exact.values() for c in (b if type(b) is list else [b])}.values())
-            for key, per_field in (node.more or {}).items():
-                if key == "g":
-                    stack.extend(_bucket_nodes(per_field))
-                    continue
-                for x in per_field.values():
-                    if key == "p":
-                        stack.extend(x.child.values())
-                    elif key == "r":
-                        stack.extend(x.child.values())
-                    elif key == "a":
-                        stack.extend(x.child.values())
-                    else:
-                        stack.append(x)
-        assert recount == self._seen, "value statistics (_seen) disagree with the trie"
-
-    def _check_blocks(self) -> None:
-        """The bit blocks' invariants: the id map, ``alive`` / ``count`` against the live positions,
-        and for every live position and field structure that its bit is set exactly where its own
-        levels say (values, excluded values, prefixes, exists, range cells covered or tested, tags).
-        O(B x (structures + levels)) per block."""
-        assert not set(self._inblock) & set(self._leaf), "an id both in a block and in the trie"
-        live = 0
-        dead = 0
-        for topic, blk in self._blocks.items():
-            assert blk.topic == topic and blk.count > 0, topic
-            assert len(blk.ids) == len(blk.labels)
-            lives = [p for p, lb in enumerate(blk.labels) if lb is not None]
-            assert blk.alive == sum(1 << p for p in lives) and blk.count == len(lives), "alive bits"
-            dead += len(blk.ids) - len(lives)
-            for p in lives:
-                sid, labels = blk.ids[p], blk.labels[p]
-                assert self._inblock.get(sid) == (blk, p), sid
-                assert labels, "a block member without levels"
-                live += 1
-
-            def bit(x: int, p: int) -> bool:
-                return bool(x >> p & 1)
-
-            own: dict = {}
-            for p in lives:
-                nth: dict = {}
-                own[p] = {}
-                for lb in blk.labels[p]:
-                    j = nth[lb[1]] = nth.get(lb[1], -1) + 1
-                    own[p][lb[1], j] = lb
-            assert len(blk.slots) == len(blk.fields) and len(set(blk.slots)) == len(blk.slots)
-            for slot, (f, absent, base, eq, ab, abx, pre, lens, rg) in zip(blk.slots, blk.fields):
-                assert slot[0] == f
-                for p in lives:
-                    lb = own[p].get(slot)
-                    kind, arg = (lb[0], lb[2]) if lb is not None else (None, None)
-                    assert bit(absent, p) == (lb is None or (kind == _E and not arg)), (f, p)
-                    assert bit(base, p) == (lb is None or (kind == _E and arg)), (f, p)
-                    vals = (arg if type(arg) is frozenset else (arg,)) if kind == _V else ()
-                    for k, x in (eq or {}).items():
-                        assert bit(x, p) == (k in vals), (f, p, k)
-                    for k in vals:
-                        assert eq is not None and k in eq
-                    assert bit(ab, p) == (kind == _A), (f, p)
-                    for k, x in abx.items():
-                        assert bit(x, p) == (kind == _A and k in arg), (f, p, k)
-                    for k, x in (pre or {}).items():
-                        assert bit(x, p) == (kind == _P and arg == k), (f, p, k)
-                    if kind == _P:
-                        assert pre is not None and arg in pre and len(arg) in lens
-                    if rg is None:
-                        assert kind != _R, (f, p)
-                        continue
-                    cuts, full, part = rg
-                    assert len(full) == len(part) == len(cuts) + 1 and cuts == sorted(set(cuts))
-                    for i in range(len(full)):
-                        tested = [t for t in part[i] if t[2] == p]
-                        if kind != _R:
-                            assert not bit(full[i], p) and not tested, (f, p, i)
-                            continue
-                        lo, hi = arg
-                        covers = 0 < i < len(cuts) and lo <= cuts[i - 1] and cuts[i] <= hi
-                        start = cuts[i - 1] if i else -_INF
-                        end = cuts[i] if i < len(cuts) else _INF
-                        meets = lo < end and hi >= start
-                        assert bit(full[i], p) == covers, (f, p, i)
-                        assert tested == ([] if covers or not meets else [(lo, hi, p)]), (f, p, i)
-            slots = set(blk.slots)
-            for p in lives:
-                assert {sl for sl in own[p] if sl[0] != _TAGF} <= slots, p
-                g = own[p].get((_TAGF, 0))
-                if blk.tags is None:
-                    assert g is None, p
-                    continue
-                assert bit(blk.tags[0], p) == (g is None), p
-                for t, x in blk.tags[1].items():
-                    assert bit(x, p) == (g is not None and t in g[2]), (p, t)
-        assert live == len(self._inblock) and dead == self._dead, "block ids / dead count"
-
-    def _check_node(self, node: _Node, seen: dict) -> int:
-        own = 0
-        for sid in _ids_iter(node.ends):
-            assert sid not in seen, f"{sid!r} ends twice"
-            seen[sid] = node
-            own += 1
-        if type(node.ends) is set:
-            assert len(node.ends) >= 2, "a one-id set should be stored as the id"
-        children: list[_Node] = []
-        if node.exact is not None:
-            assert node.exact, "empty exact dict left"
-            for (field, v), b in node.exact.items():
-                group = b if type(b) is list else [b]
-                if type(b) is list:
-                    assert len(b) >= 2 and len(set(map(id, b))) == len(b), "bad bucket"
-                for c in group:
-                    assert isinstance(c, _Node) and c.kind == _V and c.field == field
-                    assert (v in c.arg) if type(c.arg) is frozenset else v == c.arg
-            uniq = {id(c): c for b in node.exact.values() for c in (b if type(b) is list else [b])}
-            for c in uniq.values():
-                keys = c.arg if type(c.arg) is frozenset else (c.arg,)
-                if type(c.arg) is frozenset:
-                    assert len(c.arg) >= 2, "single-value set should be stored as the value"
-                for v in keys:
-                    b = node.exact[(c.field, v)]
-                    assert c is b or (type(b) is list and any(c is x for x in b))
-                children.append(c)
-        if node.more is not None:
-            more = node.more
-            assert more, "empty more dict left"
-            assert set(more) <= {"g", "p", "r", "a", "+", "-"}, set(more)
-            for key, per in more.items():
-                assert per, f"empty {key!r} index left"
-            by_tag = more.get("g", {})
-            for t, b in by_tag.items():
-                if type(b) is list:
-                    assert len(b) >= 2 and len(set(map(id, b))) == len(b), "bad tag bucket"
-                for c in (b if type(b) is list else [b]):
-                    assert c.kind == _G and c.field == _TAGF and t in c.arg
-            for c in {id(c): c for b in by_tag.values() for c in (b if type(b) is list else [b])}.values():
-                assert type(c.arg) is frozenset and c.arg
-                for t in c.arg:
-                    b = by_tag[t]
-                    assert c is b or (type(b) is list and any(c is x for x in b))
-                children.append(c)
-            for field, pf in more.get("p", {}).items():
-                assert pf.child
-                lens: dict[int, int] = {}
-                for p in pf.child:
-                    lens[len(p)] = lens.get(len(p), 0) + 1
-                assert lens == pf.lens, "prefix length counts"
-                for p, c in pf.child.items():
-                    assert c.kind == _P and c.field == field and c.arg == p
-                    children.append(c)
-            for field, rg in more.get("r", {}).items():
-                assert rg.child
-                if rg.classes is None:
-                    assert len(rg.child) <= _SMALL, "large range set without its width classes"
-                else:
-                    filed = []
-                    for e, (sl, his, kids, inversions) in rg.classes.items():
-                        assert sl, "empty width class left"
-                        assert all(a < b for a, b in zip(sl, sl[1:])), "width class not sorted"
-                        assert his == [hi for _, hi in sl] and len(kids) == len(sl), "width class lists"
-                        assert all(rg.child[lo_hi] is c for lo_hi, c in zip(sl, kids)), "width class children"
-                        assert inversions == sum(a > b for a, b in zip(his, his[1:])), "inversion count"
-                        for lo, hi in sl:
-                            assert _width_class(lo, hi) == e
-                            filed.append((lo, hi))
-                    assert sorted(filed) == sorted(rg.child) and len(filed) > _SMALL // 2
-                for (lo, hi), c in rg.child.items():
-                    assert c.kind == _R and c.field == field and c.arg == (lo, hi) and lo <= hi
-                    children.append(c)
-            for field, sets in more.get("a", {}).items():
-                assert sets.child
-                hits: dict = {}
-                for excluded in sets.child:
-                    for k in excluded:
-                        hits[k] = hits.get(k, 0) + 1
-                assert hits == sets.hits, "anything-but value counts"
-                kept = sets.split
-                if kept is not None:  # a kept leaf split must be what a fresh one would be
-                    fresh = sets._split()
-                    sets.split = kept
-                    assert kept == fresh, "stale anything-but leaf split"
-                for excluded, c in sets.child.items():
-                    assert c.kind == _A and c.field == field and c.arg == excluded
-                    children.append(c)
-            for key, flag in (("+", True), ("-", False)):
-                for field, c in more.get(key, {}).items():
-                    assert c.kind == _E and c.field == field and c.arg is flag
-                    children.append(c)
-        total = own
-        for c in children:
-            assert c.parent is node, "broken back reference"
-            total += self._check_node(c, seen)
-        assert node.count == total and total > 0, (node.kind, node.field, node.arg, node.count, total)
-        if node.tail is not None:  # a tail is kept only while it describes the one path below
-            assert node.count == 1 and node.tail == _tail(node), "stale tail"
-        return total
+        check(self)

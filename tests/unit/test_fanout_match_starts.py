@@ -1,0 +1,81 @@
+"""The fan-out's Matcher.match (issue 33 item 4): each matched id's start (lakeq.store.subscriptions.
+Start.delivers) is read once per subscription and source log (``Matcher._heads``) instead of per id
+and message; the answer must be Start.delivers' for every kind of start — heads on the log, on
+another log only, fewer queues than the message's, none at all (``{}``), and the rule before starts
+(``produced_at`` against ``created_at``) — and a rebuild (``load``) must forget what was read.
+Also: the plan pauses the cyclic collector and leaves it as it found it."""
+from __future__ import annotations
+
+import gc
+import json
+import random
+from types import SimpleNamespace
+
+from lakeq.common.names import topic_of_log
+from lakeq.fanout.worker import Matcher
+from lakeq.log import fanout_plan
+
+
+def _subs(rng: random.Random, n: int) -> list:
+    out = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.2:
+            starts = None  # stored before starts: produced_at > created_at
+        elif r < 0.35:
+            starts = "{}"
+        elif r < 0.5:
+            starts = json.dumps({"t/sub": [5, 5]})
+        else:
+            starts = json.dumps({"t": [rng.randint(0, 30) for _ in range(rng.randint(1, 4))]})
+        levels = [] if rng.random() < 0.5 else [{"field": "x", "range": [0, rng.randint(1, 10)]}]
+        out.append(SimpleNamespace(id=f"s{i}", topic="t", conditions=json.dumps(levels), tags=None, parked=None,
+                                   created_at=rng.randint(0, 20), starts=starts))
+    return out
+
+
+def _expected(m: Matcher, source: str, msg: dict, queue: int) -> list:
+    ids = m.index.match(topic_of_log(source), msg.get("properties") or {}, msg.get("tags") or ())
+    return [sid for sid in ids if m.created[sid].delivers(source, queue, msg)]
+
+
+def test_match_reads_each_start_once_and_answers_as_delivers():
+    rng = random.Random(5)
+    m = Matcher()
+    subs = _subs(rng, 300)
+    m.load(subs)
+    for step in range(400):
+        queue = rng.randint(0, 5)
+        msg = {"properties": {"x": rng.randint(0, 12)}, "produced_at": rng.randint(0, 25),
+               "offset": rng.randint(0, 35)}
+        source = "t" if rng.random() < 0.7 else "t/sub"
+        assert m.match(source, msg, queue) == _expected(m, source, msg, queue), (step, source, queue, msg)
+        if step == 200:  # a rebuild with other starts: nothing read before may be kept
+            for s in subs:
+                s.starts = json.dumps({"t": [rng.randint(0, 30)]})
+            m.load(subs)
+            assert not m._heads
+    assert m._heads["t"], "the starts read should be kept per source log"
+    no_offset = {"properties": {"x": 1}, "produced_at": 30}  # no offset: every id by Start.delivers
+    m2 = Matcher()
+    m2.load([s for s in _subs(random.Random(6), 50) if s.starts is None or s.starts == "{}"])
+    assert m2.match("t", no_offset, 0) == _expected(m2, "t", no_offset, 0)
+
+
+def test_plan_pauses_the_collector_and_restores_it():
+    class Counting:
+        def match(self, source, msg, queue=0):
+            seen.append(gc.isenabled())
+            return []
+
+    seen: list = []
+    record = {"eventName": "INSERT", "dynamodb": {"NewImage": {}}}  # not a segment: no match at all
+    assert gc.isenabled()
+    fanout_plan.plan([record], Counting())
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        fanout_plan.plan([record], Counting())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
