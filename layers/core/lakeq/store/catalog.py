@@ -11,6 +11,7 @@ from pynamodb.transactions import TransactWrite
 
 from lakeq.common.names import log_name
 from lakeq.store.models import ClientModel, KeyModel, QueueModel, TopicModel
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Client, Topic, record_of
 from lakeq.store.writes import transact, update_if
 
@@ -77,7 +78,10 @@ class TopicRepo:
             for q in range(queues):
                 t.save(QueueModel(log, q, max_offset=0, min_offset=0, last_produced_at=0),
                        condition=QueueModel.pq.does_not_exist())
-        transact(build)
+        try:
+            transact(build)
+        finally:
+            LogRepo.forget_topic(name)  # this container's next produce or pull reads it as stored
 
     @staticmethod
     def grow(name: str, old: int, new: int, inc: int = 0) -> None:
@@ -92,7 +96,10 @@ class TopicRepo:
             for q in range(old, new):
                 t.save(QueueModel(log, q, max_offset=0, min_offset=0, last_produced_at=0),
                        condition=QueueModel.pq.does_not_exist())
-        transact(build)
+        try:
+            transact(build)
+        finally:
+            LogRepo.forget_topic(name)
 
     @staticmethod
     def all() -> list[Topic]:

@@ -96,9 +96,11 @@ CHANGE_EVERY_MS = 1000
 CHANGE_SKEW_MS = 250  # clocks of containers apart, and an append's commit before its check
 _BUMPED: dict[str, int] = {}  # log -> when this container last bumped its marker (epoch ms)
 BUMPED_KEPT = 4096
-# The topic items a long poll's last waiting round read with the marker (LogRepo.change_and_topic):
-# the next poll of this container within TOPIC_SEEN_S takes the topic from here (no GetItem), so
-# back-to-back long polls read each topic item once per poll, in the same call as a marker
+# The topic items a long poll's last waiting round read with the marker (LogRepo.change_and_topic),
+# and those the native produce and pull read (LogRepo.topic, issue 33 item 2): the next produce or
+# pull of this container within TOPIC_SEEN_S takes the topic from here (no GetItem), so a busy
+# container reads each topic item about once per TOPIC_SEEN_S, not once a request; a topic write
+# in this container (create, grow, the SQS endpoint's) drops its copy (LogRepo.forget_topic)
 TOPIC_SEEN_S = 1.5
 _TOPIC_SEEN: dict[str, tuple[float, Topic]] = {}
 
@@ -227,10 +229,43 @@ class LogRepo:
         if topic is None:
             _TOPIC_SEEN.pop(name, None)
         else:
-            if len(_TOPIC_SEEN) >= HINTS_KEPT and name not in _TOPIC_SEEN:
-                _TOPIC_SEEN.clear()
-            _TOPIC_SEEN[name] = (_monotonic() + TOPIC_SEEN_S, topic)
+            LogRepo._keep_topic(name, topic)
         return _change_of(got[qt][0]) if got[qt] else None
+
+    @classmethod
+    def topic(cls, name: str) -> Topic | None:
+        """Topic ``name``'s item for the native produce and pull (issue 33 item 2): the container's
+        copy when read less than :data:`TOPIC_SEEN_S` ago (:meth:`seen_topic`: no call), else one
+        strongly consistent GetItem (1 RRU), kept as the copy. None: no such topic, or a tombstone
+        (never kept). A copy is stale for at most :data:`TOPIC_SEEN_S` after another container
+        deleted, re-created or grew the topic: a pull then reads the old incarnation's or count's
+        queues (nothing of the new one), a produce appends to the log it names, as if it had come
+        just before the delete (docs/design.md "Queue lifecycle"); every key is a log name, so a
+        copy reaches only its own incarnation."""
+        hit = cls.seen_topic(name)
+        if hit is not None:
+            return hit
+        try:
+            t = record_of(Topic, TopicModel.get(name, consistent_read=True))
+        except DoesNotExist:
+            t = None
+        if t is None or t.deleted_at is not None:
+            _TOPIC_SEEN.pop(name, None)
+            return None
+        cls._keep_topic(name, t)
+        return t
+
+    @staticmethod
+    def _keep_topic(name: str, t: Topic) -> None:
+        if len(_TOPIC_SEEN) >= HINTS_KEPT and name not in _TOPIC_SEEN:
+            _TOPIC_SEEN.clear()
+        _TOPIC_SEEN[name] = (_monotonic() + TOPIC_SEEN_S, t)
+
+    @staticmethod
+    def forget_topic(name: str) -> None:
+        """This container wrote topic ``name``'s item (created, grown, changed, deleted): its next
+        read of it is the item as stored, not the copy."""
+        _TOPIC_SEEN.pop(name, None)
 
     @staticmethod
     def seen_topic(name: str) -> Topic | None:
