@@ -130,3 +130,26 @@ def test_a_fold_that_reads_a_stale_record_acks_alone_and_serves_once(api, setup,
         seen.append(b["messages"][0]["offset"])
         receipt = b["receipt"]
     assert seen == list(range(6)), seen
+
+
+@pytest.mark.parametrize("container", ["same", "another"])
+def test_a_fold_on_a_drained_queue_reads_one_segment_query(api, setup, clock, still, container):
+    """The pull whose ack finds its queue drained (the previous lock ended at a segment's end): one
+    Query from the frontier finds nothing, and none asks for a segment around the frontier — the
+    frontier is the end of the newest segment the lock read (the record's ``bnd``, or what this
+    container read there), so a boundary. Then the ack alone, then the ranked pull."""
+    for _ in range(2):
+        s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": "x", "key": "k"} for _ in range(3)]},
+                        key=setup["feed"])
+        assert s == 200
+    s, b = api.call("GET", T, query={"group": "risk", "max": 3}, key=setup["risk"])
+    s, b = api.call("GET", T, query={"group": "risk", "max": 3, "ack": b["receipt"]}, key=setup["risk"])
+    assert [m["offset"] for m in b["messages"]] == [3, 4, 5]
+    if container == "another":  # a pull served by a container that never read this queue's segments
+        queue_log._ENDS.clear()
+    with Calls() as c:
+        s, e = api.call("GET", T, query={"group": "risk", "max": 3, "ack": b["receipt"]}, key=setup["risk"])
+    assert s == 200 and e["messages"] == []
+    first_write = [op for op, _, _ in c.calls].index("UpdateItem")
+    assert c.calls[:first_write + 1] == [("GetItem", "offsets", False), ("Query", "segments", False),
+                                         ("UpdateItem", "offsets", False)], c.calls

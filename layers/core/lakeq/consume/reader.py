@@ -510,6 +510,8 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     key = ack_entry(key, acked.committed)
     settled = acked.lock_next is None and not acked.pend and not acked.due
     if settled and may_fold(view.run):
+        if rec.bnd is not None:  # the end of the newest segment the lock read: a segment boundary
+            LogRepo.note_end(log.name, queue, int(rec.bnd))
         fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)
         if fresh:
             new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],

@@ -105,6 +105,13 @@ TOPIC_SEEN_S = 1.5
 _TOPIC_SEEN: dict[str, tuple[float, Topic]] = {}
 
 
+# Offsets this container knows to be a segment's end, per queue (``pq`` -> the end of the last
+# segment it read there, or a lock's ``bnd`` a pull read, LogRepo.note_end): a read starting there
+# needs no Query for a segment around its start (segments never change: every segment starts where
+# another ends, so a segment's end is a boundary for good)
+_ENDS: dict[str, int] = {}
+
+
 def _monotonic() -> float:
     """The clock of the container's copies (a seam for tests)."""
     return time.monotonic()
@@ -175,6 +182,7 @@ class LogRepo:
         _HELD.clear()
         _BUMPED.clear()
         _TOPIC_SEEN.clear()
+        _ENDS.clear()
 
     @classmethod
     def queues_and_change(cls, topic: str, n: int,
@@ -517,6 +525,19 @@ class LogRepo:
         return False
 
     @classmethod
+    def note_end(cls, topic: str, queue: int, end: int) -> None:
+        """``end`` is known to be the end of a segment of (``topic``, ``queue``) (a record's ``bnd``:
+        the end of the newest segment a lock read): a read starting there asks for no segment
+        around it (:meth:`read`)."""
+        cls._note_end(cls.pq(topic, queue), end)
+
+    @staticmethod
+    def _note_end(pq: str, end: int) -> None:
+        if len(_ENDS) >= BUMPED_KEPT and pq not in _ENDS:
+            _ENDS.clear()
+        _ENDS[pq] = end
+
+    @classmethod
     def read(cls, topic: str, queue: int, start: int, max_offsets: int, first: SegmentModel | None = None):
         """Yield the segments holding offsets ``start..`` in order, until ``max_offsets`` offsets
         are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
@@ -532,7 +553,9 @@ class LogRepo:
         and a page of 8 segments of a hundred messages was ~10 times what a batch of a hundred
         needs. Further pages (when the segments are smaller than that) ask for 8 as before."""
         pq = cls.pq(topic, queue)
-        boundary = False  # is ``start`` known to be a segment's base or end (no segment around it)?
+        # is ``start`` known to be a segment's base or end (no segment around it)? A segment's end
+        # this container saw (:meth:`note_end`) is: a drained queue's read is then one Query, not two
+        boundary = _ENDS.get(pq) == start
         if first is not None and int(first.base) == start:
             s = cls._segment(first)
             remember_segment_size(pq, s.count)
@@ -557,6 +580,7 @@ class LogRepo:
         for item in itertools.chain(items, forward):
             s = cls._segment(item)
             remember_segment_size(pq, s.count)
+            cls._note_end(pq, int(s.end))
             yield s
             covered += s.end - max(start, s.base)
             if covered >= max_offsets:
