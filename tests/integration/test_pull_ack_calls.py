@@ -52,15 +52,16 @@ def test_a_steady_produce_and_pull_ack_make_these_calls(api, setup, clock, still
                                                                      for _ in range(batch)]}, key=setup["feed"])
         assert s == 200, b
 
-    produce()  # the first produce reads the topic item (and bumps the topic's change marker)
+    produce()  # the first produce bumps the topic's change marker
     produces = []
     for _ in range(3):
         with Calls() as c:
             produce()
         produces.append(c.calls)
-    # a produce: the queue's head (the newest segment, eventually consistent) and the segment's put;
-    # the topic item comes from the container's copy (read < 1.5 s ago), not a GetItem a request
-    assert produces == [[("Query", "segments", False), ("PutItem", "segments", False)]] * 3, produces
+    # a produce: the topic item and the queue's head (the newest segment), both eventually
+    # consistent, and the segment's put
+    assert produces == [[("GetItem", "topics", False), ("Query", "segments", False),
+                         ("PutItem", "segments", False)]] * 3, produces
 
     s, b = api.call("GET", T, query={"group": "risk", "max": batch}, key=setup["risk"])  # ranked
     assert s == 200 and len(b["messages"]) == batch

@@ -33,16 +33,17 @@ def inc_of(t: Topic | TopicModel | None) -> int:
 
 class TopicRepo:
     @staticmethod
-    def get(name: str) -> Topic | None:
-        """The topic item; None when there is none or it is a tombstone (a deleted topic)."""
-        t = TopicRepo.get_any(name)
+    def get(name: str, consistent: bool = True) -> Topic | None:
+        """The topic item; None when there is none or it is a tombstone (a deleted topic).
+        ``consistent=False``: an eventually consistent GetItem (0.5 RRU; the native produce)."""
+        t = TopicRepo.get_any(name, consistent)
         return None if t is None or t.deleted_at is not None else t
 
     @staticmethod
-    def get_any(name: str) -> Topic | None:
-        """The topic item or its tombstone (consistent GetItem)."""
+    def get_any(name: str, consistent: bool = True) -> Topic | None:
+        """The topic item or its tombstone (consistent GetItem unless ``consistent`` is False)."""
         try:
-            return record_of(Topic, TopicModel.get(name, consistent_read=True))
+            return record_of(Topic, TopicModel.get(name, consistent_read=consistent))
         except DoesNotExist:
             return None
 

@@ -97,10 +97,10 @@ CHANGE_SKEW_MS = 250  # clocks of containers apart, and an append's commit befor
 _BUMPED: dict[str, int] = {}  # log -> when this container last bumped its marker (epoch ms)
 BUMPED_KEPT = 4096
 # The topic items a long poll's last waiting round read with the marker (LogRepo.change_and_topic),
-# and those the native produce and pull read (LogRepo.topic, issue 33 item 2): the next produce or
-# pull of this container within TOPIC_SEEN_S takes the topic from here (no GetItem), so a busy
-# container reads each topic item about once per TOPIC_SEEN_S, not once a request; a topic write
-# in this container (create, grow, the SQS endpoint's) drops its copy (LogRepo.forget_topic)
+# and those the native pull reads (LogRepo.topic, issue 33 item 2): the next pull of this container
+# within TOPIC_SEEN_S takes the topic from here (no GetItem), so a busy container reads each topic
+# item about once per TOPIC_SEEN_S, not once a request; a topic write in this container (create,
+# grow, the SQS endpoint's) drops its copy (LogRepo.forget_topic)
 TOPIC_SEEN_S = 1.5
 _TOPIC_SEEN: dict[str, tuple[float, Topic]] = {}
 
@@ -242,14 +242,14 @@ class LogRepo:
 
     @classmethod
     def topic(cls, name: str) -> Topic | None:
-        """Topic ``name``'s item for the native produce and pull (issue 33 item 2): the container's
-        copy when read less than :data:`TOPIC_SEEN_S` ago (:meth:`seen_topic`: no call), else one
-        strongly consistent GetItem (1 RRU), kept as the copy. None: no such topic, or a tombstone
-        (never kept). A copy is stale for at most :data:`TOPIC_SEEN_S` after another container
-        deleted, re-created or grew the topic: a pull then reads the old incarnation's or count's
-        queues (nothing of the new one), a produce appends to the log it names, as if it had come
-        just before the delete (docs/design.md "Queue lifecycle"); every key is a log name, so a
-        copy reaches only its own incarnation."""
+        """Topic ``name``'s item for the native pull (issue 33 item 2): the container's copy when
+        read less than :data:`TOPIC_SEEN_S` ago (:meth:`seen_topic`: no call), else one strongly
+        consistent GetItem (1 RRU), kept as the copy. None: no such topic, or a tombstone (never
+        kept). A copy is stale for at most :data:`TOPIC_SEEN_S` after another container deleted,
+        re-created or grew the topic: a pull then reads the old incarnation's or count's queues
+        (every key is a log name: nothing of the new incarnation; the deleted one's queue items
+        are gone, so nothing to lock), as a long poll's copy already did. The produce does not use
+        it (it would append to a deleted incarnation's log for up to that long)."""
         hit = cls.seen_topic(name)
         if hit is not None:
             return hit
