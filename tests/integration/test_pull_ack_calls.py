@@ -154,3 +154,21 @@ def test_a_fold_on_a_drained_queue_reads_one_segment_query(api, setup, clock, st
     first_write = [op for op, _, _ in c.calls].index("UpdateItem")
     assert c.calls[:first_write + 1] == [("GetItem", "offsets", False), ("Query", "segments", False),
                                          ("UpdateItem", "offsets", False)], c.calls
+
+
+def test_a_produce_whose_eventual_topic_read_misses_reads_it_consistently(api, setup, monkeypatch):
+    """The produce reads the topic item eventually consistently: a read that finds no topic (an
+    eventually consistent read right after the topic was made may) is confirmed by a strongly
+    consistent one before answering 404, so a topic just made is never refused."""
+    from lakeq.store import catalog
+
+    real = catalog.TopicRepo.get_any
+    monkeypatch.setattr(catalog.TopicRepo, "get_any",
+                        staticmethod(lambda name, consistent=True: real(name, True) if consistent else None))
+    with Calls() as c:
+        s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "x"}]}, key=setup["feed"])
+    assert s == 200, b
+    assert ("GetItem", "topics", True) in c.calls, c.calls
+    s, b = api.call("POST", "/v1/topics/nothere/messages", {"producer": "feed", "messages": [{"body": "x"}]},
+                    key=setup["feed"])
+    assert s in (403, 404), b

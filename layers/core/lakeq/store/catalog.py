@@ -35,8 +35,12 @@ class TopicRepo:
     @staticmethod
     def get(name: str, consistent: bool = True) -> Topic | None:
         """The topic item; None when there is none or it is a tombstone (a deleted topic).
-        ``consistent=False``: an eventually consistent GetItem (0.5 RRU; the native produce)."""
+        ``consistent=False``: an eventually consistent GetItem (0.5 RRU; the native produce); a miss
+        (none, or a tombstone) is read again strongly consistently, so a topic just made (or made
+        again) is never answered as absent."""
         t = TopicRepo.get_any(name, consistent)
+        if not consistent and (t is None or t.deleted_at is not None):
+            t = TopicRepo.get_any(name)
         return None if t is None or t.deleted_at is not None else t
 
     @staticmethod
