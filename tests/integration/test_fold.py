@@ -97,12 +97,12 @@ def test_record_moving_between_read_and_write_falls_back_to_the_ack_alone(api, s
     produce(api, setup["feed"], 4)
     s, b1 = pull(api, setup["risk"], max=1)
     q = b1["messages"][0]["queue"]
-    real_get = OffsetRepo.get
+    real_get = OffsetRepo.peek  # the fold's read of the record
     other: dict = {}
 
     def get_then_race(owner, queue):
         rec = real_get(owner, queue)
-        monkeypatch.setattr(logread.OffsetRepo, "get", real_get)  # once
+        monkeypatch.setattr(logread.OffsetRepo, "peek", real_get)  # once
         if meanwhile == "same_ack":
             other["ack"] = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b1["receipt"]},
                                     key=setup["risk"])
@@ -111,7 +111,7 @@ def test_record_moving_between_read_and_write_falls_back_to_the_ack_alone(api, s
             other["pull"] = pull(api, setup["risk"], max=1)
         return rec
 
-    monkeypatch.setattr(logread.OffsetRepo, "get", staticmethod(get_then_race))
+    monkeypatch.setattr(logread.OffsetRepo, "peek", staticmethod(get_then_race))
     s, b2 = pull(api, setup["risk"], max=1, ack=b1["receipt"])
     if meanwhile == "same_ack":
         assert other["ack"][0] == 200

@@ -19,6 +19,7 @@ from lakeq.common.backoff import RETRY, Retry, cas
 from lakeq.common.errors import BadRequest, Forbidden, NotFound, Unauthorized, Unavailable
 from lakeq.common.names import check_name, covers
 from lakeq.store.catalog import ClientRepo, TopicRepo
+from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Client, Topic
 from lakeq.store.writes import TransactionFailed
 
@@ -117,8 +118,19 @@ def require_admin(p: Principal) -> None:
         raise Forbidden("this route takes the admin key")
 
 
-def topic_or_404(name: str) -> Topic:
-    t = TopicRepo.get(name)
+def topic_or_404(name: str, consistent: bool = True) -> Topic:
+    """The topic item (404 when none). ``consistent=False``: read eventually consistently (half the
+    units): the native produce, whose appends are keyed by the log name the item names."""
+    t = TopicRepo.get(name, consistent)
+    if t is None:
+        raise NotFound(f"topic '{name}' does not exist")
+    return t
+
+
+def topic_copy_or_404(name: str) -> Topic:
+    """:func:`topic_or_404` from the container's copy of the topic item when it is younger than
+    ``TOPIC_SEEN_S`` (:meth:`lakeq.store.queue_log.LogRepo.topic`): the native pull."""
+    t = LogRepo.topic(name)
     if t is None:
         raise NotFound(f"topic '{name}' does not exist")
     return t

@@ -468,7 +468,10 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     commits the receipt's batch and locks the next one, instead of an ack write, the reads of every
     queue item and record, and a lock write.
 
-    Reads: the record (consistent GetItem) and the segments from its frontier (the Query every
+    Reads: the record (eventually consistent GetItem, :meth:`OffsetRepo.peek`: a stale answer — a
+    record older than the receipt's lock, or than a write since — fails the settle below or the
+    write's condition, and the ack is then settled on its own from a consistent read, as when the
+    record moved; issue 33 item 2) and the segments from its frontier (the Query every
     read makes), not the queue item: the segment chain itself tells what follows the frontier (a
     segment exists only once its conditional put succeeded; reading at or past a lagging
     ``max_offset`` finds exactly the messages the log holds), and a frontier below ``min_offset``
@@ -488,7 +491,7 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     ``stale_receipt``, the pull serves nothing, as API.md says) or answers a remembered retry, and
     the pull goes on as usual (None). Nothing is locked without its ack: the two are one write."""
     now = clock.now()
-    rec = OffsetRepo.get(log.owner, queue)
+    rec = OffsetRepo.peek(log.owner, queue)
     if rec is None:
         ack_alone()
         return None
@@ -507,6 +510,8 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     key = ack_entry(key, acked.committed)
     settled = acked.lock_next is None and not acked.pend and not acked.due
     if settled and may_fold(view.run):
+        if rec.bnd is not None:  # the end of the newest segment the lock read: a segment boundary
+            LogRepo.note_end(log.name, queue, int(rec.bnd))
         fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)
         if fresh:
             new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],

@@ -17,6 +17,7 @@ from lakeq.admin.auth import (
     authorize,
     client_or_404,
     require_admin,
+    topic_copy_or_404,
     topic_or_404,
 )
 from lakeq.common import clock as _clock
@@ -144,8 +145,9 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     check_topic(topic)
     req = v.pull(params)
     ack_receipt = parse_receipt(req.ack) if req.ack is not None else None
-    # the topic item as this container's last long poll of it read it (< 1.5 s ago), else read now
-    t = LogRepo.seen_topic(topic) or topic_or_404(topic)
+    # the topic item as this container last read it (< 1.5 s ago: a pull, a produce, a long poll's
+    # last round), else read now
+    t = topic_copy_or_404(topic)
     return engine.pull_batch(p, t, req, ack=ack_receipt)
 
 

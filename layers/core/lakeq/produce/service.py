@@ -40,7 +40,9 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
     kept with every message of the request, a malformed one ignored."""
     check_topic(topic)
     req = v.produce(v.json_body(raw), reserved_ok)
-    t = t if t is not None and t.name == topic else topic_or_404(topic)
+    # the topic item read eventually consistently (issue 33 item 2; not a container's copy: a produce
+    # must not write into a deleted incarnation's log for seconds after another container re-made it)
+    t = t if t is not None and t.name == topic else topic_or_404(topic, consistent=False)
     producer = client_or_404(req.producer, "producer")
     authorize(p, producer, topic)
     reason = req.too_large(len(raw.encode("utf-8")) if raw else 0)

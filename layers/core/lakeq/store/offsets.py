@@ -66,6 +66,18 @@ class OffsetRepo:
             return None
 
     @staticmethod
+    def peek(owner: str, queue: int) -> OffsetModel | None:
+        """The record as an eventually consistent GetItem finds it (0.5 RRU, half of :meth:`get`):
+        for a reader whose every write is conditioned on the record being exactly as read
+        (:meth:`_expect`), so a stale answer costs a lost condition, never a wrong write (the folded
+        ack, :func:`lakeq.consume.reader.fold`, then settles the receipt on its own, reading
+        consistently)."""
+        try:
+            return OffsetModel.get(owner, queue)
+        except DoesNotExist:
+            return None
+
+    @staticmethod
     def _expect(view: QueueView):
         """Condition: the record is still exactly as the pull saw it (``sv``: every write moves it)."""
         if view.committed is None:

@@ -96,11 +96,20 @@ CHANGE_EVERY_MS = 1000
 CHANGE_SKEW_MS = 250  # clocks of containers apart, and an append's commit before its check
 _BUMPED: dict[str, int] = {}  # log -> when this container last bumped its marker (epoch ms)
 BUMPED_KEPT = 4096
-# The topic items a long poll's last waiting round read with the marker (LogRepo.change_and_topic):
-# the next poll of this container within TOPIC_SEEN_S takes the topic from here (no GetItem), so
-# back-to-back long polls read each topic item once per poll, in the same call as a marker
+# The topic items a long poll's last waiting round read with the marker (LogRepo.change_and_topic),
+# and those the native pull reads (LogRepo.topic, issue 33 item 2): the next pull of this container
+# within TOPIC_SEEN_S takes the topic from here (no GetItem), so a busy container reads each topic
+# item about once per TOPIC_SEEN_S, not once a request; a topic write in this container (create,
+# grow, the SQS endpoint's) drops its copy (LogRepo.forget_topic)
 TOPIC_SEEN_S = 1.5
 _TOPIC_SEEN: dict[str, tuple[float, Topic]] = {}
+
+
+# Offsets this container knows to be a segment's end, per queue (``pq`` -> the end of the last
+# segment it read there, or a lock's ``bnd`` a pull read, LogRepo.note_end): a read starting there
+# needs no Query for a segment around its start (segments never change: every segment starts where
+# another ends, so a segment's end is a boundary for good)
+_ENDS: dict[str, int] = {}
 
 
 def _monotonic() -> float:
@@ -173,6 +182,7 @@ class LogRepo:
         _HELD.clear()
         _BUMPED.clear()
         _TOPIC_SEEN.clear()
+        _ENDS.clear()
 
     @classmethod
     def queues_and_change(cls, topic: str, n: int,
@@ -227,10 +237,43 @@ class LogRepo:
         if topic is None:
             _TOPIC_SEEN.pop(name, None)
         else:
-            if len(_TOPIC_SEEN) >= HINTS_KEPT and name not in _TOPIC_SEEN:
-                _TOPIC_SEEN.clear()
-            _TOPIC_SEEN[name] = (_monotonic() + TOPIC_SEEN_S, topic)
+            LogRepo._keep_topic(name, topic)
         return _change_of(got[qt][0]) if got[qt] else None
+
+    @classmethod
+    def topic(cls, name: str) -> Topic | None:
+        """Topic ``name``'s item for the native pull (issue 33 item 2): the container's copy when
+        read less than :data:`TOPIC_SEEN_S` ago (:meth:`seen_topic`: no call), else one strongly
+        consistent GetItem (1 RRU), kept as the copy. None: no such topic, or a tombstone (never
+        kept). A copy is stale for at most :data:`TOPIC_SEEN_S` after another container deleted,
+        re-created or grew the topic: a pull then reads the old incarnation's or count's queues
+        (every key is a log name: nothing of the new incarnation; the deleted one's queue items
+        are gone, so nothing to lock), as a long poll's copy already did. The produce does not use
+        it (it would append to a deleted incarnation's log for up to that long)."""
+        hit = cls.seen_topic(name)
+        if hit is not None:
+            return hit
+        try:
+            t = record_of(Topic, TopicModel.get(name, consistent_read=True))
+        except DoesNotExist:
+            t = None
+        if t is None or t.deleted_at is not None:
+            _TOPIC_SEEN.pop(name, None)
+            return None
+        cls._keep_topic(name, t)
+        return t
+
+    @staticmethod
+    def _keep_topic(name: str, t: Topic) -> None:
+        if len(_TOPIC_SEEN) >= HINTS_KEPT and name not in _TOPIC_SEEN:
+            _TOPIC_SEEN.clear()
+        _TOPIC_SEEN[name] = (_monotonic() + TOPIC_SEEN_S, t)
+
+    @staticmethod
+    def forget_topic(name: str) -> None:
+        """This container wrote topic ``name``'s item (created, grown, changed, deleted): its next
+        read of it is the item as stored, not the copy."""
+        _TOPIC_SEEN.pop(name, None)
 
     @staticmethod
     def seen_topic(name: str) -> Topic | None:
@@ -482,6 +525,19 @@ class LogRepo:
         return False
 
     @classmethod
+    def note_end(cls, topic: str, queue: int, end: int) -> None:
+        """``end`` is known to be the end of a segment of (``topic``, ``queue``) (a record's ``bnd``:
+        the end of the newest segment a lock read): a read starting there asks for no segment
+        around it (:meth:`read`)."""
+        cls._note_end(cls.pq(topic, queue), end)
+
+    @staticmethod
+    def _note_end(pq: str, end: int) -> None:
+        if len(_ENDS) >= BUMPED_KEPT and pq not in _ENDS:
+            _ENDS.clear()
+        _ENDS[pq] = end
+
+    @classmethod
     def read(cls, topic: str, queue: int, start: int, max_offsets: int, first: SegmentModel | None = None):
         """Yield the segments holding offsets ``start..`` in order, until ``max_offsets`` offsets
         are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
@@ -497,7 +553,9 @@ class LogRepo:
         and a page of 8 segments of a hundred messages was ~10 times what a batch of a hundred
         needs. Further pages (when the segments are smaller than that) ask for 8 as before."""
         pq = cls.pq(topic, queue)
-        boundary = False  # is ``start`` known to be a segment's base or end (no segment around it)?
+        # is ``start`` known to be a segment's base or end (no segment around it)? A segment's end
+        # this container saw (:meth:`note_end`) is: a drained queue's read is then one Query, not two
+        boundary = _ENDS.get(pq) == start
         if first is not None and int(first.base) == start:
             s = cls._segment(first)
             remember_segment_size(pq, s.count)
@@ -522,6 +580,7 @@ class LogRepo:
         for item in itertools.chain(items, forward):
             s = cls._segment(item)
             remember_segment_size(pq, s.count)
+            cls._note_end(pq, int(s.end))
             yield s
             covered += s.end - max(start, s.base)
             if covered >= max_offsets:
