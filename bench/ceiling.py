@@ -181,7 +181,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer producers and requests (under a minute)")
     ap.add_argument("--only", choices=("old", "new"), help="one loop only (default: both, side by side)")
+    ap.add_argument("--at-once", type=int, default=None,
+                    help="the new loop's lost rounds retried without a wait (lakeq.store.append.AT_ONCE_LOSSES)")
+    ap.add_argument("--producers", type=int, nargs="*", help="only these producer counts on one queue (batch 1)")
     args = ap.parse_args()
+    from lakeq.store import append
+
+    if args.at_once is not None:
+        append.AT_ONCE_LOSSES = args.at_once
     counts = Counts()
     _local.bench_queue().install_hooks(counts)  # the queue bench's botocore hooks, with these counts
     moto = start()
@@ -189,10 +196,13 @@ def main() -> None:
     plan = [(1, n, 1, False) for n in ((1, 4, 16) if args.quick else (1, 2, 4, 8, 16))]
     plan += [(1, 4, 10, False)] + ([] if args.quick else [(1, 4, 1, True)])
     plan += [(64, n, 1, False) for n in ((64,) if args.quick else (16, 64))]
+    if args.producers:
+        plan = [(1, n, 1, False) for n in args.producers]
     loops = [learn for learn in (False, True) if args.only is None or args.only == ("new" if learn else "old")]
     print(f"# bench/ceiling.py {'--quick ' if args.quick else ''}· {platform.machine()} · {os.cpu_count()} CPUs · "
           f"python {platform.python_version()} · load {os.getloadavg()[0]:.1f} · {reqs} requests a cell; "
-          "old = the loop before issue 33 item 3 (wait, fresh head read), new = a lost put learns the head")
+          "old = the loop before issue 33 item 3 (wait, fresh head read), new = a lost put learns the head "
+          f"(its first {append.AT_ONCE_LOSSES} lost round(s) of a write at once, later ones after the wait)")
     print("| queues | producers | batch | ids | loop | appends | rounds / append | lost / append | head reads / append "
           "| store calls / append | waits / append | 503s | local appends/s | CPU ms / append | segment bytes "
           "| WCU / write | DynamoDB msgs/s per queue | … per 64-queue topic |")

@@ -2,7 +2,8 @@
 
 A single-segment append without ids is one conditional PutItem; the one that loses the race gets
 the winner's segment back (``ReturnValuesOnConditionCheckFailure=ALL_OLD``) and writes at its end at
-once: no head read and no backoff wait after the loss (``lakeq.store.append.append_at_head``). And
+once: no head read and no backoff wait after its first loss (``lakeq.store.append.append_at_head``; a
+later loss of the same write waits and reads the head fresh, as before). And
 many producers racing on one queue keep its chain whole: contiguous from 0, every message once, each
 producer's messages in its order.
 
@@ -19,6 +20,7 @@ import pytest
 
 from infra.local import interceptor
 from lakeq.common import backoff
+from lakeq.store import append
 from lakeq.store.queue_log import LogRepo
 
 T = "hot"
@@ -119,20 +121,25 @@ def test_a_lost_put_retries_at_the_winners_end_without_a_head_read_or_a_wait(aws
     _check_lost_race(aws, monkeypatch)
 
 
-def test_a_stale_head_walks_the_chain_segment_by_segment_to_its_end(aws, monkeypatch):
-    """A base several segments behind (a head read lagging): each lost put learns the next segment's
-    base, so the put lands at the chain's end, one put a segment behind, no read, no wait."""
+def test_a_second_lost_round_waits_and_reads_the_head_fresh(aws, monkeypatch):
+    """A base several segments behind (a head read lagging): the first lost put learns the next
+    segment's base and goes at once; its second loss steps aside (the backoff) and reads the head
+    fresh, as before: the put lands at the chain's end in three puts, not one a segment."""
     root = make_topic()
     for b in "abcd":
         produce(root, [b])
-    monkeypatch.setattr(LogRepo, "head", staticmethod(lambda topic, queue, fresh=False: 0))  # 4 behind
+    real_head = LogRepo.head
+    monkeypatch.setattr(LogRepo, "head", staticmethod(
+        lambda topic, queue, fresh=False: real_head(topic, queue, True) if fresh else 0))  # 4 behind
     slept = []
     monkeypatch.setattr(backoff, "sleep", lambda *a, **k: slept.append(a))
     calls = Calls()
     with interceptor.hooked(calls):
         assert produce(root, ["e"])[0]["offset"] == 4
-    assert [op for op, t in calls.seen if t.endswith("-segments")] == ["PutItem"] * 5
-    assert slept == []
+    seg_calls = [op for op, t in calls.seen
+                 if (t.endswith("-segments") or t.endswith("-queues")) and op != "UpdateItem"]
+    assert seg_calls == ["PutItem", "PutItem", "GetItem", "Query", "PutItem"]  # (not the change marker's UpdateItem)
+    assert len(slept) == 1 and append.AT_ONCE_LOSSES == 1
     assert chain() == [(k, k + 1) for k in range(5)]
 
 

@@ -454,7 +454,7 @@ class LogRepo:
         ``end`` of the segment that sits at this base (DynamoDB returns it in the
         ConditionalCheckFailedException's ``Item``, read as the condition was evaluated: fresh), the
         next free base when nothing was appended after it since (issue 33 item 3: the append loop
-        retries there at once, without a head read, :func:`lakeq.store.append.append_at_head`)."""
+        retries there without a head read, :func:`lakeq.store.append.append_at_head`)."""
         client = SegmentModel._get_connection().connection.client
         try:
             client.put_item(TableName=SegmentModel.Meta.table_name, Item=item.serialize(),
