@@ -77,3 +77,50 @@ def test_gives_up_after_the_attempts_with_the_items_left(monkeypatch):
         A.append_at_head("t", 0, ["a", "b", "c"], 0, plan_two)
     assert e.value.remaining == ["a", "b", "c"] and isinstance(e.value.cause, TransactionFailed)
     assert sum(1 for c in fake.calls if c[0] == "append") == backoff.CAS_ATTEMPTS
+
+
+class LearningLog(FakeLog):
+    """A lost single put says where the head went (``TransactionFailed.head``, as ``LogRepo.append``'s
+    PutItem does with ``ReturnValuesOnConditionCheckFailure``)."""
+
+    def append(self, log, queue, base, part, now):
+        self.calls.append(("append", base, [k for k, _ in part.dedup]))
+        if self.failures:
+            self.failures.pop(0)
+            self.head_at += 1  # someone else appended one offset at ``base``
+            raise TransactionFailed([CONDITION_FAILED], head=self.head_at)
+        self.head_at = base + max(1, len(part.dedup))
+
+
+def plan_one(items, base):
+    return Append([], []), 1
+
+
+def test_a_lost_put_that_says_the_head_retries_there_at_once(monkeypatch, no_sleep):
+    fake = LearningLog(5, [True])
+    monkeypatch.setattr(A, "LogRepo", fake)
+    assert A.append_at_head("t", 0, ["a"], 0, plan_one)
+    assert fake.calls == [("head", False), ("append", 5, []), ("append", 6, [])]
+    assert no_sleep == []
+
+
+def test_later_lost_rounds_of_a_write_wait_and_read_the_head_fresh(monkeypatch, no_sleep):
+    """Past AT_ONCE_LOSSES lost rounds a write steps aside (the backoff) and reads the head fresh, as
+    the loop before issue 33 did: a head learned before a wait is stale after it."""
+    fake = LearningLog(5, [True, True, True])
+    monkeypatch.setattr(A, "LogRepo", fake)
+    assert A.append_at_head("t", 0, ["a"], 0, plan_one)
+    assert A.AT_ONCE_LOSSES == 1
+    assert fake.calls == [("head", False), ("append", 5, []), ("append", 6, []), ("head", True), ("append", 7, []),
+                          ("head", True), ("append", 8, [])]
+    assert len(no_sleep) == 2
+
+
+def test_learned_heads_still_give_up_after_the_attempts(monkeypatch, no_sleep):
+    fake = LearningLog(0, [True] * 100)
+    monkeypatch.setattr(A, "LogRepo", fake)
+    with pytest.raises(A.Contended) as e:
+        A.append_at_head("t", 0, ["a", "b"], 0, plan_one)
+    assert e.value.remaining == ["a", "b"]
+    assert sum(1 for c in fake.calls if c[0] == "append") == backoff.CAS_ATTEMPTS
+    assert sum(1 for c in fake.calls if c[0] == "head") == backoff.CAS_ATTEMPTS - A.AT_ONCE_LOSSES

@@ -9,14 +9,28 @@ One round: read the queue's head (:meth:`lakeq.store.queue_log.LogRepo.head`; af
 the newest segment's end), plan the next write there, :meth:`lakeq.store.queue_log.LogRepo.append` it.
 A write that loses a race (someone appended at that head first) raises ``TransactionFailed``:
 
+- a single-segment put without ids (the hot path) says where the head went (``e.head``: the end of
+  the segment that sits at its base, returned by the failed write itself, so read after the
+  winner's write and stronger than the eventually consistent head read): the next round plans at
+  that base at once, with no head read and no wait, after the write's first lost round
+  (:data:`AT_ONCE_LOSSES`; a later lost round of the same write waits and reads the head fresh, as
+  below) (issue 33 item 3). The chain stays one chain: that base is the end of a segment that
+  exists, so a put there either is the next link or fails again (retention removes only segments
+  far older than one request, never the just-written one it learned; a re-created topic is another
+  log name, so a base learned in one incarnation is never used in another);
 - if dedup keys of the write were recorded meanwhile (their conditions are the last reasons),
   ``on_recorded(items, keys)`` answers those items its own way and returns the items still to
   append; when it answered some, the next round starts at once (progress was made);
-- otherwise the round waits (:func:`lakeq.common.backoff.sleep`) and plans again at the fresh head.
+- otherwise (a transaction: ids or several segments; a put's later lost rounds) the round waits
+  (:func:`lakeq.common.backoff.sleep`) and plans again at the fresh head.
 
 Each write is a round of the one compare-and-set loop (:func:`lakeq.common.backoff.cas`): after
 :data:`~lakeq.common.backoff.CAS_ATTEMPTS` lost races in a row :class:`Contended` is raised with the items not
-appended. Store calls per round are those of ``LogRepo.head`` and ``LogRepo.append``: nothing more.
+appended. Store calls per round are those of ``LogRepo.head`` and ``LogRepo.append`` (a round after a
+lost single-segment put: ``LogRepo.append`` alone). A queue deleted while a producer races on it: a
+round that learned its base does not read the queue item (the fresh head read did), so its put may
+land in the deleted incarnation's log, as a first round's already could (that log is unreachable:
+docs/design.md, "Queue lifecycle").
 """
 from __future__ import annotations
 
@@ -33,6 +47,17 @@ from lakeq.store.writes import TransactionFailed
 
 T = TypeVar("T")
 _ANSWERED = object()  # a round's answer: on_recorded answered every item left
+# A lost single-segment put returns the winner's segment (TransactionFailed.head): the next round
+# writes at its end at once, no head read, no wait (issue 33 item 3; AT_ONCE_LOSSES). False only for
+# bench/ceiling.py's side-by-side baseline (the loop before it: wait, then a fresh head read).
+LEARN_HEAD = True
+# A write's first AT_ONCE_LOSSES lost rounds go again at once at the head they learned; a later lost
+# round waits the backoff and reads the head fresh, as before (a head learned before a wait is stale
+# after it: the put would walk the chain a lost round a segment). Producers that keep losing on a
+# crowded queue step aside instead of all writing every round (bench/ceiling.py, docs/benchmarks.md:
+# every lost round at once ran 40 of 300 requests out of their 40 rounds at 16 producers on one
+# queue; the learned head kept across the wait, 25 at 8).
+AT_ONCE_LOSSES = 1
 
 
 class Contended(LakeqError):
@@ -66,10 +91,14 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
     (default: drop nothing). False when the queue does not exist (the items left were not
     appended), True when every item is appended or answered. Raises :class:`Contended`."""
     lost: list[TransactionFailed] = []
+    learned: int | None = None  # the head the last lost write returned (None: read it)
 
     def attempt(r: int):
-        nonlocal items
-        base = LogRepo.head(log, queue, fresh=r > 0)
+        nonlocal items, learned
+        if learned is not None:
+            base, learned = learned, None
+        else:
+            base = LogRepo.head(log, queue, fresh=r > 0)
         if base is None:
             return None
         part, n = plan(items, base)
@@ -77,6 +106,9 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
             LogRepo.append(log, queue, base, part, now)
         except TransactionFailed as e:
             lost.append(e)
+            if e.head is not None and LEARN_HEAD and r < AT_ONCE_LOSSES:  # the winner's end: the next free base
+                learned = e.head
+                return backoff.AT_ONCE
             keys = recorded_keys(e, part) if r + 1 < attempts else []  # the last lost round gives up
             if keys and on_recorded is not None:
                 left = on_recorded(items, keys)

@@ -14,7 +14,8 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 
-from pynamodb.exceptions import DoesNotExist, PutError, UpdateError
+from botocore.exceptions import ClientError
+from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from lakeq.common import backoff
@@ -473,12 +474,7 @@ class LogRepo:
                                 produced_at=now, h=True if alone else None)
 
         if not part.dedup and len(part.segments) == 1:
-            try:
-                seg_item(part.segments[0], alone=True).save(condition=SegmentModel.pq.does_not_exist())
-            except PutError as e:
-                if conditional_failed(e):
-                    raise TransactionFailed([CONDITION_FAILED]) from None
-                raise
+            cls._put_alone(seg_item(part.segments[0], alone=True))
         else:
             def build(t: TransactWrite) -> None:
                 t.update(cls._queue_item(topic, queue),
@@ -491,6 +487,27 @@ class LogRepo:
                                       expires_at=datetime.fromtimestamp(now // 1000 + DEDUP_TTL_S, timezone.utc)),
                            condition=DedupModel.id.does_not_exist())
             transact(build)
+
+    @staticmethod
+    def _put_alone(item: SegmentModel) -> None:
+        """The one conditional PutItem of an append without ids (``attribute_not_exists``), through
+        the model's botocore client: pynamodb 6.1's ``save`` cannot pass
+        ``ReturnValuesOnConditionCheckFailure``. The item is serialized by the model (its attribute
+        names and types). A lost write raises :class:`TransactionFailed` whose ``head`` is the
+        ``end`` of the segment that sits at this base (DynamoDB returns it in the
+        ConditionalCheckFailedException's ``Item``, read as the condition was evaluated: fresh), the
+        next free base when nothing was appended after it since (issue 33 item 3: the append loop
+        retries there without a head read, :func:`lakeq.store.append.append_at_head`)."""
+        client = SegmentModel._get_connection().connection.client
+        try:
+            client.put_item(TableName=SegmentModel.Meta.table_name, Item=item.serialize(),
+                            ConditionExpression="attribute_not_exists(#k)", ExpressionAttributeNames={"#k": "pq"},
+                            ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as e:
+            if (e.response.get("Error") or {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            end = ((e.response.get("Item") or {}).get("end") or {}).get("N")
+            raise TransactionFailed([CONDITION_FAILED], head=None if end is None else int(end)) from None
 
     @staticmethod
     def _queue_item(topic: str, queue: int) -> QueueModel:

@@ -30,11 +30,15 @@ def _reasons(e: TransactWriteError) -> list[str | None]:
 
 
 class TransactionFailed(LakeqError):
-    """A transaction was cancelled; ``reasons`` lists each item's cancellation code (or None)."""
+    """A transaction was cancelled; ``reasons`` lists each item's cancellation code (or None).
+    ``head``: where a lost append at a queue's head learned the head moved to (the end of the
+    segment that sits at its base, returned by the failed write itself: ``LogRepo.append``), None
+    when the write did not say."""
 
-    def __init__(self, reasons: list[str | None]):
+    def __init__(self, reasons: list[str | None], head: int | None = None):
         super().__init__(f"transaction cancelled: {reasons}")
         self.reasons = reasons
+        self.head = head
 
     def failed(self, i: int) -> bool:
         """Whether item ``i`` (in the order ``build`` added the items) failed its condition.
