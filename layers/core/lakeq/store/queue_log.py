@@ -249,8 +249,11 @@ class LogRepo:
         kept). A copy is stale for at most :data:`TOPIC_SEEN_S` after another container deleted,
         re-created or grew the topic: a pull then reads the old incarnation's or count's queues
         (every key is a log name: nothing of the new incarnation; the deleted one's queue items
-        are gone, so nothing to lock), as a long poll's copy already did. The produce does not use
-        it (it would append to a deleted incarnation's log for up to that long)."""
+        are gone, so a ranked pull locks nothing, but a folded ack reads no queue item and can lock
+        and serve the deleted log's next messages: docs/design.md "Queue lifecycle"), as a long
+        poll's copy already did; a pull acking a receipt of another incarnation reads the item
+        again (:func:`lakeq.consume.service.pull`). The produce does not use it (it would append to
+        a deleted incarnation's log for up to that long)."""
         hit = cls.seen_topic(name)
         if hit is not None:
             return hit
