@@ -216,3 +216,38 @@ def test_many_producers_on_one_queue_keep_the_chain(aws, monkeypatch):
 @pytest.mark.moto
 def test_many_producers_on_one_queue_keep_the_chain_on_moto(aws, monkeypatch):
     _race(aws, monkeypatch, producers=8, waves=3, seed=7)
+
+
+def test_a_put_retried_by_the_sdk_after_it_landed_is_not_appended_twice(aws, monkeypatch):
+    _check_sdk_retry(aws, monkeypatch)
+
+
+@pytest.mark.moto
+def test_a_put_retried_by_the_sdk_after_it_landed_is_not_appended_twice_on_moto(aws, monkeypatch):
+    _check_sdk_retry(aws, monkeypatch)
+
+
+def _check_sdk_retry(aws, monkeypatch):
+    """The SDK retries a PutItem whose answer it did not get (a 500, a reset connection) although the
+    write may have landed: the retry then fails its condition on the very segment it wrote, and the
+    item it gets back (ReturnValuesOnConditionCheckFailure) is its own. That is a landed write, not a
+    lost race: the messages are not appended a second time at the segment's end."""
+    root = make_topic()
+    produce(root, ["first"])
+    from lakeq.store.models import SegmentModel
+
+    client = SegmentModel._get_connection().connection.client
+    real = client.put_item
+    retried = []
+
+    def put_item(**kw):
+        out = real(**kw)
+        if not retried:  # the answer is lost on the way: the SDK sends the same request again
+            retried.append(1)
+            return real(**kw)
+        return out
+    monkeypatch.setattr(client, "put_item", put_item)
+    assert produce(root, ["mine"])[0]["offset"] == 1
+    assert retried
+    assert chain() == [(0, 1), (1, 2)]
+    assert bodies_in_order() == ["first", "mine"]

@@ -325,3 +325,33 @@ def test_a_deleted_topic_is_absent_everywhere(api, sqs):
 def url_of(name):
     from tests.integration.sqs_harness import BASE
     return f"{BASE}/123456789012/{name}"
+
+
+@pytest.mark.parametrize("how", ["sqs", "native"])
+def test_a_pull_acking_a_new_incarnations_receipt_on_an_old_copy_of_the_topic(api, sqs, clock, monkeypatch, how):
+    """The native pull takes the topic item from the container's copy (< 1.5 s old, LogRepo.topic),
+    which another container's DeleteQueue and re-create do not drop. A pull whose ``ack`` names the
+    newer incarnation than that copy (a receipt another container's pull just gave) is not
+    refused as stale: the receipt is the stored topic's, so the pull reads the topic item again and
+    the ack settles (the message is not served twice)."""
+    from lakeq.store import queue_log
+
+    monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0)  # the copy never ages here
+    url = sqs.create_queue(QueueName=Q)["QueueUrl"]
+    feed = client(api, "feed", "producer")
+    g = client(api, "g", "consumer")
+    produce(api, feed, [{"body": "old"}])
+    assert [m["body"] for m in pull(api, g, "g")["messages"]] == ["old"]
+    this_container = dict(queue_log._TOPIC_SEEN)  # the copy of the old incarnation
+    assert Q in this_container
+    sqs.delete_queue(QueueUrl=url)
+    recreate(how, api, sqs)  # in another container, as the pull and produce below
+    produce(api, feed, [{"body": "new"}])
+    queue_log._TOPIC_SEEN.pop(Q, None)
+    b = pull(api, g, "g")
+    assert [m["body"] for m in b["messages"]] == ["new"]
+    queue_log._TOPIC_SEEN.update(this_container)  # the next pull lands on the container with the old copy
+    s, out = api.call("GET", path(Q), query={"group": "g", "max": 100, "ack": b["receipt"]}, key=g)
+    assert s == 200 and out["messages"] == [], (s, out)
+    clock.t += 60_000  # past the visibility timeout: an unacknowledged "new" would be served again
+    assert drain_native(api, g, "g") == []

@@ -138,6 +138,18 @@ def receipt_replay(raw: str) -> str | None:
     return parse_receipt(raw).replay
 
 
+def _another_incarnation(receipt: Receipt, t) -> bool:
+    """Whether ``receipt`` is a queue receipt of topic ``t``'s name but of another incarnation than
+    ``t``'s (a list's receipt, or a malformed one, is left to the pull's own checks)."""
+    if receipt.subscription is not None or receipt.replay is not None:
+        return False
+    try:
+        name, _ = receipt.topic_queue
+    except BadRequest:
+        return False
+    return name == t.name and receipt.log != log_of(t)
+
+
 def pull(p: Principal, topic: str, params: dict) -> dict:
     """``GET /v1/topics/{topic}/messages``: the query parsed into a
     :class:`~lakeq.contract.validation.PullRequest` (400), the topic read (404), then
@@ -148,6 +160,11 @@ def pull(p: Principal, topic: str, params: dict) -> dict:
     # the topic item as this container last read it (< 1.5 s ago: a pull, a produce, a long poll's
     # last round), else read now
     t = topic_copy_or_404(topic)
+    if ack_receipt is not None and _another_incarnation(ack_receipt, t):
+        # the copy may predate another container's delete and re-create (the receipt then is the
+        # stored topic's, not stale): read the topic item now
+        LogRepo.forget_topic(topic)
+        t = topic_copy_or_404(topic)
     return engine.pull_batch(p, t, req, ack=ack_receipt)
 
 

@@ -249,8 +249,11 @@ class LogRepo:
         kept). A copy is stale for at most :data:`TOPIC_SEEN_S` after another container deleted,
         re-created or grew the topic: a pull then reads the old incarnation's or count's queues
         (every key is a log name: nothing of the new incarnation; the deleted one's queue items
-        are gone, so nothing to lock), as a long poll's copy already did. The produce does not use
-        it (it would append to a deleted incarnation's log for up to that long)."""
+        are gone, so a ranked pull locks nothing, but a folded ack reads no queue item and can lock
+        and serve the deleted log's next messages: docs/design.md "Queue lifecycle"), as a long
+        poll's copy already did; a pull acking a receipt of another incarnation reads the item
+        again (:func:`lakeq.consume.service.pull`). The produce does not use it (it would append to
+        a deleted incarnation's log for up to that long)."""
         hit = cls.seen_topic(name)
         if hit is not None:
             return hit
@@ -506,8 +509,25 @@ class LogRepo:
         except ClientError as e:
             if (e.response.get("Error") or {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            end = ((e.response.get("Item") or {}).get("end") or {}).get("N")
+            met = e.response.get("Item") or {}
+            if met and LogRepo._same_segment(item, met):
+                return  # the SDK's retry of this very put, which had landed (a 500, a lost answer)
+            end = (met.get("end") or {}).get("N")
             raise TransactionFailed([CONDITION_FAILED], head=None if end is None else int(end)) from None
+
+    @staticmethod
+    def _same_segment(item: SegmentModel, raw: dict) -> bool:
+        """Whether the segment a failed put met (``raw``, the item DynamoDB returned) is the one it
+        was putting: the SDK retries a PutItem whose answer it did not get although the write may
+        have landed, and the retry then fails its condition on its own segment. Same offsets,
+        time, index and bodies (the index holds each message's id, made per request): the write
+        landed, it is not a lost race (whose retry would append the messages a second time)."""
+        try:
+            met = SegmentModel.from_raw_data(raw)
+        except Exception:  # noqa: BLE001 - an item that does not read as a segment is not this one
+            return False
+        return (int(met.end), int(met.count), int(met.produced_at), bytes(met.idx), bytes(met.data)) == \
+            (int(item.end), int(item.count), int(item.produced_at), bytes(item.idx), bytes(item.data))
 
     @staticmethod
     def _queue_item(topic: str, queue: int) -> QueueModel:
