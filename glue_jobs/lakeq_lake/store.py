@@ -299,11 +299,21 @@ class Lake:
             return None
         n, files = got
         schema = schemas.STORED[kind]
+        paths = [self.path(k) for b in range(n) for k in files[b]]
+        # one listing of every file (not a listing job: a day is 24 × n paths), each bucket's scan
+        # pruned to its files by the partition column ``bucket`` (its folder)
+        key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+        was = spark.conf.get(key)
+        spark.conf.set(key, str(max(len(paths) + 1, int(was))))
+        try:
+            every = (spark.read.schema(schema).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
+                     .parquet(*paths)) if paths else None
+        finally:
+            spark.conf.set(key, was)
         frames = []
         for b in range(n):
             if files[b]:
-                df = (spark.read.schema(schema).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
-                      .parquet(*[self.path(k) for k in files[b]]).select(*schema.fieldNames()).coalesce(1))
+                df = every.where(F.col("bucket") == b).select(*schema.fieldNames()).coalesce(1)
             else:  # one empty partition (an empty local relation would have none: the buckets would shift)
                 df = spark.createDataFrame(spark.sparkContext.parallelize([], 1), schema)
             frames.append(df)
