@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -268,8 +269,9 @@ class Lake:
         for group in (flat, [k for k in parquet if k not in set(flat)]):
             if not group:
                 continue
-            df = (spark.read.schema(schemas.STORED[kind]).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
-                  .parquet(*[self.path(k) for k in group]))
+            with _listed_here(spark, len(group)):
+                df = (spark.read.schema(schemas.STORED[kind]).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
+                      .parquet(*[self.path(k) for k in group]))
             if kind == "messages" and not stored:
                 df = df.withColumn("properties", F.from_json("properties", schemas.PROPERTIES))
             frames.append(df)
@@ -300,16 +302,11 @@ class Lake:
         n, files = got
         schema = schemas.STORED[kind]
         paths = [self.path(k) for b in range(n) for k in files[b]]
-        # one listing of every file (not a listing job: a day is 24 × n paths), each bucket's scan
-        # pruned to its files by the partition column ``bucket`` (its folder)
-        key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-        was = spark.conf.get(key)
-        spark.conf.set(key, str(max(len(paths) + 1, int(was))))
-        try:
+        # one listing of every file, each bucket's scan pruned to its files by the partition column
+        # ``bucket`` (its folder)
+        with _listed_here(spark, len(paths)):
             every = (spark.read.schema(schema).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
                      .parquet(*paths)) if paths else None
-        finally:
-            spark.conf.set(key, was)
         frames = []
         for b in range(n):
             if files[b]:
@@ -321,6 +318,20 @@ class Lake:
         for f in frames[1:]:
             out = out.union(f)
         return n, out
+
+
+@contextmanager
+def _listed_here(spark: SparkSession, paths: int):
+    """The files named by a manifest listed by the driver, not by a Spark job (which Spark runs for
+    more than 32 paths: a day of bucketed hours is 192 files; the job cost ~1-2 CPU-s a read on
+    ``local[2]``, docs/benchmarks.md "Compacted hours deduplicated and bucketed")."""
+    key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+    was = spark.conf.get(key)
+    spark.conf.set(key, str(max(paths + 1, int(was))))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, was)
 
 
 def partition_key() -> F.Column:
