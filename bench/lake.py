@@ -170,9 +170,12 @@ def cpu_seconds(spark) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") + t.user + t.system
 
 
-def lakes(spark, n: int, base: Path) -> tuple[Path, Path]:
+def lakes(spark, n: int, base: Path, buckets: int | None = None) -> tuple[Path, Path]:
     """The raw lake of :func:`synthetic`'s rows (generated once under ``base``) and its compacted
-    copy (hard links; compacted once, by ``lakeq_lake.compact.run_compact``: wall and CPU printed)."""
+    copy (hard links; compacted once, by ``lakeq_lake.compact.run_compact``: wall and CPU printed).
+    ``buckets``: the compaction's (default :data:`lakeq.lake.compaction.BUCKETS`, messages
+    deduplicated and bucketed by queue, ``n<rows>-compacted-b<buckets>``; 0: the layout before,
+    ``n<rows>-compacted``)."""
     import shutil
 
     from pyspark.sql import functions as F
@@ -192,13 +195,16 @@ def lakes(spark, n: int, base: Path) -> tuple[Path, Path]:
              .json(str(raw / "raw" / f"kind={kind}")))
         (raw / "_generated").write_text(str(n))
         print(f"raw lake of {n:,} message rows written in {time.perf_counter() - t:.1f} s → {raw}", flush=True)
-    pq = base / f"n{n}-compacted"
+    from lakeq.lake import compaction as C
+
+    buckets = C.BUCKETS if buckets is None else buckets
+    pq = base / (f"n{n}-compacted-b{buckets}" if buckets else f"n{n}-compacted")
     if not (pq / "_compacted").exists():
         shutil.rmtree(pq, ignore_errors=True)
         shutil.copytree(raw, pq, copy_function=os.link)
         load0, cpu0, t = os.getloadavg()[0], cpu_seconds(spark), time.perf_counter()
         out = run_compact(spark, Lake(str(pq)), at_ms=T0 + SPAN_MS + 3_600_000, kinds=("messages", "offsets"),
-                          log=lambda *_: None)
+                          log=lambda *_: None, buckets=buckets)
         wall, cpu = time.perf_counter() - t, cpu_seconds(spark) - cpu0
         line = (f"compacted {n:,} message + {n // 5:,} offset rows ({ {k: len(v['hours']) for k, v in out.items()} }"
                 f" hours) in {wall:.1f} s wall, {cpu:.1f} CPU-s; per million message rows {wall / n * 1e6:.1f} s, "
@@ -208,9 +214,11 @@ def lakes(spark, n: int, base: Path) -> tuple[Path, Path]:
     return raw, pq
 
 
-def from_lake(spark, sizes: list[int], rounds: int, base: Path) -> None:
+def from_lake(spark, sizes: list[int], rounds: int, base: Path, layout_before: bool = False) -> None:
     """Per size: the job's read and the transform over the raw lake, then over the compacted one,
-    ``rounds`` times, and the cached-input :func:`run` once (the figure of the other modes)."""
+    ``rounds`` times, and the cached-input :func:`run` once (the figure of the other modes).
+    ``layout_before``: also over the lake compacted as before (messages one file per hour,
+    duplicates kept), between the two."""
     from lakeq_lake import transforms as T
     from lakeq_lake.store import Lake
 
@@ -225,15 +233,22 @@ def from_lake(spark, sizes: list[int], rounds: int, base: Path) -> None:
         spark.catalog.clearCache()
         return out
 
-    print(f"{'message rows':>13} {'round':>5} {'raw s':>7} {'(CPU)':>7} {'parquet s':>9} {'(CPU)':>7} "
-          f"{'ratio':>6} {'cached s':>8}  load (1 min)")
+    print(f"{'message rows':>13} {'round':>5} {'raw s':>7} {'(CPU)':>7} "
+          + (f"{'flat pq s':>9} {'(CPU)':>7} " if layout_before else "")
+          + f"{'parquet s':>9} {'(CPU)':>7} {'ratio':>6} {'cached s':>8}  load (1 min)")
     for n in sizes:
         raw, pq = lakes(spark, n, base)
+        flat = lakes(spark, n, base, buckets=0)[1] if layout_before else None
         timed(pq)  # warm-up: the JIT, the listings
         for r in range(1, rounds + 1):
-            (rs, rc), (ps, pc) = timed(raw), timed(pq)
+            rs, rc = timed(raw)
+            fl = ""
+            if flat is not None:
+                fs, fc = timed(flat)
+                fl = f"{fs:>9.2f} {fc:>7.1f} "
+            ps, pc = timed(pq)
             cached = f"{run(spark, n)[0]:>8.2f}" if r == 1 else f"{'':>8}"
-            print(f"{n:>13,} {r:>5} {rs:>7.2f} {rc:>7.1f} {ps:>9.2f} {pc:>7.1f} {rs / ps:>5.2f}x {cached}  "
+            print(f"{n:>13,} {r:>5} {rs:>7.2f} {rc:>7.1f} {fl}{ps:>9.2f} {pc:>7.1f} {rs / ps:>5.2f}x {cached}  "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
 
 
@@ -265,6 +280,8 @@ def main() -> int:
     ap.add_argument("--from-lake", action="store_true",
                     help="the job's read + transform over the raw lake and over the compacted one, alternating")
     ap.add_argument("--dir", default="/tmp/lakeq-lake-bench", help="--from-lake: where the lakes are kept")
+    ap.add_argument("--layout-before", action="store_true",
+                    help="--from-lake: also over the lake compacted as before (one file per hour, duplicates kept)")
     a = ap.parse_args()
     sizes = [a.rows] if a.rows else [1_000_000] if a.quick else [1_000_000, 10_000_000]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -280,7 +297,7 @@ def main() -> int:
           f"Python {platform.python_version()}, Spark {spark.version} local[2]; "
           f"start-up {time.perf_counter() - t:.1f}s")
     if a.from_lake:
-        from_lake(spark, sizes, a.rounds, Path(a.dir))
+        from_lake(spark, sizes, a.rounds, Path(a.dir), a.layout_before)
         spark.stop()
         return 0
     if a.side_by_side:

@@ -29,7 +29,11 @@ after the filter's name the plan that wrote the manifest when the job had to sel
 metadata). ``--dir`` may name a lake made by hand (e.g. the generated one with a few objects of
 such rows added). The job's progress bar is on stderr.
 
-``--parquet``: the same lake compacted too (a hard-linked copy beside it, ``<dir>/n<rows>-v2-compacted``,
+``--layout-before`` (with ``--parquet`` / ``--parquet-only``): each filter also over the lake as
+the compaction wrote it before 2026-12-07 (``pq-flat``: one file per hour, duplicates kept, so the
+selection shuffles and drops duplicates; ``<dir>/n<rows>-v2-compacted``) just before the current
+layout (deduplicated, one file per hour and hash bucket of queue: read bucket by bucket, no
+shuffle). ``--parquet``: the same lake compacted too (a hard-linked copy beside it, ``<dir>/n<rows>-v2-compacted-b8``,
 compacted once by the compaction job's own code, :func:`lakeq_lake.compact.run_compact`, its wall
 and CPU seconds printed) and each filter run over the raw lake then over the compacted one, side
 by side in the process (``--parquet-only``: the compacted one alone). ``--adversarial``: the lake
@@ -168,20 +172,27 @@ def cpu_seconds(spark) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks + t.user + t.system
 
 
-def compacted(spark, lake_root: Path, n: int, adversarial: bool = False) -> Path:
+def compacted(spark, lake_root: Path, n: int, adversarial: bool = False, buckets: int | None = None) -> Path:
     """``lake_root`` compacted once, in a hard-linked copy beside it (the compaction job's code,
     the messages and the bodies of the 24 closed hours); prints its wall and CPU seconds.
+    ``buckets``: the compaction's (default :data:`lakeq.lake.compaction.BUCKETS`: deduplicated, one
+    file per hour and hash bucket of queue, ``<dir>/n<rows>-v2-compacted-b<buckets>``); 0: the
+    layout before (one file per hour, ``<dir>/n<rows>-v2-compacted``).
     ``adversarial``: a hard-linked copy of that one, :func:`add_adversarial`'s objects added to
     its raw hour 12 and compacted again: late arrivals folded into the hour's next generation."""
+    from lakeq.lake import compaction as C
     from lakeq_lake.compact import run_compact
     from lakeq_lake.store import Lake
+
+    buckets = C.BUCKETS if buckets is None else buckets
+    suffix = f"-compacted-b{buckets}" if buckets else "-compacted"
 
     def compact(dst: Path, what: str) -> None:
         lines = []
         for kind in ("messages", "bodies"):  # timed one kind at a time
             load0, cpu0, t = load(), cpu_seconds(spark), time.perf_counter()
             out = run_compact(spark, Lake(str(dst)), at_ms=T0 + 25 * HOUR, kinds=(kind,), log=lambda *_: None,
-                              show_progress=True)
+                              show_progress=True, buckets=buckets)
             wall, cpu = time.perf_counter() - t, cpu_seconds(spark) - cpu0
             pq = sum(f.stat().st_size for f in (dst / "lake" / f"kind={kind}").rglob("*.parquet"))
             lines.append(f"compacted {what}, {kind}: {len(out[kind]['hours'])} hours in {wall:.1f} s wall, "
@@ -190,14 +201,14 @@ def compacted(spark, lake_root: Path, n: int, adversarial: bool = False) -> Path
             print(lines[-1], flush=True)
         (dst / "_compacted").write_text("\n".join(lines) + "\n")
 
-    dst = lake_root.with_name(lake_root.name + "-compacted")
+    dst = lake_root.with_name(lake_root.name + suffix)
     if not (dst / "_compacted").exists():
         shutil.rmtree(dst, ignore_errors=True)
         linked_copy(lake_root, dst)
         compact(dst, f"{n:,} messages")
     if not adversarial:
         return dst
-    adv = lake_root.with_name(lake_root.name + "-compacted-adv")
+    adv = lake_root.with_name(lake_root.name + suffix + "-adv")
     if not (adv / "_compacted").exists():
         shutil.rmtree(adv, ignore_errors=True)
         linked_copy(dst, adv)
@@ -305,6 +316,9 @@ def main() -> int:
                     help="also compact the lake (a hard-linked copy, once) and run each filter over it just after "
                          "the raw lake")
     ap.add_argument("--parquet-only", action="store_true", help="the compacted lake alone")
+    ap.add_argument("--layout-before", action="store_true",
+                    help="with --parquet / --parquet-only: also the lake compacted as before (one file per hour, "
+                         "duplicates kept: the selection shuffles and deduplicates), run just before the bucketed one")
     ap.add_argument("--adversarial", action="store_true",
                     help=f"the lake plus {ADV_ROWS:,} rows per kind whose values hold an emoji, control characters, "
                          "quotes (a hard-linked copy)")
@@ -332,6 +346,8 @@ def main() -> int:
         (lake_root / "_generated").write_text(str(n))
         print(f"generated {n:,} messages in {time.perf_counter() - t:.1f} s → {lake_root}")
     lakes = []
+    if (a.parquet or a.parquet_only) and a.layout_before:
+        lakes.append(("pq-flat", compacted(spark, lake_root, n, a.adversarial, buckets=0)))
     if a.parquet or a.parquet_only:
         lakes.append(("parquet", compacted(spark, lake_root, n, a.adversarial)))
     if a.adversarial:

@@ -10,7 +10,13 @@ Per kind, one run:
 2. write: those hours as the readers see them (:meth:`Lake.read_kind` ``stored``: the previous
    generation's Parquet + the raw keys not in it) to ``lake/kind=<k>/run=<run>/dt=/hour=/`` — one
    file per hour, sorted by topic (then incarnation, queue, offset / the kind's own order), so
-   Parquet's row-group min/max statistics let a reader of one topic skip the others;
+   Parquet's row-group min/max statistics let a reader of one topic skip the others. Messages and
+   bodies (:data:`lakeq.lake.compaction.BUCKETED`) are written deduplicated — one row per
+   ``(topic, inc, queue, offset)``: every copy of a message is in its ``produced_at`` hour — and as
+   ``buckets`` files per hour, ``bucket=NN/`` = ``pmod(hash(queue), buckets)``, each sorted by
+   ``(topic, inc, queue, offset)`` (:func:`_deduplicated_buckets`; one shuffle, the one the write
+   had already): the replay job reads such hours bucket by bucket with no shuffle and no
+   duplicates' drop;
 3. per hour: the commit — the manifest ``gen=<n>.json``, created only if absent — then, if it
    was this run's, Athena's ``symlink.txt`` from the committed manifest and the tag
    ``lakeq-compacted=true`` on its newly folded raw objects (S3: a lifecycle rule expires them two
@@ -60,6 +66,24 @@ def _hour_columns(df: DataFrame) -> DataFrame:
             .withColumn("hour", F.lpad(F.col("hour").cast("string"), 2, "0")))
 
 
+def _deduplicated_buckets(df: DataFrame, buckets: int, parts: int) -> DataFrame:
+    """A bucketed kind's rows (with ``dt``, ``hour``) as they are written: one per message
+    (``topic, inc, queue, offset``; ``inc`` null read as 0, as the jobs do), column ``bucket`` =
+    ``pmod(hash(queue), buckets)``, partitioned by ``(dt, hour, bucket)`` and sorted by it then
+    :data:`SORT` — one shuffle, then a streaming aggregate over the sorted rows (``first`` of a struct
+    of the other columns: the rows' order and partitioning stay, so the write sorts nothing
+    again). A row without a key (no topic, queue or offset: no reader uses it) is kept as it is."""
+    keyed = F.col("topic").isNotNull() & F.col("queue").isNotNull() & F.col("offset").isNotNull()
+    keys = ["dt", "hour", "bucket", "topic", "_inc", "queue", "offset", "_odd"]
+    row = [c for c in df.columns if c not in ("dt", "hour")]  # the file's columns, in their order
+    df = (df.withColumn("bucket", F.expr(f"pmod(hash(queue), {int(buckets)})"))
+          .withColumn("_inc", F.coalesce(F.col("inc"), F.lit(0)).cast("long"))
+          .withColumn("_odd", F.when(keyed, F.lit(0)).otherwise(F.monotonically_increasing_id())))
+    df = df.repartition(parts, "dt", "hour", "bucket").sortWithinPartitions(*keys)
+    return (df.groupBy(*keys).agg(F.first(F.struct(*row)).alias("__row"))
+            .select("dt", "hour", "bucket", "__row.*"))
+
+
 MAX_HOURS = 24 * 7  # hours a run writes per kind (oldest first): a first run over a long raw/ takes several
 ROW_GROUP_BYTES = 16 * 1024 * 1024  # Parquet row groups: several per hour's file, each a narrow range of topics
 
@@ -67,10 +91,13 @@ ROW_GROUP_BYTES = 16 * 1024 * 1024  # Parquet row groups: several per hour's fil
 def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None = None,
                  grace_ms: int = C.GRACE_MS, keep_ms: int = C.KEEP_MS, log=print,
                  show_progress: bool = False, crash: Callable[[str], None] | None = None,
-                 max_hours: int = MAX_HOURS, retain_days: int = C.RETAIN_DAYS) -> dict:
+                 max_hours: int = MAX_HOURS, retain_days: int = C.RETAIN_DAYS,
+                 buckets: int = C.BUCKETS) -> dict:
     """Compact the closed hours of ``kind`` (the oldest ``max_hours`` of them); returns
     ``{"hours": [...committed], "conflicts": [...], "deleted": n, "retired": n, "repaired": n,
-    "retagged": n, "left": n}``. ``crash(step)`` (tests) is called after ``written``, ``committed`` and
+    "retagged": n, "left": n}``. ``buckets``: files per hour of a bucketed kind (0: one file per
+    hour, not deduplicated — the layout before, kept for ``bench/replay.py``'s before/after).
+    ``crash(step)`` (tests) is called after ``written``, ``committed`` and
     ``symlink`` of each hour: raising there is a crash at that point."""
     at = at_ms or now_ms()
     raw_keys = lake.raw_keys(kind)
@@ -92,11 +119,16 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
         # next run (read again, it would be in this Parquet without this manifest naming it: twice)
         df = _hour_columns(lake.read_kind(spark, kind, stored=True, hours=hours, planned=(manifests, raw_keys)))
         parts = max(1, min(len(work), 64))
+        nb = buckets if kind in C.BUCKETED else 0
         log(f"compact {kind}: {len(work)} hour(s) -> {out}")
         with progress(spark, f"compact {kind}", show_progress):
-            (df.repartition(parts, "dt", "hour").sortWithinPartitions("dt", "hour", *SORT[kind])
-             .write.mode("errorifexists").option("parquet.block.size", ROW_GROUP_BYTES)
-             .partitionBy("dt", "hour").parquet(lake.path(out)))
+            if nb:
+                w = (_deduplicated_buckets(df, nb, max(1, min(len(work) * nb, 64)))
+                     .write.partitionBy("dt", "hour", "bucket"))
+            else:
+                w = (df.repartition(parts, "dt", "hour").sortWithinPartitions("dt", "hour", *SORT[kind])
+                     .write.partitionBy("dt", "hour"))
+            w.mode("errorifexists").option("parquet.block.size", ROW_GROUP_BYTES).parquet(lake.path(out))
         files: dict[C.Hour, list[str]] = {}
         for k in lake.list_keys(out):
             p = C.parquet_hour(k)
@@ -106,7 +138,7 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
             crash("written")
         for w in work:
             parquet = files.get((w.day, w.hour), [])
-            doc = C.manifest_doc(kind, w.day, w.hour, w.gen, run, parquet, w.raw, now_ms())
+            doc = C.manifest_doc(kind, w.day, w.hour, w.gen, run, parquet, w.raw, now_ms(), nb)
             if not lake.create_json(C.manifest_key(kind, w.day, w.hour, w.gen), doc):
                 # the hour's symlink is the winner's to write: this run's files are garbage
                 log(f"compact {kind} {w.day} {w.hour}: generation {w.gen} was committed by another run")
@@ -159,7 +191,7 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
 
 def run_compact(spark: SparkSession, lake: Lake, at_ms: int | None = None, grace_ms: int = C.GRACE_MS,
                 kinds: tuple[str, ...] = C.KINDS, log=print, show_progress: bool = False,
-                max_hours: int = MAX_HOURS) -> dict:
+                max_hours: int = MAX_HOURS, buckets: int = C.BUCKETS) -> dict:
     """The job body: every kind's closed hours (at most ``max_hours`` each)."""
     return {k: compact_kind(spark, lake, k, at_ms, grace_ms, log=log, show_progress=show_progress,
-                            max_hours=max_hours) for k in kinds}
+                            max_hours=max_hours, buckets=buckets) for k in kinds}

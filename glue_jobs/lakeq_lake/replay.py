@@ -119,9 +119,25 @@ def read_slice(spark: SparkSession, lake: Lake, kind: str, from_ms: int, to_ms: 
     return df.select(*schema.fieldNames())
 
 
+def read_slice_buckets(spark: SparkSession, lake: Lake, kind: str, from_ms: int,
+                       to_ms: int) -> tuple[int, DataFrame] | None:
+    """:func:`read_slice` when every hour of ``[from_ms, to_ms)`` is compacted and bucketed, with
+    no late raw key (:meth:`Lake.read_buckets`): ``(buckets, rows)``, ``rows`` in ``buckets``
+    partitions, partition ``b`` holding the queues of hash bucket ``b`` (Spark's hash partitioning
+    of ``queue`` into ``buckets``), each message once. None otherwise."""
+    schema = MESSAGES_RAW if kind == "messages" else BODIES
+    lo, hi = hour_bounds(from_ms, to_ms)
+    got = lake.read_buckets(spark, kind, lo, hi)
+    return None if got is None else (got[0], got[1].select(*schema.fieldNames()))
+
+
 # set by select() on its session: see its docstring
 SESSION_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false",
-                "spark.sql.codegen.aggregate.sortAggregate.enabled": "true"}
+                "spark.sql.codegen.aggregate.sortAggregate.enabled": "true",
+                # generated classes named alike, so the same code is compiled once: a selection over
+                # compacted buckets has one scan and filter per bucket (Lake.read_buckets), which
+                # were 8 compilations of the same filter (1M `designed`: 7.4 -> 5.4 CPU-s)
+                "spark.sql.codegen.useIdInClassName": "false"}
 
 
 def _with_tags(m: DataFrame, flt: Filter, unknown: F.Column | None = None) -> DataFrame:
@@ -239,11 +255,14 @@ def _deduplicated(df: DataFrame) -> DataFrame:
 
 
 def _deduplicated_and_filtered(m: DataFrame, plain, flt: Filter, parts: int, native: bool,
-                               unknown: F.Column | None = None) -> DataFrame:
+                               unknown: F.Column | None = None, bucketed: bool = False) -> DataFrame:
     """:func:`_narrowed`'s rows hash-partitioned by ``queue`` into ``parts``, sorted by :data:`KEYS`,
     duplicates dropped, and the rest of the filter (the UDF on what the native test cannot judge):
     one shuffle, or two with a UDF branch (the union loses the partitioning). ``unknown`` rows
-    (:func:`_narrowed`) are kept."""
+    (:func:`_narrowed`) are kept. ``bucketed`` (rows of :func:`read_slice_buckets`: already
+    partitioned by ``queue``, each message once) and no UDF branch: only sorted, no shuffle."""
+    if bucketed and plain is None:
+        return m.drop("topic").sortWithinPartitions(*KEYS)
     m = _deduplicated(m.drop("topic").repartition(parts, "queue").sortWithinPartitions(*KEYS))
     if plain is not None:
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
@@ -261,7 +280,7 @@ def _without_metadata() -> F.Column:
 
 def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter,
                      parts: int | None = None, native: bool = True, matcher: bool = True,
-                     keep_plain: bool = False) -> DataFrame:
+                     keep_plain: bool = False, bucketed: bool = False) -> DataFrame:
     """:func:`select` over the ``kind=bodies`` rows alone, for rows archived with their metadata
     (since 2026-11-28, ``lakeq.lake.archive.body_row``): the same filter, duplicates' drop and order,
     with no ``kind=messages`` side — one dataset read, one shuffle, no join.
@@ -276,7 +295,10 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
     with it and ~40 % less without (docs/benchmarks.md "One side"), hence the first pass without.
     ``native=False``: the UDF judges every row the substring pre-filter lets through.
     ``keep_plain``: the output also has the :data:`PLAIN` column when the native filter computed it
-    (for :func:`_unjudged`; the caller drops it before writing)."""
+    (for :func:`_unjudged`; the caller drops it before writing). ``bucketed``: ``bodies`` is
+    :func:`read_slice_buckets`' (``parts`` its buckets): without the matcher's branch the plan
+    has no exchange at all — the narrow filters, then a sort per bucket (the hours' files are each
+    sorted, not the bucket's concatenation of them)."""
     spark = bodies.sparkSession
     for k, val in SESSION_CONF.items():
         spark.conf.set(k, val)
@@ -285,7 +307,7 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
     m, plain = _narrowed(bodies, topic, from_ms, to_ms, flt, native, ("body", "claim"), unknown)
     if native and not matcher:
         plain = None  # (no UDF branch: the rows not plain went through the native test unjudged)
-    m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown)
+    m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown, bucketed)
     extra = [PLAIN] if keep_plain and PLAIN in m.columns else []
     return m.select(*MANIFEST_COLUMNS, *extra).sortWithinPartitions(*KEYS)
 
@@ -412,9 +434,13 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
         # joined for rows archived without metadata
         for matcher in (False, True):
             with progress(spark, f"replay {replay_id}: select + write (one side)", show_progress):
-                bods = read_slice(spark, lake, "bodies", from_ms, to_ms)
+                # whole compacted hours: read bucket by bucket, no shuffle, no duplicates' drop
+                # (not for the matcher's branch: its union would lose the buckets)
+                buckets = None if matcher else read_slice_buckets(spark, lake, "bodies", from_ms, to_ms)
+                parts = buckets[0] if buckets else int(spark.conf.get("spark.sql.shuffle.partitions"))
+                bods = buckets[1] if buckets else read_slice(spark, lake, "bodies", from_ms, to_ms)
                 df = select_one_sided(bods, topic, from_ms, to_ms, flt, parts=parts, native=native,
-                                      matcher=matcher, keep_plain=True)
+                                      matcher=matcher, keep_plain=True, bucketed=buckets is not None)
                 obs = Observation(f"replay-{replay_id}")
                 firsts = _emit(df.observe(obs, *_observed(), *_unjudged(flt, df.columns)).select(*MANIFEST_COLUMNS),
                                where, dry_run)

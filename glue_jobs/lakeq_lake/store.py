@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -262,9 +263,15 @@ class Lake:
         if raw:
             frames.append(spark.read.schema(schema).option("basePath", self.path(prefix))
                           .json([self.path(k) for k in raw]))
-        if parquet:
-            df = (spark.read.schema(schemas.STORED[kind]).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
-                  .parquet(*[self.path(k) for k in parquet]))
+        # files of bucketed generations (``bucket=NN/``) and of the layout before, each read with
+        # its own partition folders (Spark's discovery refuses two directory structures in one read)
+        flat = [k for k in parquet if C.bucket_of(k) is None]
+        for group in (flat, [k for k in parquet if k not in set(flat)]):
+            if not group:
+                continue
+            with _listed_here(spark, len(group)):
+                df = (spark.read.schema(schemas.STORED[kind]).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
+                      .parquet(*[self.path(k) for k in group]))
             if kind == "messages" and not stored:
                 df = df.withColumn("properties", F.from_json("properties", schemas.PROPERTIES))
             frames.append(df)
@@ -277,6 +284,54 @@ class Lake:
         for f in frames[1:]:
             out = out.unionByName(f)
         return out
+
+    def read_buckets(self, spark: SparkSession, kind: str, lo: str | None = None,
+                     hi: str | None = None) -> tuple[int, DataFrame] | None:
+        """``(buckets, rows)`` when every hour of ``kind`` within ``lo``..``hi`` that holds rows is
+        compacted, bucketed alike and has no raw key its newest manifest does not name
+        (:func:`lakeq.lake.compaction.bucketed_files`): ``rows`` (:data:`schemas.STORED`'s columns,
+        no partition columns) has exactly ``buckets`` partitions, partition ``b`` the files of
+        bucket ``b`` of every hour — the rows of the queues ``pmod(hash(queue), buckets) = b``, each
+        message once — read without a shuffle (one scan per bucket, coalesced into one partition,
+        the scans in bucket order). None otherwise: the caller reads :meth:`read_kind` and
+        deduplicates (the open hour, late raw keys, the layout before)."""
+        manifests = self.manifests(kind, lo, hi)
+        got = C.bucketed_files(manifests)
+        if got is None or C.unread(self.raw_keys(kind, lo, hi), manifests)[1]:
+            return None
+        n, files = got
+        schema = schemas.STORED[kind]
+        paths = [self.path(k) for b in range(n) for k in files[b]]
+        # one listing of every file, each bucket's scan pruned to its files by the partition column
+        # ``bucket`` (its folder)
+        with _listed_here(spark, len(paths)):
+            every = (spark.read.schema(schema).option("basePath", self.path(f"{C.LAKE}/kind={kind}"))
+                     .parquet(*paths)) if paths else None
+        frames = []
+        for b in range(n):
+            if files[b]:
+                df = every.where(F.col("bucket") == b).select(*schema.fieldNames()).coalesce(1)
+            else:  # one empty partition (an empty local relation would have none: the buckets would shift)
+                df = spark.createDataFrame(spark.sparkContext.parallelize([], 1), schema)
+            frames.append(df)
+        out = frames[0]
+        for f in frames[1:]:
+            out = out.union(f)
+        return n, out
+
+
+@contextmanager
+def _listed_here(spark: SparkSession, paths: int):
+    """The files named by a manifest listed by the driver, not by a Spark job (which Spark runs for
+    more than 32 paths: a day of bucketed hours is 192 files; the job cost ~1-2 CPU-s a read on
+    ``local[2]``, docs/benchmarks.md "Compacted hours deduplicated and bucketed")."""
+    key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+    was = spark.conf.get(key)
+    spark.conf.set(key, str(max(paths + 1, int(was))))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, was)
 
 
 def partition_key() -> F.Column:

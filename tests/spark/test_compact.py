@@ -177,13 +177,18 @@ def test_parquet_files_have_the_stored_schema_sorted_by_topic(spark, raw_lake, c
     tmp = Lake(str(compacted[0]))
     for kind in C.KINDS:
         (doc,) = [m for h, m in tmp.manifests(kind).items() if h == ("2026-01-01", "00")]
-        assert len(doc["parquet"]) == 1  # one file per hour
-        df = spark.read.parquet(tmp.path(doc["parquet"][0]))
-        assert [(f.name, f.dataType) for f in df.schema.fields] == [
-            (f.name, f.dataType) for f in schemas.STORED[kind].fields]
-        order = [r[0] for r in df.select("group" if kind == "members" else "topic").collect()]
-        assert order == sorted(order)
-        assert df.count() == lk.read_kind(spark, kind, "2026-01-01 00", "2026-01-01 00").count()
+        # one file per hour; messages and bodies: one per hash bucket of queue holding rows
+        # (queues 0-2 here: test_messages_and_bodies_are_written_once_each_in_the_bucket_of_their_queue)
+        assert len(doc["parquet"]) == (len({C.bucket_of(k) for k in doc["parquet"]}) if kind in C.BUCKETED else 1)
+        rows = 0
+        for f in doc["parquet"]:
+            df = spark.read.parquet(tmp.path(f))
+            assert [(f.name, f.dataType) for f in df.schema.fields] == [
+                (f.name, f.dataType) for f in schemas.STORED[kind].fields]
+            order = [r[0] for r in df.select("group" if kind == "members" else "topic").collect()]
+            assert order == sorted(order)
+            rows += df.count()
+        assert rows == lk.read_kind(spark, kind, "2026-01-01 00", "2026-01-01 00").count()
         # Athena's view of the hour: the same files
         link = (Path(tmp.root) / C.symlink_key(kind, "2026-01-01", "00")).read_text().split()
         assert link == [tmp.path(k) for k in doc["parquet"]]
@@ -412,3 +417,102 @@ def test_a_run_writes_the_oldest_hours_first_and_leaves_the_rest(spark, raw_lake
     assert [h["hour"] for h in first["hours"]] == ["00", "01"] and first["left"] == 1
     second = compact_kind(spark, lk, "offsets", AFTER, max_hours=2, **QUIET)
     assert [h["hour"] for h in second["hours"]] == ["02"] and second["left"] == 0
+
+
+def _hash_bucket(spark, queues: list[int], buckets: int) -> dict[int, int]:
+    """Spark's hash partitioning of ``queue`` (a long) into ``buckets``: queue → bucket."""
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(q,) for q in queues], "queue long")
+    return {r[0]: r[1] for r in df.select("queue", F.expr(f"pmod(hash(queue), {buckets})")).collect()}
+
+
+def test_messages_and_bodies_are_written_once_each_in_the_bucket_of_their_queue(spark, tmp_path):
+    """A compacted hour of messages (and of bodies) holds each message once, even when the raw
+    hour holds it twice (a stream batch redelivered with other boundaries: another object, the same
+    rows), as :data:`lakeq.lake.compaction.BUCKETS` files, ``bucket=b/`` holding the queues
+    Spark's hash partitioning puts in partition ``b`` (the replay job's manifest part), each file
+    sorted by ``(topic, inc, queue, offset)``; the manifest says ``buckets``. (Before: one file per
+    hour, sorted by topic, duplicates kept — each reader dropped them.)"""
+    root = tmp_path / "lake"
+    msgs, offs = _rows(random.Random(5), 400, T0, 30_000, 1000)  # hours 00-03 (03 open)
+    msgs = [dict(m, queue=m["queue"] * 5 + i % 2) for i, m in enumerate(msgs)]  # queues 0-11: several buckets
+    _write(root, msgs, offs)
+    _write(root, msgs[100:160], [], suffix="-again")  # 60 rows of hour 00 archived twice
+    lk = Lake(str(root))
+    raw = {k: lk.read_kind(spark, k, stored=True).drop("dt", "hour").drop("seq").collect()
+           for k in ("messages", "bodies")}
+    assert len(raw["messages"]) == 460 and lk.raw_keys("messages", "2026-01-01 03", "2026-01-01 03")
+    run_compact(spark, lk, AFTER, kinds=("messages", "bodies"), **QUIET)
+    part_of = _hash_bucket(spark, list(range(12)), C.BUCKETS)
+    for kind in ("messages", "bodies"):
+        once = sorted({str(r) for r in raw[kind]})
+        assert len(once) == 400
+        got = lk.read_kind(spark, kind, stored=True).drop("dt", "hour").drop("seq").collect()
+        assert sorted(map(str, got)) == once  # each message once (their copies were the same row)
+        for h, doc in lk.manifests(kind).items():
+            assert doc["buckets"] == C.BUCKETS
+            seen = set()
+            for f in doc["parquet"]:
+                b = C.bucket_of(f)
+                assert b is not None and b not in seen  # one file per bucket of the hour
+                seen.add(b)
+                rows = [(r["topic"], r["inc"], r["queue"], r["offset"])
+                        for r in spark.read.parquet(lk.path(f)).select("topic", "inc", "queue", "offset").collect()]
+                assert rows == sorted(rows) and len(set(rows)) == len(rows)
+                assert {part_of[q] for _, _, q, _ in rows} == {b}
+    # the replay reads whole compacted hours bucket by bucket: the buckets in order, no exchange
+    n, df = lk.read_buckets(spark, "bodies", "2026-01-01 00", "2026-01-01 02")
+    assert n == C.BUCKETS and df.rdd.getNumPartitions() == n
+    assert "Exchange" not in df._jdf.queryExecution().executedPlan().toString()
+    per = df.select("queue").rdd.glom().collect()
+    assert all(part_of[r["queue"]] == b for b, rows in enumerate(per) for r in rows)
+    # the open hour 03 (raw) in the range: not whole compacted hours
+    assert lk.read_buckets(spark, "bodies", "2026-01-01 00", "2026-01-01 03") is None
+
+
+def test_the_selection_over_compacted_hours_has_no_shuffle_and_selects_as_the_raw_lake(spark, tmp_path):
+    """The replay job over whole compacted hours: the one-sided selection's plan has no exchange
+    (the buckets read in order, each sorted), and the manifest is the raw lake's, part by part —
+    also after a late raw object of a compacted hour repeats rows the hour's Parquet holds (read
+    beside the Parquet and deduplicated with it: each message once), and after the next run folds
+    it in."""
+    raw_root, pq_root = tmp_path / "raw", tmp_path / "pq"
+    msgs, offs = _rows(random.Random(11), 600, T0, 16_000, 1000)  # hours 00-02
+    msgs = [dict(m, queue=m["queue"] * 7 + i % 3) for i, m in enumerate(msgs)]
+    for root in (raw_root, pq_root):
+        _write(root, msgs, offs)
+    run_compact(spark, Lake(str(pq_root)), AFTER, kinds=("messages", "bodies"), **QUIET)
+    lo, hi = T0, T0 + 3 * H
+    flt = Filter.of({"conditions": [{"field": "k", "anything_but": ["A"]}]})
+
+    def manifest(root: Path, name: str) -> tuple[str, list]:
+        s = R.run_replay(spark, Lake(str(root)), name, "t", lo, hi, flt, out=Lake(str(tmp_path / "out")), **QUIET)
+        parts = [manifest_rows(p["key"], (tmp_path / "out" / p["key"]).read_bytes()) for p in s["parts"]]
+        return s["plan"], [[json.dumps(r, sort_keys=True) for r in p] for p in parts]
+
+    n, bodies = R.read_slice_buckets(spark, Lake(str(pq_root)), "bodies", lo, hi)
+    df = R.select_one_sided(bodies, "t", lo, hi, flt, parts=n, matcher=False, bucketed=True)
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan and "Sort " in plan
+    assert sum(map(len, manifest(raw_root, "raw")[1])) > 100
+    spark.conf.set("spark.sql.shuffle.partitions", str(C.BUCKETS))  # the raw lake's parts: the buckets' number
+    try:
+        want = manifest(raw_root, "raw8")
+        assert manifest(pq_root, "pq") == want
+        # a late object of compacted hour 01 repeating 40 of its rows, and 5 new ones
+        late = [m for m in msgs if T0 + H <= m["produced_at"] < T0 + 2 * H][:40]
+        new = [dict(m, offset=m["offset"] + 100_000, id=m["id"] + "n", seq=m["seq"] + "1") for m in late[:5]]
+        for root in (raw_root, pq_root):
+            _write(root, late + new, [], suffix="-late")
+        assert R.read_slice_buckets(spark, Lake(str(pq_root)), "bodies", lo, hi) is None
+        want = manifest(raw_root, "raw-late")
+        rows = [r for p in want[1] for r in p]
+        ids = [json.loads(r)["id"] for r in rows]
+        assert len(set(ids)) == len(ids)  # the raw lake's job drops the copies too
+        assert manifest(pq_root, "pq-late") == want
+        run_compact(spark, Lake(str(pq_root)), AFTER, kinds=("messages", "bodies"), **QUIET)
+        assert R.read_slice_buckets(spark, Lake(str(pq_root)), "bodies", lo, hi) is not None
+        assert manifest(pq_root, "pq-folded") == want
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")

@@ -124,3 +124,22 @@ def test_parquet_keys_and_symlinks():
     assert C.parquet_hour(k) == ("offsets", "5-ab", "2026-01-01", "07")
     assert C.parquet_hour("lake/kind=offsets/run=5-ab/dt=2026-01-01/hour=07/.part-0.parquet.crc") is None
     assert C.symlink_text("s3://b", ["lake/b", "lake/a"]) == "s3://b/lake/a\ns3://b/lake/b\n"
+
+
+def test_bucketed_hours_are_read_bucket_by_bucket_only_when_every_manifest_is_bucketed_alike():
+    def f(hour, b):
+        return f"lake/kind=bodies/run=r/dt=2026-01-01/hour={hour:02d}/bucket={b}/part-0000{b}-x.c000.snappy.parquet"
+    k = f(7, 3)
+    assert C.parquet_hour(k) == ("bodies", "r", "2026-01-01", "07") and C.bucket_of(k) == 3
+    assert C.key_hour(k) == ("bodies", ("2026-01-01", "07"))
+    m0 = C.manifest_doc("bodies", "2026-01-01", "00", 1, "r", [f(0, 0), f(0, 2)], [], 1, buckets=4)
+    m1 = C.manifest_doc("bodies", "2026-01-01", "01", 1, "r", [f(1, 2)], [], 1, buckets=4)
+    assert C.bucketed_files({("2026-01-01", "00"): m0, ("2026-01-01", "01"): m1}) == (
+        4, {0: [f(0, 0)], 1: [], 2: [f(0, 2), f(1, 2)], 3: []})
+    flat = C.manifest_doc("bodies", "2026-01-01", "02", 1, "r", ["lake/kind=bodies/run=r/dt=2026-01-01/hour=02/"
+                                                                 "part-0.parquet"], [], 1)
+    assert "buckets" not in flat
+    assert C.bucketed_files({("2026-01-01", "00"): m0, ("2026-01-01", "02"): flat}) is None  # the layout before
+    m8 = C.manifest_doc("bodies", "2026-01-01", "01", 1, "r", [f(1, 2)], [], 1, buckets=8)
+    assert C.bucketed_files({("2026-01-01", "00"): m0, ("2026-01-01", "01"): m8}) is None  # two bucket counts
+    assert C.bucketed_files({}) is None

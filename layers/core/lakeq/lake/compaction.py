@@ -7,6 +7,8 @@ Layout in the lake bucket::
 
     raw/kind=<k>/dt=YYYY-MM-DD/hour=HH/<shard>-<seq>-<seq>.jsonl.gz      the archiver's objects
     lake/kind=<k>/run=<run>/dt=YYYY-MM-DD/hour=HH/part-*.parquet         a compaction run's files
+    lake/kind=<k>/run=<run>/dt=YYYY-MM-DD/hour=HH/bucket=NN/part-*.parquet  (messages, bodies: one
+                                                                          file per hash bucket of queue)
     lake/_manifests/kind=<k>/dt=YYYY-MM-DD/hour=HH/gen=<NNNNNNNNNN>.json the hour's commits
     lake/_symlinks/kind=<k>/dt=YYYY-MM-DD/hour=HH/symlink.txt            Athena's view of the hour
 
@@ -20,6 +22,17 @@ them). The manifest is created, never overwritten (``If-None-Match: *`` on S3, a
 locally), so two runs cannot both commit one generation. Athena's symlink is written after the
 commit, from the committed manifest; one older than its hour's newest manifest (a crash between
 the two) is rewritten by the next run.
+
+**Messages and bodies: deduplicated and bucketed.** A message is ``(topic, inc, queue, offset)``
+and its hour is its own ``produced_at`` (:mod:`lakeq.lake.archive`), so every copy of a message
+(a redelivered stream batch) lands in one hour: the compaction keeps one row per message and the
+hour's Parquet holds each message once. It writes the hour as :data:`BUCKETS` files, bucket
+``pmod(hash(queue), BUCKETS)`` (Spark's hash partitioning of ``queue``, the replay job's
+manifest parts), each sorted by ``(topic, inc, queue, offset)``; the manifest records
+``buckets``. A reader of whole compacted hours then needs neither a shuffle nor a duplicates' drop
+(:func:`bucketed_files`); late raw keys of a compacted hour are read beside its Parquet and
+deduplicated with it, until the next generation folds them in (deduplicated again, with the
+previous generation's rows).
 
 **Retention.** A day ``D`` is past retention :data:`RETAIN_DAYS` (raw/'s expiration, 400) days
 after its start: the compaction no longer folds its raw keys and deletes its hours — symlinks,
@@ -63,7 +76,10 @@ COMPACTED_TAG = ("lakeq-compacted", "true")  # on a raw object folded into a com
 _RAW = re.compile(r"^raw/kind=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/([^/]+)$")
 _MANIFEST = re.compile(r"^lake/_manifests/kind=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/gen=(\d+)\.json$")
 _SYMLINK = re.compile(r"^lake/_symlinks/kind=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/symlink\.txt$")
-_RUN_FILE = re.compile(r"^lake/kind=([^/]+)/run=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/([^/]+)$")
+_RUN_FILE = re.compile(
+    r"^lake/kind=([^/]+)/run=([^/]+)/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/(?:bucket=(\d+)/)?([^/]+)$")
+BUCKETED = ("messages", "bodies")  # the kinds written deduplicated, one file per hash bucket of queue
+BUCKETS = 8  # files per hour of a bucketed kind (the replay job's manifest parts over compacted hours)
 
 Hour = tuple[str, str]  # ("YYYY-MM-DD", "HH")
 
@@ -103,9 +119,42 @@ def run_prefix(kind: str, run: str) -> str:
 def parquet_hour(key: str) -> tuple[str, str, str, str] | None:
     """``(kind, run, dt, hour)`` of a run's Parquet file (``part-*.parquet``); None for anything else."""
     m = _RUN_FILE.match(key)
-    if not m or not (m.group(5).startswith("part-") and m.group(5).endswith(".parquet")):
+    if not m or not (m.group(6).startswith("part-") and m.group(6).endswith(".parquet")):
         return None
     return m.group(1), m.group(2), m.group(3), m.group(4)
+
+
+def bucket_of(key: str) -> int | None:
+    """The hash bucket of a bucketed kind's Parquet file (its ``bucket=NN`` folder); None for a
+    file written without buckets (or anything else).
+
+    >>> bucket_of("lake/kind=bodies/run=5-ab/dt=2026-01-01/hour=07/bucket=3/part-00001-x.c000.snappy.parquet")
+    3
+    >>> bucket_of("lake/kind=bodies/run=5-ab/dt=2026-01-01/hour=07/part-00001-x.c000.snappy.parquet") is None
+    True
+    """
+    m = _RUN_FILE.match(key)
+    return int(m.group(5)) if m and m.group(5) is not None and parquet_hour(key) else None
+
+
+def bucketed_files(manifests: Mapping[Hour, Mapping]) -> tuple[int, dict[int, list[str]]] | None:
+    """``(buckets, {bucket: its Parquet files of every hour})`` when every manifest of
+    ``manifests`` was written deduplicated and bucketed alike (``buckets`` the same, each file in
+    its bucket's folder): the hours can be read bucket by bucket, each bucket holding whole queues,
+    without a shuffle or a duplicates' drop. None otherwise (no manifest, a manifest of the layout
+    before, two bucket counts)."""
+    counts = {int(m.get("buckets") or 0) for m in manifests.values()}
+    if len(counts) != 1 or 0 in counts:
+        return None
+    (n,) = counts
+    out: dict[int, list[str]] = {b: [] for b in range(n)}
+    for m in manifests.values():
+        for k in m.get("parquet", ()):
+            b = bucket_of(k)
+            if b is None or not 0 <= b < n:
+                return None
+            out[b].append(k)
+    return n, {b: sorted(v) for b, v in out.items()}
 
 
 def hour_start_ms(day: str, hour: str) -> int:
@@ -144,7 +193,7 @@ def key_hour(key: str) -> tuple[str, Hour] | None:
     m = _MANIFEST.match(key) or _RUN_FILE.match(key) or _SYMLINK.match(key)
     if m is None:
         return None
-    if m.re is _RUN_FILE:
+    if m.re is _RUN_FILE:  # (its groups: kind, run, dt, hour, bucket, name)
         return m.group(1), (m.group(3), m.group(4))
     return m.group(1), (m.group(2), m.group(3))
 
@@ -190,10 +239,15 @@ def newest_manifests(keys: Iterable[str], kind: str | None = None) -> dict[Hour,
 
 
 def manifest_doc(kind: str, day: str, hour: str, gen: int, run: str, parquet: Iterable[str],
-                 raw: Iterable[str], committed_at: int) -> dict:
-    """The manifest of one hour's generation: its Parquet files and the raw keys they hold."""
-    return {"kind": kind, "dt": day, "hour": hour, "generation": gen, "run": run,
-            "parquet": sorted(parquet), "raw": sorted(set(raw)), "committed_at": committed_at}
+                 raw: Iterable[str], committed_at: int, buckets: int = 0) -> dict:
+    """The manifest of one hour's generation: its Parquet files and the raw keys they hold;
+    ``buckets`` (a bucketed kind's files: deduplicated, one per hash bucket of ``queue``) when
+    written so."""
+    doc = {"kind": kind, "dt": day, "hour": hour, "generation": gen, "run": run,
+           "parquet": sorted(parquet), "raw": sorted(set(raw)), "committed_at": committed_at}
+    if buckets:
+        doc["buckets"] = buckets
+    return doc
 
 
 @dataclass(frozen=True)
