@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from matcher import SubscriptionIndex
 from tests.matcher_reference import answer, reference
 
-
 # ------------------------------------------------------------------ the dense distribution
 SUB_TOPICS = ["mkt"] * 6 + ["mkt/eq"] * 3 + ["mkt/eq/sh", "mkt/fx", "mkt/eq/sz", "news"]
 PUB_TOPICS = ["mkt/eq/sh", "mkt/eq/sh", "mkt/eq/sz", "mkt/eq/sh/star", "mkt/fx/spot", "mkt", "news/x"]
