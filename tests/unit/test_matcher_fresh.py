@@ -154,6 +154,32 @@ def test_staged_filed_and_reordered_exact_through_churn(name, monkeypatch):
     assert idx._reorders >= 1
 
 
+def test_adopted_rebuilds_under_churn_keep_the_rate_memo_bounded_by_what_its_labels_hold():
+    """A tenant churning subscriptions with big value sets, each create and delete a rebuild of the
+    fan-out's index that adopts what was learned (lakeq.fanout.worker.Matcher.load): the pass-rate
+    memo keys every label it rated and outlives the rebuilds until the next re-order, so a bound on
+    its entries alone (2**18 labels of up to 64 KiB of conditions each) let a churning tenant fill
+    the fan-out's memory with labels of deleted subscriptions. Bound: the values the keys hold."""
+    base = [{"field": "x", "range": [0, 10]}]
+    idx = SubscriptionIndex()
+    idx.add("base", "t", base)
+    for i in range(40):
+        idx.match("t", {"x": i % 12})
+    idx.reorder()
+    learned = idx._learned
+    assert learned is not None
+    for i in range(300):
+        new = SubscriptionIndex()
+        new.adopt(idx)
+        new.add("base", "t", base)
+        new.add(f"churn{i}", "t", [{"field": "x", "values": list(range(i * 2000, (i + 1) * 2000))}])
+        assert answer(new, "t", {"x": i * 2000 + 1000}, ()) == {f"churn{i}"}
+        idx = new
+    assert idx._learned is learned  # the premise: one memo across the adopted rebuilds
+    held = sum(len(arg) if isinstance(arg, (frozenset, str)) else 1 for _, _, arg in learned.memo)
+    assert held <= index_mod._MEMO, held
+
+
 # ------------------------------------------------------------------ validate_conditions' fast path
 _scalar = st.one_of(st.text(max_size=3), st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True),
                     st.booleans(), st.none(), st.lists(st.integers(), max_size=1))

@@ -141,7 +141,8 @@ _MIN_SAMPLE = 32  # no re-order before this many messages
 _MIN_WASTE = 20_000  # visits without output before the first re-order (at least 2 per subscription)
 _DENSE = 0.008  # a subscription whose every level passes at least this often goes to its topic's bit block
 _BLOCK_MIN = 32  # subscriptions waiting for a block (or dead in one) before it is rebuilt
-_MEMO = 1 << 18  # memoised pass rates kept per sample (labels churn across adopted rebuilds)
+_MEMO = 1 << 18  # memoised pass rates kept per sample, counted in the values their labels hold (labels churn
+# across adopted rebuilds: a bound on entries alone let 2**18 labels of deleted subscriptions, up to 64 KiB each, stay)
 _EXPECT = 3.0  # a block member expected to match this many sampled messages and matching none leaves
 _UNBOUNDED_W = 2.0  # learned order: weight of an unbounded level's pass rate
 _KEEP_SHIFT = 5  # a re-order keeps a block when fewer than B >> this members leave or join it (else rebuilt)
@@ -488,11 +489,12 @@ class _Learned:
     one OR of per-tag bitsets over the sample), then O(1) (memoised).
     """
 
-    __slots__ = ("size", "present", "keys", "nums", "strs", "tagbits", "memo", "views")
+    __slots__ = ("size", "present", "keys", "nums", "strs", "tagbits", "memo", "held", "views")
 
     def __init__(self, sample: list[Mapping]) -> None:
         self.size = len(sample)
         self.memo: dict[tuple, int] = {}  # label -> sample messages passing it
+        self.held = 0  # the values (set members, prefix characters; 1 otherwise) the memo's labels hold
         self.present: dict[str, int] = {}
         self.keys: dict[str, dict[Hashable, int]] = {}
         nums: dict[str, list] = {}
@@ -526,10 +528,15 @@ class _Learned:
         return (hits + prior) / (self.size + 1)
 
     def hits(self, label: tuple) -> int:
-        """How many sample messages pass ``label``, memoised (at most ``_MEMO`` labels, then cleared)."""
-        if len(self.memo) >= _MEMO:
+        """How many sample messages pass ``label``, memoised (the labels kept hold at most ``_MEMO``
+        values, set members and prefix characters counted: then cleared)."""
+        arg = label[2]
+        weight = len(arg) or 1 if type(arg) is frozenset or type(arg) is str else 1
+        if self.held + weight > _MEMO:
             self.memo.clear()
+            self.held = 0
         hits = self.memo[label] = self._hits(label)
+        self.held += weight
         return hits
 
     def _hits(self, label: tuple) -> int:
@@ -565,7 +572,7 @@ class _Learned:
 
     def pass_rate(self, label: tuple) -> float:
         """:meth:`rate` without a prior (a level no sampled message passes: 0); the hits memoised
-        per label (at most ``_MEMO`` labels, then cleared): O(1) after the first call."""
+        per label (bounded, see :meth:`hits`): O(1) after the first call."""
         hits = self.memo.get(label)
         if hits is None:
             hits = self.hits(label)
