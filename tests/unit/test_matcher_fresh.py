@@ -180,6 +180,36 @@ def test_adopted_rebuilds_under_churn_keep_the_rate_memo_bounded_by_what_its_lab
     assert held <= index_mod._MEMO, held
 
 
+def test_after_traffic_a_block_takes_no_member_constraining_a_field_few_members_constrain():
+    """A hostile tenant's 100 subscriptions (the per-client limit), each 64 levels ``exists: false``
+    (the level limit) on fields of its own that no message carries: every level passes every sampled
+    message, so once traffic is measured they qualify for the topic's block — and before, each took
+    its 64 fields into the block as slots, 6,400 AND-ings of the whole block's bits for every message
+    on the topic and its children, whoever subscribed there (heldout 10k: ~313 -> ~1,710 µs a
+    message, load ~5; main's index alike). The rule a fresh build keeps (``_common_fields``: a field
+    constrained by fewer than max(4, B / 64) members stays out) holds after traffic too."""
+    subs, msgs = draw("heldout", 14, 3000, 120)
+    hostile = {f"evil{i}": ("t", [{"field": f"z{i}_{j}", "exists": False} for j in range(64)], None)
+               for i in range(100)}
+    idx = SubscriptionIndex()
+    for sid, (topic, levels, tags) in subs.items():
+        idx.add(sid, topic, copy.deepcopy(levels), tags=tags)
+    for msg in msgs[:60]:
+        idx.match(*msg)
+    for sid, (topic, levels, tags) in hostile.items():
+        idx.add(sid, topic, copy.deepcopy(levels), tags=tags)
+    idx.reorder()  # the measured rates: every hostile level passes every sampled message
+    assert all(idx._eligible(tuple(index_mod._labels(levels))) for _, levels, _ in hostile.values())
+    subs.update(hostile)
+    for msg in msgs[60:]:
+        assert answer(idx, *msg) == reference(subs, *msg)
+    idx._check()
+    assert idx._blocks, "the premise: the dense subscriptions are in blocks"
+    slots = max(len(blk.fields) for blk in idx._blocks.values())
+    assert slots <= 12, {t: len(blk.fields) for t, blk in idx._blocks.items()}
+    assert not any(sid in idx._inblock for sid in hostile)
+
+
 # ------------------------------------------------------------------ validate_conditions' fast path
 _scalar = st.one_of(st.text(max_size=3), st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True),
                     st.booleans(), st.none(), st.lists(st.integers(), max_size=1))
