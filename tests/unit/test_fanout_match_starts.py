@@ -3,7 +3,8 @@ Start.delivers) is read once per subscription and source log (``Matcher._heads``
 and message; the answer must be Start.delivers' for every kind of start — heads on the log, on
 another log only, fewer queues than the message's, none at all (``{}``), and the rule before starts
 (``produced_at`` against ``created_at``) — and a rebuild (``load``) must forget what was read.
-Also: the plan pauses the cyclic collector and leaves it as it found it."""
+Also: the plan pauses the cyclic collector while it matches (a real segment, so the match runs) and
+leaves it as it found it, a failing match included."""
 from __future__ import annotations
 
 import gc
@@ -62,20 +63,42 @@ def test_match_reads_each_start_once_and_answers_as_delivers():
     assert m2.match("t", no_offset, 0) == _expected(m2, "t", no_offset, 0)
 
 
+def _segment_record(n: int) -> dict:
+    """A stream INSERT of a segment of ``n`` messages on queue 0 of topic ``t``."""
+    from lakeq.log import segments as seg
+
+    s = seg.encode([seg.Message(id=f"m{i}", body="b", properties={"x": i}) for i in range(n)], 0)
+    return {"eventName": "INSERT", "dynamodb": {"SequenceNumber": "1", "NewImage": {
+        "pq": {"S": "t#0"}, "base": {"N": str(s.base)}, "count": {"N": str(s.count)},
+        "idx": {"B": s.idx}, "data": {"B": s.data}, "z": {"BOOL": s.compressed}}}}
+
+
 def test_plan_pauses_the_collector_and_restores_it():
+    """The collector is off while the plan matches (review_b: the first version of this test sent a
+    record that is not a segment, so no match ran and a plan that never paused passed it), back on
+    after it — also when a match raises (a poison record) — and left off when it was off."""
     class Counting:
+        def __init__(self, fail: bool = False):
+            self.fail = fail
+
         def match(self, source, msg, queue=0):
             seen.append(gc.isenabled())
-            return []
+            if self.fail:
+                raise ValueError("a match that fails")
+            return ["s"]
 
     seen: list = []
-    record = {"eventName": "INSERT", "dynamodb": {"NewImage": {}}}  # not a segment: no match at all
     assert gc.isenabled()
-    fanout_plan.plan([record], Counting())
-    assert gc.isenabled()
+    p = fanout_plan.plan([_segment_record(3)], Counting())
+    assert seen == [False] * 3 and gc.isenabled()
+    assert [len(g.messages) for g in p.pending["s"]] == [3] and p.poison is None
+    seen.clear()
+    p = fanout_plan.plan([_segment_record(2)], Counting(fail=True))
+    assert seen == [False] and gc.isenabled() and p.poison == 0
     gc.disable()
     try:
-        fanout_plan.plan([record], Counting())
-        assert not gc.isenabled()
+        seen.clear()
+        fanout_plan.plan([_segment_record(1)], Counting())
+        assert seen == [False] and not gc.isenabled()
     finally:
         gc.enable()

@@ -154,6 +154,62 @@ def test_staged_filed_and_reordered_exact_through_churn(name, monkeypatch):
     assert idx._reorders >= 1
 
 
+def test_adopted_rebuilds_under_churn_keep_the_rate_memo_bounded_by_what_its_labels_hold():
+    """A tenant churning subscriptions with big value sets, each create and delete a rebuild of the
+    fan-out's index that adopts what was learned (lakeq.fanout.worker.Matcher.load): the pass-rate
+    memo keys every label it rated and outlives the rebuilds until the next re-order, so a bound on
+    its entries alone (2**18 labels of up to 64 KiB of conditions each) let a churning tenant fill
+    the fan-out's memory with labels of deleted subscriptions. Bound: the values the keys hold."""
+    base = [{"field": "x", "range": [0, 10]}]
+    idx = SubscriptionIndex()
+    idx.add("base", "t", base)
+    for i in range(40):
+        idx.match("t", {"x": i % 12})
+    idx.reorder()
+    learned = idx._learned
+    assert learned is not None
+    for i in range(300):
+        new = SubscriptionIndex()
+        new.adopt(idx)
+        new.add("base", "t", base)
+        new.add(f"churn{i}", "t", [{"field": "x", "values": list(range(i * 2000, (i + 1) * 2000))}])
+        assert answer(new, "t", {"x": i * 2000 + 1000}, ()) == {f"churn{i}"}
+        idx = new
+    assert idx._learned is learned  # the premise: one memo across the adopted rebuilds
+    held = sum(len(arg) if isinstance(arg, (frozenset, str)) else 1 for _, _, arg in learned.memo)
+    assert held <= index_mod._MEMO, held
+
+
+def test_after_traffic_a_block_takes_no_member_constraining_a_field_few_members_constrain():
+    """A hostile tenant's 100 subscriptions (the per-client limit), each 64 levels ``exists: false``
+    (the level limit) on fields of its own that no message carries: every level passes every sampled
+    message, so once traffic is measured they qualify for the topic's block — and before, each took
+    its 64 fields into the block as slots, 6,400 AND-ings of the whole block's bits for every message
+    on the topic and its children, whoever subscribed there (heldout 10k: ~313 -> ~1,710 µs a
+    message, load ~5; main's index alike). The rule a fresh build keeps (``_common_fields``: a field
+    constrained by fewer than max(4, B / 64) members stays out) holds after traffic too."""
+    subs, msgs = draw("heldout", 14, 3000, 120)
+    hostile = {f"evil{i}": ("t", [{"field": f"z{i}_{j}", "exists": False} for j in range(64)], None)
+               for i in range(100)}
+    idx = SubscriptionIndex()
+    for sid, (topic, levels, tags) in subs.items():
+        idx.add(sid, topic, copy.deepcopy(levels), tags=tags)
+    for msg in msgs[:60]:
+        idx.match(*msg)
+    for sid, (topic, levels, tags) in hostile.items():
+        idx.add(sid, topic, copy.deepcopy(levels), tags=tags)
+    idx.reorder()  # the measured rates: every hostile level passes every sampled message
+    assert all(idx._eligible(tuple(index_mod._labels(levels))) for _, levels, _ in hostile.values())
+    subs.update(hostile)
+    for msg in msgs[60:]:
+        assert answer(idx, *msg) == reference(subs, *msg)
+    idx._check()
+    assert idx._blocks, "the premise: the dense subscriptions are in blocks"
+    slots = max(len(blk.fields) for blk in idx._blocks.values())
+    assert slots <= 12, {t: len(blk.fields) for t, blk in idx._blocks.items()}
+    assert not any(sid in idx._inblock for sid in hostile)
+
+
 # ------------------------------------------------------------------ validate_conditions' fast path
 _scalar = st.one_of(st.text(max_size=3), st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True),
                     st.booleans(), st.none(), st.lists(st.integers(), max_size=1))
