@@ -516,3 +516,33 @@ def test_the_selection_over_compacted_hours_has_no_shuffle_and_selects_as_the_ra
         assert manifest(pq_root, "pq-folded") == want
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+
+def test_the_driver_lists_a_manifests_files_itself_only_up_to_a_bound():
+    """The files a manifest names are listed by the driver (no Spark listing job) for a day or a
+    week of bucketed hours, not for any count: the backlog, ledger and rebalance jobs read every
+    compacted hour of messages (no bounds) and a replay may span 400 days — 400 x 24 x 8 = 76,800
+    bucketed files, which the driver would list one by one (one S3 request each, in series) on
+    every hourly run. Above :data:`lakeq_lake.store.LISTED_HERE_MAX` Spark's listing job (its
+    tasks in parallel) lists them, as it did before. No JVM: the session's conf only."""
+    from lakeq_lake import store
+
+    key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+    class Conf(dict):
+        def get(self, k):
+            return self[k]
+
+        def set(self, k, v):
+            self[k] = v
+
+    class Session:
+        conf = Conf({key: "32"})
+
+    seen = []
+    for paths in (24 * C.BUCKETS, 400 * 24 * C.BUCKETS):
+        with store._listed_here(Session, paths):
+            seen.append(int(Session.conf[key]))
+    assert seen[0] > 24 * C.BUCKETS  # a day's buckets: listed by the driver
+    assert seen[1] < 400 * 24 * C.BUCKETS  # 400 days: by Spark's job
+    assert Session.conf[key] == "32"
