@@ -18,8 +18,9 @@ hour not in that list (it arrived late) is read as raw until the next run folds 
 generation: the previous generation's Parquet + the late raw keys). A run's files not named by a
 newest manifest (a crash before the commit, or a superseded generation) are never read, and
 deleted once older than :data:`KEEP_MS` — a superseded generation's also only :data:`KEEP_MS` after
-the manifest that superseded it (a reader that planned on them a moment before still finds them). The manifest is created, never overwritten (``If-None-Match: *`` on S3, a hard link
-locally), so two runs cannot both commit one generation. Athena's symlink is written after the
+the manifest that superseded it (a reader that planned on them a moment before still finds them).
+The manifest is created, never overwritten (``If-None-Match: *`` on S3, a hard link locally), so
+two runs cannot both commit one generation. Athena's symlink is written after the
 commit, from the committed manifest; one older than its hour's newest manifest (a crash between
 the two) is rewritten by the next run.
 
