@@ -320,14 +320,22 @@ class Lake:
         return n, out
 
 
+# files a read lists on the driver at most (a week of bucketed hours is 1,344): above, Spark's
+# listing job does, its tasks in parallel — the driver lists one path after another (on S3 a request
+# each), and a read of every hour (the backlog's, a 400-day replay's) is 76,800 bucketed files
+LISTED_HERE_MAX = 2048
+
+
 @contextmanager
 def _listed_here(spark: SparkSession, paths: int):
     """The files named by a manifest listed by the driver, not by a Spark job (which Spark runs for
     more than 32 paths: a day of bucketed hours is 192 files; the job cost ~1-2 CPU-s a read on
-    ``local[2]``, docs/benchmarks.md "Compacted hours deduplicated and bucketed")."""
+    ``local[2]``, docs/benchmarks.md "Compacted hours deduplicated and bucketed") — up to
+    :data:`LISTED_HERE_MAX` files; more are listed by Spark's job as before."""
     key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
     was = spark.conf.get(key)
-    spark.conf.set(key, str(max(paths + 1, int(was))))
+    if paths <= LISTED_HERE_MAX:
+        spark.conf.set(key, str(max(paths + 1, int(was))))
     try:
         yield
     finally:

@@ -516,3 +516,114 @@ def test_the_selection_over_compacted_hours_has_no_shuffle_and_selects_as_the_ra
         assert manifest(pq_root, "pq-folded") == want
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
+
+
+def test_the_driver_lists_a_manifests_files_itself_only_up_to_a_bound():
+    """The files a manifest names are listed by the driver (no Spark listing job) for a day or a
+    week of bucketed hours, not for any count: the backlog, ledger and rebalance jobs read every
+    compacted hour of messages (no bounds) and a replay may span 400 days — 400 x 24 x 8 = 76,800
+    bucketed files, which the driver would list one by one (one S3 request each, in series) on
+    every hourly run. Above :data:`lakeq_lake.store.LISTED_HERE_MAX` Spark's listing job (its
+    tasks in parallel) lists them, as it did before. No JVM: the session's conf only."""
+    from lakeq_lake import store
+
+    key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+    class Conf(dict):
+        def get(self, k):
+            return self[k]
+
+        def set(self, k, v):
+            self[k] = v
+
+    class Session:
+        conf = Conf({key: "32"})
+
+    seen = []
+    for paths in (24 * C.BUCKETS, 400 * 24 * C.BUCKETS):
+        with store._listed_here(Session, paths):
+            seen.append(int(Session.conf[key]))
+    assert seen[0] > 24 * C.BUCKETS  # a day's buckets: listed by the driver
+    assert seen[1] < 400 * 24 * C.BUCKETS  # 400 days: by Spark's job
+    assert Session.conf[key] == "32"
+
+
+def test_mixed_layouts_bucket_counts_late_rows_and_a_crash_leave_each_message_once(spark, tmp_path, monkeypatch):
+    """One day's hours in every layout the lake may hold at once: hour 00 compacted as before (one
+    file, duplicates kept), hours 01-02 bucketed by 8; then a late object for 00 and 01 each
+    (repeating rows of the hour and adding new ones), a run with 4 buckets crashing after its
+    write (its files never read), and the run again: 00 and 01 bucketed by 4 beside 02 by 8. At
+    every step the replay's selection, the rows the backlog reads and the ledger's messages hold
+    each message once, and the same as the raw lake's."""
+    from lakeq_lake.transforms import clean_messages
+
+    raw_root, pq_root, out = tmp_path / "raw", tmp_path / "pq", tmp_path / "out"
+    msgs, offs = _rows(random.Random(23), 300, T0, 30_000, 1000)  # hours 00-02 (…and 03 open)
+    msgs = [dict(m, queue=m["queue"] * 3 + i % 3) for i, m in enumerate(msgs)]
+    for root in (raw_root, pq_root):
+        _write(root, msgs, offs)
+    pq = Lake(str(pq_root))
+    kinds = ("messages", "bodies")
+    run_compact(spark, pq, T0 + H + C.GRACE_MS, kinds=kinds, buckets=0, **QUIET)  # hour 00, as before
+    run_compact(spark, pq, AFTER, kinds=kinds, **QUIET)  # hours 01, 02 bucketed
+    assert {h: m.get("buckets") for h, m in pq.manifests("bodies").items()} == {
+        ("2026-01-01", "00"): None, ("2026-01-01", "01"): 8, ("2026-01-01", "02"): 8}
+    lo, hi = T0, T0 + 3 * H
+    flt = Filter.of({})
+    by_buckets = []  # what the job's bucketed read answered, per run (None: the general way)
+    read_slice_buckets = R.read_slice_buckets
+
+    def spy(*a, **k):
+        got = read_slice_buckets(*a, **k)
+        by_buckets.append(None if got is None else got[0])
+        return got
+    monkeypatch.setattr(R, "read_slice_buckets", spy)
+
+    def selected(root: Path, name: str, lo: int = lo, hi: int = hi) -> list[str]:
+        by_buckets.clear()
+        s = R.run_replay(spark, Lake(str(root)), name, "t", lo, hi, flt, out=Lake(str(out)), **QUIET)
+        return [json.dumps(r, sort_keys=True) for p in s["parts"]
+                for r in manifest_rows(p["key"], (out / p["key"]).read_bytes())]
+
+    def messages(root: Path) -> list[str]:
+        rows = clean_messages(Lake(str(root)).read_kind(spark, "messages")).drop("dt", "hour", "seq").collect()
+        return sorted(map(str, rows))
+
+    def check(step: str) -> None:
+        want = selected(raw_root, f"raw-{step}")
+        ids = [json.loads(r)["id"] for r in want]
+        assert len(ids) == len(set(ids)) > 50
+        assert sorted(selected(pq_root, f"pq-{step}")) == sorted(want), step
+        assert messages(pq_root) == messages(raw_root), step
+
+    check("mixed")
+    assert by_buckets == [None]  # hour 00 as before: the general way
+    # hours 01-02 alone: read bucket by bucket, and the same selection
+    want = sorted(selected(raw_root, "raw-01", T0 + H))
+    assert sorted(selected(pq_root, "pq-01", T0 + H)) == want and by_buckets == [8]
+    # late objects for 00 and 01: copies of some of their rows and new messages
+    late = []
+    for h in (0, 1):
+        hour = [m for m in msgs if T0 + h * H <= m["produced_at"] < T0 + (h + 1) * H]
+        late += hour[:15] + [dict(m, offset=m["offset"] + 100_000, id=m["id"] + "n", seq=m["seq"] + "1")
+                             for m in hour[:3]]
+    for root in (raw_root, pq_root):
+        _write(root, late, [], suffix="-late")
+    assert R.read_slice_buckets(spark, pq, "bodies", lo, hi) is None
+    check("late")
+
+    class Crash(Exception):
+        pass
+
+    def crash(at):
+        if at == "written":
+            raise Crash(at)
+    with pytest.raises(Crash):
+        compact_kind(spark, pq, "bodies", AFTER, crash=crash, buckets=4, **QUIET)
+    check("crashed")
+    run_compact(spark, pq, AFTER, kinds=kinds, buckets=4, **QUIET)
+    assert {h: (m["generation"], m.get("buckets")) for h, m in pq.manifests("bodies").items()} == {
+        ("2026-01-01", "00"): (2, 4), ("2026-01-01", "01"): (2, 4), ("2026-01-01", "02"): (1, 8)}
+    assert R.read_slice_buckets(spark, pq, "bodies", lo, hi) is None  # two bucket counts
+    assert R.read_slice_buckets(spark, pq, "bodies", T0, T0 + 2 * H)[0] == 4
+    check("refolded")

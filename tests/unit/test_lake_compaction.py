@@ -143,3 +143,21 @@ def test_bucketed_hours_are_read_bucket_by_bucket_only_when_every_manifest_is_bu
     m8 = C.manifest_doc("bodies", "2026-01-01", "01", 1, "r", [f(1, 2)], [], 1, buckets=8)
     assert C.bucketed_files({("2026-01-01", "00"): m0, ("2026-01-01", "01"): m8}) is None  # two bucket counts
     assert C.bucketed_files({}) is None
+
+
+def test_a_superseded_generation_outlives_its_successors_commit_by_the_keep_time():
+    """An hour compacted again long after its first generation (a raw batch arriving late, days
+    after): generation 1's Parquet and manifest are older than KEEP_MS the moment generation 2 is
+    committed, but a reader that listed the manifests just before that commit is reading them. They
+    are garbage only KEEP_MS after the manifest that superseded them, not after their own write."""
+    first = T0
+    second = T0 + 3 * C.KEEP_MS  # the late batch folded in
+    pq1 = "lake/kind=bodies/run=1/dt=2026-01-01/hour=00/bucket=3/part-00003-a.c000.snappy.parquet"
+    pq2 = "lake/kind=bodies/run=2/dt=2026-01-01/hour=00/bucket=3/part-00003-b.c000.snappy.parquet"
+    m1, m2 = (C.manifest_key("bodies", "2026-01-01", "00", g) for g in (1, 2))
+    written = {pq1: first, m1: first, pq2: second, m2: second}
+    doc = C.manifest_doc("bodies", "2026-01-01", "00", 2, "2", [pq2], [], second, buckets=8)
+    known = {("2026-01-01", "00"): doc}
+    for now in (second, second + C.KEEP_MS - 1):  # the run that committed generation 2, and after it
+        assert C.garbage("bodies", written, now, known=known) == []
+    assert C.garbage("bodies", written, second + C.KEEP_MS, known=known) == sorted([pq1, m1])

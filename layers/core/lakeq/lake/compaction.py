@@ -17,9 +17,10 @@ the one readers trust: its ``parquet`` files hold every row of its ``raw`` keys.
 hour not in that list (it arrived late) is read as raw until the next run folds it in (a new
 generation: the previous generation's Parquet + the late raw keys). A run's files not named by a
 newest manifest (a crash before the commit, or a superseded generation) are never read, and
-deleted once older than :data:`KEEP_MS` (a reader that planned on them a moment before still finds
-them). The manifest is created, never overwritten (``If-None-Match: *`` on S3, a hard link
-locally), so two runs cannot both commit one generation. Athena's symlink is written after the
+deleted once older than :data:`KEEP_MS` — a superseded generation's also only :data:`KEEP_MS` after
+the manifest that superseded it (a reader that planned on them a moment before still finds them).
+The manifest is created, never overwritten (``If-None-Match: *`` on S3, a hard link locally), so
+two runs cannot both commit one generation. Athena's symlink is written after the
 commit, from the committed manifest; one older than its hour's newest manifest (a crash between
 the two) is rewritten by the next run.
 
@@ -336,8 +337,14 @@ def garbage(kind: str, written: Mapping[str, int], now_ms: int, keep_ms: int = K
     Parquet part (``_SUCCESS``); and a Parquet file of an hour in ``known`` (hour → its newest
     manifest, at least the :func:`doubtful_hours`) that its manifest does not name. An hour with
     files of one run only is presumed live (a generation without rows names no file, so a crashed
-    run's files there wait for the hour's next generation)."""
+    run's files there wait for the hour's next generation). What a newer generation superseded (its
+    manifest, its Parquet) waits ``keep_ms`` after *that* manifest too: a generation written days
+    before a late batch superseded it is old at once, and a reader that listed the manifests just
+    before the commit is still reading it."""
     newest = newest_manifests(written, kind)
+
+    def settled(h: Hour) -> bool:  # the hour's newest manifest is keep_ms old: what it superseded may go
+        return now_ms - written.get(newest[h], now_ms) >= keep_ms
     gen_of = {h: (parse_manifest_key(k) or ("", "", "", 0))[3] for h, k in newest.items()}
     named = {h: set(m.get("parquet", ())) for h, m in (known or {}).items()
              if h in gen_of and int(m.get("generation", -1)) == gen_of[h]}
@@ -347,14 +354,14 @@ def garbage(kind: str, written: Mapping[str, int], now_ms: int, keep_ms: int = K
             continue
         pm = parse_manifest_key(k)
         if pm is not None:
-            if pm[0] == kind and newest.get((pm[1], pm[2])) != k:
+            if pm[0] == kind and newest.get((pm[1], pm[2])) != k and settled((pm[1], pm[2])):
                 out.append(k)
             continue
         if not k.startswith(f"{LAKE}/kind={kind}/run="):
             continue
         p = parquet_hour(k)
         h = (p[2], p[3]) if p else None
-        if p is None or h not in newest or (h in named and k not in named[h]):
+        if p is None or h not in newest or (h in named and k not in named[h] and settled(h)):
             out.append(k)
     return sorted(out)
 
