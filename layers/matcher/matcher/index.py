@@ -1423,10 +1423,18 @@ class SubscriptionIndex:
         put in the trie. O(B x (labels + sample x F / 30))."""
         if not members or self._learned is None:
             return members
+        return self._vetted(topic, members)[0]
+
+    def _vetted(self, topic: str, members: list[tuple]) -> tuple[list[tuple], _Block]:
+        """The sample check of :meth:`_make_block` and :meth:`_vet`: the ``members`` kept (a member no
+        sampled message passes goes to the trie when it was expected to match at least ``_EXPECT``
+        of them) and the block of the kept ones (``members`` non-empty)."""
         blk = _Block(topic, members)
+        if self._learned is None:
+            return members, blk
         hit = self._sample_hits(blk)
         if hit == blk.alive:
-            return members
+            return members, blk
         keep = []
         size = len(self._learned.views)
         for pos, (sid, labels) in enumerate(members):
@@ -1434,7 +1442,9 @@ class SubscriptionIndex:
                 keep.append((sid, labels))
             else:
                 self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
-        return keep
+        if not keep or len(keep) == len(members):  # none kept, or every member: the block as built
+            return keep, blk
+        return keep, _Block(topic, keep)
 
     def _discard(self, blk: _Block, pos: int) -> None:
         """Clear the member at ``pos`` of ``blk`` (a dead bit; the block goes with its last member)."""
@@ -1477,25 +1487,9 @@ class SubscriptionIndex:
         members = self._common_fields(topic, members)  # out: members with a level on a field few constrain
         if not members:
             return
-        blk = _Block(topic, members)
-        if self._learned is None:
+        members, blk = self._vetted(topic, members)
+        if members:
             self._adopt_block(blk, members)
-            return
-        hit = self._sample_hits(blk)
-        if hit != blk.alive:
-            keep = []
-            size = len(self._learned.views)
-            for pos, (sid, labels) in enumerate(members):
-                if hit >> pos & 1 or self._expected(labels) * size < _EXPECT:
-                    keep.append((sid, labels))
-                else:
-                    self._insert(sid, topic, _canonical(None, self._seen, self._learned, list(labels)))
-            if not keep:
-                return
-            if len(keep) < len(members):  # else every member stays: the block as built
-                members = keep
-                blk = _Block(topic, members)
-        self._adopt_block(blk, members)
 
     def _adopt_block(self, blk: _Block, members: list[tuple]) -> None:
         self._blocks[blk.topic] = blk
