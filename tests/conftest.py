@@ -219,6 +219,9 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot, _memory_tables, r
         from lakeq.sqs import permissions as sqs_perm
 
         sqs_perm.forget_topics()  # (the container's topic cache and copies of queue items: a fresh store per test)
+        from lakeq.consume import reader
+
+        reader.forget_probes()  # (when this container last probed each log: a fresh store per test)
         from lakeq.console import charts
 
         charts.clear_cache()  # (the console charts' answers, reused for seconds: a fresh CloudWatch per test)

@@ -20,6 +20,9 @@ topic (SQS ``DeleteQueue``) and create it again, settle with a receipt of a dele
 (404 / 409), redrive the dead-letter topic, and a drain (every lock and delay over, pull and ack
 until empty).
 
+The stream's head mover (``functions/heads``, which moves the queue items' ``max_offset`` hints; the
+memory store has no streams) runs whenever the fake clock moved a second since its last run.
+
 Checked on every pull: every message served exists in the current incarnation, is neither acked
 nor dead-lettered nor due to be, is not under a live lock (so never with two consumers at once),
 is due (a delayed message never early), comes from one queue in offset order, carries
@@ -53,8 +56,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
+from lakeq.common.names import log_name
 from lakeq.log.produce_plan import queue_for_key
 from lakeq.store.offsets import OffsetRepo
+from lakeq.store.queue_log import LogRepo
 from tests.handlers import Api
 from tests.history import path
 
@@ -68,6 +73,9 @@ MIN_STEPS = int(os.environ.get("LAKEQ_MODEL_MIN_STEPS", "10000"))  # on the memo
 MOTO_EXAMPLES = int(os.environ.get("LAKEQ_MODEL_MOTO_EXAMPLES", "12"))
 STEPS = int(os.environ.get("LAKEQ_MODEL_STEPS", "25"))
 T0 = 1_800_000_000_000
+# the stream's head mover (functions/heads) as the model runs it: once the clock moved this far since
+# its last run (its batching window; the design counts on it within HEADS_SETTLE_MS, 10 s)
+MOVER_EVERY_MS = 1_000
 
 
 @dataclass
@@ -143,6 +151,7 @@ class QueueModel(RuleBasedStateMachine):
         self.members: dict[str, dict] = {}
         self.acked: dict[tuple, tuple] = {}  # (inc, queue) -> (receipt, answer) of its last whole-batch ack
         self.requests: list[tuple] = []  # (inc, messages, results) of produce requests, every message with an id
+        self.mover_at = self.now  # when the head mover last ran
 
     # ---------------------------------------------------------------- the model's view
 
@@ -509,7 +518,26 @@ class QueueModel(RuleBasedStateMachine):
     def time_passes(self, data):
         ms = data.draw(st.sampled_from((1, 200, 700, 1_600, 3_500)), label="ms")
         self.note("time_passes")
-        self.clock.t += ms
+        self.clock_to(self.now + ms)
+
+    def clock_to(self, t: int) -> None:
+        """Time passes to ``t``; the stream's head mover runs when :data:`MOVER_EVERY_MS` passed since
+        its last run. Production's mover moves each queue item's ``max_offset`` to its chain's end
+        within seconds of an append (docs/design.md "The long poll's waiting rounds": a pull probes
+        the chains only within 11.25 s of the topic's change marker, or on its container's 60-s
+        safety net); without it, a pull after 11.25 s of quiet saw a queue item's stale hint and
+        answered empty while a message was servable (found by this model, 2026-12-07: the delay a
+        stalled mover costs, up to the safety net; tests/integration/test_queue_model_found.py)."""
+        self.clock.t = t
+        if t - self.mover_at >= MOVER_EVERY_MS:
+            self.mover_at = t
+            log = log_name(T, self.inc)
+            for q in range(QUEUES):
+                pq_ = LogRepo.pq(log, q)
+                end = LogRepo.chain_end(pq_, consistent=True)
+                if end is not None:
+                    LogRepo.advance_key(pq_, end, t)
+            self.seen["head mover ran"] += 1
         self.expire()
 
     def events(self) -> list[int]:
@@ -523,7 +551,7 @@ class QueueModel(RuleBasedStateMachine):
         t = data.draw(st.sampled_from(self.events()), label="edge")
         t += data.draw(st.sampled_from((-1, 0, 1)), label="delta")
         if t > self.now:
-            self.clock.t = t
+            self.clock_to(t)
         self.expire()
 
     def delete_and_recreate(self, data):
@@ -581,8 +609,7 @@ class QueueModel(RuleBasedStateMachine):
         """Every lock and delay over: pulling (and acking) until empty serves exactly what is left."""
         ends = [r.until for r in self.receipts.values() if r.inc == self.inc and r.unsettled]
         ends += [m.due for m in self.current()]
-        self.clock.t = max([self.now] + [e + 1 for e in ends])
-        self.expire()
+        self.clock_to(max([self.now] + [e + 1 for e in ends]))
         want = {id(m) for m in self.current() if self.servable(m)}
         served = set()
         for _ in range(60):
@@ -676,6 +703,7 @@ class QueueModel(RuleBasedStateMachine):
 @pytest.fixture
 def model_ctx(aws, clock, monkeypatch, _aws_snapshot, request):
     from lakeq.admin import auth as lq_auth
+    from lakeq.consume import reader
     from lakeq.redrive import service as redrive
     from lakeq.sqs import handler as sqs_service
     from lakeq.sqs import keys as sqs_keys
@@ -698,6 +726,7 @@ def model_ctx(aws, clock, monkeypatch, _aws_snapshot, request):
         lq_auth.clear_caches()
         sqs_keys.clear_caches()
         sqs_perm.forget_topics()
+        reader.forget_probes()  # (when this container last probed each log: a new example is a new deployment)
         monkeypatch.setattr(sqs_perm, "CLIENTS_SEEN", {})
 
     def snapshot():
