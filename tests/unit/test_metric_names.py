@@ -189,3 +189,24 @@ def test_function_and_table_queries_name_every_function_and_table(template):
     body = res["OperationsDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
     assert set(re.findall(r"FunctionName = '\$\{(\w+)\}'", body)) == functions
     assert set(re.findall(r"TableName = '\$\{(\w+)\}'", body)) == tables
+
+
+def stream_fed(template: dict) -> set[str]:
+    """The functions a DynamoDB stream triggers (their Events of Type DynamoDB)."""
+    return {lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"
+            and any(e.get("Type") == "DynamoDB" for e in (r["Properties"].get("Events") or {}).values())}
+
+
+def test_the_stream_lag_alarm_names_every_stream_fed_function(template):
+    """The head mover more than 10 s behind its stream breaks the pull's assumption (design.md "Why
+    nothing is missed": hints settle within HEADS_SETTLE_MS, else a quiet queue waits for the 60-s
+    probe): StreamConsumersBehindAlarm watches IteratorAge over every stream-fed function."""
+    from lakeq.consume.reader import HEADS_SETTLE_MS
+
+    fed = stream_fed(template)
+    assert "HeadsFunction" in fed and len(fed) >= 5, fed
+    props = template["Resources"]["StreamConsumersBehindAlarm"]["Properties"]
+    (q,) = props["Metrics"]
+    assert "MAX(IteratorAge)" in q["Expression"]["Fn::Sub"]
+    assert set(re.findall(r"FunctionName = '\$\{(\w+)\}'", q["Expression"]["Fn::Sub"])) == fed
+    assert props["Threshold"] == HEADS_SETTLE_MS and props["ComparisonOperator"] == "GreaterThanThreshold"
