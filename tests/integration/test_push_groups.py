@@ -12,13 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lakeq.contract import push as contract
-from lakeq.push import delivery as push
 from infra.local import interceptor
 from lakeq.admin import auth as lq_auth
-from lakeq.store.models import ClientModel, SegmentModel, WatcherModel
+from lakeq.contract import push as contract
+from lakeq.push import delivery as push
+from lakeq.store.models import ClientModel, WatcherModel
 from lakeq.store.push import GroupPushRepo
-from tests.handlers import Context, load_function
+from tests.handlers import Context, load_function, stream_records
 from tests.integration.test_push import Poster, Receiver, _dead_letters
 
 URL = "https://hooks.example.com/group"
@@ -315,15 +315,7 @@ class Calls:
 
 def segment_records(aws):
     """Every record of SegmentsTable's stream so far, as the event source mapping hands them over."""
-    from infra.local.streams import lambda_record
-    ddb, st = aws["dynamodb"], aws["dynamodbstreams"]
-    arn = ddb.describe_table(TableName=SegmentModel.Meta.table_name)["Table"]["LatestStreamArn"]
-    out = []
-    for sh in st.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        it = st.get_shard_iterator(StreamArn=arn, ShardId=sh["ShardId"], ShardIteratorType="TRIM_HORIZON")
-        out += [lambda_record(r, arn, "us-east-1") for r in st.get_records(ShardIterator=it["ShardIterator"],
-                                                                            Limit=1000)["Records"]]
-    return out
+    return stream_records(aws, "segments")
 
 
 def registry():
