@@ -264,6 +264,7 @@ def main() -> None:
     ap.add_argument("--at-once", type=int, default=None,
                     help="the new loop's lost rounds retried without a wait (lakeq.store.append.AT_ONCE_LOSSES)")
     ap.add_argument("--producers", type=int, nargs="*", help="only these producer counts on one queue (batch 1)")
+    ap.add_argument("--cells", nargs="*", help="only these cells, each queues:producers:batch:ids|no (64:64:1:no)")
     args = ap.parse_args()
     from lakeq.store import append
 
@@ -278,6 +279,8 @@ def main() -> None:
     plan += [(64, n, 1, False) for n in ((64,) if args.quick else (16, 64))]
     if args.producers:
         plan = [(1, n, 1, False) for n in args.producers]
+    if args.cells:
+        plan = [(int(q), int(n), int(b), i == "ids") for q, n, b, i in (c.split(":") for c in args.cells)]
     loops = args.loops.split(",")
     assert all(x in LOOPS for x in loops), f"--loops: some of {', '.join(LOOPS)}"
     print(f"# bench/ceiling.py {'--quick ' if args.quick else ''}· {platform.machine()} · {os.cpu_count()} CPUs · "

@@ -22,7 +22,9 @@ A write that loses a race (someone appended at that head first) raises ``Transac
   ``on_recorded(items, keys)`` answers those items its own way and returns the items still to
   append; when it answered some, the next round starts at once (progress was made);
 - otherwise (a transaction: ids or several segments; a put's later lost rounds) the round waits
-  (:func:`lakeq.common.backoff.sleep`) and plans again at the fresh head.
+  (:func:`lakeq.common.backoff.sleep`) and plans again at the fresh head; after a lost put that
+  said the head, that fresh read is the chain's consistent Query alone when it reaches the end
+  the put returned (:data:`KNOWN_END_READ`, :meth:`~lakeq.store.queue_log.LogRepo.head`'s ``past``).
 
 Each write is a round of the one compare-and-set loop (:func:`lakeq.common.backoff.cas`): after
 :data:`~lakeq.common.backoff.CAS_ATTEMPTS` lost races in a row :class:`Contended` is raised with the items not
