@@ -81,8 +81,8 @@ def _lost_race_rounds(aws, monkeypatch):
     real_head = LogRepo.head
     raced = []
 
-    def head(topic, queue, fresh=False):
-        base = real_head(topic, queue, fresh)
+    def head(topic, queue, fresh=False, past=None):
+        base = real_head(topic, queue, fresh, past)
         if not raced:
             raced.append(base)
             raced.append(produce(root, ["competitor"]))  # lands at ``base``: this produce's put loses
@@ -124,13 +124,16 @@ def test_a_lost_put_retries_at_the_winners_end_without_a_head_read_or_a_wait(aws
 def test_a_second_lost_round_waits_and_reads_the_head_fresh(aws, monkeypatch):
     """A base several segments behind (a head read lagging): the first lost put learns the next
     segment's base and goes at once; its second loss steps aside (the backoff) and reads the head
-    fresh, as before: the put lands at the chain's end in three puts, not one a segment."""
+    fresh: the put lands at the chain's end in three puts, not one a segment. The fresh read is the
+    chain's consistent Query alone (its second lost put said a segment ends at 2: the Query's end,
+    4, is past it), not the queue item's GetItem then the Query (the loop before: one read more,
+    one after the other)."""
     root = make_topic()
     for b in "abcd":
         produce(root, [b])
     real_head = LogRepo.head
     monkeypatch.setattr(LogRepo, "head", staticmethod(
-        lambda topic, queue, fresh=False: real_head(topic, queue, True) if fresh else 0))  # 4 behind
+        lambda topic, queue, fresh=False, past=None: real_head(topic, queue, True, past) if fresh else 0))  # 4 behind
     slept = []
     monkeypatch.setattr(backoff, "sleep", lambda *a, **k: slept.append(a))
     calls = Calls()
@@ -138,9 +141,27 @@ def test_a_second_lost_round_waits_and_reads_the_head_fresh(aws, monkeypatch):
         assert produce(root, ["e"])[0]["offset"] == 4
     seg_calls = [op for op, t in calls.seen
                  if (t.endswith("-segments") or t.endswith("-queues")) and op != "UpdateItem"]
-    assert seg_calls == ["PutItem", "PutItem", "GetItem", "Query", "PutItem"]  # (not the change marker's UpdateItem)
+    assert seg_calls == ["PutItem", "PutItem", "Query", "PutItem"]  # (not the change marker's UpdateItem)
     assert len(slept) == 1 and append.AT_ONCE_LOSSES == 1
     assert chain() == [(k, k + 1) for k in range(5)]
+
+
+def test_a_fresh_read_past_a_known_end_reads_the_queue_item_when_the_chain_ends_short(aws, monkeypatch):
+    """``LogRepo.head(fresh=True, past=n)``: when the chain's newest segment ends before ``n`` (it
+    cannot after a lost put; here asked by hand) the queue item is read as in the plain fresh read,
+    and a queue whose item is gone answers None."""
+    root = make_topic()
+    produce(root, ["a"])
+    calls = Calls()
+    with interceptor.hooked(calls):
+        assert LogRepo.head(T, 0, fresh=True, past=1) == 1
+    assert [op for op, t in calls.seen if t.endswith("-segments") or t.endswith("-queues")] == ["Query"]
+    calls = Calls()
+    with interceptor.hooked(calls):
+        assert LogRepo.head(T, 0, fresh=True, past=5) == 1
+    assert [op for op, t in calls.seen if t.endswith("-segments") or t.endswith("-queues")] == \
+        ["Query", "GetItem", "Query"]
+    assert LogRepo.head(T, 7, fresh=True, past=5) is None  # no such queue
 
 
 def test_contended_after_the_attempts_still(aws, monkeypatch):
@@ -173,8 +194,8 @@ def _race(aws, monkeypatch, producers: int, waves: int, seed: int):
     barrier = threading.Barrier(producers, timeout=30)
     real_head = LogRepo.head
 
-    def head(topic, queue, fresh=False):
-        base = real_head(topic, queue, fresh)
+    def head(topic, queue, fresh=False, past=None):
+        base = real_head(topic, queue, fresh, past)
         if not fresh:  # a request's first read: wait for every producer's
             barrier.wait()
         return base

@@ -15,8 +15,8 @@ class FakeLog:
     def __init__(self, head, failures):
         self.head_at, self.failures, self.calls = head, list(failures), []
 
-    def head(self, log, queue, fresh=False):
-        self.calls.append(("head", fresh))
+    def head(self, log, queue, fresh=False, past=None):
+        self.calls.append(("head", fresh) if past is None else ("head", fresh, past))
         return self.head_at
 
     def append(self, log, queue, base, part, now):
@@ -106,14 +106,24 @@ def test_a_lost_put_that_says_the_head_retries_there_at_once(monkeypatch, no_sle
 
 def test_later_lost_rounds_of_a_write_wait_and_read_the_head_fresh(monkeypatch, no_sleep):
     """Past AT_ONCE_LOSSES lost rounds a write steps aside (the backoff) and reads the head fresh, as
-    the loop before issue 33 did: a head learned before a wait is stale after it."""
+    the loop before issue 33 did: a head learned before a wait is stale after it. The fresh read is
+    told the end its last lost put returned (``past``: the chain's Query alone when it reaches it)."""
     fake = LearningLog(5, [True, True, True])
     monkeypatch.setattr(A, "LogRepo", fake)
     assert A.append_at_head("t", 0, ["a"], 0, plan_one)
     assert A.AT_ONCE_LOSSES == 1
-    assert fake.calls == [("head", False), ("append", 5, []), ("append", 6, []), ("head", True), ("append", 7, []),
-                          ("head", True), ("append", 8, [])]
+    assert fake.calls == [("head", False), ("append", 5, []), ("append", 6, []), ("head", True, 7), ("append", 7, []),
+                          ("head", True, 8), ("append", 8, [])]
     assert len(no_sleep) == 2
+
+
+def test_a_lost_transaction_reads_the_head_fresh_without_a_known_end(monkeypatch, no_sleep):
+    """A lost transaction says no head (``TransactionFailed.head`` None): its next round reads the
+    queue item and the chain, as before."""
+    fake = FakeLog(5, [[CONDITION_FAILED, None, None]])
+    monkeypatch.setattr(A, "LogRepo", fake)
+    assert A.append_at_head("t", 0, ["a", "b"], 0, plan_two)
+    assert ("head", True) in fake.calls and not any(len(c) == 3 and c[0] == "head" for c in fake.calls)
 
 
 def test_learned_heads_still_give_up_after_the_attempts(monkeypatch, no_sleep):

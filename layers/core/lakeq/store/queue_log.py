@@ -421,7 +421,7 @@ class LogRepo:
         return out
 
     @classmethod
-    def head(cls, topic: str, queue: int, fresh: bool = False) -> int | None:
+    def head(cls, topic: str, queue: int, fresh: bool = False, past: int | None = None) -> int | None:
         """Where the next segment goes: the end of the queue's last segment.
 
         Cheap path (issue 16 item 3): the newest segment's end (eventually consistent Query, one
@@ -430,10 +430,23 @@ class LogRepo:
         makes the put fail its condition, and the caller asks again with ``fresh``: the queue item
         and the newest segment, both strongly consistent. None when the queue does not exist (an
         empty chain and no queue item; a put at the head of a queue whose item is gone but whose
-        segments are left fails in the transaction paths, and is a deleted incarnation's log)."""
+        segments are left fails in the transaction paths, and is a deleted incarnation's log).
+
+        ``past`` (with ``fresh``): the end of a segment of this queue the caller has just seen
+        written (a lost put's answer, ``TransactionFailed.head``). Then the consistent Query alone
+        when the newest segment ends there or later: that segment is newer than one just written,
+        so no segment ending later is gone, and the queue item's ``max_offset`` (moved only to the
+        end of a segment written) is not past it; the queue item is read only when the Query
+        finds less (issue 33 item 3: one read, not two one after the other, in a contended
+        queue's later rounds). Like a round at a learned base, it does not see the queue item
+        gone (a deleted incarnation's log, unreachable: docs/design.md, "Queue lifecycle")."""
         if not fresh:
             end = cls.chain_end(cls.pq(topic, queue))
             if end is not None:
+                return end
+        elif past is not None:
+            end = cls.chain_end(cls.pq(topic, queue), consistent=True)
+            if end is not None and end >= past:
                 return end
         meta = cls.queue(topic, queue, consistent=fresh, exact=False)
         if meta is None:
