@@ -102,3 +102,37 @@ def test_plan_pauses_the_collector_and_restores_it():
         assert seen == [False] and not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_match_past_every_start_takes_the_ids_as_they_are():
+    """A message at or past its queue's highest recorded head among the subscriptions that can match
+    it (``Matcher._bound``: its topic's and its ancestors', not others') is kept by all of them
+    unless one is under the rule before starts; the answer is still Start.delivers' either way —
+    a start on an ancestor topic's subscription that is higher, a queue past every start, a
+    legacy subscription matched or not, a start on another topic's subscription (ignored)."""
+    rng = random.Random(11)
+    subs = []
+    for i, (topic, starts) in enumerate([("t", json.dumps({"t/a": [3, 9]})),  # on the log's ancestor
+                                         ("t/a", json.dumps({"t/a": [5]})),
+                                         ("t/a", "{}"),
+                                         ("t/a", json.dumps({"t": [50]})),  # another log: every message of t/a
+                                         ("u", json.dumps({"t/a": [99, 99, 99]})),  # cannot match t/a
+                                         ("t/a", None)]):  # produced_at > created_at
+        levels = [{"field": "x", "range": [0, 10]}] if i == 5 else []
+        subs.append(SimpleNamespace(id=f"s{i}", topic=topic, conditions=json.dumps(levels), tags=None,
+                                    parked=None, created_at=10, starts=starts))
+    m = Matcher()
+    m.load(subs)
+    fast = 0
+    for step in range(300):
+        queue = rng.randint(0, 2)
+        x = rng.choice([5, 20])  # 20: the legacy subscription does not match
+        msg = {"properties": {"x": x}, "produced_at": rng.randint(5, 15), "offset": rng.randint(0, 12)}
+        got = m.match("t/a", msg, queue)
+        assert got == _expected(m, "t/a", msg, queue), (step, queue, msg)
+        hi, legacy = m._bounds["t/a"]
+        fast += (queue >= len(hi) or msg["offset"] >= hi[queue]) and x == 20
+    assert m._bounds["t/a"] == ([5, 9], {"s5"})
+    assert fast > 20  # the quick path was taken, and answered the same
+    m.load(subs[:3])
+    assert not m._bounds
