@@ -41,8 +41,12 @@ class Calls:
 
 @pytest.fixture
 def still(monkeypatch):
-    """The container's copies never age here (a test must not depend on the machine's speed)."""
+    """The container's copies never age here (a test must not depend on the machine's speed): the
+    queue items' and topic's copies, and the key and client caches (5 s; test_idle_poll counted a
+    second key lookup at load ~25)."""
+    from lakeq.admin import auth as lq_auth
     monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0)
+    monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
 
 
 @pytest.mark.parametrize("batch", [1, 10])
