@@ -1,7 +1,7 @@
 """An empty pull answered from the container's last empty look (issue 33 item 2,
 :func:`lakeq.consume.reader._still_empty`): after a full round that found nothing to lock, the next
-pull of the same group in the same container reads the topic's change marker (strongly consistent)
-and the group's records, not the queue items and the chains; and whatever made a message servable
+pull of the same group in the same container reads the group's records and the topic's change marker
+(strongly consistent), not the queue items and the chains; and whatever made a message servable
 since — a produce, another consumer's ack or release of a lock with messages behind it, a lock's
 end — sends it to the full round, so an empty answer never hides a servable message."""
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_an_empty_pull_after_an_empty_look_reads_the_marker_and_the_records(api,
     for _ in range(2):
         with Calls() as c:
             assert _pull(api, setup, max=3)["messages"] == []
-        assert c.calls == [("GetItem", "queues", True), ("Query", "offsets", True)], c.calls
+        assert c.calls == [("Query", "offsets", True), ("GetItem", "queues", True)], c.calls
 
 
 def test_a_produce_after_an_empty_look_is_served(api, setup, clock):
@@ -61,7 +61,7 @@ def test_a_lock_with_messages_behind_it_that_ends_after_an_empty_look_is_served(
     assert _pull(api, setup, max=3)["messages"] == []
     with Calls() as c:
         assert _pull(api, setup, max=3)["messages"] == []
-    assert c.calls == [("GetItem", "queues", True), ("Query", "offsets", True)], c.calls  # from the look
+    assert c.calls == [("Query", "offsets", True), ("GetItem", "queues", True)], c.calls  # from the look
     if how == "expiry":  # the lock expired: its messages are served again first
         clock.t += 10_000
         want = [0, 1, 2]
@@ -75,3 +75,17 @@ def test_a_lock_with_messages_behind_it_that_ends_after_an_empty_look_is_served(
         assert s == 200
         want = [0, 1, 2]
     assert [m["offset"] for m in _pull(api, setup, max=3)["messages"]] == want
+
+
+def test_the_pull_that_acknowledges_the_last_batch_after_an_empty_look_reads_no_marker(api, setup, clock):
+    """The consumer holding the last batch acknowledges it with its next pull (``ack=``) after another
+    pull kept an empty look: its queue was locked then (the look does not know its head), so the
+    records alone send the pull to the full round — no marker read first (a miss costs nothing)."""
+    _produce(api, setup, 3)
+    held = _pull(api, setup, max=3, visibility_timeout_ms=10_000)
+    clock.t += 1_300
+    assert _pull(api, setup, max=3)["messages"] == []  # the look, while the batch is held
+    with Calls() as c:
+        assert _pull(api, setup, max=3, ack=held["receipt"])["messages"] == []
+    assert ("GetItem", "queues", True) not in c.calls, c.calls
+    assert [op for op, _, _ in c.calls].count("Query") >= 2, c.calls  # the fold's segments, the records

@@ -329,9 +329,10 @@ def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None)
 
 def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[bool, dict | None]:
     """Whether a pull at ``now`` has nothing to lock for sure, from the container's last empty look
-    (:class:`EmptyLook`) of the same owner and queues, one strongly consistent GetItem of the change
-    marker (1 RRU) and the owner's records (the consistent Query every ranked pull makes), instead
-    of the queue items (0.5 RRU each), the records and the probes (issue 33 item 2). (True, records):
+    (:class:`EmptyLook`) of the same owner and queues, the owner's records (the consistent Query every
+    ranked pull makes) and, when they show nothing lockable, one strongly consistent GetItem of the
+    change marker (1 RRU), instead of the queue items (0.5 RRU each), the records and the probes
+    (issue 33 item 2). (True, records):
     answer empty — the views are set as a full round's (:attr:`Log.last_views`, the marker) for a
     long poll's waiting rounds; (False, records or None): run the full round (with those records).
 
@@ -348,9 +349,6 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
         return False, None
     if (look.wake is not None and now >= look.wake) or (look.trusted and _net_due(log, now)):
         return False, None
-    change = LogRepo.change(log.name)
-    if change != look.change:
-        return False, None
     recs = OffsetRepo.records(log.owner)
     views = []
     for view in views_of(list(look.metas), recs):
@@ -361,6 +359,12 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
             return False, recs
         views.append(view)
     if candidates(views, now, allowed):
+        return False, recs
+    # the records first: a pull the look cannot answer (a lock ended, its own drained queue just
+    # acknowledged) pays no marker read. The marker after them: unchanged, no append happened
+    # between the look and this read, so the heads at the records' read were the look's
+    change = LogRepo.change(log.name)
+    if change != look.change:
         return False, recs
     log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
     return True, recs
