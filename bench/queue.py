@@ -13,7 +13,10 @@ What runs (all on this machine, in this process except moto's server):
   are all < 1 KB: queue and offset records);
 - the baseline, side by side: the same number of messages through SQS on the same moto server
   (SendMessageBatch / ReceiveMessage / DeleteMessageBatch, batches of up to 10), for throughput;
-  and SQS's price for the same batch sizes.
+  and SQS's price for the same batch sizes;
+- the Lambda share through the function URLs from each handler invocation's measured thread CPU
+  (:class:`HandlerCpu`, :func:`lambda_dollars`: CPU x 1,769 / MB below 1,769 MB + an assumed wait per
+  store call), at several memory sizes and at template.yaml's; and what each empty pull cost.
 
     python bench/queue.py [--quick] [--plan 1:200,10:1000]
 """
@@ -48,6 +51,77 @@ PRICE_HTTP_API_REQUEST = 1.00 / 1e6
 PRICE_LAMBDA_REQUEST = 0.20 / 1e6
 PRICE_LAMBDA_GBS_ARM = 0.0000133334
 LAMBDA_MB, LAMBDA_MS_ESTIMATE = 512, 40  # per invocation, an estimate (not measured on AWS)
+# The Lambda share from the run's own handler CPU (issue 33 item 2): each ProduceFunction /
+# ConsumeFunction invocation's thread CPU in this process (``time.thread_time`` around the handler:
+# powertools, auth, json, botocore's side of each DynamoDB call and the bench's meter hooks; not
+# moto's, a separate process), billed on Lambda as CPU × 1,769 / MB when the function has less than
+# the one vCPU Lambda gives 1,769 MB (AWS: CPU in proportion to memory), plus the store calls' wait,
+# DDB_CALL_MS each (an assumption: single-digit-ms DynamoDB latency in-region; not measured here),
+# rounded up to the millisecond. This machine's x86 core is taken as fast as a Graviton vCPU.
+VCPU_MB = 1769
+DDB_CALL_MS = 4.0
+MEMORY_SIZES = (128, 256, 512, 1024)
+
+
+def template_memory(logical_id: str) -> int:
+    """The function's MemorySize in template.yaml (its own, else the Globals')."""
+    from infra.local import template as tpl
+
+    t = tpl.load_template()
+    own = (t["Resources"][logical_id].get("Properties") or {}).get("MemorySize")
+    return int(own or t.get("Globals", {}).get("Function", {}).get("MemorySize") or 128)
+
+
+def lambda_dollars(cpu_s: float, calls: float, mb: int) -> float:
+    """One invocation's Lambda price (request + duration, arm64) at ``mb`` MB for ``cpu_s`` seconds
+    of handler CPU (one full core) and ``calls`` store calls (see DDB_CALL_MS)."""
+    ms = math.ceil(cpu_s * 1000 * max(1.0, VCPU_MB / mb) + calls * DDB_CALL_MS)
+    return PRICE_LAMBDA_REQUEST + mb / 1024 * ms / 1000 * PRICE_LAMBDA_GBS_ARM
+
+
+class HandlerCpu:
+    """Thread CPU seconds and invocations per function, measured around each handler call."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.cpu: Counter = Counter()
+        self.n: Counter = Counter()
+
+    def reset(self):
+        with self.lock:
+            self.cpu.clear()
+            self.n.clear()
+
+    def snapshot(self):
+        with self.lock:
+            return Counter(self.cpu), Counter(self.n)
+
+    def install(self) -> None:
+        import contextlib
+
+        from infra.local.handlers import HandlerCache
+
+        original = HandlerCache.instance
+        meter = self
+
+        @contextlib.contextmanager
+        def instance(cache, spec):
+            with original(cache, spec) as fn:
+                def timed(event, context):
+                    t0 = time.thread_time()
+                    try:
+                        return fn(event, context)
+                    finally:
+                        dt = time.thread_time() - t0
+                        with meter.lock:
+                            meter.cpu[spec.logical_id] += dt
+                            meter.n[spec.logical_id] += 1
+                yield timed
+
+        HandlerCache.instance = instance
+
+
+HANDLER_CPU = HandlerCpu()
 
 import base64 as _b64
 import random as _random
@@ -305,10 +379,12 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
         r.raise_for_status()
 
     meter.reset()
+    HANDLER_CPU.reset()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as ex:
         list(ex.map(produce, range(total // batch)))
     t_prod = time.perf_counter() - t0
+    prod_cpu = HANDLER_CPU.snapshot()
     if HEADS is not None:  # the head mover's last batches: its writes belong to the produce figures
         assert HEADS.drain(60)[0], "the head mover did not catch up"
     prod_stats = meter.snapshot()
@@ -335,6 +411,7 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
                 pulls["pulls"] += 1
                 pulls["with ack"] += receipt is not None
                 pulls["empty"] += not body["messages"]
+                pulls["empty_ack"] += not body["messages"] and receipt is not None
                 if not body["messages"]:
                     empty_units[0] += spent[0]
                     empty_units[1] += spent[1]
@@ -349,15 +426,18 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
                 time.sleep(0.01)
 
     meter.reset()
+    HANDLER_CPU.reset()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as ex:
         list(ex.map(consume, range(threads)))
     t_cons = time.perf_counter() - t0
+    cons_cpu = HANDLER_CPU.snapshot()
     cons_stats = meter.snapshot()
     cons_units = meter.units_snapshot()
     assert len(consumed) == total_produced, "lost messages"
     assert max(consumed.values()) == 1, "a message was delivered twice"
     lakeq_run.detail = (prod_units, cons_units, pulls, tuple(empty_units))  # type: ignore[attr-defined]
+    lakeq_run.cpu = (prod_cpu, cons_cpu)  # type: ignore[attr-defined]
     return t_prod, prod_stats, t_cons, cons_stats
 
 
@@ -434,6 +514,7 @@ def main() -> None:
     threads, queues = 4, 4
     meter = Meter()
     install_hooks(meter)
+    HANDLER_CPU.install()
     moto, server, base = start_stack(meter)
     sqs_proc, sqs_url = start_sqs_server()
     print(f"# machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}, "
@@ -442,12 +523,14 @@ def main() -> None:
           f"{threads} client threads, topic of {queues} queues, 100-byte random bodies without keys (one queue per request, as an SQS batch)")
     rows = []
     details = []
+    cpus = []
     try:
         for batch, total in plan:
             print(f"# running batch {batch} ({total} messages)...", file=sys.stderr, flush=True)
             t_prod, (pc, pw, pr), t_cons, (cc, cw, cr) = lakeq_run(base, meter, batch, total, threads, queues,
                                                                    str(batch))
             details.append((batch, total, *lakeq_run.detail))  # type: ignore[attr-defined]
+            cpus.append(lakeq_run.cpu)  # type: ignore[attr-defined]
             s_send, s_recv = sqs_run(sqs_url, batch, total, threads, str(batch))
             n = total
             rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
@@ -473,12 +556,13 @@ def main() -> None:
             print(f"{batch:>5} {name:>10} {sum(c.values()) / n:>9.3f} {w / n:>8.3f} {r / n:>8.3f}  {detail}")
     print()
     print("## request units per batch, by operation (pulls: all pull requests of the run, with a piggybacked ack, empty)")
-    for batch, n, pu, cu, pulls, _ in details:
+    for batch, n, pu, cu, pulls, (ew, er) in details:
         for name, u in (("produce", pu), ("pull+ack", cu)):
             detail = ", ".join(f"{k} {v * batch / n:.2f}" for k, v in sorted(u.items()))
             print(f"{batch:>5} {name:>10}  {detail}")
+        e = max(1, pulls["empty"])
         print(f"{batch:>5} {'pulls':>10}  {pulls['pulls']} for {n // batch} batches ({pulls['with ack']} with ack=, "
-              f"{pulls['empty']} empty)")
+              f"{pulls['empty']} empty: {er / e:.2f} RRU + {ew / e:.2f} WRU each, {pulls['empty_ack']} of them with ack=)")
     print()
     print("## dollars per million messages (produce + pull + ack), us-east-1 list prices")
     print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'via URLs*':>10} {'SQS':>8} "
@@ -497,6 +581,28 @@ def main() -> None:
     print("* all-in adds API Gateway HTTP API and Lambda requests (2 per batch) and an estimated "
           f"{LAMBDA_MS_ESTIMATE} ms x {LAMBDA_MB} MB arm64 per invocation; via URLs: the same through the "
           "functions' URLs (ProduceFunctionUrl, ConsumeFunctionUrl), without API Gateway's request fee")
+    print()
+    print("## the Lambda share through the function URLs, from the handlers' measured CPU (every invocation of the "
+          f"run, empty pulls included; CPU x {VCPU_MB}/MB below {VCPU_MB} MB + {DDB_CALL_MS:g} ms a store call)")
+    mem_p, mem_c = template_memory("ProduceFunction"), template_memory("ConsumeFunction")
+    print(f"{'batch':>5} {'produce CPU ms/inv':>18} {'pull CPU ms/inv':>16} {'calls/inv p/c':>14} "
+          + " ".join(f"{f'URLs@{mb}/SQS':>13}" for mb in MEMORY_SIZES)
+          + f" {'URLs@template ' + str(mem_p) + '/' + str(mem_c):>24} {'/SQS':>6} {'Lambda/SQS':>10}")
+    for (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), ((pcpu, pn), (ccpu, cn)) in zip(rows, cpus):
+        ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
+        sqs = sqs_price_per_million(batch)
+        np_, nc_ = pn["ProduceFunction"], cn["ConsumeFunction"]
+        p_cpu, c_cpu = pcpu["ProduceFunction"] / max(1, np_), ccpu["ConsumeFunction"] / max(1, nc_)
+        p_calls, c_calls = sum(pc.values()) / max(1, np_), sum(cc.values()) / max(1, nc_)
+
+        def lam(mbp, mbc):
+            return (np_ * lambda_dollars(p_cpu, p_calls, mbp) + nc_ * lambda_dollars(c_cpu, c_calls, mbc)) / n * 1e6
+
+        at = [(ddb + lam(mb, mb)) / sqs for mb in MEMORY_SIZES]
+        tmpl = ddb + lam(mem_p, mem_c)
+        print(f"{batch:>5} {p_cpu * 1000:>18.2f} {c_cpu * 1000:>16.2f} {f'{p_calls:.1f}/{c_calls:.1f}':>14} "
+              + " ".join(f"{x:>13.2f}" for x in at)
+              + f" {tmpl:>24.3f} {tmpl / sqs:>6.2f} {lam(mem_p, mem_c) / sqs:>10.2f}")
     print("** the DynamoDB cost without the pulls that came back empty (threads waiting at the end of a run for "
           "the last batches others hold; their number depends on timing), as SQS's price above counts no empty "
           "receive")

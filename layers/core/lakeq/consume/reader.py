@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from lakeq.admin.auth import topic_or_404
@@ -28,6 +28,7 @@ from lakeq.log.selection import acked as remembered
 from lakeq.store.bodies import BodyStore
 from lakeq.store.offsets import OffsetRepo
 from lakeq.store.queue_log import CHANGE_EVERY_MS, CHANGE_SKEW_MS, LogRepo
+from lakeq.store.records import Change
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
 POLL_MIN_MS, POLL_MAX_MS = 50, 500
@@ -176,13 +177,15 @@ class Log:
     def promote(self, metas: list) -> None:
         """A poll's write step before it reads: nothing for this kind."""
 
-    def views(self, metas: list) -> list[QueueView]:
-        """The queues' views with the owner's records (one Query); kept as :attr:`last_views`."""
-        self._recs = OffsetRepo.records(self.owner)
+    def views(self, metas: list, recs: dict | None = None) -> list[QueueView]:
+        """The queues' views with the owner's records (one Query; ``recs``: those records when this
+        pull read them already); kept as :attr:`last_views`."""
+        self._recs = OffsetRepo.records(self.owner) if recs is None else recs
         self.last_views = views_of(metas, self._recs)
         return self.last_views
 
     last_views: list[QueueView] = []
+    answer: dict | None = None  # what the pull loop's last round locked (None: nothing)
 
     def refreshed(self) -> list[QueueView] | None:
         """The last :meth:`views` again from queue items read now, when those views ranked by a
@@ -212,6 +215,8 @@ class TopicLog(Log):
         self.waits_on_change = True
         self.change = None  # the marker as the last full round read it (None: never bumped)
         self.moved = False  # a waiting round saw the marker move: the next full round reads the items
+        self._heads: dict[int, int] | None = None  # the round's exact heads (probe), for an EmptyLook
+        self._trusted = False  # ... taken from the hints (no probe was due: a quiet topic)
 
     _copied = False
 
@@ -231,8 +236,16 @@ class TopicLog(Log):
         log for this owner for :data:`PROBE_NET_MS`. A quiet topic's pull probes nothing: its
         queue items' ``max_offset`` are its heads (issue 33). A pull ranked by the container's copy
         of the queue items (the SQS endpoint's) probes as before."""
-        if self.hints_max_age_s > 0 or _must_probe(self, now):
+        if self.hints_max_age_s > 0:
             return super().probe(views, now, allowed)
+        if _must_probe(self, now):
+            out = super().probe(views, now, allowed)
+            # what the probes found is each probed queue's head (the chain read now), for an EmptyLook
+            self._heads = {p.queue: p.max_offset for p, v in zip(out, views) if lagging(v, now, allowed)}
+            self._trusted = False
+            return out
+        self._heads = {v.queue: v.max_offset for v in views}  # a quiet topic: the hints are taken as heads
+        self._trusted = True
         return views
 
     def settled_since(self, now: int) -> bool:
@@ -271,6 +284,90 @@ class TopicLog(Log):
     def wake_at(self) -> int | None:
         at, self._wake = self._wake, None
         return at
+
+
+def _net_due(log: "TopicLog", now: int) -> bool:
+    """Whether a full round of ``log`` at ``now`` would probe for the container's safety net
+    (:func:`_must_probe`), without noting it."""
+    last = _PROBED.get((log.name, log.owner, None if log.only is None else frozenset(log.only)))
+    return last is None or not 0 <= now - last < PROBE_NET_MS
+
+
+@dataclass(frozen=True)
+class EmptyLook:
+    """What a full round of a native pull (:class:`TopicLog` without a copy of the queue items) that
+    found nothing to lock saw (issue 33 item 2): the change marker it read (``change``) when the
+    round began (``at``), the queue items it ranked by (``metas``), each queue's head as the round
+    knew it for sure (``heads``: the probes' — or every hint when no probe was due, ``trusted``),
+    and the earliest delayed message still ahead (``wake``). Kept per (log, owner, queues, the
+    queues a member may serve) in the container (:meth:`LogRepo.note_look`) for :func:`_still_empty`."""
+
+    change: Change | None
+    at: int
+    metas: tuple
+    heads: dict
+    trusted: bool
+    wake: int | None
+
+
+def _look_key(log: "TopicLog", allowed: set[int] | None) -> tuple:
+    return (log.name, log.owner, None if log.only is None else frozenset(log.only),
+            None if allowed is None else frozenset(allowed))
+
+
+def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None) -> None:
+    """After a full round at ``at`` that locked nothing: keep what it saw (:class:`EmptyLook`) when
+    the marker it read was outside its unsignalled window (every append it stands for was visible
+    to the round) and the round knows its heads (it ranked with probes allowed); else drop the
+    look kept before."""
+    key = _look_key(log, allowed)
+    if log._heads is None or not log.settled_since(at):
+        LogRepo.note_look(key, None)
+        return
+    LogRepo.note_look(key, EmptyLook(log.change, at, tuple(metas), log._heads, log._trusted, log._wake))
+
+
+def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[bool, dict | None]:
+    """Whether a pull at ``now`` has nothing to lock for sure, from the container's last empty look
+    (:class:`EmptyLook`) of the same owner and queues, the owner's records (the consistent Query every
+    ranked pull makes) and, when they show nothing lockable, one strongly consistent GetItem of the
+    change marker (1 RRU), instead of the queue items (0.5 RRU each), the records and the probes
+    (issue 33 item 2). (True, records):
+    answer empty — the views are set as a full round's (:attr:`Log.last_views`, the marker) for a
+    long poll's waiting rounds; (False, records or None): run the full round (with those records).
+
+    Why an empty answer then hides nothing: the marker unchanged since the look, which read it outside
+    its unsignalled window, means no append since (every append bumps it, or falls in that window:
+    :func:`_wait_for_change`'s argument), so each head the look knew is still the head; the records,
+    read now, tell every lock, pending and due offset as a full round would; a queue the pull could
+    lock whose head the look did not know (locked then, or a hint a probe would check now) sends the
+    pull to the full round, as does any queue with something to serve, a delayed message due, or
+    the container's safety-net probe due (a look that took hints as heads). Locks, acks and nacks on
+    any route show in the records; a member's queues are part of the key."""
+    look = LogRepo.look(_look_key(log, allowed))
+    if not isinstance(look, EmptyLook) or now < look.at:
+        return False, None
+    if (look.wake is not None and now >= look.wake) or (look.trusted and _net_due(log, now)):
+        return False, None
+    recs = OffsetRepo.records(log.owner)
+    views = []
+    for view in views_of(list(look.metas), recs):
+        head = look.heads.get(view.queue)
+        if head is not None and head > view.max_offset:
+            view = replace(view, max_offset=head)
+        if head is None and lagging(view, now, allowed):
+            return False, recs
+        views.append(view)
+    if candidates(views, now, allowed):
+        return False, recs
+    # the records first: a pull the look cannot answer (a lock ended, its own drained queue just
+    # acknowledged) pays no marker read. The marker after them: unchanged, no append happened
+    # between the look and this read, so the heads at the records' read were the look's
+    change = LogRepo.change(log.name)
+    if change != look.change:
+        return False, recs
+    log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
+    return True, recs
 
 
 def _must_probe(log: "TopicLog", now: int) -> bool:
@@ -580,69 +677,22 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         out = fold(log, receipt, queue, ack_alone, visibility_ms, req)
         if out is not None:
             return out
-    owner, meta = log.owner, log.meta
     whole = log.reader(None)  # unfiltered: the dead-letter path copies any message
     reader = log.reader(req.tags)
     deadline = clock.now() + req.wait_ms
     poll = POLL_MIN_MS
+    # a native pull's first round may be answered from the container's last empty look (issue 33 item 2)
+    first = isinstance(log, TopicLog) and log.hints_max_age_s <= 0
     while True:
         now = clock.now()
-        progressed = False
-        metas = log.queues()
-        log.promote(metas)  # the poll's write step: due delayed messages join their queues first
-        for view in _ranked(log, log.views(metas), now, allowed, req.probe):
-            p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
-            if p.upkeep:  # dead-letter what is due first, then look again
-                moved = p.state != view.state()
-                if not moved or OffsetRepo.write_state(owner, view, p.state, meta, now):
-                    after = flush_due(owner, view.queue, policy, whole, now)
-                    # a due message not readable yet stays due: look again at the next poll, not now
-                    progressed |= moved or after is None or after.due != p.state.due
-                continue
-            if p.alone and suspects == "skip":  # a suspect is never answered with others
-                continue
-            batch_budget = budget()
-            if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone
-                found, _ = redeliver(reader, view.queue, sorted(p.state.suspect), ByteBudget())
-                if found:
-                    p = replace(p, redeliver=(found[0]["_log_offset"],))
-                else:  # it matches none of them: a batch of the rest (the suspects wait for their pulls)
-                    p = settlement.plan(view.state(), now, req.max, policy.max_deliveries, isolate=False)
-            offer = p.redeliver
-            if req.tags and not p.alone and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
-                found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
-                offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
-            again, complete = redeliver(reader, view.queue, offer, batch_budget)
-            if not p.alone and p.state.suspect and policy.max_deliveries is not None:
-                # a filtered batch's fallback: a suspect that was not readable a moment ago is never
-                # served with others (it waits for a pull of its own)
-                again = [m for m in again if m["_log_offset"] not in p.state.suspect]
-            frontier, fresh = p.state.frontier, []
-            if p.fresh and complete and frontier < view.max_offset:
-                # the hint bounds nothing: the chain past it holds exactly what was appended
-                bound = max(view.max_offset, frontier + max(1000, p.fresh * SCAN_FACTOR))
-                read, frontier = reader(view.queue, frontier, p.fresh, bound)
-                for m in read:
-                    if not batch_budget.take(message_out(m)):
-                        frontier = m["_log_offset"]  # the lock covers exactly what the response carries
-                        break
-                    fresh.append(m)
-            if not again and not fresh:
-                if frontier > p.state.frontier:  # only skipped messages: move past them ourselves
-                    progressed |= OffsetRepo.write_state(owner, view, settlement.advance(p.state, frontier), meta,
-                                                         now, consumed=True)
-                continue
-            ts = next_lock_ts(now, p.state.lock_ts)
-            new = settlement.lock(p.state, ts, now + visibility_ms, [m["_log_offset"] for m in again],
-                                  [m["_log_offset"] for m in fresh], frontier)
-            if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner, bnd=_bnd(fresh)):
-                continue
-            out = _answer(log, view.queue, new, again + fresh)
-            if suspects == "mark":
-                out["alone"] = p.alone
-            return out
-        if progressed:
-            continue
+        empty, recs = _still_empty(log, now, allowed) if first else (False, None)  # type: ignore[arg-type]
+        first = False
+        if not empty:
+            if not _round(log, now, visibility_ms, req, allowed, policy, whole, reader, budget, suspects, recs):
+                continue  # it moved something (dead-lettered, skipped): look again at once
+            out = log.answer
+            if out is not None:
+                return out
         remaining = deadline - clock.now()
         if remaining <= 0:
             return {"messages": [], "receipt": None}
@@ -652,6 +702,77 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
         else:
             time.sleep(_sleep_ms(min(poll, remaining), log.wake_at()) / 1000)  # delayed delivery: wake when one is due
         poll = min(POLL_MAX_MS, poll * 2)
+
+
+def _round(log: Log, now: int, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None, policy: Policy,
+           whole: BoundReader, reader: BoundReader, budget: Callable[[], ByteBudget], suspects: str,
+           recs: dict | None) -> bool:
+    """One full round of :func:`consume`'s pull loop at ``now``: promote, rank, lock. Sets
+    ``log.answer`` (the answer, or None when nothing was locked); False when it moved something
+    without locking (look again at once). A native pull's round that locks nothing is kept as the
+    container's empty look (:func:`_note_empty`). ``recs``: the owner's records, read already."""
+    owner, meta = log.owner, log.meta
+    log.answer = None
+    progressed = False
+    metas = log.queues()
+    log.promote(metas)  # the poll's write step: due delayed messages join their queues first
+    for view in _ranked(log, log.views(metas, recs), now, allowed, req.probe):
+        p = settlement.plan(view.state(), now, req.max, policy.max_deliveries)
+        if p.upkeep:  # dead-letter what is due first, then look again
+            moved = p.state != view.state()
+            if not moved or OffsetRepo.write_state(owner, view, p.state, meta, now):
+                after = flush_due(owner, view.queue, policy, whole, now)
+                # a due message not readable yet stays due: look again at the next poll, not now
+                progressed |= moved or after is None or after.due != p.state.due
+            continue
+        if p.alone and suspects == "skip":  # a suspect is never answered with others
+            continue
+        batch_budget = budget()
+        if req.tags and p.alone:  # poison isolation: the lowest suspect this filter matches, alone
+            found, _ = redeliver(reader, view.queue, sorted(p.state.suspect), ByteBudget())
+            if found:
+                p = replace(p, redeliver=(found[0]["_log_offset"],))
+            else:  # it matches none of them: a batch of the rest (the suspects wait for their pulls)
+                p = settlement.plan(view.state(), now, req.max, policy.max_deliveries, isolate=False)
+        offer = p.redeliver
+        if req.tags and not p.alone and len(offer) < len(p.state.pend):  # the filter may skip the lowest pending
+            found, _ = redeliver(reader, view.queue, sorted(p.state.pend), ByteBudget())  # ones: offer
+            offer = tuple(m["_log_offset"] for m in found)[:len(offer)] or offer  # those it matches
+        again, complete = redeliver(reader, view.queue, offer, batch_budget)
+        if not p.alone and p.state.suspect and policy.max_deliveries is not None:
+            # a filtered batch's fallback: a suspect that was not readable a moment ago is never
+            # served with others (it waits for a pull of its own)
+            again = [m for m in again if m["_log_offset"] not in p.state.suspect]
+        frontier, fresh = p.state.frontier, []
+        if p.fresh and complete and frontier < view.max_offset:
+            # the hint bounds nothing: the chain past it holds exactly what was appended
+            bound = max(view.max_offset, frontier + max(1000, p.fresh * SCAN_FACTOR))
+            read, frontier = reader(view.queue, frontier, p.fresh, bound)
+            for m in read:
+                if not batch_budget.take(message_out(m)):
+                    frontier = m["_log_offset"]  # the lock covers exactly what the response carries
+                    break
+                fresh.append(m)
+        if not again and not fresh:
+            if frontier > p.state.frontier:  # only skipped messages: move past them ourselves
+                progressed |= OffsetRepo.write_state(owner, view, settlement.advance(p.state, frontier), meta,
+                                                     now, consumed=True)
+            continue
+        ts = next_lock_ts(now, p.state.lock_ts)
+        new = settlement.lock(p.state, ts, now + visibility_ms, [m["_log_offset"] for m in again],
+                              [m["_log_offset"] for m in fresh], frontier)
+        if not OffsetRepo.write_state(owner, view, new, meta, now, lock_owner=log.lock_owner, bnd=_bnd(fresh)):
+            continue
+        out = _answer(log, view.queue, new, again + fresh)
+        if suspects == "mark":
+            out["alone"] = p.alone
+        log.answer = out
+        return True
+    if progressed:
+        return False
+    if isinstance(log, TopicLog) and log.hints_max_age_s <= 0:
+        _note_empty(log, now, metas, allowed)
+    return True
 
 
 def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[int] | None, poll: int) -> bool:

@@ -112,6 +112,12 @@ _TOPIC_SEEN: dict[str, tuple[float, Topic]] = {}
 # another ends, so a segment's end is a boundary for good)
 _ENDS: dict[str, int] = {}
 
+# What the last full round of a pull that found nothing to lock saw, per (log, owner, queues) (issue 33
+# item 2, lakeq.consume.reader.EmptyLook): the next pull of this container for the same owner answers
+# empty from the change marker and the owner's records alone while they say nothing changed
+_LOOKS: dict[tuple, object] = {}
+LOOKS_KEPT = 4096
+
 
 def _monotonic() -> float:
     """The clock of the container's copies (a seam for tests)."""
@@ -177,13 +183,30 @@ class LogRepo:
     @staticmethod
     def forget_hints() -> None:
         """Drop the container's copies of queue items (:meth:`queue_hints`) and of locks
-        (:meth:`OffsetRepo.held`; tests: a fresh store), and when it last bumped each change marker
-        (:meth:`bump_change`)."""
+        (:meth:`OffsetRepo.held`; tests: a fresh store), when it last bumped each change marker
+        (:meth:`bump_change`), and its pulls' empty looks (:meth:`note_look`)."""
         _HINTS.clear()
         _HELD.clear()
         _BUMPED.clear()
         _TOPIC_SEEN.clear()
         _ENDS.clear()
+        _LOOKS.clear()
+
+    @staticmethod
+    def note_look(key: tuple, look: object | None) -> None:
+        """Keep (None: drop) what the last empty full round of ``key`` (log, owner, queues) saw
+        (:class:`lakeq.consume.reader.EmptyLook`; container memory, no store call)."""
+        if look is None:
+            _LOOKS.pop(key, None)
+            return
+        if len(_LOOKS) >= LOOKS_KEPT and key not in _LOOKS:
+            _LOOKS.clear()
+        _LOOKS[key] = look
+
+    @staticmethod
+    def look(key: tuple) -> object | None:
+        """What :meth:`note_look` kept for ``key``, or None."""
+        return _LOOKS.get(key)
 
     @classmethod
     def queues_and_change(cls, topic: str, n: int,

@@ -1,0 +1,91 @@
+"""An empty pull answered from the container's last empty look (issue 33 item 2,
+:func:`lakeq.consume.reader._still_empty`): after a full round that found nothing to lock, the next
+pull of the same group in the same container reads the group's records and the topic's change marker
+(strongly consistent), not the queue items and the chains; and whatever made a message servable
+since — a produce, another consumer's ack or release of a lock with messages behind it, a lock's
+end — sends it to the full round, so an empty answer never hides a servable message."""
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_pull_ack_calls import Calls
+
+T = "/v1/topics/quotes/messages"
+
+
+def _produce(api, setup, n, key="k"):
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": f"m{i}", "key": key} for i in range(n)]},
+                    key=setup["feed"])
+    assert s == 200, b
+
+
+def _pull(api, setup, **query):
+    s, b = api.call("GET", T, query={"group": "risk", **query}, key=setup["risk"])
+    assert s == 200, b
+    return b
+
+
+def test_an_empty_pull_after_an_empty_look_reads_the_marker_and_the_records(api, setup, clock):
+    _produce(api, setup, 3)
+    b = _pull(api, setup, max=3)
+    clock.t += 2_000  # past the marker's unsignalled window
+    assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []  # the full round: kept as the look
+    for _ in range(2):
+        with Calls() as c:
+            assert _pull(api, setup, max=3)["messages"] == []
+        assert c.calls == [("Query", "offsets", True), ("GetItem", "queues", True)], c.calls
+
+
+def test_a_produce_after_an_empty_look_is_served(api, setup, clock):
+    _produce(api, setup, 1)
+    b = _pull(api, setup, max=1)
+    clock.t += 2_000
+    assert _pull(api, setup, max=1, ack=b["receipt"])["messages"] == []
+    assert _pull(api, setup, max=1)["messages"] == []  # answered from the look
+    _produce(api, setup, 1, key="other")  # bumps the marker (this container bumped 2 s ago)
+    assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
+
+
+@pytest.mark.parametrize("how", ["ack", "release", "expiry"])
+def test_a_lock_with_messages_behind_it_that_ends_after_an_empty_look_is_served(api, setup, clock, how):
+    """Another consumer holds a lock with more messages behind it in its queue; the group's pull
+    finds nothing else (the look: it knew no head of that queue); the lock then ends without an
+    append — acknowledged on its own (``POST /v1/acks``), released (visibility 0), or expired —
+    and the next pull serves that queue."""
+    _produce(api, setup, 6)
+    held = _pull(api, setup, max=3, visibility_timeout_ms=10_000)
+    assert [m["offset"] for m in held["messages"]] == [0, 1, 2]
+    clock.t += 200
+    assert _pull(api, setup, max=3)["messages"] == []  # a full round (the marker was bumped 200 ms ago)
+    clock.t += 1_100  # the marker's window over: this round is kept
+    assert _pull(api, setup, max=3)["messages"] == []
+    with Calls() as c:
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == [("Query", "offsets", True), ("GetItem", "queues", True)], c.calls  # from the look
+    if how == "expiry":  # the lock expired: its messages are served again first
+        clock.t += 10_000
+        want = [0, 1, 2]
+    elif how == "ack":
+        s, _ = api.call("POST", "/v1/acks", {"group": "risk", "receipt": held["receipt"]}, key=setup["risk"])
+        assert s == 200
+        want = [3, 4, 5]
+    else:
+        s, _ = api.call("POST", "/v1/visibility", {"group": "risk", "receipt": held["receipt"],
+                                                   "visibility_timeout_ms": 0}, key=setup["risk"])
+        assert s == 200
+        want = [0, 1, 2]
+    assert [m["offset"] for m in _pull(api, setup, max=3)["messages"]] == want
+
+
+def test_the_pull_that_acknowledges_the_last_batch_after_an_empty_look_reads_no_marker(api, setup, clock):
+    """The consumer holding the last batch acknowledges it with its next pull (``ack=``) after another
+    pull kept an empty look: its queue was locked then (the look does not know its head), so the
+    records alone send the pull to the full round — no marker read first (a miss costs nothing)."""
+    _produce(api, setup, 3)
+    held = _pull(api, setup, max=3, visibility_timeout_ms=10_000)
+    clock.t += 1_300
+    assert _pull(api, setup, max=3)["messages"] == []  # the look, while the batch is held
+    with Calls() as c:
+        assert _pull(api, setup, max=3, ack=held["receipt"])["messages"] == []
+    assert ("GetItem", "queues", True) not in c.calls, c.calls
+    assert [op for op, _, _ in c.calls].count("Query") >= 2, c.calls  # the fold's segments, the records
