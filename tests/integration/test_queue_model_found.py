@@ -2,6 +2,8 @@
 each a deterministic test of what it showed."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from lakeq.consume.reader import ACTIVE_MS, PROBE_NET_MS
@@ -57,7 +59,7 @@ def test_a_quiet_topics_message_is_served_once_the_head_mover_ran(model_ctx):
 def test_without_the_head_mover_the_model_sees_the_pull_empty(model_ctx, monkeypatch):
     """The model's check can fail: with the mover stalled, the same steps fail it."""
     QueueModel.ctx = model_ctx
-    monkeypatch.setattr(model, "MOVER_EVERY_MS", 10**12)
+    monkeypatch.setattr(model, "MOVER_LAG_MS", 10**12)
     with pytest.raises(AssertionError, match="empty pull .* while servable"):
         run(QUIET)
 
@@ -92,3 +94,34 @@ def test_a_stalled_head_mover_delays_a_quiet_queue_by_at_most_the_probe_net(mode
     assert pull()["messages"] == []  # the accepted delay
     clock.t = probed_at + PROBE_NET_MS  # the safety net is due
     assert [x["body"] for x in pull()["messages"]] == ["m2"]
+
+
+# (review_a, 2026-12-07) the model's mover moved every head within a second of clock time, 10 times
+# sooner than the design's bound (HEADS_SETTLE_MS): a pull 1-11.25 s after a produce found the head
+# on the queue item and never needed its probe, so a probe window shorter than the mover's lag (a
+# real defect: such a pull answers empty) passed the model. Here the window is cut to 1.25 s.
+SHORT_WINDOW = [("produce", 1, "a", None, False),
+                ("pull_batch", "A", 4, None),
+                ("ack_batch",),
+                ("time_passes", 1_600),
+                ("produce", 1, "a", None, False),
+                ("time_passes", 1_600),
+                ("pull_batch", "A", 4, None)]
+
+
+@pytest.mark.parametrize("model_ctx", ["memory"], indirect=True)
+def test_a_probe_window_shorter_than_the_head_movers_lag_fails_the_model(model_ctx, monkeypatch):
+    """The model's mover lags as much as the design lets it (HEADS_SETTLE_MS), so a pull inside that
+    lag finds a new message only by its probe: with the probe window cut below the lag, the model
+    sees the pull empty while servable (with the model's 1-s mover it did not)."""
+    from lakeq.consume import reader
+    from lakeq.store.queue_log import CHANGE_EVERY_MS, CHANGE_SKEW_MS
+
+    QueueModel.ctx = model_ctx
+    QueueModel.seen = Counter()
+    assert run(SHORT_WINDOW).seen["pull served"] == 2  # the window as designed: the probe finds it
+    model_ctx["reset"]()
+    reader.forget_probes()
+    monkeypatch.setattr(reader, "ACTIVE_MS", CHANGE_EVERY_MS + CHANGE_SKEW_MS)  # the mover's lag left out
+    with pytest.raises(AssertionError, match="empty pull .* while servable"):
+        run(SHORT_WINDOW)

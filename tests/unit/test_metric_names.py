@@ -200,13 +200,49 @@ def stream_fed(template: dict) -> set[str]:
 def test_the_stream_lag_alarm_names_every_stream_fed_function(template):
     """The head mover more than 10 s behind its stream breaks the pull's assumption (design.md "Why
     nothing is missed": hints settle within HEADS_SETTLE_MS, else a quiet queue waits for the 60-s
-    probe): StreamConsumersBehindAlarm watches IteratorAge over every stream-fed function."""
+    probe): StreamConsumersBehindAlarm watches IteratorAge over every stream-fed function whose
+    batching window is shorter than that (the archiver's 60 s: ArchiveBehindAlarm, below)."""
     from lakeq.consume.reader import HEADS_SETTLE_MS
 
-    fed = stream_fed(template)
+    fed = {f for f, w in batching_windows_ms(template).items() if w < HEADS_SETTLE_MS}
     assert "HeadsFunction" in fed and len(fed) >= 5, fed
     props = template["Resources"]["StreamConsumersBehindAlarm"]["Properties"]
     (q,) = props["Metrics"]
     assert "MAX(IteratorAge)" in q["Expression"]["Fn::Sub"]
     assert set(re.findall(r"FunctionName = '\$\{(\w+)\}'", q["Expression"]["Fn::Sub"])) == fed
     assert props["Threshold"] == HEADS_SETTLE_MS and props["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+def batching_windows_ms(template: dict) -> dict[str, int]:
+    """Each stream-fed function's largest MaximumBatchingWindowInSeconds over its DynamoDB events, in ms."""
+    out = {}
+    for lid in stream_fed(template):
+        events = template["Resources"][lid]["Properties"]["Events"].values()
+        out[lid] = max(int(e["Properties"].get("MaximumBatchingWindowInSeconds", 0)) * 1000
+                       for e in events if e.get("Type") == "DynamoDB")
+    return out
+
+
+def test_no_stream_lag_alarm_fires_on_a_batching_window(template):
+    """IteratorAge is the age of a batch's last record when the function gets the batch: a function
+    that gathers records for a window of W s shows up to W s on a quiet stream (one ack, one produce,
+    then the window), every time, healthy. Each stream-lag alarm's threshold clears the windows of
+    the functions it watches (review_a: the archiver's 60-s window was under the 10-s alarm, which then
+    paged on any quiet hour's first ack); every stream-fed function is under one of them, and the
+    head mover's under HEADS_SETTLE_MS."""
+    from lakeq.consume.reader import HEADS_SETTLE_MS
+
+    windows = batching_windows_ms(template)
+    watched = {}
+    for lid, r in template["Resources"].items():
+        if r["Type"] != "AWS::CloudWatch::Alarm":
+            continue
+        for m in r["Properties"].get("Metrics") or []:
+            expr = (m.get("Expression") or {}).get("Fn::Sub", "") if isinstance(m.get("Expression"), dict) else ""
+            if "IteratorAge" in expr:
+                for fn in re.findall(r"FunctionName = '\$\{(\w+)\}'", expr):
+                    watched[fn] = (lid, r["Properties"]["Threshold"])
+    assert set(watched) == set(windows), (watched, windows)
+    for fn, (alarm, threshold) in watched.items():
+        assert threshold > windows[fn], (fn, alarm, threshold, windows[fn])
+    assert watched["HeadsFunction"][1] == HEADS_SETTLE_MS
