@@ -22,7 +22,10 @@ shuffles, with that legacy output); ``--compare-udf`` runs each filter with cond
 ``native=False`` (the matcher UDF on every row the pre-filter lets through); ``--compare-bodies``
 runs each filtered replay first with every body of the slice shuffled (``narrow_bodies=False``);
 ``--compare-sides`` runs each first with the messages joined with the bodies (``one_sided=False``:
-the plan before body rows carried their metadata, on the same lake). Each line also shows
+the plan before body rows carried their metadata, on the same lake); ``--compare-order`` runs each
+first with the bucketed selection's sort by the manifest's keys alone (before the packed order key,
+``replay.sort_order``). Each line ends with the manifest's SHA-256 (its parts in order, byte for
+byte: equal for runs that selected the same rows in the same order). Each line also shows
 the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary), and
 after the filter's name the plan that wrote the manifest when the job had to select twice
 (``(+matcher)``: rows whose properties are not plain; ``(2 sides)``: rows archived without
@@ -241,13 +244,27 @@ def scans(spark, lake_root: Path, lo: int, hi: int, name: str) -> list[str]:
     return out
 
 
+def manifest_digest(work: Path, summary: dict) -> str:
+    """The manifest's parts in the copier's order (the summary's ``parts``), byte for byte: the
+    first 12 hex digits of their SHA-256 (two runs selecting the same rows in the same order print
+    the same; not timed)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in summary.get("parts") or []:
+        with open(work / p["key"], "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:12]
+
+
 def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
         lake_kind: str = "raw", native: bool = True, previous: bool = False, legacy: bool = False,
-        narrow_bodies: bool = True, one_sided: bool = True) -> None:
+        narrow_bodies: bool = True, one_sided: bool = True, by_keys: bool = False) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
     substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
@@ -255,7 +272,8 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     plan with that output (the job before the counts were observed during the write);
     ``narrow_bodies=False``: every body of the slice shuffled (before the bodies were narrowed to
     the selected messages); ``one_sided=False``: the messages joined with the bodies (the plan
-    before body rows carried their metadata)."""
+    before body rows carried their metadata); ``by_keys``: the bucketed selection's sort by
+    ``replay.KEYS`` alone (before ``replay.sort_order``'s packed key: the same order)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -271,19 +289,27 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     load1 = load()
     cpu1 = cpu_seconds(spark)
     t = time.perf_counter()
-    s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
-                     log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
-                     narrow_bodies=narrow_bodies, one_sided=one_sided)
+    packed = R.sort_order
+    if by_keys:
+        R.sort_order = lambda: list(R.KEYS)
+    try:
+        s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
+                         log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
+                         narrow_bodies=narrow_bodies, one_sided=one_sided)
+    finally:
+        R.sort_order = packed
     job_s = time.perf_counter() - t
     job_cpu = cpu_seconds(spark) - cpu1
+    digest = manifest_digest(work, s)
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
     tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
-           + ("" if narrow_bodies else " (all b.)")
+           + ("" if narrow_bodies else " (all b.)") + (" (by keys)" if by_keys else "")
            + {"two sides": " (2 sides)", "one side, matcher": " (+matcher)"}.get(s.get("plan"), ""))
     ph = s["phases"]
     print(f"{n:>12,} {label:>6} {lake_kind:>7} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
           f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
-          f"{job_s / base_s:>6.2f} {ph['select_write']:>7.1f} {ph['summary']:>7.1f} {job_cpu:>7.1f}  {load0} {load1}",
+          f"{job_s / base_s:>6.2f} {ph['select_write']:>7.1f} {ph['summary']:>7.1f} {job_cpu:>7.1f}  {load0} {load1}"
+          f"  {digest}",
           flush=True)
 
 
@@ -312,6 +338,9 @@ def main() -> int:
     ap.add_argument("--compare-sides", action="store_true",
                     help="also run each filter with the messages joined with the bodies (one_sided=False: the "
                          "plan before body rows carried their metadata) just before")
+    ap.add_argument("--compare-order", action="store_true",
+                    help="also run each filter with the manifest's order sorted by its keys alone (the sort "
+                         "before replay.sort_order's packed key) just before")
     ap.add_argument("--parquet", action="store_true",
                     help="also compact the lake (a hard-linked copy, once) and run each filter over it just after "
                          "the raw lake")
@@ -388,7 +417,7 @@ def main() -> int:
     print(f"{'lake rows':>12} {'window':>6} {'lake':>7} {'filter':>20} {'slice rows':>12} {'selected':>10} "
           f"{'sel %':>6} "
           f"{'scan s':>7} {'job s':>7} {'ratio':>6} {'sel+wr':>7} {'summ.':>7} {'job CPU':>7}  "
-          f"load before scan, before job (1/5/15 min)")
+          f"load before scan, before job (1/5/15 min)  manifest sha256")
     for label, lo, hi in windows:
         for name in names:
             for kind, root in lakes:
@@ -404,6 +433,8 @@ def main() -> int:
                     go(narrow_bodies=False)
                 if a.compare_sides:
                     go(one_sided=False)
+                if a.compare_order:
+                    go(by_keys=True)
                 go()
     spark.stop()
     if not a.work:

@@ -62,6 +62,39 @@ KEYS = ["queue", "inc", "offset"]
 PLAIN = "__lakeq_plain"
 
 
+# order_key()'s layout: the queue's 6 bits (QUEUES_MAX = 64), then the incarnation's 9, the offset's 48
+_INC_BITS, _OFFSET_BITS = 9, 48
+assert (QUEUES_MAX - 1).bit_length() + _INC_BITS + _OFFSET_BITS <= 63
+_INC_TOP, _OFFSET_TOP = (1 << _INC_BITS) - 1, (1 << _OFFSET_BITS) - 1
+
+
+def order_key() -> F.Column:
+    """One ``bigint`` never decreasing in :data:`KEYS` order (``queue, inc, offset``, ascending,
+    nulls first): ``queue << 57 | inc << 48 | offset`` while ``0 <= queue <
+    64``, ``0 <= inc < 511`` and ``0 <= offset < 2^48`` — distinct for distinct keys, so a sort by
+    ``[order_key(), *KEYS]`` (:func:`sort_order`) decides every comparison on the sort's 8-byte
+    prefix, the row is never read (by :data:`KEYS` alone the prefix is the queue, the same for
+    every row of a queue: each comparison reads both rows' ``inc`` and ``offset`` from the sort's
+    memory). Outside those ranges it saturates (a queue below 0 or null: the smallest long, 64 or
+    more: the largest; an ``inc`` below 0 or null: the queue's smallest value, 511 or more: its
+    largest; an offset below 0 or null, or over 2^48: its end of the range), still never decreasing — such rows tie and :data:`KEYS`
+    decides between them: the order is exactly :data:`KEYS`' whatever the values."""
+    q, i, o = F.col("queue").cast("long"), F.col("inc").cast("long"), F.col("offset").cast("long")
+    off = F.coalesce(F.least(F.greatest(o, F.lit(0)), F.lit(_OFFSET_TOP)), F.lit(0))
+    low = (F.when(i.isNull() | (i < 0), F.lit(0))
+           .when(i >= _INC_TOP, F.lit((_INC_TOP << _OFFSET_BITS) | _OFFSET_TOP))
+           .otherwise(F.shiftleft(i, _OFFSET_BITS).bitwiseOR(off)))
+    return (F.when(q.isNull() | (q < 0), F.lit(-(1 << 63)))
+            .when(q >= QUEUES_MAX, F.lit((1 << 63) - 1))
+            .otherwise(F.shiftleft(q, _INC_BITS + _OFFSET_BITS).bitwiseOR(low)))
+
+
+def sort_order() -> list:
+    """The manifest's order (:data:`KEYS`) as a sort whose comparisons are the prefix's:
+    :func:`order_key` first."""
+    return [order_key(), *KEYS]
+
+
 _SHIPPED: dict[str, str] = {}
 
 
@@ -262,7 +295,7 @@ def _deduplicated_and_filtered(m: DataFrame, plain, flt: Filter, parts: int, nat
     (:func:`_narrowed`) are kept. ``bucketed`` (rows of :func:`read_slice_buckets`: already
     partitioned by ``queue``, each message once) and no UDF branch: only sorted, no shuffle."""
     if bucketed and plain is None:
-        return m.drop("topic").sortWithinPartitions(*KEYS)
+        return m.drop("topic").sortWithinPartitions(*sort_order())
     m = _deduplicated(m.drop("topic").repartition(parts, "queue").sortWithinPartitions(*KEYS))
     if plain is not None:
         keep = _keep_udf(list(flt.conditions), list(flt.tags))
@@ -309,7 +342,9 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
         plain = None  # (no UDF branch: the rows not plain went through the native test unjudged)
     m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown, bucketed)
     extra = [PLAIN] if keep_plain and PLAIN in m.columns else []
-    return m.select(*MANIFEST_COLUMNS, *extra).sortWithinPartitions(*KEYS)
+    # (the order _deduplicated_and_filtered sorted by: this sort is then no sort in the plan)
+    order = sort_order() if bucketed and plain is None else KEYS
+    return m.select(*MANIFEST_COLUMNS, *extra).sortWithinPartitions(*order)
 
 
 def _unjudged(flt: Filter, columns: list[str]) -> list[F.Column]:

@@ -697,3 +697,20 @@ def test_a_dry_run_writes_no_manifest_and_counts_and_samples_as_the_replay(spark
     assert len(real["sample"]) == R.SAMPLE_MAX and real["found"] > R.SAMPLE_MAX
     assert {k: dry[k] for k in ("found", "missing_bodies", "queues", "sample", "plan")} == {
         k: real[k] for k in ("found", "missing_bodies", "queues", "sample", "plan")}
+
+
+def test_the_order_keys_sort_is_the_manifests_order_whatever_the_values(spark):
+    """:func:`R.sort_order` (a packed ``bigint`` first, then :data:`R.KEYS`) sorts exactly as
+    :data:`R.KEYS` alone — also for keys outside the packed ranges (a queue below 0 or of 64 and
+    more, incarnations around 511, offsets below 0 and around 2^48, nulls), where the packed key
+    saturates and ties: one partition, a few hundred rows, no job but the two collects."""
+    rng = random.Random(32)
+    edges = {"queue": [None, -(1 << 40), -1, 0, 1, 62, 63, 64, 1 << 40],
+             "inc": [None, -5, 0, 1, 509, 510, 511, 512, 1 << 30],
+             "offset": [None, -(1 << 50), -1, 0, 1, (1 << 48) - 2, (1 << 48) - 1, 1 << 48, (1 << 62)]}
+    rows = [tuple(rng.choice(edges[k]) for k in ("queue", "inc", "offset")) + (i,) for i in range(600)]
+    df = spark.createDataFrame(rows, "queue long, inc long, offset long, i long").coalesce(1)
+    by_keys = [tuple(r) for r in df.sortWithinPartitions(*R.KEYS, "i").collect()]
+    by_packed = [tuple(r) for r in df.sortWithinPartitions(*R.sort_order(), "i").collect()]
+    assert by_packed == by_keys
+    assert len({(q, i, o) for q, i, o, _ in rows}) > 300  # the edges' mixes, not a handful
