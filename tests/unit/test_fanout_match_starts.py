@@ -119,6 +119,7 @@ def test_match_past_every_start_takes_the_ids_as_they_are(budget, monkeypatch):
     or past the budget from the ids matched so far."""
     if budget is not None:
         monkeypatch.setattr(worker, "STARTS_BUDGET", budget)
+        monkeypatch.setattr(worker, "STARTS_PER_SUB", budget)
     rng = random.Random(11)
     subs = []
     for i, (topic, starts) in enumerate([("t", json.dumps({"t/a": [3, 9]})),  # on the log's ancestor
@@ -180,6 +181,7 @@ def test_match_equals_delivers_across_logs_incarnations_and_rebuilds(budget, mon
     messages of every log; with every start parsed and (budget 0) folded from the matched ids."""
     if budget is not None:
         monkeypatch.setattr(worker, "STARTS_BUDGET", budget)
+        monkeypatch.setattr(worker, "STARTS_PER_SUB", budget)
     logs, topics = ["t", "t!1", "t/a", "t/a!2", "t/a/b", "u"], ["t", "t/a", "t/a/b", "u"]
 
     def sub(rng, i):

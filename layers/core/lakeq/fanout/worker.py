@@ -94,8 +94,10 @@ log = logging.getLogger("lakeq.fanout.worker")
 PARK_ATTEMPTS = 20
 CATCH_UP_ROUNDS = 3  # catch-up + un-park rounds per parked source queue and batch
 # bytes of subscription starts not parsed yet that a log's first match after a rebuild parses to
-# bound every start on it (Matcher._bound; 10k subscriptions' starts of one 8-queue topic: ~600 KB)
+# bound every start on it (Matcher._bound): STARTS_BUDGET, or STARTS_PER_SUB a covering subscription
+# when more (one start on a 64-queue topic: ~520 B; 10k subscriptions of an 8-queue topic ~740 KB)
 STARTS_BUDGET = 2_000_000
+STARTS_PER_SUB = 1024
 
 
 class Matcher:
@@ -199,15 +201,16 @@ class Matcher:
         the index's rule) recorded on it, ``None`` for the ids counted (all of them), those under
         the rule before starts, and each one's heads on the log: O(subscriptions on the topic and
         its ancestors), once per source log and rebuild (17-21 ms at 10k, docs/benchmarks.md).
-        Unless their starts not parsed yet exceed ``STARTS_BUDGET`` bytes: a tenant's
+        Unless their starts not parsed yet exceed ``STARTS_BUDGET`` bytes (or ``STARTS_PER_SUB`` a
+        subscription, when more: the parse stays O(the subscriptions walked)): a tenant's
         subscriptions that never match can carry MAX_STARTS_BYTES each (one head list per
-        descendant log), and parsing them all cost ~0.3-0.5 s per 100 of those and rebuild
+        descendant log), and parsing them all cost 1-2 s CPU per 100 of ~249 KB and rebuild
         (matched or not); then the entry starts empty and ``match`` folds in the ids it returns."""
         topic = topic_of_log(source)
         names = [topic[:i] for i, c in enumerate(topic) if c == "/"] + [topic]
         created, by_topic = self.created, self._by_topic
         covering = [sid for name in names for sid in by_topic.get(name, ())]
-        if sum(created[sid].unparsed for sid in covering) > STARTS_BUDGET:
+        if sum(created[sid].unparsed for sid in covering) > max(STARTS_BUDGET, STARTS_PER_SUB * len(covering)):
             return [[], set(), set(), {}]
         hi: list[int] = []
         legacy: set = set()
