@@ -212,3 +212,23 @@ def test_match_equals_delivers_across_logs_incarnations_and_rebuilds(budget, mon
             msg = {"properties": {"x": rng.randint(0, 12)}, "produced_at": rng.randint(0, 25),
                    "offset": rng.randint(0, 25)}
             assert m.match(source, msg, queue) == _expected(m, source, msg, queue), (seed, step, source, queue, msg)
+
+
+def test_a_logs_entry_keeps_no_start_of_a_subscription_it_did_not_match():
+    """Memory: a log's entry in ``_bounds`` (one per source log seen since the rebuild: a tenant
+    can make many child topics) holds heads only for the ids matched on it below the bound, never
+    one per subscription that could match (10k covering subscriptions x every log seen)."""
+    subs = [SimpleNamespace(id=f"n{i}", topic="t", conditions=json.dumps([{"field": "x", "range": [100, 101]}]),
+                            tags=None, parked=None, created_at=0, starts=json.dumps({f"t/c{i % 7}": [4]}))
+            for i in range(60)]
+    subs.append(SimpleNamespace(id="m", topic="t", conditions="[]", tags=None, parked=None, created_at=0,
+                                starts=json.dumps({f"t/c{i}": [4] for i in range(7)})))
+    m = Matcher()
+    m.load(subs)
+    for i in range(7):
+        for off in (9, 1):  # past the bound, then below it (the per-id filter)
+            msg = {"properties": {"x": 5}, "produced_at": 1, "offset": off}
+            assert m.match(f"t/c{i}", msg, 0) == _expected(m, f"t/c{i}", msg, 0) == (["m"] if off >= 4 else [])
+        hi, seen, legacy, heads = m._bounds[f"t/c{i}"]
+        assert seen is None and hi == [4] and not legacy  # the whole-topic bound (under the budget)
+        assert set(heads) <= {"m"}, sorted(heads)[:5]

@@ -189,7 +189,12 @@ class Matcher:
         if (queue >= len(hi) or off >= hi[queue]) and (not legacy or legacy.isdisjoint(ids)):
             return ids
         # Start.delivers per id, its heads on this log looked up once per subscription and log
-        # (a method call, a property and two look-ups per matched id were ~45 % of the match)
+        # (a method call, a property and two look-ups per matched id were ~45 % of the match);
+        # kept for the ids matched only (not every covering one: a log's entry stays O(matches))
+        if seen is None:
+            for sid in [sid for sid in ids if sid not in heads]:
+                h = created[sid].heads
+                heads[sid] = None if h is None else h.get(source) or []
         get = heads.get
         return [sid for sid in ids
                 if ((hs := get(sid)) is not None and (queue >= len(hs) or off >= hs[queue]))
@@ -199,8 +204,9 @@ class Matcher:
         """``source``'s entry of ``_bounds`` (a log name): per queue the highest head any
         subscription that can match its messages (its topic is the log's topic or an ancestor:
         the index's rule) recorded on it, ``None`` for the ids counted (all of them), those under
-        the rule before starts, and each one's heads on the log: O(subscriptions on the topic and
-        its ancestors), once per source log and rebuild (17-21 ms at 10k, docs/benchmarks.md).
+        the rule before starts, and (filled by ``match``) the matched ones' heads on the log:
+        O(subscriptions on the topic and its ancestors), once per source log and rebuild (17-21
+        ms at 10k, docs/benchmarks.md); what it keeps is O(queues + legacy ids), not per id.
         Unless their starts not parsed yet exceed ``STARTS_BUDGET`` bytes (or ``STARTS_PER_SUB`` a
         subscription, when more: the parse stays O(the subscriptions walked)): a tenant's
         subscriptions that never match can carry MAX_STARTS_BYTES each (one head list per
@@ -214,20 +220,20 @@ class Matcher:
             return [[], set(), set(), {}]
         hi: list[int] = []
         legacy: set = set()
-        heads: dict[str, list | None] = {}
         for sid in covering:
             h = created[sid].heads
             if h is None:
-                heads[sid] = None
                 legacy.add(sid)
                 continue
-            hs = heads[sid] = h.get(source) or []
+            hs = h.get(source)
+            if not hs:
+                continue
             if len(hs) > len(hi):
                 hi.extend([0] * (len(hs) - len(hi)))
             for q, x in enumerate(hs):
                 if x > hi[q]:
                     hi[q] = x
-        return [hi, None, legacy, heads]
+        return [hi, None, legacy, {}]  # heads: those of the ids matched below the bound (match)
 
 
 matcher = Matcher()
