@@ -144,14 +144,38 @@ def heldout(sizes: list[int]) -> None:
               f"{listed} list entries for {len(pending)} subscriptions")
 
 
+def hostile(rounds: int = 5) -> None:
+    """One client's 100 subscriptions (its cap) on topic ``t`` that never match, each with starts near
+    MAX_STARTS_BYTES (13,000 descendant logs), beside one that matches: thread CPU of the first match
+    of three logs under ``t`` after a rebuild (review_b: parsing every covering start cost 1-2 s)."""
+    big = json.dumps({f"t/c{i}": [1000] for i in range(13_000)} | {"t/a": [1000]})
+    subs = [SimpleNamespace(id="m", topic="t", conditions="[]", tags=None, parked=None, created_at=0,
+                            starts='{"t/a":[2]}')]
+    subs += [SimpleNamespace(id=f"n{i}", topic="t", conditions=json.dumps([{"field": "x", "range": [100, 101]}]),
+                             tags=None, parked=None, created_at=0, starts=big) for i in range(100)]
+    out = []
+    for _ in range(rounds):
+        m = fanout.Matcher()
+        m.load(subs)
+        t0 = time.thread_time()
+        for log in ("t/a", "t/c1", "t/c2"):
+            m.match(log, {"properties": {"x": 5}, "produced_at": 1, "offset": 3}, 0)
+        out.append((time.thread_time() - t0) * 1000)
+    print(f"hostile: 100 never-matching subscriptions, {len(big):,} B of starts each: first match of 3 logs "
+          f"after a rebuild {', '.join(f'{x:.1f}' for x in out)} ms CPU")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1k and 10k only")
-    ap.add_argument("--workload", choices=["quotes", "heldout"], default="quotes")
+    ap.add_argument("--workload", choices=["quotes", "heldout", "hostile"], default="quotes")
     args = ap.parse_args()
     rnd = random.Random(7)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     print(f"python {sys.version.split()[0]}")
+    if args.workload == "hostile":
+        hostile()
+        return
     if args.workload == "heldout":
         heldout(sizes)
         return

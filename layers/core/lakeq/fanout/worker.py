@@ -93,6 +93,16 @@ log = logging.getLogger("lakeq.fanout.worker")
 # backoff), so the shorter bound (kept from before the shared loop) ends a stuck batch sooner
 PARK_ATTEMPTS = 20
 CATCH_UP_ROUNDS = 3  # catch-up + un-park rounds per parked source queue and batch
+# bytes of subscription starts not parsed yet that a log's first match after a rebuild parses to
+# bound every start on it (Matcher._bound): STARTS_BUDGET, or STARTS_PER_SUB a covering subscription
+# when more (one start on a 64-queue topic: ~520 B; 10k subscriptions of an 8-queue topic ~740 KB)
+STARTS_BUDGET = 2_000_000
+STARTS_PER_SUB = 1024
+# ... and walks them only when they are at most WALK_PER_MATCH x the ids its first match returned
+# + WALK_MIN (~0.35-0.45 µs a subscription: 10k covering ones were ~4 ms per child log seen after
+# each rebuild, for one matched id); else the bound is folded from the matched ids
+WALK_PER_MATCH = 16
+WALK_MIN = 256
 
 
 class Matcher:
@@ -105,13 +115,13 @@ class Matcher:
         self.created: dict[str, Start] = {}  # sub id -> where it starts
         self.parked: dict[str, dict[str, dict]] = {}  # sub id -> {"<topic>#<queue>": entry}
         self.rebuild_ms = 0.0
-        # source log -> {sub id: its start heads on that log ([] when none: every message; None:
-        # the rule before starts, produced_at)}, filled on first match (see match)
-        self._heads: dict[str, dict[str, list | None]] = {}
         self._by_topic: dict[str, list[str]] = {}  # topic -> the ids subscribed to it
-        # source log -> (per queue the highest head recorded on it by a subscription covering it,
-        # the ids under the rule before starts or None): filled on first match (see match)
-        self._bounds: dict[str, tuple[list[int], set | None]] = {}
+        # source log -> [per queue the highest head recorded on it by the subscriptions counted,
+        # the ids counted (None: every subscription that can match the log), the ones among them
+        # under the rule before starts (produced_at), per id counted its start heads on that log
+        # ([] when none: every message; None: the rule before starts)]: see match and _bound;
+        # forgotten by a rebuild
+        self._bounds: dict[str, list] = {}
 
     def refresh(self) -> bool:
         ver = SubscriptionRepo.version()
@@ -147,7 +157,7 @@ class Matcher:
             if entries:
                 parked[s.id] = entries
         self.index, self.created, self.parked = idx, created, parked
-        self._heads, self._by_topic, self._bounds = {}, by_topic, {}
+        self._by_topic, self._bounds = by_topic, {}
 
     def match(self, source: str, msg: dict, queue: int = 0) -> list[str]:
         """The subscriptions that keep ``msg`` of queue ``queue`` of ``source`` (a topic's log name:
@@ -159,53 +169,80 @@ class Matcher:
             return [sid for sid in ids if created[sid].delivers(source, queue, msg)]
         # past every start on this queue (the common case: a subscription's start only filters the
         # messages produced before it was created): every id delivers, no work per id (this
-        # filter was half the plan's matching at ~900 matches a message)
+        # filter was half the plan's matching at ~900 matches a message). The bound: see _bound;
+        # past its budget, the ids matched on the log so far (one C-level superset test a message,
+        # the ids not seen yet folded in once per log and rebuild)
         b = self._bounds.get(source)
         if b is None:
-            b = self._bounds[source] = self._bound(source)
-        hi, legacy = b
-        if (queue >= len(hi) or off >= hi[queue]) and (legacy is None or legacy.isdisjoint(ids)):
+            b = self._bounds[source] = self._bound(source, len(ids))
+        hi, seen, legacy, heads = b
+        if seen is not None and not seen.issuperset(ids):
+            for sid in ids:
+                if sid not in seen:
+                    seen.add(sid)
+                    h = created[sid].heads
+                    if h is None:
+                        heads[sid] = None
+                        legacy.add(sid)
+                        continue
+                    hs = heads[sid] = h.get(source) or []
+                    if len(hs) > len(hi):
+                        hi.extend([0] * (len(hs) - len(hi)))
+                    for q, x in enumerate(hs):
+                        if x > hi[q]:
+                            hi[q] = x
+        if (queue >= len(hi) or off >= hi[queue]) and (not legacy or legacy.isdisjoint(ids)):
             return ids
         # Start.delivers per id, its heads on this log looked up once per subscription and log
-        # (a method call, a property and two look-ups per matched id were ~45 % of the match)
-        heads = self._heads.get(source)
-        if heads is None:
-            heads = self._heads[source] = {}
-        for sid in [sid for sid in ids if sid not in heads]:
-            h = created[sid].heads
-            heads[sid] = None if h is None else h.get(source) or []
+        # (a method call, a property and two look-ups per matched id were ~45 % of the match);
+        # kept for the ids matched only (not every covering one: a log's entry stays O(matches))
+        if seen is None:
+            for sid in [sid for sid in ids if sid not in heads]:
+                h = created[sid].heads
+                heads[sid] = None if h is None else h.get(source) or []
         get = heads.get
         return [sid for sid in ids
                 if ((hs := get(sid)) is not None and (queue >= len(hs) or off >= hs[queue]))
                 or (hs is None and created[sid].delivers(source, queue, msg))]
 
-    def _bound(self, source: str) -> tuple[list[int], set | None]:
-        """Per queue of ``source`` (a log name) the highest head any subscription that can match
-        its messages (its topic is the log's topic or an ancestor: the index's rule) recorded on
-        it, and the ids of those under the rule before starts (``produced_at``; None when none).
-        A message at or past its queue's bound is kept by every such subscription with a start:
-        O(subscriptions on the topic and its ancestors), once per source log and rebuild."""
+    def _bound(self, source: str, matched: int) -> list:
+        """``source``'s entry of ``_bounds`` (a log name): per queue the highest head any
+        subscription that can match its messages (its topic is the log's topic or an ancestor:
+        the index's rule) recorded on it, ``None`` for the ids counted (all of them), those under
+        the rule before starts, and (filled by ``match``) the matched ones' heads on the log:
+        O(subscriptions on the topic and its ancestors), once per source log and rebuild (17-21
+        ms at 10k, docs/benchmarks.md); what it keeps is O(queues + legacy ids), not per id.
+        Unless their starts not parsed yet exceed ``STARTS_BUDGET`` bytes (or ``STARTS_PER_SUB`` a
+        subscription, when more: the parse stays O(the subscriptions walked)): a tenant's
+        subscriptions that never match can carry MAX_STARTS_BYTES each (one head list per
+        descendant log), and parsing them all cost 1-2 s CPU per 100 of ~249 KB and rebuild
+        (matched or not); nor when they are over ``WALK_PER_MATCH`` x ``matched`` (the ids of the
+        first match) + ``WALK_MIN``: a walk per child log and rebuild for a few matched ids. Then
+        the entry starts empty and ``match`` folds in the ids it returns."""
         topic = topic_of_log(source)
         names = [topic[:i] for i, c in enumerate(topic) if c == "/"] + [topic]
+        created, by_topic = self.created, self._by_topic
+        if sum(len(by_topic.get(name, ())) for name in names) > WALK_PER_MATCH * matched + WALK_MIN:
+            return [[], set(), set(), {}]
+        covering = [sid for name in names for sid in by_topic.get(name, ())]
+        if sum(created[sid].unparsed for sid in covering) > max(STARTS_BUDGET, STARTS_PER_SUB * len(covering)):
+            return [[], set(), set(), {}]
         hi: list[int] = []
-        legacy: set | None = None
-        created = self.created
-        for name in names:
-            for sid in self._by_topic.get(name, ()):
-                heads = created[sid].heads
-                if heads is None:
-                    if legacy is None:
-                        legacy = set()
-                    legacy.add(sid)
-                    continue
-                hs = heads.get(source)
-                if hs:
-                    if len(hs) > len(hi):
-                        hi.extend([0] * (len(hs) - len(hi)))
-                    for q, h in enumerate(hs):
-                        if h > hi[q]:
-                            hi[q] = h
-        return hi, legacy
+        legacy: set = set()
+        for sid in covering:
+            h = created[sid].heads
+            if h is None:
+                legacy.add(sid)
+                continue
+            hs = h.get(source)
+            if not hs:
+                continue
+            if len(hs) > len(hi):
+                hi.extend([0] * (len(hs) - len(hi)))
+            for q, x in enumerate(hs):
+                if x > hi[q]:
+                    hi[q] = x
+        return [hi, None, legacy, {}]  # heads: those of the ids matched below the bound (match)
 
 
 matcher = Matcher()

@@ -138,6 +138,11 @@ class Start:
             self._heads, self._raw = json.loads(self._raw), None
         return self._heads
 
+    @property
+    def unparsed(self) -> int:
+        """Bytes of the stored starts not parsed yet (0 once parsed, or with none)."""
+        return 0 if self._raw is None else len(self._raw)
+
     @classmethod
     def read(cls, topic: str) -> "Start":
         """The heads of every queue of ``topic`` and its descendants: a consistent Scan of the
