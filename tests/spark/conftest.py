@@ -41,6 +41,41 @@ def pytest_collection_modifyitems(items):
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
+# py4j resolves every name it is asked for by a round trip to the JVM, each time: pyspark's
+# ``F.when(...)`` is three (``sc._jvm.functions``: the class; ``.when``: the method; the call), and
+# building a native filter's columns is ~10^4 of them (tests/spark/test_replay.py's generated-filters
+# test: 66,128 round trips, 310 of its 392 s of wall under load 20 waiting on them; 63 s of CPU). The
+# class a name resolves to and a class's static methods never change while the JVM lives, so the
+# answers are kept on the view and the class (the attribute set on the instance: Python looks no
+# further) — the calls themselves still go to the JVM. Static fields are values, not kept.
+# LAKEQ_PY4J_LOOKUPS=plain: py4j as it is (to compare).
+def _keep_py4j_lookups() -> None:
+    from py4j.java_gateway import JavaClass, JavaMember, JVMView
+
+    view_getattr, class_getattr = JVMView.__getattr__, JavaClass.__getattr__
+
+    def view_lookup(self, name):
+        found = view_getattr(self, name)
+        if isinstance(found, JavaClass):
+            self.__dict__[name] = found
+        return found
+
+    def class_lookup(self, name):
+        found = class_getattr(self, name)
+        if isinstance(found, (JavaMember, JavaClass)):
+            self.__dict__[name] = found
+        return found
+
+    JVMView.__getattr__, JavaClass.__getattr__ = view_lookup, class_lookup
+
+
+if os.environ.get("LAKEQ_PY4J_LOOKUPS") != "plain":
+    try:
+        _keep_py4j_lookups()
+    except ImportError:  # no pyspark: the tests skip
+        pass
+
+
 def make_session():
     from pyspark.sql import SparkSession
 
