@@ -89,3 +89,28 @@ def test_the_pull_that_acknowledges_the_last_batch_after_an_empty_look_reads_no_
         assert _pull(api, setup, max=3, ack=held["receipt"])["messages"] == []
     assert ("GetItem", "queues", True) not in c.calls, c.calls
     assert [op for op, _, _ in c.calls].count("Query") >= 2, c.calls  # the fold's segments, the records
+
+
+def test_a_message_whose_bump_was_lost_is_served_within_the_safety_net_after_a_probed_look(
+        api, setup, clock, monkeypatch):
+    """A failed bump is logged, never raised (``bump_change_hint``: "a waiting poll sees them at its
+    next full round"); the container's 60-s safety net (``PROBE_NET_MS``) bounds how long such a
+    message waits. A look kept by a round that probed (the topic active, ``trusted`` False) took
+    no part in the net: every later pull of the group in the container was answered from it, its
+    full round never came, and the message was never served (review_c)."""
+    from lakeq.consume.reader import PROBE_NET_MS
+    from lakeq.store.queue_log import LogRepo
+
+    _produce(api, setup, 1)
+    b = _pull(api, setup, max=1)
+    clock.t += 2_000  # the topic still active: this round probes, and is kept as the look
+    assert _pull(api, setup, max=1, ack=b["receipt"])["messages"] == []
+
+    def lost(*_a, **_k):
+        raise RuntimeError("throttled")
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "bump_change", staticmethod(lost))
+        _produce(api, setup, 1, key="other")  # appended; its bump lost
+    assert _pull(api, setup, max=1)["messages"] == []  # within the net: the look may answer
+    clock.t += PROBE_NET_MS + 1_000
+    assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
