@@ -114,3 +114,24 @@ def test_a_message_whose_bump_was_lost_is_served_within_the_safety_net_after_a_p
     assert _pull(api, setup, max=1)["messages"] == []  # within the net: the look may answer
     clock.t += PROBE_NET_MS + 1_000
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
+
+
+def test_a_push_runs_look_does_not_answer_a_pull_while_a_delayed_message_is_due(api, setup, clock):
+    """A group's push endpoint pulls its topic as the group (the same owner) through
+    ``PushTopicLog``, which promotes no delayed message: its empty look knows no delayed message
+    ahead (``wake`` None). Kept under the native pull's key, it answered that pull empty while a
+    delayed message was due (the pull's own round promotes it) until the promoter's sweep or the
+    safety net (review_c). The looks are keyed by the log's kind too."""
+    from lakeq.consume.reader import consume
+    from lakeq.push.delivery import LOCK_OWNER, PushTopicLog, _req
+    from lakeq.store.offsets import OffsetRepo
+
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "late", "delay_ms": 30_000}]},
+                    key=setup["feed"])
+    assert s == 200, b
+    clock.t += 2_000  # past the marker's window: the push run's empty round is kept as a look
+    push = PushTopicLog("quotes", OffsetRepo.owner("risk", "quotes", None),
+                        {"group": "risk", "client_id": None, "topic": "quotes"}, 4, LOCK_OWNER)
+    assert consume(push, 1000, _req(1), None)["messages"] == []
+    clock.t += 30_000  # the delayed message is due; no sweep ran
+    assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["late"]

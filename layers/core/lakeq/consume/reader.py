@@ -299,8 +299,8 @@ class EmptyLook:
     found nothing to lock saw (issue 33 item 2): the change marker it read (``change``) when the
     round began (``at``), the queue items it ranked by (``metas``), each queue's head as the round
     knew it for sure (``heads``: the probes' — or every hint when no probe was due, ``trusted``),
-    and the earliest delayed message still ahead (``wake``). Kept per (log, owner, queues, the
-    queues a member may serve) in the container (:meth:`LogRepo.note_look`) for :func:`_still_empty`."""
+    and the earliest delayed message still ahead (``wake``). Kept per (the log's kind, log, owner,
+    queues, the queues a member may serve) in the container (:meth:`LogRepo.note_look`) for :func:`_still_empty`."""
 
     change: Change | None
     at: int
@@ -311,7 +311,9 @@ class EmptyLook:
 
 
 def _look_key(log: "TopicLog", allowed: set[int] | None) -> tuple:
-    return (log.name, log.owner, None if log.only is None else frozenset(log.only),
+    # the log's kind too: a group's push endpoint (lakeq.push.delivery.PushTopicLog) pulls as the
+    # group but promotes nothing, so its look knows no delayed message ahead (review_c)
+    return (type(log).__name__, log.name, log.owner, None if log.only is None else frozenset(log.only),
             None if allowed is None else frozenset(allowed))
 
 
