@@ -135,3 +135,35 @@ def test_a_push_runs_look_does_not_answer_a_pull_while_a_delayed_message_is_due(
     assert consume(push, 1000, _req(1), None)["messages"] == []
     clock.t += 30_000  # the delayed message is due; no sweep ran
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["late"]
+
+
+def test_a_look_whose_round_lost_the_lock_to_another_consumer_does_not_hide_the_rest_of_the_queue(
+        api, setup, clock, monkeypatch):
+    """Two segments past the group's frontier (two produces); the pull's round probes the queue
+    (its hint lags: the segment starting at the frontier, 0.5 RRU, tells the end of that segment
+    only), and another consumer of the group locks the first segment between the round's read and
+    its lock write (the conditional write fails; nothing locked: the round is kept as the look).
+    That consumer acknowledges its batch alone (``POST /v1/acks``): the records' frontier is the
+    first segment's end, which the look took for the queue's head — so the next pull was answered
+    empty with the second segment servable, until the safety net (review_c). A probe that found
+    more than the hint is not a head the look knows."""
+    from lakeq.store.offsets import OffsetRepo
+
+    _produce(api, setup, 3)
+    _produce(api, setup, 3)  # a second segment of the same queue
+    clock.t += 2_000  # past the marker's window, the topic still active: the round probes
+    real = OffsetRepo.write_state.__func__
+    other = {}
+
+    def racing(cls, owner, view, state, meta, now, **kw):
+        if not other and kw.get("lock_owner") is not None:  # another container's pull wins the race
+            other["held"] = None
+            other["held"] = _pull(api, setup, max=3)
+        return real(cls, owner, view, state, meta, now, **kw)
+    monkeypatch.setattr(OffsetRepo, "write_state", classmethod(racing))
+    assert _pull(api, setup, max=3)["messages"] == []  # lost the lock: the look
+    monkeypatch.setattr(OffsetRepo, "write_state", classmethod(real))
+    assert [m["offset"] for m in other["held"]["messages"]] == [0, 1, 2]
+    s, _ = api.call("POST", "/v1/acks", {"group": "risk", "receipt": other["held"]["receipt"]}, key=setup["risk"])
+    assert s == 200
+    assert [m["offset"] for m in _pull(api, setup, max=3)["messages"]] == [3, 4, 5]

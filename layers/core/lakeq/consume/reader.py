@@ -240,8 +240,13 @@ class TopicLog(Log):
             return super().probe(views, now, allowed)
         if _must_probe(self, now):
             out = super().probe(views, now, allowed)
-            # what the probes found is each probed queue's head (the chain read now), for an EmptyLook
-            self._heads = {p.queue: p.max_offset for p, v in zip(out, views) if lagging(v, now, allowed)}
+            # what the probes found is each probed queue's head (the chain read now), for an EmptyLook:
+            # a probe that found nothing past the hint. One that found a segment at the frontier
+            # knows that segment's end, not whether more follow; the round tried that queue, and
+            # when it locked nothing there (another consumer's lock won the race) the look must not
+            # take that end for the head (review_c: its ack alone left the rest of the queue unseen)
+            self._heads = {p.queue: p.max_offset for p, v in zip(out, views)
+                           if lagging(v, now, allowed) and p.max_offset <= v.max_offset}
             self._trusted = False
             return out
         self._heads = {v.queue: v.max_offset for v in views}  # a quiet topic: the hints are taken as heads
