@@ -167,3 +167,30 @@ def test_a_look_whose_round_lost_the_lock_to_another_consumer_does_not_hide_the_
     s, _ = api.call("POST", "/v1/acks", {"group": "risk", "receipt": other["held"]["receipt"]}, key=setup["risk"])
     assert s == 200
     assert [m["offset"] for m in _pull(api, setup, max=3)["messages"]] == [3, 4, 5]
+
+
+def test_a_push_runs_look_sends_it_to_a_full_round_once_a_delayed_message_is_due(api, setup, clock):
+    """A push run promotes nothing (``PushTopicLog``): the promoter's sweep does, with a transaction
+    that bumps no change marker. The push run's look knew of no delayed message ahead (its
+    ``wake`` came from the promotions it does not make), so after the sweep promoted a due message
+    the run's next pulls were answered empty from the look until the safety net (review_c). A look
+    takes the earliest ``next_due`` of the queue items it saw as its wake too."""
+    from lakeq.consume.reader import consume
+    from lakeq.produce import delayed
+    from lakeq.push.delivery import LOCK_OWNER, PushTopicLog, _req
+    from lakeq.store.offsets import OffsetRepo
+
+    def push():
+        lg = PushTopicLog("quotes", OffsetRepo.owner("risk", "quotes", None),
+                          {"group": "risk", "client_id": None, "topic": "quotes"}, 4, LOCK_OWNER)
+        return consume(lg, 1000, _req(1), None)["messages"]
+
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "late", "delay_ms": 30_000}]},
+                    key=setup["feed"])
+    assert s == 200, b
+    clock.t += 2_000
+    assert push() == []  # kept as the push run's look
+    assert push() == []
+    clock.t += 30_000
+    assert delayed.sweep()["promoted"] == 1
+    assert [m["body"] for m in push()] == ["late"]

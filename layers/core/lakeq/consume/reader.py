@@ -331,7 +331,11 @@ def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None)
     if log._heads is None or not log.settled_since(at):
         LogRepo.note_look(key, None)
         return
-    LogRepo.note_look(key, EmptyLook(log.change, at, tuple(metas), log._heads, log._trusted, log._wake))
+    # the wake: the earliest delayed message ahead as the round's promotions saw it, and as the queue
+    # items say (a push run promotes nothing, and the sweep's promotions bump no marker: review_c)
+    dues = [int(m.next_due) for m in metas if getattr(m, "next_due", None) is not None]
+    wake = min([w for w in (log._wake, *dues) if w is not None], default=None)
+    LogRepo.note_look(key, EmptyLook(log.change, at, tuple(metas), log._heads, log._trusted, wake))
 
 
 def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[bool, dict | None]:
