@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from array import array
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from lakeq.admin.auth import topic_or_404
 from lakeq.common import clock
@@ -298,21 +299,35 @@ def _net_due(log: "TopicLog", now: int) -> bool:
     return last is None or not 0 <= now - last < PROBE_NET_MS
 
 
+class _Seen(NamedTuple):
+    """What an :class:`EmptyLook` keeps of a queue item: what :func:`views_of` reads."""
+
+    queue: int
+    min_offset: int
+    max_offset: int
+
+
 @dataclass(frozen=True)
 class EmptyLook:
     """What a full round of a native pull (:class:`TopicLog` without a copy of the queue items) that
     found nothing to lock saw (issue 33 item 2): the change marker it read (``change``) when the
-    round began (``at``), the queue items it ranked by (``metas``), each queue's head as the round
-    knew it for sure (``heads``: the probes' — or every hint when no probe was due, ``trusted``),
+    round began (``at``), the queue items it ranked by and each queue's head as the round knew it
+    for sure (the probes' — or every hint when no probe was due, ``trusted``): ``rows``, four
+    int64 a queue (queue, min_offset, max_offset, head or -1; :meth:`seen`),
     and the earliest delayed message still ahead (``wake``). Kept per (the log's kind, log, owner,
     queues, the queues a member may serve) in the container (:meth:`LogRepo.note_look`) for :func:`_still_empty`."""
 
     change: Change | None
     at: int
-    metas: tuple
-    heads: dict
+    rows: array
     trusted: bool
     wake: int | None
+
+    def seen(self) -> tuple[list[_Seen], dict[int, int]]:
+        """The queue items' offsets (what :func:`views_of` reads) and the heads known, from ``rows``."""
+        r = self.rows
+        metas = [_Seen(r[i], r[i + 1], r[i + 2]) for i in range(0, len(r), 4)]
+        return metas, {r[i]: r[i + 3] for i in range(0, len(r), 4) if r[i + 3] >= 0}
 
 
 def _look_key(log: "TopicLog", allowed: set[int] | None) -> tuple:
@@ -335,7 +350,13 @@ def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None)
     # items say (a push run promotes nothing, and the sweep's promotions bump no marker: review_c)
     dues = [int(m.next_due) for m in metas if getattr(m, "next_due", None) is not None]
     wake = min([w for w in (log._wake, *dues) if w is not None], default=None)
-    LogRepo.note_look(key, EmptyLook(log.change, at, tuple(metas), log._heads, log._trusted, wake))
+    # the queue items' offsets and heads alone, packed (a look of a 64-queue topic kept whole items
+    # and a dict of heads, ~24 KiB: 4,096 looks ~97 MiB of a 512-MB container, keys a tenant's
+    # broadcasting client_ids alone can fill; review_c)
+    rows = array("q")
+    for m in metas:
+        rows.extend((int(m.queue), int(m.min_offset), int(m.max_offset), log._heads.get(int(m.queue), -1)))
+    LogRepo.note_look(key, EmptyLook(log.change, at, rows, log._trusted, wake))
 
 
 def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[bool, dict | None]:
@@ -364,8 +385,9 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
         return False, None
     recs = OffsetRepo.records(log.owner)
     views = []
-    for view in views_of(list(look.metas), recs):
-        head = look.heads.get(view.queue)
+    metas, heads = look.seen()
+    for view in views_of(metas, recs):
+        head = heads.get(view.queue)
         if head is not None and head > view.max_offset:
             view = replace(view, max_offset=head)
         if head is None and lagging(view, now, allowed):
