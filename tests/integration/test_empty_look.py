@@ -216,3 +216,23 @@ def test_a_message_whose_bump_failed_is_served_by_the_next_pull_in_an_active_top
         _produce(api, setup, 1, key="other")  # 200: appended, its bump lost
     clock.t += 100
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
+
+
+def test_a_filtered_pulls_look_does_not_hide_what_another_filter_or_none_serves(api, setup, clock):
+    """(Held, review_c.) A pull filtered on tag B finds only a released message tagged A (pending:
+    a filter never skips past it) and locks nothing — kept as the look; a pull filtered on A, and
+    one without a filter, are served it: the records show it pending, whatever the look's filter."""
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "a", "key": "k", "tags": ["A"]}]},
+                    key=setup["feed"])
+    assert s == 200, b
+    held = _pull(api, setup, max=1)
+    s, _ = api.call("POST", "/v1/visibility", {"group": "risk", "receipt": held["receipt"],
+                                               "visibility_timeout_ms": 0}, key=setup["risk"])
+    assert s == 200
+    clock.t += 2_000
+    assert _pull(api, setup, max=1, tags="B")["messages"] == []  # the look
+    assert _pull(api, setup, max=1, tags="B")["messages"] == []
+    assert [m["body"] for m in _pull(api, setup, max=1, tags="A", visibility_timeout_ms=1000)["messages"]] == ["a"]
+    clock.t += 1_000  # its lock expired
+    assert _pull(api, setup, max=1, tags="B")["messages"] == []
+    assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["a"]
