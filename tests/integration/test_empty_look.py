@@ -236,3 +236,28 @@ def test_a_filtered_pulls_look_does_not_hide_what_another_filter_or_none_serves(
     clock.t += 1_000  # its lock expired
     assert _pull(api, setup, max=1, tags="B")["messages"] == []
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["a"]
+
+
+def test_a_bump_landing_late_does_not_open_a_look_inside_another_containers_unsignalled_window(
+        api, setup, clock):
+    """The marker's ``at`` is the last write's (the bumping container's clock when it computed it).
+    A bump that lands late (throttled and retried by botocore) over a more recent one leaves an old
+    ``at``: the marker then looks settled while the container that bumped just before is inside
+    its unsignalled second. A look kept then answered the next pull empty over that container's
+    next append (no bump: its window), where a full round in the active topic probes and serves it
+    (review_c). A look needs the marker's version seen by this container for the window too."""
+    from lakeq.store import queue_log
+
+    t0 = clock.t
+    _produce(api, setup, 1)  # this container ("C2") bumps at t0
+    held = _pull(api, setup, max=1)
+    # C1's bump, computed at t0 - 1 s, lands now (after C2's): the marker reads at = t0 - 1 s
+    mine = queue_log._BUMPED.pop("quotes")
+    queue_log.LogRepo.bump_change("quotes", t0 - 1_000)
+    queue_log._BUMPED["quotes"] = mine
+    clock.t = t0 + 300  # at >= t0 - 1,000 + 1,250: the marker looks settled
+    assert _pull(api, setup, max=1, ack=held["receipt"])["messages"] == []
+    clock.t = t0 + 500
+    _produce(api, setup, 1, key="other")  # C2 inside its second since its bump: no bump
+    clock.t = t0 + 600
+    assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]

@@ -50,6 +50,12 @@ HEADS_SETTLE_MS = 10_000
 PROBE_NET_MS = 60_000
 _PROBED: dict[tuple, int] = {}  # (log, owner, only) -> when this container last probed (epoch ms)
 PROBED_KEPT = 4096
+# log -> (the change marker a full round read, when this container first read that version: epoch ms).
+# An empty look needs the version's window over by this container's reading too, not only by the
+# marker's ``at``: a bump that lands late (retried) over a newer one leaves an old ``at`` while the
+# container that bumped just before is inside its unsignalled second (review_c)
+_SEEN: dict[str, tuple] = {}
+SEEN_KEPT = 4096
 ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
@@ -224,6 +230,7 @@ class TopicLog(Log):
     def queues(self) -> list:
         if self.hints_max_age_s <= 0:  # the queue items and the change marker: one BatchGetItem
             metas, self.change = LogRepo.queues_and_change(self.name, self.n_queues, only=self.only)
+            _seen_since(self.name, self.change, clock.now())
             return metas
         metas, self.change, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s,
                                                                only=self.only, refresh=self.moved)
@@ -340,10 +347,12 @@ def _look_key(log: "TopicLog", allowed: set[int] | None) -> tuple:
 def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None) -> None:
     """After a full round at ``at`` that locked nothing: keep what it saw (:class:`EmptyLook`) when
     the marker it read was outside its unsignalled window (every append it stands for was visible
-    to the round) and the round knows its heads (it ranked with probes allowed); else drop the
+    to the round), by its ``at`` and by when this container first read that version
+    (:func:`_seen_since`), and the round knows its heads (it ranked with probes allowed); else drop the
     look kept before."""
     key = _look_key(log, allowed)
-    if log._heads is None or not log.settled_since(at):
+    first = _seen_since(log.name, log.change, clock.now())
+    if log._heads is None or not log.settled_since(at) or at < first + CHANGE_EVERY_MS + CHANGE_SKEW_MS:
         LogRepo.note_look(key, None)
         return
     # the wake: the earliest delayed message ahead as the round's promotions saw it, and as the queue
@@ -435,8 +444,22 @@ def wait_round_ms(change, now: int) -> int:
 
 
 def forget_probes() -> None:
-    """Drop when this container last probed each log (tests: a fresh store)."""
+    """Drop when this container last probed each log, and first read each marker version (tests:
+    a fresh store)."""
     _PROBED.clear()
+    _SEEN.clear()
+
+
+def _seen_since(name: str, change, now: int) -> int:
+    """When this container first read version ``change`` of log ``name``'s marker (``now``, noted,
+    when this is the first or it moved since)."""
+    got = _SEEN.get(name)
+    if got is not None and got[0] == change:
+        return got[1]
+    if len(_SEEN) >= SEEN_KEPT and name not in _SEEN:
+        _SEEN.clear()
+    _SEEN[name] = (change, now)
+    return now
 
 
 class ListLog(Log):
