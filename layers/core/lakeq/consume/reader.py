@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from array import array
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from lakeq.admin.auth import topic_or_404
 from lakeq.common import clock
@@ -49,6 +50,12 @@ HEADS_SETTLE_MS = 10_000
 PROBE_NET_MS = 60_000
 _PROBED: dict[tuple, int] = {}  # (log, owner, only) -> when this container last probed (epoch ms)
 PROBED_KEPT = 4096
+# log -> (the change marker a full round read, when this container first read that version: epoch ms).
+# An empty look needs the version's window over by this container's reading too, not only by the
+# marker's ``at``: a bump that lands late (retried) over a newer one leaves an old ``at`` while the
+# container that bumped just before is inside its unsignalled second (review_c)
+_SEEN: dict[str, tuple] = {}
+SEEN_KEPT = 4096
 ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
@@ -223,6 +230,7 @@ class TopicLog(Log):
     def queues(self) -> list:
         if self.hints_max_age_s <= 0:  # the queue items and the change marker: one BatchGetItem
             metas, self.change = LogRepo.queues_and_change(self.name, self.n_queues, only=self.only)
+            _seen_since(self.name, self.change, clock.now())
             return metas
         metas, self.change, self._copied = LogRepo.queue_hints(self.name, self.n_queues, self.hints_max_age_s,
                                                                only=self.only, refresh=self.moved)
@@ -240,8 +248,13 @@ class TopicLog(Log):
             return super().probe(views, now, allowed)
         if _must_probe(self, now):
             out = super().probe(views, now, allowed)
-            # what the probes found is each probed queue's head (the chain read now), for an EmptyLook
-            self._heads = {p.queue: p.max_offset for p, v in zip(out, views) if lagging(v, now, allowed)}
+            # what the probes found is each probed queue's head (the chain read now), for an EmptyLook:
+            # a probe that found nothing past the hint. One that found a segment at the frontier
+            # knows that segment's end, not whether more follow; the round tried that queue, and
+            # when it locked nothing there (another consumer's lock won the race) the look must not
+            # take that end for the head (review_c: its ack alone left the rest of the queue unseen)
+            self._heads = {p.queue: p.max_offset for p, v in zip(out, views)
+                           if lagging(v, now, allowed) and p.max_offset <= v.max_offset}
             self._trusted = False
             return out
         self._heads = {v.queue: v.max_offset for v in views}  # a quiet topic: the hints are taken as heads
@@ -293,38 +306,66 @@ def _net_due(log: "TopicLog", now: int) -> bool:
     return last is None or not 0 <= now - last < PROBE_NET_MS
 
 
+class _Seen(NamedTuple):
+    """What an :class:`EmptyLook` keeps of a queue item: what :func:`views_of` reads."""
+
+    queue: int
+    min_offset: int
+    max_offset: int
+
+
 @dataclass(frozen=True)
 class EmptyLook:
     """What a full round of a native pull (:class:`TopicLog` without a copy of the queue items) that
     found nothing to lock saw (issue 33 item 2): the change marker it read (``change``) when the
-    round began (``at``), the queue items it ranked by (``metas``), each queue's head as the round
-    knew it for sure (``heads``: the probes' — or every hint when no probe was due, ``trusted``),
-    and the earliest delayed message still ahead (``wake``). Kept per (log, owner, queues, the
-    queues a member may serve) in the container (:meth:`LogRepo.note_look`) for :func:`_still_empty`."""
+    round began (``at``), the queue items it ranked by and each queue's head as the round knew it
+    for sure (the probes' — or every hint when no probe was due, ``trusted``): ``rows``, four
+    int64 a queue (queue, min_offset, max_offset, head or -1; :meth:`seen`),
+    and the earliest delayed message still ahead (``wake``). Kept per (the log's kind, log, owner,
+    queues, the queues a member may serve) in the container (:meth:`LogRepo.note_look`) for :func:`_still_empty`."""
 
     change: Change | None
     at: int
-    metas: tuple
-    heads: dict
+    rows: array
     trusted: bool
     wake: int | None
 
+    def seen(self) -> tuple[list[_Seen], dict[int, int]]:
+        """The queue items' offsets (what :func:`views_of` reads) and the heads known, from ``rows``."""
+        r = self.rows
+        metas = [_Seen(r[i], r[i + 1], r[i + 2]) for i in range(0, len(r), 4)]
+        return metas, {r[i]: r[i + 3] for i in range(0, len(r), 4) if r[i + 3] >= 0}
+
 
 def _look_key(log: "TopicLog", allowed: set[int] | None) -> tuple:
-    return (log.name, log.owner, None if log.only is None else frozenset(log.only),
+    # the log's kind too: a group's push endpoint (lakeq.push.delivery.PushTopicLog) pulls as the
+    # group but promotes nothing, so its look knows no delayed message ahead (review_c)
+    return (type(log).__name__, log.name, log.owner, None if log.only is None else frozenset(log.only),
             None if allowed is None else frozenset(allowed))
 
 
 def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None) -> None:
     """After a full round at ``at`` that locked nothing: keep what it saw (:class:`EmptyLook`) when
     the marker it read was outside its unsignalled window (every append it stands for was visible
-    to the round) and the round knows its heads (it ranked with probes allowed); else drop the
+    to the round), by its ``at`` and by when this container first read that version
+    (:func:`_seen_since`), and the round knows its heads (it ranked with probes allowed); else drop the
     look kept before."""
     key = _look_key(log, allowed)
-    if log._heads is None or not log.settled_since(at):
+    first = _seen_since(log.name, log.change, clock.now())
+    if log._heads is None or not log.settled_since(at) or at < first + CHANGE_EVERY_MS + CHANGE_SKEW_MS:
         LogRepo.note_look(key, None)
         return
-    LogRepo.note_look(key, EmptyLook(log.change, at, tuple(metas), log._heads, log._trusted, log._wake))
+    # the wake: the earliest delayed message ahead as the round's promotions saw it, and as the queue
+    # items say (a push run promotes nothing, and the sweep's promotions bump no marker: review_c)
+    dues = [int(m.next_due) for m in metas if getattr(m, "next_due", None) is not None]
+    wake = min([w for w in (log._wake, *dues) if w is not None], default=None)
+    # the queue items' offsets and heads alone, packed (a look of a 64-queue topic kept whole items
+    # and a dict of heads, ~24 KiB: 4,096 looks ~97 MiB of a 512-MB container, keys a tenant's
+    # broadcasting client_ids alone can fill; review_c)
+    rows = array("q")
+    for m in metas:
+        rows.extend((int(m.queue), int(m.min_offset), int(m.max_offset), log._heads.get(int(m.queue), -1)))
+    LogRepo.note_look(key, EmptyLook(log.change, at, rows, log._trusted, wake))
 
 
 def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[bool, dict | None]:
@@ -342,17 +383,20 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     read now, tell every lock, pending and due offset as a full round would; a queue the pull could
     lock whose head the look did not know (locked then, or a hint a probe would check now) sends the
     pull to the full round, as does any queue with something to serve, a delayed message due, or
-    the container's safety-net probe due (a look that took hints as heads). Locks, acks and nacks on
+    the container's safety-net probe due (any look: a lost bump shows in no marker). Locks, acks and nacks on
     any route show in the records; a member's queues are part of the key."""
     look = LogRepo.look(_look_key(log, allowed))
     if not isinstance(look, EmptyLook) or now < look.at:
         return False, None
-    if (look.wake is not None and now >= look.wake) or (look.trusted and _net_due(log, now)):
+    # the safety net bounds every look, a probed one too: an append whose bump was lost (a hint,
+    # never raised) shows in no marker, and only a full round finds it (review_c)
+    if (look.wake is not None and now >= look.wake) or _net_due(log, now):
         return False, None
     recs = OffsetRepo.records(log.owner)
     views = []
-    for view in views_of(list(look.metas), recs):
-        head = look.heads.get(view.queue)
+    metas, heads = look.seen()
+    for view in views_of(metas, recs):
+        head = heads.get(view.queue)
         if head is not None and head > view.max_offset:
             view = replace(view, max_offset=head)
         if head is None and lagging(view, now, allowed):
@@ -400,8 +444,22 @@ def wait_round_ms(change, now: int) -> int:
 
 
 def forget_probes() -> None:
-    """Drop when this container last probed each log (tests: a fresh store)."""
+    """Drop when this container last probed each log, and first read each marker version (tests:
+    a fresh store)."""
     _PROBED.clear()
+    _SEEN.clear()
+
+
+def _seen_since(name: str, change, now: int) -> int:
+    """When this container first read version ``change`` of log ``name``'s marker (``now``, noted,
+    when this is the first or it moved since)."""
+    got = _SEEN.get(name)
+    if got is not None and got[0] == change:
+        return got[1]
+    if len(_SEEN) >= SEEN_KEPT and name not in _SEEN:
+        _SEEN.clear()
+    _SEEN[name] = (change, now)
+    return now
 
 
 class ListLog(Log):
