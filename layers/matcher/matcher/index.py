@@ -75,8 +75,9 @@ ANDed in slots — and some sampled message matches the whole subscription when 
 :class:`_Block`: Python ints as bitsets over their positions, one per value / prefix / excluded
 value / tag / range cell, ANDed per field and decoded in C (gmpy2's set-bit scan, then one list index
 per output id; one ``compress`` without gmpy2). Per message and block ``O(F x B / 30)`` word
-operations plus the decode (``O(B / 64 + output)``; ``O(B)`` by ``compress``) for ``B`` members; the subscriptions that rarely match stay in the trie, so never-matching ones cost
-the blocks nothing. Before any traffic the static estimates decide (every level's at least
+operations plus the decode (``O(B / 64 + output)``; ``O(B)`` by ``compress``) for ``B`` members;
+the subscriptions that rarely match stay in the trie, so never-matching ones cost the blocks nothing.
+Before any traffic the static estimates decide (every level's at least
 ``_STATIC``; fields few members constrain stay in the trie), so a fresh index answers its dense part
 from bitsets from its first match. ``add`` only *stages* a subscription that qualifies (in no
 structure yet); the next ``match`` files the staged ones — into their blocks when they are many (a
