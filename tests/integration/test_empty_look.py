@@ -261,3 +261,32 @@ def test_a_bump_landing_late_does_not_open_a_look_inside_another_containers_unsi
     _produce(api, setup, 1, key="other")  # C2 inside its second since its bump: no bump
     clock.t = t0 + 600
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
+
+
+def test_a_retried_produce_moves_the_marker_its_first_attempt_did_not(api, setup, clock, monkeypatch):
+    """A produce whose bump failed (or whose container stopped between its appends and its bump)
+    leaves the marker where it was; the producer, without an answer, retries with the same ids,
+    which are all recorded: nothing is written, but the retry bumps the marker, so the message waits
+    for no safety net once the retry answered (the produce-side half of the xfail above)."""
+    from lakeq.store.queue_log import LogRepo
+
+    msgs = [{"body": "r0", "key": "k", "id": "retry-0"}]
+    s, _ = api.call("POST", T, {"producer": "feed", "messages": msgs}, key=setup["feed"])
+    assert s == 200
+    before = LogRepo.change("quotes")
+    clock.t += 2_000
+
+    def lost(*_a, **_k):
+        raise RuntimeError("throttled")
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "bump_change", staticmethod(lost))
+        s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": "r1", "key": "k", "id": "retry-1"}]},
+                        key=setup["feed"])
+        assert s == 200
+    assert LogRepo.change("quotes") == before  # the first attempt's bump was lost
+    clock.t += 2_000
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "r1", "key": "k", "id": "retry-1"}]},
+                    key=setup["feed"])
+    assert s == 200 and b["results"][0]["offset"] == 1, b  # the original result: nothing appended
+    after = LogRepo.change("quotes")
+    assert after is not None and after != before and after.at == clock.t, (before, after)

@@ -81,8 +81,12 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
         _append_queue(log, q, items, results, now)
     for q, ditems in sorted(delayed.items()):
         _delayed.produce_delayed(log, q, ditems, results, now)
-    if delayed:  # a long poll waiting on the topic learns the new next_due from its marker (issue 33;
-        bump_change_hint(log)  # the appends above bumped it already, at most once a second)
+    if delayed or any(m.id in known for m in req.messages if m.id):
+        # a long poll waiting on the topic learns the new next_due from its marker (issue 33; the
+        # appends above bumped it already, at most once a second); and a retry of ids already recorded
+        # bumps too: its first attempt's bump may have been lost (a failure, logged, or the container
+        # stopped after its appends), and a pull's empty look trusts the marker (review_c)
+        bump_change_hint(log)
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}
