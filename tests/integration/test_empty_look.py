@@ -199,8 +199,8 @@ def test_a_push_runs_look_sends_it_to_a_full_round_once_a_delayed_message_is_due
 @pytest.mark.xfail(strict=True, reason="open (review_c): a produce answers 200 when its marker bump fails "
                    "(bump_change_hint logs it), and a look trusts the marker alone: the message waits for "
                    "the 60-s safety net, where the full round before the look probed an active topic and "
-                   "served it at once. Needs the bump made reliable before the produce answers (and a "
-                   "retried produce whose ids were all recorded to bump too), not a look-side change")
+                   "served it at once. Needs the bump made reliable before the produce answers, not a "
+                   "look-side change (a retried produce of recorded ids bumps again since 44d1c81)")
 def test_a_message_whose_bump_failed_is_served_by_the_next_pull_in_an_active_topic(api, setup, clock, monkeypatch):
     from lakeq.store.queue_log import LogRepo
 
