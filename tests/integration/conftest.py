@@ -42,6 +42,20 @@ class Clock:
 
 
 @pytest.fixture
+def frozen_caches(monkeypatch):
+    """The container's key, client and topic caches and its copies of the queue items and the topic
+    item never expire during the test: they run on the monotonic clock, not the fake one, and a
+    slow machine would otherwise see an occasional refresh read and make exact call counts flaky
+    (CI at 3115e95, load ~25: test_idle_poll's counted poll looked the key and the client up again).
+    Frozen, as a warm Lambda between back-to-back requests."""
+    from lakeq.sqs import permissions as sqs_perm
+    from lakeq.store import queue_log
+    monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
+    monkeypatch.setattr(sqs_perm, "monotonic", lambda: 1_000.0)
+    monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0)
+
+
+@pytest.fixture
 def clock(monkeypatch):
     c = Clock()
     monkeypatch.setattr(lakeq_clock, "now", c)

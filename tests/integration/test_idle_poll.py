@@ -31,15 +31,8 @@ def _no_probe_history():
 
 
 @pytest.fixture(autouse=True)
-def _warm_caches_stay_warm(monkeypatch):
-    """The container's key and client caches (5 s) and its copy of the topic item (1.5 s) run on the
-    monotonic clock, not the fake one: on a loaded machine the test's own requests took longer than
-    that (CI at 3115e95, load ~25: the counted poll looked the key and the client up again, 8 calls).
-    Frozen, as a warm Lambda between back-to-back polls; the counts stay exact."""
-    from lakeq.admin import auth as lq_auth
-    from lakeq.store import queue_log
-    monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
-    monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0)
+def _warm_caches_stay_warm(frozen_caches):
+    """Every test here counts calls: the container's caches stay warm (conftest's frozen_caches)."""
 
 
 def ok(r, want=(200, 201)):

@@ -39,18 +39,8 @@ class Calls:
         interceptor.remove(self)
 
 
-@pytest.fixture
-def still(monkeypatch):
-    """The container's copies never age here (a test must not depend on the machine's speed): the
-    queue items' and topic's copies, and the key and client caches (5 s; test_idle_poll counted a
-    second key lookup at load ~25)."""
-    from lakeq.admin import auth as lq_auth
-    monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0)
-    monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
-
-
 @pytest.mark.parametrize("batch", [1, 10])
-def test_a_steady_produce_and_pull_ack_make_these_calls(api, setup, clock, still, batch):
+def test_a_steady_produce_and_pull_ack_make_these_calls(api, setup, clock, frozen_caches, batch):
     def produce():
         s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "x" * 100, "key": "k"}
                                                                      for _ in range(batch)]}, key=setup["feed"])
@@ -138,7 +128,7 @@ def test_a_fold_that_reads_a_stale_record_acks_alone_and_serves_once(api, setup,
 
 
 @pytest.mark.parametrize("container", ["same", "another"])
-def test_a_fold_on_a_drained_queue_reads_one_segment_query(api, setup, clock, still, container):
+def test_a_fold_on_a_drained_queue_reads_one_segment_query(api, setup, clock, frozen_caches, container):
     """The pull whose ack finds its queue drained (the previous lock ended at a segment's end): one
     Query from the frontier finds nothing, and none asks for a segment around the frontier — the
     frontier is the end of the newest segment the lock read (the record's ``bnd``, or what this

@@ -6,24 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from lakeq.admin import auth as lq_auth
 from lakeq.log.produce_plan import queue_for_key
-from lakeq.sqs import permissions as sqs_perm
 from lakeq.sqs import protocol as sp
 from tests.crash import CountCalls
 from tests.integration.sqs_harness import h, sqs  # noqa: F401 (fixtures)
 from tests.integration.test_sqs_endpoint import make_client
-
-
-@pytest.fixture
-def frozen_caches(monkeypatch):
-    """The container's client, key and topic caches and its copy of the queue items never expire
-    during the test (a slow machine would otherwise see an occasional refresh read and make the exact
-    counts flaky)."""
-    monkeypatch.setattr(lq_auth, "monotonic", lambda: 1_000.0)
-    monkeypatch.setattr(sqs_perm, "monotonic", lambda: 1_000.0)
-    from lakeq.store import queue_log
-    monkeypatch.setattr(queue_log, "_monotonic", lambda: 1_000.0)  # (the copy of the queue items too)
 
 
 def calls_of(fn) -> tuple[list[tuple[str, str]], object]:
