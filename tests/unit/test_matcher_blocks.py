@@ -108,6 +108,15 @@ def build(subs: dict) -> SubscriptionIndex:
     return idx
 
 
+def learned(subs: dict, rng: random.Random) -> SubscriptionIndex:
+    """``build(subs)`` after 64 messages of traffic and a re-order: its dense part in bit blocks."""
+    idx = build(subs)
+    for _ in range(64):
+        idx.match(*message(rng))
+    idx.reorder()
+    return idx
+
+
 # ------------------------------------------------------------------ seeded: moves, churn, rebuilds
 @pytest.mark.parametrize("seed", range(3))
 def test_blocks_exact_through_reorders_churn_and_rebuilds(seed, monkeypatch):
@@ -115,10 +124,7 @@ def test_blocks_exact_through_reorders_churn_and_rebuilds(seed, monkeypatch):
     monkeypatch.setattr(index_mod, "_MIN_WASTE", 10 ** 9)  # re-orders only where the test asks
     rng = random.Random(seed)
     subs = {f"s{i}": distractor(rng, i) if rng.random() < 0.3 else dense_sub(rng) for i in range(1200)}
-    idx = build(subs)
-    for _ in range(64):
-        idx.match(*message(rng))
-    idx.reorder()
+    idx = learned(subs, rng)
     idx._check()
     assert idx._blocks and len(idx._inblock) > 300, "the dense subscriptions should be in blocks"
     for sid in idx._inblock:
@@ -162,10 +168,7 @@ def test_blocks_exact_through_reorders_churn_and_rebuilds(seed, monkeypatch):
 def test_adopted_index_moves_its_dense_subscriptions_into_blocks_on_first_match():
     rng = random.Random(3)
     subs = {f"s{i}": dense_sub(rng) for i in range(400)}
-    old = build(subs)
-    for _ in range(64):
-        old.match(*message(rng))
-    old.reorder()
+    old = learned(subs, rng)
     assert old._inblock
     new = SubscriptionIndex()
     new.adopt(old)
@@ -353,10 +356,7 @@ def test_block_decode_by_set_bit_scan_equals_compress(monkeypatch):
     gmpy2 = pytest.importorskip("gmpy2")
     rng = random.Random(8)
     subs = {f"s{i}": dense_sub(rng) for i in range(700)}
-    idx = build(subs)
-    for _ in range(64):
-        idx.match(*message(rng))
-    idx.reorder()
+    idx = learned(subs, rng)
     assert idx._blocks
     for sid in rng.sample(sorted(idx._inblock), 20):  # dead positions, few enough to keep the blocks
         idx.remove(sid)
