@@ -192,7 +192,6 @@ class Log:
         return self.last_views
 
     last_views: list[QueueView] = []
-    answer: dict | None = None  # what the pull loop's last round locked (None: nothing)
 
     def refreshed(self) -> list[QueueView] | None:
         """The last :meth:`views` again from queue items read now, when those views ranked by a
@@ -299,10 +298,20 @@ class TopicLog(Log):
         return at
 
 
+def _keeps_looks(log: Log) -> bool:
+    """Whether ``log``'s pulls keep and use empty looks: a native pull's topic log (not the SQS
+    endpoint's, which ranks by its copy of the queue items; not a subscription's list)."""
+    return isinstance(log, TopicLog) and log.hints_max_age_s <= 0
+
+
+def _probe_key(log: "TopicLog") -> tuple:
+    return log.name, log.owner, None if log.only is None else frozenset(log.only)
+
+
 def _net_due(log: "TopicLog", now: int) -> bool:
     """Whether a full round of ``log`` at ``now`` would probe for the container's safety net
     (:func:`_must_probe`), without noting it."""
-    last = _PROBED.get((log.name, log.owner, None if log.only is None else frozenset(log.only)))
+    last = _PROBED.get(_probe_key(log))
     return last is None or not 0 <= now - last < PROBE_NET_MS
 
 
@@ -419,10 +428,9 @@ def _must_probe(log: "TopicLog", now: int) -> bool:
     its lagging queues' chains (:meth:`TopicLog.probe`): the topic was bumped recently, or the
     container's safety net is due (its first pull of a (log, owner, queues), then every
     :data:`PROBE_NET_MS`)."""
-    key = (log.name, log.owner, None if log.only is None else frozenset(log.only))
-    last = _PROBED.get(key)
+    key = _probe_key(log)
     recent = active(log.change, now)
-    net = last is None or not 0 <= now - last < PROBE_NET_MS
+    net = _net_due(log, now)
     if recent or net:
         if len(_PROBED) >= PROBED_KEPT and key not in _PROBED:
             _PROBED.clear()
@@ -740,15 +748,15 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     deadline = clock.now() + req.wait_ms
     poll = POLL_MIN_MS
     # a native pull's first round may be answered from the container's last empty look (issue 33 item 2)
-    first = isinstance(log, TopicLog) and log.hints_max_age_s <= 0
+    first = _keeps_looks(log)
     while True:
         now = clock.now()
         empty, recs = _still_empty(log, now, allowed) if first else (False, None)  # type: ignore[arg-type]
         first = False
         if not empty:
-            if not _round(log, now, visibility_ms, req, allowed, policy, whole, reader, budget, suspects, recs):
+            again, out = _round(log, now, visibility_ms, req, allowed, policy, whole, reader, budget, suspects, recs)
+            if again:
                 continue  # it moved something (dead-lettered, skipped): look again at once
-            out = log.answer
             if out is not None:
                 return out
         remaining = deadline - clock.now()
@@ -764,13 +772,12 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
 
 def _round(log: Log, now: int, visibility_ms: int, req: v.PullRequest, allowed: set[int] | None, policy: Policy,
            whole: BoundReader, reader: BoundReader, budget: Callable[[], ByteBudget], suspects: str,
-           recs: dict | None) -> bool:
-    """One full round of :func:`consume`'s pull loop at ``now``: promote, rank, lock. Sets
-    ``log.answer`` (the answer, or None when nothing was locked); False when it moved something
+           recs: dict | None) -> tuple[bool, dict | None]:
+    """One full round of :func:`consume`'s pull loop at ``now``: promote, rank, lock. Returns
+    (again, answer): the answer, or None when nothing was locked; again when it moved something
     without locking (look again at once). A native pull's round that locks nothing is kept as the
     container's empty look (:func:`_note_empty`). ``recs``: the owner's records, read already."""
     owner, meta = log.owner, log.meta
-    log.answer = None
     progressed = False
     metas = log.queues()
     log.promote(metas)  # the poll's write step: due delayed messages join their queues first
@@ -824,13 +831,12 @@ def _round(log: Log, now: int, visibility_ms: int, req: v.PullRequest, allowed: 
         out = _answer(log, view.queue, new, again + fresh)
         if suspects == "mark":
             out["alone"] = p.alone
-        log.answer = out
-        return True
+        return False, out
     if progressed:
-        return False
-    if isinstance(log, TopicLog) and log.hints_max_age_s <= 0:
+        return True, None
+    if _keeps_looks(log):
         _note_empty(log, now, metas, allowed)
-    return True
+    return False, None
 
 
 def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[int] | None, poll: int) -> bool:
