@@ -1,11 +1,12 @@
 """Shared and pure: the one error root and its HTTP mapping, names, the clock, payload limits, the one
-backoff, Logger/Metrics.
+backoff, the containers' bounded memories, Logger/Metrics.
 """
 from lakeq import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
     "backoff": ("AT_ONCE", "CAS_ATTEMPTS", "RETRY", "Retry", "cas", "sleep",),
     "clock": ("now",),
+    "memo": ("keep",),
     "errors": (
         "ApiError", "BadRequest", "Conflict", "Forbidden", "LakeqError", "NotFound", "PayloadTooLarge",
         "StaleReceipt", "Unauthorized", "Unavailable", "below_limit", "counted", "http_error",

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, NamedTuple
 
 from lakeq.admin.auth import topic_or_404
 from lakeq.common import clock
+from lakeq.common.memo import keep
 from lakeq.common.names import is_list, topic_of_log
 from lakeq.common.payload import ByteBudget
 from lakeq.consume.settle import Policy, flush_due
@@ -432,9 +433,7 @@ def _must_probe(log: "TopicLog", now: int) -> bool:
     recent = active(log.change, now)
     net = _net_due(log, now)
     if recent or net:
-        if len(_PROBED) >= PROBED_KEPT and key not in _PROBED:
-            _PROBED.clear()
-        _PROBED[key] = now
+        keep(_PROBED, key, now, PROBED_KEPT)
     return recent or net
 
 
@@ -464,9 +463,7 @@ def _seen_since(name: str, change, now: int) -> int:
     got = _SEEN.get(name)
     if got is not None and got[0] == change:
         return got[1]
-    if len(_SEEN) >= SEEN_KEPT and name not in _SEEN:
-        _SEEN.clear()
-    _SEEN[name] = (change, now)
+    keep(_SEEN, name, (change, now), SEEN_KEPT)
     return now
 
 

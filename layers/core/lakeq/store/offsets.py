@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pynamodb.exceptions import DoesNotExist
 
+from lakeq.common.memo import keep
 from lakeq.log.receipts import Receipt
 from lakeq.log.selection import QueueView, ack_key, kept_acks
 from lakeq.store import queue_log
@@ -37,10 +38,7 @@ class OffsetRepo:
 
     @staticmethod
     def _keep_held(owner: str, locks: dict[int, int]) -> tuple[float, dict[int, int]]:
-        if len(_HELD) >= HELD_KEPT and owner not in _HELD:
-            _HELD.clear()
-        _HELD[owner] = entry = (queue_log._monotonic(), locks)
-        return entry
+        return keep(_HELD, owner, (queue_log._monotonic(), locks), HELD_KEPT)
 
     @staticmethod
     def _held_moved(owner: str, queue: int, lock_until: int) -> None:

@@ -19,6 +19,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from lakeq.common import backoff
+from lakeq.common.memo import keep
 from lakeq.common.names import change_key
 from lakeq.log import segments as seg
 from lakeq.log.produce_plan import TRANSACT_ITEMS, Append, pq
@@ -41,9 +42,7 @@ SEGMENT_SIZES_MAX = 4096
 
 def remember_segment_size(pq_: str, count: int) -> None:
     """Note how many messages a segment of queue ``pq_`` held (the next read's first page size)."""
-    if len(_segment_sizes) >= SEGMENT_SIZES_MAX and pq_ not in _segment_sizes:
-        _segment_sizes.clear()
-    _segment_sizes[pq_] = count
+    keep(_segment_sizes, pq_, count, SEGMENT_SIZES_MAX)
 
 
 def _wire_key(key: dict) -> dict:
@@ -199,9 +198,7 @@ class LogRepo:
         if look is None:
             _LOOKS.pop(key, None)
             return
-        if len(_LOOKS) >= LOOKS_KEPT and key not in _LOOKS:
-            _LOOKS.clear()
-        _LOOKS[key] = look
+        keep(_LOOKS, key, look, LOOKS_KEPT)
 
     @staticmethod
     def look(key: tuple) -> object | None:
@@ -292,9 +289,7 @@ class LogRepo:
 
     @staticmethod
     def _keep_topic(name: str, t: Topic) -> None:
-        if len(_TOPIC_SEEN) >= HINTS_KEPT and name not in _TOPIC_SEEN:
-            _TOPIC_SEEN.clear()
-        _TOPIC_SEEN[name] = (_monotonic() + TOPIC_SEEN_S, t)
+        keep(_TOPIC_SEEN, name, (_monotonic() + TOPIC_SEEN_S, t), HINTS_KEPT)
 
     @staticmethod
     def forget_topic(name: str) -> None:
@@ -325,9 +320,7 @@ class LogRepo:
             if conditional_failed(e):
                 return False
             raise
-        if len(_BUMPED) >= BUMPED_KEPT and topic not in _BUMPED:
-            _BUMPED.clear()
-        _BUMPED[topic] = now
+        keep(_BUMPED, topic, now, BUMPED_KEPT)
         return True
 
     @classmethod
@@ -606,9 +599,7 @@ class LogRepo:
 
     @staticmethod
     def _note_end(pq: str, end: int) -> None:
-        if len(_ENDS) >= BUMPED_KEPT and pq not in _ENDS:
-            _ENDS.clear()
-        _ENDS[pq] = end
+        keep(_ENDS, pq, end, BUMPED_KEPT)
 
     @classmethod
     def read(cls, topic: str, queue: int, start: int, max_offsets: int, first: SegmentModel | None = None):
