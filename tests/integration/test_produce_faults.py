@@ -302,16 +302,27 @@ def test_head_update_meeting_a_transaction_is_retried(api, setup, aws):
 
 
 @pytest.mark.parametrize("delay_ms", [0, 60_000])
-def test_a_change_marker_that_cannot_be_bumped_fails_no_produce(api, setup, monkeypatch, delay_ms):
-    """The topic's change marker (issue 33) is a hint for waiting long polls: the appends stand
-    without it. An append's failed bump was logged and the produce answered; a delayed produce's
-    bump raised instead, so the request failed after its delayed messages were stored (a retry
-    without ids would store them twice). Both answer now."""
+def test_a_change_marker_that_cannot_be_bumped_answers_busy_and_a_retry_stores_nothing_twice(
+        api, setup, monkeypatch, delay_ms):
+    """The topic's change marker (issue 33) is what a waiting long poll and a pull's empty look
+    trust: every append bumps it before the produce answers (``lakeq.store.append.bump_change``,
+    retried). One that cannot be bumped answers 503 ``busy`` with the appends (or the delayed
+    messages) stored; the retry with the same ids answers their first results — stored once —
+    and bumps. (Before: an append's failed bump was logged and the produce answered 200, its
+    message then hidden from looks until the 60-s safety net.)"""
     from lakeq.store.queue_log import LogRepo
 
     def throttled(topic, now):
         raise RuntimeError("ProvisionedThroughputExceededException (injected)")
-    monkeypatch.setattr(LogRepo, "bump_change", staticmethod(throttled))
-    s, b = produce(api, setup["feed"], [{"body": "a", "key": "k", "delay_ms": delay_ms}])
+    msg = [{"body": "a", "key": "k", "id": "once", "delay_ms": delay_ms}]
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "bump_change", staticmethod(throttled))
+        s, b = produce(api, setup["feed"], msg)
+    assert (s, b["error"]["code"]) == (503, "busy"), b
+    before = LogRepo.change("quotes/sh")
+    s, b = produce(api, setup["feed"], msg)
     assert s == 200, b
-    assert b["results"][0]["id"], b
+    first = b["results"][0]
+    s, b = produce(api, setup["feed"], msg)
+    assert s == 200 and b["results"][0] == first, b  # the same result: stored once
+    assert LogRepo.change("quotes/sh") != before  # the retry bumped

@@ -12,8 +12,16 @@ from lakeq.store.writes import CONDITION_FAILED, TransactionFailed
 
 
 class FakeLog:
-    def __init__(self, head, failures):
+    def __init__(self, head, failures, bump_failures=0):
         self.head_at, self.failures, self.calls = head, list(failures), []
+        self.bump_failures, self.bumps = bump_failures, []
+
+    def bump_change(self, log, now):
+        self.bumps.append(log)
+        if self.bump_failures:
+            self.bump_failures -= 1
+            raise RuntimeError("throttled (injected)")
+        return True
 
     def head(self, log, queue, fresh=False, past=None):
         self.calls.append(("head", fresh) if past is None else ("head", fresh, past))
@@ -134,3 +142,42 @@ def test_learned_heads_still_give_up_after_the_attempts(monkeypatch, no_sleep):
     assert e.value.remaining == ["a", "b"]
     assert sum(1 for c in fake.calls if c[0] == "append") == backoff.CAS_ATTEMPTS
     assert sum(1 for c in fake.calls if c[0] == "head") == backoff.CAS_ATTEMPTS - A.AT_ONCE_LOSSES
+
+
+def test_the_marker_is_bumped_once_after_the_writes_and_retried_before_answering(monkeypatch, no_sleep):
+    """A pull's empty look trusts the topic's change marker: the loop bumps it once after its
+    writes (not per write), retries a failed bump, and raises 503 ``busy`` when it keeps failing —
+    the writes stand (issue 33, review_c). A list's log has no marker; nothing written, no bump."""
+    from lakeq.common.errors import Unavailable
+
+    fake = FakeLog(0, [], bump_failures=2)
+    monkeypatch.setattr(A, "LogRepo", fake)
+    assert A.append_at_head("t", 0, ["a", "b", "c"], 0, plan_two)
+    assert fake.bumps == ["t", "t", "t"] and len(no_sleep) == 2
+    fake = FakeLog(0, [], bump_failures=A.BUMP_ATTEMPTS)
+    monkeypatch.setattr(A, "LogRepo", fake)
+    with pytest.raises(Unavailable):
+        A.append_at_head("t", 0, ["a"], 0, plan_two)
+    assert fake.head_at == 1 and fake.bumps == ["t"] * A.BUMP_ATTEMPTS  # written, then 503
+    fake = FakeLog(0, [])
+    monkeypatch.setattr(A, "LogRepo", fake)
+    assert A.append_at_head("~l1", 0, ["a"], 0, plan_two) and fake.bumps == []  # a list: no marker
+    assert A.append_at_head("t", 0, [], 0, plan_two) and fake.bumps == []
+
+
+def test_a_request_failing_after_some_writes_tries_the_bump_once_and_raises_its_own_error(monkeypatch, no_sleep):
+    """Writes then an exception (the second write lost every race): the marker is tried once (a
+    hint on a failing path) and the caller gets the original error, even when the bump fails too."""
+    fake = FakeLog(0, [], bump_failures=1)
+    fails = iter([False, True, True, True])
+
+    def append(log, queue, base, part, now):
+        fake.calls.append(("append", base))
+        if next(fails, True):
+            raise TransactionFailed([CONDITION_FAILED, None, None])
+        fake.head_at = base + len(part.dedup)
+    fake.append = append
+    monkeypatch.setattr(A, "LogRepo", fake)
+    with pytest.raises(A.Contended) as e:
+        A.append_at_head("t", 0, ["a", "b", "c"], 0, plan_two, attempts=3)
+    assert e.value.remaining == ["c"] and fake.bumps == ["t"]

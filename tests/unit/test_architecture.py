@@ -491,6 +491,9 @@ OWN_ATTEMPTS = {
         "with a 5-200 ms backoff: 12 rounds bound a request's waiting at about 1.3 s",
     ("layers/core/lakeq/fanout/worker.py", "PARK_ATTEMPTS"):
         "a give-up raises into the stream's retry of the whole batch (an outer retry)",
+    ("layers/core/lakeq/store/append.py", "BUMP_ATTEMPTS"):
+        "not a compare-and-set: the change marker's unconditional bump after a store error; 4 rounds with "
+        "the 2-50 ms backoff bound a produce's extra wait before its 503 at about 60 ms",
     ("layers/core/lakeq/store/writes.py", "TRANSACT_ATTEMPTS"):
         "not a compare-and-set: transact() resends the same transaction after a TransactionConflict, "
         "which wrote nothing and decided nothing",

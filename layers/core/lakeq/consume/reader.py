@@ -393,13 +393,14 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     read now, tell every lock, pending and due offset as a full round would; a queue the pull could
     lock whose head the look did not know (locked then, or a hint a probe would check now) sends the
     pull to the full round, as does any queue with something to serve, a delayed message due, or
-    the container's safety-net probe due (any look: a lost bump shows in no marker). Locks, acks and nacks on
+    the container's safety-net probe due (any look: a request that failed between its appends and
+    its bump shows in no marker). Locks, acks and nacks on
     any route show in the records; a member's queues are part of the key."""
     look = LogRepo.look(_look_key(log, allowed))
     if not isinstance(look, EmptyLook) or now < look.at:
         return False, None
-    # the safety net bounds every look, a probed one too: an append whose bump was lost (a hint,
-    # never raised) shows in no marker, and only a full round finds it (review_c)
+    # the safety net bounds every look, a probed one too: an append whose request failed before its
+    # bump (lakeq.store.append.bump_change) shows in no marker, and only a full round finds it (review_c)
     if (look.wake is not None and now >= look.wake) or _net_due(log, now):
         return False, None
     recs = OffsetRepo.records(log.owner)

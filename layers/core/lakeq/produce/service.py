@@ -23,7 +23,7 @@ from lakeq.log import segments as seg
 from lakeq.log.produce_plan import plan_parts as _plan_parts
 from lakeq.log.produce_plan import queue_for_key
 from lakeq.produce import delayed as _delayed
-from lakeq.store.append import Contended, append_at_head, bump_change_hint
+from lakeq.store.append import Contended, append_at_head, bump_change
 from lakeq.store.bodies import BodyStore
 from lakeq.store.records import Topic
 
@@ -84,9 +84,9 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
     if delayed or any(m.id in known for m in req.messages if m.id):
         # a long poll waiting on the topic learns the new next_due from its marker (issue 33; the
         # appends above bumped it already, at most once a second); and a retry of ids already recorded
-        # bumps too: its first attempt's bump may have been lost (a failure, logged, or the container
+        # bumps too: its first attempt's bump may have been lost (a 503 after the appends, or the container
         # stopped after its appends), and a pull's empty look trusts the marker (review_c)
-        bump_change_hint(log)
+        bump_change(log)
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}

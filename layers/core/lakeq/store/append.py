@@ -41,7 +41,7 @@ from typing import Callable, TypeVar
 
 from lakeq.common import backoff, clock
 from lakeq.common.backoff import CAS_ATTEMPTS
-from lakeq.common.errors import LakeqError
+from lakeq.common.errors import LakeqError, Unavailable
 from lakeq.common.names import is_list
 from lakeq.log.produce_plan import Append
 from lakeq.store.queue_log import LogRepo
@@ -65,6 +65,10 @@ AT_ONCE_LOSSES = 1
 # item's GetItem then the Query (issue 33 item 3: a landed put after a read follows the head move
 # by one read, not two). False only for bench/ceiling.py's side-by-side baseline.
 KNOWN_END_READ = True
+# A change marker's bump (bump_change) tries this many times before the request answers 503: a
+# throttled marker item (the per-item limit, ~1,000 writes a second; every container bumps a topic
+# at most once a second) or a transient store error, after botocore's own retries.
+BUMP_ATTEMPTS = 4
 
 
 class Contended(LakeqError):
@@ -135,24 +139,56 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
         while items:
             out = backoff.cas(attempt, attempts, contended)  # each write is a compare-and-set of the head
             if out is None:
-                return False
+                break
             if out is _ANSWERED:
+                out = True
                 break
             part, n = out
             wrote = True
             if on_written is not None:
                 on_written(items[:n], part)
             items = items[n:]
-        return True
-    finally:
-        if wrote:
+        else:
+            out = True
+    except BaseException:
+        if wrote:  # the request fails anyway: what was written is signalled if the marker lets us
             bump_change_hint(log)
+        raise
+    if wrote:
+        bump_change(log)  # before the caller answers: a pull's empty look trusts the marker
+    return out is True
+
+
+def bump_change(log: str) -> None:
+    """After writes to log ``log``, before the request that made them answers: move its change
+    marker when it is a topic's (issue 33: its long polls wait on it, and a pull's empty look
+    trusts it — :func:`lakeq.consume.reader._still_empty`; :meth:`LogRepo.bump_change`, at most
+    once a second per container). A failed bump is retried :data:`BUMP_ATTEMPTS` times with the
+    one backoff; then :class:`~lakeq.common.errors.Unavailable` (503 ``busy``: the writes stand, a
+    retry with the same message ids answers their first results and bumps again). A produce that
+    answered 200 with its bump lost left its message to the container's 60-s safety net where the
+    look was kept (review_c); a 503 says so instead."""
+    if is_list(log):
+        return
+
+    def attempt(n: int):
+        try:
+            LogRepo.bump_change(log, clock.now())
+            return True
+        except Exception:  # noqa: BLE001 - any failure of the write: retried, then 503 below
+            logging.getLogger(__name__).warning("change marker not bumped (attempt %d)", n + 1, exc_info=True)
+            return backoff.RETRY
+
+    backoff.cas(attempt, BUMP_ATTEMPTS, _marker_unavailable)
+
+
+def _marker_unavailable():
+    raise Unavailable("the topic's change marker could not be written; retry with the same message ids")
 
 
 def bump_change_hint(log: str) -> None:
-    """After writes to log ``log``: move its change marker when it is a topic's (issue 33: its long
-    polls wait on it; :meth:`LogRepo.bump_change`). A hint: a failed bump is logged, never raised
-    (the writes stand; a waiting poll sees them at its next full round)."""
+    """:func:`bump_change` on a path that fails anyway (an exception after some writes): one try,
+    a failure logged, never raised over the exception that is on its way."""
     if is_list(log):
         return
     try:
