@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 from lakeq.common import backoff
 from lakeq.common.errors import LakeqError
-from lakeq.common.names import split_queue_key, topic_of_log
+from lakeq.common.names import ancestors, split_queue_key, topic_of_log
 from lakeq.log import segments as seg
 from lakeq.log.fanout_plan import (  # noqa: F401
     CHUNK_BYTES,
@@ -186,11 +186,7 @@ class Matcher:
                         legacy.add(sid)
                         continue
                     hs = heads[sid] = h.get(source) or []
-                    if len(hs) > len(hi):
-                        hi.extend([0] * (len(hs) - len(hi)))
-                    for q, x in enumerate(hs):
-                        if x > hi[q]:
-                            hi[q] = x
+                    _raise_to(hi, hs)
         if (queue >= len(hi) or off >= hi[queue]) and (not legacy or legacy.isdisjoint(ids)):
             return ids
         # Start.delivers per id, its heads on this log looked up once per subscription and log
@@ -219,8 +215,7 @@ class Matcher:
         (matched or not); nor when they are over ``WALK_PER_MATCH`` x ``matched`` (the ids of the
         first match) + ``WALK_MIN``: a walk per child log and rebuild for a few matched ids. Then
         the entry starts empty and ``match`` folds in the ids it returns."""
-        topic = topic_of_log(source)
-        names = [topic[:i] for i, c in enumerate(topic) if c == "/"] + [topic]
+        names = ancestors(topic_of_log(source))
         created, by_topic = self.created, self._by_topic
         if sum(len(by_topic.get(name, ())) for name in names) > WALK_PER_MATCH * matched + WALK_MIN:
             return [[], set(), set(), {}]
@@ -234,15 +229,22 @@ class Matcher:
             if h is None:
                 legacy.add(sid)
                 continue
-            hs = h.get(source)
-            if not hs:
-                continue
-            if len(hs) > len(hi):
-                hi.extend([0] * (len(hs) - len(hi)))
-            for q, x in enumerate(hs):
-                if x > hi[q]:
-                    hi[q] = x
+            _raise_to(hi, h.get(source) or ())
         return [hi, None, legacy, {}]  # heads: those of the ids matched below the bound (match)
+
+
+def _raise_to(hi: list[int], heads) -> None:
+    """``hi`` := the per-queue maximum of ``hi`` and ``heads`` (a subscription's start heads on a
+    log), grown to ``heads``' length.
+
+    >>> hi = [3, 0]; _raise_to(hi, [1, 5, 2]); hi
+    [3, 5, 2]
+    """
+    if len(heads) > len(hi):
+        hi.extend([0] * (len(heads) - len(hi)))
+    for q, x in enumerate(heads):
+        if x > hi[q]:
+            hi[q] = x
 
 
 matcher = Matcher()
