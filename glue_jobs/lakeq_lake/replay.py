@@ -19,9 +19,11 @@ replay copies, in which order, with their bodies.
 """
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
+import shutil
 import tempfile
 import time
 import zipfile
@@ -96,6 +98,18 @@ def sort_order() -> list:
 
 
 _SHIPPED: dict[str, str] = {}
+_SHIP_DIR: str | None = None
+
+
+def _ship_dir() -> str:
+    """One temporary folder per process for the shipped zips, removed when the process exits
+    (Spark serves an added file from its path for the whole session; a folder per call was left
+    behind by every run: ~370 KB each, hundreds under /tmp after a day of test runs)."""
+    global _SHIP_DIR
+    if _SHIP_DIR is None:
+        _SHIP_DIR = tempfile.mkdtemp(prefix="lakeq-ship-")
+        atexit.register(shutil.rmtree, _SHIP_DIR, True)
+    return _SHIP_DIR
 
 
 def ship(spark: SparkSession, *packages: str) -> None:
@@ -107,7 +121,7 @@ def ship(spark: SparkSession, *packages: str) -> None:
         if name in _SHIPPED:
             continue
         root = os.path.dirname(importlib.import_module(name).__file__)
-        path = os.path.join(tempfile.mkdtemp(prefix="lakeq-ship-"), f"{name}.zip")
+        path = os.path.join(_ship_dir(), f"{name}.zip")
         with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
             for dirpath, _, files in os.walk(root):
                 for f in sorted(files):
