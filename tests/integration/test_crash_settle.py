@@ -14,6 +14,7 @@ from collections import Counter
 
 import pytest
 
+from lakeq.store import queue_log
 from tests.crash import CrashAfter, count_calls
 
 VIS = 1_000
@@ -92,6 +93,9 @@ def run(env, scenario, k, mode):
     topic, b = fresh_batch(env)
     req = {"group": "risk", "receipt": b["receipt"], **REQUESTS[scenario]}
     env["clock"].t += 1
+    # each request's copy bumps the dead-letter topic's marker: not skipped because an earlier run
+    # bumped it less than a second before (CHANGE_EVERY_MS), so every run makes the same calls
+    queue_log._BUMPED.clear()
     if k is None:
         n, (s, out) = count_calls(lambda: api.call("POST", "/v1/acks", req, key=env["risk"]))
         assert s == 200, out

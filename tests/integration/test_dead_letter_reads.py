@@ -124,3 +124,33 @@ def test_a_pull_whose_read_misses_a_segment_skips_nothing(api, setup, clock, mon
     hidden.on = False
     b = pull(api, setup["risk"], **q)
     assert [m["offset"] for m in b["messages"]] == [0, 1, 2, 3]
+
+
+def test_a_dead_letter_copy_whose_bump_failed_is_signalled_when_the_settle_is_retried(
+        api, setup, clock, dlq, monkeypatch):  # noqa: F811
+    """The copy's append bumps the dead-letter topic's change marker before the settle answers
+    (a pull's empty look on that topic trusts it); a bump that keeps failing answers 503 with the
+    copy stored and the offset still due. The next settle finds the copy recorded and must bump
+    then — it answered from the dedup table without a bump, so the copy stayed unsignalled."""
+    assert patch(api, "risk", {"dead_letter_topic": "dlq"})[0] == 200
+    produce(api, setup["feed"], 1)
+    b = pull(api, setup["risk"])
+    q = b["messages"][0]["queue"]
+    real = LogRepo.bump_change
+
+    def throttled(topic, now):
+        if topic == "dlq":
+            raise RuntimeError("throttled (injected)")
+        return real(topic, now)
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "bump_change", staticmethod(throttled))
+        s, out = ack(api, setup["risk"], b["receipt"], reject=[0])
+    assert (s, out["error"]["code"]) == (503, "busy"), out
+    assert queue_of(api, setup["risk"], q)["dead_lettered"] == 0  # still due
+    before = LogRepo.change("dlq")
+    clock.t += 2_000
+    assert pull(api, setup["risk"])["messages"] == []  # the pull finishes the dead letter
+    assert queue_of(api, setup["risk"], q)["dead_lettered"] == 1
+    after = LogRepo.change("dlq")
+    assert after is not None and after != before, (before, after)
+    assert [m["dead_letter"]["reason"] for m in dlq_messages(api, dlq)] == ["rejected"]  # one copy

@@ -181,3 +181,19 @@ def test_a_request_failing_after_some_writes_tries_the_bump_once_and_raises_its_
     with pytest.raises(A.Contended) as e:
         A.append_at_head("t", 0, ["a", "b", "c"], 0, plan_two, attempts=3)
     assert e.value.remaining == ["c"] and fake.bumps == ["t"]
+
+
+def test_copies_all_recorded_already_bump_the_marker(monkeypatch, no_sleep):
+    """Redrive and replay copies (``append_copies``) made by an attempt that failed before its bump
+    (a 503) are found recorded by the retry, which appends nothing: it must bump then, or the
+    copies stay unsignalled to a pull's empty look. Nothing recorded and nothing to copy: no bump."""
+    from lakeq.log import segments as seg
+
+    fake = FakeLog(0, [])
+    fake.dedup_lookup = lambda log, ids: {i: {} for i in ids}
+    monkeypatch.setattr(A, "LogRepo", fake)
+    msgs = [seg.Message(id="c1", body="x", key=None, tags=[], properties={}, produced_at=0)]
+    assert A.append_copies("t", 2, msgs, 0) == 0
+    assert fake.bumps == ["t"] and fake.calls == []
+    fake.dedup_lookup = lambda log, ids: {}
+    assert A.append_copies("t", 2, [], 0) == 0 and fake.bumps == ["t"]

@@ -36,7 +36,7 @@ from lakeq.log.produce_plan import plan_parts, queue_for_key
 from lakeq.log.receipts import Receipt
 from lakeq.log.selection import ack_entry, ack_key, acked
 from lakeq.log.settlement import Outcomes
-from lakeq.store.append import Contended, append_at_head
+from lakeq.store.append import Contended, append_at_head, bump_change
 from lakeq.store.catalog import ClientRepo, TopicRepo
 from lakeq.store.offsets import OffsetRepo
 from lakeq.store.queue_log import LogRepo
@@ -249,7 +249,8 @@ def append_copy(topic: str, m: seg.Message, now: int) -> bool:
     topic = log_of(t)  # its current incarnation's keys (docs/design.md "Queue lifecycle")
     n = int(t.queues)
     q = queue_for_key(m.key, n) if m.key is not None else zlib.crc32(m.id.encode()) % n
-    if LogRepo.dedup_lookup(topic, [m.id]):
+    if LogRepo.dedup_lookup(topic, [m.id]):  # copied by an attempt that may have failed before its bump
+        bump_change(topic)
         return True
 
     def plan(items: list, base: int) -> tuple:

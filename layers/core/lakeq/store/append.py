@@ -228,4 +228,6 @@ def append_copies(log: str, n_queues: int, msgs: list, now: int) -> int:
             appended += len(done)
         append_at_head(log, q, its, now, plan, written,
                        on_recorded=lambda left, keys: [it for it in left if it[1].id not in keys])
+    if known:  # copies made by an attempt that failed before its bump (a 503): signal them now
+        bump_change(log)
     return appended
