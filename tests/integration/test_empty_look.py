@@ -301,6 +301,27 @@ def test_a_bump_landing_late_does_not_open_a_look_inside_another_containers_unsi
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
 
 
+def test_a_late_landing_bump_moves_the_version_but_never_the_time_back(api, setup, clock):
+    """The marker's ``at`` only moves forward: a bump computed before another that lands after it
+    (throttled, retried by botocore) moves the version — its container's appends are signalled —
+    and leaves the later time, so a waiting long poll's rounds (``Log.settled_since``, which reads
+    the marker's ``at`` alone) keep the later bumper's unsignalled second. It set ``at`` back by
+    the delay, and a waiting round then took that window as closed (the late-bump weakness noted
+    after review_c; the look's ``_seen_since`` covered only the look)."""
+    from lakeq.store import queue_log
+
+    t0 = clock.t
+    assert queue_log.LogRepo.bump_change("quotes", t0)
+    first = queue_log.LogRepo.change("quotes")
+    queue_log._BUMPED.clear()  # another container's bump, computed a second earlier, lands now
+    assert queue_log.LogRepo.bump_change("quotes", t0 - 1_000)
+    late = queue_log.LogRepo.change("quotes")
+    assert (late.version, late.at) == (first.version + 1, t0), (first, late)
+    queue_log._BUMPED.clear()
+    assert queue_log.LogRepo.bump_change("quotes", t0 + 5)
+    assert queue_log.LogRepo.change("quotes").at == t0 + 5
+
+
 def test_a_retried_produce_moves_the_marker_its_first_attempt_did_not(api, setup, clock, monkeypatch):
     """A produce whose bump failed (or whose container stopped between its appends and its bump)
     leaves the marker where it was; the producer, without an answer, retries with the same ids,

@@ -309,17 +309,28 @@ class LogRepo:
         """After appends to topic log ``topic`` (the produce path): move its change marker
         (``wv`` + 1, ``wat`` := ``now``; one UpdateItem, 1 WRU, creating the item the first time;
         conditional on the key naming no queue item) unless this container bumped it less than
-        :data:`CHANGE_EVERY_MS` ago (no call then). True when it wrote."""
+        :data:`CHANGE_EVERY_MS` ago (no call then). ``wat`` only moves forward: when a bump with a
+        later time landed first, a second UpdateItem moves ``wv`` alone. True when it wrote."""
         last = _BUMPED.get(topic)
         if last is not None and 0 <= now - last < CHANGE_EVERY_MS:
             return False
+        item = QueueModel(change_key(topic))
         try:
-            QueueModel(change_key(topic)).update(actions=[QueueModel.wv.add(1), QueueModel.wat.set(now)],
-                                                 condition=QueueModel.queue.does_not_exist())
+            # ``wat`` never goes back: a bump computed earlier that lands after a later one (a
+            # throttled write retried by botocore) would make the marker look settled while the later
+            # bumper is inside its unsignalled second (its next append unsignalled, review_c)
+            item.update(actions=[QueueModel.wv.add(1), QueueModel.wat.set(now)],
+                        condition=QueueModel.queue.does_not_exist()
+                        & (QueueModel.wat.does_not_exist() | (QueueModel.wat <= now)))
         except UpdateError as e:
-            if conditional_failed(e):
-                return False
-            raise
+            if not conditional_failed(e):
+                raise
+            try:  # a later bump landed first: the version moves (this container's appends), the time stays
+                item.update(actions=[QueueModel.wv.add(1)], condition=QueueModel.queue.does_not_exist())
+            except UpdateError as e2:
+                if conditional_failed(e2):
+                    return False
+                raise
         keep(_BUMPED, topic, now, BUMPED_KEPT)
         return True
 
