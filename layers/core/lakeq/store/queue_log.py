@@ -80,6 +80,13 @@ _HELD: dict[str, tuple[float, dict[int, int]]] = {}
 HELD_KEPT = 1024  # at most this many owners' copies (past it, all dropped)
 HELD_MAX_AGE_S = 1.0
 
+# The offsets records this container's own lock writes left (OffsetRepo.write_state: UpdateItem's
+# ALL_NEW answer, which pynamodb reads into the model at no unit), per (owner, queue): the folded
+# pull that acknowledges that lock takes the record from here instead of a GetItem (issue 33 item 2;
+# OffsetRepo.known). A copy is used once, and only while its lock is live.
+_WROTE: dict[tuple[str, int], object] = {}
+WROTE_KEPT = 1024
+
 # The container's copies of queue items (LogRepo.queue_hints): (topic, n, only) -> (monotonic expiry, raw items)
 _HINTS: dict[tuple, tuple[float, list[dict]]] = {}
 HINTS_KEPT = 1024  # at most this many copies (expired ones dropped first; past it, none kept)
@@ -182,10 +189,12 @@ class LogRepo:
     @staticmethod
     def forget_hints() -> None:
         """Drop the container's copies of queue items (:meth:`queue_hints`) and of locks
-        (:meth:`OffsetRepo.held`; tests: a fresh store), when it last bumped each change marker
+        (:meth:`OffsetRepo.held`) and of the records its lock writes left (:meth:`OffsetRepo.known`; tests: a
+        fresh store), when it last bumped each change marker
         (:meth:`bump_change`), and its pulls' empty looks (:meth:`note_look`)."""
         _HINTS.clear()
         _HELD.clear()
+        _WROTE.clear()
         _BUMPED.clear()
         _TOPIC_SEEN.clear()
         _ENDS.clear()
