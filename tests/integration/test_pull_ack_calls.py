@@ -233,3 +233,35 @@ def test_a_produce_whose_eventual_topic_read_misses_reads_it_consistently(api, s
     s, b = api.call("POST", "/v1/topics/nothere/messages", {"producer": "feed", "messages": [{"body": "x"}]},
                     key=setup["feed"])
     assert s in (403, 404), b
+
+
+@pytest.mark.parametrize("container", ["same", "another"])
+def test_a_fold_whose_frontier_is_inside_a_segment_reads_one_segment_query(api, setup, clock, frozen_caches,
+                                                                          container):
+    """Batches that end mid-segment (segments of 3, pulls of 2): the fold's frontier lies inside the
+    newest segment this container read there, so its one forward Query starts at that segment's
+    base (two segments, one Query) instead of a Query from the frontier and another, newest first,
+    for the segment around it. A container that did not read it asks for both, as before. Every
+    message is served once, in order."""
+    for _ in range(3):
+        s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": "x", "key": "k"} for _ in range(3)]},
+                        key=setup["feed"])
+        assert s == 200
+    s, b = api.call("GET", T, query={"group": "risk", "max": 2}, key=setup["risk"])
+    seen = [m["offset"] for m in b["messages"]]
+    if container == "another":
+        queue_log._SPANS.clear()
+    with Calls() as c:
+        s, b = api.call("GET", T, query={"group": "risk", "max": 2, "ack": b["receipt"]}, key=setup["risk"])
+    seen += [m["offset"] for m in b["messages"]]
+    queries = [call for call in c.calls if call[0] == "Query"]
+    assert queries == [("Query", "segments", False)] * (1 if container == "same" else 2), c.calls
+    receipt = b["receipt"]
+    while True:
+        s, b = api.call("GET", T, query={"group": "risk", "max": 2, "ack": receipt}, key=setup["risk"])
+        assert s == 200
+        if not b["messages"]:
+            break
+        seen += [m["offset"] for m in b["messages"]]
+        receipt = b["receipt"]
+    assert seen == list(range(9)), seen
