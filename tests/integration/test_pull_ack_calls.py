@@ -265,3 +265,24 @@ def test_a_fold_whose_frontier_is_inside_a_segment_reads_one_segment_query(api, 
         seen += [m["offset"] for m in b["messages"]]
         receipt = b["receipt"]
     assert seen == list(range(9)), seen
+
+
+def test_a_lock_in_the_general_form_keeps_no_copy_of_the_record(api, setup, clock):
+    """Only a lock in the simple form (no ``settle``: a record of ~1 KiB) is kept as the container's
+    copy: a lock that serves a released message again alongside fresh ones (the general form) is
+    not, and the fold that acknowledges it reads the record."""
+    from lakeq.store.offsets import OffsetRepo
+
+    s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": f"m{i}", "key": "k"} for i in range(6)]},
+                    key=setup["feed"])
+    s, b = api.call("GET", T, query={"group": "risk", "max": 2}, key=setup["risk"])
+    owner, q = OffsetRepo.owner("risk", "quotes"), b["messages"][0]["queue"]
+    assert (owner, q) in queue_log._WROTE  # a simple-form lock
+    first = b["messages"][0]["offset"]
+    s, _ = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "release": [first],
+                                         "accept": [b["messages"][1]["offset"]]}, key=setup["risk"])
+    assert s == 200
+    s, b = api.call("GET", T, query={"group": "risk", "max": 2}, key=setup["risk"])
+    assert b["messages"][0]["offset"] == first
+    record = OffsetRepo.get(owner, q)
+    assert record.settle is not None and (owner, q) not in queue_log._WROTE

@@ -147,7 +147,8 @@ class OffsetRepo:
         if not update_if(item, actions, cls._expect(view)):
             _WROTE.pop((owner, view.queue), None)
             return False
-        if lock_owner is not None:  # a lock: the fold that acknowledges it reads the record from here
+        if lock_owner is not None and raw is None:  # a lock in the simple form (no ``settle``: a record of
+            # ~1 KiB, ~1 MiB at WROTE_KEPT): the fold that acknowledges it reads the record from here
             keep(_WROTE, (owner, view.queue), item, WROTE_KEPT)
         else:
             _WROTE.pop((owner, view.queue), None)
