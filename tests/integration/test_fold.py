@@ -88,21 +88,32 @@ def test_stale_piggybacked_ack_serves_nothing_and_changes_nothing(api, setup, cl
     assert s == 200 and [m["offset"] for m in b3["messages"]] == [1]
 
 
+@pytest.mark.parametrize("source", ["read", "copy"])
 @pytest.mark.parametrize("meanwhile", ["same_ack", "expired_and_relocked"])
-def test_record_moving_between_read_and_write_falls_back_to_the_ack_alone(api, setup, clock, monkeypatch, meanwhile):
-    """The fold read the record, then something else wrote it: the fold's write fails its
-    condition and the ack is settled on its own (as ``POST /v1/acks``): a concurrent identical ack
-    → 200 and the pull goes on; the lock expired and was taken by another pull → 409, nothing
-    served, and the other pull's lock stands."""
+def test_record_moving_between_read_and_write_falls_back_to_the_ack_alone(api, setup, clock, monkeypatch, meanwhile,
+                                                                          source):
+    """The fold read the record (``read``: a container without a copy of it; ``copy``: this
+    container's copy of its lock write, :meth:`OffsetRepo.known`), then something else wrote it: the
+    fold's write fails its condition and the ack is settled on its own (as ``POST /v1/acks``): a
+    concurrent identical ack → 200 and the pull goes on; the lock expired and was taken by another
+    pull → 409, nothing served, and the other pull's lock stands."""
+    from lakeq.store import queue_log
+
     produce(api, setup["feed"], 4)
     s, b1 = pull(api, setup["risk"], max=1)
     q = b1["messages"][0]["queue"]
-    real_get = OffsetRepo.peek  # the fold's read of the record
+    name = "peek" if source == "read" else "known"
+    if source == "read":
+        queue_log._WROTE.clear()
+    else:
+        assert queue_log._WROTE
+    real_get = getattr(OffsetRepo, name)  # the fold's read of the record
     other: dict = {}
 
-    def get_then_race(owner, queue):
-        rec = real_get(owner, queue)
-        monkeypatch.setattr(logread.OffsetRepo, "peek", real_get)  # once
+    def get_then_race(*a):
+        rec = real_get(*a)
+        assert rec is not None
+        monkeypatch.setattr(logread.OffsetRepo, name, real_get)  # once
         if meanwhile == "same_ack":
             other["ack"] = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b1["receipt"]},
                                     key=setup["risk"])
@@ -111,7 +122,7 @@ def test_record_moving_between_read_and_write_falls_back_to_the_ack_alone(api, s
             other["pull"] = pull(api, setup["risk"], max=1)
         return rec
 
-    monkeypatch.setattr(logread.OffsetRepo, "peek", staticmethod(get_then_race))
+    monkeypatch.setattr(logread.OffsetRepo, name, staticmethod(get_then_race))
     s, b2 = pull(api, setup["risk"], max=1, ack=b1["receipt"])
     if meanwhile == "same_ack":
         assert other["ack"][0] == 200

@@ -65,11 +65,18 @@ def test_a_steady_produce_and_pull_ack_make_these_calls(api, setup, clock, froze
             s, b = api.call("GET", T, query={"group": "risk", "max": batch, "ack": b["receipt"]}, key=setup["risk"])
         assert s == 200 and len(b["messages"]) == batch
         pulls.append(c.calls)
-    # a pull with the previous batch's ack, folded: the record (eventually consistent: the write is
-    # conditioned on it as read), the segments from its frontier, one conditional UpdateItem (the ack
-    # and the next lock); no topic item read
-    assert pulls == [[("GetItem", "offsets", False), ("Query", "segments", False),
-                      ("UpdateItem", "offsets", False)]] * 2, pulls
+    # a pull with the previous batch's ack, folded: the segments from its frontier, one conditional
+    # UpdateItem (the ack and the next lock); no topic item read, and no record read: the record is
+    # as this container's lock write left it (UpdateItem's ALL_NEW answer; the write is conditioned
+    # on it as read)
+    assert pulls == [[("Query", "segments", False), ("UpdateItem", "offsets", False)]] * 2, pulls
+    # served by another container (no copy of the record): the record read eventually consistently
+    queue_log._WROTE.clear()
+    with Calls() as c:
+        s, b = api.call("GET", T, query={"group": "risk", "max": batch, "ack": b["receipt"]}, key=setup["risk"])
+    assert s == 200 and len(b["messages"]) == batch
+    assert c.calls == [("GetItem", "offsets", False), ("Query", "segments", False),
+                       ("UpdateItem", "offsets", False)], c.calls
 
 
 @pytest.mark.parametrize("stale", ["absent", "before_the_lock", "before_a_renew"])
@@ -106,6 +113,7 @@ def test_a_fold_that_reads_a_stale_record_acks_alone_and_serves_once(api, setup,
         writes.append(ok := real_write(cls, *a, **k))
         return ok
 
+    queue_log._WROTE.clear()  # another container: no copy of the record, it reads it (stale)
     monkeypatch.setattr(logread.OffsetRepo, "peek", staticmethod(lambda o, qq: snapshot))
     monkeypatch.setattr(OffsetRepo, "write_state", classmethod(write_state))
     s, b2 = api.call("GET", T, query={"group": "risk", "max": 1, "ack": b["receipt"]}, key=setup["risk"])
@@ -127,6 +135,63 @@ def test_a_fold_that_reads_a_stale_record_acks_alone_and_serves_once(api, setup,
     assert seen == list(range(6)), seen
 
 
+@pytest.mark.parametrize("moved", ["renew", "ack"])
+def test_a_fold_whose_copy_of_the_record_another_container_moved_acks_alone_and_serves_once(api, setup, clock,
+                                                                                           moved):
+    """The folded pull takes the record from this container's copy of its last lock write
+    (:meth:`OffsetRepo.known`, no read): when another container moved the record since (a renew of
+    the receipt's lock, or the receipt acknowledged through ``POST /v1/acks``), the fold's write,
+    conditioned on the copy, is lost, and the ack is settled on its own from a consistent read: the
+    pull goes on as an unfolded one. Every message is served once, in order."""
+    from lakeq.store.offsets import OffsetRepo
+
+    s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": f"m{i}", "key": "k"} for i in range(6)]},
+                    key=setup["feed"])
+    assert s == 200
+    owner = OffsetRepo.owner("risk", "quotes")
+    s, b1 = api.call("GET", T, query={"group": "risk", "max": 1}, key=setup["risk"])
+    q = b1["messages"][0]["queue"]
+    s, b = api.call("GET", T, query={"group": "risk", "max": 1, "ack": b1["receipt"]}, key=setup["risk"])
+    seen = [b1["messages"][0]["offset"], b["messages"][0]["offset"]]
+    copy = queue_log._WROTE[(owner, q)]
+    assert int(copy.committed_offset) == seen[1]  # the copy holds the receipt's lock
+    if moved == "renew":
+        s, _ = api.call("POST", "/v1/visibility", {"group": "risk", "receipt": b["receipt"],
+                                                   "visibility_timeout_ms": 5000}, key=setup["risk"])
+    else:
+        s, _ = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])
+    assert s == 200
+    queue_log._WROTE[(owner, q)] = copy  # the write was another container's: this one's copy stays
+    s, b2 = api.call("GET", T, query={"group": "risk", "max": 1, "ack": b["receipt"]}, key=setup["risk"])
+    assert s == 200 and len(b2["messages"]) == 1, b2
+    seen.append(b2["messages"][0]["offset"])
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
+    receipt = b2["receipt"]
+    while True:
+        s, b = api.call("GET", T, query={"group": "risk", "max": 1, "ack": receipt}, key=setup["risk"])
+        assert s == 200
+        if not b["messages"]:
+            break
+        seen.append(b["messages"][0]["offset"])
+        receipt = b["receipt"]
+    assert seen == list(range(6)), seen
+
+
+def test_a_copy_of_the_record_is_not_used_once_its_lock_expired(api, setup, clock):
+    """A copy whose lock is no longer live (another consumer may lock the queue now) is not used:
+    the fold reads the record."""
+    from lakeq.store.offsets import OffsetRepo
+
+    s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": f"m{i}", "key": "k"} for i in range(4)]},
+                    key=setup["feed"])
+    s, b = api.call("GET", T, query={"group": "risk", "max": 1, "visibility_timeout_ms": 1000}, key=setup["risk"])
+    owner = OffsetRepo.owner("risk", "quotes")
+    q = b["messages"][0]["queue"]
+    assert (owner, q) in queue_log._WROTE
+    now = int(queue_log._WROTE[(owner, q)].lock_until)
+    assert OffsetRepo.known(owner, q, now) is None and (owner, q) not in queue_log._WROTE
+
+
 @pytest.mark.parametrize("container", ["same", "another"])
 def test_a_fold_on_a_drained_queue_reads_one_segment_query(api, setup, clock, frozen_caches, container):
     """The pull whose ack finds its queue drained (the previous lock ended at a segment's end): one
@@ -141,13 +206,15 @@ def test_a_fold_on_a_drained_queue_reads_one_segment_query(api, setup, clock, fr
     s, b = api.call("GET", T, query={"group": "risk", "max": 3, "ack": b["receipt"]}, key=setup["risk"])
     assert [m["offset"] for m in b["messages"]] == [3, 4, 5]
     if container == "another":  # a pull served by a container that never read this queue's segments
-        queue_log._ENDS.clear()
+        queue_log._ENDS.clear()  # nor wrote its lock
+        queue_log._WROTE.clear()
     with Calls() as c:
         s, e = api.call("GET", T, query={"group": "risk", "max": 3, "ack": b["receipt"]}, key=setup["risk"])
     assert s == 200 and e["messages"] == []
     first_write = [op for op, _, _ in c.calls].index("UpdateItem")
-    assert c.calls[:first_write + 1] == [("GetItem", "offsets", False), ("Query", "segments", False),
-                                         ("UpdateItem", "offsets", False)], c.calls
+    record = [("GetItem", "offsets", False)] if container == "another" else []
+    assert c.calls[:first_write + 1] == record + [("Query", "segments", False),
+                                                  ("UpdateItem", "offsets", False)], c.calls
 
 
 def test_a_produce_whose_eventual_topic_read_misses_reads_it_consistently(api, setup, monkeypatch):
@@ -166,3 +233,56 @@ def test_a_produce_whose_eventual_topic_read_misses_reads_it_consistently(api, s
     s, b = api.call("POST", "/v1/topics/nothere/messages", {"producer": "feed", "messages": [{"body": "x"}]},
                     key=setup["feed"])
     assert s in (403, 404), b
+
+
+@pytest.mark.parametrize("container", ["same", "another"])
+def test_a_fold_whose_frontier_is_inside_a_segment_reads_one_segment_query(api, setup, clock, frozen_caches,
+                                                                          container):
+    """Batches that end mid-segment (segments of 3, pulls of 2): the fold's frontier lies inside the
+    newest segment this container read there, so its one forward Query starts at that segment's
+    base (two segments, one Query) instead of a Query from the frontier and another, newest first,
+    for the segment around it. A container that did not read it asks for both, as before. Every
+    message is served once, in order."""
+    for _ in range(3):
+        s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": "x", "key": "k"} for _ in range(3)]},
+                        key=setup["feed"])
+        assert s == 200
+    s, b = api.call("GET", T, query={"group": "risk", "max": 2}, key=setup["risk"])
+    seen = [m["offset"] for m in b["messages"]]
+    if container == "another":
+        queue_log._SPANS.clear()
+    with Calls() as c:
+        s, b = api.call("GET", T, query={"group": "risk", "max": 2, "ack": b["receipt"]}, key=setup["risk"])
+    seen += [m["offset"] for m in b["messages"]]
+    queries = [call for call in c.calls if call[0] == "Query"]
+    assert queries == [("Query", "segments", False)] * (1 if container == "same" else 2), c.calls
+    receipt = b["receipt"]
+    while True:
+        s, b = api.call("GET", T, query={"group": "risk", "max": 2, "ack": receipt}, key=setup["risk"])
+        assert s == 200
+        if not b["messages"]:
+            break
+        seen += [m["offset"] for m in b["messages"]]
+        receipt = b["receipt"]
+    assert seen == list(range(9)), seen
+
+
+def test_a_lock_in_the_general_form_keeps_no_copy_of_the_record(api, setup, clock):
+    """Only a lock in the simple form (no ``settle``: a record of ~1 KiB) is kept as the container's
+    copy: a lock that serves a released message again alongside fresh ones (the general form) is
+    not, and the fold that acknowledges it reads the record."""
+    from lakeq.store.offsets import OffsetRepo
+
+    s, _ = api.call("POST", T, {"producer": "feed", "messages": [{"body": f"m{i}", "key": "k"} for i in range(6)]},
+                    key=setup["feed"])
+    s, b = api.call("GET", T, query={"group": "risk", "max": 2}, key=setup["risk"])
+    owner, q = OffsetRepo.owner("risk", "quotes"), b["messages"][0]["queue"]
+    assert (owner, q) in queue_log._WROTE  # a simple-form lock
+    first = b["messages"][0]["offset"]
+    s, _ = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"], "release": [first],
+                                         "accept": [b["messages"][1]["offset"]]}, key=setup["risk"])
+    assert s == 200
+    s, b = api.call("GET", T, query={"group": "risk", "max": 2}, key=setup["risk"])
+    assert b["messages"][0]["offset"] == first
+    record = OffsetRepo.get(owner, q)
+    assert record.settle is not None and (owner, q) not in queue_log._WROTE

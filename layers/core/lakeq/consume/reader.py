@@ -629,7 +629,8 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     commits the receipt's batch and locks the next one, instead of an ack write, the reads of every
     queue item and record, and a lock write.
 
-    Reads: the record (eventually consistent GetItem, :meth:`OffsetRepo.peek`: a stale answer — a
+    Reads: the record (as this container's lock write left it, :meth:`OffsetRepo.known`, else an
+    eventually consistent GetItem, :meth:`OffsetRepo.peek`: a stale answer — a
     record older than the receipt's lock, or than a write since — fails the settle below or the
     write's condition, and the ack is then settled on its own from a consistent read, as when the
     record moved; issue 33 item 2) and the segments from its frontier (the Query every
@@ -652,7 +653,7 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     ``stale_receipt``, the pull serves nothing, as API.md says) or answers a remembered retry, and
     the pull goes on as usual (None). Nothing is locked without its ack: the two are one write."""
     now = clock.now()
-    rec = OffsetRepo.peek(log.owner, queue)
+    rec = OffsetRepo.known(log.owner, queue, now) or OffsetRepo.peek(log.owner, queue)
     if rec is None:
         ack_alone()
         return None

@@ -14,7 +14,7 @@ from lakeq.log.receipts import Receipt
 from lakeq.log.selection import QueueView, ack_key, kept_acks
 from lakeq.store import queue_log
 from lakeq.store.models import OffsetModel
-from lakeq.store.queue_log import _HELD, HELD_KEPT, HELD_MAX_AGE_S
+from lakeq.store.queue_log import _HELD, _WROTE, HELD_KEPT, HELD_MAX_AGE_S, WROTE_KEPT
 from lakeq.store.writes import update_if
 
 
@@ -76,6 +76,20 @@ class OffsetRepo:
             return None
 
     @staticmethod
+    def known(owner: str, queue: int, now: int) -> OffsetModel | None:
+        """The record as this container's last lock write of it left it (:meth:`write_state` keeps
+        UpdateItem's ALL_NEW answer: no call, no unit), taken once, and only while that lock is live
+        at ``now`` (epoch ms); else None (read it: :meth:`peek`). For the same readers as
+        :meth:`peek`: every write is conditioned on the record being exactly as read (``sv``), so a
+        copy that another container's write (an ack, a renew, a lock after expiry) made stale costs
+        a lost condition, never a wrong write; this container's own other writes of the record drop
+        it (issue 33 item 2: the folded pull's GetItem, 0.5 RRU and a call)."""
+        rec = _WROTE.pop((owner, queue), None)
+        if rec is None or int(rec.lock_until or 0) <= now:  # type: ignore[attr-defined]
+            return None
+        return rec  # type: ignore[return-value]
+
+    @staticmethod
     def _expect(view: QueueView):
         """Condition: the record is still exactly as the pull saw it (``sv``: every write moves it)."""
         if view.committed is None:
@@ -129,8 +143,15 @@ class OffsetRepo:
             actions.append(OffsetModel.acks.set((OffsetModel.acks | []).append([ack])))
         if view.committed is None and meta:
             actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
-        if not update_if(OffsetModel(owner, view.queue), actions, cls._expect(view)):
+        item = OffsetModel(owner, view.queue)
+        if not update_if(item, actions, cls._expect(view)):
+            _WROTE.pop((owner, view.queue), None)
             return False
+        if lock_owner is not None and raw is None:  # a lock in the simple form (no ``settle``: a record of
+            # ~1 KiB, ~1 MiB at WROTE_KEPT): the fold that acknowledges it reads the record from here
+            keep(_WROTE, (owner, view.queue), item, WROTE_KEPT)
+        else:
+            _WROTE.pop((owner, view.queue), None)
         cls._held_moved(owner, view.queue, int(state.lock_until))
         return True
 
@@ -156,6 +177,7 @@ class OffsetRepo:
                    OffsetModel.lock_next.remove(), OffsetModel.last_consumed_at.set(now),
                    OffsetModel.updated_at.set(now), OffsetModel.acks.set((OffsetModel.acks | []).append([key])),
                    OffsetModel.sv.add(1)]
+        _WROTE.pop((owner, queue), None)
         if update_if(OffsetModel(owner, queue), actions, cls._receipt_lock(receipt)):
             return True
         return cls.get(owner, queue)
@@ -165,6 +187,7 @@ class OffsetRepo:
         """Set the lock's ``lock_until`` (0: unlocked now), if the lock still is the receipt's
         (:meth:`_receipt_lock`, as :meth:`ack_fast`). One conditional UpdateItem; a plain re-set, so
         a retry answers the same or a later expiry. False: stale."""
+        _WROTE.pop((owner, queue), None)
         return update_if(OffsetModel(owner, queue),
                          [OffsetModel.lock_until.set(lock_until), OffsetModel.updated_at.set(now),
                           OffsetModel.sv.add(1)],
@@ -178,4 +201,5 @@ class OffsetRepo:
                    OffsetModel.lock_next.remove(), OffsetModel.lock_ts.add(1), OffsetModel.updated_at.set(now),
                    OffsetModel.settle.remove(), OffsetModel.sv.add(1)]
         actions += [getattr(OffsetModel, k).set(v) for k, v in meta.items() if v is not None]
+        _WROTE.pop((owner, queue), None)
         OffsetModel(owner, queue).update(actions=actions)

@@ -80,6 +80,14 @@ _HELD: dict[str, tuple[float, dict[int, int]]] = {}
 HELD_KEPT = 1024  # at most this many owners' copies (past it, all dropped)
 HELD_MAX_AGE_S = 1.0
 
+# The offsets records this container's own lock writes left (OffsetRepo.write_state: UpdateItem's
+# ALL_NEW answer, which pynamodb reads into the model at no unit), per (owner, queue): the folded
+# pull that acknowledges that lock takes the record from here instead of a GetItem (issue 33 item 2;
+# OffsetRepo.known). A copy is used once, and only while its lock is live; only locks in the simple
+# form are kept (no ``settle``: ~0.9 KiB a record with its 8 kept acks, tracemalloc, so ~1 MiB full)
+_WROTE: dict[tuple[str, int], object] = {}
+WROTE_KEPT = 1024
+
 # The container's copies of queue items (LogRepo.queue_hints): (topic, n, only) -> (monotonic expiry, raw items)
 _HINTS: dict[tuple, tuple[float, list[dict]]] = {}
 HINTS_KEPT = 1024  # at most this many copies (expired ones dropped first; past it, none kept)
@@ -110,6 +118,10 @@ _TOPIC_SEEN: dict[str, tuple[float, Topic]] = {}
 # needs no Query for a segment around its start (segments never change: every segment starts where
 # another ends, so a segment's end is a boundary for good)
 _ENDS: dict[str, int] = {}
+# The newest segment this container read per queue (``pq`` -> (base, end)): a read starting inside it
+# (the previous batch ended mid-segment, as its lock's frontier) runs its one forward Query from that
+# base, instead of a forward Query from the start and another, newest first, for the segment around it
+_SPANS: dict[str, tuple[int, int]] = {}
 
 # What the last full round of a pull that found nothing to lock saw, per (log, owner, queues) (issue 33
 # item 2, lakeq.consume.reader.EmptyLook): the next pull of this container for the same owner answers
@@ -182,13 +194,16 @@ class LogRepo:
     @staticmethod
     def forget_hints() -> None:
         """Drop the container's copies of queue items (:meth:`queue_hints`) and of locks
-        (:meth:`OffsetRepo.held`; tests: a fresh store), when it last bumped each change marker
+        (:meth:`OffsetRepo.held`) and of the records its lock writes left (:meth:`OffsetRepo.known`; tests: a
+        fresh store), when it last bumped each change marker
         (:meth:`bump_change`), and its pulls' empty looks (:meth:`note_look`)."""
         _HINTS.clear()
         _HELD.clear()
+        _WROTE.clear()
         _BUMPED.clear()
         _TOPIC_SEEN.clear()
         _ENDS.clear()
+        _SPANS.clear()
         _LOOKS.clear()
 
     @staticmethod
@@ -617,7 +632,8 @@ class LogRepo:
         """Yield the segments holding offsets ``start..`` in order, until ``max_offsets`` offsets
         are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
         previous batch ended mid-segment), one more Query, newest first, for the segment that
-        contains it. Eventually consistent: a segment not yet visible only shortens the batch
+        contains it — not when that segment is the newest this container read on the queue
+        (``_SPANS``): the one Query then starts at its base. Eventually consistent: a segment not yet visible only shortens the batch
         (the caller stops at the first gap). ``first``: the segment starting at ``start`` when
         the caller already read it (the pull's probe, :meth:`segments_at`): no Query when it covers
         ``max_offsets``, else the Query from its end.
@@ -634,13 +650,19 @@ class LogRepo:
         if first is not None and int(first.base) == start:
             s = cls._segment(first)
             remember_segment_size(pq, s.count)
+            keep(_SPANS, pq, (int(s.base), int(s.end)), BUMPED_KEPT)
             yield s
             if s.end - start >= max_offsets:
                 return
             max_offsets -= s.end - start
             start, boundary = s.end, True
-        forward = cls._forward(pq, start, segments_wanted(max_offsets, _segment_sizes.get(pq)))
+        # ``start`` inside the newest segment this container read there: one Query from its base
+        span = None if boundary else _SPANS.get(pq)
+        since = span[0] if span is not None and span[0] < start < span[1] else start
+        forward = cls._forward(pq, since, segments_wanted(max_offsets + start - since, _segment_sizes.get(pq)))
         first = next(forward, None)
+        if since < start and first is not None and int(first.base) == since:
+            boundary = True  # the first segment holds ``start``: no segment around it to ask for
         if not boundary and (first is None or int(first.base) > start):
             for item in SegmentModel.query(pq, SegmentModel.base < start, scan_index_forward=False, limit=1):
                 if int(item.end) > start:
@@ -656,6 +678,7 @@ class LogRepo:
             s = cls._segment(item)
             remember_segment_size(pq, s.count)
             cls._note_end(pq, int(s.end))
+            keep(_SPANS, pq, (int(s.base), int(s.end)), BUMPED_KEPT)
             yield s
             covered += s.end - max(start, s.base)
             if covered >= max_offsets:
