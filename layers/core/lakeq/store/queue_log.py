@@ -633,7 +633,8 @@ class LogRepo:
         are covered. One Query ``base >= start``; when ``start`` falls inside a segment (the
         previous batch ended mid-segment), one more Query, newest first, for the segment that
         contains it — not when that segment is the newest this container read on the queue
-        (``_SPANS``): the one Query then starts at its base. Eventually consistent: a segment not yet visible only shortens the batch
+        (``_SPANS``): the one Query then starts at its base. Eventually consistent: a segment not
+        yet visible only shortens the batch
         (the caller stops at the first gap). ``first``: the segment starting at ``start`` when
         the caller already read it (the pull's probe, :meth:`segments_at`): no Query when it covers
         ``max_offsets``, else the Query from its end.
