@@ -16,7 +16,10 @@ stock quotes; the index is warmed on 1,000 messages first (it learns from traffi
 of 100 records x 10 messages is planned and, side by side on the same messages, only matched
 (``Matcher.match``, the plan's matching step) and only decoded: the matching's share of the plan.
 
-    python bench/fanout.py [--quick] [--workload quotes|heldout]
+``--workload churn``: a batch after one subscription change, the full rebuild against the in-place
+update (:meth:`lakeq.fanout.worker.Matcher.apply`), side by side (see :func:`churn`).
+
+    python bench/fanout.py [--quick] [--workload quotes|heldout|hostile|churn]
 """
 from __future__ import annotations
 
@@ -165,10 +168,60 @@ def hostile(rounds: int = 5) -> None:
           f"after a rebuild {', '.join(f'{x:.1f}' for x in out)} ms CPU")
 
 
+def churn(sizes: list[int], rounds: int = 6) -> None:
+    """A batch after one subscription change (a create, then its delete, alternating: a hostile key's
+    churn), side by side in one process on the same changes and batch: the full rebuild
+    (``Matcher.load`` of every subscription, what every container did) against the in-place update
+    (``Matcher.apply`` of the changed one), each followed by planning one 100 x 10 batch (the per-log
+    bounds walked again after a rebuild). Thread CPU, alternating rounds, median. The store calls are
+    not measured here: tests/integration/test_fanout_incremental.py counts them (GetItem +
+    BatchGetItem of the changed one, against GetItem + the paginated Scan)."""
+    for n in sizes:
+        rnd = random.Random(11)
+        subs = subscriptions(n, rnd)
+        extra = subscriptions(rounds, random.Random(12))
+        for i, s in enumerate(extra):
+            s.id = f"c{i:031x}"
+        ev = batch(rnd, max(1000, n // 2))
+        full, inc = fanout.Matcher(), fanout.Matcher()
+        full.load(subs)
+        inc.load(subs)
+        fanout.plan(ev["Records"], full)
+        fanout.plan(ev["Records"], inc)
+        live = {s.id: s for s in subs}
+        t = {"full": [], "full+plan": [], "inc": [], "inc+plan": []}
+        for r in range(rounds * 2):
+            s = extra[r // 2]
+            if r % 2 == 0:
+                live[s.id] = s
+            else:
+                del live[s.id]
+            for kind in (("full", "inc") if r % 2 == 0 else ("inc", "full")):
+                t0 = time.thread_time()
+                if kind == "full":
+                    full.load(list(live.values()))
+                    m = full
+                else:
+                    inc.apply({s.id}, [s] if s.id in live else [])
+                    m = inc
+                t1 = time.thread_time()
+                pending = fanout.plan(ev["Records"], m).pending
+                t2 = time.thread_time()
+                t[kind].append(t1 - t0)
+                t[kind + "+plan"].append(t2 - t0)
+            assert sorted(full.created) == sorted(inc.created)
+        med = {k: statistics.median(v) * 1000 for k, v in t.items()}
+        matched = sum(len(g.messages) for gs in pending.values() for g in gs)
+        print(f"churn {n:>7} subscriptions, a batch after one change ({rounds * 2} changes, median): "
+              f"full rebuild {med['full']:.1f} ms CPU, +plan {med['full+plan']:.1f} ms; in place "
+              f"{med['inc']:.3f} ms CPU, +plan {med['inc+plan']:.1f} ms → refresh {med['full'] / med['inc']:,.0f}x, "
+              f"batch {med['full+plan'] / med['inc+plan']:.1f}x less CPU; {matched} list entries")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1k and 10k only")
-    ap.add_argument("--workload", choices=["quotes", "heldout", "hostile"], default="quotes")
+    ap.add_argument("--workload", choices=["quotes", "heldout", "hostile", "churn"], default="quotes")
     args = ap.parse_args()
     rnd = random.Random(7)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
@@ -178,6 +231,9 @@ def main() -> None:
         return
     if args.workload == "heldout":
         heldout(sizes)
+        return
+    if args.workload == "churn":
+        churn(sizes[1:])
         return
     for n in sizes:
         subs = subscriptions(n, rnd)

@@ -2,9 +2,12 @@
 
 Per Lambda batch (records in order per shard; one source queue's records are always in one shard):
 
-1. :meth:`Matcher.refresh` reads the subscriptions' version counter (one consistent GetItem) and,
-   when it moved, rebuilds the cached :class:`~matcher.SubscriptionIndex` (and every subscription's
-   parked source queues) from a consistent Scan. A subscription whose create returned before a
+1. :meth:`Matcher.refresh` reads the subscriptions' version item (one consistent GetItem) and,
+   when it moved, re-reads the subscriptions changed since the container's version (the item keeps
+   the last ``CHANGES_KEPT`` changes, each written in the transaction that bumped the version) with
+   a consistent BatchGetItem and updates the cached :class:`~matcher.SubscriptionIndex` (and their
+   parked source queues) in place; when a change in between is not kept (too far behind) it
+   rebuilds everything from a consistent Scan. A subscription whose create returned before a
    message was produced is therefore always in the index when that message's record is handled.
    If this fails the invocation raises: a function error, retried by the event source mapping.
 2. Every ``INSERT`` of a topic segment (``pq`` not starting with ``~``: list segments never fan out
@@ -106,8 +109,9 @@ WALK_MIN = 256
 
 
 class Matcher:
-    """The per-container index cache: rebuilt when the subscriptions' version moves (every create,
-    delete, park and un-park bumps it)."""
+    """The per-container index cache: updated when the subscriptions' version moves (every create,
+    delete, park and un-park bumps it and logs the subscription's id): in place from the changed
+    subscriptions when every change since its version is kept, else rebuilt from a Scan."""
 
     def __init__(self) -> None:
         self.version: int | None = None
@@ -115,32 +119,98 @@ class Matcher:
         self.created: dict[str, Start] = {}  # sub id -> where it starts
         self.parked: dict[str, dict[str, dict]] = {}  # sub id -> {"<topic>#<queue>": entry}
         self.rebuild_ms = 0.0
-        self._by_topic: dict[str, list[str]] = {}  # topic -> the ids subscribed to it
+        # topic -> the ids subscribed to it (a dict as an ordered set: O(1) removal in apply)
+        self._by_topic: dict[str, dict[str, None]] = {}
         # source log -> [per queue the highest head recorded on it by the subscriptions counted,
         # the ids counted (None: every subscription that can match the log), the ones among them
         # under the rule before starts (produced_at), per id counted its start heads on that log
         # ([] when none: every message; None: the rule before starts)]: see match and _bound;
         # forgotten by a rebuild
         self._bounds: dict[str, list] = {}
+        self._topic: dict[str, str] = {}  # sub id -> its topic (for _by_topic on a removal)
+        self.rebuilds = 0  # full rebuilds (Scans) and in-place updates done by refresh
+        self.updates = 0
 
     def refresh(self) -> bool:
-        ver = SubscriptionRepo.version()
+        cur = SubscriptionRepo.changes()
+        ver = cur.version
         if ver == self.version:
             return False
         t0 = time.perf_counter()
-        self.load(SubscriptionRepo.all())
-        self.version = ver  # read before the scan: a change during the scan rebuilds again next time
+        ids = cur.since(self.version) if self.version is not None else None
+        if ids is not None:
+            # read after the version: each at least as new as the change logged (a later change
+            # read too is read again with its own entry next time: apply is idempotent)
+            self.apply(ids, SubscriptionRepo.some(ids))
+            self.updates += 1
+            what = f"{len(ids)} changed subscription(s) updated"
+        else:
+            self.load(SubscriptionRepo.all())
+            self.rebuilds += 1
+            what = "index rebuilt"
+        self.version = ver  # read before the reads: a change during them is applied again next time
         self.rebuild_ms = (time.perf_counter() - t0) * 1000
-        log.info("subscription index rebuilt: version %s, %d subscriptions, %.1f ms",
-                 ver, len(self.index), self.rebuild_ms)
+        log.info("subscriptions: %s: version %s, %d subscriptions, %.1f ms",
+                 what, ver, len(self.index), self.rebuild_ms)
         return True
+
+    def apply(self, ids, subs) -> None:
+        """Update the index in place: every id of ``ids`` as it is in ``subs`` (the ones read;
+        an id not among them is deleted). Ends in the state :meth:`load` of every subscription
+        would (tests/unit/test_fanout_apply.py), ``_bounds`` kept valid."""
+        found = {s.id: s for s in subs}
+        for sid in ids:
+            if sid in self.created:
+                self._drop(sid)
+            s = found.get(sid)
+            if s is not None:
+                self._put(s)
+
+    def _drop(self, sid: str) -> None:
+        self.index.remove(sid)
+        del self.created[sid]
+        self.parked.pop(sid, None)
+        topic = self._topic.pop(sid)
+        ids = self._by_topic.get(topic)
+        if ids is not None:
+            del ids[sid]
+            if not ids:
+                del self._by_topic[topic]
+        for _hi, seen, legacy, heads in self._bounds.values():
+            # (a bound raised by it stays: higher than needed only sends messages to the per-id test)
+            if seen is not None:
+                seen.discard(sid)
+            legacy.discard(sid)
+            heads.pop(sid, None)
+
+    def _put(self, s) -> None:
+        try:
+            self.index.add(s.id, s.topic, json.loads(s.conditions or "[]"), list(s.tags or []))
+        except (ValueError, TypeError):
+            log.exception("subscription %s not indexable; skipped", s.id)
+            return
+        start = self.created[s.id] = Start.of(s)
+        self._topic[s.id] = s.topic
+        self._by_topic.setdefault(s.topic, {})[s.id] = None
+        entries = parse_parked(getattr(s, "parked", None))
+        if entries:
+            self.parked[s.id] = entries
+        for source, (hi, seen, legacy, _heads) in self._bounds.items():
+            if seen is not None or s.topic not in ancestors(topic_of_log(source)):
+                continue  # folding entries take it in when a match returns it
+            h = start.heads
+            if h is None:
+                legacy.add(s.id)
+            else:
+                _raise_to(hi, h.get(source) or ())
 
     def load(self, subs) -> None:
         idx = SubscriptionIndex()
         idx.adopt(self.index)  # keep the level order learned from traffic across rebuilds
         created: dict[str, Start] = {}
         parked: dict[str, dict[str, dict]] = {}
-        by_topic: dict[str, list[str]] = {}
+        by_topic: dict[str, dict[str, None]] = {}
+        topic_of: dict[str, str] = {}
         for s in subs:
             try:
                 idx.add(s.id, s.topic, json.loads(s.conditions or "[]"), list(s.tags or []))
@@ -148,16 +218,17 @@ class Matcher:
                 log.exception("subscription %s not indexable; skipped", s.id)
                 continue
             created[s.id] = Start.of(s)  # clock-free start (lakeq.store.subscriptions.Start)
+            topic_of[s.id] = s.topic
             ids = by_topic.get(s.topic)
             if ids is None:
-                by_topic[s.topic] = [s.id]
+                by_topic[s.topic] = {s.id: None}
             else:
-                ids.append(s.id)
+                ids[s.id] = None
             entries = parse_parked(getattr(s, "parked", None))
             if entries:
                 parked[s.id] = entries
         self.index, self.created, self.parked = idx, created, parked
-        self._by_topic, self._bounds = by_topic, {}
+        self._by_topic, self._bounds, self._topic = by_topic, {}, topic_of
 
     def match(self, source: str, msg: dict, queue: int = 0) -> list[str]:
         """The subscriptions that keep ``msg`` of queue ``queue`` of ``source`` (a topic's log name:

@@ -9,12 +9,13 @@ import json
 import time
 from dataclasses import dataclass
 
-from pynamodb.attributes import BooleanAttribute, ListAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import BooleanAttribute, ListAttribute, MapAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
+from lakeq.common import backoff
 from lakeq.common.errors import BadRequest
 from lakeq.common.names import covers, list_log
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
@@ -23,6 +24,12 @@ from lakeq.store.records import model_of, record_of
 from lakeq.store.writes import TransactionFailed, transact, transact_if_first
 
 VERSION_ID = "~version"
+# the version item keeps the last CHANGES_KEPT changes (slot ``version % CHANGES_KEPT`` →
+# "<version>:<subscription id>"), written in the transaction that bumps the version: a fan-out
+# container that is at most this many changes behind re-reads only those subscriptions
+# (lakeq.fanout.worker.Matcher.refresh). 64 entries of ~45 B keep the item under 4 KB: the
+# fan-out's per-batch consistent GetItem of it stays 1 RCU
+CHANGES_KEPT = 64
 
 
 class BySubscriber(GlobalSecondaryIndex):
@@ -45,6 +52,7 @@ class SubscriptionModel(Model):
     tags = ListAttribute(of=UnicodeAttribute, null=True)
     created_at = NumberAttribute(null=True)
     version = NumberAttribute(null=True)
+    changes = MapAttribute(null=True)  # the version item only: see CHANGES_KEPT
     # JSON {"<topic>#<queue>": {...}}: source queues the fan-out could not deliver from (lakeq.fanout.worker)
     parked = UnicodeAttribute(null=True)
     # JSON {"<topic>": [head of queue 0, head of queue 1, ...]}: where each covered queue's log
@@ -211,6 +219,72 @@ def transact_uncounting(build, uncounting: bool, at: int) -> bool:
     return transact_if_first(build(False))
 
 
+class VersionMoved(Exception):
+    """The version item changed between its read and the transaction that bumps it: read again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """The version item as read: the version and the changes it keeps ({version: subscription id})."""
+    version: int
+    log: dict[int, str]
+    has_log: bool = False
+
+    def since(self, version: int) -> set[str] | None:
+        """The subscriptions changed in (``version``, ``self.version``], None when one of those
+        changes is not kept (too far behind, or bumped by code that kept none)."""
+        if not 0 <= self.version - version <= CHANGES_KEPT:
+            return None
+        out = set()
+        for u in range(version + 1, self.version + 1):
+            sid = self.log.get(u)
+            if sid is None:
+                return None
+            out.add(sid)
+        return out
+
+
+def read_changes() -> Changes:
+    """The version item, consistent (1 RCU: under 4 KB)."""
+    try:
+        item = SubscriptionModel.get(VERSION_ID, consistent_read=True)
+    except DoesNotExist:
+        return Changes(0, {})
+    raw = getattr(item, "changes", None)
+    entries = raw.as_dict() if raw is not None else {}
+    log: dict[int, str] = {}
+    for v in entries.values():
+        u, _, sid = str(v).partition(":")
+        log[int(u)] = sid
+    return Changes(int(item.version or 0), log, raw is not None)
+
+
+def bumped(run, sub_id: str):
+    """``run(bump)`` until the version did not move under it: ``bump(t)`` adds to a transaction the
+    version's compare-and-set (version ``v`` → ``v + 1``, change ``v + 1`` = ``sub_id`` in its
+    slot), ``v`` read just before; ``run`` raises :class:`VersionMoved` when that item failed its
+    condition. One loop, :func:`lakeq.common.backoff.cas` (503 when it stays contended)."""
+    S = SubscriptionModel
+
+    def attempt(_n: int):
+        cur = read_changes()
+        v = cur.version
+        slot, entry = str((v + 1) % CHANGES_KEPT), f"{v + 1}:{sub_id}"
+        same = S.version == v if v else S.version.does_not_exist()
+        if cur.has_log:
+            action, cond = S.changes[slot].set(entry), same & S.changes.exists()
+        else:
+            action, cond = S.changes.set({slot: entry}), same & S.changes.does_not_exist()
+
+        def bump(t: TransactWrite) -> None:
+            t.update(S(VERSION_ID), actions=[S.version.set(v + 1), action], condition=cond)
+        try:
+            return run(bump)
+        except VersionMoved:
+            return backoff.RETRY
+    return backoff.cas(attempt)
+
+
 class SubscriptionRepo:
     @staticmethod
     def get(sub_id: str) -> Subscription | None:
@@ -230,20 +304,24 @@ class SubscriptionRepo:
         sub = model_of(SubscriptionModel, dataclasses.replace(s, counted=True))
         C = ClientModel
 
-        def build(t: TransactWrite) -> None:
-            t.save(sub, condition=SubscriptionModel.id.does_not_exist())
-            t.save(QueueModel(list_topic(sub.id), 0, max_offset=0, min_offset=0, last_produced_at=0),
-                   condition=QueueModel.topic.does_not_exist())
-            t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
-            t.update(C(s.subscriber), actions=[C.subscriptions.add(1)],
-                     condition=C.name.exists() & (C.subscriptions.does_not_exist() | (C.subscriptions < limit)))
-        try:
-            transact(build)
-        except TransactionFailed as e:
-            if e.failed(3):
-                return False
-            raise
-        return True
+        def run(bump) -> bool:
+            def build(t: TransactWrite) -> None:
+                t.save(sub, condition=SubscriptionModel.id.does_not_exist())
+                t.save(QueueModel(list_topic(sub.id), 0, max_offset=0, min_offset=0, last_produced_at=0),
+                       condition=QueueModel.topic.does_not_exist())
+                bump(t)
+                t.update(C(s.subscriber), actions=[C.subscriptions.add(1)],
+                         condition=C.name.exists() & (C.subscriptions.does_not_exist() | (C.subscriptions < limit)))
+            try:
+                transact(build)
+            except TransactionFailed as e:
+                if e.failed(2):
+                    raise VersionMoved from e
+                if e.failed(3):
+                    return False
+                raise
+            return True
+        return bumped(run, sub.id)
 
     @staticmethod
     def count_of(client: str) -> int | None:
@@ -266,12 +344,12 @@ class SubscriptionRepo:
         S, C = SubscriptionModel, ClientModel
         owner = push_owner or counted_by
 
-        def build(push: bool, sub: bool):
+        def build(push: bool, sub: bool, bump):
             def b(t: TransactWrite) -> None:
                 pushed = S.push.exists() if push_owner is not None else S.push.does_not_exist()
                 t.delete(S(sub_id), condition=S.id.exists() & pushed)
                 t.delete(QueueModel(list_topic(sub_id), 0))
-                t.update(S(VERSION_ID), actions=[S.version.add(1)])
+                bump(t)
                 counts = [a for a, on in ((C.push_endpoints, push), (C.subscriptions, sub)) if on]
                 if counts:
                     cond = counts[0] > 0
@@ -283,16 +361,21 @@ class SubscriptionRepo:
         # gone, or counted before its counter existed): the same without that one, then without both
         tries = [(p, c) for p, c in ((True, True), (True, False), (False, True), (False, False))
                  if (not p or push_owner is not None) and (not c or counted_by is not None)]
-        for p, c in tries[:-1]:
-            try:
-                transact(build(p, c))
-                return True
-            except TransactionFailed as e:
-                if e.failed(0):
-                    return False
-                if not e.failed(3):
-                    raise
-        return transact_if_first(build(*tries[-1]))
+
+        def run(bump) -> bool:
+            for n, (p, c) in enumerate(tries):
+                try:
+                    transact(build(p, c, bump))
+                    return True
+                except TransactionFailed as e:
+                    if e.failed(0):
+                        return False
+                    if e.failed(2):
+                        raise VersionMoved from e
+                    if n + 1 == len(tries) or not e.failed(3):
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+        return bumped(run, sub_id)
 
     @staticmethod
     def purge_list(sub_id: str, deadline: float | None = None) -> bool:
@@ -323,11 +406,20 @@ class SubscriptionRepo:
 
     @staticmethod
     def version() -> int:
-        try:
-            item = SubscriptionModel.get(VERSION_ID, consistent_read=True)
-        except DoesNotExist:
-            return 0
-        return int(item.version or 0)
+        return read_changes().version
+
+    @staticmethod
+    def changes() -> Changes:
+        """The version and the last :data:`CHANGES_KEPT` changes: one consistent GetItem."""
+        return read_changes()
+
+    @staticmethod
+    def some(ids) -> list[Subscription]:
+        """These subscriptions (those that exist), consistent BatchGetItem (100 keys a call)."""
+        keys = [i for i in dict.fromkeys(ids) if i != VERSION_ID]
+        if not keys:
+            return []
+        return [record_of(Subscription, s) for s in SubscriptionModel.batch_get(keys, consistent_read=True)]
 
     @staticmethod
     def all(consistent: bool = True, attributes: list[str] | None = None) -> list[Subscription]:
@@ -341,8 +433,9 @@ class SubscriptionRepo:
 
 class ParkRepo:
     """The ``parked`` attribute of a subscription item: optimistic read-modify-write, each write
-    one transaction with the version bump (so every fan-out container rebuilds its index and sees
-    it). 2 items: 4 WCU; a consistent GetItem before: 1 RCU."""
+    one transaction with the version bump and its change entry (so every fan-out container re-reads
+    it). 2 items: 4 WCU + ~6 for the version item's ~3 KB; consistent GetItems before (the
+    subscription, the version item): 2 RCU."""
 
     @staticmethod
     def read(sub_id: str) -> tuple[bool, str | None]:
@@ -361,10 +454,20 @@ class ParkRepo:
         cond = SubscriptionModel.id.exists() & (attr.does_not_exist() if old is None else attr == old)
         action = attr.remove() if new is None else attr.set(new)
 
-        def build(t: TransactWrite) -> None:
-            t.update(SubscriptionModel(sub_id), actions=[action], condition=cond)
-            t.update(SubscriptionModel(VERSION_ID), actions=[SubscriptionModel.version.add(1)])
-        return transact_if_first(build)
+        def run(bump) -> bool:
+            def build(t: TransactWrite) -> None:
+                t.update(SubscriptionModel(sub_id), actions=[action], condition=cond)
+                bump(t)
+            try:
+                transact(build)
+            except TransactionFailed as e:
+                if e.failed(0):
+                    return False
+                if e.failed(1):
+                    raise VersionMoved from e
+                raise
+            return True
+        return bumped(run, sub_id)
 
 
 def is_subscription_id(sub_id: str) -> bool:
