@@ -405,10 +405,6 @@ class SubscriptionRepo:
         return [record_of(Subscription, m) for m in SubscriptionModel.by_subscriber.query(subscriber)]
 
     @staticmethod
-    def version() -> int:
-        return read_changes().version
-
-    @staticmethod
     def changes() -> Changes:
         """The version and the last :data:`CHANGES_KEPT` changes: one consistent GetItem."""
         return read_changes()
