@@ -64,7 +64,11 @@ def world(stack):
                           headers=_h(feed), timeout=T))
 
     produce(12, 0)
-    m = _ok(requests.post(f"{url}/v1/groups/{GROUP}/members", json={"member_id": "m1", "topics": [TOPIC]},
+    # the longest session (300 s): the test reads m1 back as a member minutes later on a loaded machine, and
+    # nothing here heartbeats (with the default 45 s a CI run at load 13 found the group empty: the fixture
+    # alone took 58 s)
+    m = _ok(requests.post(f"{url}/v1/groups/{GROUP}/members",
+                          json={"member_id": "m1", "topics": [TOPIC], "session_timeout_ms": 300_000},
                           headers=_h(gk), timeout=T))
     _ok(requests.post(f"{url}/v1/groups/{GROUP}/members/m1/sync", json={"generation": m["generation"]},
                       headers=_h(gk), timeout=T))
