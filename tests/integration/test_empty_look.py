@@ -349,3 +349,67 @@ def test_a_retried_produce_moves_the_marker_its_first_attempt_did_not(api, setup
     assert s == 200 and b["results"][0]["offset"] == 1, b  # the original result: nothing appended
     after = LogRepo.change("quotes")
     assert after is not None and after != before and after.at == clock.t, (before, after)
+
+
+def test_a_bump_from_a_clock_far_ahead_does_not_keep_every_look_off_for_as_long(api, setup, clock):
+    """review_d: since ``wat`` never goes back, one bump from a container whose clock runs an hour
+    ahead left ``at`` an hour in the future: every later bump moved the version alone, and every
+    pull's round took the marker as inside an unsignalled window (``Log.settled_since``) for that
+    hour — no look kept, a full round with probes each pull and waiting round, for every consumer
+    of the topic. A window ends at most ``CHANGE_EVERY_MS`` after its bump landed, and a bump
+    landed before this container first read the version it made: the round goes by whichever of
+    the marker's ``at`` and that first read is earlier."""
+    from lakeq.store import queue_log
+
+    t0 = clock.t
+    assert queue_log.LogRepo.bump_change("quotes", t0 + 3_600_000)  # a container an hour ahead
+    queue_log._BUMPED.clear()
+    _produce(api, setup, 3)  # this container's bump: the version alone (at stays an hour ahead)
+    assert queue_log.LogRepo.change("quotes").at == t0 + 3_600_000
+    b = _pull(api, setup, max=3)
+    clock.t += 2_000
+    assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []
+    clock.t += 2_000  # this container read that version 2 s ago: past any window it stands for
+    assert _pull(api, setup, max=3)["messages"] == []  # a full round, kept as the look
+    with Calls() as c:
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == [("Query", "offsets", True), ("GetItem", "queues", True)], c.calls
+    _produce(api, setup, 1, key="other")  # a later append is still served
+    assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
+
+
+def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(api, setup, clock, monkeypatch):
+    """review_d: the producer's retry read the dedup table before its first attempt's append landed
+    (a retry after a client timeout, the first attempt still running); its own write then failed on
+    the ids recorded meanwhile and answered their results (``on_recorded``) — 200, nothing written,
+    so no bump, and the service's bump runs only for ids its first read knew. The first attempt then
+    failed at its bump (503 to a client that no longer waits): the message waited for a look's
+    60-s safety net after a 200. An answer from ids recorded meanwhile bumps as one from the read."""
+    from lakeq.produce import service as produce_service
+    from lakeq.store.queue_log import LogRepo
+
+    _produce(api, setup, 1)
+    b = _pull(api, setup, max=1)
+    clock.t += 2_000
+    assert _pull(api, setup, max=1, ack=b["receipt"])["messages"] == []  # the look
+    msg = {"producer": "feed", "messages": [{"body": "m0", "key": "other", "id": "raced-1"}]}
+
+    def lost(topic, now):
+        raise RuntimeError("throttled")
+    with monkeypatch.context() as m:  # the first attempt: appended, its bump lost
+        m.setattr(LogRepo, "bump_change", staticmethod(lost))
+        s, out = api.call("POST", T, msg, key=setup["feed"])
+    assert s == 503, out
+    real = produce_service._delayed.known_results
+    reads = []
+
+    def before_the_first_landed(log, ids):
+        reads.append(ids)
+        return {} if len(reads) == 1 else real(log, ids)
+    with monkeypatch.context() as m:  # the retry: its first read ran before the first attempt's append
+        m.setattr(produce_service._delayed, "known_results", before_the_first_landed)
+        s, out = api.call("POST", T, msg, key=setup["feed"])
+    assert s == 200 and out["results"][0]["offset"] == 0, out
+    assert len(reads) == 2, reads  # answered from the ids its write found recorded
+    clock.t += 100
+    assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]

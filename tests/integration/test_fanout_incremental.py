@@ -125,3 +125,34 @@ def test_racing_changes_each_log_their_own_version(api, setup, early_clock, monk
     assert subs_store.SubscriptionRepo.count_of("risk") == 2
     m.refresh()
     assert m.rebuilds == 1 and len(m.created) == 2
+
+
+def test_a_park_and_a_create_under_churn_that_wins_every_round_still_land(api, setup, early_clock, monkeypatch):
+    """review_d: the version item's bump is a compare-and-set, and churn anywhere (any tenant's
+    creates and deletes, which no budget bounds) that moves the version between each read and its
+    transaction made a park — which was one ADD with no read before the change log — and another
+    tenant's create fail after CAS_ATTEMPTS rounds (503; the fan-out fails the records). Past
+    VERSION_CAS_ROUNDS lost rounds the bump is the ADD without a change entry: the change lands and
+    every container Scans once (the unlogged-bump fallback) instead."""
+    from lakeq.common import backoff
+
+    sub = create(api, setup["risk"])
+    m = fanout.Matcher()
+    m.refresh()
+    real = subs_store.read_changes
+    moved = []
+
+    def churned():
+        cur = real()  # another change commits between every read and the caller's transaction
+        SubscriptionModel(VERSION_ID).update(actions=[SubscriptionModel.version.add(1)])
+        moved.append(1)
+        return cur
+    monkeypatch.setattr(subs_store, "read_changes", churned)
+    monkeypatch.setattr(backoff, "sleep", lambda *_a: None)
+    entry = '{"quotes#1":{"attempts":1,"from":0,"reason":"x","seq":"1","since":1,"at":1}}'
+    assert ParkRepo.write(sub["id"], None, entry)
+    other = create(api, setup["risk"])
+    assert len(moved) < backoff.CAS_ATTEMPTS
+    monkeypatch.setattr(subs_store, "read_changes", real)
+    m.refresh()
+    assert m.rebuilds == 2 and m.parked[sub["id"]]["quotes#1"]["from"] == 0 and other["id"] in m.created

@@ -264,9 +264,16 @@ class TopicLog(Log):
     def settled_since(self, now: int) -> bool:
         """Whether every append the marker read by the last full round may stand for happened
         before ``now - CHANGE_SKEW_MS`` and past its unsignalled window: a round at ``now`` that
-        finds the marker unchanged has nothing new to look for."""
+        finds the marker unchanged has nothing new to look for.
+
+        The window is counted from the marker's ``at`` or from when this container first read its
+        version (:func:`_seen_since`), whichever is earlier: every bump the version stands for
+        landed before that read, and a container's unsignalled window ends ``CHANGE_EVERY_MS`` of
+        its clock after its own bump. A bump from a clock far ahead leaves ``at`` in the future
+        (it never goes back: :meth:`LogRepo.bump_change`), which kept every look off until the
+        other clocks caught up (review_d)."""
         c = self.change
-        return c is None or now >= c.at + CHANGE_EVERY_MS + CHANGE_SKEW_MS
+        return c is None or now >= _bumped_by(self.name, c) + CHANGE_EVERY_MS + CHANGE_SKEW_MS
 
     def refreshed(self) -> list[QueueView] | None:
         """When the poll ranked by the container's copy of the queue items and neither the copy's
@@ -431,24 +438,38 @@ def _must_probe(log: "TopicLog", now: int) -> bool:
     container's safety net is due (its first pull of a (log, owner, queues), then every
     :data:`PROBE_NET_MS`)."""
     key = _probe_key(log)
-    recent = active(log.change, now)
+    recent = active(log.change, now, log.name)
     net = _net_due(log, now)
     if recent or net:
         keep(_PROBED, key, now, PROBED_KEPT)
     return recent or net
 
 
-def active(change, now: int) -> bool:
+def active(change, now: int, name: str | None = None) -> bool:
     """Whether a topic whose marker reads ``change`` was bumped less than :data:`ACTIVE_MS` before
     ``now``: its recent appends may not be on the queue items yet (a full round probes the chains),
-    and more may follow (a waiting round reads the marker every :data:`WAIT_ROUND_ACTIVE_MS`)."""
-    return change is not None and now < change.at + ACTIVE_MS
+    and more may follow (a waiting round reads the marker every :data:`WAIT_ROUND_ACTIVE_MS`).
+    ``name``: the log's, when known (the bump's time as :func:`_bumped_by` bounds it)."""
+    return change is not None and now < (change.at if name is None else _bumped_by(name, change)) + ACTIVE_MS
 
 
-def wait_round_ms(change, now: int) -> int:
+def wait_round_ms(change, now: int, name: str | None = None) -> int:
     """The time between a long poll's waiting rounds at ``now`` on a topic whose marker reads
     ``change``: :data:`WAIT_ROUND_ACTIVE_MS` while it is :func:`active`, else :data:`WAIT_ROUND_MS`."""
-    return WAIT_ROUND_ACTIVE_MS if active(change, now) else WAIT_ROUND_MS
+    return WAIT_ROUND_ACTIVE_MS if active(change, now, name) else WAIT_ROUND_MS
+
+
+def _bumped_by(name: str, change) -> int:
+    """The latest time the bumps marker ``change`` of log ``name`` stands for can have been made, on
+    this container's clock: the marker's ``at``, or when this container first read that version
+    (:func:`_seen_since`) if earlier — every bump the version counts landed before that read. A
+    bump from a clock far ahead leaves ``at`` in the future, and ``at`` never goes back
+    (:meth:`LogRepo.bump_change`): read alone, it kept every look off and every round probing until
+    the other clocks caught up (review_d)."""
+    seen = _SEEN.get(name)
+    if seen is not None and seen[0] == change and seen[1] < change.at:
+        return seen[1]
+    return change.at
 
 
 def forget_probes() -> None:
@@ -870,7 +891,7 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
             # no append to bump the marker, and SQS answers a waiting receive once a message is visible
             time.sleep(_sleep_ms(min(poll, remaining), wake) / 1000)
             return clock.now() < deadline
-        step = min(wait_round_ms(log.change, now), remaining)
+        step = min(wait_round_ms(log.change, now, log.name), remaining)
         ends = [v.lock_until for v in views if v.lock_until > now]
         for at in ([wake] if wake is not None else []) + ([min(ends)] if ends else []):
             step = min(step, max(at - now, 0) + 5)
@@ -882,7 +903,7 @@ def _wait_for_change(log: TopicLog, full_at: int, deadline: int, allowed: set[in
             return True
         if any(v.queue not in tried for v in candidates(views, now, allowed)):
             return True
-        if log.hints_max_age_s <= 0 and deadline - now <= wait_round_ms(log.change, now):
+        if log.hints_max_age_s <= 0 and deadline - now <= wait_round_ms(log.change, now, log.name):
             # the native poll's last round: the topic item too, for the next poll
             change = LogRepo.change_and_topic(log.name, topic_of_log(log.name))
         else:

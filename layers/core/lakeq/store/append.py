@@ -103,9 +103,10 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
     appended), True when every item is appended or answered. Raises :class:`Contended`."""
     lost: list[TransactionFailed] = []
     learned: int | None = None  # the head the last lost write returned (None: read it)
+    answered = False  # some items answered from ids another request recorded meanwhile
 
     def attempt(r: int):
-        nonlocal items, learned
+        nonlocal items, learned, answered
         if learned is not None:
             base, learned = learned, None
         elif r > 0 and KNOWN_END_READ and lost and lost[-1].head is not None:
@@ -126,7 +127,7 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
             if keys and on_recorded is not None:
                 left = on_recorded(items, keys)
                 if len(left) < len(items):  # answered some: progress, go on at once
-                    items = left
+                    items, answered = left, True
                     return backoff.AT_ONCE if items else _ANSWERED
             return backoff.RETRY
         return part, n
@@ -154,8 +155,11 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
         if wrote:  # the request fails anyway: what was written is signalled if the marker lets us
             bump_change_hint(log)
         raise
-    if wrote:
-        bump_change(log)  # before the caller answers: a pull's empty look trusts the marker
+    if wrote or answered:
+        # before the caller answers: a pull's empty look trusts the marker. Items answered from ids
+        # another request recorded meanwhile too: that request (a first attempt the client retried
+        # while it ran) may fail at its own bump after this one answered 200 (review_d)
+        bump_change(log)
     return out is True
 
 

@@ -30,6 +30,10 @@ VERSION_ID = "~version"
 # (lakeq.fanout.worker.Matcher.refresh). 64 entries of ~45 B keep the item under 4 KB: the
 # fan-out's per-batch consistent GetItem of it stays 1 RCU
 CHANGES_KEPT = 64
+# compare-and-set rounds of the version's bump (read, then the transaction conditioned on it) before
+# it bumps with the plain ADD and no change entry (lakeq.store.subscriptions.bumped): churn that
+# moves the version under every round costs each fan-out container a Scan, never a 503 (review_d)
+VERSION_CAS_ROUNDS = 8
 
 
 class BySubscriber(GlobalSecondaryIndex):
@@ -263,10 +267,20 @@ def bumped(run, sub_id: str):
     """``run(bump)`` until the version did not move under it: ``bump(t)`` adds to a transaction the
     version's compare-and-set (version ``v`` → ``v + 1``, change ``v + 1`` = ``sub_id`` in its
     slot), ``v`` read just before; ``run`` raises :class:`VersionMoved` when that item failed its
-    condition. One loop, :func:`lakeq.common.backoff.cas` (503 when it stays contended)."""
+    condition. One loop, :func:`lakeq.common.backoff.cas`. Past :data:`VERSION_CAS_ROUNDS` lost
+    rounds the bump is the plain ADD, with no change entry (review_d): the change lands, and every
+    fan-out container Scans once (:meth:`Changes.since` finds the entry missing), where churn that
+    moved the version under every round made parks and other tenants' creates and deletes 503."""
     S = SubscriptionModel
 
-    def attempt(_n: int):
+    def attempt(n: int):
+        if n >= VERSION_CAS_ROUNDS:
+            def add(t: TransactWrite) -> None:
+                t.update(S(VERSION_ID), actions=[S.version.add(1)])
+            try:
+                return run(add)
+            except VersionMoved:  # (an ADD has no condition: not expected)
+                return backoff.RETRY
         cur = read_changes()
         v = cur.version
         slot, entry = str((v + 1) % CHANGES_KEPT), f"{v + 1}:{sub_id}"
