@@ -347,8 +347,7 @@ def main() -> int:
     ap.add_argument("--compare-plain", action="store_true",
                     help="also run each filter with the `plain` regex on every row (stored_plain=False: before the "
                          "compaction stored its answer in the bodies' `plain` column) just before; "
-                         "with --rounds 2 the second round runs it just after (filters with conditions: the others "
-                         "never run the regex, they run once)")
+                         "with --rounds 2 the second round runs it just after")
     ap.add_argument("--rounds", type=int, default=1, help="--compare-plain: rounds per filter, the order "
                     "reversed every other round")
     ap.add_argument("--parquet", action="store_true",
@@ -445,7 +444,7 @@ def main() -> int:
                     go(one_sided=False)
                 if a.compare_order:
                     go(by_keys=True)
-                if a.compare_plain and FILTERS[name] and FILTERS[name].get("conditions"):
+                if a.compare_plain:
                     for r in range(a.rounds):
                         pair = [dict(stored_plain=False), {}]
                         for kw in (pair if r % 2 == 0 else pair[::-1]):
