@@ -264,7 +264,7 @@ def load() -> str:
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
         lake_kind: str = "raw", native: bool = True, previous: bool = False, legacy: bool = False,
-        narrow_bodies: bool = True, one_sided: bool = True, by_keys: bool = False, stored_plain: bool = True) -> None:
+        narrow_bodies: bool = True, one_sided: bool = True, by_keys: bool = False) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
     substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
@@ -273,9 +273,7 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     ``narrow_bodies=False``: every body of the slice shuffled (before the bodies were narrowed to
     the selected messages); ``one_sided=False``: the messages joined with the bodies (the plan
     before body rows carried their metadata); ``by_keys``: the bucketed selection's sort by
-    ``replay.KEYS`` alone (before ``replay.sort_order``'s packed key: the same order);
-    ``stored_plain=False``: the `plain` regex on every row, not read from the compacted bodies'
-    ``plain`` column (the job before it)."""
+    ``replay.KEYS`` alone (before ``replay.sort_order``'s packed key: the same order)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -297,7 +295,7 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     try:
         s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
                          log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
-                         narrow_bodies=narrow_bodies, one_sided=one_sided, stored_plain=stored_plain)
+                         narrow_bodies=narrow_bodies, one_sided=one_sided)
     finally:
         R.sort_order = packed
     job_s = time.perf_counter() - t
@@ -306,7 +304,6 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
     tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
            + ("" if narrow_bodies else " (all b.)") + (" (by keys)" if by_keys else "")
-           + ("" if stored_plain else " (regex)")
            + {"two sides": " (2 sides)", "one side, matcher": " (+matcher)"}.get(s.get("plan"), ""))
     ph = s["phases"]
     print(f"{n:>12,} {label:>6} {lake_kind:>7} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
@@ -344,12 +341,6 @@ def main() -> int:
     ap.add_argument("--compare-order", action="store_true",
                     help="also run each filter with the manifest's order sorted by its keys alone (the sort "
                          "before replay.sort_order's packed key) just before")
-    ap.add_argument("--compare-plain", action="store_true",
-                    help="also run each filter with the `plain` regex on every row (stored_plain=False: before the "
-                         "compaction stored its answer in the bodies' `plain` column) just before; "
-                         "with --rounds 2 the second round runs it just after")
-    ap.add_argument("--rounds", type=int, default=1, help="--compare-plain: rounds per filter, the order "
-                    "reversed every other round")
     ap.add_argument("--parquet", action="store_true",
                     help="also compact the lake (a hard-linked copy, once) and run each filter over it just after "
                          "the raw lake")
@@ -444,12 +435,6 @@ def main() -> int:
                     go(one_sided=False)
                 if a.compare_order:
                     go(by_keys=True)
-                if a.compare_plain:
-                    for r in range(a.rounds):
-                        pair = [dict(stored_plain=False), {}]
-                        for kw in (pair if r % 2 == 0 else pair[::-1]):
-                            go(**kw)
-                    continue
                 go()
     spark.stop()
     if not a.work:

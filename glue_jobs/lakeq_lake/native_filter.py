@@ -242,7 +242,7 @@ def _any(conds: list[Column]) -> Column:
 
 
 def with_levels(df: DataFrame, props: str, levels: list[dict], name: str = "lakeq-native-levels",
-                plain_as: str | None = None, stored: str | None = None) -> tuple[DataFrame, Column, list[str]]:
+                plain_as: str | None = None) -> tuple[DataFrame, Column, list[str]]:
     """:func:`native_filter` for a filter over ``df``: ``df`` with one token column per field the
     ``levels`` name (each token computed once per row, in a projection), the levels' conjunction
     over those columns, and the columns to drop after the filter. Same decisions as
@@ -253,13 +253,11 @@ def with_levels(df: DataFrame, props: str, levels: list[dict], name: str = "lake
     it the optimizer pushes the filter below the projection and writes each token into every
     condition that uses it (``name``: the observation's, unique within a query). ``plain_as``: also
     project :func:`plain` of ``props`` under that name (not in the columns to drop), so that the
-    caller tests it, and carries it on, without evaluating the regex again; ``stored``: the column of
-    ``df`` holding the compaction's answer (:func:`plain_of`), used where it is this version's."""
+    caller tests it, and carries it on, without evaluating the regex again."""
     regexes = {f: rx for f in dict.fromkeys(lv["field"] for lv in levels) if (rx := value_regex(f)) is not None}
     names = {f: f"__{name}_{i}" for i, f in enumerate(regexes)}
     text = F.coalesce(F.when(F.col(props) != F.lit(""), F.col(props)), F.lit("{}"))
-    test = plain(F.col(props)) if stored is None else plain_of(F.col(stored), F.col(props))
-    extra = [test.alias(plain_as)] if plain_as else []
+    extra = [plain(F.col(props)).alias(plain_as)] if plain_as else []
     df = df.select("*", *[_token(text, f, rx).alias(names[f]) for f, rx in regexes.items()], *extra)
     df = df.observe(name, F.count(F.lit(1)).alias("rows"))
     keep = F.lit(True)
@@ -336,28 +334,6 @@ def shallow(text: Column) -> Column:
 def plain(props: Column) -> Column:
     """The rows whose properties text the native filter decides (see the module docstring)."""
     return props.isNull() | (props == F.lit("")) | (shallow(props) & props.rlike(PLAIN))
-
-
-# The version of :func:`plain`'s definition (:data:`PLAIN`, :data:`MAX_PLAIN`, :data:`MAX_PAIRS`, the
-# escapes): raise it with any change to them. The compaction stores each body row's answer as the
-# column ``plain`` (:func:`stored_plain`: ``+PLAIN_VERSION`` plain, ``-PLAIN_VERSION`` not), computed
-# once per message instead of by every replay (the regex was ~27 CPU-s of a 10M `unselective`
-# selection, docs/benchmarks.md); a job reads it back with :func:`plain_of`, which trusts only its
-# own version's answers and evaluates the regex on every other row (null: a raw row, or a file
-# compacted before the column; another version: a file compacted by a job of another deploy).
-PLAIN_VERSION = 1
-
-
-def stored_plain(props: Column) -> Column:
-    """:func:`plain` of ``props`` as the compaction stores it (``int``: ±:data:`PLAIN_VERSION`)."""
-    return F.when(plain(props), F.lit(PLAIN_VERSION)).otherwise(F.lit(-PLAIN_VERSION)).cast("int")
-
-
-def plain_of(stored: Column, props: Column) -> Column:
-    """:func:`plain` of ``props``, taken from ``stored`` (:func:`stored_plain`'s column) when it
-    holds this version's answer, else evaluated (the regex runs on those rows only)."""
-    return (F.when(stored == F.lit(PLAIN_VERSION), F.lit(True))
-            .when(stored == F.lit(-PLAIN_VERSION), F.lit(False)).otherwise(plain(props)))
 
 
 def native_filter(props: Column, levels: list[dict]) -> Column:

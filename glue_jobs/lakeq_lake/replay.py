@@ -200,21 +200,16 @@ def _needles(flt: Filter):
 
 
 def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter, native: bool,
-              extra: tuple[str, ...] = (), unknown: F.Column | None = None, stored_plain: bool = True):
+              extra: tuple[str, ...] = (), unknown: F.Column | None = None):
     """The slice's message rows of ``topic`` and ``[from, to)`` that may match ``flt``: tags
     natively, the substring pre-filter, and (``native``) the native levels on plain texts — every
     test that needs no shuffle. Returns the rows (with the ``extra`` columns too and, ``native``
     with levels, :data:`PLAIN`) and the ``plain`` test (None without levels; ``native``: that
     column). ``unknown``: rows the filter cannot judge (body rows archived
-    without their metadata) and lets through, for :func:`run_replay` to count them.
-    ``stored_plain`` and rows with the compaction's ``plain`` column (compacted bodies,
-    :func:`.native_filter.plain_of`): the test read from it where it is this version's, the regex
-    on the other rows only; False: the regex on every row (the code before, for the benchmark)."""
-    stored = "plain" if stored_plain and flt.conditions and "plain" in messages.columns else None
+    without their metadata) and lets through, for :func:`run_replay` to count them."""
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("topic", "queue", incarnation(), "offset", "id", "key", "tags", "properties", "produced_at", *extra,
-                 *([stored] if stored else [])))
+         .select("topic", "queue", incarnation(), "offset", "id", "key", "tags", "properties", "produced_at", *extra))
     m = _with_tags(m, flt, unknown)
     if not flt.conditions:
         return m, None
@@ -223,12 +218,12 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
     # plain: an unknown row stays on the native side)
     m = m.where(_or(unknown, _needles(flt)))
     if not native:
-        return (m.drop(stored) if stored else m), NF.plain(F.col("properties"))
+        return m, NF.plain(F.col("properties"))
     # `plain` once per row, in with_levels' projection, carried on as a column (PLAIN) to the UDF
     # branch's split and the write's `not_plain` count instead of the regex again on each
-    m, keep, tokens = NF.with_levels(m, "properties", flt.levels, plain_as=PLAIN, stored=stored)
+    m, keep, tokens = NF.with_levels(m, "properties", flt.levels, plain_as=PLAIN)
     plain = F.col(PLAIN)
-    return m.where(_or(unknown, ~plain | keep)).drop(*tokens, *([stored] if stored else [])), plain
+    return m.where(_or(unknown, ~plain | keep)).drop(*tokens), plain
 
 
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
@@ -318,7 +313,7 @@ def _without_metadata() -> F.Column:
 
 def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter,
                      parts: int | None = None, native: bool = True, matcher: bool = True,
-                     keep_plain: bool = False, bucketed: bool = False, stored_plain: bool = True) -> DataFrame:
+                     keep_plain: bool = False, bucketed: bool = False) -> DataFrame:
     """:func:`select` over the ``kind=bodies`` rows alone, for rows archived with their metadata
     (since 2026-11-28, ``lakeq.lake.archive.body_row``): the same filter, duplicates' drop and order,
     with no ``kind=messages`` side — one dataset read, one shuffle, no join.
@@ -336,13 +331,13 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
     (for :func:`_unjudged`; the caller drops it before writing). ``bucketed``: ``bodies`` is
     :func:`read_slice_buckets`' (``parts`` its buckets): without the matcher's branch the plan
     has no exchange at all — the narrow filters, then a sort per bucket (the hours' files are each
-    sorted, not the bucket's concatenation of them). ``stored_plain``: :func:`_narrowed`'s."""
+    sorted, not the bucket's concatenation of them)."""
     spark = bodies.sparkSession
     for k, val in SESSION_CONF.items():
         spark.conf.set(k, val)
     parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
     unknown = _without_metadata()
-    m, plain = _narrowed(bodies, topic, from_ms, to_ms, flt, native, ("body", "claim"), unknown, stored_plain)
+    m, plain = _narrowed(bodies, topic, from_ms, to_ms, flt, native, ("body", "claim"), unknown)
     if native and not matcher:
         plain = None  # (no UDF branch: the rows not plain went through the native test unjudged)
     m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown, bucketed)
@@ -424,8 +419,7 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
                native: bool = True, previous: bool = False, legacy: bool = False,
-               narrow_bodies: bool = True, one_sided: bool = True, dry_run: bool = False,
-               stored_plain: bool = True) -> dict:
+               narrow_bodies: bool = True, one_sided: bool = True, dry_run: bool = False) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
     holds whole queues, sorted by ``queue, inc, offset``) in one pass over the slice, then
     ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
@@ -449,8 +443,6 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     UDF branch, each time overwriting the manifest — such a replay pays two passes. The summary's
     ``plan`` says which one wrote the manifest (``one side``, ``one side, matcher``, ``two sides``).
     ``one_sided=False``, ``narrow_bodies=False`` or ``legacy``: the two-sided selection only.
-    ``stored_plain=False``: the `plain` regex on every row even where the compaction stored its
-    answer (the code before; ``bench/replay.py --compare-plain``).
     ``legacy=True`` (also implied by ``previous``): the job's output as it was before — gzipped
     parts (``.json.gz``) and the summary read back from them — kept for ``bench/replay.py``'s
     before/after.
@@ -483,8 +475,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                 parts = buckets[0] if buckets else int(spark.conf.get("spark.sql.shuffle.partitions"))
                 bods = buckets[1] if buckets else read_slice(spark, lake, "bodies", from_ms, to_ms)
                 df = select_one_sided(bods, topic, from_ms, to_ms, flt, parts=parts, native=native,
-                                      matcher=matcher, keep_plain=True, bucketed=buckets is not None,
-                                      stored_plain=stored_plain)
+                                      matcher=matcher, keep_plain=True, bucketed=buckets is not None)
                 obs = Observation(f"replay-{replay_id}")
                 firsts = _emit(df.observe(obs, *_observed(), *_unjudged(flt, df.columns)).select(*MANIFEST_COLUMNS),
                                where, dry_run)

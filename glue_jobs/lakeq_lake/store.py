@@ -249,8 +249,8 @@ class Lake:
             if not self.exists(prefix):
                 return spark.createDataFrame([], schema)
             base = self.path(prefix)
-            df = _raw(spark.read.schema(schema).option("basePath", base)
-                      .option("recursiveFileLookup", "false").json(base), kind)
+            df = (spark.read.schema(schema).option("basePath", base)
+                  .option("recursiveFileLookup", "false").json(base))
             if lo is not None or hi is not None:  # a filter on the partition columns: Spark lists those folders only
                 df = df.where(partition_key().between(lo or "0000", hi or "9999"))
             return df
@@ -261,8 +261,8 @@ class Lake:
         cols = [*schema.fieldNames(), "dt", "hour"]
         frames = []
         if raw:
-            frames.append(_raw(spark.read.schema(schema).option("basePath", self.path(prefix))
-                               .json([self.path(k) for k in raw]), kind))
+            frames.append(spark.read.schema(schema).option("basePath", self.path(prefix))
+                          .json([self.path(k) for k in raw]))
         # files of bucketed generations (``bucket=NN/``) and of the layout before, each read with
         # its own partition folders (Spark's discovery refuses two directory structures in one read)
         flat = [k for k in parquet if C.bucket_of(k) is None]
@@ -318,15 +318,6 @@ class Lake:
         for f in frames[1:]:
             out = out.union(f)
         return n, out
-
-
-def _raw(df: DataFrame, kind: str) -> DataFrame:
-    """Raw rows with the compaction's derived columns (:data:`schemas.DERIVED`) null, whatever a raw
-    object holds: only the compaction writes them."""
-    for f in schemas.DERIVED.get(kind, ()):
-        if f.name in df.columns:
-            df = df.withColumn(f.name, F.lit(None).cast(f.dataType))
-    return df
 
 
 # files a read lists on the driver at most (a week of bucketed hours is 1,344): above, Spark's
