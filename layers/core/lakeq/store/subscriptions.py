@@ -16,7 +16,7 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from lakeq.common import backoff
-from lakeq.common.errors import BadRequest
+from lakeq.common.errors import BadRequest, LakeqError
 from lakeq.common.names import covers, list_log
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
 from lakeq.store.queue_log import LogRepo
@@ -97,6 +97,7 @@ class Subscription:
     tags: list[str] | None = None
     created_at: int | None = None
     version: int | None = None
+    changes: dict | None = None  # the version item's (CHANGES_KEPT)
     parked: str | None = None
     starts: str | None = None
     max_deliveries: int | None = None
@@ -223,7 +224,7 @@ def transact_uncounting(build, uncounting: bool, at: int) -> bool:
     return transact_if_first(build(False))
 
 
-class VersionMoved(Exception):
+class VersionMoved(LakeqError):
     """The version item changed between its read and the transaction that bumps it: read again."""
 
 
