@@ -59,30 +59,17 @@ $(CHROMIUM):
 # each is one process, and the machine has two cores
 test-ready: $(VENV)/.stamp lint sam-build $(CHROMIUM)
 
-# `make test` starts the lanes as soon as what each needs is there, and runs the checks that no test
-# reads (cfn-lint, sam build: nothing reads .aws-sam/) and the doctests beside them: the set-up was
-# ~80 s of a quiet fresh clone's 12:46 before any lane started, much of it pip and sam build waiting
-# on the network with a core idle (docs/benchmarks.md "The suite's time"). Order: the SAM CLI's venv
-# installs in the background from the start; the main venv (and Chromium), ruff and the Glue scripts
-# (glue_jobs.package, which tests/unit/test_glue_packaging.py's scripts are) first; then the e2e and
-# Spark lanes and the doctests; once .venv-sam is there (test_sam_package_uploads_the_generated_scripts
-# runs it), cfn-lint + sam build and the workers' lane. Each part's exit code counts.
 test:
-	@$(MAKE) --no-print-directory $(SAMVENV)/.stamp > .samvenv.log 2>&1 & samvenv=$$!; \
-	$(MAKE) --no-print-directory -j2 $(VENV)/.stamp $(CHROMIUM) && $(VENV)/bin/ruff check layers/ \
-	  && $(PYTHON) -m glue_jobs.package || { wait $$samvenv; cat .samvenv.log; exit 1; }; \
-	echo "tests/e2e, tests/spark, the doctests and then cfn-lint + sam build run beside the workers' lane (their output: .e2e.log, .spark.log, .doctest.log, .build.log, printed at the end)"; \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=20 tests/e2e > .e2e.log 2>&1 & e2e=$$!; \
+	@$(MAKE) --no-print-directory -j2 test-ready
+	$(VENV)/bin/ruff check layers/
+	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/
+	@echo "tests/e2e and tests/spark run beside the others, one process each (their output: .e2e.log and .spark.log, printed at the end)"
+	@$(PY) -m pytest -q -p no:cacheprovider --durations=20 tests/e2e > .e2e.log 2>&1 & e2e=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests/spark > .spark.log 2>&1 & spark=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules layers/ > .doctest.log 2>&1 & doc=$$!; \
-	wait $$samvenv; samvenv_rc=$$?; echo "--- .venv-sam (exit $$samvenv_rc):"; grep -v "^WARNING: Location" .samvenv.log; \
-	$(MAKE) --no-print-directory lint sam-build > .build.log 2>&1 & build=$$!; \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 tests/unit tests/contract tests/integration; rc=$$?; \
-	wait $$doc; doc_rc=$$?; echo "--- doctests (layers/):"; cat .doctest.log; \
-	echo "waiting for cfn-lint + sam build"; wait $$build; build_rc=$$?; echo "--- cfn-lint + sam build:"; grep -v "^WARNING: Location" .build.log; \
 	echo "waiting for tests/spark"; wait $$spark; spark_rc=$$?; echo "--- tests/spark:"; cat .spark.log; \
 	echo "waiting for tests/e2e"; wait $$e2e; e2e_rc=$$?; echo "--- tests/e2e:"; cat .e2e.log; \
-	test $$samvenv_rc -eq 0 -a $$doc_rc -eq 0 -a $$build_rc -eq 0 -a $$rc -eq 0 -a $$spark_rc -eq 0 -a $$e2e_rc -eq 0
+	test $$rc -eq 0 -a $$spark_rc -eq 0 -a $$e2e_rc -eq 0
 
 unit: $(VENV)/.stamp
 	$(PY) -m pytest -q tests/unit
