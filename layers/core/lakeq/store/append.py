@@ -135,22 +135,20 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
     def contended():
         raise Contended(items, lost[-1]) from lost[-1]
 
-    wrote = False
+    wrote, exists = False, True
     try:
         while items:
             out = backoff.cas(attempt, attempts, contended)  # each write is a compare-and-set of the head
             if out is None:
+                exists = False
                 break
             if out is _ANSWERED:
-                out = True
                 break
             part, n = out
             wrote = True
             if on_written is not None:
                 on_written(items[:n], part)
             items = items[n:]
-        else:
-            out = True
     except BaseException:
         if wrote:  # the request fails anyway: what was written is signalled if the marker lets us
             bump_change_hint(log)
@@ -160,7 +158,7 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
         # another request recorded meanwhile too: that request (a first attempt the client retried
         # while it ran) may fail at its own bump after this one answered 200 (review_d)
         bump_change(log)
-    return out is True
+    return exists
 
 
 def bump_change(log: str) -> None:
