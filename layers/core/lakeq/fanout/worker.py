@@ -205,30 +205,15 @@ class Matcher:
                 _raise_to(hi, h.get(source) or ())
 
     def load(self, subs) -> None:
-        idx = SubscriptionIndex()
-        idx.adopt(self.index)  # keep the level order learned from traffic across rebuilds
-        created: dict[str, Start] = {}
-        parked: dict[str, dict[str, dict]] = {}
-        by_topic: dict[str, dict[str, None]] = {}
-        topic_of: dict[str, str] = {}
+        """Rebuild from every subscription (``subs``): each taken in as :meth:`apply` takes one, into
+        fresh state swapped in at the end (a failure half-way leaves the index as it was), the level
+        order learned from traffic kept; ``_bounds`` forgotten."""
+        fresh = Matcher()
+        fresh.index.adopt(self.index)  # keep the level order learned from traffic across rebuilds
         for s in subs:
-            try:
-                idx.add(s.id, s.topic, json.loads(s.conditions or "[]"), list(s.tags or []))
-            except (ValueError, TypeError):
-                log.exception("subscription %s not indexable; skipped", s.id)
-                continue
-            created[s.id] = Start.of(s)  # clock-free start (lakeq.store.subscriptions.Start)
-            topic_of[s.id] = s.topic
-            ids = by_topic.get(s.topic)
-            if ids is None:
-                by_topic[s.topic] = {s.id: None}
-            else:
-                ids[s.id] = None
-            entries = parse_parked(getattr(s, "parked", None))
-            if entries:
-                parked[s.id] = entries
-        self.index, self.created, self.parked = idx, created, parked
-        self._by_topic, self._bounds, self._topic = by_topic, {}, topic_of
+            fresh._put(s)  # (no bound yet: only the index and the per-id maps)
+        self.index, self.created, self.parked = fresh.index, fresh.created, fresh.parked
+        self._by_topic, self._bounds, self._topic = fresh._by_topic, {}, fresh._topic
 
     def match(self, source: str, msg: dict, queue: int = 0) -> list[str]:
         """The subscriptions that keep ``msg`` of queue ``queue`` of ``source`` (a topic's log name:
