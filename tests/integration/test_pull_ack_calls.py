@@ -39,6 +39,19 @@ class Calls:
         interceptor.remove(self)
 
 
+def drain_folded(api, setup, receipt: str, batch: int) -> list[int]:
+    """Pull group risk's batches of ``batch`` folded with the ack of the one before (``receipt``
+    first) until one comes back empty: the offsets served, in order."""
+    seen = []
+    while True:
+        s, b = api.call("GET", T, query={"group": "risk", "max": batch, "ack": receipt}, key=setup["risk"])
+        assert s == 200
+        if not b["messages"]:
+            return seen
+        seen += [m["offset"] for m in b["messages"]]
+        receipt = b["receipt"]
+
+
 @pytest.mark.parametrize("batch", [1, 10])
 def test_a_steady_produce_and_pull_ack_make_these_calls(api, setup, clock, frozen_caches, batch):
     def produce():
@@ -124,14 +137,7 @@ def test_a_fold_that_reads_a_stale_record_acks_alone_and_serves_once(api, setup,
     monkeypatch.undo()
     # the receipt was acknowledged (a retry of it is remembered: 200), and the rest comes in order, once
     assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
-    receipt = b2["receipt"]
-    while True:
-        s, b = api.call("GET", T, query={"group": "risk", "max": 1, "ack": receipt}, key=setup["risk"])
-        assert s == 200
-        if not b["messages"]:
-            break
-        seen.append(b["messages"][0]["offset"])
-        receipt = b["receipt"]
+    seen += drain_folded(api, setup, b2["receipt"], 1)
     assert seen == list(range(6)), seen
 
 
@@ -166,14 +172,7 @@ def test_a_fold_whose_copy_of_the_record_another_container_moved_acks_alone_and_
     assert s == 200 and len(b2["messages"]) == 1, b2
     seen.append(b2["messages"][0]["offset"])
     assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": b["receipt"]}, key=setup["risk"])[0] == 200
-    receipt = b2["receipt"]
-    while True:
-        s, b = api.call("GET", T, query={"group": "risk", "max": 1, "ack": receipt}, key=setup["risk"])
-        assert s == 200
-        if not b["messages"]:
-            break
-        seen.append(b["messages"][0]["offset"])
-        receipt = b["receipt"]
+    seen += drain_folded(api, setup, b2["receipt"], 1)
     assert seen == list(range(6)), seen
 
 
@@ -256,14 +255,7 @@ def test_a_fold_whose_frontier_is_inside_a_segment_reads_one_segment_query(api, 
     seen += [m["offset"] for m in b["messages"]]
     queries = [call for call in c.calls if call[0] == "Query"]
     assert queries == [("Query", "segments", False)] * (1 if container == "same" else 2), c.calls
-    receipt = b["receipt"]
-    while True:
-        s, b = api.call("GET", T, query={"group": "risk", "max": 2, "ack": receipt}, key=setup["risk"])
-        assert s == 200
-        if not b["messages"]:
-            break
-        seen += [m["offset"] for m in b["messages"]]
-        receipt = b["receipt"]
+    seen += drain_folded(api, setup, b["receipt"], 2)
     assert seen == list(range(9)), seen
 
 
