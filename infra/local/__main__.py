@@ -35,6 +35,7 @@ import urllib.request
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from . import template as tpl_mod
+from .keepalive import KeepAlive
 
 
 def free_port() -> int:
@@ -78,8 +79,9 @@ def wait_for_moto(proc: subprocess.Popen, url: str, timeout: float = 60.0) -> No
     raise RuntimeError(f"moto server did not answer on {url} within {timeout}s")
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """werkzeug's request handler without its own access log (the gateway logs requests)."""
+class _QuietHandler(KeepAlive, WSGIRequestHandler):
+    """werkzeug's request handler with keep-alive (infra/local/keepalive.py), without its own access
+    log (the gateway logs requests)."""
 
     def log_request(self, code="-", size="-"):  # noqa: D102
         pass

@@ -27,6 +27,8 @@ from urllib.parse import parse_qs
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import run_simple
 
+from infra.local.keepalive import KeepAlive
+
 WRITES_PATH = "/_lakeq/dynamodb-writes"
 MAX_WAIT_S = 30.0
 # DynamoDB operations that never add a stream record (anything else counts as a possible write)
@@ -46,6 +48,10 @@ def read_body(body) -> bytes:
     finally:
         if hasattr(body, "close"):
             body.close()
+
+
+class KeepAliveHandler(KeepAlive, MotoRequestHandler):
+    """moto's request handler (underscored header names kept) with :class:`infra.local.keepalive.KeepAlive`."""
 
 
 class Serialised:
@@ -88,6 +94,27 @@ class Serialised:
         return [json.dumps({"writes": n}).encode()]
 
 
+def trim_server() -> bool:
+    """Two costs moto's server pays on every request and that say nothing here (py-spy on the e2e
+    stack's moto: ~6 % and ~4 % of its busy samples): ``DomainDispatcherApplication`` asks
+    ``backends.list_of_moto_modules()`` per request, which lists moto's package folder and calls
+    ``isdir`` on each of its ~190 entries (the folder never changes while the server runs: listed
+    once here); and werkzeug writes an access line per request to the moto log (only warnings and
+    errors now: a traceback still lands in the log the stack prints on a failure).
+    ``LAKEQ_MOTO_PLAIN=1`` leaves both as they are. False when left."""
+    import logging
+    import os
+
+    if os.environ.get("LAKEQ_MOTO_PLAIN", "") in ("1", "true"):
+        return False
+    from moto import backends
+
+    names = frozenset(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: names
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m infra.local.moto_serial")
     ap.add_argument("-H", "--host", default="127.0.0.1")
@@ -96,8 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     from infra.local import moto_speed
     moto_speed.install()  # moto's UpdateExpression walk, its map built once a walk (LAKEQ_MOTO_PLAIN=1: not)
+    handler = KeepAliveHandler if trim_server() else MotoRequestHandler
     app = DomainDispatcherApplication(create_backend_app)
-    run_simple(args.host, args.port, Serialised(app), threaded=True, request_handler=MotoRequestHandler)
+    run_simple(args.host, args.port, Serialised(app), threaded=True, request_handler=handler)
 
 
 if __name__ == "__main__":
