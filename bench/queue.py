@@ -12,8 +12,10 @@ What runs (all on this machine, in this process except moto's server):
   eventually consistent half; UpdateItem on our small records counts 1 WRU (our updated items
   are all < 1 KB: queue and offset records);
 - the baseline, side by side: the same number of messages through SQS on the same moto server
-  (SendMessageBatch / ReceiveMessage / DeleteMessageBatch, batches of up to 10), for throughput;
-  and SQS's price for the same batch sizes;
+  (SendMessageBatch / ReceiveMessage / DeleteMessageBatch, batches of up to 10) with the same client
+  loop as lakeq's (an empty answer sleeps 10 ms; a thread stops once every message is in), for
+  throughput; and SQS's price, both by the formula (3 requests a batch) and as run (its requests
+  counted, empty receives included, as lakeq's empty pulls are);
 - the Lambda share through the function URLs from each handler invocation's measured thread CPU
   (:class:`HandlerCpu`, :func:`lambda_dollars`: CPU x 1,769 / MB below 1,769 MB + an assumed wait per
   store call), at several memory sizes and at template.yaml's; and what each empty pull cost.
