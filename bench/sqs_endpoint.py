@@ -23,7 +23,8 @@ What runs (as ``bench/queue.py``, whose stack, meter and prices this reuses):
   nothing would leave one in flight);
 - the baseline, side by side in the same run: the same messages, the same calls, through SQS on
   moto's own server, for throughput; and SQS's price (standard queue, $0.40 per million requests,
-  64 KB chunks, one request per send / receive / delete call).
+  64 KB chunks, one request per send / receive / delete call), by the formula (3 a batch) and as
+  run (the SQS run's requests counted, its empty receives included, as lakeq's are).
 
 Dollars: DynamoDB from the counted request units (the stream's head mover's writes included);
 *all-in* adds, per HTTP request actually made (empty receives included), API Gateway HTTP API +
