@@ -12,8 +12,10 @@ What runs (all on this machine, in this process except moto's server):
   eventually consistent half; UpdateItem on our small records counts 1 WRU (our updated items
   are all < 1 KB: queue and offset records);
 - the baseline, side by side: the same number of messages through SQS on the same moto server
-  (SendMessageBatch / ReceiveMessage / DeleteMessageBatch, batches of up to 10), for throughput;
-  and SQS's price for the same batch sizes;
+  (SendMessageBatch / ReceiveMessage / DeleteMessageBatch, batches of up to 10) with the same client
+  loop as lakeq's (an empty answer sleeps 10 ms; a thread stops once every message is in), for
+  throughput; and SQS's price, both by the formula (3 requests a batch) and as run (its requests
+  counted, empty receives included, as lakeq's empty pulls are);
 - the Lambda share through the function URLs from each handler invocation's measured thread CPU
   (:class:`HandlerCpu`, :func:`lambda_dollars`: CPU x 1,769 / MB below 1,769 MB + an assumed wait per
   store call), at several memory sizes and at template.yaml's; and what each empty pull cost.
@@ -123,6 +125,7 @@ class HandlerCpu:
 
 
 HANDLER_CPU = HandlerCpu()
+FINAL_ACK = "acks"  # how a consumer thread settles the batch it holds once every message is in (--final-ack)
 METER_CPU = threading.local()  # the serving thread's CPU seconds in Meter.after (the bench's, not lakeq's)
 
 import base64 as _b64
@@ -410,6 +413,21 @@ def lakeq_run(base: str, meter: Meter, batch: int, total: int, threads: int, que
         receipt = None
         hdr = {"Authorization": f"Bearer {cons}"}
         for k in itertools.count():
+            # stop once every message is in, as sqs_run's receivers do (they look before each receive);
+            # a batch still held is acknowledged alone (POST /v1/acks: SQS's last DeleteMessageBatch),
+            # unless --final-ack pull (before 2026-12-07: a pull with ack= that found nothing)
+            with lock:
+                done = len(consumed) >= total_produced
+            if done and (receipt is None or FINAL_ACK == "acks"):
+                if receipt is not None:
+                    rid = f"{tag}-{i}-{k}"
+                    r = session().post(f"{base}/v1/acks", json={"group": f"c{tag}", "receipt": receipt},
+                                       headers={**hdr, "X-Bench-Id": rid})
+                    r.raise_for_status()
+                    PER_REQUEST.spent.pop(rid, None)  # type: ignore[union-attr]
+                    with lock:
+                        pulls["final acks"] += 1
+                return
             params = {"group": f"c{tag}", "max": batch}
             if receipt:
                 params["ack"] = receipt
@@ -468,23 +486,30 @@ def start_sqs_server():
 
 
 def sqs_run(sqs_url: str, batch: int, total: int, threads: int, tag: str) -> tuple[float, float]:
+    """The same messages through SQS with the same client loop as :func:`lakeq_run`'s (a receive that
+    came back empty sleeps 10 ms and tries again, until every message is in); each request is counted
+    (``sqs_run.requests``: send / receive / empty receive / delete calls) so SQS's dollars can be its
+    requests as made, empty receives included, as lakeq's count its empty pulls."""
     import boto3
 
     sqs = boto3.client("sqs", endpoint_url=sqs_url)
     url = sqs.create_queue(QueueName=f"bench{tag}")["QueueUrl"]
     chunk = min(batch, 10)
+    requests = Counter()
 
     def send(i):
         for c in range(0, batch, chunk):
             sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(j), "MessageBody": BODY}
                                                           for j in range(min(chunk, batch - c))])
+            with lock:
+                requests["send"] += 1
 
+    lock = threading.Lock()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as ex:
         list(ex.map(send, range(total // batch)))
     t_send = time.perf_counter() - t0
     got = Counter()
-    lock = threading.Lock()
 
     def recv(_):
         while True:
@@ -493,15 +518,22 @@ def sqs_run(sqs_url: str, batch: int, total: int, threads: int, tag: str) -> tup
                     return
             r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=chunk, VisibilityTimeout=30)
             msgs = r.get("Messages", [])
+            with lock:
+                requests["receive"] += 1
+                requests["empty"] += not msgs
             if msgs:
                 sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                                                                 for i, m in enumerate(msgs)])
                 with lock:
+                    requests["delete"] += 1
                     got.update(m["MessageId"] for m in msgs)
+            else:
+                time.sleep(0.01)
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as ex:
         list(ex.map(recv, range(threads)))
+    sqs_run.requests = requests  # type: ignore[attr-defined]
     return t_send, time.perf_counter() - t0
 
 
@@ -514,7 +546,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small runs, under a minute")
     ap.add_argument("--plan", help="batch:messages,... instead of the default runs (e.g. 1:200,10:1000)")
+    ap.add_argument("--final-ack", choices=("acks", "pull"), default="acks",
+                    help="a consumer thread's batch held when every message is in: acknowledged alone on "
+                         "POST /v1/acks (default, as SQS's receivers delete their last batch and stop), or by "
+                         "one more pull with ack= (the loop before 2026-12-07)")
     args = ap.parse_args()
+    global FINAL_ACK
+    FINAL_ACK = args.final_ack
     import faulthandler
     faulthandler.dump_traceback_later(150 if args.quick else 900, exit=True)  # a hung run ends with its stacks
     # batch 100 at 2,000 (not 6,000): the SQS baseline's sends on moto slow down with the queue's
@@ -535,6 +573,7 @@ def main() -> None:
     rows = []
     details = []
     cpus = []
+    sqs_reqs = []
     try:
         for batch, total in plan:
             print(f"# running batch {batch} ({total} messages)...", file=sys.stderr, flush=True)
@@ -543,6 +582,7 @@ def main() -> None:
             details.append((batch, total, *lakeq_run.detail))  # type: ignore[attr-defined]
             cpus.append(lakeq_run.cpu)  # type: ignore[attr-defined]
             s_send, s_recv = sqs_run(sqs_url, batch, total, threads, str(batch))
+            sqs_reqs.append(sqs_run.requests)  # type: ignore[attr-defined]
             n = total
             rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
     finally:
@@ -573,7 +613,8 @@ def main() -> None:
             print(f"{batch:>5} {name:>10}  {detail}")
         e = max(1, pulls["empty"])
         print(f"{batch:>5} {'pulls':>10}  {pulls['pulls']} for {n // batch} batches ({pulls['with ack']} with ack=, "
-              f"{pulls['empty']} empty: {er / e:.2f} RRU + {ew / e:.2f} WRU each, {pulls['empty_ack']} of them with ack=)")
+              f"{pulls['empty']} empty: {er / e:.2f} RRU + {ew / e:.2f} WRU each, {pulls['empty_ack']} of them with ack=; "
+              f"{pulls['final acks']} last batches acknowledged on POST /v1/acks)")
     print()
     print("## dollars per million messages (produce + pull + ack), us-east-1 list prices")
     print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'via URLs*':>10} {'SQS':>8} "
@@ -596,6 +637,7 @@ def main() -> None:
     print("## the Lambda share through the function URLs, from the handlers' measured CPU (every invocation of the "
           f"run, empty pulls included; CPU x {VCPU_MB}/MB below {VCPU_MB} MB + {DDB_CALL_MS:g} ms a store call)")
     mem_p, mem_c = template_memory("ProduceFunction"), template_memory("ConsumeFunction")
+    urls_at_template = []
     print(f"{'batch':>5} {'produce CPU ms/inv':>18} {'pull CPU ms/inv':>16} {'calls/inv p/c':>14} "
           + " ".join(f"{f'URLs@{mb}/SQS':>13}" for mb in MEMORY_SIZES)
           + f" {'URLs@template ' + str(mem_p) + '/' + str(mem_c):>24} {'/SQS':>6} {'Lambda/SQS':>10}")
@@ -611,12 +653,30 @@ def main() -> None:
 
         at = [(ddb + lam(mb, mb)) / sqs for mb in MEMORY_SIZES]
         tmpl = ddb + lam(mem_p, mem_c)
+        urls_at_template.append(tmpl)
         print(f"{batch:>5} {p_cpu * 1000:>18.2f} {c_cpu * 1000:>16.2f} {f'{p_calls:.1f}/{c_calls:.1f}':>14} "
               + " ".join(f"{x:>13.2f}" for x in at)
               + f" {tmpl:>24.3f} {tmpl / sqs:>6.2f} {lam(mem_p, mem_c) / sqs:>10.2f}")
     print("** the DynamoDB cost without the pulls that came back empty (threads waiting at the end of a run for "
           "the last batches others hold; their number depends on timing), as SQS's price above counts no empty "
           "receive")
+    print()
+    print("## both sides as run: SQS's requests counted in its run (the same client loop: an empty answer sleeps "
+          "10 ms and tries again until every message is in), empty receives included, as lakeq's empty pulls are")
+    print(f"{'batch':>5} {'SQS send/recv/empty/del':>24} {'SQS $/M as run':>14} {'3 a batch':>9} "
+          f"{'lakeq pulls (empty) + acks':>26} {'DynamoDB/SQS as run':>19} {'URLs@template/SQS as run':>24} "
+          f"{'both w/o empties: DynamoDB/SQS':>30}")
+    for (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), (*_, pulls, (ew, er)), req, tmpl in zip(
+            rows, details, sqs_reqs, urls_at_template):
+        ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
+        busy = ((pw + cw - ew) * PRICE_WRU + (pr + cr - er) * PRICE_RRU) / n * 1e6
+        made = req["send"] + req["receive"] + req["delete"]
+        sqs_run_price = made * PRICE_SQS_REQUEST / n * 1e6
+        sqs_busy = (made - req["empty"]) * PRICE_SQS_REQUEST / n * 1e6
+        counts = f"{req['send']}/{req['receive']}/{req['empty']}/{req['delete']}"
+        lakeq_pulls = f"{pulls['pulls']} ({pulls['empty']}) + {pulls['final acks']}"
+        print(f"{batch:>5} {counts:>24} {sqs_run_price:>14.3f} {sqs_price_per_million(batch):>9.3f} {lakeq_pulls:>26} "
+              f"{ddb / sqs_run_price:>19.2f} {tmpl / sqs_run_price:>24.2f} {busy / sqs_busy:>30.2f}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ What runs (as ``bench/queue.py``, whose stack, meter and prices this reuses):
   nothing would leave one in flight);
 - the baseline, side by side in the same run: the same messages, the same calls, through SQS on
   moto's own server, for throughput; and SQS's price (standard queue, $0.40 per million requests,
-  64 KB chunks, one request per send / receive / delete call).
+  64 KB chunks, one request per send / receive / delete call), by the formula (3 a batch) and as
+  run (the SQS run's requests counted, its empty receives included, as lakeq's are).
 
 Dollars: DynamoDB from the counted request units (the stream's head mover's writes included);
 *all-in* adds, per HTTP request actually made (empty receives included), API Gateway HTTP API +
@@ -229,6 +230,10 @@ def body_of(tag: str, i: int) -> str:
 
 
 # --- the workload, the same for both sides -----------------------------------------------------
+URLS: dict = {}  # batch -> ($ per million through SqsFunction's URL, the same with no wait), for the table as run
+REQUESTS: Counter = Counter()  # requests made per run tag (sends, receives empty or not, deletes): SQS's price as run
+
+
 def run(send_c, recv_c, url: str, batch: int, total: int, threads: int, tag: str, empty: Counter,
         strict: bool = True, interleaved: bool = False) -> tuple:
     """Send ``total`` messages (``batch`` a call), then receive and delete them all; returns
@@ -239,8 +244,11 @@ def run(send_c, recv_c, url: str, batch: int, total: int, threads: int, tag: str
     the queue items' hints behind the sends, the case the container's copy of them does not help);
     the two times are then the same, the whole run's."""
     n_calls = total // batch
+    lock = threading.Lock()
 
     def send(k):
+        with lock:
+            REQUESTS[tag] += 1
         if batch == 1:
             send_c.send_message(QueueUrl=url, MessageBody=body_of(tag, k))
         else:
@@ -248,12 +256,13 @@ def run(send_c, recv_c, url: str, batch: int, total: int, threads: int, tag: str
                 {"Id": str(j), "MessageBody": body_of(tag, k * batch + j)} for j in range(batch)])
             assert len(out.get("Successful", [])) == batch and not out.get("Failed"), out
     got: Counter = Counter()
-    lock = threading.Lock()
     stop = time.monotonic() + 600  # (moto's own SQS server slows down as a queue grows)
 
     def receive_delete() -> bool:
         msgs = recv_c.receive_message(QueueUrl=url, MaxNumberOfMessages=batch, VisibilityTimeout=60,
                                       WaitTimeSeconds=0).get("Messages", [])
+        with lock:
+            REQUESTS[tag] += 1 + bool(msgs)  # the receive, and the delete that follows one with messages
         if not msgs:
             with lock:
                 empty[tag] += 1
@@ -474,6 +483,7 @@ def main() -> None:
         lam = lambda_cost(sqs_inv, h["inv"])  # the measured wait (an upper bound)
         lam_lo = lambda_cost([(c, c) for _, c in sqs_inv], [(c, c) for _, c in h["inv"]])  # no wait at all
         url, url_lo = ddb + lam, ddb + lam_lo
+        URLS[batch] = (url, url_lo)
         allin = url + reqs * bq.PRICE_HTTP_API_REQUEST * 1e6
         sqs = sqs_price_per_million(batch)
         print(f"{batch:>5} {n:>6} {emp:>10} {calls:>6.2f} {rru:>6.2f} {wru:>6.2f} {ddb:>9.3f} {reqs:>8.2f} "
@@ -486,6 +496,20 @@ def main() -> None:
           "invocation's in-process wall time (an upper bound), 'lo' its CPU time alone (no wait for DynamoDB: a")
     print(f"  lower bound). SQS: one request per call at ${bq.PRICE_SQS_REQUEST * 1e6:.2f}/M")
     print("** URL: the same through SqsFunction's Lambda function URL (no API Gateway fee)")
+    print()
+    print("## both sides as run: SQS's requests counted in its run (the same client loop as lakeq's: sends, receives "
+          "empty or not, deletes), as lakeq's empty receives are counted on its side")
+    print(f"{'batch':>5} {'SQS requests':>12} {'SQS empty recv':>14} {'SQS $/M as run':>14} {'3 a batch':>9} "
+          f"{'lakeq empty recv':>16} {'DDB/SQS as run':>14} {'URL/SQS as run':>14} {'URL lo/SQS as run':>17}")
+    for batch, n, by, emp, semp, *_t in rows:
+        rru = sum(a["rru"] for a in by.values()) / n
+        wru = sum(a["wru"] for a in by.values()) / n
+        ddb = (rru * bq.PRICE_RRU + wru * bq.PRICE_WRU) * 1e6
+        made = REQUESTS[f"s{batch}"]
+        sqs_as_run = made * bq.PRICE_SQS_REQUEST / n * 1e6
+        url, url_lo = URLS[batch]
+        print(f"{batch:>5} {made:>12} {semp[0]:>14} {sqs_as_run:>14.3f} {sqs_price_per_million(batch):>9.3f} "
+              f"{emp:>16} {ddb / sqs_as_run:>14.2f} {url / sqs_as_run:>14.2f} {url_lo / sqs_as_run:>17.2f}")
     print()
     print("## throughput (messages/s), lakeq's SQS endpoint vs SQS on moto (read the ratio)")
     print(f"{'batch':>5} {'msgs':>6} {'lakeq send':>10} {'SQS send':>9} {'ratio':>6} {'lakeq recv+del':>14} "
