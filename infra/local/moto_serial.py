@@ -11,13 +11,15 @@ offsets reused) and passes against this one.
 
 It also counts the DynamoDB requests that may write (every DynamoDB operation but the reads: a
 stream record only appears through one of them) and answers ``GET /_lakeq/dynamodb-writes?after=N
-&wait=S`` with ``{"writes": <count>}`` as soon as the count differs from ``N`` (at most ``S``
-seconds later; outside the lock). The local stack's stream pumps wait on it while idle
-(:func:`infra.local.streams.moto_write_signal`) instead of polling every shard four times a second.
+&wait=S`` with ``{"writes": <count>, "tables": {<table>: <count>}}`` as soon as the count differs
+from ``N`` (at most ``S`` seconds later; outside the lock). The local stack's stream pumps wait on
+it while idle (:func:`infra.local.streams.moto_write_signal`) instead of polling every shard four
+times a second, and read only the streams of the tables written since their last read.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import signal
 import sys
@@ -27,7 +29,7 @@ from urllib.parse import parse_qs
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import run_simple
 
-from infra.local.keepalive import KeepAlive
+from infra.local.keepalive import KeepAlive, read_input
 
 WRITES_PATH = "/_lakeq/dynamodb-writes"
 MAX_WAIT_S = 30.0
@@ -50,6 +52,44 @@ def read_body(body) -> bytes:
             body.close()
 
 
+def request_body(environ) -> bytes:
+    """The request's body, left readable for the application (a kept-alive connection's handler
+    read it into memory already; otherwise it is read here by its length and put back)."""
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    if isinstance(stream, io.BytesIO):
+        return stream.getvalue()
+    body = read_input(environ)
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ.pop("wsgi.input_terminated", None)
+    environ["CONTENT_LENGTH"] = str(len(body))
+    return body
+
+
+def tables_written(body: bytes) -> set[str]:
+    """The tables a DynamoDB write request names (``TableName``, BatchWriteItem's ``RequestItems``,
+    each of TransactWriteItems' actions; a table's ARN by its name); ``{"*"}`` when it names none
+    that can be read (a stream pump then reads every table it follows)."""
+    try:
+        d = json.loads(body or b"{}")
+    except ValueError:
+        return {"*"}
+    names = set()
+    if isinstance(d, dict):
+        if isinstance(d.get("TableName"), str):
+            names.add(d["TableName"])
+        if isinstance(d.get("RequestItems"), dict):
+            names.update(k for k in d["RequestItems"] if isinstance(k, str))
+        for action in d.get("TransactItems") or []:
+            for v in (action.values() if isinstance(action, dict) else ()):
+                if isinstance(v, dict) and isinstance(v.get("TableName"), str):
+                    names.add(v["TableName"])
+    names = {n.split(":table/", 1)[1].split("/", 1)[0] if n.startswith("arn:") and ":table/" in n else n
+             for n in names}
+    return names or {"*"}
+
+
 class KeepAliveHandler(KeepAlive, MotoRequestHandler):
     """moto's request handler (underscored header names kept) with :class:`infra.local.keepalive.KeepAlive`."""
 
@@ -61,6 +101,7 @@ class Serialised:
         self.app = app
         self.lock = threading.Lock()
         self.writes = 0  # DynamoDB requests that may have written (see READS)
+        self.tables: dict[str, int] = {}  # the same, per table a request names ("*": names none we can read)
         self.changed = threading.Condition()
 
     def __call__(self, environ, start_response):
@@ -68,13 +109,17 @@ class Serialised:
             return self._writes(environ, start_response)
         target = environ.get("HTTP_X_AMZ_TARGET") or ""
         service, _, op = target.partition(".")
+        writes = service.startswith("DynamoDB_") and op not in READS
+        tables = tables_written(request_body(environ)) if writes else ()
         try:
             with self.lock:
                 data = read_body(self.app(environ, start_response))
         finally:  # counted even when moto raised: it may have written before it did
-            if service.startswith("DynamoDB_") and op not in READS:
+            if writes:
                 with self.changed:
                     self.writes += 1
+                    for t in tables:
+                        self.tables[t] = self.tables.get(t, 0) + 1
                     self.changed.notify_all()
         return [data]
 
@@ -89,9 +134,9 @@ class Serialised:
         with self.changed:
             if after is not None:
                 self.changed.wait_for(lambda: self.writes != after, timeout=wait)
-            n = self.writes
+            n, tables = self.writes, dict(self.tables)
         start_response("200 OK", [("Content-Type", "application/json")])
-        return [json.dumps({"writes": n}).encode()]
+        return [json.dumps({"writes": n, "tables": tables}).encode()]
 
 
 def trim_server() -> bool:

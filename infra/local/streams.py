@@ -37,6 +37,7 @@ import base64
 import datetime as dt
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -113,6 +114,7 @@ class ShardState:
     checkpoint: str | None = None  # SequenceNumber of the last record handled
     last_read: str | None = None  # SequenceNumber of the last record read into the buffer
     closed: bool = False
+    at_end: bool = False  # the last read found no record after last_read (or the shard closed)
 
 
 @dataclass
@@ -126,6 +128,9 @@ class Mapping_:
     shards: dict[str, ShardState] = field(default_factory=dict)
     delivered: int = 0
     discarded: list[dict] = field(default_factory=list)  # on-failure records sent (or not) so far
+    # the store's write counts (this table's, and of writes naming no table we could read) when a pass
+    # began that read every shard of this mapping to its end: while they stay, nothing new is there
+    seen: tuple[int, int] | None = None
 
 
 class StreamPump:
@@ -251,8 +256,11 @@ class StreamPump:
                     shard.checkpoint = shard.last_read or shard.checkpoint
         return skipped
 
-    def pump_once(self, flush: bool = False) -> tuple[int, int, int]:
-        """One pass over every mapping: read new records, deliver due batches.
+    def pump_once(self, flush: bool = False, tables: Mapping[str, int] | None = None) -> tuple[int, int, int]:
+        """One pass over every mapping: read new records, deliver due batches. ``tables``: the
+        store's write counts per table taken before this pass (``write_signal``'s ``tables``): a
+        mapping whose table was not written since a pass read all its shards to their end reads
+        none (None: every shard is read).
 
         Returns ``(records read, records delivered, records still pending)``."""
         read = delivered = pending = 0
@@ -261,11 +269,17 @@ class StreamPump:
                 self._refresh_shards(m)
             except Exception as exc:  # noqa: BLE001 - table may not exist yet
                 log.debug("stream of %s not ready: %s", m.table_name, exc)
+                m.seen = None
                 continue
+            key = None if tables is None else (int(tables.get(m.table_name, 0)), int(tables.get("*", 0)))
+            skip = key is not None and m.seen == key
             for shard in m.shards.values():
-                read += self._read(m, shard)
+                if not skip:
+                    read += self._read(m, shard)
                 delivered += self._deliver(m, shard, flush)
                 pending += len(shard.buffer)
+            if not skip:  # every shard read to its end: what the counts hold is buffered or delivered
+                m.seen = key if key is not None and m.shards and all(s.at_end for s in m.shards.values()) else None
         return read, delivered, pending
 
     # ------------------------------------------------------------------ internals
@@ -275,9 +289,10 @@ class StreamPump:
         # written up to that count was there for the pass to read
         writes = self._writes(None, 0.0)
         while not self._stop.is_set():
+            tables = getattr(self.write_signal, "tables", None) if writes is not None else None
             try:
                 with self.lock:
-                    read, delivered, pending = self.pump_once(flush=False)
+                    read, delivered, pending = self.pump_once(flush=False, tables=tables)
             except Exception:  # noqa: BLE001
                 log.exception("stream pump pass failed")
                 read = delivered = pending = 0
@@ -302,8 +317,9 @@ class StreamPump:
                         continue
             if self._stop.wait(interval):
                 break
-            if writes is None:
-                writes = self._writes(None, 0.0)
+            # the counts before the next pass (its gate: pump_once's ``tables``); one counter read,
+            # where the pass without it reads every mapping's shards
+            writes = self._writes(None, 0.0)
 
     def _writes(self, after: int | None, wait: float) -> int | None:
         if self.write_signal is None or self._stop.is_set():
@@ -352,6 +368,7 @@ class StreamPump:
         return shard.iterator
 
     def _read(self, m: Mapping_, shard: ShardState) -> int:
+        shard.at_end = shard.closed
         if shard.closed:
             return 0
         if len(shard.buffer) >= max(m.event.batch_size, 1) * 4:
@@ -365,12 +382,14 @@ class StreamPump:
             return 0
         records = out.get("Records", [])
         shard.iterator = out.get("NextShardIterator")
+        shard.at_end = not records
         if shard.iterator is None:
             shard.closed = True
-        elif not records and (shard.last_read or shard.checkpoint):
+        elif not records and (shard.last_read or shard.checkpoint) and not SHARDS_KEPT:
             # moto restores a table from a deep copy when a transaction is cancelled, stream shard
             # included: an iterator taken before then reads the discarded copy and never sees a new
-            # record. So, when caught up, take a fresh iterator after the last record read.
+            # record. So, when caught up, take a fresh iterator after the last record read (unless
+            # moto_speed's journal keeps the shard: SHARDS_KEPT).
             shard.iterator = None
         if records:
             shard.last_read = records[-1]["dynamodb"].get("SequenceNumber")
@@ -577,6 +596,10 @@ class Pumps:
 
 IDLE_WAIT_S = 1.0  # an idle pump's longest wait for a write (and for stop())
 IDLE_PASS_S = 10.0  # and a pass at least this often all the same
+# moto_speed's journal keeps a table's stream shard through a cancelled transaction (moto's own code
+# puts a deep copy back), so an iterator taken at a shard's end reads what is appended after it;
+# with moto as it is (LAKEQ_MOTO_PLAIN=1) the pump takes a fresh iterator after each empty read
+SHARDS_KEPT = os.environ.get("LAKEQ_MOTO_PLAIN", "") not in ("1", "true")
 
 
 def moto_write_signal(moto_url: str) -> Callable[[int | None, float], int | None]:
@@ -589,8 +612,11 @@ def moto_write_signal(moto_url: str) -> Callable[[int | None, float], int | None
     def signal(after: int | None, wait: float) -> int | None:
         q = f"wait={wait}" + ("" if after is None else f"&after={after}")
         with urllib.request.urlopen(f"{moto_url}{WRITES_PATH}?{q}", timeout=wait + 10) as r:
-            return int(json.loads(r.read())["writes"])
+            got = json.loads(r.read())
+        signal.tables = got.get("tables")  # the same answer's count per table (StreamPump's gate)
+        return int(got["writes"])
 
+    signal.tables = None
     return signal
 
 
