@@ -148,6 +148,10 @@ def number_size(value: Any) -> int:
     """DynamoDB's size of a number: 1 byte per 2 significant digits (rounded up) + 1, + 1 when
     negative (leading and trailing zeros do not count)."""
     s = str(value).strip()
+    digits = s[1:] if s[:1] == "-" else s
+    if digits.isascii() and digits.isdigit():  # an integer's text (most numbers): what Decimal would give
+        sig = digits.strip("0")
+        return (len(sig) + 1) // 2 + 1 + (s[:1] == "-") if sig else 1
     try:
         d = Decimal(s)
     except Exception:  # noqa: BLE001

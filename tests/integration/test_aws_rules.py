@@ -291,6 +291,9 @@ def test_item_size_rules():
     assert ar.item_size({"a": {"S": "héllo"}}) == 1 + 6
     assert ar.number_size("0") == 1 and ar.number_size("12345") == 4 and ar.number_size("-1200") == 3
     assert ar.number_size("0.000123") == 3
+    # an integer's text takes a path without Decimal: the same sizes (zeros, sign, padding)
+    assert [ar.number_size(v) for v in ("-0", "000", "0012300", "-0012300", " 42 ", "+42", 10**20, -7)] == \
+        [1, 1, 3, 4, 2, 2, 2, 3]
     assert ar.value_size({"B": b"\x00" * 10}) == 10
     assert ar.value_size({"BOOL": True}) == ar.value_size({"NULL": True}) == 1
     assert ar.value_size({"SS": ["ab", "c"]}) == 3

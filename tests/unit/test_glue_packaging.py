@@ -1,6 +1,7 @@
 """glue_jobs.package: the single-file Glue scripts `sam deploy` uploads (template.yaml ScriptLocation)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -128,79 +129,116 @@ def test_generated_script_imports_its_modules_from_its_own_bundle(job, tmp_path)
         assert Path(file).is_relative_to(bundle_dir), (mod, file)
 
 
-@pytest.mark.spark
-def test_generated_backlog_script_runs_a_job_outside_the_repo(tmp_path):
-    """One real run (a JVM: tens of seconds): the self-contained script on a lake folder built by the
-    archiver's code from the events/ stream samples, with the repo nowhere on sys.path."""
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java")
+# The generated scripts' real runs share one Python process and so one JVM (pyspark keeps the
+# gateway after a session stops: the next session starts in it). Each JVM start with its first job
+# cost 6-9 CPU-s; the two runs were two processes. Each script still runs as `python -I script`
+# would run it (runpy as __main__, its own argv, cwd and sys.path outside the repo); between the
+# runs the driver forgets the modules the first bundle loaded, so the second imports its own again
+# (checked: each run's lakeq modules come from its own script's lakeq-glue-<digest> folder, none from
+# the repo; the replay and backlog bundles hold the same modules today, so that folder is one).
+# The replay runs first: it stops its local session, so the backlog's gets a fresh one, with its
+# own options, as in its own process.
+DRIVER = """
+import json, os, runpy, sys
+base_path, base_mods = list(sys.path), set(sys.modules)
+report = []
+
+
+def bundle_dir(f):
+    head, sep, tail = (f or "").partition("lakeq-glue-")
+    return head + sep + tail.split(os.sep, 1)[0] if sep else None
+
+
+for script, *argv in json.loads(sys.argv[1]):
+    sys.argv = [script, *argv]
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    dirs = sorted({bundle_dir(getattr(m, "__file__", None)) for m in list(sys.modules.values())} - {None})
+    repo = [n for n, m in sys.modules.items() if n.split(".")[0] in ("lakeq", "lakeq_lake")
+            and not bundle_dir(getattr(m, "__file__", None))]
+    report.append({"script": os.path.basename(script), "code": code, "bundle_dirs": dirs,
+                   "not_from_a_bundle": repo, "path": list(sys.path)})
+    for name in set(sys.modules) - base_mods:  # the next script imports its own bundle's modules
+        if bundle_dir(getattr(sys.modules[name], "__file__", None)):
+            del sys.modules[name]
+    sys.path[:] = base_path
+print("DRIVER-REPORT " + json.dumps(report))
+"""
+
+
+def _lake_from_samples(lake_dir: Path, kinds: dict[str, str], samples: tuple[str, ...]) -> None:
+    """A lake folder as the archiver's code writes it from the events/ stream samples."""
     sys.path.insert(0, str(ROOT / "layers" / "core"))
     from lakeq.lake import archive as lake
 
-    lake_dir = tmp_path / "lake"
-    kinds = {"lakeq-local-segments": "messages", "lakeq-local-offsets": "offsets", "lakeq-local-groups": "members"}
-    for name in ("stream_segments.json", "stream_offsets.json", "stream_groups.json"):
+    for name in samples:
         ev = json.loads((ROOT / "events" / name).read_text())
         for key, blob in lake.batch_objects(ev["Records"], kinds).items():
             (lake_dir / key).parent.mkdir(parents=True, exist_ok=True)
             (lake_dir / key).write_bytes(blob)
-    script = tmp_path / "backlog.py"
-    shutil.copy(P.DIST / "backlog.py", script)
-    env = isolated_env(tmp_path)
-    env["PYSPARK_PYTHON"] = sys.executable
-    out = subprocess.run([sys.executable, "-I", str(script), "--lake", str(lake_dir),
-                          "--as_of_ms", str(1_767_225_600_000 + 3_600_000 + 60_000)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    sys.path.insert(0, str(ROOT / "glue_jobs"))
-    from lakeq_lake.jobs import summary_key
-
-    risk = json.loads((lake_dir / summary_key("risk", "quotes")).read_text())
-    assert [(q["queue"], q["produced"], q["committed"], q["backlog"]) for q in risk["queues"]] == [(0, 5, 3, 2)]
-
 
 
 @pytest.mark.spark
-def test_generated_replay_script_runs_with_glues_arguments_outside_the_repo(tmp_path):
-    """The replay-select bundle as Glue runs it: its default arguments, the run's and Glue's own ones
-    (ignored) on the command line, over a lake folder the archiver's code wrote from the stream
-    samples → selection.json and the manifest; a run that fails → error.json and exit 1."""
+def test_generated_scripts_run_their_jobs_outside_the_repo(tmp_path):
+    """The real runs (one process, one JVM: tens of seconds), each self-contained script with the repo
+    nowhere on sys.path, on lake folders built by the archiver's code from the events/ stream samples:
+
+    - replay, as Glue runs it: its default arguments, the run's and Glue's own ones (ignored) on the
+      command line → selection.json and the manifest; a run that fails → error.json and exit 1;
+    - backlog → the risk summary."""
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java")
-    sys.path.insert(0, str(ROOT / "layers" / "core"))
-    from lakeq.lake import archive as lake
-
-    lake_dir = tmp_path / "lake"
-    ev = json.loads((ROOT / "events" / "stream_segments.json").read_text())
-    for key, blob in lake.batch_objects(ev["Records"], {"lakeq-local-segments": "messages"}).items():
-        (lake_dir / key).parent.mkdir(parents=True, exist_ok=True)
-        (lake_dir / key).write_bytes(blob)
-    script = tmp_path / "replay.py"
-    shutil.copy(P.DIST / "replay.py", script)
+    replay_lake, backlog_lake = tmp_path / "replay-lake", tmp_path / "backlog-lake"
+    _lake_from_samples(replay_lake, {"lakeq-local-segments": "messages"}, ("stream_segments.json",))
+    _lake_from_samples(backlog_lake, {"lakeq-local-segments": "messages", "lakeq-local-offsets": "offsets",
+                                      "lakeq-local-groups": "members"},
+                       ("stream_segments.json", "stream_offsets.json", "stream_groups.json"))
+    for job in ("replay", "backlog"):
+        shutil.copy(P.DIST / f"{job}.py", tmp_path / f"{job}.py")
     env = isolated_env(tmp_path)
     env["PYSPARK_PYTHON"] = sys.executable
     t0 = 1_767_225_600_000
     glue_own = ["--JOB_ID", "j_1", "--JOB_RUN_ID", "jr_1", "--job-bookmark-option", "job-bookmark-disable",
                 "--TempDir", "s3://tmp/x", "--enable-metrics", "true", "--job-language", "python"]
 
-    def run(rid: str, flt: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-I", str(script), *glue_own, "--lake", str(lake_dir),
-                               "--replay_id", rid, "--topic", "quotes", "--from_ms", str(t0),
-                               "--to_ms", str(t0 + 2 * 3_600_000), "--filter", flt, "--master", "local[2]",
-                               "--no-progress"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    def replay(rid: str, flt: str) -> list[str]:
+        return [str(tmp_path / "replay.py"), *glue_own, "--lake", str(replay_lake), "--replay_id", rid,
+                "--topic", "quotes", "--from_ms", str(t0), "--to_ms", str(t0 + 2 * 3_600_000), "--filter", flt,
+                "--master", "local[2]", "--no-progress"]
 
-    out = run("rp_ok", '{"tags": ["A"]}')
+    runs = [replay("rp_ok", '{"tags": ["A"]}'),
+            replay("rp_bad", '{"conditions": [{"field": "x"}]}'),  # a level without a test: refused
+            [str(tmp_path / "backlog.py"), "--lake", str(backlog_lake), "--as_of_ms", str(t0 + 3_600_000 + 60_000)]]
+    out = subprocess.run([sys.executable, "-I", "-c", DRIVER, json.dumps(runs)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    sel = json.loads((lake_dir / "replays/rp_ok/selection.json").read_text())
+    report = json.loads(out.stdout.split("DRIVER-REPORT ", 1)[1])
+    assert [(r["script"], r["code"]) for r in report] == [("replay.py", 0), ("replay.py", 1), ("backlog.py", 0)], \
+        out.stderr[-3000:]
+    repo_dirs = [ROOT, ROOT / "glue_jobs", ROOT / "glue_jobs" / "dist", ROOT / "layers" / "core",
+                 ROOT / "layers" / "matcher"]
+    for r in report:
+        assert not [p for p in r["path"] if Path(p) in repo_dirs], r
+        assert r["not_from_a_bundle"] == [], r
+    for r, job in zip(report, ("replay", "replay", "backlog")):  # each from its own bundle's folder
+        digest = hashlib.sha256(P.bundle(ROOT / "glue_jobs" / f"{job}.py")).hexdigest()[:16]
+        assert r["bundle_dirs"] == [str(tmp_path / "tmp" / f"lakeq-glue-{digest}")], r
+
+    sel = json.loads((replay_lake / "replays/rp_ok/selection.json").read_text())
     assert sel["found"] == 2 and sel["missing_bodies"] == 0 and sel["queues"] == {"0": 2}  # offsets 0 and 2
-    assert not (lake_dir / "replays/rp_ok/error.json").exists()
-    out = run("rp_bad", '{"conditions": [{"field": "x"}]}')  # a level without a test: refused
-    assert out.returncode == 1
-    assert json.loads((lake_dir / "replays/rp_bad/error.json").read_text())["error"]
-    assert not (lake_dir / "replays/rp_bad/selection.json").exists()
+    assert not (replay_lake / "replays/rp_ok/error.json").exists()
+    assert json.loads((replay_lake / "replays/rp_bad/error.json").read_text())["error"]
+    assert not (replay_lake / "replays/rp_bad/selection.json").exists()
+
+    sys.path.insert(0, str(ROOT / "glue_jobs"))
+    from lakeq_lake.jobs import summary_key
+
+    risk = json.loads((backlog_lake / summary_key("risk", "quotes")).read_text())
+    assert [(q["queue"], q["produced"], q["committed"], q["backlog"]) for q in risk["queues"]] == [(0, 5, 3, 2)]
 
 
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
