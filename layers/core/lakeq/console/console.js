@@ -191,13 +191,29 @@
     } catch (e) { setStatus(e.message, true); }
   }
 
+  // ---- a refresh's requests, POOL at a time ----------------------------------------------------
+  // fn(item) for each item, at most POOL in flight, answers in the items' order. One after another, a
+  // refresh of 43 topics and 23 groups on the local stack took over 30 s (each group's topics: offsets,
+  // backlog report, ledger, metrics); a browser opens 6 connections a host over HTTP/1.1 anyway.
+  const POOL = 6;
+  async function inPool(items, fn) {
+    const out = new Array(items.length);
+    let next = 0;
+    async function worker() {
+      while (next < items.length) {
+        const i = next++;
+        out[i] = await fn(items[i]);
+      }
+    }
+    await Promise.all(Array.from({length: Math.min(POOL, items.length)}, worker));
+    return out;
+  }
+
   // ---- topics -----------------------------------------------------------------------------
   async function loadTopics(names) {
-    const out = [];
-    for (const n of names) {
-      try { out.push(await api("/v1/topics/" + enc(n))); } catch (e) { out.push({name: n, error: e.message}); }
-    }
-    return out;
+    return inPool(names, async (n) => {
+      try { return await api("/v1/topics/" + enc(n)); } catch (e) { return {name: n, error: e.message}; }
+    });
   }
   function renderTopics(topics) {
     const rows = [];
@@ -635,8 +651,7 @@
       if (who.caller.admin) await loadRedrives();
       $("replays-section").hidden = !who.caller.admin;
       if (who.caller.admin) await loadReplays();
-      const groups = [];
-      for (const c of consumers) groups.push(await loadGroup(c, topicNames));
+      const groups = await inPool(consumers, (c) => loadGroup(c, topicNames));
       const gbox = $("groups");
       gbox.replaceChildren(...(groups.length ? groups.map(renderGroup)
         : [el("p", {class: "muted", text: "No consumer groups."})]));
