@@ -1,6 +1,7 @@
 """infra.local.streams: the DynamoDB-streams pump on in-process moto, with a throwaway function."""
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 import time
@@ -420,11 +421,15 @@ class WriteCount:
 
 class CountingStreams:
     def __init__(self, client):
-        self.client, self.get_records_calls = client, 0
+        self.client, self.get_records_calls, self.iterator_calls = client, 0, 0
 
     def get_records(self, **kw):
         self.get_records_calls += 1
         return self.client.get_records(**kw)
+
+    def get_shard_iterator(self, **kw):
+        self.iterator_calls += 1
+        return self.client.get_shard_iterator(**kw)
 
     def __getattr__(self, name):
         return getattr(self.client, name)
@@ -510,3 +515,67 @@ def test_moto_serial_counts_dynamodb_writes_and_answers_the_long_poll():
     request("DynamoDB_20120810.PutItem")
     waiter.join(30)
     assert got == [8]
+
+
+def test_a_pass_reads_only_the_streams_of_tables_written_since_it_read_them_to_the_end(aws, stack, tmp_path):
+    """``pump_once(tables=...)`` (moto_serial's write counts per table, taken before the pass): a
+    mapping whose table's count (and the count of writes naming no table, ``*``) is what it was when a
+    pass read its shards to their end reads nothing; any write to it, or a ``*`` write, reads again —
+    with the same iterator, kept at the shard's end (moto_speed keeps the shard through a cancelled
+    transaction), so nothing written after it is missed."""
+    from infra.local import streams
+
+    assert streams.SHARDS_KEPT
+    tpl = stack(batch=10)
+    counting = CountingStreams(aws["dynamodbstreams"])
+    pump = StreamPump(tpl, stack_name="pump", dynamodb_client=aws["dynamodb"], streams_client_=counting)
+    put(aws, 0, 3)
+    assert pump.pump_once(flush=True, tables={"pump-events": 3}) == (3, 3, 0)
+    assert pump.pump_once(flush=True, tables={"pump-events": 3}) == (0, 0, 0)  # read to the end
+    calls, iterators = counting.get_records_calls, counting.iterator_calls
+    assert pump.pump_once(flush=True, tables={"pump-events": 3, "other": 7}) == (0, 0, 0)
+    assert counting.get_records_calls == calls  # not read: nothing new can be there
+    put(aws, 3, 2)
+    try:  # a cancelled transaction on the table: moto puts its copy back
+        aws["dynamodb"].transact_write_items(TransactItems=[{"Put": {
+            "TableName": "pump-events", "Item": {"k": {"S": "a"}, "n": {"N": "0"}},
+            "ConditionExpression": "attribute_not_exists(k)"}}])
+    except aws["dynamodb"].exceptions.TransactionCanceledException:
+        pass
+    put(aws, 5, 1)
+    assert pump.pump_once(flush=True, tables={"pump-events": 7}) == (3, 3, 0)
+    assert (counting.get_records_calls, counting.iterator_calls) == (calls + 1, iterators)  # the kept iterator
+    assert pump.pump_once(flush=True, tables={"pump-events": 7}) == (0, 0, 0)
+    calls = counting.get_records_calls
+    assert pump.pump_once(flush=True, tables={"pump-events": 7, "*": 1}) == (0, 0, 0)
+    assert counting.get_records_calls == calls + 1  # a write naming no table we could read: read
+    assert pump.pump_once(flush=True, tables=None) == (0, 0, 0)
+    assert counting.get_records_calls == calls + 2  # no counts: every shard read
+    assert numbers(delivered(tmp_path)) == list(range(6))
+
+
+def test_moto_serial_counts_writes_per_table_named():
+    """moto_serial's ``tables``: each write request's tables (``TableName``, BatchWriteItem's keys,
+    TransactWriteItems' actions, a table's ARN by its name); ``*`` when it names none it can read."""
+    from infra.local.moto_serial import Serialised, tables_written
+
+    assert tables_written(b'{"TableName": "a", "Item": {}}') == {"a"}
+    assert tables_written(b'{"RequestItems": {"a": [], "b": []}}') == {"a", "b"}
+    assert tables_written(json.dumps({"TransactItems": [
+        {"Put": {"TableName": "a"}}, {"Update": {"TableName": "arn:aws:dynamodb:us-east-1:1:table/c"}},
+        {"ConditionCheck": {"TableName": "d"}}]}).encode()) == {"a", "c", "d"}
+    assert tables_written(b'{"Statement": "UPDATE x SET y = 1"}') == {"*"}
+    assert tables_written(b"not json") == tables_written(b"[]") == {"*"}
+
+    def app(environ, start_response):
+        assert environ["wsgi.input"].read() == body  # the application still reads the whole body
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    s = Serialised(app)
+    body = b'{"TableName": "a"}'
+    for target in ("DynamoDB_20120810.PutItem", "DynamoDB_20120810.GetItem", "DynamoDB_20120810.UpdateItem"):
+        env = {"PATH_INFO": "/", "HTTP_X_AMZ_TARGET": target, "wsgi.input": io.BytesIO(body),
+               "CONTENT_LENGTH": str(len(body))}
+        b"".join(s(env, lambda *a: None))
+    assert (s.writes, s.tables) == (2, {"a": 2})
