@@ -172,3 +172,14 @@ def test_a_body_shorter_than_its_content_length_is_not_answered_as_complete(limi
     out = raw(limited_server, b"POST /short HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc", half_close=True)
     assert out and not out.startswith(b"HTTP/1.1 200")
 
+
+
+def test_a_chunked_body_over_the_buffer_reaches_the_application_whole(limited_server, monkeypatch):
+    from infra.local import keepalive
+
+    monkeypatch.setattr(keepalive, "MAX_BUFFERED", 4, raising=False)
+    conn = http.client.HTTPConnection("127.0.0.1", limited_server.server_port, timeout=20)
+    r, b = ask(conn, "PUT", "/chunked", body=iter([b"ab", b"cdef", b"gh"]),
+               headers={"Transfer-Encoding": "chunked"}, encode_chunked=True)
+    assert (r.status, b) == (200, b"abcdefgh")
+    assert r.getheader("Connection") == "close"
