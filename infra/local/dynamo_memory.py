@@ -1326,7 +1326,8 @@ def call(client: Any, operation: str, params: Mapping) -> Any:
 # the queue model's CPU: a generic walk of every value against the model. What it looks at is the
 # params' *form*: each dict's keys, each list's length, each leaf's type, strings' lengths compared to
 # the model's ``min`` (at most 3 in these operations), numbers against ``min``. So a form it passed
-# once passes again: :func:`_form` reduces the params to exactly that (a string's length capped just
+# once passes again: :func:`_form` reduces the params to exactly that (bools kept by value: one passes
+# botocore's integer check, True = 1, False = 0; a string's length capped just
 # above the operation's largest ``min``, numbers kept whole) and a form seen valid is not walked
 # again. Anything else (a new form, an invalid call) goes through botocore's validator, so the errors
 # are botocore's own, word for word. Operations whose model has timestamps or documents (values
@@ -1373,9 +1374,9 @@ def _form(v: Any, cap: int) -> Any:
         return tuple((k if type(k) is str else _no_form(), _form(x, cap)) for k, x in v.items())
     if t is list or t is tuple:
         return (t, tuple(_form(x, cap) for x in v))
-    if t is int or t is float or t is Decimal:
+    if t is int or t is float or t is Decimal or t is bool:  # a bool passes botocore's integer check, by value
         return (t, v)
-    if t is bool or t is bytes or t is bytearray or v is None:
+    if t is bytes or t is bytearray or v is None:
         return t
     return _no_form()
 

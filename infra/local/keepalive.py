@@ -20,6 +20,61 @@ def read_input(environ) -> bytes:
     return stream.read(n) if n > 0 else b""
 
 
+# A body is read into memory before the application runs only up to this size (over it, or of a
+# length that cannot be read, the application reads the socket as werkzeug hands it and the
+# connection closes after the answer, as werkzeug's server does): the gateway refuses a body over
+# 10 MiB by its Content-Length without reading it, and a Content-Length of 2**62 must not be an
+# allocation. DynamoDB's largest request is 16 MB; an S3 object over it only costs its connection.
+MAX_BUFFERED = 16 * 1024 * 1024
+
+
+class _Chained(io.RawIOBase):
+    """What was read of a dechunked body, then the rest of it."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self._head, self._rest = io.BytesIO(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        n = self._head.readinto(buf)
+        return n if n else self._rest.readinto(buf)
+
+
+def _buffer(environ) -> bool:
+    """The body read whole into ``environ["wsgi.input"]`` (True), or left to the application
+    (False: over :data:`MAX_BUFFERED`, a Content-Length that is not a length, or a body shorter
+    than its Content-Length, which the application's reader then sees end early, as it would)."""
+    stream = environ["wsgi.input"]
+    if environ.get("wsgi.input_terminated"):
+        got = bytearray()
+        while len(got) <= MAX_BUFFERED:
+            data = stream.read(MAX_BUFFERED + 1 - len(got))
+            if not data:
+                break
+            got += data
+        if len(got) > MAX_BUFFERED:
+            environ["wsgi.input"] = _Chained(bytes(got), stream)
+            return False
+        body = bytes(got)
+    else:
+        try:
+            n = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return False
+        if n < 0 or n > MAX_BUFFERED:
+            return False
+        body = stream.read(n) if n else b""
+        if len(body) < n:
+            environ["wsgi.input"] = io.BytesIO(body)  # CONTENT_LENGTH left as declared
+            return False
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ.pop("wsgi.input_terminated", None)
+    environ["CONTENT_LENGTH"] = str(len(body))
+    return True
+
+
 class _Drained:
     """What werkzeug's drain after an answer reads (:class:`KeepAlive`): nothing."""
 
@@ -38,7 +93,9 @@ class KeepAlive:
     stream holds nothing of it whatever the application reads; werkzeug's drain reads from
     :class:`_Drained` (the next request, when it came meanwhile, stays in the socket for the next
     round of ``handle``); and the close is dropped unless the client asked for it (``Connection:
-    close``), spoke HTTP/1.0, or the answer is an error http.server sends itself."""
+    close``), spoke HTTP/1.0, or the answer is an error http.server sends itself. A body over
+    :data:`MAX_BUFFERED`, or not read whole, is left to the application as werkzeug hands it, and
+    the connection then closes after the answer (werkzeug's own way)."""
 
     def setup(self):
         super().setup()
@@ -48,16 +105,15 @@ class KeepAlive:
 
     def make_environ(self):
         environ = super().make_environ()
-        environ["wsgi.input"] = io.BytesIO(read_input(environ))
-        environ.pop("wsgi.input_terminated", None)
-        environ["CONTENT_LENGTH"] = str(environ["wsgi.input"].getbuffer().nbytes)
+        self._kept = _buffer(environ)
         return environ
 
     _answering = False  # inside run_wsgi (an error http.server sends itself keeps its close)
+    _kept = False  # this request's body was read whole (make_environ): the connection may stay
 
     def run_wsgi(self):
         real = self.rfile
-        self._answering = True
+        self._answering, self._kept = True, False
         try:
             return super().run_wsgi()
         finally:
@@ -65,12 +121,12 @@ class KeepAlive:
             self.rfile = real
 
     def send_response(self, code, message=None):
-        if self._answering:  # the body is read (make_environ): werkzeug's drain after this answer reads nothing
+        if self._answering and self._kept:  # the body is read (make_environ): werkzeug's drain after this answer reads nothing
             self.rfile = _Drained
         super().send_response(code, message)
 
     def send_header(self, keyword, value):
-        if self._answering and keyword.lower() == "connection" and value.lower() == "close" \
+        if self._answering and self._kept and keyword.lower() == "connection" and value.lower() == "close" \
                 and self.request_version == "HTTP/1.1" and (self.headers.get("Connection") or "").lower() != "close":
             return
         super().send_header(keyword, value)

@@ -90,6 +90,24 @@ def tables_written(body: bytes) -> set[str]:
     return names or {"*"}
 
 
+def may_write(environ) -> bool:
+    """Whether moto may run a DynamoDB write for this request. moto routes a request to DynamoDB by
+    its signature's service (``dynamodb``) as much as by ``X-Amz-Target``'s prefix, and runs the
+    query string's ``Action`` before the target's operation (``moto.core.responses._get_action``):
+    a request naming a read in its target and ``?Action=PutItem`` in its URL writes."""
+    target = environ.get("HTTP_X_AMZ_TARGET") or ""
+    service = target.partition(".")[0]
+    if service.lower().startswith("dynamodbstreams"):
+        return False
+    scope = (environ.get("HTTP_AUTHORIZATION") or "").split(",")[0].split()
+    signed_for = scope[1].split("/")[3:4] if len(scope) > 1 else []
+    if not (service.startswith("DynamoDB_") or [s.lower() for s in signed_for] == ["dynamodb"]):
+        return False
+    actions = parse_qs(environ.get("QUERY_STRING") or "").get("Action")
+    ops = {actions[0]} if actions and actions[0] else {target.split(".")[-1], target.partition(".")[2]}
+    return any(op not in READS for op in ops)
+
+
 class KeepAliveHandler(KeepAlive, MotoRequestHandler):
     """moto's request handler (underscored header names kept) with :class:`infra.local.keepalive.KeepAlive`."""
 
@@ -107,9 +125,7 @@ class Serialised:
     def __call__(self, environ, start_response):
         if environ.get("PATH_INFO") == WRITES_PATH:
             return self._writes(environ, start_response)
-        target = environ.get("HTTP_X_AMZ_TARGET") or ""
-        service, _, op = target.partition(".")
-        writes = service.startswith("DynamoDB_") and op not in READS
+        writes = may_write(environ)
         tables = tables_written(request_body(environ)) if writes else ()
         try:
             with self.lock:

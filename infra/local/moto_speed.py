@@ -91,17 +91,24 @@ def _maps_are_static() -> bool:
 
 
 def install() -> bool:
-    """Use :func:`_traverse`; False (moto left alone) when turned off or moto's traversers differ."""
+    """Use :func:`_traverse` and the transactions' journal; False when turned off
+    (LAKEQ_MOTO_PLAIN=1: moto left alone) or when moto's traversers differ (the walk left as moto's).
+    The journal does not depend on the traversers and is installed whenever this is not turned off:
+    the stream pumps keep an iterator at a shard's end on that condition alone
+    (``infra.local.streams.SHARDS_KEPT``), and without the journal a cancelled transaction puts a
+    copy of the shard in its place, which such an iterator never reads."""
     global _ORIGINAL_TWI
-    if os.environ.get("LAKEQ_MOTO_PLAIN", "") in ("1", "true") or not _maps_are_static():
+    if os.environ.get("LAKEQ_MOTO_PLAIN", "") in ("1", "true"):
         return False
     from moto.dynamodb import models as ddb_models
 
-    ast_nodes.DepthFirstTraverser.traverse = _traverse
     if _ORIGINAL_TWI is None:
         _ORIGINAL_TWI = ddb_models.DynamoDBBackend.transact_write_items
     ddb_models.DynamoDBBackend.transact_write_items = _transact_write_items
     ddb_models.copy = _COPY
+    if not _maps_are_static():
+        return False
+    ast_nodes.DepthFirstTraverser.traverse = _traverse
     return True
 
 

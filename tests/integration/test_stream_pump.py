@@ -579,3 +579,27 @@ def test_moto_serial_counts_writes_per_table_named():
                "CONTENT_LENGTH": str(len(body))}
         b"".join(s(env, lambda *a: None))
     assert (s.writes, s.tables) == (2, {"a": 2})
+
+
+def test_the_shard_journal_is_installed_whenever_the_pump_keeps_iterators(monkeypatch):
+    """``streams.SHARDS_KEPT`` (LAKEQ_MOTO_PLAIN unset) keeps an iterator at a shard's end, which sees
+    new records only while moto_speed's journal keeps the shard through a cancelled transaction.
+    ``install()`` left the journal out too whenever moto's traversers were not the ones its walk
+    stands for (a moto upgrade): the pump then read a discarded shard copy for good after the first
+    cancelled transaction, and no record of that table was delivered again."""
+    from moto.dynamodb import models as ddb_models
+
+    from infra.local import moto_speed, streams
+
+    assert streams.SHARDS_KEPT
+    moto_speed.uninstall()
+    try:
+        monkeypatch.setattr(moto_speed, "_maps_are_static", lambda: False)
+        moto_speed.install()
+        assert ddb_models.DynamoDBBackend.transact_write_items is moto_speed._transact_write_items
+        assert ddb_models.copy is moto_speed._COPY
+    finally:
+        monkeypatch.undo()
+        moto_speed.uninstall()
+        moto_speed.install()
+    assert moto_speed.installed()

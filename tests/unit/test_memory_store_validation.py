@@ -29,6 +29,11 @@ CASES = [
      [{**Q, "IndexName": "ab", "Limit": 1},  # IndexName min 3: the operation's largest string min
       {**Q, "Limit": 0},  # Limit min 1
       {**Q, "Limit": 1.0}]),
+    # a bool passes botocore's integer check (isinstance(True, int)) and its range check by value:
+    # Limit=True is valid, Limit=False (0) is under min 1; a form holding only the bool's type let
+    # the second through once the first was seen
+    ("Query", {**Q, "Limit": True},
+     [{**Q, "Limit": False}]),
     ("BatchGetItem", {"RequestItems": {"abc": {"Keys": [KEY]}}},
      [{"RequestItems": {"abc": {"Keys": []}}},  # Keys min 1
       {"RequestItems": {"abc": {"Keys": [KEY, {"pk": {"B": 3}}]}}}]),
