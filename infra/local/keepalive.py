@@ -10,16 +10,6 @@ from __future__ import annotations
 import io
 import socket
 
-
-def read_input(environ) -> bytes:
-    """The request's whole body: ``CONTENT_LENGTH`` bytes, or to its end when werkzeug dechunks it."""
-    stream = environ["wsgi.input"]
-    if environ.get("wsgi.input_terminated"):
-        return stream.read()
-    n = int(environ.get("CONTENT_LENGTH") or 0)
-    return stream.read(n) if n > 0 else b""
-
-
 # A body is read into memory before the application runs only up to this size (over it, or of a
 # length that cannot be read, the application reads the socket as werkzeug hands it and the
 # connection closes after the answer, as werkzeug's server does): the gateway refuses a body over
@@ -42,7 +32,7 @@ class _Chained(io.RawIOBase):
         return n if n else self._rest.readinto(buf)
 
 
-def _buffer(environ) -> bool:
+def buffer_body(environ) -> bool:
     """The body read whole into ``environ["wsgi.input"]`` (True), or left to the application
     (False: over :data:`MAX_BUFFERED`, a Content-Length that is not a length, or a body shorter
     than its Content-Length, which the application's reader then sees end early, as it would)."""
@@ -105,7 +95,7 @@ class KeepAlive:
 
     def make_environ(self):
         environ = super().make_environ()
-        self._kept = _buffer(environ)
+        self._kept = buffer_body(environ)
         return environ
 
     _answering = False  # inside run_wsgi (an error http.server sends itself keeps its close)
@@ -121,8 +111,8 @@ class KeepAlive:
             self.rfile = real
 
     def send_response(self, code, message=None):
-        if self._answering and self._kept:  # the body is read (make_environ): werkzeug's drain after this answer reads nothing
-            self.rfile = _Drained
+        if self._answering and self._kept:  # the body is read (make_environ): werkzeug's drain
+            self.rfile = _Drained  # after this answer reads nothing
         super().send_response(code, message)
 
     def send_header(self, keyword, value):

@@ -29,7 +29,7 @@ from urllib.parse import parse_qs
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import run_simple
 
-from infra.local.keepalive import KeepAlive, read_input
+from infra.local.keepalive import KeepAlive, buffer_body
 
 WRITES_PATH = "/_lakeq/dynamodb-writes"
 MAX_WAIT_S = 30.0
@@ -52,25 +52,24 @@ def read_body(body) -> bytes:
             body.close()
 
 
-def request_body(environ) -> bytes:
-    """The request's body, left readable for the application (a kept-alive connection's handler
-    read it into memory already; otherwise it is read here by its length and put back)."""
+def request_body(environ) -> bytes | None:
+    """The request's body, left readable for the application: read into memory by
+    :func:`infra.local.keepalive.buffer_body` (a kept-alive connection's handler did already);
+    None when it was not read whole (over ``MAX_BUFFERED``, shorter than its length)."""
     stream = environ.get("wsgi.input")
     if stream is None:
         return b""
-    if isinstance(stream, io.BytesIO):
-        return stream.getvalue()
-    body = read_input(environ)
-    environ["wsgi.input"] = io.BytesIO(body)
-    environ.pop("wsgi.input_terminated", None)
-    environ["CONTENT_LENGTH"] = str(len(body))
-    return body
+    if not isinstance(stream, io.BytesIO) and not buffer_body(environ):
+        return None
+    return environ["wsgi.input"].getvalue()
 
 
-def tables_written(body: bytes) -> set[str]:
+def tables_written(body: bytes | None) -> set[str]:
     """The tables a DynamoDB write request names (``TableName``, BatchWriteItem's ``RequestItems``,
     each of TransactWriteItems' actions; a table's ARN by its name); ``{"*"}`` when it names none
-    that can be read (a stream pump then reads every table it follows)."""
+    that can be read (a stream pump then reads every table it follows), or the body was not read."""
+    if body is None:
+        return {"*"}
     try:
         d = json.loads(body or b"{}")
     except ValueError:
