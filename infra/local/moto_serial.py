@@ -163,9 +163,10 @@ def trim_server() -> bool:
     errors now: a traceback still lands in the log the stack prints on a failure).
     ``LAKEQ_MOTO_PLAIN=1`` leaves both as they are. False when left."""
     import logging
-    import os
 
-    if os.environ.get("LAKEQ_MOTO_PLAIN", "") in ("1", "true"):
+    from infra.local import moto_plain
+
+    if moto_plain():
         return False
     from moto import backends
 

@@ -27,7 +27,6 @@ checked again on an upgrade. ``LAKEQ_MOTO_PLAIN=1`` leaves moto as it is.
 from __future__ import annotations
 
 import copy
-import os
 import threading
 
 from moto.dynamodb.parsing import ast_nodes
@@ -98,7 +97,9 @@ def install() -> bool:
     (``infra.local.streams.SHARDS_KEPT``), and without the journal a cancelled transaction puts a
     copy of the shard in its place, which such an iterator never reads."""
     global _ORIGINAL_TWI
-    if os.environ.get("LAKEQ_MOTO_PLAIN", "") in ("1", "true"):
+    from infra.local import moto_plain
+
+    if moto_plain():
         return False
     from moto.dynamodb import models as ddb_models
 

@@ -37,14 +37,13 @@ import base64
 import datetime as dt
 import json
 import logging
-import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from . import aws_rules, interceptor
+from . import aws_rules, interceptor, moto_plain
 from . import template as tpl_mod
 from .handlers import HandlerCache, LambdaContext, add_to_sys_path
 from .template import FunctionSpec, StreamEvent
@@ -599,7 +598,7 @@ IDLE_PASS_S = 10.0  # and a pass at least this often all the same
 # moto_speed's journal keeps a table's stream shard through a cancelled transaction (moto's own code
 # puts a deep copy back), so an iterator taken at a shard's end reads what is appended after it;
 # with moto as it is (LAKEQ_MOTO_PLAIN=1) the pump takes a fresh iterator after each empty read
-SHARDS_KEPT = os.environ.get("LAKEQ_MOTO_PLAIN", "") not in ("1", "true")
+SHARDS_KEPT = not moto_plain()
 
 
 def moto_write_signal(moto_url: str) -> Callable[[int | None, float], int | None]:
