@@ -996,3 +996,96 @@ def test_concurrent_conditional_writes_are_linearizable():
         t.join()
     assert mem.call("GetItem", {"TableName": MAIN, "Key": k("ctr", 0)})["Item"]["n"] == {"N": "400"}
     assert len(wins) == 1 and errors == ["ConditionalCheckFailedException"] * 7
+
+
+class _SpyLock:
+    """The store's lock, telling when a thread other than ``owner`` starts waiting for it."""
+
+    def __init__(self, real):
+        import threading
+
+        self.real, self.owner, self.other_waits = real, None, threading.Event()
+
+    def __enter__(self):
+        import threading
+
+        if self.owner is not None and threading.get_ident() != self.owner:
+            self.other_waits.set()
+        return self.real.__enter__()
+
+    def __exit__(self, *exc):
+        return self.real.__exit__(*exc)
+
+
+def test_two_compare_and_sets_from_one_read_one_wins_even_when_the_check_is_paused(monkeypatch):
+    """The offsets record's compare-and-set (``sv = :read``, ``ADD sv 1``: OffsetRepo.write_state)
+    sent by two threads that read the same version (flake35). The first one's condition check is
+    paused until the second is waiting for the store (or, were the check and the write not one
+    step, has written): the second then finds the version moved. Exactly one wins, the counter
+    moved once, the loser's answer is ConditionalCheckFailed."""
+    import threading
+
+    mem = dynamo_memory.MemoryDynamo(DEFS)
+    mem.call("PutItem", {"TableName": MAIN, "Item": {**k("rec", 0), "sv": {"N": "7"}}})
+    spy = mem.lock = _SpyLock(mem.lock)
+    second_done = threading.Event()
+    real_holds = dynamo_memory._holds
+    paused = []
+
+    def holds(node, item, names):
+        if threading.get_ident() == spy.owner and not paused:
+            paused.append(True)
+            while not (spy.other_waits.is_set() or second_done.is_set()):
+                second_done.wait(0.01)
+        return real_holds(node, item, names)
+    monkeypatch.setattr(dynamo_memory, "_holds", holds)
+    out: dict = {}
+
+    def cas(who: str, by: str) -> None:
+        try:
+            mem.call("UpdateItem", {"TableName": MAIN, "Key": k("rec", 0), "UpdateExpression": "SET who = :w ADD sv :one",
+                                    "ConditionExpression": "sv = :read",
+                                    "ExpressionAttributeValues": {":w": {"S": by}, ":one": {"N": "1"}, ":read": {"N": "7"}}})
+            out[who] = "won"
+        except ClientError as e:
+            out[who] = e.response["Error"]["Code"]
+
+    def first() -> None:
+        spy.owner = threading.get_ident()
+        cas("first", "first")
+    a = threading.Thread(target=first)
+    a.start()
+    while not paused:  # the first is inside its check, holding the store
+        if not a.is_alive():
+            break
+        a.join(0.01)
+    b = threading.Thread(target=lambda: (cas("second", "second"), second_done.set()))
+    b.start()
+    a.join()
+    b.join()
+    assert out == {"first": "won", "second": "ConditionalCheckFailedException"}, out
+    assert paused and spy.other_waits.is_set(), "the second call never waited for the store"
+    item = mem.call("GetItem", {"TableName": MAIN, "Key": k("rec", 0)})["Item"]
+    assert (item["sv"], item["who"]) == ({"N": "8"}, {"S": "first"})
+
+
+def test_the_memory_store_shares_no_item_with_its_callers():
+    """What a call hands in and what it answers are copies (flake35's second suspect: a reader that
+    changed an answer in place, or a writer its params after the call, would change the stored
+    item under another thread): GetItem, Query, UpdateItem's ALL_NEW and PutItem's Item."""
+    mem = dynamo_memory.MemoryDynamo(DEFS)
+    item = {**k("rec", 0), "m": {"M": {"l": {"L": [{"N": "1"}]}}}, "ss": {"SS": ["a"]}}
+    mem.call("PutItem", {"TableName": MAIN, "Item": item})
+    item["m"]["M"]["l"]["L"].append({"N": "2"})
+    item["ss"]["SS"].append("b")
+    got = mem.call("GetItem", {"TableName": MAIN, "Key": k("rec", 0)})["Item"]
+    got["m"]["M"]["l"]["L"].append({"N": "3"})
+    got["ss"]["SS"].append("c")
+    q = mem.call("Query", {"TableName": MAIN, "KeyConditionExpression": "pk = :p",
+                           "ExpressionAttributeValues": {":p": {"S": "rec"}}})["Items"][0]
+    q["m"]["M"]["l"]["L"].append({"N": "4"})
+    new = mem.call("UpdateItem", {"TableName": MAIN, "Key": k("rec", 0), "UpdateExpression": "SET x = :x",
+                                  "ExpressionAttributeValues": {":x": {"N": "1"}}, "ReturnValues": "ALL_NEW"})
+    new["Attributes"]["m"]["M"]["l"]["L"].append({"N": "5"})
+    stored = mem.call("GetItem", {"TableName": MAIN, "Key": k("rec", 0)})["Item"]
+    assert (stored["m"], stored["ss"], stored["x"]) == ({"M": {"l": {"L": [{"N": "1"}]}}}, {"SS": ["a"]}, {"N": "1"})

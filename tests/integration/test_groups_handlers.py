@@ -389,6 +389,46 @@ def _history(aws):
     return out
 
 
+def test_two_joins_that_read_the_header_at_once_both_land(aws, api, setup, clock, monkeypatch):
+    """A group's generations are a compare-and-set too (the header saved conditionally on the version
+    read, pynamodb's VersionAttribute), made to race for certain (flake35): two joins both read the
+    header before either writes. One save wins, the other's version condition fails (WriteLost, seen
+    exactly once), it reads again and joins on the winner's state: both members in, one generation
+    per join."""
+    from tests.concurrency import FirstCallsMeet
+    p = service.Principal(admin=True)
+    assert join(api, setup["risk"], {"member_id": "base", "topics": ["quotes"]})[0] == 200
+    meet = FirstCallsMeet(group_store.GroupRepo.get)  # each join's first header read waits for the other's
+    monkeypatch.setattr(group_store.GroupRepo, "get", meet)
+    real_write, lost = group_store.GroupRepo._write_header, []
+
+    def write_header(*args):
+        try:
+            return real_write(*args)
+        except group_store.WriteLost:
+            lost.append(True)
+            raise
+    monkeypatch.setattr(group_store.GroupRepo, "_write_header", write_header)
+    responses, errors = {}, []
+
+    def member(mid):
+        try:
+            responses[mid] = group_service.join(p, "risk", json.dumps({"member_id": mid, "topics": ["quotes"]}))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+    threads = [threading.Thread(target=member, args=(mid,)) for mid in ("m1", "m2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not meet.broken, "the two joins did not read at once"
+    assert errors == [] and lost == [True], (errors, lost)
+    monkeypatch.setattr(group_store.GroupRepo, "get", meet.real)
+    st = group_store.GroupRepo.load("risk")
+    assert set(st.members) == {"base", "m1", "m2"} and st.generation == 3, st
+    assert sorted(r["generation"] for r in responses.values()) == [2, 3], responses
+
+
 @pytest.mark.moto  # reads DynamoDB Streams
 def test_concurrent_joins_and_heartbeats_lose_nothing(aws, api, setup, clock, monkeypatch):
     monkeypatch.setattr(group_store, "BACKOFF_BASE_S", 0.001)

@@ -375,6 +375,78 @@ def test_concurrent_settles_of_one_batch_all_land(api, setup, clock):
     assert offsets(api, setup["risk"])["backlog"] == 0
 
 
+def test_two_settles_inside_one_function_at_once_each_settle_their_own_offset(api, setup, clock, monkeypatch):
+    """The race behind test_concurrent_settles_of_one_batch_all_land's one failure (flake35: two
+    answers with the same ``unsettled`` count, none with 0), made certain: both requests are inside
+    the consume function at once, each authenticated and neither yet reading its body. powertools'
+    resolver kept the request's event on ``BaseRouter`` (one per process) and its context on the app,
+    so both read the body set last: one offset was settled twice and the other never (or a request
+    found its caller cleared by the other's end: a 500). Each request reads its own now
+    (lakeq.api.http.LakeqResolver)."""
+    from lakeq.api import http
+    from tests.concurrency import FirstCallsMeet
+    produce(api, setup["feed"], 3)
+    r = pull(api, setup["risk"])["receipt"]
+    meet = FirstCallsMeet(http.authenticate)
+    monkeypatch.setattr(http, "authenticate", meet)
+    results: dict = {}
+
+    def settle(o):
+        results[o] = ack(api, setup["risk"], r, accept=[o])
+    threads = [threading.Thread(target=settle, args=(o,)) for o in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not meet.broken, "the two requests did not meet"
+    assert {o: s for o, (s, _) in results.items()} == {0: 200, 1: 200}, results
+    assert all(o not in out["unsettled"] for o, (_, out) in results.items()), results
+    assert sorted(len(out["unsettled"]) for _, out in results.values()) == [1, 2], results
+    monkeypatch.setattr(http, "authenticate", meet.real)
+    s, out = ack(api, setup["risk"], r, accept=[2])
+    assert (s, out["unsettled"]) == (200, []), out
+    assert offsets(api, setup["risk"])["backlog"] == 0
+
+
+def test_two_settles_that_read_the_record_at_once_both_land(api, setup, clock, monkeypatch):
+    """The flake's first suspect, the offsets record's compare-and-set, made to race for certain: two
+    settles of one batch both read the record (the same ``sv``) before either writes. One conditional
+    UpdateItem wins, the other's condition fails (seen: exactly one lost write), it reads again and
+    applies its offset on the winner's state: both land, and each answer is what its own write left
+    (distinct ``unsettled``). It held on main: the flake was the resolver's (the test above)."""
+    from lakeq.store.offsets import OffsetRepo
+    from tests.concurrency import FirstCallsMeet
+    produce(api, setup["feed"], 3)
+    r = pull(api, setup["risk"])["receipt"]
+    meet = FirstCallsMeet(OffsetRepo.get)  # each settle's first (consistent) read waits for the other's
+    monkeypatch.setattr(OffsetRepo, "get", meet)
+    real_write, wrote = OffsetRepo.write_state, []
+
+    def write_state(*args, **kwargs):
+        ok = real_write(*args, **kwargs)
+        wrote.append(ok)
+        return ok
+    monkeypatch.setattr(OffsetRepo, "write_state", write_state)
+    results: dict = {}
+
+    def settle(o):
+        results[o] = ack(api, setup["risk"], r, accept=[o])
+    threads = [threading.Thread(target=settle, args=(o,)) for o in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not meet.broken, "the two settles did not read at once"
+    assert sorted(wrote) == [False, True, True], wrote  # one lost the race, then wrote on a fresh read
+    assert {o: s for o, (s, _) in results.items()} == {0: 200, 1: 200}, results
+    assert sorted(len(out["unsettled"]) for _, out in results.values()) == [1, 2], results
+    assert all(o not in out["unsettled"] for o, (_, out) in results.items()), results
+    monkeypatch.setattr(OffsetRepo, "get", meet.real)
+    s, out = ack(api, setup["risk"], r, accept=[2])
+    assert (s, out["unsettled"]) == (200, []), out
+    assert offsets(api, setup["risk"])["backlog"] == 0
+
+
 @pytest.mark.usefixtures("fresh_matcher")
 def test_subscription_settlement_and_dead_letters(api, setup, clock, dlq, fanout_handler):
     from tests.handlers import Context, sample

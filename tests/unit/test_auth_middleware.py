@@ -110,3 +110,92 @@ def test_a_router_in_two_resolvers_hands_each_request_its_own_caller(monkeypatch
     for app in (second, first, second):
         out = app.resolve(event("GET", "/me", key="k-admin"), None)
         assert (out["statusCode"], out["body"]) == (200, '{"admin":true}')
+
+
+def _echo_app(monkeypatch):
+    """An app whose route answers what it read of its request: path argument, caller, body, query;
+    ``authenticate`` stands in for the key lookup (the caller is the key's text)."""
+    monkeypatch.setattr(http, "authenticate", lambda header: Principal(admin=False, client=header.split()[-1]))
+    router = http.Router()
+
+    @router.post("/things/<name>")
+    def thing(name: str):
+        return http.json_response({"name": name, "caller": router.caller.client, "body": http.body(router),
+                                   "query": http.query(router)})
+    return http.make_app(router)
+
+
+def _echo_event(i: int) -> dict:
+    ev = event("POST", f"/things/n{i}", key=f"c{i}", raw_query=f"x={i}")
+    ev["queryStringParameters"] = {"x": str(i)}
+    ev["body"] = f"b{i}"
+    return ev
+
+
+def _echo_answer(i: int) -> dict:
+    return {"name": f"n{i}", "caller": f"c{i}", "body": f"b{i}", "query": {"x": str(i)}}
+
+
+def test_two_requests_resolved_at_once_by_one_app_each_read_their_own(monkeypatch):
+    """Two threads inside one app's resolve at once, both past the authentication and neither in its
+    route yet (flake35): each route reads its own path argument, caller, body and query. Was:
+    powertools' event on ``BaseRouter`` (one per process) and the routing context on the app, so
+    both read the request resolved last (test_settlement's concurrent settles: one offset settled
+    twice, the other never) or found the caller cleared by the other's end (a 500)."""
+    import threading
+
+    from tests.concurrency import FirstCallsMeet
+    app = _echo_app(monkeypatch)
+    meet = FirstCallsMeet(http.authenticate)
+    monkeypatch.setattr(http, "authenticate", meet)
+    out: dict = {}
+
+    def call(i: int) -> None:
+        got = app.resolve(_echo_event(i), None)
+        out[i] = (got["statusCode"], json.loads(got["body"]))
+    threads = [threading.Thread(target=call, args=(i,)) for i in (1, 2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not meet.broken, "the two requests did not meet"
+    assert out == {i: (200, _echo_answer(i)) for i in (1, 2)}, out
+
+
+def test_two_first_requests_of_a_route_at_once_both_go_through_its_middleware(monkeypatch):
+    """powertools builds a route's middleware stack on the route's first call, frame by frame; a
+    second first call in another thread meanwhile (made certain here: the first thread pauses
+    between two frames until the second has answered) wrapped the half-built stack again: the second
+    request ran through two adapters (seen: a 500, ``MiddlewareFrame.__call__() got an unexpected
+    keyword argument 'name'``). :func:`lakeq.api.http.make_app` builds every stack before the first
+    request now (flake35)."""
+    import threading
+
+    from aws_lambda_powertools.event_handler import api_gateway as pt
+    real = pt.MiddlewareFrame
+    second_done, first_paused = threading.Event(), threading.Event()
+
+    class PausingFrame(real):  # the first thread's second frame (the authentication's) waits
+        def __init__(self, current_middleware, next_middleware):
+            if threading.current_thread().name == "first" and current_middleware.__name__ == "authenticate_caller":
+                first_paused.set()
+                second_done.wait(timeout=60)
+            super().__init__(current_middleware=current_middleware, next_middleware=next_middleware)
+    monkeypatch.setattr(pt, "MiddlewareFrame", PausingFrame)
+    app = _echo_app(monkeypatch)
+    out: dict = {}
+
+    def call(i: int) -> None:
+        try:
+            got = app.resolve(_echo_event(i), None)
+            out[i] = (got["statusCode"], json.loads(got["body"]))
+        finally:
+            first_paused.set()  # (a first request that never paused: the second goes on at once)
+    first = threading.Thread(target=call, args=(1,), name="first")
+    first.start()
+    first_paused.wait(timeout=60)
+    call(2)
+    second_done.set()
+    first.join()
+    call(3)
+    assert out == {i: (200, _echo_answer(i)) for i in (1, 2, 3)}, out

@@ -70,6 +70,45 @@ def test_count_rows_one_row_rides_the_invocations_document_several_rows_get_thei
     assert capsys.readouterr().out == "" and obs.metrics.provider.dimension_sets == []
 
 
+def test_two_invocations_at_once_each_flush_their_own_metrics(capsys, monkeypatch):
+    """Two handlers decorated with ``metrics.log_metrics`` run at once in two threads (as the
+    in-process tests run requests), each adding its metric and its row before either flushes
+    (flake35). Each prints one document with its own value and dimensions. Was: powertools' one
+    metric set per process, so the first flush printed both values and the second found the set
+    emptied (a warning, or ``SchemaValidationError`` out of the handler when it was emptied between
+    its check and its serialisation: a test thread dead, seen under sys.setswitchinterval(1e-6))."""
+    import threading
+    import warnings
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "lakeq")
+    monkeypatch.setattr(obs.metrics, "service", "lakeq")
+    both_added = threading.Barrier(2, timeout=60)
+    errors: list = []
+
+    @obs.metrics.log_metrics(raise_on_empty_metrics=False)
+    def handler(event, context):
+        obs.metrics.add_metric(name=M.SENT, unit=MetricUnit.Count, value=event)
+        obs.count_rows({(("Topic", f"t{event}"),): {M.SENT: event}})
+        both_added.wait()
+
+    def run(i: int) -> None:
+        try:
+            handler(i, None)
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+    threads = [threading.Thread(target=run, args=(i,)) for i in (1, 2)]
+    with warnings.catch_warnings(record=True) as caught:  # (this thread's: the filters are the process's)
+        warnings.simplefilter("always")
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert errors == [] and [str(w.message) for w in caught] == []  # "No application metrics to publish"
+    docs = documents(capsys.readouterr().out)
+    assert [problems(d) for d in docs] == [[], []]
+    assert sorted((d[M.SENT], d["Topic"]) for d in docs) == [([1.0], "t1"), ([2.0], "t2")], docs
+
+
 GOOD = {"_aws": {"Timestamp": 1_700_000_000_000,
                  "CloudWatchMetrics": [{"Namespace": "lakeq", "Dimensions": [["Topic", "service"]],
                                         "Metrics": [{"Name": "A", "Unit": "Count"}]}]},

@@ -7,6 +7,13 @@ context, where the route reads it as ``router.caller``; then a repeated query pa
 (API.md's order: 401 before 400). A route answers without a key only when it is marked
 :func:`public`; a request that matches no route is a 404 with or without a key.
 
+One resolver may resolve several requests at once (threads of one process: the in-process test
+harness, ``tests/handlers.py``, the local stack's ``--in-process`` mode; Lambda never does): powertools
+keeps the request's event on ``BaseRouter``, one per process, and its routing context on the resolver,
+so :class:`LakeqResolver` keeps both per request instead (:data:`_resolving`), and :func:`make_app`
+builds each route's middleware stack before the first request (powertools builds it on a route's first
+call, and two first calls at once stacked their frames into each other).
+
 Errors are mapped in one place, :func:`lakeq.common.errors.http_error`: an :class:`~lakeq.common.errors.ApiError`
 → its status and API.md's body; anything else (an internal :class:`~lakeq.common.errors.LakeqError` or an
 unexpected exception) → 500 ``internal_error`` (logged with its traceback). Unknown routes → 404.
@@ -15,10 +22,11 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 from urllib.parse import quote, unquote, unquote_plus
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from lakeq.admin.auth import Principal, authenticate
@@ -46,10 +54,25 @@ def json_response(body: object, status: int = 200) -> Response:
 
 F = TypeVar("F", bound=Callable)
 CALLER = "caller"  # the request context's key for the authenticated Principal
-# The request context of the resolver resolving the current request. powertools' ``router.context`` is
-# the context of the resolver that included the router last, which is another one when a router is in
-# two resolvers (a function module loaded twice, as the tests do).
-_request: ContextVar[dict] = ContextVar("lakeq_request_context")
+
+
+class _Resolving:
+    """The request this thread (this context) is resolving: its event (powertools' proxy event),
+    Lambda context and routing context (the route, its arguments, the caller)."""
+
+    __slots__ = ("event", "lambda_context", "context")
+
+    def __init__(self, lambda_context: Any, context: dict):
+        self.event: Any = None
+        self.lambda_context = lambda_context
+        self.context = context
+
+
+# The request being resolved, per thread: read by every LakeqResolver and Router of this module, so a
+# router included in a second resolver (a function module loaded twice, as the tests do; powertools'
+# ``router.context`` and ``router.current_event`` go to the resolver that included it last) still
+# reads the request its own thread resolves.
+_resolving: ContextVar[_Resolving | None] = ContextVar("lakeq_resolving", default=None)
 
 
 def public(func: F) -> F:
@@ -91,7 +114,8 @@ class Router(APIGatewayHttpRouter):
     def caller(self) -> Principal:
         """The request's authenticated caller, put in the request context by the resolver's middleware
         (a :func:`public` route has none: a KeyError, i.e. a 500, not an unauthenticated answer)."""
-        return _request.get({})[CALLER]
+        r = _resolving.get()
+        return (r.context if r is not None else {})[CALLER]
 
 
 def authenticating(routes: dict[tuple[str, str], bool]):
@@ -106,11 +130,7 @@ def authenticating(routes: dict[tuple[str, str], bool]):
         if not known:
             app.append_context(**{CALLER: authenticate((req.headers or {}).get("authorization"))})
         check_query(app)
-        token = _request.set(app.context)
-        try:
-            return next_middleware(app)
-        finally:
-            _request.reset(token)
+        return next_middleware(app)
     return authenticate_caller
 
 
@@ -154,17 +174,92 @@ def routed_path(event: dict) -> str | None:
 
 class LakeqResolver(APIGatewayHttpResolver):
     """powertools' HTTP API resolver, routing on :func:`routed_path` when API Gateway names the
-    route it matched (its ``rawPath`` is decoded: see there), on ``rawPath`` otherwise."""
+    route it matched (its ``rawPath`` is decoded: see there), on ``rawPath`` otherwise.
+
+    Its request state is the request's own (:data:`_resolving`), not the process's: powertools'
+    ``resolve`` puts the event on ``BaseRouter`` (a class attribute) and the route, its arguments and
+    the caller in the resolver's ``context`` dict, which a second request resolved meanwhile by
+    another thread replaced (its event: this request then read the other's body, headers and query)
+    or cleared (its caller: a 500). Lambda runs one request per execution environment at a time, so
+    on AWS nothing changes; in one process with threads (tests/handlers.py's ``Api``, the local
+    stack's ``--in-process`` mode) each request now reads its own (flake35)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._base_context: dict = {}
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def current_event(self):
+        r = _resolving.get()
+        return r.event if r is not None else BaseRouter.current_event
+
+    @current_event.setter
+    def current_event(self, value) -> None:
+        r = _resolving.get()
+        if r is not None:
+            r.event = value
+        else:
+            BaseRouter.current_event = value
+
+    @property  # type: ignore[override]
+    def lambda_context(self):
+        r = _resolving.get()
+        return r.lambda_context if r is not None else BaseRouter.lambda_context
+
+    @lambda_context.setter
+    def lambda_context(self, value) -> None:
+        r = _resolving.get()
+        if r is not None:
+            r.lambda_context = value
+        else:
+            BaseRouter.lambda_context = value
+
+    @property  # type: ignore[override]
+    def context(self) -> dict:
+        """The request's routing context while one is resolved (a copy of the resolver's, made when
+        it began, cleared when it ends); the resolver's own outside a request."""
+        r = _resolving.get()
+        return r.context if r is not None else self._base_context
+
+    @context.setter
+    def context(self, value: dict) -> None:
+        r = _resolving.get()
+        if r is not None:
+            r.context = value
+        else:
+            self._base_context = value
+
+    def _to_proxy_event(self, event):
+        # powertools' resolve assigns the event it makes here to ``BaseRouter.current_event`` (the
+        # process's); the request's own copy is the one this resolver reads
+        proxy = super()._to_proxy_event(event)
+        r = _resolving.get()
+        if r is not None:
+            r.event = proxy
+        return proxy
 
     def resolve(self, event, context):
         if isinstance(event, dict):
             rebuilt = routed_path(event)
             if rebuilt is not None and rebuilt != event.get("rawPath"):
                 event = {**event, "rawPath": rebuilt}
-        return super().resolve(event, context)
+        token = _resolving.set(_Resolving(context, dict(self._base_context)))
+        try:
+            return super().resolve(event, context)
+        finally:
+            _resolving.reset(token)
+
+    def build_middleware_stacks(self) -> None:
+        """Build every route's middleware stack now. powertools builds a route's on its first call,
+        unguarded: a second first call in another thread meanwhile wrapped the half-built stack again
+        (a request that skipped the authentication, and the route's stack broken for good: two
+        adapters, a 500 every call)."""
+        for route in [*self._static_routes, *self._dynamic_routes]:
+            if not route._middleware_stack_built:
+                route._build_middleware_stack(router_middlewares=self._router_middlewares, app=self)
 
 
-def make_app(*routers: Router) -> APIGatewayHttpResolver:
+def make_app(*routers: Router) -> LakeqResolver:
     app = LakeqResolver(serializer=dumps)
     routes: dict[tuple[str, str], bool] = {}
     for r in routers:
@@ -184,6 +279,7 @@ def make_app(*routers: Router) -> APIGatewayHttpResolver:
             logger.exception("unhandled error")
         return error_response(*http_error(e))
 
+    app.build_middleware_stacks()  # (after app.use: a stack holds the middlewares known when it is built)
     return app
 
 

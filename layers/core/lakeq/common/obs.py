@@ -12,23 +12,94 @@ the tests take from there, ``infra/local/template.py``'s ``environment``):
 - ``POWERTOOLS_LOG_LEVEL`` / ``POWERTOOLS_METRICS_DISABLED`` … as powertools documents them.
 
 The modules' own ``logging.getLogger("lakeq.<module>")`` loggers are children of the service's
-logger and come out in the same JSON. :class:`~aws_lambda_powertools.Metrics` instances share one
-metric set per process, so a metric a route adds is flushed by its function's ``log_metrics``.
+logger and come out in the same JSON. A metric a route adds to :data:`metrics` is flushed by its
+function's ``log_metrics``, with the others of that invocation only: powertools keeps one metric set
+per process (:class:`~aws_lambda_powertools.Metrics` instances share it), so requests run as threads
+of one process (the in-process tests; never Lambda) flushed each other's metrics, and a flush that
+found its set emptied by another's raised ``SchemaValidationError`` out of the handler (flake35).
+:data:`metrics`' provider (:class:`_InvocationEMF`) keeps each ``log_metrics`` call's set, dimensions,
+metadata and timestamp its own (a ContextVar); outside one, the process's, as before.
 :data:`tracer` (powertools' ``Tracer``, reading ``POWERTOOLS_TRACE_*``) wraps every function's handler
 (``@tracer.capture_lambda_handler(capture_response=False)``: responses may hold message bodies).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+from contextvars import ContextVar
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import EphemeralMetrics
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 from lakeq.common import metric_names
 
+
+class _Batch:
+    """What one flush prints: the metrics, dimensions, extra dimension sets, metadata, timestamp."""
+
+    __slots__ = ("metric_set", "dimension_set", "dimension_sets", "metadata_set", "timestamp")
+
+    def __init__(self, metric_set: dict | None = None, dimension_set: dict | None = None,
+                 metadata_set: dict | None = None) -> None:
+        self.metric_set = {} if metric_set is None else metric_set
+        self.dimension_set = {} if dimension_set is None else dimension_set
+        self.dimension_sets: list = []
+        self.metadata_set = {} if metadata_set is None else metadata_set
+        self.timestamp = None
+
+
+_invocation: ContextVar[_Batch | None] = ContextVar("lakeq_metrics_invocation", default=None)
+
+
+def _of_invocation(name: str) -> property:
+    def get(self):
+        b = _invocation.get()
+        return getattr(self._process if b is None else b, name)
+
+    def put(self, value) -> None:
+        b = _invocation.get()
+        setattr(self._process if b is None else b, name, value)
+    return property(get, put)
+
+
+class _InvocationEMF(AmazonCloudWatchEMFProvider):
+    """powertools' EMF provider, its flush state per ``log_metrics`` call (the invocation, in this
+    thread or context): ``metric_set``, ``dimension_set``, ``dimension_sets``, ``metadata_set`` and
+    ``timestamp`` read and written there; the process's (powertools' shared dicts) outside a call.
+    Namespace, service and default dimensions stay the process's (configuration)."""
+
+    metric_set = _of_invocation("metric_set")
+    dimension_set = _of_invocation("dimension_set")
+    dimension_sets = _of_invocation("dimension_sets")
+    metadata_set = _of_invocation("metadata_set")
+    timestamp = _of_invocation("timestamp")
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._process = _Batch()
+        super().__init__(*args, **kwargs)
+
+    def log_metrics(self, lambda_handler=None, **kwargs):
+        if lambda_handler is None:  # @metrics.log_metrics(...): called again with the handler
+            return functools.partial(self.log_metrics, **kwargs)
+        flushing = super().log_metrics(lambda_handler, **kwargs)
+
+        @functools.wraps(lambda_handler)
+        def invocation(event, context, *args, **kw):
+            token = _invocation.set(_Batch(dimension_set=dict(self.default_dimensions)))
+            try:
+                return flushing(event, context, *args, **kw)
+            finally:
+                _invocation.reset(token)
+        return invocation
+
+
 logger = Logger()
-metrics = Metrics()
+# (powertools' shared dicts as the process's set, as Metrics() would pass them to its own provider)
+metrics = Metrics(provider=_InvocationEMF(metric_set=Metrics._metrics, dimension_set=Metrics._dimensions,
+                                          metadata_set=Metrics._metadata,
+                                          default_dimensions=Metrics._default_dimensions))
 # X-Ray (template.yaml's Tracing: Active): each handler's invocation and its AWS calls (botocore
 # patched); off where POWERTOOLS_TRACE_DISABLED is true (the local stack, the tests) or outside Lambda
 tracer = Tracer()
