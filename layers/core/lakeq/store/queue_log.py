@@ -276,6 +276,34 @@ class LogRepo:
             LogRepo._keep_topic(name, topic)
         return _change_of(got[qt][0]) if got[qt] else None
 
+    @staticmethod
+    def change_and_segments_at(log: str, starts: dict[str, int]) -> tuple[Change | None, set[str]]:
+        """:meth:`change` (strongly consistent, 1 RRU) and :meth:`segments_at` (eventually consistent,
+        0.5 RRU a key when there is no segment there) in one BatchGetItem over both tables: a pull
+        answered from a young empty look (issue 33 item 2, ``lakeq.consume.reader._still_empty``).
+        Returns the marker and the queues (``pq``) of ``starts`` that have a segment starting at
+        their offset. At most ``BATCH_GET_KEYS - 1`` starts (the caller checks)."""
+        assert len(starts) < BATCH_GET_KEYS
+        conn = QueueModel._get_connection().connection
+        qt, st = QueueModel.Meta.table_name, SegmentModel.Meta.table_name
+        req: dict = {qt: {"Keys": [{"pq": {"S": change_key(log)}}], "ConsistentRead": True,
+                          "ProjectionExpression": "pq, wv, wat"}}
+        if starts:
+            req[st] = {"Keys": [{"pq": {"S": k}, "base": {"N": str(int(v))}} for k, v in starts.items()],
+                       "ProjectionExpression": "pq"}
+        got: dict[str, list] = {qt: [], st: []}
+        attempt = 0
+        while req:
+            data = conn.client.batch_get_item(RequestItems=req)
+            for table, items in (data.get("Responses") or {}).items():
+                got.setdefault(table, []).extend(items)
+            req = data.get("UnprocessedKeys") or {}
+            if req:
+                attempt += 1
+                backoff.sleep(attempt, base=0.01, cap=1.0)
+        found = {i["pq"]["S"] for i in got[st]}
+        return (_change_of(got[qt][0]) if got[qt] else None), found
+
     @classmethod
     def topic(cls, name: str) -> Topic | None:
         """Topic ``name``'s item for the native pull (issue 33 item 2): the container's copy when
@@ -320,14 +348,16 @@ class LogRepo:
         return hit[1] if hit is not None and hit[0] > _monotonic() else None
 
     @staticmethod
-    def bump_change(topic: str, now: int) -> bool:
+    def bump_change(topic: str, now: int, force: bool = False) -> bool:
         """After appends to topic log ``topic`` (the produce path): move its change marker
         (``wv`` + 1, ``wat`` := ``now``; one UpdateItem, 1 WRU, creating the item the first time;
         conditional on the key naming no queue item) unless this container bumped it less than
         :data:`CHANGE_EVERY_MS` ago (no call then). ``wat`` only moves forward: when a bump with a
-        later time landed first, a second UpdateItem moves ``wv`` alone. True when it wrote."""
+        later time landed first, a second UpdateItem moves ``wv`` alone. True when it wrote.
+        ``force``: bump even within that second (a delayed produce: a pull answered from a young
+        empty look learns of its ``next_due`` from the marker alone, issue 33 item 2)."""
         last = _BUMPED.get(topic)
-        if last is not None and 0 <= now - last < CHANGE_EVERY_MS:
+        if not force and last is not None and 0 <= now - last < CHANGE_EVERY_MS:
             return False
         item = QueueModel(change_key(topic))
         try:
