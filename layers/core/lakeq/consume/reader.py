@@ -428,7 +428,7 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
         head = heads.get(view.queue)
         if head is not None and head > view.max_offset:
             view = replace(view, max_offset=head)
-        if head is None and not look.young and lagging(view, now, allowed):  # (a young look probes it)
+        if head is None and lagging(view, now, allowed):
             return False, recs
         views.append(view)
     if candidates(views, now, allowed):
@@ -459,7 +459,10 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     so the segment starting there exists exactly when anything was appended past it (segments
     never change and each starts where another ends: the full round's probe, :meth:`Log.probe`); a
     lagging queue whose frontier is anywhere else, or a queue the look did not see (a topic grown,
-    a queue item created since), sends the pull to the full round. Appends need no marker then. The
+    a queue item created since), sends the pull to the full round. Appends need no marker then. (A
+    lagging queue whose head the look does not know — locked by another consumer at its round —
+    went to the full round already, as from a grown-up look: its hint in the look is old, so a probe
+    there mostly finds the rest of the queue, and the full round would read it again.) The
     marker is for what the chains do not show: a delayed message's ``next_due`` on a queue item —
     every delayed produce bumps it, even within its container's second (``force``,
     :meth:`LogRepo.bump_change`), so an unchanged marker means none since the look's round read the
