@@ -416,7 +416,7 @@ def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(
 
 
 # --- young looks: an empty round inside the marker's unsignalled window (issue 33 item 2, cost33e) ---
-PROBED = [("Query", "offsets", True), ("BatchGetItem", "queues,segments", True)]
+PROBED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", False)]
 LOOKED = [("Query", "offsets", True), ("GetItem", "queues", True)]
 
 
@@ -429,21 +429,33 @@ def _young_look(api, setup, clock):
     assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []
 
 
-def test_an_empty_pull_inside_the_markers_window_probes_the_chains_with_the_marker_in_one_call(
+def test_an_empty_pull_inside_the_markers_window_probes_the_chains_after_the_marker(
         api, setup, clock, frozen_caches):
     """A busy queue's consumers catch up within a second of a produce: their empty pulls fell
     inside the marker's unsignalled window, where no look was kept, and each was a full round
     (queue items + marker, records, probes: 4-5.5 RRU at 4 queues). From a young look: the records
-    (Query), then one BatchGetItem of the marker (consistent) and the lockable queues' segments at
-    their frontiers (eventually consistent) — 1 + 1 + 0.5 x 4 RRU here."""
-    from tests.integration.test_pull_ack_calls import Calls as _Calls
-
+    (Query), the marker (consistent GetItem), then one BatchGetItem of the lockable queues' segments
+    at their frontiers (eventually consistent) — 1 + 1 + 0.5 x 4 RRU here."""
     _young_look(api, setup, clock)
     clock.t += 100
     for _ in range(2):
-        with _Calls() as c:
+        with Calls() as c:
             assert _pull(api, setup, max=3)["messages"] == []
         assert c.calls == PROBED, c.calls
+
+
+def test_a_moved_marker_sends_a_young_looks_pull_to_the_full_round_without_the_probes(
+        api, setup, clock, frozen_caches):
+    """A busy topic's marker moves every second: a young look's pull then pays the marker's GetItem
+    and goes to the full round (with the records it read) — the lockable queues' probes are not paid
+    first (at 64 queues 32 RRU before a full round that probes them again)."""
+    _young_look(api, setup, clock)
+    clock.t += 1_100  # this container's second is over: the next produce bumps
+    _produce(api, setup, 1, key="other")
+    with Calls() as c:
+        assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+    assert c.calls[:3] == [("Query", "offsets", True), ("GetItem", "queues", True),
+                           ("BatchGetItem", "queues", False)], c.calls
 
 
 def test_an_unsignalled_append_after_a_young_look_is_served(api, setup, clock):

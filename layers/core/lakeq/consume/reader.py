@@ -29,7 +29,7 @@ from lakeq.log.selection import QueueView, ack_entry, ack_key, candidates, laggi
 from lakeq.log.selection import acked as remembered
 from lakeq.store.bodies import BodyStore
 from lakeq.store.offsets import OffsetRepo
-from lakeq.store.queue_log import BATCH_GET_KEYS, CHANGE_EVERY_MS, CHANGE_SKEW_MS, LogRepo
+from lakeq.store.queue_log import CHANGE_EVERY_MS, CHANGE_SKEW_MS, LogRepo
 from lakeq.store.records import Change
 
 SCAN_FACTOR = 10  # a filtered pull examines at most max * SCAN_FACTOR (>= 1000) offsets per queue
@@ -376,8 +376,7 @@ def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None)
     show may follow, so a pull answered from it probes the chains (:func:`_still_empty`); a round
     that took the hints as heads (``trusted``) is never young (it probed nothing)."""
     key = _look_key(log, allowed)
-    first = _seen_since(log.name, log.change, clock.now())
-    young = not log.settled_since(at) or at < first + CHANGE_EVERY_MS + CHANGE_SKEW_MS
+    young = not _window_over(log, at, _seen_since(log.name, log.change, clock.now()))
     if log._heads is None or (young and (log._trusted or not YOUNG_LOOKS)):
         LogRepo.note_look(key, None)
         return
@@ -392,6 +391,14 @@ def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None)
     for m in metas:
         rows.extend((int(m.queue), int(m.min_offset), int(m.max_offset), log._heads.get(int(m.queue), -1)))
     LogRepo.note_look(key, EmptyLook(log.change, at, rows, log._trusted, wake, young))
+
+
+def _window_over(log: "TopicLog", at: int, first: int) -> bool:
+    """Whether every append the marker ``log.change`` stands for, signalled or not, was visible at
+    ``at`` (:meth:`TopicLog.settled_since`), by this container's first read of that version
+    (``first``) too (review_c). A marker never bumped (None) stands for no append: any bump, late
+    or not, creates it, so it has no window."""
+    return log.change is None or (log.settled_since(at) and at >= first + CHANGE_EVERY_MS + CHANGE_SKEW_MS)
 
 
 def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[bool, dict | None]:
@@ -450,9 +457,10 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     """:func:`_still_empty` from a young look (kept inside the marker's unsignalled window, when a
     container that bumped may append for up to ``CHANGE_EVERY_MS`` more without bumping again):
     the records showed nothing lockable with the look's heads; now every queue the pull could lock
-    (:func:`lakeq.log.selection.lagging`) is probed at its frontier, and the marker read, in one
-    BatchGetItem (:meth:`LogRepo.change_and_segments_at`: 0.5 RRU a queue + 1), instead of the queue
-    items, the marker and the probes of a full round.
+    (:func:`lakeq.log.selection.lagging`) is probed at its frontier (one BatchGetItem of the segment
+    keys, :meth:`LogRepo.segments_at`: 0.5 RRU a queue) after the marker is read (1 RRU; moved: the
+    full round, the probes not paid), instead of the queue items, the marker and the probes of a
+    full round.
 
     Why an empty answer then hides nothing: a queue's frontier equal to its view's ``max_offset`` —
     the hint, the record's ``bnd`` or the look's head, each a segment's end — is a segment boundary,
@@ -482,14 +490,12 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
             if frontier != view.max_offset:
                 return False, recs
             starts[LogRepo.pq(log.name, view.queue)] = frontier
-    if len(starts) >= BATCH_GET_KEYS:
-        return False, recs
-    change, found = LogRepo.change_and_segments_at(log.name, starts)
-    if change != look.change or found:
+    # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
+    change = LogRepo.change(log.name)
+    if change != look.change or (starts and LogRepo.segments_at(starts)):
         return False, recs
     log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
-    first = _seen_since(log.name, change, now)
-    if log.settled_since(now) and now >= first + CHANGE_EVERY_MS + CHANGE_SKEW_MS:
+    if _window_over(log, now, _seen_since(log.name, change, now)):
         probed = {v.queue: v.max_offset for v in views if LogRepo.pq(log.name, v.queue) in starts}
         rows = array("q", look.rows)
         for i in range(0, len(rows), 4):

@@ -276,34 +276,6 @@ class LogRepo:
             LogRepo._keep_topic(name, topic)
         return _change_of(got[qt][0]) if got[qt] else None
 
-    @staticmethod
-    def change_and_segments_at(log: str, starts: dict[str, int]) -> tuple[Change | None, set[str]]:
-        """:meth:`change` (strongly consistent, 1 RRU) and :meth:`segments_at` (eventually consistent,
-        0.5 RRU a key when there is no segment there) in one BatchGetItem over both tables: a pull
-        answered from a young empty look (issue 33 item 2, ``lakeq.consume.reader._still_empty``).
-        Returns the marker and the queues (``pq``) of ``starts`` that have a segment starting at
-        their offset. At most ``BATCH_GET_KEYS - 1`` starts (the caller checks)."""
-        assert len(starts) < BATCH_GET_KEYS
-        conn = QueueModel._get_connection().connection
-        qt, st = QueueModel.Meta.table_name, SegmentModel.Meta.table_name
-        req: dict = {qt: {"Keys": [{"pq": {"S": change_key(log)}}], "ConsistentRead": True,
-                          "ProjectionExpression": "pq, wv, wat"}}
-        if starts:
-            req[st] = {"Keys": [{"pq": {"S": k}, "base": {"N": str(int(v))}} for k, v in starts.items()],
-                       "ProjectionExpression": "pq"}
-        got: dict[str, list] = {qt: [], st: []}
-        attempt = 0
-        while req:
-            data = conn.client.batch_get_item(RequestItems=req)
-            for table, items in (data.get("Responses") or {}).items():
-                got.setdefault(table, []).extend(items)
-            req = data.get("UnprocessedKeys") or {}
-            if req:
-                attempt += 1
-                backoff.sleep(attempt, base=0.01, cap=1.0)
-        found = {i["pq"]["S"] for i in got[st]}
-        return (_change_of(got[qt][0]) if got[qt] else None), found
-
     @classmethod
     def topic(cls, name: str) -> Topic | None:
         """Topic ``name``'s item for the native pull (issue 33 item 2): the container's copy when
