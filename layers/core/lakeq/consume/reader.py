@@ -59,8 +59,8 @@ _SEEN: dict[str, tuple] = {}
 SEEN_KEPT = 4096
 ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
 # A full round that found nothing inside the marker's unsignalled window is kept as a *young* look
-# (issue 33 item 2): the next pull probes the chains at its lockable queues' frontiers with the marker
-# read, instead of a full round (see _still_empty). False: the code before (no look kept in the window;
+# (issue 33 item 2): the next pull reads the marker and probes the chains at its lockable queues'
+# frontiers instead of a full round (_probed_empty). False: the code before (no look kept in the window;
 # bench/queue.py --ab measures both in one process)
 YOUNG_LOOKS = True
 
