@@ -281,6 +281,27 @@ class PerRequest:
 
 
 # --- the stack ------------------------------------------------------------------------------------
+class MainThreadOnly:
+    """``sys.stdout`` for the bench: what the main thread prints (the report) goes through; what the
+    handlers print on the server's threads — powertools' EMF document at the end of each invocation,
+    as on Lambda — is dropped. (With POWERTOOLS_METRICS_DISABLED, the benches' setting before
+    2026-12-07, powertools never flushed: each invocation's metrics and dimension sets piled up in
+    the process, every ``add_dimensions`` validated the whole pile and every 100th value printed a
+    document of all of them — CPU no Lambda invocation spends; and no invocation paid the flush a
+    Lambda invocation does.)"""
+
+    def __init__(self, real):
+        self.real = real
+
+    def write(self, s):
+        if threading.current_thread() is not threading.main_thread() or s.startswith('{"_aws"'):
+            return len(s)  # (the head mover's documents when a drain runs it on the main thread)
+        return self.real.write(s)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
 def start_stack(meter: Meter | None = None, wrap=None):
     """moto's server + lakeq's gateway on loopback ports; ``meter``: count each request's units
     (:class:`PerRequest`); ``wrap``: a WSGI middleware put around the gateway, inside the
@@ -294,12 +315,14 @@ def start_stack(meter: Meter | None = None, wrap=None):
     wait_for_moto(moto, url)
     os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                       "LAKEQ_ADMIN_KEY": "bench-admin", "POWERTOOLS_METRICS_DISABLED": "true",
+                       "LAKEQ_ADMIN_KEY": "bench-admin", "POWERTOOLS_METRICS_DISABLED": "false",
                        "POWERTOOLS_DEV": "false",
                        "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_TRACE_DISABLED": "true"})
     template = tpl.load_template()
     ctx = tpl.make_context(template, tpl.LOCAL_STACK)
     os.environ.update(tpl.environment(ctx))
+    if not isinstance(sys.stdout, MainThreadOnly):
+        sys.stdout = MainThreadOnly(sys.stdout)
     import boto3
     from werkzeug.serving import make_server
 
@@ -550,11 +573,15 @@ def main() -> None:
                     help="a consumer thread's batch held when every message is in: acknowledged alone on "
                          "POST /v1/acks (default, as SQS's receivers delete their last batch and stop), or by "
                          "one more pull with ack= (the loop before 2026-12-07)")
+    ap.add_argument("--ab", type=int, default=0, metavar="N",
+                    help="side by side in this one process: each step of the plan N times, lakeq's run without "
+                         "young empty looks (old: lakeq.consume.reader.YOUNG_LOOKS off, the code before 2026-12-07 "
+                         "cost33e) then with them (new), alternating; one SQS run per pair")
     args = ap.parse_args()
     global FINAL_ACK
     FINAL_ACK = args.final_ack
     import faulthandler
-    faulthandler.dump_traceback_later(150 if args.quick else 900, exit=True)  # a hung run ends with its stacks
+    faulthandler.dump_traceback_later((150 if args.quick else 900) * max(1, 2 * args.ab), exit=True)  # a hung run ends with its stacks
     # batch 100 at 2,000 (not 6,000): the SQS baseline's sends on moto slow down with the queue's
     # length, and 6,000 did not finish within the 900-s limit even on an idle machine (2026-11-25)
     plan = [(1, 40), (10, 200), (100, 400)] if args.quick else [(1, 400), (10, 2000), (100, 2000)]
@@ -574,18 +601,32 @@ def main() -> None:
     details = []
     cpus = []
     sqs_reqs = []
+    labels = []  # each row's first column: the batch, and with --ab the variant and round
+    steps = [(batch, total, "", "") for batch, total in plan]
+    if args.ab:
+        steps = [(batch, total, variant, str(k)) for k in range(args.ab) for batch, total in plan
+                 for variant in ("old", "new")]
+    from lakeq.consume import reader as _reader
     try:
-        for batch, total in plan:
-            print(f"# running batch {batch} ({total} messages)...", file=sys.stderr, flush=True)
+        sqs_done: dict = {}
+        for batch, total, variant, k in steps:
+            print(f"# running batch {batch} ({total} messages) {variant}{k}...", file=sys.stderr, flush=True)
+            if variant:
+                _reader.YOUNG_LOOKS = variant == "new"
             t_prod, (pc, pw, pr), t_cons, (cc, cw, cr) = lakeq_run(base, meter, batch, total, threads, queues,
-                                                                   str(batch))
+                                                                   f"{batch}{variant}{k}")
             details.append((batch, total, *lakeq_run.detail))  # type: ignore[attr-defined]
             cpus.append(lakeq_run.cpu)  # type: ignore[attr-defined]
-            s_send, s_recv = sqs_run(sqs_url, batch, total, threads, str(batch))
-            sqs_reqs.append(sqs_run.requests)  # type: ignore[attr-defined]
+            if (batch, total, k) not in sqs_done:
+                sqs_done[(batch, total, k)] = (*sqs_run(sqs_url, batch, total, threads, f"{batch}{k}"),
+                                               sqs_run.requests)  # type: ignore[attr-defined]
+            s_send, s_recv, reqs = sqs_done[(batch, total, k)]
+            sqs_reqs.append(reqs)
             n = total
             rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
+            labels.append(f"{batch}{' ' + variant + k if variant else ''}")
     finally:
+        _reader.YOUNG_LOOKS = True
         if HEADS is not None:
             HEADS.stop(timeout=5)
         server.shutdown()
@@ -593,33 +634,33 @@ def main() -> None:
         sqs_proc.terminate()
     print()
     print("## throughput (messages/s)")
-    print(f"{'batch':>5} {'msgs':>6} {'lakeq produce':>14} {'sqs send':>9} {'ratio':>6} {'lakeq pull+ack':>15} "
+    print(f"{'batch':>9} {'msgs':>6} {'lakeq produce':>14} {'sqs send':>9} {'ratio':>6} {'lakeq pull+ack':>15} "
           f"{'sqs recv+del':>13} {'ratio':>6}")
-    for batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr in rows:
-        print(f"{batch:>5} {n:>6} {n / tp:>14.0f} {n / ss:>9.0f} {ss / tp:>6.2f} {n / tc:>15.0f} {n / sr:>13.0f} "
+    for lab, (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr) in zip(labels, rows):
+        print(f"{lab:>9} {n:>6} {n / tp:>14.0f} {n / ss:>9.0f} {ss / tp:>6.2f} {n / tc:>15.0f} {n / sr:>13.0f} "
               f"{sr / tc:>6.2f}")
     print()
     print("## DynamoDB calls and request units per message (steady state: key/client caches warm)")
-    print(f"{'batch':>5} {'route':>10} {'calls/msg':>9} {'WRU/msg':>8} {'RRU/msg':>8}  calls")
-    for batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr in rows:
+    print(f"{'batch':>9} {'route':>10} {'calls/msg':>9} {'WRU/msg':>8} {'RRU/msg':>8}  calls")
+    for lab, (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr) in zip(labels, rows):
         for name, c, w, r in (("produce", pc, pw, pr), ("pull+ack", cc, cw, cr)):
             detail = ", ".join(f"{k.split('.')[1]} {v}" for k, v in sorted(c.items()))
-            print(f"{batch:>5} {name:>10} {sum(c.values()) / n:>9.3f} {w / n:>8.3f} {r / n:>8.3f}  {detail}")
+            print(f"{lab:>9} {name:>10} {sum(c.values()) / n:>9.3f} {w / n:>8.3f} {r / n:>8.3f}  {detail}")
     print()
     print("## request units per batch, by operation (pulls: all pull requests of the run, with a piggybacked ack, empty)")
-    for batch, n, pu, cu, pulls, (ew, er) in details:
+    for lab, (batch, n, pu, cu, pulls, (ew, er)) in zip(labels, details):
         for name, u in (("produce", pu), ("pull+ack", cu)):
             detail = ", ".join(f"{k} {v * batch / n:.2f}" for k, v in sorted(u.items()))
-            print(f"{batch:>5} {name:>10}  {detail}")
+            print(f"{lab:>9} {name:>10}  {detail}")
         e = max(1, pulls["empty"])
-        print(f"{batch:>5} {'pulls':>10}  {pulls['pulls']} for {n // batch} batches ({pulls['with ack']} with ack=, "
+        print(f"{lab:>9} {'pulls':>10}  {pulls['pulls']} for {n // batch} batches ({pulls['with ack']} with ack=, "
               f"{pulls['empty']} empty: {er / e:.2f} RRU + {ew / e:.2f} WRU each, {pulls['empty_ack']} of them with ack=; "
               f"{pulls['final acks']} last batches acknowledged on POST /v1/acks)")
     print()
     print("## dollars per million messages (produce + pull + ack), us-east-1 list prices")
-    print(f"{'batch':>5} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'via URLs*':>10} {'SQS':>8} "
+    print(f"{'batch':>9} {'lakeq DynamoDB':>15} {'lakeq all-in*':>14} {'via URLs*':>10} {'SQS':>8} "
           f"{'DynamoDB/SQS':>13} {'all-in/SQS':>11} {'URLs/SQS':>9} {'w/o empty pulls**':>18} {'/SQS':>6}")
-    for (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), (*_, (ew, er)) in zip(rows, details):
+    for lab, ((batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), (*_, (ew, er))) in zip(labels, zip(rows, details)):
         ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
         busy = ((pw + cw - ew) * PRICE_WRU + (pr + cr - er) * PRICE_RRU) / n * 1e6
         # produce: 1 HTTP request per batch; pull: 1 per batch (the ack rides on the next pull)
@@ -628,7 +669,7 @@ def main() -> None:
         urls = ddb + reqs * per_invocation * 1e6  # ProduceFunctionUrl / ConsumeFunctionUrl: no gateway fee
         allin = urls + reqs * PRICE_HTTP_API_REQUEST * 1e6
         sqs = sqs_price_per_million(batch)
-        print(f"{batch:>5} {ddb:>15.3f} {allin:>14.3f} {urls:>10.3f} {sqs:>8.3f} {ddb / sqs:>13.2f} "
+        print(f"{lab:>9} {ddb:>15.3f} {allin:>14.3f} {urls:>10.3f} {sqs:>8.3f} {ddb / sqs:>13.2f} "
               f"{allin / sqs:>11.2f} {urls / sqs:>9.2f} {busy:>18.3f} {busy / sqs:>6.2f}")
     print("* all-in adds API Gateway HTTP API and Lambda requests (2 per batch) and an estimated "
           f"{LAMBDA_MS_ESTIMATE} ms x {LAMBDA_MB} MB arm64 per invocation; via URLs: the same through the "
@@ -638,10 +679,10 @@ def main() -> None:
           f"run, empty pulls included; CPU x {VCPU_MB}/MB below {VCPU_MB} MB + {DDB_CALL_MS:g} ms a store call)")
     mem_p, mem_c = template_memory("ProduceFunction"), template_memory("ConsumeFunction")
     urls_at_template = []
-    print(f"{'batch':>5} {'produce CPU ms/inv':>18} {'pull CPU ms/inv':>16} {'calls/inv p/c':>14} "
+    print(f"{'batch':>9} {'produce CPU ms/inv':>18} {'pull CPU ms/inv':>16} {'calls/inv p/c':>14} "
           + " ".join(f"{f'URLs@{mb}/SQS':>13}" for mb in MEMORY_SIZES)
           + f" {'URLs@template ' + str(mem_p) + '/' + str(mem_c):>24} {'/SQS':>6} {'Lambda/SQS':>10}")
-    for (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), ((pcpu, pn), (ccpu, cn)) in zip(rows, cpus):
+    for lab, ((batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), ((pcpu, pn), (ccpu, cn))) in zip(labels, zip(rows, cpus)):
         ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
         sqs = sqs_price_per_million(batch)
         np_, nc_ = pn["ProduceFunction"], cn["ConsumeFunction"]
@@ -654,7 +695,7 @@ def main() -> None:
         at = [(ddb + lam(mb, mb)) / sqs for mb in MEMORY_SIZES]
         tmpl = ddb + lam(mem_p, mem_c)
         urls_at_template.append(tmpl)
-        print(f"{batch:>5} {p_cpu * 1000:>18.2f} {c_cpu * 1000:>16.2f} {f'{p_calls:.1f}/{c_calls:.1f}':>14} "
+        print(f"{lab:>9} {p_cpu * 1000:>18.2f} {c_cpu * 1000:>16.2f} {f'{p_calls:.1f}/{c_calls:.1f}':>14} "
               + " ".join(f"{x:>13.2f}" for x in at)
               + f" {tmpl:>24.3f} {tmpl / sqs:>6.2f} {lam(mem_p, mem_c) / sqs:>10.2f}")
     print("** the DynamoDB cost without the pulls that came back empty (threads waiting at the end of a run for "
@@ -663,11 +704,11 @@ def main() -> None:
     print()
     print("## both sides as run: SQS's requests counted in its run (the same client loop: an empty answer sleeps "
           "10 ms and tries again until every message is in), empty receives included, as lakeq's empty pulls are")
-    print(f"{'batch':>5} {'SQS send/recv/empty/del':>24} {'SQS $/M as run':>14} {'3 a batch':>9} "
+    print(f"{'batch':>9} {'SQS send/recv/empty/del':>24} {'SQS $/M as run':>14} {'3 a batch':>9} "
           f"{'lakeq pulls (empty) + acks':>26} {'DynamoDB/SQS as run':>19} {'URLs@template/SQS as run':>24} "
           f"{'both w/o empties: DynamoDB/SQS':>30}")
-    for (batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), (*_, pulls, (ew, er)), req, tmpl in zip(
-            rows, details, sqs_reqs, urls_at_template):
+    for lab, ((batch, n, tp, pc, pw, pr, tc, cc, cw, cr, ss, sr), (*_, pulls, (ew, er)), req, tmpl) in zip(labels, zip(
+            rows, details, sqs_reqs, urls_at_template)):
         ddb = ((pw + cw) * PRICE_WRU + (pr + cr) * PRICE_RRU) / n * 1e6
         busy = ((pw + cw - ew) * PRICE_WRU + (pr + cr - er) * PRICE_RRU) / n * 1e6
         made = req["send"] + req["receive"] + req["delete"]
@@ -675,7 +716,7 @@ def main() -> None:
         sqs_busy = (made - req["empty"]) * PRICE_SQS_REQUEST / n * 1e6
         counts = f"{req['send']}/{req['receive']}/{req['empty']}/{req['delete']}"
         lakeq_pulls = f"{pulls['pulls']} ({pulls['empty']}) + {pulls['final acks']}"
-        print(f"{batch:>5} {counts:>24} {sqs_run_price:>14.3f} {sqs_price_per_million(batch):>9.3f} {lakeq_pulls:>26} "
+        print(f"{lab:>9} {counts:>24} {sqs_run_price:>14.3f} {sqs_price_per_million(batch):>9.3f} {lakeq_pulls:>26} "
               f"{ddb / sqs_run_price:>19.2f} {tmpl / sqs_run_price:>24.2f} {busy / sqs_busy:>30.2f}")
 
 

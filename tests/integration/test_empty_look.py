@@ -413,3 +413,127 @@ def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(
     assert len(reads) == 2, reads  # answered from the ids its write found recorded
     clock.t += 100
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
+
+
+# --- young looks: an empty round inside the marker's unsignalled window (issue 33 item 2, cost33e) ---
+PROBED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", False)]
+LOOKED = [("Query", "offsets", True), ("GetItem", "queues", True)]
+
+
+def _young_look(api, setup, clock):
+    """Three messages on one queue served and acknowledged inside the marker's window: the pull with
+    ``ack=`` finds nothing (a full round 200 ms after this container's bump), kept as a young look."""
+    _produce(api, setup, 3)
+    b = _pull(api, setup, max=3)
+    clock.t += 100
+    assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []
+
+
+def test_an_empty_pull_inside_the_markers_window_probes_the_chains_after_the_marker(
+        api, setup, clock, frozen_caches):
+    """A busy queue's consumers catch up within a second of a produce: their empty pulls fell
+    inside the marker's unsignalled window, where no look was kept, and each was a full round
+    (queue items + marker, records, probes: 4-5.5 RRU at 4 queues). From a young look: the records
+    (Query), the marker (consistent GetItem), then one BatchGetItem of the lockable queues' segments
+    at their frontiers (eventually consistent) — 1 + 1 + 0.5 x 4 RRU here."""
+    _young_look(api, setup, clock)
+    clock.t += 100
+    for _ in range(2):
+        with Calls() as c:
+            assert _pull(api, setup, max=3)["messages"] == []
+        assert c.calls == PROBED, c.calls
+
+
+def test_a_moved_marker_sends_a_young_looks_pull_to_the_full_round_without_the_probes(
+        api, setup, clock, frozen_caches):
+    """A busy topic's marker moves every second: a young look's pull then pays the marker's GetItem
+    and goes to the full round (with the records it read) — the lockable queues' probes are not paid
+    first (at 64 queues 32 RRU before a full round that probes them again)."""
+    _young_look(api, setup, clock)
+    clock.t += 1_100  # this container's second is over: the next produce bumps
+    _produce(api, setup, 1, key="other")
+    with Calls() as c:
+        assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+    assert c.calls[:3] == [("Query", "offsets", True), ("GetItem", "queues", True),
+                           ("BatchGetItem", "queues", False)], c.calls
+
+
+def test_an_unsignalled_append_after_a_young_look_is_served(api, setup, clock):
+    """The producing container bumped the marker 200 ms before: its next append moves no marker (its
+    second), so the young look's marker is unchanged — the probe at the queue's frontier finds the
+    new segment and the pull serves it."""
+    from lakeq.store.queue_log import LogRepo
+
+    _young_look(api, setup, clock)
+    assert _pull(api, setup, max=3)["messages"] == []  # answered from the young look
+    before = LogRepo.change("quotes")
+    clock.t += 100
+    _produce(api, setup, 1, key="other")
+    assert LogRepo.change("quotes") == before  # unsignalled
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+
+
+def test_an_unsignalled_append_to_the_acknowledged_queue_after_a_young_look_is_served(api, setup, clock):
+    """The same on the queue the group just drained (its frontier the record's ``bnd``)."""
+    _young_look(api, setup, clock)
+    assert _pull(api, setup, max=3)["messages"] == []
+    clock.t += 100
+    _produce(api, setup, 2)  # key "k": the drained queue
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0", "m1"]
+
+
+def test_a_young_look_past_the_window_is_kept_grown_up(api, setup, clock, frozen_caches):
+    """The first pull past the window still probes (the young look's heads are not known for sure),
+    and keeps the look grown up: the next reads the records and the marker alone."""
+    _young_look(api, setup, clock)
+    clock.t += 1_300
+    with Calls() as c:
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == PROBED, c.calls
+    with Calls() as c:
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == LOOKED, c.calls
+    _produce(api, setup, 1, key="other")  # bumps: this container's last bump was 1.5 s ago
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+
+
+def test_a_delayed_produce_bumps_the_marker_within_its_containers_second(api, setup, clock):
+    """A young look's pull sees appends in the chains, not a delayed message's ``next_due``: every
+    delayed produce moves the marker, even within a second of its container's last bump."""
+    from lakeq.store.queue_log import LogRepo
+
+    _produce(api, setup, 1)
+    before = LogRepo.change("quotes")
+    clock.t += 100
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "late", "delay_ms": 50}]},
+                    key=setup["feed"])
+    assert s == 200, b
+    after = LogRepo.change("quotes")
+    assert after is not None and after.version == before.version + 1, (before, after)
+
+
+def test_a_delayed_message_produced_inside_the_window_after_a_young_look_is_served_when_due(api, setup, clock):
+    """The young look's pull learns of the delayed message from the marker its produce bumped (the
+    chains show nothing: it is not appended before a pull or the sweep promotes it)."""
+    _young_look(api, setup, clock)
+    assert _pull(api, setup, max=3)["messages"] == []  # answered from the young look
+    clock.t += 100
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "late", "delay_ms": 50, "key": "k"}]},
+                    key=setup["feed"])
+    assert s == 200, b
+    clock.t += 100  # due
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["late"]
+
+
+def test_a_young_look_does_not_answer_for_a_queue_it_did_not_see(api, setup, clock):
+    """A topic grown after the look: its new queue's append (unsignalled) is served — the young
+    look's queues are not the topic's."""
+    _young_look(api, setup, clock)
+    from lakeq.log.produce_plan import queue_for_key
+
+    s, b = api.call("PATCH", "/v1/topics/quotes", {"queues": 5})
+    assert s == 200, (s, b)
+    clock.t += 100
+    assert queue_for_key("g0", 5) == 4  # the new queue
+    _produce(api, setup, 1, key="g0")
+    assert [(m["queue"], m["body"]) for m in _pull(api, setup, max=3)["messages"]] == [(4, "m0")]

@@ -58,6 +58,11 @@ PROBED_KEPT = 4096
 _SEEN: dict[str, tuple] = {}
 SEEN_KEPT = 4096
 ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
+# A full round that found nothing inside the marker's unsignalled window is kept as a *young* look
+# (issue 33 item 2): the next pull reads the marker and probes the chains at its lockable queues'
+# frontiers instead of a full round (_probed_empty). False: the code before (no look kept in the window;
+# bench/queue.py --ab measures both in one process)
+YOUNG_LOOKS = True
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
 LogReader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
@@ -338,7 +343,8 @@ class EmptyLook:
     round began (``at``), the queue items it ranked by and each queue's head as the round knew it
     for sure (the probes' — or every hint when no probe was due, ``trusted``): ``rows``, four
     int64 a queue (queue, min_offset, max_offset, head or -1; :meth:`seen`),
-    and the earliest delayed message still ahead (``wake``). Kept per (the log's kind, log, owner,
+    and the earliest delayed message still ahead (``wake``); ``young``: the round read the marker inside
+    its unsignalled window (its heads are not trusted without a probe). Kept per (the log's kind, log, owner,
     queues, the queues a member may serve) in the container (:meth:`LogRepo.note_look`) for :func:`_still_empty`."""
 
     change: Change | None
@@ -346,6 +352,7 @@ class EmptyLook:
     rows: array
     trusted: bool
     wake: int | None
+    young: bool = False  # kept inside the marker's unsignalled window: each use probes (_still_empty)
 
     def seen(self) -> tuple[list[_Seen], dict[int, int]]:
         """The queue items' offsets (what :func:`views_of` reads) and the heads known, from ``rows``."""
@@ -363,13 +370,14 @@ def _look_key(log: "TopicLog", allowed: set[int] | None) -> tuple:
 
 def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None) -> None:
     """After a full round at ``at`` that locked nothing: keep what it saw (:class:`EmptyLook`) when
-    the marker it read was outside its unsignalled window (every append it stands for was visible
-    to the round), by its ``at`` and by when this container first read that version
-    (:func:`_seen_since`), and the round knows its heads (it ranked with probes allowed); else drop the
-    look kept before."""
+    the round knows its heads (it ranked with probes allowed); else drop the look kept before. The
+    look is *young* when the marker it read was inside its unsignalled window, by its ``at`` or by
+    when this container first read that version (:func:`_seen_since`): appends the marker does not
+    show may follow, so a pull answered from it probes the chains (:func:`_still_empty`); a round
+    that took the hints as heads (``trusted``) is never young (it probed nothing)."""
     key = _look_key(log, allowed)
-    first = _seen_since(log.name, log.change, clock.now())
-    if log._heads is None or not log.settled_since(at) or at < first + CHANGE_EVERY_MS + CHANGE_SKEW_MS:
+    young = not _window_over(log, at, _seen_since(log.name, log.change, clock.now()))
+    if log._heads is None or (young and (log._trusted or not YOUNG_LOOKS)):
         LogRepo.note_look(key, None)
         return
     # the wake: the earliest delayed message ahead as the round's promotions saw it, and as the queue
@@ -382,7 +390,15 @@ def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None)
     rows = array("q")
     for m in metas:
         rows.extend((int(m.queue), int(m.min_offset), int(m.max_offset), log._heads.get(int(m.queue), -1)))
-    LogRepo.note_look(key, EmptyLook(log.change, at, rows, log._trusted, wake))
+    LogRepo.note_look(key, EmptyLook(log.change, at, rows, log._trusted, wake, young))
+
+
+def _window_over(log: "TopicLog", at: int, first: int) -> bool:
+    """Whether every append the marker ``log.change`` stands for, signalled or not, was visible at
+    ``at`` (:meth:`TopicLog.settled_since`), by this container's first read of that version
+    (``first``) too (review_c). A marker never bumped (None) stands for no append: any bump, late
+    or not, creates it, so it has no window."""
+    return log.change is None or (log.settled_since(at) and at >= first + CHANGE_EVERY_MS + CHANGE_SKEW_MS)
 
 
 def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[bool, dict | None]:
@@ -402,7 +418,9 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     pull to the full round, as does any queue with something to serve, a delayed message due, or
     the container's safety-net probe due (any look: a request that failed between its appends and
     its bump shows in no marker). Locks, acks and nacks on
-    any route show in the records; a member's queues are part of the key."""
+    any route show in the records; a member's queues are part of the key. A young look (kept inside
+    the marker's unsignalled window) answers only after probing the lockable queues' chains too
+    (:func:`_probed_empty`)."""
     look = LogRepo.look(_look_key(log, allowed))
     if not isinstance(look, EmptyLook) or now < look.at:
         return False, None
@@ -422,6 +440,8 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
         views.append(view)
     if candidates(views, now, allowed):
         return False, recs
+    if look.young:
+        return _probed_empty(log, look, now, allowed, views, recs)
     # the records first: a pull the look cannot answer (a lock ended, its own drained queue just
     # acknowledged) pays no marker read. The marker after them: unchanged, no append happened
     # between the look and this read, so the heads at the records' read were the look's
@@ -429,6 +449,58 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     if change != look.change:
         return False, recs
     log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
+    return True, recs
+
+
+def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] | None, views: list[QueueView],
+                  recs: dict) -> tuple[bool, dict | None]:
+    """:func:`_still_empty` from a young look (kept inside the marker's unsignalled window, when a
+    container that bumped may append for up to ``CHANGE_EVERY_MS`` more without bumping again):
+    the records showed nothing lockable with the look's heads; now every queue the pull could lock
+    (:func:`lakeq.log.selection.lagging`) is probed at its frontier (one BatchGetItem of the segment
+    keys, :meth:`LogRepo.segments_at`: 0.5 RRU a queue) after the marker is read (1 RRU; moved: the
+    full round, the probes not paid), instead of the queue items, the marker and the probes of a
+    full round.
+
+    Why an empty answer then hides nothing: a queue's frontier equal to its view's ``max_offset`` —
+    the hint, the record's ``bnd`` or the look's head, each a segment's end — is a segment boundary,
+    so the segment starting there exists exactly when anything was appended past it (segments
+    never change and each starts where another ends: the full round's probe, :meth:`Log.probe`); a
+    lagging queue whose frontier is anywhere else, or a queue the look did not see (a topic grown,
+    a queue item created since), sends the pull to the full round. Appends need no marker then. (A
+    lagging queue whose head the look does not know — locked by another consumer at its round —
+    went to the full round already, as from a grown-up look: its hint in the look is old, so a probe
+    there mostly finds the rest of the queue, and the full round would read it again.) The
+    marker is for what the chains do not show: a delayed message's ``next_due`` on a queue item —
+    every delayed produce bumps it, even within its container's second (``force``,
+    :meth:`LogRepo.bump_change`), so an unchanged marker means none since the look's round read the
+    queue items (its ``wake`` still stands). Promotions by the sweep append (the probes see them).
+
+    Once the version's window is over (by its ``at`` and by this container's first read of it), the
+    look is kept grown up at ``now``: its heads those just probed, the others unknown (a full round
+    when they are lockable), as a full round past the window would have kept it."""
+    metas, _ = look.seen()
+    want = range(log.n_queues) if log.only is None else (q for q in log.only if 0 <= q < log.n_queues)
+    if {m.queue for m in metas} != set(want):
+        return False, recs
+    starts: dict[str, int] = {}
+    for view in views:
+        if lagging(view, now, allowed):
+            frontier = view.state().frontier
+            if frontier != view.max_offset:
+                return False, recs
+            starts[LogRepo.pq(log.name, view.queue)] = frontier
+    # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
+    change = LogRepo.change(log.name)
+    if change != look.change or (starts and LogRepo.segments_at(starts)):
+        return False, recs
+    log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
+    if _window_over(log, now, _seen_since(log.name, change, now)):
+        probed = {v.queue: v.max_offset for v in views if LogRepo.pq(log.name, v.queue) in starts}
+        rows = array("q", look.rows)
+        for i in range(0, len(rows), 4):
+            rows[i + 3] = probed.get(rows[i], -1)
+        LogRepo.note_look(_look_key(log, allowed), replace(look, at=now, rows=rows, young=False))
     return True, recs
 
 

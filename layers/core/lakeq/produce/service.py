@@ -86,7 +86,10 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
         # appends above bumped it already, at most once a second); and a retry of ids already recorded
         # bumps too: its first attempt's bump may have been lost (a 503 after the appends, or the container
         # stopped after its appends), and a pull's empty look trusts the marker (review_c)
-        bump_change(log)
+        # A delayed message bumps even within the container's second (force): a pull answered from
+        # a young empty look (inside the marker's unsignalled window) probes the chains for appends,
+        # but learns of a new next_due from the marker alone (issue 33 item 2)
+        bump_change(log, force=bool(delayed))
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}

@@ -161,7 +161,7 @@ def append_at_head(log: str, queue: int, items: list[T], now: int,
     return exists
 
 
-def bump_change(log: str) -> None:
+def bump_change(log: str, force: bool = False) -> None:
     """After writes to log ``log``, before the request that made them answers: move its change
     marker when it is a topic's (issue 33: its long polls wait on it, and a pull's empty look
     trusts it — :func:`lakeq.consume.reader._still_empty`; :meth:`LogRepo.bump_change`, at most
@@ -169,13 +169,17 @@ def bump_change(log: str) -> None:
     one backoff; then :class:`~lakeq.common.errors.Unavailable` (503 ``busy``: the writes stand, a
     retry with the same message ids answers their first results and bumps again). A produce that
     answered 200 with its bump lost left its message to the container's 60-s safety net where the
-    look was kept (review_c); a 503 says so instead."""
+    look was kept (review_c); a 503 says so instead. ``force``: within the second too (a delayed
+    produce, :meth:`LogRepo.bump_change`)."""
     if is_list(log):
         return
 
     def attempt(n: int):
         try:
-            LogRepo.bump_change(log, clock.now())
+            if force:
+                LogRepo.bump_change(log, clock.now(), force=True)
+            else:
+                LogRepo.bump_change(log, clock.now())
             return True
         except Exception:  # noqa: BLE001 - any failure of the write: retried, then 503 below
             logging.getLogger(__name__).warning("change marker not bumped (attempt %d)", n + 1, exc_info=True)

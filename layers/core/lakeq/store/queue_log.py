@@ -320,14 +320,16 @@ class LogRepo:
         return hit[1] if hit is not None and hit[0] > _monotonic() else None
 
     @staticmethod
-    def bump_change(topic: str, now: int) -> bool:
+    def bump_change(topic: str, now: int, force: bool = False) -> bool:
         """After appends to topic log ``topic`` (the produce path): move its change marker
         (``wv`` + 1, ``wat`` := ``now``; one UpdateItem, 1 WRU, creating the item the first time;
         conditional on the key naming no queue item) unless this container bumped it less than
         :data:`CHANGE_EVERY_MS` ago (no call then). ``wat`` only moves forward: when a bump with a
-        later time landed first, a second UpdateItem moves ``wv`` alone. True when it wrote."""
+        later time landed first, a second UpdateItem moves ``wv`` alone. True when it wrote.
+        ``force``: bump even within that second (a delayed produce: a pull answered from a young
+        empty look learns of its ``next_due`` from the marker alone, issue 33 item 2)."""
         last = _BUMPED.get(topic)
-        if last is not None and 0 <= now - last < CHANGE_EVERY_MS:
+        if not force and last is not None and 0 <= now - last < CHANGE_EVERY_MS:
             return False
         item = QueueModel(change_key(topic))
         try:
