@@ -30,6 +30,9 @@ def test_an_empty_pull_after_an_empty_look_reads_the_marker_and_the_records(api,
     b = _pull(api, setup, max=3)
     clock.t += 2_000  # past the marker's unsignalled window
     assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []  # the full round: kept as the look
+    with Calls() as c:  # its probes were eventually consistent (the topic active): confirmed once, consistently
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == CONFIRMED, c.calls
     for _ in range(2):
         with Calls() as c:
             assert _pull(api, setup, max=3)["messages"] == []
@@ -107,6 +110,7 @@ def test_a_message_whose_bump_was_lost_is_served_within_the_safety_net_after_a_p
     b = _pull(api, setup, max=1)
     clock.t += 2_000  # the topic still active: this round probes, and is kept as the look
     assert _pull(api, setup, max=1, ack=b["receipt"])["messages"] == []
+    assert _pull(api, setup, max=1)["messages"] == []  # its heads confirmed (review_f): grown up
 
     def lost(*_a, **_k):
         raise RuntimeError("throttled")
@@ -418,6 +422,7 @@ def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(
 # --- young looks: an empty round inside the marker's unsignalled window (issue 33 item 2, cost33e) ---
 PROBED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", False)]
 LOOKED = [("Query", "offsets", True), ("GetItem", "queues", True)]
+CONFIRMED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", True)]
 
 
 def _young_look(api, setup, clock):
@@ -489,7 +494,7 @@ def test_a_young_look_past_the_window_is_kept_grown_up(api, setup, clock, frozen
     clock.t += 1_300
     with Calls() as c:
         assert _pull(api, setup, max=3)["messages"] == []
-    assert c.calls == PROBED, c.calls
+    assert c.calls == CONFIRMED, c.calls  # consistently: the probe that grows it up (review_f)
     with Calls() as c:
         assert _pull(api, setup, max=3)["messages"] == []
     assert c.calls == LOOKED, c.calls
@@ -537,3 +542,72 @@ def test_a_young_look_does_not_answer_for_a_queue_it_did_not_see(api, setup, clo
     assert queue_for_key("g0", 5) == 4  # the new queue
     _produce(api, setup, 1, key="g0")
     assert [(m["queue"], m["body"]) for m in _pull(api, setup, max=3)["messages"]] == [(4, "m0")]
+
+
+# --- review_f: a probe's eventually consistent read right after the window ---
+STALE_MS = 500  # a replica this far behind (DynamoDB: "usually within a second")
+
+
+def _stale_replica(monkeypatch, clock):
+    """``LogRepo.segments_at`` as a replica ``STALE_MS`` behind answers an eventually consistent read:
+    a segment put less than that ago is not there yet; a strongly consistent read sees every one."""
+    from lakeq.store.queue_log import LogRepo
+
+    real = LogRepo.segments_at
+
+    def segments_at(starts, consistent=False):
+        if consistent:
+            return real(starts, consistent=True)
+        return {k: s for k, s in real(starts).items() if int(s.produced_at) <= clock.t - STALE_MS}
+    monkeypatch.setattr(LogRepo, "segments_at", staticmethod(segments_at))
+
+
+def _drained_then_unsignalled(api, setup, clock, young: bool) -> None:
+    """The bump at t0 (3 messages, queue of key k), the marker read by a pull at t0 + 10, served at t0 + 500 (the replica caught up), then
+    — ``young`` — acknowledged by a pull at t0 + 600 (a full round inside the window: a young look);
+    at t0 + 900 one message more on another queue, unsignalled (this container bumped 900 ms ago);
+    at t0 + 1,300 (past the window, t0 + 1,250) the first pull past the window: its probe is
+    eventually consistent, and the replica does not have that segment yet."""
+    t0 = clock.t
+    _produce(api, setup, 3)
+    clock.t = t0 + 10  # a pull reads the marker at once (the replica does not have the segment yet)
+    assert _pull(api, setup, max=3)["messages"] == []
+    clock.t = t0 + 500
+    b = _pull(api, setup, max=3)
+    assert len(b["messages"]) == 3, b
+    if young:
+        clock.t = t0 + 600
+        assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []
+    clock.t = t0 + 900
+    _produce(api, setup, 1, key="other")
+    clock.t = t0 + 1_300
+    query = {} if young else {"ack": b["receipt"]}
+    assert _pull(api, setup, max=3, **query)["messages"] == []  # the replica is behind: a miss
+
+
+def test_a_young_looks_probe_that_misses_a_segment_just_written_does_not_grow_it_up_over_it(
+        api, setup, clock, monkeypatch):
+    """review_f: the last append of the producing container's unsignalled second (no bump), then the
+    first pull past the window: the young look's probe (eventually consistent) missed the segment
+    written 400 ms before, and the look was kept grown up with the stale head — every later pull
+    trusted the unchanged marker and answered empty until the 60-s safety net. The probe that grows
+    a look up reads consistently."""
+    _stale_replica(monkeypatch, clock)
+    _drained_then_unsignalled(api, setup, clock, young=True)
+    clock.t += 1_000
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+
+
+def test_a_full_rounds_probe_that_misses_a_segment_just_written_keeps_no_grown_up_look_over_it(
+        api, setup, clock, monkeypatch):
+    """review_f: the same through a full round, as before young looks (``YOUNG_LOOKS = False``: no
+    look kept inside the window, so the first pull past it is a full round): its probe's eventually
+    consistent read missed the segment, and the round was kept as a grown-up look with the stale
+    head — the message waited for the 60-s safety net (since review_c's looks)."""
+    from lakeq.consume import reader
+
+    monkeypatch.setattr(reader, "YOUNG_LOOKS", False)
+    _stale_replica(monkeypatch, clock)
+    _drained_then_unsignalled(api, setup, clock, young=False)
+    clock.t += 1_000
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]

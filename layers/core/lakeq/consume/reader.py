@@ -377,6 +377,11 @@ def _note_empty(log: "TopicLog", at: int, metas: list, allowed: set[int] | None)
     that took the hints as heads (``trusted``) is never young (it probed nothing)."""
     key = _look_key(log, allowed)
     young = not _window_over(log, at, _seen_since(log.name, log.change, clock.now()))
+    # a round that probed an active topic's chains read them eventually consistently, shortly after
+    # appends: a segment put within the replicas' lag may be missing from its heads — kept young, the
+    # next pull's probe confirms them (consistently once past the window) before the marker alone
+    # answers (review_f: kept grown up, the stale head hid the message until the safety net)
+    young = young or (not log._trusted and active(log.change, at, log.name))
     if log._heads is None or (young and (log._trusted or not YOUNG_LOOKS)):
         LogRepo.note_look(key, None)
         return
@@ -492,10 +497,18 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
             starts[LogRepo.pq(log.name, view.queue)] = frontier
     # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
     change = LogRepo.change(log.name)
-    if change != look.change or (starts and LogRepo.segments_at(starts)):
+    if change != look.change:
         return False, recs
-    log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
-    if _window_over(log, now, _seen_since(log.name, change, now)):
+    log.change = change
+    grown = _window_over(log, now, _seen_since(log.name, change, now))
+    # the probe that grows the look up reads consistently (1 RRU a key, not 0.5): an eventually
+    # consistent read may miss a segment put within the replicas' lag — the last unsignalled append
+    # of the window, a moment before — and the grown-up look trusted that stale head, answering every
+    # pull empty over it until the safety net (review_f)
+    if starts and LogRepo.segments_at(starts, consistent=grown):
+        return False, recs
+    log.last_views, log._recs, log._wake = views, recs, look.wake
+    if grown:
         probed = {v.queue: v.max_offset for v in views if LogRepo.pq(log.name, v.queue) in starts}
         rows = array("q", look.rows)
         for i in range(0, len(rows), 4):

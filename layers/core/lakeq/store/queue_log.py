@@ -416,9 +416,10 @@ class LogRepo:
         return None
 
     @staticmethod
-    def segments_at(starts: dict[str, int]) -> dict[str, SegmentModel]:
+    def segments_at(starts: dict[str, int], consistent: bool = False) -> dict[str, SegmentModel]:
         """For each queue ``pq_ -> start``: the segment starting exactly at ``start``, for those
-        that have one (BatchGetItem of the segment keys, eventually consistent, at most 100 keys a
+        that have one (BatchGetItem of the segment keys, eventually consistent unless ``consistent``
+        — 1 RRU a key then: a young empty look's probe that grows it up, review_f —, at most 100 keys a
         call, UnprocessedKeys asked again after a jittered backoff), for many queues in one round
         trip: 0.5 RRU per key when there is no such segment (the common case of a drained queue),
         the segment's size when there is (a BatchGetItem bills each item's full size whatever it
@@ -428,7 +429,7 @@ class LogRepo:
         segment's end)."""
         keys = [{"pq": k, "base": int(v)} for k, v in starts.items()]
         out = {}
-        for item in _batch_get(SegmentModel, keys):
+        for item in _batch_get(SegmentModel, keys, consistent=consistent):
             m = SegmentModel.from_raw_data(item)
             out[m.pq] = m
         return out
