@@ -611,3 +611,32 @@ def test_a_full_rounds_probe_that_misses_a_segment_just_written_keeps_no_grown_u
     _drained_then_unsignalled(api, setup, clock, young=False)
     clock.t += 1_000
     assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+
+
+def test_a_delayed_produce_retried_after_its_bump_failed_moves_the_marker_within_the_second(
+        api, setup, clock, monkeypatch):
+    """review_f: a delayed produce whose forced bump kept failing answers 503 (stored, unsignalled);
+    the producer's retry with the same id answers the stored result and bumps — but without
+    ``force``: within a second of this container's last bump it wrote nothing, and a young look's
+    pulls (chains probed, the delayed message in none) and the look grown up from them answered
+    empty past its due time until the 60-s safety net."""
+    from lakeq.store.queue_log import LogRepo
+
+    _young_look(api, setup, clock)  # this container bumped at t0; the look at t0 + 100
+    msg = {"producer": "feed", "messages": [{"body": "late", "key": "k", "id": "d-1", "delay_ms": 50}]}
+
+    def lost(*_a, **_k):
+        raise RuntimeError("throttled")
+    clock.t += 100
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "bump_change", staticmethod(lost))
+        s, b = api.call("POST", T, msg, key=setup["feed"])
+    assert (s, b["error"]["code"]) == (503, "busy"), b  # stored, its bump lost
+    clock.t += 100
+    s, b = api.call("POST", T, msg, key=setup["feed"])  # the retry: the stored result
+    assert s == 200 and b["results"][0]["offset"] is None, b
+    served = []
+    for step in (100, 2_000):  # due, then past the window (the look grown up)
+        clock.t += step
+        served += [m["body"] for m in _pull(api, setup, max=3, visibility_timeout_ms=60_000)["messages"]]
+    assert served == ["late"], served

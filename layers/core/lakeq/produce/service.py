@@ -89,7 +89,9 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
         # A delayed message bumps even within the container's second (force): a pull answered from
         # a young empty look (inside the marker's unsignalled window) probes the chains for appends,
         # but learns of a new next_due from the marker alone (issue 33 item 2)
-        bump_change(log, force=bool(delayed))
+        # A retry of delayed ids forces too: its first attempt's forced bump may be the one that was
+        # lost (503), and within the second the retry's bump wrote nothing (review_f)
+        bump_change(log, force=bool(delayed) or any(r.get("offset") is None for r in known.values()))
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}
