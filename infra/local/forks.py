@@ -102,6 +102,17 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
             and hasattr(socket, "send_fds"))
 
 
+def differing(server_env: Mapping[str, str], read: list[str], env: Mapping[str, str]) -> list[str]:
+    """The names on which ``env`` differs from the server's environment among those read while the
+    interpreter started (:data:`STARTUP_PREFIXES`) or a preloaded module was imported (``read``)."""
+    both = set(env) | set(server_env)
+    if EVERY_NAME in read:
+        names = both
+    else:
+        names = set(read) | {k for k in both if k.startswith(STARTUP_PREFIXES)}
+    return sorted(k for k in names if env.get(k) != server_env.get(k))
+
+
 def _readable(fd: int, timeout: float | None) -> bool:
     p = select.poll()  # not select(): the stack holds more than FD_SETSIZE fds at times
     p.register(fd, select.POLLIN)
@@ -231,14 +242,7 @@ class ForkServer:
             return self._ready()
 
     def differs(self, env: Mapping[str, str]) -> list[str]:
-        """The names on which ``env`` differs from the server's environment among those read while
-        the interpreter started (:data:`STARTUP_PREFIXES`) or a preloaded module was imported."""
-        both = set(env) | set(self.env)
-        if EVERY_NAME in self.read_at_import:
-            names = both
-        else:
-            names = set(self.read_at_import) | {k for k in both if k.startswith(STARTUP_PREFIXES)}
-        return sorted(k for k in names if env.get(k) != self.env.get(k))
+        return differing(self.env, self.read_at_import, env)
 
     def start(self, argv: list[str], env: Mapping[str, str], cwd: str) -> ForkedProcess | None:
         """A worker forked with ``argv`` / ``env`` / ``cwd``; None when it must start fresh."""
@@ -336,7 +340,10 @@ def _preload() -> dict[str, Any]:
                 missing.append(name)
     finally:
         cls.__getitem__, cls.__iter__, cls.copy = getitem, iterate, copy
-    threads = threading.active_count()
+    try:  # native threads too (an extension's): only the forking thread survives a fork
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = threading.active_count()
     return {"read": sorted(read), "missing": missing,
             "error": f"a preloaded import started a thread ({threads} running)" if threads != 1 else None}
 

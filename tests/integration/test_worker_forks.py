@@ -13,6 +13,7 @@ import time
 import pytest
 
 from infra.local import template as tpl
+from infra.local.forks import EVERY_NAME, differing
 from infra.local.template import FunctionSpec
 from infra.local.worker import HandlerError, ProcessPool
 
@@ -134,9 +135,9 @@ def test_each_worker_sees_its_own_functions_environment(tmp_path, monkeypatch):
         assert [w.forked for w in pool.workers("A")] == [True] and ra["ppid"] == server.proc.pid
         assert ra == {"mine": "a", "shell": "a", "region": "eu-west-3", "retries": 3, "leaked": None,
                       "ppid": server.proc.pid}
-        assert [w.forked for w in pool.workers("B")] == [False]
         assert rb == {"mine": "b", "shell": "b", "region": "us-east-1", "retries": 7, "leaked": "later",
                       "ppid": os.getpid()}
+        assert [w.forked for w in pool.workers("B")] == [False]
         monkeypatch.delenv("SET_IN_THE_POOL_ONLY")
         with pool.instance(a) as first, pool.instance(a) as second:  # a second A, forked now
             assert second({}, _Ctx())["leaked"] is None and first({}, _Ctx())["mine"] == "a"
@@ -224,3 +225,14 @@ def test_crash_kill_timeout_reset_and_close_are_the_same_forked_or_not(tmp_path,
         assert server.proc.returncode == 0
     else:
         assert server is None
+
+
+def test_which_differences_make_a_worker_start_fresh():
+    server = {"HOME": "/root", "PATH": "/bin", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+    read = ["HOME", "PYNAMODB_CONFIG"]
+    same = dict(server, TABLE="t", MINE="x", PATH="/usr/bin")  # read later, by the worker itself
+    assert differing(server, read, same) == []
+    assert differing(server, read, dict(same, PYNAMODB_CONFIG="/x.py", HOME="/h")) == ["HOME", "PYNAMODB_CONFIG"]
+    assert differing(server, read, dict(same, LC_ALL="C", PYTHONPATH="/p")) == ["LC_ALL", "PYTHONPATH"]
+    assert differing(server, read, {k: v for k, v in same.items() if k != "LANG"}) == ["LANG"]
+    assert differing(server, [EVERY_NAME], same) == ["MINE", "PATH", "TABLE"]
