@@ -240,15 +240,16 @@ class ProcessPool:
 
     def fork_server(self) -> ForkServer | None:
         """The pool's fork server, started on first use (None when workers start fresh)."""
-        if self.forks_enabled and self._forks is None and not self._closed:
-            from infra.local import aws_rules
+        with self._lock:  # re-entrant: _spawn holds it; preload and the pumps' threads may race
+            if self.forks_enabled and self._forks is None and not self._closed:
+                from infra.local import aws_rules
 
-            env = dict(os.environ)
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            for name in (aws_rules.ENV_FUNCTION, aws_rules.ENV_RULES):  # a worker's own
-                env.pop(name, None)
-            self._forks = ForkServer(env, str(REPO))
-        return self._forks
+                env = dict(os.environ)
+                env.setdefault("PYTHONUNBUFFERED", "1")
+                for name in (aws_rules.ENV_FUNCTION, aws_rules.ENV_RULES):  # a worker's own
+                    env.pop(name, None)
+                self._forks = ForkServer(env, str(REPO))
+            return self._forks
 
     def _spawn(self, spec: Any) -> Worker:
         env = dict(os.environ)
