@@ -78,18 +78,42 @@ def spawns(n: int, rounds: int, function: str) -> None:
           f"a worker, its server's start included): forked/fresh = {new / old:.2f}")
 
 
-def e2e(path: str, rounds: int) -> None:
+def _orphans() -> dict[str, int]:
+    """The processes reparented to this one (still running, or exited and not yet waited for), by
+    their command's first words."""
+    out: dict[str, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid != os.getpid():
+                continue
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                words = fh.read().split(b"\0")
+            name = " ".join(Path(w.decode(errors="replace")).name for w in words[:3] if w)
+            if not name:  # exited, not waited for yet: its command line is gone, its name is not
+                with open(f"/proc/{d}/comm") as fh:
+                    name = f"{fh.read().strip()} (exited)"
+        except (OSError, IndexError, ValueError):
+            continue
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def e2e(path: str, rounds: int, ways: tuple[str, ...] = ("0", "1")) -> None:
     if sys.platform.startswith("linux"):  # PR_SET_CHILD_SUBREAPER: orphans are ours to wait for
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)
     print(f"{path}, one pytest process a round; CPU-s of it and every process beneath it")
     totals: dict[str, list[float]] = {"1": [], "0": []}
     for r in range(rounds):
-        for fork in ("0", "1") if r % 2 == 0 else ("1", "0"):
+        for fork in ways if r % 2 == 0 else ways[::-1]:
             t0, w0 = _cpu(), time.monotonic()
             env = dict(os.environ, LAKEQ_WORKER_FORK=fork)
             proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path],
                                   cwd=REPO, env=env, capture_output=True, text=True)
-            left = 0
+            left, kinds = 0, _orphans()
             while True:  # what the file's stacks left behind (nothing, when they stopped cleanly)
                 try:
                     os.waitpid(-1, 0)
@@ -100,10 +124,11 @@ def e2e(path: str, rounds: int) -> None:
             totals[fork].append(cpu)
             last = (proc.stdout.strip().splitlines() or ["?"])[-1]
             print(f"round {r + 1} {'forked' if fork == '1' else 'fresh '}: {cpu:7.2f} CPU-s, wall "
-                  f"{wall:6.1f} s, orphans waited for {left}: {last}", flush=True)
-    old, new = sum(totals["0"]) / rounds, sum(totals["1"]) / rounds
-    print(f"mean: fresh {old:.2f} CPU-s, forked {new:.2f}: forked/fresh = {new / old:.2f}, "
-          f"{old - new:.2f} CPU-s less a run")
+                  f"{wall:6.1f} s, orphans waited for {left} {kinds}: {last}", flush=True)
+    if len(ways) == 2:
+        old, new = sum(totals["0"]) / rounds, sum(totals["1"]) / rounds
+        print(f"mean: fresh {old:.2f} CPU-s, forked {new:.2f}: forked/fresh = {new / old:.2f}, "
+              f"{old - new:.2f} CPU-s less a run")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spawns", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--function", default="ProduceFunction")
-    ap.add_argument("--e2e", metavar="TEST_FILE", default=None)
+    ap.add_argument("--e2e", metavar="TEST_PATH", default=None)
+    ap.add_argument("--only", choices=["fresh", "forked"], default=None,
+                    help="--e2e: run one way only (a whole folder once)")
     args = ap.parse_args(argv)
     if args.e2e:
-        e2e(args.e2e, args.rounds)
+        e2e(args.e2e, args.rounds, {"fresh": ("0",), "forked": ("1",), None: ("0", "1")}[args.only])
     else:
         spawns(args.spawns, args.rounds, args.function)
     return 0
