@@ -154,10 +154,14 @@ class ForkedProcess:
         return code
 
     def poll(self) -> int | None:
-        with self._lock:
+        if not self._lock.acquire(blocking=False):  # another thread waits for it (as Popen.poll)
+            return self.returncode
+        try:
             if self.returncode is None and self._pidfd is not None and _readable(self._pidfd, 0):
                 self._exited()
             return self.returncode
+        finally:
+            self._lock.release()
 
     def wait(self, timeout: float | None = None) -> int:
         with self._lock:
