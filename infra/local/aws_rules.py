@@ -166,7 +166,10 @@ def number_size(value: Any) -> int:
 
 def value_size(av: Any) -> int:
     """Size of one AttributeValue (``{"S": …}``…), or of a plain Python value (resource style)."""
-    if isinstance(av, Mapping) and len(av) == 1:
+    # ``type(av) is dict`` first: ``isinstance`` against typing's ``Mapping`` alias is a slow check,
+    # and this runs for every attribute of every item the store reads or writes (it was ~2 % of the
+    # queue model's CPU; the same answer for a dict)
+    if (type(av) is dict or isinstance(av, Mapping)) and len(av) == 1:
         (t, v), = av.items()
         if t == "S":
             return len(str(v).encode("utf-8"))

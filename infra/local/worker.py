@@ -10,6 +10,12 @@ With ``rules`` (an :class:`infra.local.aws_rules.AwsRules`), each worker is star
 function's logical id and role in its environment and acts as that function (IAM and DynamoDB's
 limits checked on every AWS call it makes).
 
+Workers are forked from a server that has imported the third-party modules every worker imports
+(``infra/local/forks.py``: ~0.6 CPU-s less per worker; each child still imports lakeq, the layers
+and its function itself, in its own session, with exactly its function's environment);
+``LAKEQ_WORKER_FORK=0`` starts each as ``python -m infra.local.worker`` instead, and so does the pool
+for a worker whose environment differs from the server's where a preloaded import read it.
+
 Protocol: one JSON line per invocation on the worker's stdin ``{"event", "context"}``; one JSON
 line back on a private copy of its stdout ``{"ok": true, "result"}`` or ``{"ok": false, "error",
 "trace"}``; the handler's own prints and logs go to stderr (the stack's log).
@@ -28,6 +34,9 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from infra.local.forks import ForkServer
+from infra.local.forks import enabled as forks_enabled
 
 log = logging.getLogger("lakeq.local.worker")
 
@@ -122,14 +131,21 @@ def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in the child
 # ------------------------------------------------------------------------------------ the pool
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 class Worker:
-    def __init__(self, spec: Any, layer_dirs: list[Path], env: dict[str, str]):
+    def __init__(self, spec: Any, layer_dirs: list[Path], env: dict[str, str],
+                 forks: ForkServer | None = None):
         self.spec = spec
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "infra.local.worker", str(spec.code_uri), spec.handler,
-             *[str(d) for d in layer_dirs]],
+        argv = [str(spec.code_uri), spec.handler, *[str(d) for d in layer_dirs]]
+        # forked by the pool's server when it can (infra/local/forks.py), else a fresh interpreter
+        forked = forks.start(argv, env, str(REPO)) if forks is not None else None
+        self.forked = forked is not None
+        self.proc: Any = forked or subprocess.Popen(
+            [sys.executable, "-m", "infra.local.worker", *argv],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, text=True,
-            bufsize=1, cwd=str(Path(__file__).resolve().parents[2]),
+            bufsize=1, cwd=str(REPO),
             start_new_session=True,  # Ctrl-C reaches the stack, which stops its workers
         )
         self.ready: bool | None = None
@@ -204,11 +220,12 @@ class ProcessPool:
     """Same interface as :class:`~infra.local.handlers.HandlerCache`, with worker processes.
 
     Workers inherit ``os.environ`` at the time they start, plus the function's own resolved
-    environment from the template.
+    environment from the template. They are forked by a server the pool starts on its first worker
+    and ends in :meth:`close` (``use_forks``; by default unless ``LAKEQ_WORKER_FORK=0``).
     """
 
     def __init__(self, layer_dirs: list[Path] | None = None, max_per_function: int = 16,
-                 rules: Any = None):
+                 rules: Any = None, use_forks: bool | None = None):
         self.layer_dirs = list(layer_dirs or [])
         # an infra.local.aws_rules.AwsRules: each worker gets its function's logical id and role
         self.rules = rules
@@ -218,6 +235,21 @@ class ProcessPool:
         self._lock = threading.Condition()
         self._closed = False
         self._stale: set[Worker] = set()  # busy at a reset: ended when their invocation returns
+        self.forks_enabled = forks_enabled() if use_forks is None else use_forks
+        self._forks: ForkServer | None = None
+
+    def fork_server(self) -> ForkServer | None:
+        """The pool's fork server, started on first use (None when workers start fresh)."""
+        with self._lock:  # re-entrant: _spawn holds it; preload and the pumps' threads may race
+            if self.forks_enabled and self._forks is None and not self._closed:
+                from infra.local import aws_rules
+
+                env = dict(os.environ)
+                env.setdefault("PYTHONUNBUFFERED", "1")
+                for name in (aws_rules.ENV_FUNCTION, aws_rules.ENV_RULES):  # a worker's own
+                    env.pop(name, None)
+                self._forks = ForkServer(env, str(REPO))
+            return self._forks
 
     def _spawn(self, spec: Any) -> Worker:
         env = dict(os.environ)
@@ -225,10 +257,13 @@ class ProcessPool:
         env.setdefault("PYTHONUNBUFFERED", "1")
         if self.rules is not None:
             env.update(self.rules.worker_env(spec.logical_id))
-        return Worker(spec, self.layer_dirs, env)
+        return Worker(spec, self.layer_dirs, env, self.fork_server())
 
     def preload(self, specs: list[Any]) -> None:
         """Start one worker per function now (in parallel) and report load errors."""
+        server = self.fork_server()
+        if server is not None:
+            server.ready()  # its preload, before the pool's lock is taken: each spawn is then a fork
         started = []
         with self._lock:
             for spec in specs:
@@ -285,6 +320,10 @@ class ProcessPool:
     def instances(self, logical_id: str) -> int:
         return len(self._all.get(logical_id, []))
 
+    def workers(self, logical_id: str) -> list[Worker]:
+        with self._lock:
+            return list(self._all.get(logical_id, []))
+
     def reset(self) -> None:
         """Every warm environment goes (the local stack's reset, infra/local/reset.py): idle workers
         are ended now, busy ones when their invocation returns; the next invocation of a function
@@ -316,7 +355,20 @@ class ProcessPool:
         deadline = time.monotonic() + 5
         for w in workers:
             w.reap(deadline - time.monotonic())
+        if self._forks is not None:  # after its workers: it reports their exits
+            self._forks.close()
+
+
+def _main(argv: list[str]) -> int:  # pragma: no cover - the worker's (or the fork server's) process
+    if argv[:1] == ["--fork-server"]:
+        from infra.local import forks as _forks
+
+        job = _forks.serve(int(argv[1]))  # returns in each forked worker, with its argv
+        if job is None:
+            return 0
+        argv = job
+    return worker_main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(worker_main(sys.argv[1:]))
+    sys.exit(_main(sys.argv[1:]))

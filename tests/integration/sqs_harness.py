@@ -59,10 +59,13 @@ class Harness:
         body = (out.get("body") or "").encode("utf-8")
         return AWSResponse(request.url, out["statusCode"], out.get("headers") or {}, MockRawResponse(body))
 
-    def client(self, key: str = "admin"):
+    def client(self, key: str = "admin", send=None):
+        """boto3's ``sqs`` client as ``key``, its requests answered by ``send`` (this harness's by
+        default; the queue model passes one that forwards to the example's own harness, making the
+        client once per part: a boto3 client costs ~50 ms of CPU, ~10 % of a part when made per example)."""
         c = boto3.client("sqs", endpoint_url=BASE, region_name="us-east-1", aws_access_key_id=key,
                          aws_secret_access_key="unused")
-        c.meta.events.register_first("before-send.sqs", self.send)
+        c.meta.events.register_first("before-send.sqs", send or self.send)
         return c
 
 

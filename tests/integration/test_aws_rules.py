@@ -150,35 +150,43 @@ def test_a_translation_is_read_back_from_the_disk_cache_by_the_next_process(tmp_
     monkeypatch.setattr(ar, "_translate", lambda *a: calls.append(a) or real(*a))
     assert ar.sam_translate(ctx.template, ctx.parameters) == first and calls == []  # read, not made
 
-    other = json.loads(json.dumps(ctx.template, default=str))
-    other["Description"] = "another template"
-    ar.sam_translate(other, ctx.parameters)
-    assert len(calls) == 1 and len(list(tmp_path.glob("*.json"))) == 2  # its own key
+    # the cache's other rules on a small template (they do not depend on the template; each step
+    # below translates again: ~7 CPU-s for template.yaml, 5 of them were most of this test's time)
+    small = tpl.make_context(SMALL, "lakeq-local")
+    small_first = ar.sam_translate(small.template, small.parameters)
+    assert len(calls) == 1
+    (small_file,) = set(tmp_path.glob("*.json")) - set(files)
+    assert json.loads(small_file.read_text()) == small_first
 
-    files[0].write_text("{ half a file")
+    other = json.loads(json.dumps(small.template, default=str))
+    other["Description"] = "another template"
+    ar.sam_translate(other, small.parameters)
+    assert len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 3  # its own key
+
+    small_file.write_text("{ half a file")
     monkeypatch.setattr(ar, "_translated", {})
-    assert ar.sam_translate(ctx.template, ctx.parameters) == first and len(calls) == 2
-    assert json.loads(files[0].read_text()) == first  # rewritten whole
+    assert ar.sam_translate(small.template, small.parameters) == small_first and len(calls) == 3
+    assert json.loads(small_file.read_text()) == small_first  # rewritten whole
 
     # a file others could have written is not trusted (its roles would decide every IAM check)
-    planted = {**first, "Resources": {}}
-    files[0].write_text(json.dumps(planted))
-    files[0].chmod(0o666)
+    planted = {**small_first, "Resources": {}}
+    small_file.write_text(json.dumps(planted))
+    small_file.chmod(0o666)
     monkeypatch.setattr(ar, "_translated", {})
-    assert ar.sam_translate(ctx.template, ctx.parameters) == first and len(calls) == 3
-    files[0].write_text(json.dumps(planted))
-    files[0].chmod(0o644)
+    assert ar.sam_translate(small.template, small.parameters) == small_first and len(calls) == 4
+    small_file.write_text(json.dumps(planted))
+    small_file.chmod(0o644)
     tmp_path.chmod(0o777)  # ... nor one in a directory others may write to
     monkeypatch.setattr(ar, "_translated", {})
-    assert ar.sam_translate(ctx.template, ctx.parameters) == first and len(calls) == 4
+    assert ar.sam_translate(small.template, small.parameters) == small_first and len(calls) == 5
     tmp_path.chmod(0o700)
 
     monkeypatch.setenv("LAKEQ_SAM_CACHE", "0")  # off: nothing written anywhere
     monkeypatch.setattr(ar, "_translated", {})
     for f in tmp_path.glob("*.json"):
         f.unlink()
-    assert ar.sam_translate(ctx.template, ctx.parameters) == first
-    assert len(calls) == 5 and not list(tmp_path.glob("*.json"))
+    assert ar.sam_translate(small.template, small.parameters) == small_first
+    assert len(calls) == 6 and not list(tmp_path.glob("*.json"))
 
 
 SMALL = {

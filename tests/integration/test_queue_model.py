@@ -48,6 +48,7 @@ and replays a saved failure first.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections import Counter
@@ -84,6 +85,17 @@ T0 = 1_800_000_000_000
 # (the even parts and moto: a pull inside the lag finds a new message only by its probe, the path
 # under test) or not at all (the odd parts: the hints exact whenever time passed)
 MOVER_LAG_MS = HEADS_SETTLE_MS
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled(elements: tuple) -> st.SearchStrategy:
+    return st.sampled_from(elements)
+
+
+def sampled(elements) -> st.SearchStrategy:
+    """``st.sampled_from(elements)``, made once per distinct tuple of elements: the same draws (a
+    strategy made per draw, validated and labelled anew, was ~3 % of a part's CPU)."""
+    return _sampled(tuple(elements))
 
 
 @dataclass
@@ -125,7 +137,7 @@ class QueueModel(RuleBasedStateMachine):
         self.api: Api = c["api"]()
         self.clock = c["clock"]
         self.clock.t = T0
-        self.sqs = c["sqs"]()
+        self._sqs = None  # made on first use (delete_and_recreate): see the sqs property
         if c.get("set_up") is None:  # the part's first example makes the set-up; the others restore it
             c["reset"]()
             a = self.api
@@ -159,6 +171,15 @@ class QueueModel(RuleBasedStateMachine):
         self.members: dict[str, dict] = {}
         self.acked: dict[tuple, tuple] = {}  # (inc, queue) -> (receipt, answer) of its last whole-batch ack
         self.requests: list[tuple] = []  # (inc, messages, results) of produce requests, every message with an id
+
+    @property
+    def sqs(self):
+        """boto3's SQS client as the admin, answered by a Harness of this example's own (the
+        SqsFunction's module loaded anew, as every function's is per example), made when the example
+        first calls SQS."""
+        if self._sqs is None:
+            self._sqs = self.ctx["sqs"]()
+        return self._sqs
 
     # ---------------------------------------------------------------- the model's view
 
@@ -310,7 +331,7 @@ class QueueModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def step(self, data):
         names = [n for n, w in self.actions() for _ in range(w)]
-        getattr(self, data.draw(st.sampled_from(names), label="action"))(data)
+        getattr(self, data.draw(sampled(names), label="action"))(data)
 
     @initialize(maxd=st.sampled_from((MAXD, 2, 1)))
     def max_deliveries(self, maxd):
@@ -334,8 +355,8 @@ class QueueModel(RuleBasedStateMachine):
         for _ in range(n):
             self.n += 1
             body = f"m{self.n}"
-            key = data.draw(st.sampled_from((None,) + KEYS), label="key")
-            delay = data.draw(st.sampled_from((None, 0, 500, 1500)), label="delay_ms")
+            key = data.draw(sampled((None,) + KEYS), label="key")
+            delay = data.draw(sampled((None, 0, 500, 1500)), label="delay_ms")
             with_id = data.draw(st.booleans(), label="with id")
             x = {"body": body}
             if key is not None:
@@ -366,9 +387,9 @@ class QueueModel(RuleBasedStateMachine):
             self.requests.append((self.inc, msgs, b["results"]))
 
     def pull_batch(self, data):
-        consumer = data.draw(st.sampled_from("AB"), label="consumer")
+        consumer = data.draw(sampled("AB"), label="consumer")
         mx = data.draw(st.integers(1, 4), label="max")
-        vis = data.draw(st.sampled_from((None, None, 1000, 6000)), label="visibility_timeout_ms")
+        vis = data.draw(sampled((None, None, 1000, 6000)), label="visibility_timeout_ms")
         self.note("pull_batch")
         self.pull(consumer, mx, vis)
 
@@ -392,7 +413,7 @@ class QueueModel(RuleBasedStateMachine):
 
     def member_step(self, data):
         """A (or B) joins g, or heartbeats and does what the answer says (sync, or join again)."""
-        x = data.draw(st.sampled_from(("mA", "mB")), label="member")
+        x = data.draw(sampled(("mA", "mB")), label="member")
         self.note("member_step")
         if x not in self.members:
             self.join(x)
@@ -414,21 +435,21 @@ class QueueModel(RuleBasedStateMachine):
             m["owned"], m["rejoined"] = got, False
 
     def member_leave(self, data):
-        x = data.draw(st.sampled_from(sorted(self.members)), label="member")
+        x = data.draw(sampled(sorted(self.members)), label="member")
         self.note("member_leave")
         s, b = self.call("DELETE", f"/v1/groups/{G}/members/{x}")
         assert s == 204, b
         del self.members[x]
 
     def pull_as_member(self, data):
-        x = data.draw(st.sampled_from(sorted(self.members)), label="member")
+        x = data.draw(sampled(sorted(self.members)), label="member")
         mx = data.draw(st.integers(1, 4), label="max")
         self.note("pull_as_member")
         self.pull(x, mx, member=x)
 
     def ack_batch(self, data):
         self.note("ack_batch")
-        rc = data.draw(st.sampled_from(self.live_receipts()))
+        rc = data.draw(sampled(self.live_receipts()))
         r = self.receipts[rc]
         s, b = self.call("POST", "/v1/acks", {"group": G, "receipt": rc})
         assert s == 200, b
@@ -442,7 +463,7 @@ class QueueModel(RuleBasedStateMachine):
 
     def retry_ack(self, data):
         """shared/API.md (Ack): a repeated ack of a receipt that succeeded answers 200, the same body."""
-        k = data.draw(st.sampled_from(sorted(k for k in self.acked if k[0] == self.inc)), label="queue")
+        k = data.draw(sampled(sorted(k for k in self.acked if k[0] == self.inc)), label="queue")
         self.note("retry_ack")
         rc, first, locks = self.acked[k]
         s, b = self.call("POST", "/v1/acks", {"group": G, "receipt": rc})
@@ -459,7 +480,7 @@ class QueueModel(RuleBasedStateMachine):
 
     def retry_produce(self, data):
         """shared/API.md (Produce): a message id seen before returns the original result, not stored again."""
-        i = data.draw(st.sampled_from([i for i, r in enumerate(self.requests) if r[0] == self.inc]), label="request")
+        i = data.draw(sampled([i for i, r in enumerate(self.requests) if r[0] == self.inc]), label="request")
         self.note("retry_produce")
         _, msgs, first = self.requests[i]
         s, b = self.api.call("POST", path(T), {"producer": "feed", "messages": msgs}, key=self.feed)
@@ -477,11 +498,11 @@ class QueueModel(RuleBasedStateMachine):
 
     def settle(self, data):
         self.note("settle")
-        rc = data.draw(st.sampled_from(self.live_receipts()))
+        rc = data.draw(sampled(self.live_receipts()))
         r = self.receipts[rc]
         lists: dict[str, list[int]] = {"accept": [], "release": [], "reject": []}
         for o in sorted(r.unsettled):
-            how = data.draw(st.sampled_from(("accept", "release", "reject", None)))
+            how = data.draw(sampled(("accept", "release", "reject", None)))
             if how:
                 lists[how].append(o)
         if not any(lists.values()):
@@ -493,9 +514,9 @@ class QueueModel(RuleBasedStateMachine):
         assert b["unsettled"] == sorted(r.unsettled), (body, b, r.unsettled)
 
     def visibility(self, data):
-        vis = data.draw(st.sampled_from((0, 1000, 3000)), label="visibility_timeout_ms")
+        vis = data.draw(sampled((0, 1000, 3000)), label="visibility_timeout_ms")
         self.note("visibility")
-        rc = data.draw(st.sampled_from(self.live_receipts()))
+        rc = data.draw(sampled(self.live_receipts()))
         r = self.receipts[rc]
         s, b = self.call("POST", "/v1/visibility", {"group": G, "receipt": rc, "visibility_timeout_ms": vis})
         assert s == 200, b
@@ -516,14 +537,14 @@ class QueueModel(RuleBasedStateMachine):
 
     def late_ack(self, data):
         self.note("late_ack")
-        rc = data.draw(st.sampled_from(self.late_receipts()))
+        rc = data.draw(sampled(self.late_receipts()))
         r = self.receipts[rc]
         s, b = self.call("POST", "/v1/acks", {"group": G, "receipt": rc})
         assert s == 200, b
         self.settle_local(r, accept=sorted(r.unsettled))
 
     def time_passes(self, data):
-        ms = data.draw(st.sampled_from((1, 200, 700, 1_600, 3_500)), label="ms")
+        ms = data.draw(sampled((1, 200, 700, 1_600, 3_500)), label="ms")
         self.note("time_passes")
         self.clock_to(self.now + ms)
 
@@ -557,8 +578,8 @@ class QueueModel(RuleBasedStateMachine):
     def time_to_an_edge(self, data):
         """To the millisecond of a lock's end or a message's due time (or one before / after)."""
         self.note("time_to_an_edge")
-        t = data.draw(st.sampled_from(self.events()), label="edge")
-        t += data.draw(st.sampled_from((-1, 0, 1)), label="delta")
+        t = data.draw(sampled(self.events()), label="edge")
+        t += data.draw(sampled((-1, 0, 1)), label="delta")
         if t > self.now:
             self.clock_to(t)
         self.expire()
@@ -581,8 +602,8 @@ class QueueModel(RuleBasedStateMachine):
     def stale_receipt(self, data):
         """A receipt of a deleted incarnation settles nothing (the step's invariant sees no change)."""
         self.note("stale_receipt")
-        how = data.draw(st.sampled_from(("ack", "accept", "release", "visibility")), label="how")
-        rc = data.draw(st.sampled_from(self.old_receipts))
+        how = data.draw(sampled(("ack", "accept", "release", "visibility")), label="how")
+        rc = data.draw(sampled(self.old_receipts))
         r = self.receipts[rc]
         if how == "visibility":
             s, b = self.call("POST", "/v1/visibility", {"group": G, "receipt": rc, "visibility_timeout_ms": 0})
@@ -743,12 +764,22 @@ def model_ctx(aws, clock, monkeypatch, _aws_snapshot, request):
         examples instead of making it again (31 -> 14 ms of CPU an example, seed 1)."""
         return {"memory": memory.snapshot() if memory is not None else None, "moto": _snapshot(backends)}
 
+    # one boto3 client per part (made on first use), its requests sent to the example's own Harness
+    sqs = {"harness": None, "client": None}
+
+    def sqs_client():
+        sqs["harness"] = Harness()
+        if sqs["client"] is None:
+            sqs["client"] = sqs["harness"].client(
+                "admin", send=lambda request, **kw: sqs["harness"].send(request, **kw))
+        return sqs["client"]
+
     # moto's DynamoDB backend is not read while the memory store serves DynamoDB: not copied then
     backends = [name for name in _aws_snapshot if memory is None or name != "dynamodb"]
     # as tests/conftest.py's aws fixture: empty tables
     empty = {"memory": {}, "moto": {name: _aws_snapshot[name] for name in backends}}
     return {"reset": lambda: restore(empty), "snapshot": snapshot, "restore": restore, "set_up": None,
-            "api": Api, "clock": clock, "sqs": lambda: Harness().client("admin"),
+            "api": Api, "clock": clock, "sqs": sqs_client,
             "store": "memory" if memory is not None else "moto"}
 
 
