@@ -150,6 +150,10 @@ class Worker:
         )
         self.ready: bool | None = None
         self.load_error: str | None = None
+        # its stdout ended: the process is gone or going, whatever poll() says yet — its fds close
+        # before it is a zombie, and a worker put back as idle in that window failed the next
+        # invocation handed to it (review_f)
+        self.ended = False
 
     def _readline(self, timeout: float | None) -> str:
         assert self.proc.stdout is not None
@@ -159,6 +163,7 @@ class Worker:
                 raise TimeoutError
         line = self.proc.stdout.readline()
         if not line:
+            self.ended = True
             raise HandlerError(f"{self.spec.logical_id}: the worker process exited "
                                f"({self.proc.poll()})")
         return line
@@ -190,7 +195,7 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.ended and self.proc.poll() is None
 
     def terminate(self) -> None:
         """Ask the worker to go (stdin closed, SIGTERM) without waiting for it."""

@@ -236,3 +236,34 @@ def test_which_differences_make_a_worker_start_fresh():
     assert differing(server, read, dict(same, LC_ALL="C", PYTHONPATH="/p")) == ["LC_ALL", "PYTHONPATH"]
     assert differing(server, read, {k: v for k, v in same.items() if k != "LANG"}) == ["LANG"]
     assert differing(server, [EVERY_NAME], same) == ["MINE", "PATH", "TABLE"]
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_a_worker_whose_process_ended_mid_invocation_is_not_handed_out_again(tmp_path, monkeypatch, fork):
+    """review_f: a worker whose handler ended its process: the pool sees its stdout end (EOF) while
+    the process is still exiting — its fds are closed before it becomes a zombie, so ``poll()`` may
+    still answer None (the race the crash check above allows for with ``(3|None)``). The pool then
+    put it back as idle and the next invocation of the function, handed that worker, failed too
+    ("the worker process exited") — on a loaded machine, seen once in three tries. ``poll()`` is made
+    to lag here, deterministically: a worker whose stdout ended is dead whatever ``poll()`` says."""
+    monkeypatch.setenv("LAKEQ_WORKER_FORK", fork)
+    spec = _spec(tmp_path, "Fn", LIFE)
+    pool = ProcessPool(LAYERS)
+    try:
+        pid = _call(pool, spec)
+        w = pool.workers("Fn")[0]
+        real, lagging = w.proc.poll, {"left": 0}
+
+        def slow_poll():  # the exiting process not a zombie yet for its next few polls
+            if lagging["left"] > 0:
+                lagging["left"] -= 1
+                return None
+            return real()
+        w.proc.poll = slow_poll
+        lagging["left"] = 10
+        with pytest.raises(HandlerError, match=r"the worker process exited"):
+            _call(pool, spec, {"exit": 3})
+        pid2 = _call(pool, spec)
+        assert pid2 != pid
+    finally:
+        pool.close()
