@@ -22,6 +22,8 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from lakeq.common.errors import LakeqError
+
 SUFFIX = ".txt"  # the parts' names as Spark's text writer makes them: part-NNNNN-<uuid>-c000.txt
 FORMAT = "records/1"  # selection.json's ``manifest_format``
 INTS = ("queue", "inc", "offset", "produced_at")
@@ -30,7 +32,7 @@ COLUMNS = ("queue", "offset", "id", "key", "tags", "properties", "produced_at", 
 CHUNK = 1 << 16
 
 
-class BadRecord(ValueError):
+class BadRecord(LakeqError, ValueError):
     """A manifest part that is not a sequence of whole records (truncated or not this format)."""
 
 
