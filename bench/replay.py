@@ -24,7 +24,10 @@ runs each filtered replay first with every body of the slice shuffled (``narrow_
 ``--compare-sides`` runs each first with the messages joined with the bodies (``one_sided=False``:
 the plan before body rows carried their metadata, on the same lake); ``--compare-order`` runs each
 first with the bucketed selection's sort by the manifest's keys alone (before the packed order key,
-``replay.sort_order``). Each line ends with the manifest's SHA-256 (its parts in order, byte for
+``replay.sort_order``); ``--compare-manifest`` runs each with the manifest as JSON Lines and as
+records (:mod:`lakeq.store.replay_manifest`), ``--rounds`` times, the order reversed every other
+round, no scan baseline, the digest the rows' content (equal across formats when the rows are;
+``LAKEQ_BENCH_NO_DIGEST=1``: no digest, ``-`` — reading a 10M-row manifest in Python takes minutes). Each line ends with the manifest's SHA-256 (its parts in order, byte for
 byte: equal for runs that selected the same rows in the same order). Each line also shows
 the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary), and
 after the filter's name the plan that wrote the manifest when the job had to select twice
@@ -258,13 +261,36 @@ def manifest_digest(work: Path, summary: dict) -> str:
     return h.hexdigest()[:12]
 
 
+def content_digest(work: Path, summary: dict) -> str:
+    """The manifest's rows as the copier reads them (records or JSON Lines, by each part's name),
+    in its order: the first 12 hex digits of the SHA-256 of each row's columns as canonical JSON —
+    equal for two manifests selecting the same messages in the same order whatever their format
+    (not timed; ~10 µs a row in Python)."""
+    import gzip
+    import hashlib
+    import json
+
+    from lakeq.store import replay_manifest as RM
+
+    cols = ("queue", "inc", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim")
+    h = hashlib.sha256()
+    for p in summary.get("parts") or []:
+        key = p["key"]
+        with (gzip.open if key.endswith(".gz") else open)(work / key, "rb") as f:
+            rows = RM.iter_rows(f.read) if RM.is_records(key) else (json.loads(x) for x in f if x.strip())
+            for r in rows:
+                h.update(json.dumps([r.get(c) for c in cols], ensure_ascii=False).encode("utf-8") + b"\n")
+    return h.hexdigest()[:12]
+
+
 def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
         lake_kind: str = "raw", native: bool = True, previous: bool = False, legacy: bool = False,
-        narrow_bodies: bool = True, one_sided: bool = True, by_keys: bool = False) -> None:
+        narrow_bodies: bool = True, one_sided: bool = True, by_keys: bool = False, manifest: str = "records",
+        by_content: bool = False, scan: bool = True) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
     substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
@@ -273,7 +299,11 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     ``narrow_bodies=False``: every body of the slice shuffled (before the bodies were narrowed to
     the selected messages); ``one_sided=False``: the messages joined with the bodies (the plan
     before body rows carried their metadata); ``by_keys``: the bucketed selection's sort by
-    ``replay.KEYS`` alone (before ``replay.sort_order``'s packed key: the same order)."""
+    ``replay.KEYS`` alone (before ``replay.sort_order``'s packed key: the same order);
+    ``manifest="json"``: the manifest as JSON Lines (before the records of
+    :mod:`lakeq.store.replay_manifest`); ``by_content``: the digest printed is
+    :func:`content_digest`'s (format-independent) instead of the bytes'; ``scan=False``: no scan
+    baseline (its columns print 0 and nan)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -282,8 +312,8 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     load0 = load()
     t = time.perf_counter()
     base_rows = (R.read_slice(spark, lk, "messages", lo, hi).count()
-                 + R.read_slice(spark, lk, "bodies", lo, hi).count())
-    base_s = time.perf_counter() - t
+                 + R.read_slice(spark, lk, "bodies", lo, hi).count()) if scan else 0
+    base_s = time.perf_counter() - t if scan else float("nan")
     rid = f"bench-{label}-{name}"
     out = Lake(str(work))  # the manifest goes to our own folder: the generated lake stays read-only
     load1 = load()
@@ -295,19 +325,21 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     try:
         s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
                          log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
-                         narrow_bodies=narrow_bodies, one_sided=one_sided)
+                         narrow_bodies=narrow_bodies, one_sided=one_sided, manifest=manifest)
     finally:
         R.sort_order = packed
     job_s = time.perf_counter() - t
     job_cpu = cpu_seconds(spark) - cpu1
-    digest = manifest_digest(work, s)
+    digest = "-" if os.environ.get("LAKEQ_BENCH_NO_DIGEST") else (
+        content_digest(work, s) if by_content else manifest_digest(work, s))
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
     tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
            + ("" if narrow_bodies else " (all b.)") + (" (by keys)" if by_keys else "")
+           + (" (json)" if manifest == "json" else "")
            + {"two sides": " (2 sides)", "one side, matcher": " (+matcher)"}.get(s.get("plan"), ""))
     ph = s["phases"]
     print(f"{n:>12,} {label:>6} {lake_kind:>7} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
-          f"{100 * s['found'] / max(1, base_rows // 2):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
+          f"{(100 * s['found'] / max(1, base_rows // 2)) if scan else float('nan'):>6.2f} {base_s:>7.1f} {job_s:>7.1f} "
           f"{job_s / base_s:>6.2f} {ph['select_write']:>7.1f} {ph['summary']:>7.1f} {job_cpu:>7.1f}  {load0} {load1}"
           f"  {digest}",
           flush=True)
@@ -341,6 +373,13 @@ def main() -> int:
     ap.add_argument("--compare-order", action="store_true",
                     help="also run each filter with the manifest's order sorted by its keys alone (the sort "
                          "before replay.sort_order's packed key) just before")
+    ap.add_argument("--compare-manifest", action="store_true",
+                    help="also run each filter with the manifest written as JSON Lines (before the records of "
+                         "lakeq.store.replay_manifest); the digest printed is then the rows' content "
+                         "(format-independent), not the bytes'")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --compare-manifest: rounds per filter, the order reversed every other round "
+                         "(round 1: JSON first)")
     ap.add_argument("--parquet", action="store_true",
                     help="also compact the lake (a hard-linked copy, once) and run each filter over it just after "
                          "the raw lake")
@@ -435,6 +474,11 @@ def main() -> int:
                     go(one_sided=False)
                 if a.compare_order:
                     go(by_keys=True)
+                if a.compare_manifest:
+                    for r in range(a.rounds):
+                        for fmt in (("json", "records") if r % 2 == 0 else ("records", "json")):
+                            go(manifest=fmt, by_content=True, scan=False)
+                    continue
                 go()
     spark.stop()
     if not a.work:

@@ -35,6 +35,7 @@ from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, Stru
 
 from lakeq.contract.validation import QUEUES_MAX
 from lakeq.replay.rules import Filter, field_needles, hour_bounds
+from lakeq.store import replay_manifest as RECORDS
 
 from . import native_filter as NF
 from . import schemas
@@ -433,9 +434,11 @@ def _select_previous(messages: DataFrame, bodies: DataFrame, topic: str, from_ms
 def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from_ms: int, to_ms: int,
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
                native: bool = True, previous: bool = False, legacy: bool = False,
-               narrow_bodies: bool = True, one_sided: bool = True, dry_run: bool = False) -> dict:
-    """Select and write ``replays/<id>/manifest/part-*.json`` (JSON Lines, uncompressed; each part
-    holds whole queues, sorted by ``queue, inc, offset``) in one pass over the slice, then
+               narrow_bodies: bool = True, one_sided: bool = True, dry_run: bool = False,
+               manifest: str = "records") -> dict:
+    """Select and write ``replays/<id>/manifest/part-*.txt`` (records, :mod:`lakeq.store.replay_manifest`:
+    each string's bytes after a header of lengths, nothing escaped; each part holds whole queues,
+    sorted by ``queue, inc, offset``) in one pass over the slice, then
     ``replays/<id>/selection.json``: ``found``, ``missing_bodies``, per part its key and row count
     (the copier's cursor is a position in the parts' order), per queue its count and ``sample``
     (:func:`manifest_sample`: the first :data:`SAMPLE_MAX` rows in the copier's order, what a dry
@@ -465,9 +468,14 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     collects each partition's first :data:`SAMPLE_MAX` rows instead (:func:`_dry_pass`: their
     place in the copier's order), its observation counting every row; ``selection.json`` then
     holds ``found``, ``missing_bodies``, ``queues`` and ``sample``, no ``parts``, ``dry_run``
-    true."""
+    true.
+
+    ``manifest="json"``: the parts as JSON Lines (``part-*.json``, Spark's JSON writer), the format
+    before 2026-12-07, kept for ``bench/replay.py --compare-manifest`` (the copier reads both)."""
     t0 = time.perf_counter()
     legacy = legacy or previous
+    if manifest not in ("records", "json"):
+        raise ValueError(f"unknown manifest format {manifest!r}")
     if flt.conditions:
         ship(spark, "matcher", "lakeq")
     if dry_run and legacy:
@@ -492,7 +500,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                                       matcher=matcher, keep_plain=True, bucketed=buckets is not None)
                 obs = Observation(f"replay-{replay_id}")
                 firsts = _emit(df.observe(obs, *_observed(), *_unjudged(flt, df.columns)).select(*MANIFEST_COLUMNS),
-                               where, dry_run)
+                               where, dry_run, manifest)
             seen = obs.get
             without, not_plain = int(seen.get("without_metadata") or 0), int(seen.get("not_plain") or 0)
             if without:
@@ -515,7 +523,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                 df.write.mode("overwrite").option("compression", "gzip").json(where)
             else:
                 obs = Observation(f"replay-{replay_id}")
-                firsts = _emit(df.observe(obs, *_observed()), where, dry_run)
+                firsts = _emit(df.observe(obs, *_observed()), where, dry_run, manifest)
     t1 = time.perf_counter()
     if dry_run:
         metrics = obs.get
@@ -542,6 +550,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
         "found": found, "missing_bodies": missing, "parts": per_part,
         "queues": dict(sorted(per_queue.items(), key=lambda kv: int(kv[0]))),
         "sample": sample, "manifest": manifest_prefix(replay_id), "plan": plan,
+        "manifest_format": "json" if legacy or manifest == "json" else RECORDS.FORMAT,
         "seconds": round(time.perf_counter() - t0, 3),
         "phases": {"select_write": round(t1 - t0, 3), "summary": round(t2 - t1, 3)},
     }
@@ -577,18 +586,56 @@ def manifest_sample(dest: Lake, per_part: list[dict], n: int = SAMPLE_MAX) -> li
     for p in per_part:
         if len(out) >= n:
             break
-        out += [sample_row(json.loads(x)) for x in dest.head_lines(p["key"], min(int(p["rows"]), n - len(out)))]
+        out += [sample_row(r) for r in head_rows(dest, p["key"], min(int(p["rows"]), n - len(out)))]
     return out
+
+
+def head_rows(dest: Lake, key: str, n: int) -> list[dict]:
+    """The first ``n`` rows of manifest part ``key`` (records or JSON Lines, by its name), streamed."""
+    if n <= 0:
+        return []
+    if not RECORDS.is_records(key):
+        return [json.loads(x) for x in dest.head_lines(key, n)]
+    out: list[dict] = []
+    with dest.open_read(key) as f:
+        for row in RECORDS.iter_rows(f.read):
+            out.append(row)
+            if len(out) >= n:
+                break
+    return out
+
+
+def record_column() -> F.Column:
+    """The manifest row (:data:`MANIFEST_COLUMNS`) as one record of :mod:`lakeq.store.replay_manifest`:
+    the header (the integers, then each text's length in bytes, -1 for null), ``:``, the texts'
+    bytes as they are, a line break (the text writer's). ``tags`` as its JSON array's text."""
+    def num(c: str) -> F.Column:
+        return F.coalesce(F.col(c).cast("string"), F.lit(""))
+    texts = {"id": F.col("id"), "key": F.col("key"), "tags": F.to_json(F.col("tags")),
+             "properties": F.col("properties"), "body": F.col("body"), "claim": F.col("claim")}
+    assert tuple(texts) == RECORDS.TEXTS
+    head = [num(c) for c in RECORDS.INTS] + [F.coalesce(F.octet_length(t), F.lit(-1)).cast("string")
+                                             for t in texts.values()]
+    parts = [head[0]]
+    for h in head[1:]:
+        parts += [F.lit(","), h]
+    parts.append(F.lit(":"))
+    parts += [F.coalesce(t, F.lit("")) for t in texts.values()]
+    return F.concat(*parts).alias("value")
 
 
 POSITION_BITS = 33  # monotonically_increasing_id(): the partition's index above, the row's place in it below
 
 
-def _emit(df: DataFrame, where: str, dry_run: bool) -> list[dict]:
-    """The selection's one action: write the manifest to ``where`` (returns ``[]``), or — a dry
-    run — :func:`_dry_pass`."""
+def _emit(df: DataFrame, where: str, dry_run: bool, manifest: str = "records") -> list[dict]:
+    """The selection's one action: write the manifest to ``where`` (returns ``[]``: records,
+    :func:`record_column` through Spark's text writer, or JSON Lines), or — a dry run —
+    :func:`_dry_pass`."""
     if not dry_run:
-        df.write.mode("overwrite").json(where)
+        if manifest == "json":
+            df.write.mode("overwrite").json(where)
+        else:
+            df.select(record_column()).write.mode("overwrite").text(where)
         return []
     return _dry_pass(df)
 
@@ -702,8 +749,8 @@ def _summary_observed(dest: Lake, replay_id: str, metrics: dict, parts: int, log
             "counting the manifest")
         return None
     for idx, (key,) in by_index.items():
-        first = json.loads(dest.first_line(key))
-        if part_of.get(int(first["queue"])) != idx:
+        first = (head_rows(dest, key, 1) or [{}])[0]
+        if "queue" not in first or part_of.get(int(first["queue"])) != idx:
             log(f"replay {replay_id}: {key} starts with queue {first['queue']}, not of its partition: "
                 "counting the manifest")
             return None
@@ -715,6 +762,20 @@ def _summary_by_reading(spark: SparkSession, dest: Lake, replay_id: str):
     """``(per_part, per_queue, missing)`` by reading the manifest back (one task per part file)."""
     keys = list(_part_keys(dest, replay_id))
     per_part, per_queue, missing = [], {}, 0
+    if keys and all(RECORDS.is_records(k) for k in keys):
+        # records: a body may hold line breaks, so no line-based reader splits them; read on the
+        # driver, streamed (a fallback that has never run outside the tests forcing it)
+        per_q: dict[int, int] = {}
+        for k in keys:
+            n = 0
+            with dest.open_read(k) as f:
+                for row in RECORDS.iter_rows(f.read):
+                    n += 1
+                    per_q[int(row["queue"])] = per_q.get(int(row["queue"]), 0) + 1
+                    missing += row.get("body") is None
+            if n:
+                per_part.append({"key": k, "rows": n})
+        return per_part, {str(q): c for q, c in sorted(per_q.items())}, missing
     if keys:
         man = (spark.read.schema("queue long, body string").json(dest.path(manifest_prefix(replay_id)))
                .withColumn("file", F.input_file_name()))

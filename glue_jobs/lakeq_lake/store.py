@@ -93,6 +93,19 @@ class Lake:
         with open(self.path(key), "rb") as f:
             return f.readline().rstrip(b"\r\n")
 
+    @contextmanager
+    def open_read(self, key: str):
+        """Object ``key`` as a stream with ``read(n)`` (S3: one GetObject, streamed), closed after."""
+        if self.is_s3:
+            body = self.s3().get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                yield body
+            finally:
+                body.close()
+            return
+        with open(self.path(key), "rb") as f:
+            yield f
+
     def head_lines(self, key: str, n: int) -> list[bytes]:
         """The first ``n`` non-empty lines of object ``key`` (streamed: not read past them; a key
         ending in ``.gz`` is gunzipped)."""

@@ -12,6 +12,7 @@ from infra.local import template as tpl
 from lakeq.lake import archive
 from lakeq.log import segments as seg
 from lakeq.replay.rules import Filter, copy_id, matching
+from lakeq.store import replay_manifest
 from lakeq.store.models import SegmentModel
 from tests.handlers import Context, load_function, sample, segment_records
 
@@ -116,9 +117,10 @@ def expected(aws, topic: str, lo: int, hi: int, flt: dict | None) -> list[dict]:
 
 
 def write_manifest(aws, rid: str, topic: str, lo: int, hi: int, flt: dict | None, parts: int = 2,
-                   drop_body: set | None = None, gz: bool = False) -> dict:
-    """What the selection job writes for replay ``rid``: ``replays/<id>/manifest/part-*.json``
-    (JSON Lines — ``gz``: gzipped ``part-*.json.gz``, as the job wrote them before 2026-11-25 —
+                   drop_body: set | None = None, gz: bool = False, fmt: str = "records") -> dict:
+    """What the selection job writes for replay ``rid``: ``replays/<id>/manifest/part-*.txt``
+    (records, :mod:`lakeq.store.replay_manifest`; ``fmt="json"``: JSON Lines ``part-*.json``, as
+    the job wrote them before 2026-12-07 — ``gz``: gzipped ``part-*.json.gz``, as before 2026-11-25 —
     columns :data:`MANIFEST_COLUMNS`, properties and claim as JSON text, null
     fields left out as Spark's writer does; a queue's rows in one part, sorted) and
     ``replays/<id>/selection.json``. ``drop_body``: (queue, offset)s whose body row is missing."""
@@ -139,8 +141,12 @@ def write_manifest(aws, rid: str, topic: str, lo: int, hi: int, flt: dict | None
     s3, bucket = aws["s3"], os.environ[BUCKET_ENV]
     listed = []
     for i in sorted(by_part):
-        key = f"replays/{rid}/manifest/part-{i:05d}-0a1b.c000.json" + (".gz" if gz else "")
-        text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in by_part[i]).encode("utf-8")
+        if fmt == "records" and not gz:
+            key = f"replays/{rid}/manifest/part-{i:05d}-0a1b-c000.txt"
+            text = replay_manifest.encode_all(by_part[i])
+        else:
+            key = f"replays/{rid}/manifest/part-{i:05d}-0a1b.c000.json" + (".gz" if gz else "")
+            text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in by_part[i]).encode("utf-8")
         s3.put_object(Bucket=bucket, Key=key, Body=gzip.compress(text) if gz else text)
         listed.append({"key": key, "rows": len(by_part[i])})
     ordered = [x for i in sorted(by_part) for x in by_part[i]]  # the copier's order

@@ -113,6 +113,13 @@ def test_a_replay_into_a_topic_end_to_end(api, setup, clock, replay, aws, aws_ru
     s, got2 = api.call("GET", f"/v1/replays/{r2['id']}")
     assert (got2["status"], got2["copied"], got2["duplicates"]) == ("done", 13, 13)
     check_delivered(want)
+    # and as JSON Lines, as the job wrote them before 2026-12-07 (a replay selected before the deploy)
+    r3 = start(api, {"topic": "quotes/sh", "from": lo, "to": hi, "filter": flt, "target": {"topic": "replayed"}})
+    H.write_manifest(aws, r3["id"], "quotes/sh", lo, hi, flt, fmt="json")
+    H.run_schedule()
+    s, got3 = api.call("GET", f"/v1/replays/{r3['id']}")
+    assert (got3["status"], got3["copied"], got3["duplicates"]) == ("done", 13, 13)
+    check_delivered(want)
 
 
 def test_a_deleted_queue_is_replayed_into_a_topic_from_the_lake(api, setup, clock, replay, aws):

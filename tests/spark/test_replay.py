@@ -423,10 +423,9 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     assert s == out and s["found"] == len(want) and s["missing_bodies"] == 0
     got, seen_queues = [], []
     for part in s["parts"]:  # each part: whole queues, sorted by (queue, inc, offset); its count recorded
-        assert part["key"].endswith(".json")  # JSON Lines, uncompressed (the copier reads `.json.gz` too)
-        lines = (root / part["key"]).read_bytes().decode("utf-8").splitlines()
-        assert len(lines) == part["rows"]
-        rs = [json.loads(x) for x in lines]
+        assert part["key"].endswith(".txt")  # records, uncompressed (the copier reads `.json`, `.json.gz` too)
+        rs = manifest_rows(part["key"], (root / part["key"]).read_bytes())
+        assert len(rs) == part["rows"]
         keys = [(r["queue"], r["inc"], r["offset"]) for r in rs]
         assert keys == sorted(keys)
         seen_queues += sorted({r["queue"] for r in rs})
@@ -440,7 +439,7 @@ def test_job_writes_an_ordered_manifest_and_its_summary(spark, lake_dir, tmp_pat
     assert json.loads(got[0]["properties"]) == next(r["properties"] for r in rows if r["id"] == got[0]["id"])
     # the sample (what a dry run shows): the first 20 rows in the copier's order (the parts in order,
     # each from its start), each a selected message with its body's size
-    ordered = [json.loads(x) for p in s["parts"] for x in (root / p["key"]).read_bytes().decode().splitlines()]
+    ordered = [x for p in s["parts"] for x in manifest_rows(p["key"], (root / p["key"]).read_bytes())]
     by_id = {w[3]: w for w in want}
     assert len(want) > R.SAMPLE_MAX and len(s["sample"]) == R.SAMPLE_MAX
     assert [(x["queue"], x["offset"], x["id"]) for x in s["sample"]] == [
@@ -472,15 +471,57 @@ def test_the_counts_observed_during_the_write_are_the_manifest_read_back(spark, 
     new = R.run_replay(spark, lk, "obs", "t", lo, hi, Filter.of(raw), log=quiet, out=Lake(str(tmp_path / "a")))
     old = R.run_replay(spark, lk, "obs", "t", lo, hi, Filter.of(raw), log=quiet, out=Lake(str(tmp_path / "b")),
                        legacy=True)
-    assert all(p["key"].endswith(".json") for p in new["parts"])
+    js = R.run_replay(spark, lk, "obs", "t", lo, hi, Filter.of(raw), log=quiet, out=Lake(str(tmp_path / "c")),
+                      manifest="json")
+    assert all(p["key"].endswith(".txt") for p in new["parts"]) and new["manifest_format"] == "records/1"
     assert all(p["key"].endswith(".json.gz") for p in old["parts"])
-    strip = lambda s: {k: v for k, v in s.items() if k not in ("seconds", "phases", "parts", "plan")}  # noqa: E731
-    assert strip(new) == strip(old) and new["found"] == len(_reference(rows, "t", lo, hi, raw)) > 10
-    assert [p["rows"] for p in new["parts"]] == [p["rows"] for p in old["parts"]]
+    assert all(p["key"].endswith(".json") for p in js["parts"]) and js["manifest_format"] == "json"
+    strip = lambda s: {k: v for k, v in s.items()  # noqa: E731
+                       if k not in ("seconds", "phases", "parts", "plan", "manifest_format")}
+    assert strip(new) == strip(old) == strip(js) and new["found"] == len(_reference(rows, "t", lo, hi, raw)) > 10
+    assert [p["rows"] for p in new["parts"]] == [p["rows"] for p in old["parts"]] == [p["rows"] for p in js["parts"]]
     got_new, got_old = _manifest_rows(tmp_path / "a", new), _manifest_rows(tmp_path / "b", old)
-    assert got_new == got_old and [len(x) for x in got_new] == [p["rows"] for p in new["parts"]]
+    assert got_new == got_old == _manifest_rows(tmp_path / "c", js)
+    assert [len(x) for x in got_new] == [p["rows"] for p in new["parts"]]
     assert len(new["parts"]) > 1  # per-part counts really tested (3 queues, 2 shuffle partitions in these tests)
 
+
+
+@pytest.mark.parametrize("codegen", [False, True])
+def test_the_record_column_is_the_record_format_byte_for_byte(spark, tmp_path, codegen):
+    """The job's record (:func:`R.record_column` through Spark's text writer) is
+    :func:`replay_manifest.encode`'s, byte for byte, whatever the values: nulls, empty strings,
+    line breaks, colons and commas, emoji, control characters, quotes, a claim, tags with any text;
+    interpreted and with Spark's generated code."""
+    from lakeq.store import replay_manifest as RM
+
+    odd = ["", "a\nb", "x:y,z", "😀 line\nbreak \u0001 ok", '"q" \\ \'', "\u2028é", "-1,2:3"]
+    rows = []
+    for i in range(40):
+        v = odd[i % len(odd)]
+        rows.append({"queue": i % 5, "offset": 2**40 + i, "id": None if i % 9 == 0 else f"m{i}{v}",
+                     "key": None if i % 3 == 0 else v, "tags": None if i % 4 == 0 else [v, "t"][: i % 3],
+                     "properties": None if i % 7 == 0 else json.dumps({"s": v}, ensure_ascii=False),
+                     "produced_at": None if i == 5 else T0 + i, "body": None if i % 6 == 0 else v * (i % 4),
+                     "claim": json.dumps({"key": f"b/{i}", "size": 9}) if i % 8 == 1 else None,
+                     "inc": None if i % 2 else i % 3})
+    schema = ("queue long, offset long, id string, key string, tags array<string>, properties string, "
+              "produced_at long, body string, claim string, inc long")
+    keys = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
+    before = {k: spark.conf.get(k) for k in keys}
+    if codegen:
+        spark.conf.set("spark.sql.codegen.wholeStage", "true")
+        spark.conf.set("spark.sql.codegen.factoryMode", "CODEGEN_ONLY")
+    try:
+        df = spark.createDataFrame([tuple(r[c] for c in R.MANIFEST_COLUMNS) for r in rows], schema).coalesce(1)
+        R._emit(df, str(tmp_path / "m"), dry_run=False)
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+    (part,) = [p for p in (tmp_path / "m").glob("part-*") if p.stat().st_size]
+    assert part.name.endswith(RM.SUFFIX)
+    assert part.read_bytes() == RM.encode_all(rows)
+    assert RM.rows_of(part.read_bytes()) == [{c: r[c] for c in RM.COLUMNS if r[c] is not None} for r in rows]
 
 
 def test_hash_partition_is_sparks(spark):

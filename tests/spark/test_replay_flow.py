@@ -21,6 +21,7 @@ from tests.crash import Crash
 from tests.handlers import load_function, segment_records
 from tests.integration import replay_harness as H
 from tests.integration.conftest import api, clock, setup  # noqa: F401 - the fixtures
+from tests.manifest import manifest_rows
 
 T = "/v1/topics/quotes%2Fsh/messages"
 T0 = 1_800_000_000_000
@@ -141,7 +142,7 @@ def test_a_dry_run_selects_what_the_replay_copies(spark, aws, api, setup, clock,
     want = H.expected(aws, "quotes/sh", body["from"], body["to"], body["filter"])
     assert d["status"] == "selected" and d["found"] == r["found"] == r["copied"] == len(want) > 20
     summary = json.loads((tmp_path / R.summary_key(real["id"])).read_text())
-    first = [json.loads(x) for p in summary["parts"] for x in (tmp_path / p["key"]).read_text().splitlines()][:20]
+    first = [x for p in summary["parts"] for x in manifest_rows(p["key"], (tmp_path / p["key"]).read_bytes())][:20]
     assert [(x["queue"], x["offset"], x["id"]) for x in d["sample"]] == [(x["queue"], x["offset"], x["id"])
                                                                         for x in first]
     src = {w["id"]: w for w in want}

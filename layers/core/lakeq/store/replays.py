@@ -14,7 +14,8 @@ schedule queries, so an idle minute costs one Query of an empty index whatever t
 replays kept.
 
 The selection job's objects under ``replays/<id>/`` of the lake bucket (``selection.json``,
-``error.json``, ``manifest/part-*.json`` — ``.json.gz`` for manifests written before 2026-11-25)
+``error.json``, ``manifest/part-*.txt`` — records, :mod:`lakeq.store.replay_manifest`; ``.json`` for
+manifests written before 2026-12-07, ``.json.gz`` before 2026-11-25)
 are read here too (:class:`ReplayObjects`; S3 through the one botocore client of
 :mod:`lakeq.store.bodies`).
 """
@@ -31,6 +32,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.indexes import GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
+from lakeq.store import replay_manifest as records
 from lakeq.store import slots
 from lakeq.store.models import _meta
 from lakeq.store.records import model_of, record_of
@@ -237,10 +239,15 @@ class ReplayObjects:
 
     @staticmethod
     def rows(key: str) -> Iterator[dict]:
-        """The rows of manifest part ``key`` (JSON Lines; gzipped when ``key`` ends in ``.gz``, as
-        the job wrote them before 2026-11-25), streamed (one GetObject)."""
+        """The rows of manifest part ``key``, streamed (one GetObject): records
+        (:mod:`lakeq.store.replay_manifest`) when ``key`` ends in ``.txt``, as the job writes them since
+        2026-12-07; JSON Lines otherwise (gzipped when ``key`` ends in ``.gz``, as the job wrote
+        them before 2026-11-25)."""
         body = _s3().get_object(Bucket=_bucket(), Key=key)["Body"]
         with body:
+            if records.is_records(key):
+                yield from records.iter_rows(body.read)
+                return
             if key.endswith(".gz"):
                 with gzip.GzipFile(fileobj=body) as f:
                     yield from (json.loads(x) for x in f if x.strip())
