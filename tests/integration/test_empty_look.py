@@ -562,12 +562,12 @@ def _stale_replica(monkeypatch, clock):
     monkeypatch.setattr(LogRepo, "segments_at", staticmethod(segments_at))
 
 
-def _drained_then_unsignalled(api, setup, clock, young: bool) -> None:
+def _drained_then_unsignalled(api, setup, clock, young: bool) -> list[str]:
     """The bump at t0 (3 messages, queue of key k), the marker read by a pull at t0 + 10, served at t0 + 500 (the replica caught up), then
     — ``young`` — acknowledged by a pull at t0 + 600 (a full round inside the window: a young look);
     at t0 + 900 one message more on another queue, unsignalled (this container bumped 900 ms ago);
     at t0 + 1,300 (past the window, t0 + 1,250) the first pull past the window: its probe is
-    eventually consistent, and the replica does not have that segment yet."""
+    eventually consistent, and the replica does not have that segment yet. Returns what that pull served."""
     t0 = clock.t
     _produce(api, setup, 3)
     clock.t = t0 + 10  # a pull reads the marker at once (the replica does not have the segment yet)
@@ -582,7 +582,7 @@ def _drained_then_unsignalled(api, setup, clock, young: bool) -> None:
     _produce(api, setup, 1, key="other")
     clock.t = t0 + 1_300
     query = {} if young else {"ack": b["receipt"]}
-    assert _pull(api, setup, max=3, **query)["messages"] == []  # the replica is behind: a miss
+    return [m["body"] for m in _pull(api, setup, max=3, **query)["messages"]]
 
 
 def test_a_young_looks_probe_that_misses_a_segment_just_written_does_not_grow_it_up_over_it(
@@ -591,11 +591,11 @@ def test_a_young_looks_probe_that_misses_a_segment_just_written_does_not_grow_it
     first pull past the window: the young look's probe (eventually consistent) missed the segment
     written 400 ms before, and the look was kept grown up with the stale head — every later pull
     trusted the unchanged marker and answered empty until the 60-s safety net. The probe that grows
-    a look up reads consistently."""
+    a look up reads consistently, and when it finds a segment the full round's probe does too: the
+    pull serves it at once (not once the replica has it)."""
     _stale_replica(monkeypatch, clock)
-    _drained_then_unsignalled(api, setup, clock, young=True)
-    clock.t += 1_000
-    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+    # the consistent probe finds it, and the full round it sends the pull to reads it consistently too
+    assert _drained_then_unsignalled(api, setup, clock, young=True) == ["m0"]
 
 
 def test_a_full_rounds_probe_that_misses_a_segment_just_written_keeps_no_grown_up_look_over_it(
@@ -608,7 +608,7 @@ def test_a_full_rounds_probe_that_misses_a_segment_just_written_keeps_no_grown_u
 
     monkeypatch.setattr(reader, "YOUNG_LOOKS", False)
     _stale_replica(monkeypatch, clock)
-    _drained_then_unsignalled(api, setup, clock, young=False)
+    assert _drained_then_unsignalled(api, setup, clock, young=False) == []  # the replica is behind: a miss
     clock.t += 1_000
     assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
 

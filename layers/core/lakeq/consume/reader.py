@@ -133,6 +133,9 @@ class Log:
         self.name, self.owner, self.meta, self.n_queues, self.lock_owner = name, owner, meta, n_queues, lock_owner
         self.only = only
         self._first: dict[int, object] = {}  # queue -> the segment the last probe found at its frontier
+        # the next probe reads strongly consistently (once): a young look's consistent probe found a
+        # segment an eventually consistent one may not show yet (review_f)
+        self.probe_consistently = False
 
     def queue_field(self, queue: int) -> str:
         """The receipt's queue field for ``queue``."""
@@ -170,7 +173,9 @@ class Log:
         for q, (pq_, frontier) in lag.items():
             if frontier == hints[q]:
                 at_hint[pq_] = frontier
-        segs = LogRepo.segments_at(at_hint) if at_hint else {}
+        consistent, self.probe_consistently = self.probe_consistently, False
+        segs = LogRepo.segments_at(at_hint, consistent=True) if at_hint and consistent else (
+            LogRepo.segments_at(at_hint) if at_hint else {})
         # the segments found: the read of the queue this poll locks starts from there, not a Query
         self._first.clear()
         self._first.update({q: segs[pq_] for q, (pq_, _) in lag.items() if pq_ in segs})
@@ -181,7 +186,7 @@ class Log:
                 if pq_ in at_hint:
                     end = int(segs[pq_].end) if pq_ in segs else None
                 else:
-                    end = LogRepo.chain_end(pq_)
+                    end = LogRepo.chain_end(pq_, consistent=consistent)
                 if end is not None and end > view.max_offset:
                     view = replace(view, max_offset=end)
             out.append(view)
@@ -506,6 +511,9 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     # of the window, a moment before — and the grown-up look trusted that stale head, answering every
     # pull empty over it until the safety net (review_f)
     if starts and LogRepo.segments_at(starts, consistent=grown):
+        # the full round's probe reads them consistently too: else it could miss what this one found
+        # and answer empty until the replica has it
+        log.probe_consistently = grown
         return False, recs
     log.last_views, log._recs, log._wake = views, recs, look.wake
     if grown:
