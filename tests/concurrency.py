@@ -9,7 +9,7 @@ milliseconds, but a loaded machine may take seconds to start the other thread (1
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 
 class FirstCallsMeet:
@@ -32,3 +32,13 @@ class FirstCallsMeet:
     @property
     def broken(self) -> bool:
         return self.barrier.broken
+
+
+def in_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> None:
+    """``fn(item)`` for each item, each in its own thread, all started before any is joined; returns
+    when every one has ended (what a test's requests at once are, with :class:`FirstCallsMeet`)."""
+    threads = [threading.Thread(target=fn, args=(item,)) for item in items]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()

@@ -384,7 +384,7 @@ def test_two_settles_inside_one_function_at_once_each_settle_their_own_offset(ap
     found its caller cleared by the other's end: a 500). Each request reads its own now
     (lakeq.api.http.LakeqResolver)."""
     from lakeq.api import http
-    from tests.concurrency import FirstCallsMeet
+    from tests.concurrency import FirstCallsMeet, in_threads
     produce(api, setup["feed"], 3)
     r = pull(api, setup["risk"])["receipt"]
     meet = FirstCallsMeet(http.authenticate)
@@ -393,11 +393,7 @@ def test_two_settles_inside_one_function_at_once_each_settle_their_own_offset(ap
 
     def settle(o):
         results[o] = ack(api, setup["risk"], r, accept=[o])
-    threads = [threading.Thread(target=settle, args=(o,)) for o in (0, 1)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(settle, (0, 1))
     assert not meet.broken, "the two requests did not meet"
     assert {o: s for o, (s, _) in results.items()} == {0: 200, 1: 200}, results
     assert all(o not in out["unsettled"] for o, (_, out) in results.items()), results
@@ -415,7 +411,7 @@ def test_two_settles_that_read_the_record_at_once_both_land(api, setup, clock, m
     applies its offset on the winner's state: both land, and each answer is what its own write left
     (distinct ``unsettled``). It held on main: the flake was the resolver's (the test above)."""
     from lakeq.store.offsets import OffsetRepo
-    from tests.concurrency import FirstCallsMeet
+    from tests.concurrency import FirstCallsMeet, in_threads
     produce(api, setup["feed"], 3)
     r = pull(api, setup["risk"])["receipt"]
     meet = FirstCallsMeet(OffsetRepo.get)  # each settle's first (consistent) read waits for the other's
@@ -431,11 +427,7 @@ def test_two_settles_that_read_the_record_at_once_both_land(api, setup, clock, m
 
     def settle(o):
         results[o] = ack(api, setup["risk"], r, accept=[o])
-    threads = [threading.Thread(target=settle, args=(o,)) for o in (0, 1)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(settle, (0, 1))
     assert not meet.broken, "the two settles did not read at once"
     assert sorted(wrote) == [False, True, True], wrote  # one lost the race, then wrote on a fresh read
     assert {o: s for o, (s, _) in results.items()} == {0: 200, 1: 200}, results

@@ -142,9 +142,8 @@ def test_two_requests_resolved_at_once_by_one_app_each_read_their_own(monkeypatc
     powertools' event on ``BaseRouter`` (one per process) and the routing context on the app, so
     both read the request resolved last (test_settlement's concurrent settles: one offset settled
     twice, the other never) or found the caller cleared by the other's end (a 500)."""
-    import threading
 
-    from tests.concurrency import FirstCallsMeet
+    from tests.concurrency import FirstCallsMeet, in_threads
     app = _echo_app(monkeypatch)
     meet = FirstCallsMeet(http.authenticate)
     monkeypatch.setattr(http, "authenticate", meet)
@@ -153,11 +152,7 @@ def test_two_requests_resolved_at_once_by_one_app_each_read_their_own(monkeypatc
     def call(i: int) -> None:
         got = app.resolve(_echo_event(i), None)
         out[i] = (got["statusCode"], json.loads(got["body"]))
-    threads = [threading.Thread(target=call, args=(i,)) for i in (1, 2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(call, (1, 2))
     assert not meet.broken, "the two requests did not meet"
     assert out == {i: (200, _echo_answer(i)) for i in (1, 2)}, out
 
