@@ -75,6 +75,31 @@ class _Resolving:
 _resolving: ContextVar[_Resolving | None] = ContextVar("lakeq_resolving", default=None)
 
 
+class _PerRequest:
+    """A :class:`LakeqResolver` attribute that is the resolving request's own — the slot ``slot`` of
+    its :class:`_Resolving` — while a request is resolved, and ``outside`` otherwise: powertools'
+    class attribute on ``BaseRouter`` (the event, the Lambda context: ``on_base_router``) or the
+    resolver's own attribute (its routing context, a copy of which each request starts from)."""
+
+    def __init__(self, slot: str, outside: str, *, on_base_router: bool):
+        self.slot, self.outside, self.on_base_router = slot, outside, on_base_router
+
+    def __get__(self, resolver: Any, owner: Any = None) -> Any:
+        if resolver is None:
+            return self
+        r = _resolving.get()
+        if r is not None:
+            return getattr(r, self.slot)
+        return getattr(BaseRouter if self.on_base_router else resolver, self.outside)
+
+    def __set__(self, resolver: Any, value: Any) -> None:
+        r = _resolving.get()
+        if r is not None:
+            setattr(r, self.slot, value)
+        else:
+            setattr(BaseRouter if self.on_base_router else resolver, self.outside, value)
+
+
 def public(func: F) -> F:
     """Mark a route that answers without a key (health, the OpenAPI description, the console's page):
     ``@router.get(...)`` above ``@public``. Every other route authenticates its caller first."""
@@ -188,46 +213,11 @@ class LakeqResolver(APIGatewayHttpResolver):
         self._base_context: dict = {}
         super().__init__(*args, **kwargs)
 
-    @property  # type: ignore[override]
-    def current_event(self):
-        r = _resolving.get()
-        return r.event if r is not None else BaseRouter.current_event
-
-    @current_event.setter
-    def current_event(self, value) -> None:
-        r = _resolving.get()
-        if r is not None:
-            r.event = value
-        else:
-            BaseRouter.current_event = value
-
-    @property  # type: ignore[override]
-    def lambda_context(self):
-        r = _resolving.get()
-        return r.lambda_context if r is not None else BaseRouter.lambda_context
-
-    @lambda_context.setter
-    def lambda_context(self, value) -> None:
-        r = _resolving.get()
-        if r is not None:
-            r.lambda_context = value
-        else:
-            BaseRouter.lambda_context = value
-
-    @property  # type: ignore[override]
-    def context(self) -> dict:
-        """The request's routing context while one is resolved (a copy of the resolver's, made when
-        it began, cleared when it ends); the resolver's own outside a request."""
-        r = _resolving.get()
-        return r.context if r is not None else self._base_context
-
-    @context.setter
-    def context(self, value: dict) -> None:
-        r = _resolving.get()
-        if r is not None:
-            r.context = value
-        else:
-            self._base_context = value
+    # each the request's own while one is resolved (_PerRequest); the process's, or the resolver's
+    # own routing context, outside a request
+    current_event = _PerRequest("event", "current_event", on_base_router=True)
+    lambda_context = _PerRequest("lambda_context", "lambda_context", on_base_router=True)
+    context = _PerRequest("context", "_base_context", on_base_router=False)
 
     def _to_proxy_event(self, event):
         # powertools' resolve assigns the event it makes here to ``BaseRouter.current_event`` (the
