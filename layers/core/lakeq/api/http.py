@@ -30,6 +30,7 @@ from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from lakeq.admin.auth import Principal, authenticate
+from lakeq.common.contextual import PerContext
 from lakeq.common.errors import ApiError, BadRequest, http_error
 from lakeq.common.obs import logger
 from lakeq.common.payload import dumps
@@ -74,30 +75,6 @@ class _Resolving:
 # reads the request its own thread resolves.
 _resolving: ContextVar[_Resolving | None] = ContextVar("lakeq_resolving", default=None)
 
-
-class _PerRequest:
-    """A :class:`LakeqResolver` attribute that is the resolving request's own — the slot ``slot`` of
-    its :class:`_Resolving` — while a request is resolved, and ``outside`` otherwise: powertools'
-    class attribute on ``BaseRouter`` (the event, the Lambda context: ``on_base_router``) or the
-    resolver's own attribute (its routing context, a copy of which each request starts from)."""
-
-    def __init__(self, slot: str, outside: str, *, on_base_router: bool):
-        self.slot, self.outside, self.on_base_router = slot, outside, on_base_router
-
-    def __get__(self, resolver: Any, owner: Any = None) -> Any:
-        if resolver is None:
-            return self
-        r = _resolving.get()
-        if r is not None:
-            return getattr(r, self.slot)
-        return getattr(BaseRouter if self.on_base_router else resolver, self.outside)
-
-    def __set__(self, resolver: Any, value: Any) -> None:
-        r = _resolving.get()
-        if r is not None:
-            setattr(r, self.slot, value)
-        else:
-            setattr(BaseRouter if self.on_base_router else resolver, self.outside, value)
 
 
 def public(func: F) -> F:
@@ -213,11 +190,11 @@ class LakeqResolver(APIGatewayHttpResolver):
         self._base_context: dict = {}
         super().__init__(*args, **kwargs)
 
-    # each the request's own while one is resolved (_PerRequest); the process's, or the resolver's
-    # own routing context, outside a request
-    current_event = _PerRequest("event", "current_event", on_base_router=True)
-    lambda_context = _PerRequest("lambda_context", "lambda_context", on_base_router=True)
-    context = _PerRequest("context", "_base_context", on_base_router=False)
+    # each the request's own while one is resolved; outside a request, powertools' class attributes
+    # on BaseRouter (the event, the Lambda context) and the resolver's own routing context
+    current_event = PerContext(_resolving, "event", "current_event", home=lambda _: BaseRouter)
+    lambda_context = PerContext(_resolving, "lambda_context", home=lambda _: BaseRouter)
+    context = PerContext(_resolving, "context", "_base_context")
 
     def _to_proxy_event(self, event):
         # powertools' resolve assigns the event it makes here to ``BaseRouter.current_event`` (the

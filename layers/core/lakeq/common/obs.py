@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import os
 from contextvars import ContextVar
 
@@ -34,6 +35,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 from lakeq.common import metric_names
+from lakeq.common.contextual import PerContext
 
 
 class _Batch:
@@ -53,15 +55,7 @@ class _Batch:
 _invocation: ContextVar[_Batch | None] = ContextVar("lakeq_metrics_invocation", default=None)
 
 
-def _of_invocation(name: str) -> property:
-    def get(self):
-        b = _invocation.get()
-        return getattr(self._process if b is None else b, name)
-
-    def put(self, value) -> None:
-        b = _invocation.get()
-        setattr(self._process if b is None else b, name, value)
-    return property(get, put)
+_PROCESS = operator.attrgetter("_process")  # outside a log_metrics call: the process's set
 
 
 class _InvocationEMF(AmazonCloudWatchEMFProvider):
@@ -70,11 +64,11 @@ class _InvocationEMF(AmazonCloudWatchEMFProvider):
     ``timestamp`` read and written there; the process's (powertools' shared dicts) outside a call.
     Namespace, service and default dimensions stay the process's (configuration)."""
 
-    metric_set = _of_invocation("metric_set")
-    dimension_set = _of_invocation("dimension_set")
-    dimension_sets = _of_invocation("dimension_sets")
-    metadata_set = _of_invocation("metadata_set")
-    timestamp = _of_invocation("timestamp")
+    metric_set = PerContext(_invocation, "metric_set", home=_PROCESS)
+    dimension_set = PerContext(_invocation, "dimension_set", home=_PROCESS)
+    dimension_sets = PerContext(_invocation, "dimension_sets", home=_PROCESS)
+    metadata_set = PerContext(_invocation, "metadata_set", home=_PROCESS)
+    timestamp = PerContext(_invocation, "timestamp", home=_PROCESS)
 
     def __init__(self, *args, **kwargs) -> None:
         self._process = _Batch()
