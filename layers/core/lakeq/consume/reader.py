@@ -63,6 +63,12 @@ ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
 # frontiers instead of a full round (_probed_empty). False: the code before (no look kept in the window;
 # bench/queue.py --ab measures both in one process)
 YOUNG_LOOKS = True
+# Leaner empty pulls (issue 33 item 2, cost33f; docs/design.md "Young looks"): a young look's pull reads
+# the marker and at most PROBES_WITH_MARKER probes in one BatchGetItem (2 calls, not 3; the same units),
+# and the pull whose ack= left its queue drained at a segment's end is answered from the look (that queue
+# probed at its frontier) instead of a full round. False: the code before (bench/queue.py --ab)
+LEAN_EMPTIES = True
+PROBES_WITH_MARKER = 4  # more: the marker first, so a moved marker does not pay the probes (cost33e)
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
 LogReader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
@@ -136,6 +142,9 @@ class Log:
         # the next probe reads strongly consistently (once): a young look's consistent probe found a
         # segment an eventually consistent one may not show yet (review_f)
         self.probe_consistently = False
+        # queue -> frontier: this pull's folded ack left that queue drained there, the chain read from a
+        # segment's end finding nothing (fold); the look may answer for it after a probe (_still_empty)
+        self.drained: dict[int, int] = {}
 
     def queue_field(self, queue: int) -> str:
         """The receipt's queue field for ``queue``."""
@@ -438,20 +447,24 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     # bump (lakeq.store.append.bump_change) shows in no marker, and only a full round finds it (review_c)
     if (look.wake is not None and now >= look.wake) or _net_due(log, now):
         return False, None
+    drained, log.drained = log.drained, {}
     recs = OffsetRepo.records(log.owner)
     views = []
     metas, heads = look.seen()
+    unknown = set()  # lockable queues whose head the look does not know, drained by this pull's fold
     for view in views_of(metas, recs):
         head = heads.get(view.queue)
         if head is not None and head > view.max_offset:
             view = replace(view, max_offset=head)
         if head is None and lagging(view, now, allowed):
-            return False, recs
+            if drained.get(view.queue) != view.state().frontier or view.max_offset != view.state().frontier:
+                return False, recs
+            unknown.add(view.queue)
         views.append(view)
     if candidates(views, now, allowed):
         return False, recs
-    if look.young:
-        return _probed_empty(log, look, now, allowed, views, recs)
+    if look.young or unknown:
+        return _probed_empty(log, look, now, allowed, views, recs, unknown)
     # the records first: a pull the look cannot answer (a lock ended, its own drained queue just
     # acknowledged) pays no marker read. The marker after them: unchanged, no append happened
     # between the look and this read, so the heads at the records' read were the look's
@@ -463,7 +476,7 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
 
 
 def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] | None, views: list[QueueView],
-                  recs: dict) -> tuple[bool, dict | None]:
+                  recs: dict, unknown: set[int] = frozenset()) -> tuple[bool, dict | None]:
     """:func:`_still_empty` from a young look (kept inside the marker's unsignalled window, when a
     container that bumped may append for up to ``CHANGE_EVERY_MS`` more without bumping again):
     the records showed nothing lockable with the look's heads; now every queue the pull could lock
@@ -493,35 +506,53 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     want = range(log.n_queues) if log.only is None else (q for q in log.only if 0 <= q < log.n_queues)
     if {m.queue for m in metas} != set(want):
         return False, recs
+    only = None if look.young else unknown  # a grown look probes only the queues it did not know
     starts: dict[str, int] = {}
     for view in views:
-        if lagging(view, now, allowed):
+        if lagging(view, now, allowed) and (only is None or view.queue in only):
             frontier = view.state().frontier
             if frontier != view.max_offset:
                 return False, recs
             starts[LogRepo.pq(log.name, view.queue)] = frontier
-    # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
-    change = LogRepo.change(log.name)
-    if change != look.change:
-        return False, recs
-    log.change = change
-    grown = _window_over(log, now, _seen_since(log.name, change, now))
+    log.change = look.change
+    # the version's window over (as the marker is read unchanged below): the probe grows the look up
+    grown = _window_over(log, now, _seen_at(log.name, look.change, now))
     # the probe that grows the look up reads consistently (1 RRU a key, not 0.5): an eventually
     # consistent read may miss a segment put within the replicas' lag — the last unsignalled append
     # of the window, a moment before — and the grown-up look trusted that stale head, answering every
-    # pull empty over it until the safety net (review_f)
-    if starts and LogRepo.segments_at(starts, consistent=grown):
+    # pull empty over it until the safety net (review_f). A grown look's probe of the queues it did not
+    # know (``only``) is noted in it, so it reads consistently too
+    consistent = grown or only is not None
+    if starts and LEAN_EMPTIES and len(starts) <= PROBES_WITH_MARKER:
+        # the marker and the probes in one BatchGetItem (the same units, one round trip fewer): a
+        # moved marker wastes at most PROBES_WITH_MARKER probes' units
+        change, found = LogRepo.change_and_segments_at(log.name, starts, consistent=consistent)
+        if change != look.change:
+            return False, recs
+    else:
+        # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
+        change = LogRepo.change(log.name)
+        if change != look.change:
+            return False, recs
+        found = LogRepo.segments_at(starts, consistent=consistent) if starts else {}
+    _seen_since(log.name, change, now)
+    if found:
         # the full round's probe reads them consistently too: else it could miss what this one found
         # and answer empty until the replica has it
-        log.probe_consistently = grown
+        log.probe_consistently = consistent
         return False, recs
     log.last_views, log._recs, log._wake = views, recs, look.wake
-    if grown:
+    if grown or (unknown and look.young):  # (a grown look's probe noted only while its window reads over)
         probed = {v.queue: v.max_offset for v in views if LogRepo.pq(log.name, v.queue) in starts}
         rows = array("q", look.rows)
         for i in range(0, len(rows), 4):
-            rows[i + 3] = probed.get(rows[i], -1)
-        LogRepo.note_look(_look_key(log, allowed), replace(look, at=now, rows=rows, young=False))
+            if grown and only is None:
+                rows[i + 3] = probed.get(rows[i], -1)
+            elif rows[i] in unknown:  # a young look still probes it at each use; a grown one trusts it
+                rows[i + 3] = probed[rows[i]]
+        if grown:
+            look = replace(look, at=now, young=False)
+        LogRepo.note_look(_look_key(log, allowed), replace(look, rows=rows))
     return True, recs
 
 
@@ -570,6 +601,12 @@ def forget_probes() -> None:
     a fresh store)."""
     _PROBED.clear()
     _SEEN.clear()
+
+
+def _seen_at(name: str, change, now: int) -> int:
+    """:func:`_seen_since` without noting (``now`` when this container has not read that version)."""
+    got = _SEEN.get(name)
+    return got[1] if got is not None and got[0] == change else now
 
 
 def _seen_since(name: str, change, now: int) -> int:
@@ -778,6 +815,7 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
         ack_alone()
         return None
     key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+    drained = None
     if not out.changed:  # a retry of an ack already written: nothing to write; an ack that found
         if remembered(view.acks, key) is None:  # nothing left to settle is remembered as POST /v1/acks
             ack_alone()                         # remembers it (its retry after a relock: 200)
@@ -797,8 +835,12 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
                 return _answer(log, queue, new, fresh)
             ack_alone()  # the record moved since it was read: settle the receipt on its own
             return None
+        if rec.bnd is not None and frontier == acked.frontier == int(rec.bnd) and LEAN_EMPTIES:
+            drained = frontier  # read from a segment's end (a boundary): nothing there, as this read saw
     if not OffsetRepo.write_state(log.owner, view, acked, None, now, consumed=True, ack=key):
         ack_alone()
+    elif drained is not None:
+        log.drained = {queue: drained}
     return None
 
 
