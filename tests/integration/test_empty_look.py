@@ -748,3 +748,26 @@ def test_an_append_to_the_drained_queue_the_folds_read_missed_is_served(api, set
     assert _pull(api, setup, max=3, ack=held["receipt"])["messages"] == []
     clock.t += STALE_MS
     assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+
+
+def test_a_look_the_marker_moved_past_is_dropped(api, setup, clock, frozen_caches):
+    """A pull that finds the marker moved since the look (a produce) runs its full round, which here
+    locks the new message and so keeps no look: the group's next pull in the container went through
+    the old look again — the records, the marker (1 RRU, moved still) — before its own full round. The
+    look is dropped on the first miss (cost33f): the next pull runs the full round at once."""
+    _produce(api, setup, 3)
+    b = _pull(api, setup, max=3)
+    clock.t += 2_000
+    assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []
+    assert _pull(api, setup, max=3)["messages"] == []  # grows the look up
+    with Calls() as c:
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == LOOKED, c.calls
+    _produce(api, setup, 1, key="other")  # bumps: this container's last bump was 2 s ago
+    with Calls() as c:
+        assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+    assert c.calls[:3] == [("Query", "offsets", True), ("GetItem", "queues", True),
+                           ("BatchGetItem", "queues", False)], c.calls
+    with Calls() as c:  # that queue locked, the others drained: nothing
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls[:2] == [("BatchGetItem", "queues", False), ("Query", "offsets", True)], c.calls

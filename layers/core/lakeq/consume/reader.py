@@ -470,9 +470,19 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     # between the look and this read, so the heads at the records' read were the look's
     change = LogRepo.change(log.name)
     if change != look.change:
-        return False, recs
+        return _outdated(log, allowed, look), recs
     log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
     return True, recs
+
+
+def _outdated(log: "TopicLog", allowed: set[int] | None, look: EmptyLook) -> bool:
+    """The marker moved since ``look``: drop it (unless another pull kept a newer one meanwhile), so the
+    group's next pulls in this container do not pay the marker's read to learn it again before their
+    full rounds (when this pull's round locks something, it keeps no look; cost33f). False."""
+    key = _look_key(log, allowed)
+    if LEAN_EMPTIES and LogRepo.look(key) is look:
+        LogRepo.note_look(key, None)
+    return False
 
 
 def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] | None, views: list[QueueView],
@@ -528,12 +538,12 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
         # moved marker wastes at most PROBES_WITH_MARKER probes' units
         change, found = LogRepo.change_and_segments_at(log.name, starts, consistent=consistent)
         if change != look.change:
-            return False, recs
+            return _outdated(log, allowed, look), recs
     else:
         # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
         change = LogRepo.change(log.name)
         if change != look.change:
-            return False, recs
+            return _outdated(log, allowed, look), recs
         found = LogRepo.segments_at(starts, consistent=consistent) if starts else {}
     _seen_since(log.name, change, now)
     if found:
@@ -774,7 +784,7 @@ def _answer(log: Log, queue: int, new: settlement.State, batch: list[dict]) -> d
 
 
 def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object], visibility_ms: int,
-         req: v.PullRequest) -> dict | None:
+         req: v.PullRequest, max_deliveries: int | None = None) -> dict | None:
     """A pull's piggybacked ack (``ack=``, a whole-batch ack of ``receipt``, a lock of ``queue`` of
     this very log) folded into the pull's lock of the same queue: one conditional UpdateItem that
     commits the receipt's batch and locks the next one, instead of an ack write, the reads of every
@@ -826,7 +836,9 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     if settled and may_fold(view.run):
         if rec.bnd is not None:  # the end of the newest segment the lock read: a segment boundary
             LogRepo.note_end(log.name, queue, int(rec.bnd))
-        fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)
+        # max_deliveries 1: every batch one message (lakeq.log.settlement.plan; found by the queue model)
+        limit = 1 if max_deliveries == 1 else req.max
+        fresh, frontier = log.reader(None)(queue, acked.frontier, limit, acked.frontier + limit)
         if fresh:
             new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],
                                   [m["_log_offset"] for m in fresh], frontier)
@@ -895,7 +907,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     policy = policy or Policy()
     if folded is not None:
         receipt, queue, ack_alone = folded
-        out = fold(log, receipt, queue, ack_alone, visibility_ms, req)
+        out = fold(log, receipt, queue, ack_alone, visibility_ms, req, policy.max_deliveries)
         if out is not None:
             return out
     whole = log.reader(None)  # unfiltered: the dead-letter path copies any message
