@@ -43,10 +43,26 @@ def _ok(r: requests.Response, status: int = 200) -> dict:
 
 
 @pytest.fixture(scope="module")
+def stack(start_local_stack):
+    """This module's own local stack, not the session's (console35). The admin's console shows every
+    group and topic of the stack and refreshes every 5 s, each refresh ~4 requests a (group, topic)
+    (docs/costs.md, "The console page"); on the session's stack after test_queue_e2e.py (its 21
+    groups × 2 topics left behind) a refresh was ~240 requests, the first 19 s at load ~4.7 (6
+    requests, 0.8 s on a stack of its own), so this module's waits (30 s, 20 s) passed or failed with
+    the machine's load and with which test files ran before it in the process."""
+    st = start_local_stack(admin_key=os.environ.get("LAKEQ_E2E_ADMIN_KEY", "e2e-admin-key"))
+    yield st
+    code = st.stop()
+    assert code == 0, f"local stack exit code {code}\n{st.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
 def world(stack):
     """A topic (3 queues), a producer, a clustering group with one synced member holding a lock,
     a subscription with a delivered backlog, and a lake backlog report."""
     url, admin = stack.url, _h(stack.admin_key)
+    # the stack is this module's alone: no other test's clients (what the page shows is this world)
+    assert _ok(requests.get(f"{url}/v1/clients", headers=admin, timeout=T))["clients"] == []
     _ok(requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 3}, headers=admin, timeout=T), 201)
     feed = _ok(requests.post(f"{url}/v1/clients", json={"name": FEED, "role": "producer", "topics": [TOPIC]},
                              headers=admin, timeout=T), 201)["api_key"]
