@@ -18,17 +18,22 @@ Rates are not stored anywhere: the console derives produce and consume rates fro
 Broadcasting groups keep offsets per ``client_id``: they are listed with ``"mode": "broadcasting"``
 and no counts (``GET /v1/groups/{g}/offsets?client_id=`` has them per instance).
 
-Store calls (all reads; nothing here writes): the topics' Scan (admin) or GetItems, the clients'
-Scan (admin) or one GetItem, per topic one BatchGetItem of its queue items, per (group, topic) one
-consistent Query of its offset records, and per queue with a backlog one eventually consistent
-Query (limit 1) of the segment at the committed offset; per consumer one Query of the subscriptions'
-``by-subscriber`` index, and per subscription the same reads as a (group, topic) over its one-queue
-list. The work is bounded by the cap :data:`MAX_PAIRS` (200), whatever the caller sees: at most
-that many topics (the first by name) are read, and over them at most that many group rows
-((group, topic) pairs, broadcasting ones included) and subscription lists together; once the cap is
-reached nothing more is read (not even a consumer's subscriptions) and ``truncated`` is true (more
-rows may exist). Worst case: 200 topics' queue items and heads (≤ 64 queues each), 200 rows' offset
-records and oldest-message Queries, plus the two Scans (topics, clients).
+Store calls (all reads; nothing here writes), each kind batched over every row (console35; it read
+per row before: a Query per (group, topic), per queue of each topic and per queue with a backlog):
+the topics' Scan (admin) or GetItems, the clients' Scan (admin) or one GetItem; one BatchGetItem of
+every topic's and subscription list's queue items and their exact ends
+(:meth:`~lakeq.store.queue_log.LogRepo.queues_of`); consistent BatchGetItems of every clustering
+row's and list's offset records (:meth:`~lakeq.store.offsets.OffsetRepo.records_of`); one
+BatchGetItem of the segment at each backlog's start
+(:meth:`~lakeq.store.queue_log.LogRepo.first_segments`: a start inside a segment takes one or two
+Queries for that queue); the consumers' subscriptions in one Scan (one consumer: its Query of the
+``by-subscriber`` index). 100 keys a BatchGetItem: a few calls plus ceil(keys / 100) per kind. The
+work is bounded by the cap :data:`MAX_PAIRS` (200), whatever the caller sees: at most that many
+topics (the first by name) are read, and over them at most that many group rows ((group, topic)
+pairs, broadcasting ones included) and subscription lists together; once the cap is reached nothing
+more is read (not even the consumers' subscriptions, when the group rows reached it) and
+``truncated`` is true (more rows may exist). Worst case: 200 topics' queue items (≤ 64 queues
+each), 200 rows' offset records and start segments, plus the Scans.
 """
 from __future__ import annotations
 
