@@ -179,6 +179,8 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     off_origin: list[str] = []
     page.on("request", lambda r: off_origin.append(r.url) if not r.url.startswith(url) and
             not r.url.startswith("data:") else None)
+    asked: list[tuple[float, str]] = []  # (when, path?query) of each request the page sends
+    page.on("request", lambda r: asked.append((time.monotonic(), r.url[len(url):])))
 
     r = page.goto(url + "/console")
     assert r.status == 200
@@ -278,6 +280,14 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     sub_row = page.locator(f'#summary-table td[data-subscription="{world["sub"]["id"]}"][data-field="summary_sub_backlog"]')
     assert sub_row.inner_text().strip() == str(next(x for x in summ["subscriptions"] if x["subscription"] == world["sub"]["id"])["backlog"])
 
+
+    # the lake's reports are hourly: the page asks each (group, topic)'s report and ledger at most once
+    # a minute (console35: it asked them every refresh, two of ~4 requests a (group, topic) each 5 s)
+    assert sum(1 for _t, p in asked if p.startswith("/v1/summary")) >= 2  # refreshed more than once
+    for route in ("/v1/reports/backlog?", f"/v1/groups/{GROUP}/ledger?"):
+        times = [t for t, p in asked if p.startswith(route) and f"topic={TOPIC.replace('/', '%2F')}" in p
+                 and (route != "/v1/reports/backlog?" or f"group={GROUP}" in p)]
+        assert times and all(b - a >= 55 for a, b in zip(times, times[1:])), (route, times)
 
     # issue 34.4: the metrics function publishes; the chart then shows CloudWatch's per-minute backlog
     # (GET /v1/console/metrics, the same figures), no browser samples; the summary's rates and chart too
