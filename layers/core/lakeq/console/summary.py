@@ -25,8 +25,8 @@ every topic's and subscription list's queue items and their exact ends
 (:meth:`~lakeq.store.queue_log.LogRepo.queues_of`); consistent BatchGetItems of every clustering
 row's and list's offset records (:meth:`~lakeq.store.offsets.OffsetRepo.records_of`); one
 BatchGetItem of the segment at each backlog's start
-(:meth:`~lakeq.store.queue_log.LogRepo.first_segments`: a start inside a segment takes one or two
-Queries for that queue); the consumers' subscriptions in one Scan (one consumer: its Query of the
+(:meth:`~lakeq.store.queue_log.LogRepo.first_segments`: a start inside a segment takes one Query
+for that queue); the consumers' subscriptions in one Scan (one consumer: its Query of the
 ``by-subscriber`` index). 100 keys a BatchGetItem: a few calls plus ceil(keys / 100) per kind. The
 work is bounded by the cap :data:`MAX_PAIRS` (200), whatever the caller sees: at most that many
 topics (the first by name) are read, and over them at most that many group rows ((group, topic)

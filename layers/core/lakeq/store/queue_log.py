@@ -242,8 +242,8 @@ class LogRepo:
         (the one holding it; None when there is none to read), for many at once: one BatchGetItem of
         the segments starting exactly at ``start`` (100 keys a call, eventually consistent: a
         committed offset at a segment's boundary, the common case of a batch that took whole
-        segments); a ``start`` inside a segment (a batch that ended mid-segment) takes :meth:`read`'s
-        Queries."""
+        segments); a ``start`` inside a segment (a batch that ended mid-segment) one Query, newest
+        first, of the segment before it (:meth:`read`'s Queries when none holds it)."""
         wants = list(dict.fromkeys(wants))
         keys = list(dict.fromkeys((cls.pq(log, q), int(start)) for log, q, start in wants))
         at: dict[tuple[str, int], SegmentModel] = {}
@@ -253,7 +253,13 @@ class LogRepo:
         out: dict[tuple[str, int, int], seg.Segment | None] = {}
         for log, q, start in wants:
             item = at.get((cls.pq(log, q), int(start)))
-            out[(log, q, start)] = cls._segment(item) if item is not None else next(iter(cls.read(log, q, start, 1)), None)
+            if item is None:  # inside a segment: the one before it, newest first (read()'s second Query)
+                item = next(iter(SegmentModel.query(cls.pq(log, q), SegmentModel.base < int(start),
+                                                    scan_index_forward=False, limit=1)), None)
+                if item is None or int(item.end) <= int(start):  # none holds it (a gap): as read() answers
+                    out[(log, q, start)] = next(iter(cls.read(log, q, start, 1)), None)
+                    continue
+            out[(log, q, start)] = cls._segment(item)
         return out
 
     @staticmethod
