@@ -43,16 +43,11 @@ def load(name: str, path: Path):
 
 
 def app_of(http):
+    from bench.echo_app import echo_app
     from lakeq.admin.auth import Principal
 
     http.authenticate = lambda header: Principal(admin=False, client="risk")
-    router = http.Router()
-
-    @router.post("/things/<name>")
-    def thing(name: str):
-        return http.json_response({"name": name, "caller": router.caller.client, "body": http.body(router),
-                                   "query": http.query(router)})
-    return http.make_app(router)
+    return echo_app(http)
 
 
 def event(i: int) -> dict:

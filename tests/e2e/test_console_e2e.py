@@ -43,10 +43,26 @@ def _ok(r: requests.Response, status: int = 200) -> dict:
 
 
 @pytest.fixture(scope="module")
+def stack(start_local_stack):
+    """This module's own local stack, not the session's (console35). The admin's console shows every
+    group and topic of the stack and refreshes every 5 s, each refresh ~4 requests a (group, topic)
+    (docs/costs.md, "The console page"); on the session's stack after test_queue_e2e.py (its 21
+    groups × 2 topics left behind) a refresh was ~240 requests, the first 19 s at load ~4.7 (6
+    requests, 0.8 s on a stack of its own), so this module's waits (30 s, 20 s) passed or failed with
+    the machine's load and with which test files ran before it in the process."""
+    st = start_local_stack(admin_key=os.environ.get("LAKEQ_E2E_ADMIN_KEY", "e2e-admin-key"))
+    yield st
+    code = st.stop()
+    assert code == 0, f"local stack exit code {code}\n{st.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
 def world(stack):
     """A topic (3 queues), a producer, a clustering group with one synced member holding a lock,
     a subscription with a delivered backlog, and a lake backlog report."""
     url, admin = stack.url, _h(stack.admin_key)
+    # the stack is this module's alone: no other test's clients (what the page shows is this world)
+    assert _ok(requests.get(f"{url}/v1/clients", headers=admin, timeout=T))["clients"] == []
     _ok(requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 3}, headers=admin, timeout=T), 201)
     feed = _ok(requests.post(f"{url}/v1/clients", json={"name": FEED, "role": "producer", "topics": [TOPIC]},
                              headers=admin, timeout=T), 201)["api_key"]
@@ -163,6 +179,8 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     off_origin: list[str] = []
     page.on("request", lambda r: off_origin.append(r.url) if not r.url.startswith(url) and
             not r.url.startswith("data:") else None)
+    asked: list[tuple[float, str]] = []  # (when, path?query) of each request the page sends
+    page.on("request", lambda r: asked.append((time.monotonic(), r.url[len(url):])))
 
     r = page.goto(url + "/console")
     assert r.status == 200
@@ -262,6 +280,14 @@ def test_console_shows_what_the_api_returns(world, browser, stack):
     sub_row = page.locator(f'#summary-table td[data-subscription="{world["sub"]["id"]}"][data-field="summary_sub_backlog"]')
     assert sub_row.inner_text().strip() == str(next(x for x in summ["subscriptions"] if x["subscription"] == world["sub"]["id"])["backlog"])
 
+
+    # the lake's reports are hourly: the page asks each (group, topic)'s report and ledger at most once
+    # a minute (console35: it asked them every refresh, two of ~4 requests a (group, topic) each 5 s)
+    assert sum(1 for _t, p in asked if p.startswith("/v1/summary")) >= 2  # refreshed more than once
+    for route in ("/v1/reports/backlog?", f"/v1/groups/{GROUP}/ledger?"):
+        times = [t for t, p in asked if p.startswith(route) and f"topic={TOPIC.replace('/', '%2F')}" in p
+                 and (route != "/v1/reports/backlog?" or f"group={GROUP}" in p)]
+        assert times and all(b - a >= 55 for a, b in zip(times, times[1:])), (route, times)
 
     # issue 34.4: the metrics function publishes; the chart then shows CloudWatch's per-minute backlog
     # (GET /v1/console/metrics, the same figures), no browser samples; the summary's rates and chart too

@@ -288,3 +288,168 @@ def test_console_metrics_reads_the_emf_figures_back_from_cloudwatch_with_the_tem
               {"topic": "bad name", "group": "risk"}, [("topic", "quotes"), ("group", "risk"), ("topic", "quotes")]):
         s, e = api.call("GET", R, query=q)
         assert s == 400 and e["error"]["code"] == "bad_request", q
+
+
+def _ref_counts(log, vs, now):
+    from lakeq.console.summary import oldest_at
+
+    oldest = [o for o in (oldest_at(log, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
+              if o is not None]
+    first = min(oldest) if oldest else None
+    return {"consumed": sum(v.start for v in vs), "backlog": sum(v.backlog for v in vs),
+            "dead_lettered": sum(v.dead_lettered for v in vs), "oldest_unconsumed_at": first,
+            "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))}
+
+
+def _reference_summary(p):
+    """``GET /v1/summary`` as it read before the batched reads (console35): per topic its queue items
+    (and one newest-segment Query per queue), per (group, topic) its offset records' Query and per
+    queue with a backlog a segment Query, per consumer its subscriptions' Query. Kept here to show
+    the batched summary answers exactly as this one does."""
+    from lakeq.common.names import covers, log_of
+    from lakeq.console import summary as sm
+    from lakeq.consume import views_of
+    from lakeq.store.offsets import OffsetRepo
+    from lakeq.store.queue_log import LogRepo
+    from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
+
+    now = sm._clock.now()
+    visible, clients = sm._visible(p)
+    topics = visible[:sm.MAX_PAIRS]
+    truncated = len(visible) > len(topics)
+    metas = {t.name: LogRepo.queues(log_of(t), int(t.queues)) for t in topics}
+    topic_rows = [{"topic": t.name, "queues": int(t.queues),
+                   "produced": sum(int(m.max_offset) for m in metas[t.name]),
+                   "retained": sum(int(m.max_offset) - int(m.min_offset) for m in metas[t.name]),
+                   "delayed": sum(int(m.delayed or 0) for m in metas[t.name]),
+                   "last_produced_at": max((int(m.last_produced_at or 0) for m in metas[t.name]), default=0) or None}
+                  for t in topics]
+    group_rows, sub_rows, rows = [], [], 0
+    consumers = [c for c in clients if c.role == "consumer"]
+    for c in consumers:
+        for t in topics:
+            if not any(covers(g, t.name) for g in c.topics):
+                continue
+            if rows >= sm.MAX_PAIRS:
+                truncated = True
+                break
+            rows += 1
+            if c.mode == "broadcasting":
+                group_rows.append({"group": c.name, "topic": t.name, "mode": "broadcasting"})
+                continue
+            log = log_of(t)
+            vs = views_of(metas[t.name], OffsetRepo.records(OffsetRepo.owner(c.name, log)))
+            group_rows.append({"group": c.name, "topic": t.name, "mode": c.mode, **_ref_counts(log, vs, now),
+                               "locked_queues": sum(1 for v in vs if v.locked(now))})
+    for c in consumers:
+        if rows >= sm.MAX_PAIRS:
+            truncated = True
+            break
+        for sub in SubscriptionRepo.of_subscriber(c.name):
+            if rows >= sm.MAX_PAIRS:
+                truncated = True
+                break
+            rows += 1
+            lt = list_topic(sub.id)
+            vs = views_of(LogRepo.queues(lt, 1), OffsetRepo.records(list_owner(sub.id)))
+            sub_rows.append({"subscription": sub.id, "subscriber": c.name, "topic": sub.topic,
+                             **_ref_counts(lt, vs, now)})
+    counted = [g for g in group_rows if "backlog" in g] + sub_rows
+    oldest_all = [g["oldest_unconsumed_at"] for g in counted if g["oldest_unconsumed_at"] is not None]
+    first_all = min(oldest_all) if oldest_all else None
+    return {
+        "computed_at": now,
+        "totals": {"topics": len(topic_rows), "groups": len({g["group"] for g in group_rows}),
+                   "produced": sum(r["produced"] for r in topic_rows),
+                   "consumed": sum(g["consumed"] for g in counted if "group" in g),
+                   "backlog": sum(g["backlog"] for g in counted),
+                   "dead_lettered": sum(g["dead_lettered"] for g in counted),
+                   "oldest_unconsumed_at": first_all,
+                   "oldest_unconsumed_age_ms": None if first_all is None else max(0, now - int(first_all))},
+        "topics": topic_rows, "groups": group_rows, "subscriptions": sub_rows, "truncated": truncated}
+
+
+@pytest.mark.moto  # reads DynamoDB Streams (the subscriptions' fan-out)
+def test_summary_reads_in_batches_not_per_group_and_topic(api, setup, clock, aws, fanout_handler, fresh_matcher,
+                                                          monkeypatch):
+    """console35: the summary read per (group, topic) — its offset records' Query and a segment Query
+    per queue with a backlog —, per queue of every topic a newest-segment Query (the head's exact
+    end) and per consumer a subscriptions Query: a tenant with many groups and topics made one
+    console page cost hundreds of calls. Now its calls are a few Scans and BatchGetItems, ≤ 100 keys
+    each: bounded by a constant plus ceil(keys/100) per kind of key, whatever the number of groups
+    and topics; the answer is the same, byte for byte, as the per-row reads' (``_reference_summary``),
+    with heads the head mover has not moved yet (appends without ids), a committed offset inside a
+    segment, dead letters, a lock, a broadcasting group and subscription lists."""
+    import json
+    from collections import Counter
+    from math import ceil
+
+    from lakeq.admin.auth import Principal
+    from lakeq.api.http import dumps
+    from lakeq.store import queue_log
+    from tests.crash import CountCalls
+    from tests.handlers import Context, segment_records
+
+    admin = Principal(admin=True)
+    keys = {}
+
+    def add(n0, n1):
+        for i in range(n0, n1):
+            assert api.call("POST", "/v1/topics", {"name": f"quotes/t{i:02d}", "queues": 4})[0] == 201
+            s, c = api.call("POST", "/v1/clients", {"name": f"c{i:02d}", "role": "consumer", "topics": ["quotes"],
+                                                     **({"mode": "broadcasting"} if i == 1 else {})})
+            assert s == 201
+            keys[f"c{i:02d}"] = c["api_key"]
+            assert api.call("POST", "/v1/subscriptions", {"subscriber": f"c{i:02d}", "topic": "quotes"},
+                            key=c["api_key"])[0] == 201
+            for r in range(3):  # appends without ids: the queue items' max_offset hints lag (no head mover here)
+                clock.t += 1_000
+                msgs = [{"key": f"k{j}", "body": f"{i}-{r}-{j}"} for j in range(6)]
+                assert api.call("POST", f"/v1/topics/quotes%2Ft{i:02d}/messages", {"producer": "feed", "messages": msgs},
+                                key=setup["feed"])[0] == 200
+        clock.t += 1_000
+        assert api.call("POST", T, {"producer": "feed", "messages": [{"id": f"x{n0}-{j}", "key": f"k{j}", "body": "x"}
+                                                                    for j in range(8)]}, key=setup["feed"])[0] == 200
+        assert fanout_handler({"Records": segment_records(aws)}, Context()) == {"batchItemFailures": []}
+        # a group's batch that ends inside a segment (committed offset mid-segment), and a lock held
+        s, p = api.call("GET", f"/v1/topics/quotes%2Ft{n0:02d}/messages", query={"group": "c00", "max": "1"},
+                        key=keys["c00"])
+        assert s == 200 and len(p["messages"]) == 1
+        assert api.call("POST", "/v1/acks", {"group": "c00", "receipt": p["receipt"]}, key=keys["c00"])[0] == 200
+        assert api.call("GET", T, query={"group": "risk", "max": "2"}, key=setup["risk"])[0] == 200
+        clock.t += 1_000
+
+    def calls():
+        ev, handler = api.event("GET", "/v1/summary")
+        with CountCalls() as c:
+            out = handler(ev, Context())
+        assert out["statusCode"] == 200 and c.calls
+        b = json.loads(out["body"])
+        assert b["truncated"] is False
+        ref = dumps(_reference_summary(admin))
+        assert out["body"] == ref  # the same answer, byte for byte
+        return Counter(x.operation for x in c.calls), b
+
+    add(0, 4)
+    few, b = calls()
+    assert len(b["groups"]) >= 20 and len(b["subscriptions"]) == 4 and b["totals"]["backlog"] > 0
+    add(4, 12)
+    many, b = calls()
+    groups = [g for g in b["groups"] if "backlog" in g]
+    assert len(b["groups"]) >= 100 and len(b["subscriptions"]) == 12
+    # the keys each kind of batch reads: queue items (topics' and lists'), offset records, oldest segments
+    queue_keys = sum(t["queues"] for t in b["topics"]) + len(b["subscriptions"])
+    record_keys = sum(next(t["queues"] for t in b["topics"] if t["topic"] == g["topic"]) for g in groups) \
+        + len(b["subscriptions"])
+    bound = 3 + 2 * ceil(queue_keys / 100) + ceil(record_keys / 100) + ceil(record_keys / 100)
+    for seen in (few, many):
+        assert set(seen) <= {"Scan", "BatchGetItem", "Query"}, seen
+        assert seen["Scan"] <= 3, seen  # topics, clients, subscriptions: one page each here
+    # no read per group × topic: the Queries left are the fallbacks for a committed offset inside a
+    # segment (one Query each, newest first: c00's, one per add()), none per group, topic or queue
+    assert few["Query"] == 1 and many["Query"] == 2, (few, many)
+    assert sum(few.values()) <= 12 and sum(many.values()) <= bound + many["Query"], (few, many, bound)
+    # heads lagging more segments than the walk's rounds take the newest-segment Query: the same answer
+    monkeypatch.setattr(queue_log, "EXACT_WALK_ROUNDS", 1)
+    lagging, _ = calls()
+    assert lagging["Query"] > many["Query"], lagging

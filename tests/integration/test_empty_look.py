@@ -526,6 +526,48 @@ def test_a_delayed_produce_bumps_the_marker_within_its_containers_second(api, se
     assert after is not None and after.version == before.version + 1, (before, after)
 
 
+def test_a_delayed_produce_behind_an_earlier_due_leaves_the_marker_within_the_second(api, setup, clock):
+    """Only a delayed message that becomes its queue's earliest due forces the marker: one stored
+    behind an earlier ``next_due`` changes nothing a look keeps (it waits for that earlier due), so
+    a topic taking many delayed produces a second does not write its one marker item for each."""
+    from lakeq.store.queue_log import LogRepo
+
+    _produce(api, setup, 1)
+
+    def delayed(body, ms):
+        clock.t += 10
+        s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": body, "key": "k", "delay_ms": ms}]},
+                        key=setup["feed"])
+        assert s == 200 and b["results"][0]["offset"] is None, b
+        return LogRepo.change("quotes").version
+
+    v0 = LogRepo.change("quotes").version
+    assert delayed("d5000", 5_000) == v0 + 1  # the queue's first due: forced
+    assert delayed("d6000", 6_000) == v0 + 1  # behind it: no write
+    assert delayed("d6000b", 6_000) == v0 + 1
+    assert delayed("d2000", 2_000) == v0 + 2  # earlier than next_due: forced
+
+
+def test_delayed_messages_behind_an_earlier_due_are_served_in_due_order_after_a_young_look(api, setup, clock):
+    """The young look's pulls learn of the earliest due from the forced bump; the later ones (no
+    bump) are found when that due passes and its full round reads the queue's next ``next_due``."""
+    _young_look(api, setup, clock)
+    assert _pull(api, setup, max=3)["messages"] == []  # answered from the young look
+    for body, ms in (("a", 300), ("c", 900), ("b", 600)):
+        clock.t += 10
+        s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": body, "key": "k", "delay_ms": ms}]},
+                        key=setup["feed"])
+        assert s == 200, b
+    served = []
+    for _ in range(12):
+        clock.t += 100
+        b = _pull(api, setup, max=3)
+        served += [m["body"] for m in b["messages"]]
+        if b["messages"]:
+            _pull(api, setup, max=3, ack=b["receipt"])
+    assert served == ["a", "b", "c"], served
+
+
 def test_a_delayed_message_produced_inside_the_window_after_a_young_look_is_served_when_due(api, setup, clock):
     """The young look's pull learns of the delayed message from the marker its produce bumped (the
     chains show nothing: it is not appended before a pull or the sweep promotes it)."""

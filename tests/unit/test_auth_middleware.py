@@ -11,6 +11,7 @@ import pathlib
 import pytest
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
+from bench.echo_app import echo_app
 from lakeq.admin.auth import Principal
 from lakeq.api import http
 
@@ -116,13 +117,7 @@ def _echo_app(monkeypatch):
     """An app whose route answers what it read of its request: path argument, caller, body, query;
     ``authenticate`` stands in for the key lookup (the caller is the key's text)."""
     monkeypatch.setattr(http, "authenticate", lambda header: Principal(admin=False, client=header.split()[-1]))
-    router = http.Router()
-
-    @router.post("/things/<name>")
-    def thing(name: str):
-        return http.json_response({"name": name, "caller": router.caller.client, "body": http.body(router),
-                                   "query": http.query(router)})
-    return http.make_app(router)
+    return echo_app(http)
 
 
 def _echo_event(i: int) -> dict:

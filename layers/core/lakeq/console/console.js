@@ -251,11 +251,9 @@
       for (const t of g.topics) {
         try { g.offsets.push(await api("/v1/groups/" + enc(c.name) + "/offsets?topic=" + enc(t))); }
         catch (e) { g.offsets.push({topic: t, error: e.message}); }
-        try { g.reports[t] = await api("/v1/reports/backlog?group=" + enc(c.name) + "&topic=" + enc(t), true); }
-        catch (e) { g.reports[t] = {error: e.message}; }
+        g.reports[t] = await lakeOf("/v1/reports/backlog?group=" + enc(c.name) + "&topic=" + enc(t));
         // the delivery ledger (issue 32.4): its summary line, from the ledger job's newest run
-        try { g.ledgers[t] = await api("/v1/groups/" + enc(c.name) + "/ledger?topic=" + enc(t), true); }
-        catch (e) { g.ledgers[t] = {error: e.message}; }
+        g.ledgers[t] = await lakeOf("/v1/groups/" + enc(c.name) + "/ledger?topic=" + enc(t));
         g.metrics[t] = await metricsOf(t, c.name);
       }
     }
@@ -347,6 +345,19 @@
     try { m = await api("/v1/console/metrics" + q); } catch (_e) { m = null; }
     metricsCache.set(q, {at: Date.now(), m: m});
     return m;
+  }
+  // ---- the lake's reports (GET /v1/reports/backlog, GET /v1/groups/{g}/ledger) ---------------------
+  // Computed by hourly jobs: asked at most once a minute per (group, topic), as the charts are (console35:
+  // asked every refresh, they were two of the ~4 requests a (group, topic) each 5 s); null: none yet (404)
+  const LAKE_EVERY_MS = 60000;
+  const lakeCache = new Map();
+  async function lakeOf(path) {
+    const hit = lakeCache.get(path);
+    if (hit && Date.now() - hit.at < LAKE_EVERY_MS) return hit.v;
+    let v;
+    try { v = await api(path, true); } catch (e) { v = {error: e.message}; }
+    lakeCache.set(path, {at: Date.now(), v: v});
+    return v;
   }
   const hasPoints = (m, ...names) => !!m && names.some((n) => (m.series[n] || []).length > 0);
 
@@ -667,6 +678,7 @@
   function start() {
     stop();
     metricsCache.clear();
+    lakeCache.clear();
     refresh();
     timer = setInterval(refresh, PERIOD_MS);
   }

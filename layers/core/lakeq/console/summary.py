@@ -18,17 +18,22 @@ Rates are not stored anywhere: the console derives produce and consume rates fro
 Broadcasting groups keep offsets per ``client_id``: they are listed with ``"mode": "broadcasting"``
 and no counts (``GET /v1/groups/{g}/offsets?client_id=`` has them per instance).
 
-Store calls (all reads; nothing here writes): the topics' Scan (admin) or GetItems, the clients'
-Scan (admin) or one GetItem, per topic one BatchGetItem of its queue items, per (group, topic) one
-consistent Query of its offset records, and per queue with a backlog one eventually consistent
-Query (limit 1) of the segment at the committed offset; per consumer one Query of the subscriptions'
-``by-subscriber`` index, and per subscription the same reads as a (group, topic) over its one-queue
-list. The work is bounded by the cap :data:`MAX_PAIRS` (200), whatever the caller sees: at most
-that many topics (the first by name) are read, and over them at most that many group rows
-((group, topic) pairs, broadcasting ones included) and subscription lists together; once the cap is
-reached nothing more is read (not even a consumer's subscriptions) and ``truncated`` is true (more
-rows may exist). Worst case: 200 topics' queue items and heads (≤ 64 queues each), 200 rows' offset
-records and oldest-message Queries, plus the two Scans (topics, clients).
+Store calls (all reads; nothing here writes), each kind batched over every row (console35; it read
+per row before: a Query per (group, topic), per queue of each topic and per queue with a backlog):
+the topics' Scan (admin) or GetItems, the clients' Scan (admin) or one GetItem; one BatchGetItem of
+every topic's and subscription list's queue items and their exact ends
+(:meth:`~lakeq.store.queue_log.LogRepo.queues_of`); consistent BatchGetItems of every clustering
+row's and list's offset records (:meth:`~lakeq.store.offsets.OffsetRepo.records_of`); one
+BatchGetItem of the segment at each backlog's start
+(:meth:`~lakeq.store.queue_log.LogRepo.first_segments`: a start inside a segment takes one Query
+for that queue); the consumers' subscriptions in one Scan (one consumer: its Query of the
+``by-subscriber`` index). 100 keys a BatchGetItem: a few calls plus ceil(keys / 100) per kind. The
+work is bounded by the cap :data:`MAX_PAIRS` (200), whatever the caller sees: at most that many
+topics (the first by name) are read, and over them at most that many group rows ((group, topic)
+pairs, broadcasting ones included) and subscription lists together; once the cap is reached nothing
+more is read (not even the consumers' subscriptions, when the group rows reached it) and
+``truncated`` is true (more rows may exist). Worst case: 200 topics' queue items (≤ 64 queues
+each), 200 rows' offset records and start segments, plus the Scans.
 """
 from __future__ import annotations
 
@@ -62,23 +67,59 @@ def oldest_at(log: str, queue: int, start: int, max_offset: int) -> int | None:
     not 900 s of backlog). One Query of the segment holding ``start``. None when there is none to read."""
     if start >= max_offset:
         return None
-    for s in LogRepo.read(log, queue, start, 1):
-        for _off, msg in seg.read(s, start, 1, None):
-            if msg is not None:
-                return msg.get("visible_at") or msg.get("produced_at")
+    return oldest_in(next(iter(LogRepo.read(log, queue, start, 1)), None), start)
+
+
+def oldest_in(s: seg.Segment | None, start: int) -> int | None:
+    """:func:`oldest_at` from the segment already read (``s``: the first :meth:`LogRepo.read` yields
+    for ``start``, None when there is none)."""
+    if s is None:
         return None
+    for _off, msg in seg.read(s, start, 1, None):
+        if msg is not None:
+            return msg.get("visible_at") or msg.get("produced_at")
     return None
 
 
-def _counts(log: str, vs: list, now: int) -> dict:
-    """One consumer's figures over the queue views ``vs`` of ``log``: what it settled, its backlog,
-    its dead letters and its oldest unsettled message (one segment Query per queue with a backlog)."""
-    oldest = [o for o in (oldest_at(log, v.queue, v.start, v.max_offset) for v in vs if v.backlog > 0)
-              if o is not None]
+def _counts(vs: list, oldest: list, now: int) -> dict:
+    """One consumer's figures over its queue views ``vs``: what it settled, its backlog, its dead
+    letters and its oldest unsettled message (``oldest``: each queue's with a backlog, None left out)."""
     first = min(oldest) if oldest else None
     return {"consumed": sum(v.start for v in vs), "backlog": sum(v.backlog for v in vs),
             "dead_lettered": sum(v.dead_lettered for v in vs), "oldest_unconsumed_at": first,
             "oldest_unconsumed_age_ms": None if first is None else max(0, now - int(first))}
+
+
+def _rows(topics: list[Topic], consumers: list[Client], truncated: bool) -> tuple[list, list, bool]:
+    """The rows the cap lets in, before any read of them: the (consumer, topic) pairs, then the
+    (consumer, subscription) pairs (the subscriptions read only when the cap leaves room, in one
+    Scan for many consumers, one Query for one), and whether the cap cut any."""
+    pairs: list[tuple[Client, Topic]] = []
+    for c in consumers:
+        for t in topics:
+            if not any(covers(g, t.name) for g in c.topics):
+                continue
+            if len(pairs) >= MAX_PAIRS:
+                truncated = True
+                break
+            pairs.append((c, t))
+    subs: list[tuple[Client, object]] = []
+    if consumers and len(pairs) >= MAX_PAIRS:  # no consumer is asked for its subscriptions
+        return pairs, subs, True
+    if len(consumers) == 1:
+        by = {consumers[0].name: SubscriptionRepo.of_subscriber(consumers[0].name)}
+    else:
+        by = SubscriptionRepo.of_subscribers([c.name for c in consumers]) if consumers else {}
+    for c in consumers:
+        if len(pairs) + len(subs) >= MAX_PAIRS:
+            truncated = True
+            break
+        for sub in by[c.name]:
+            if len(pairs) + len(subs) >= MAX_PAIRS:
+                truncated = True
+                break
+            subs.append((c, sub))
+    return pairs, subs, truncated
 
 
 def summary(p: Principal) -> dict:
@@ -87,64 +128,54 @@ def summary(p: Principal) -> dict:
     # the store work is bounded by the cap: the first MAX_PAIRS topics (by name) are read, and over
     # them at most MAX_PAIRS group rows and subscription lists; nothing past the cap is read
     topics = visible[:MAX_PAIRS]
-    truncated = len(visible) > len(topics)
-    metas: dict[str, list] = {}
+    consumers = [c for c in clients if c.role == "consumer"]
+    pairs, subs, truncated = _rows(topics, consumers, len(visible) > len(topics))
+    # the reads, each kind batched over every row (console35): the queue items of every topic and
+    # list; the offset records of every clustering row; the segment at each backlog's start
+    metas = LogRepo.queues_of({**{log_of(t): int(t.queues) for t in topics},
+                               **{list_topic(sub.id): 1 for _c, sub in subs}})
+    counted = [(OffsetRepo.owner(c.name, log_of(t)), log_of(t)) for c, t in pairs if c.mode != "broadcasting"] \
+        + [(list_owner(sub.id), list_topic(sub.id)) for _c, sub in subs]
+    records = OffsetRepo.records_of({owner: [int(m.queue) for m in metas[log]] for owner, log in counted})
+    views = {owner: views_of(metas[log], records[owner]) for owner, log in counted}
+    starts = [(log, v.queue, v.start) for owner, log in counted for v in views[owner]
+              if v.backlog > 0 and v.start < v.max_offset]
+    segments = LogRepo.first_segments(starts)
 
-    def queues_of(t: Topic) -> list:
-        if t.name not in metas:
-            metas[t.name] = LogRepo.queues(log_of(t), int(t.queues))
-        return metas[t.name]
+    def figures(owner: str, log: str) -> dict:
+        vs = views[owner]
+        oldest = [o for o in (oldest_in(segments[(log, v.queue, v.start)], v.start)
+                              for v in vs if v.backlog > 0 and v.start < v.max_offset) if o is not None]
+        return _counts(vs, oldest, now)
 
     topic_rows = []
     for t in topics:
-        qs = queues_of(t)
+        qs = metas[log_of(t)]
         topic_rows.append({"topic": t.name, "queues": int(t.queues),
                            "produced": sum(int(m.max_offset) for m in qs),
                            "retained": sum(int(m.max_offset) - int(m.min_offset) for m in qs),
                            "delayed": sum(int(m.delayed or 0) for m in qs),
                            "last_produced_at": max((int(m.last_produced_at or 0) for m in qs), default=0) or None})
     group_rows: list[dict] = []
-    rows = 0
-    consumers = [c for c in clients if c.role == "consumer"]
-    for c in consumers:
-        for t in topics:
-            if not any(covers(g, t.name) for g in c.topics):
-                continue
-            if rows >= MAX_PAIRS:
-                truncated = True
-                break
-            rows += 1
-            if c.mode == "broadcasting":
-                group_rows.append({"group": c.name, "topic": t.name, "mode": "broadcasting"})
-                continue
-            log = log_of(t)
-            vs = views_of(queues_of(t), OffsetRepo.records(OffsetRepo.owner(c.name, log)))
-            group_rows.append({"group": c.name, "topic": t.name, "mode": c.mode, **_counts(log, vs, now),
-                               "locked_queues": sum(1 for v in vs if v.locked(now))})
-    sub_rows: list[dict] = []
-    for c in consumers:
-        if rows >= MAX_PAIRS:  # the consumers left are not asked for their subscriptions
-            truncated = True
-            break
-        for sub in SubscriptionRepo.of_subscriber(c.name):
-            if rows >= MAX_PAIRS:
-                truncated = True
-                break
-            rows += 1
-            lt = list_topic(sub.id)
-            vs = views_of(LogRepo.queues(lt, 1), OffsetRepo.records(list_owner(sub.id)))
-            sub_rows.append({"subscription": sub.id, "subscriber": c.name, "topic": sub.topic,
-                             **_counts(lt, vs, now)})
-    counted = [g for g in group_rows if "backlog" in g] + sub_rows
-    oldest_all = [g["oldest_unconsumed_at"] for g in counted if g["oldest_unconsumed_at"] is not None]
+    for c, t in pairs:
+        if c.mode == "broadcasting":
+            group_rows.append({"group": c.name, "topic": t.name, "mode": "broadcasting"})
+            continue
+        owner = OffsetRepo.owner(c.name, log_of(t))
+        group_rows.append({"group": c.name, "topic": t.name, "mode": c.mode, **figures(owner, log_of(t)),
+                           "locked_queues": sum(1 for v in views[owner] if v.locked(now))})
+    sub_rows = [{"subscription": sub.id, "subscriber": c.name, "topic": sub.topic,
+                 **figures(list_owner(sub.id), list_topic(sub.id))} for c, sub in subs]
+    counted_rows = [g for g in group_rows if "backlog" in g] + sub_rows
+    oldest_all = [g["oldest_unconsumed_at"] for g in counted_rows if g["oldest_unconsumed_at"] is not None]
     first_all = min(oldest_all) if oldest_all else None
     return {
         "computed_at": now,
         "totals": {"topics": len(topic_rows), "groups": len({g["group"] for g in group_rows}),
                    "produced": sum(r["produced"] for r in topic_rows),
-                   "consumed": sum(g["consumed"] for g in counted if "group" in g),
-                   "backlog": sum(g["backlog"] for g in counted),
-                   "dead_lettered": sum(g["dead_lettered"] for g in counted),
+                   "consumed": sum(g["consumed"] for g in counted_rows if "group" in g),
+                   "backlog": sum(g["backlog"] for g in counted_rows),
+                   "dead_lettered": sum(g["dead_lettered"] for g in counted_rows),
                    "oldest_unconsumed_at": first_all,
                    "oldest_unconsumed_age_ms": None if first_all is None else max(0, now - int(first_all))},
         "topics": topic_rows, "groups": group_rows, "subscriptions": sub_rows, "truncated": truncated}

@@ -436,7 +436,8 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     lock whose head the look did not know (locked then, or a hint a probe would check now) sends the
     pull to the full round, as does any queue with something to serve, a delayed message due, or
     the container's safety-net probe due (any look: a request that failed between its appends and
-    its bump shows in no marker). Locks, acks and nacks on
+    its bump shows in no marker) — but the queue this pull's own ``ack=`` just left drained at its lock's
+    ``bnd`` (:attr:`Log.drained`) is probed there instead (:func:`_probed_empty`). Locks, acks and nacks on
     any route show in the records; a member's queues are part of the key. A young look (kept inside
     the marker's unsignalled window) answers only after probing the lockable queues' chains too
     (:func:`_probed_empty`)."""
@@ -503,11 +504,19 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     a queue item created since), sends the pull to the full round. Appends need no marker then. (A
     lagging queue whose head the look does not know — locked by another consumer at its round —
     went to the full round already, as from a grown-up look: its hint in the look is old, so a probe
-    there mostly finds the rest of the queue, and the full round would read it again.) The
+    there mostly finds the rest of the queue, and the full round would read it again; except the
+    queue this pull's fold just acknowledged and found drained at its lock's ``bnd``, a segment's
+    end (``unknown``: probed with the others, and its head noted in the look; a grown look probes
+    those alone, consistently, its other heads standing on the unchanged marker — cost33f.) The
     marker is for what the chains do not show: a delayed message's ``next_due`` on a queue item —
-    every delayed produce bumps it, even within its container's second (``force``,
-    :meth:`LogRepo.bump_change`), so an unchanged marker means none since the look's round read the
-    queue items (its ``wake`` still stands). Promotions by the sweep append (the probes see them).
+    every delayed produce that moves a ``next_due`` earlier (or sets it) bumps it, even within its
+    container's second (``force``, :meth:`LogRepo.bump_change`), so an unchanged marker means no
+    earlier due since the look's round read the queue items (its ``wake`` still stands). Promotions
+    by the sweep append (the probes see them). With at most :data:`PROBES_WITH_MARKER` queues to
+    probe, the marker and the probes are one BatchGetItem
+    (:meth:`LogRepo.change_and_segments_at`): the two reads unordered, which the argument does not
+    need (the probes see every append at a boundary whenever read; the marker says no earlier due
+    since the look).
 
     Once the version's window is over (by its ``at`` and by this container's first read of it), the
     look is kept grown up at ``now``: its heads those just probed, the others unknown (a full round

@@ -52,16 +52,26 @@ def known_results(topic: str, ids: list[str]) -> dict[str, dict]:
     return {mid: result(mid, q, off, due) for mid, (q, off, due) in LogRepo.dedup_entries(topic, ids).items()}
 
 
-def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now: int) -> None:
+def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now: int) -> bool:
     """Store queue ``q``'s delayed messages, part by part (:func:`lakeq.log.delay_plan.plan_delayed`),
-    filling ``results``. An id another request recorded meanwhile is answered with its result."""
+    filling ``results``. An id another request recorded meanwhile is answered with its result.
+    True when a part moved the queue's ``next_due`` earlier (or set it): only then must the topic's
+    change marker move at once (:func:`lakeq.store.append.bump_change` with ``force``) — a part stored
+    behind an earlier ``next_due`` (its transaction conditioned on it) changes nothing a look keeps:
+    the look already waits for that earlier due, which the request that set it signalled, and a due
+    that passes sends the pull to a full round that reads the new one."""
+    lowered = False
     for part in plan_delayed(topic, q, items):
-        _add(topic, q, part, results, now)
+        lowered = _add(topic, q, part, results, now) or lowered
+    return lowered
 
 
-def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> None:
+def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> bool:
+    """One part in one transaction (:meth:`DelayedRepo.add`); True when it set ``next_due``."""
+    lowered = False
+
     def attempt(n: int):
-        nonlocal part
+        nonlocal part, lowered
         meta = LogRepo.queue(topic, q, consistent=n > 0)
         if meta is None:
             raise NotFound(f"queue {q} of topic '{topic}' does not exist")
@@ -87,8 +97,10 @@ def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> No
             return backoff.RETRY if part else None
         for d in part:
             results[d.index] = result(d.message.id, q, None, d.deliver_at)
+        lowered = lower
         return None
     backoff.cas(attempt, on_exhausted=_contended)
+    return lowered
 
 
 def _contended():

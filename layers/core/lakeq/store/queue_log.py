@@ -33,6 +33,7 @@ DEDUP_TTL_S = 24 * 3600
 # flight only well within the ids' life (an hour kept for clocks apart)
 RESUME_WINDOW_MS = (DEDUP_TTL_S - 3600) * 1000
 BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem limit
+EXACT_WALK_ROUNDS = 4  # LogRepo.exact_ends: segments a lagging hint is followed by BatchGetItem before a Query
 # the store's write limits and item-size bounds live with the (pure) produce planner
 
 
@@ -181,6 +182,84 @@ class LogRepo:
         if exact:
             for m in out:
                 cls._exact(m, consistent)
+        return out
+
+    @classmethod
+    def queues_of(cls, wants: dict[str, int]) -> dict[str, list[Queue]]:
+        """:meth:`queues` (eventually consistent, exact) of many logs at once, ``wants``: log -> its
+        number of queues: one BatchGetItem of every queue item (100 keys a call), then their exact
+        ends by :meth:`exact_ends` (no Query a queue): what a reader of many topics and lists at once
+        reads (the operator's summary, ``GET /v1/summary``), ceil(queues / 100) calls and the
+        walk's few."""
+        keys, log_of_pq = [], {}
+        for log, n in wants.items():
+            for q in range(int(n)):
+                k = queue_key(log, q)
+                keys.append({"pq": k})
+                log_of_pq[k] = log
+        out: dict[str, list[Queue]] = {log: [] for log in wants}
+        ms = [queue_from_item(item) for item in _batch_get(QueueModel, keys)]
+        cls.exact_ends(ms)
+        for m in ms:
+            out[log_of_pq[m.pq]].append(m)
+        for v in out.values():
+            v.sort(key=lambda m: int(m.queue))
+        return out
+
+    @classmethod
+    def exact_ends(cls, ms: list[Queue]) -> None:
+        """What :meth:`queues`' ``exact`` does to each item (its ``max_offset`` and
+        ``last_produced_at`` from the newest segment when the hint lags), for many queues in a few
+        BatchGetItems instead of one Query a queue: the hint is a segment's end (the head mover and
+        the append's transaction move it to one), so the segment starting at it, when there is one,
+        is the next; each round asks, for every queue still lagging, for the segment at its new end
+        (eventually consistent, 0.5 RRU a key that is absent: the common case, a hint that is
+        current). After :data:`EXACT_WALK_ROUNDS` rounds the queues still lagging (a head mover more
+        than that many segments behind) take :meth:`_exact`'s Query."""
+        walking = {m.pq: m for m in ms}
+        hints = {m.pq: (m.max_offset, m.last_produced_at) for m in ms}
+        last: dict[str, SegmentModel] = {}
+        for _ in range(EXACT_WALK_ROUNDS):
+            if not walking:
+                break
+            found = cls.segments_at({k: int(m.max_offset) for k, m in walking.items()})
+            for k, item in found.items():
+                walking[k].max_offset = int(item.end)
+                last[k] = item
+            walking = {k: walking[k] for k in found}
+        for k, m in walking.items():  # still lagging: the newest segment by its Query, as queues() reads it
+            m.max_offset, m.last_produced_at = hints[k]
+            last.pop(k, None)
+            cls._exact(m, False)
+        for m in ms:
+            item = last.get(m.pq)
+            if item is not None:
+                m.last_produced_at = max(int(m.last_produced_at or 0), int(item.produced_at or 0))
+
+    @classmethod
+    def first_segments(cls, wants: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], seg.Segment | None]:
+        """For each ``(log, queue, start)``: the first segment :meth:`read` yields for ``start``
+        (the one holding it; None when there is none to read), for many at once: one BatchGetItem of
+        the segments starting exactly at ``start`` (100 keys a call, eventually consistent: a
+        committed offset at a segment's boundary, the common case of a batch that took whole
+        segments); a ``start`` inside a segment (a batch that ended mid-segment) one Query, newest
+        first, of the segment before it (:meth:`read`'s Queries when none holds it)."""
+        wants = list(dict.fromkeys(wants))
+        keys = list(dict.fromkeys((cls.pq(log, q), int(start)) for log, q, start in wants))
+        at: dict[tuple[str, int], SegmentModel] = {}
+        for item in _batch_get(SegmentModel, [{"pq": k, "base": b} for k, b in keys]):
+            m = SegmentModel.from_raw_data(item)
+            at[(m.pq, int(m.base))] = m
+        out: dict[tuple[str, int, int], seg.Segment | None] = {}
+        for log, q, start in wants:
+            item = at.get((cls.pq(log, q), int(start)))
+            if item is None:  # inside a segment: the one before it, newest first (read()'s second Query)
+                item = next(iter(SegmentModel.query(cls.pq(log, q), SegmentModel.base < int(start),
+                                                    scan_index_forward=False, limit=1)), None)
+                if item is None or int(item.end) <= int(start):  # none holds it (a gap): as read() answers
+                    out[(log, q, start)] = next(iter(cls.read(log, q, start, 1)), None)
+                    continue
+            out[(log, q, start)] = cls._segment(item)
         return out
 
     @staticmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pynamodb.attributes import BooleanAttribute, ListAttribute, MapAttribute, NumberAttribute, UnicodeAttribute
@@ -418,6 +419,20 @@ class SubscriptionRepo:
     def of_subscriber(subscriber: str) -> list[Subscription]:
         """Through the ``by-subscriber`` GSI (eventually consistent), oldest first."""
         return [record_of(Subscription, m) for m in SubscriptionModel.by_subscriber.query(subscriber)]
+
+    @staticmethod
+    def of_subscribers(subscribers: Iterable[str]) -> dict[str, list[Subscription]]:
+        """:meth:`of_subscriber` of many subscribers at once (eventually consistent, each list oldest
+        first as the index orders it): one paginated Scan of the table instead of a Query a
+        subscriber (the operator's summary over every consumer, ``GET /v1/summary``)."""
+        out: dict[str, list[Subscription]] = {s: [] for s in subscribers}
+        for s in SubscriptionModel.scan():
+            # the index holds only items with a created_at (a sparse index): the same here
+            if s.id != VERSION_ID and s.subscriber in out and s.created_at is not None:
+                out[s.subscriber].append(record_of(Subscription, s))
+        for v in out.values():
+            v.sort(key=lambda s: int(s.created_at))  # stable: the Scan's order among equal times
+        return out
 
     @staticmethod
     def changes() -> Changes:
