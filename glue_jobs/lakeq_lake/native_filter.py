@@ -264,10 +264,15 @@ def with_levels(df: DataFrame, props: str, levels: list[dict], name: str = "lake
     # each field's rest of the text after its last key (_rest) in a projection of its own, read by
     # the token's branches: written into them, it was searched for up to five times a row (Spark
     # keeps the two projections apart when the second reads a column of the first more than once)
-    rests = {f: f"__{name}_r{i}" for i, f in enumerate(regexes) if f[0] not in ":,}"}
+    # a field that only `exists` levels name needs no token, only whether its key is in the text
+    # (for a field not starting with `:`, `,` or `}`, exactly when _token is not "": a stand-in)
+    present = {f for f in regexes if f[0] not in ":,}"
+               and all("exists" in lv for lv in levels if lv["field"] == f)}
+    rests = {f: f"__{name}_r{i}" for i, f in enumerate(regexes) if f[0] not in ":,}" and f not in present}
     cols = df.columns
     df = df.select("*", *[_rest(text, f).alias(r) for f, r in rests.items()])
-    df = df.select(*cols, *[_token(text, f, rx, F.col(rests[f]) if f in rests else None).alias(names[f])
+    df = df.select(*cols, *[(F.when(text.contains('"' + f + '":'), F.lit("?")).otherwise(F.lit("")) if f in present
+                             else _token(text, f, rx, F.col(rests[f]) if f in rests else None)).alias(names[f])
                             for f, rx in regexes.items()], *extra)
     df = df.observe(name, F.count(F.lit(1)).alias("rows"))
     keep = F.lit(True)
