@@ -359,8 +359,8 @@ def plain(props: Column) -> Column:
 # The version of :func:`plain`'s definition (:data:`PLAIN`, :data:`MAX_PLAIN`, :data:`MAX_PAIRS`, the
 # escapes): raise it with any change to them. The compaction stores each body row's answer as the
 # column ``plain`` (:func:`stored_plain`: ``+PLAIN_VERSION`` plain, ``-PLAIN_VERSION`` not), computed
-# once per message instead of by every replay (the regex was ~27 CPU-s of a 10M `unselective`
-# selection, docs/benchmarks.md); a job reads it back with :func:`plain_of`, which trusts only its
+# once per message instead of by every replay (the regex was ~9-10 CPU-s of every 10M-row selection
+# with levels, docs/benchmarks.md "The plain test read back"); a job reads it back with :func:`plain_of`, which trusts only its
 # own version's answers and evaluates the regex on every other row (null: a raw row, or a file
 # compacted before the column; another version: a file compacted by a job of another deploy).
 PLAIN_VERSION = 1
