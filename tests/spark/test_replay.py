@@ -762,3 +762,41 @@ def test_the_order_keys_sort_is_the_manifests_order_whatever_the_values(spark):
     by_packed = [tuple(r) for r in df.sortWithinPartitions(*R.sort_order(), "i").collect()]
     assert by_packed == by_keys
     assert len({(q, i, o) for q, i, o, _ in rows}) > 300  # the edges' mixes, not a handful
+
+
+def test_an_exists_only_field_is_decided_by_its_key_alone_as_the_matcher_decides(spark, tmp_path):
+    """A field only ``exists`` levels name gets no token in :func:`native_filter.with_levels`, only
+    "is ``"f":`` in the text" (07a6f29). A tenant writes that spelling inside a string value
+    (Jackson escapes its quotes: ``\\"kind\\":1``), as a prefix or a suffix of another key, after a
+    value ending in a backslash or a comma, or holds the key with a null: on every plain text the
+    stand-in decides as the matcher, with ``plain`` computed and read back stored."""
+    from pyspark.sql import functions as F
+
+    from lakeq_lake import native_filter as NF
+
+    cases = [{"a": '"kind":1'}, {"a": '{"kind":1}'}, {"a": 'x\\"kind":1'}, {"a": "x\\", "kind": 1},
+             {"kind2": 1}, {"xkind": 1}, {",kind": 1}, {"kin": 1}, {"a": "kind"}, {"a": "kind:"},
+             {"kind": None}, {"kind": ""}, {"a": ',"kind":', "b": 1}, {"a": "x,", "kind": {"y": 1}},
+             {"a": '\\"kind\\":1'}, {}, None, {"kind": 'a"b'}, {"kind:": 1}, {"a": "\\", "kind2": '"kind":'}]
+    rows = [{"topic": "t", "queue": 0, "offset": i, "id": f"m{i}", "key": None, "size": 0, "tags": [],
+             "properties": p, "produced_at": T0 + i, "seq": str(i), "body": ""} for i, p in enumerate(cases)]
+    _write(tmp_path, rows, ARN)
+    msgs = R.read_slice(spark, Lake(str(tmp_path)), "messages", T0, T0 + H)
+    filters = [Filter.of({"conditions": c}) for c in (
+        [{"field": "kind", "exists": True}], [{"field": "kind", "exists": False}],
+        [{"field": "kind", "exists": True}, {"field": "a", "exists": False}],
+        [{"field": "kind:", "exists": True}], [{"field": "kin", "exists": False}])]
+    df = msgs.withColumn("sp", NF.stored_plain(F.col("properties")))
+    for i, f in enumerate(filters):
+        for s, stored in enumerate(({}, {"stored": "sp"})):
+            df, keep, tokens = NF.with_levels(df, "properties", f.levels, name=f"ex{i}_{s}", plain_as=f"p{i}_{s}",
+                                              **stored)
+            df = df.withColumn(f"w{i}_{s}", keep).drop(*tokens)
+    got = {r["offset"]: r.asDict() for r in df.collect()}
+    for i, f in enumerate(filters):
+        want = {r["offset"] for r in matching(f, rows)}
+        for s in (0, 1):
+            plain = {o for o, r in got.items() if r[f"p{i}_{s}"]}
+            assert plain >= set(range(len(cases))) - {13}  # all but the nested value are plain
+            have = {o for o in plain if got[o][f"w{i}_{s}"]}
+            assert have == want & plain, (f.to_json(), s, sorted(have ^ (want & plain)))
