@@ -800,3 +800,54 @@ def test_an_exists_only_field_is_decided_by_its_key_alone_as_the_matcher_decides
             assert plain >= set(range(len(cases))) - {13}  # all but the nested value are plain
             have = {o for o in plain if got[o][f"w{i}_{s}"]}
             assert have == want & plain, (f.to_json(), s, sorted(have ^ (want & plain)))
+
+
+def test_native_levels_equal_the_matcher_on_keys_and_values_spelled_from_json_punctuation(spark, tmp_path):
+    """A hostile tenant's keys and string values drawn from JSON's own punctuation (``"``, ``\\``,
+    ``:``, ``,``, ``{``, ``}``) and two letters, so that one key's spelling is a prefix, a suffix or
+    a piece of another key or of a value (escaped or not): :func:`native_filter.with_levels`
+    (``exists`` levels by the key alone, the others by the token; ``plain`` computed and stored)
+    decides every plain row as the matcher does."""
+    from pyspark.sql import functions as F
+
+    from lakeq_lake import native_filter as NF
+
+    rng = random.Random(3307)
+    alphabet = ['k', 'i', '"', '\\', ':', ',', '{', '}']
+
+    def word(n: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, n)))
+
+    fields = sorted({word(3) for _ in range(60)})
+    rows = []
+    for i in range(700):
+        props = {}
+        for _ in range(rng.randint(0, 4)):
+            props[rng.choice(fields)] = rng.choice([word(6), word(2), 1, "1", True, None,
+                                                    '"' + rng.choice(fields) + '":1', rng.choice(fields)])
+        rows.append({"topic": "t", "queue": 0, "offset": i, "id": f"m{i}", "key": None, "size": 0, "tags": [],
+                     "properties": props, "produced_at": T0 + i, "seq": str(i), "body": ""})
+    _write(tmp_path, rows, ARN)
+    msgs = R.read_slice(spark, Lake(str(tmp_path)), "messages", T0, T0 + H)
+    filters = []
+    for _ in range(40):
+        levels = []
+        for _ in range(rng.randint(1, 3)):
+            f = rng.choice(fields)
+            levels.append(rng.choice([{"field": f, "exists": True}, {"field": f, "exists": False},
+                                      {"field": f, "values": [rng.choice([1, "1", True, word(2)])]},
+                                      {"field": f, "prefix": word(1)}]))
+        filters.append(Filter.of({"conditions": levels}))
+    df = msgs.withColumn("sp", NF.stored_plain(F.col("properties")))
+    for i, f in enumerate(filters):
+        stored = {"stored": "sp"} if i % 2 else {}
+        df, keep, tokens = NF.with_levels(df, "properties", f.levels, name=f"pu{i}", plain_as=f"p{i}", **stored)
+        df = df.withColumn(f"w{i}", keep).drop(*tokens)
+    got = {r["offset"]: r.asDict() for r in df.collect()}
+    assert len({o for o, r in got.items() if r["p0"]}) > 300  # most rows are plain
+    for i, f in enumerate(filters):
+        plain = [r for r in rows if got[r["offset"]][f"p{i}"]]
+        want = {r["offset"] for r in matching(f, plain)}
+        have = {r["offset"] for r in plain if got[r["offset"]][f"w{i}"]}
+        wrong = sorted(want ^ have)[:3]
+        assert have == want, (f.to_json(), [rows[o]["properties"] for o in wrong])
