@@ -19,6 +19,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from lakeq.common import backoff
+from lakeq.common.errors import Unavailable
 from lakeq.common.memo import keep
 from lakeq.common.names import change_key
 from lakeq.log import segments as seg
@@ -64,16 +65,46 @@ def _batch_get(model, keys: list[dict], consistent: bool = False,
     out: list[dict] = []
     for i in range(0, len(keys), BATCH_GET_KEYS):
         page: list[dict] = [_wire_key(k) for k in keys[i:i + BATCH_GET_KEYS]]
-        attempt = 0
-        while page:
+
+        def attempt(_n: int):
+            nonlocal page
             data = conn.batch_get_item(page, consistent_read=consistent, attributes_to_get=attributes)
             out.extend(data.get("Responses", {}).get(table, []))
-            left = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
-            page = left  # already typed (``{"S": …}`` / ``{"N": "…"}``): pynamodb passes those as they are
-            if page:
-                attempt += 1
-                backoff.sleep(attempt, base=0.01, cap=1.0)
+            # already typed (``{"S": …}`` / ``{"N": "…"}``): pynamodb passes those as they are
+            page = data.get("UnprocessedKeys", {}).get(table, {}).get("Keys") or []
+            return backoff.RETRY if page else None
+        _unprocessed_rounds(attempt)
     return out
+
+
+def _unprocessed_rounds(attempt) -> None:
+    """The rounds of one BatchGetItem: ``attempt(n)`` sends what is left and answers
+    :data:`~lakeq.common.backoff.RETRY` while UnprocessedKeys came back (a throttled table, or an
+    answer past 16 MB). The one retry loop (:func:`lakeq.common.backoff.cas`), with longer waits
+    than a compare-and-set's (10 ms doubling to 1 s: throttling eases in seconds, not ms); a table
+    that still holds keys back after :data:`~lakeq.common.backoff.CAS_ATTEMPTS` rounds answers 503
+    ``busy`` (:class:`Unavailable`) instead of looping until the function's timeout."""
+    backoff.cas(attempt, on_exhausted=_reads_throttled, base=0.01, cap=1.0)
+
+
+def _reads_throttled():
+    raise Unavailable("the store kept holding reads back (throttled); retry")
+
+
+def _batch_get_tables(client, req: dict) -> dict[str, list]:
+    """Every item BatchGetItem request ``req`` (``RequestItems``: table -> keys) names, by table,
+    UnprocessedKeys asked again (:func:`_unprocessed_rounds`)."""
+    got: dict[str, list] = {t: [] for t in req}
+
+    def attempt(_n: int):
+        nonlocal req
+        data = client.batch_get_item(RequestItems=req)
+        for table, items in (data.get("Responses") or {}).items():
+            got.setdefault(table, []).extend(items)
+        req = data.get("UnprocessedKeys") or {}
+        return backoff.RETRY if req else None
+    _unprocessed_rounds(attempt)
+    return got
 
 
 # The container's copies of an owner's locks (OffsetRepo.held): owner -> (monotonic read time, {queue: lock_until})
@@ -335,16 +366,7 @@ class LogRepo:
         ck = change_key(log)
         req = {qt: {"Keys": [{"pq": {"S": ck}}], "ConsistentRead": True},
                tt: {"Keys": [{"name": {"S": name}}], "ConsistentRead": True}}
-        got: dict[str, list] = {qt: [], tt: []}
-        attempt = 0
-        while req:
-            data = conn.client.batch_get_item(RequestItems=req)
-            for table, items in (data.get("Responses") or {}).items():
-                got.setdefault(table, []).extend(items)
-            req = data.get("UnprocessedKeys") or {}
-            if req:
-                attempt += 1
-                backoff.sleep(attempt, base=0.01, cap=1.0)
+        got = _batch_get_tables(conn.client, req)
         topic = None
         if got[tt]:
             t = record_of(Topic, TopicModel.from_raw_data(got[tt][0]))
@@ -527,16 +549,8 @@ class LogRepo:
         if starts:
             req[st] = {"Keys": [{"pq": {"S": k}, "base": {"N": str(int(v))}} for k, v in starts.items()],
                        "ConsistentRead": consistent}
-        got: dict[str, list] = {qt: [], st: []}
-        attempt = 0
-        while req:
-            data = conn.client.batch_get_item(RequestItems=req)
-            for table, items in (data.get("Responses") or {}).items():
-                got.setdefault(table, []).extend(items)
-            req = data.get("UnprocessedKeys") or {}
-            if req:
-                attempt += 1
-                backoff.sleep(attempt, base=0.01, cap=1.0)
+        got = _batch_get_tables(conn.client, req)
+        got.setdefault(st, [])
         segs = {}
         for item in got[st]:
             m = SegmentModel.from_raw_data(item)
