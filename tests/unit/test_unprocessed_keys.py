@@ -70,3 +70,30 @@ def test_the_model_batch_get_is_bounded_too(monkeypatch, no_waits):
     with pytest.raises(Unavailable):
         queue_log._batch_get(Model, [{"pq": "a", "base": 1}])
     assert len(calls) == backoff.CAS_ATTEMPTS
+
+
+def test_no_store_code_asks_pynamodbs_unbounded_batch_get():
+    """pynamodb's ``Model.batch_get`` asks UnprocessedKeys again at once and without bound: every
+    BatchGetItem goes through queue_log's loop (``batch_get_models``, ``_batch_get``)."""
+    import re
+    from pathlib import Path
+
+    root = Path(queue_log.__file__).parents[1]
+    found = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\.batch_get\(", line) and "``" not in line]
+    assert found == [], found
+
+
+def test_batch_get_models_asks_each_key_once_and_builds_the_models(monkeypatch):
+    from lakeq.store.models import DedupModel
+
+    asked = []
+
+    def fake(model, keys, consistent=False, attributes=None):
+        asked.append((model, keys, consistent, attributes))
+        return [{"topic": {"S": "t"}, "id": {"S": "a"}, "queue": {"N": "2"}, "offset": {"N": "7"}}]
+    monkeypatch.setattr(queue_log, "_batch_get", fake)
+    got = queue_log.batch_get_models(DedupModel, [("t", "a"), ("t", "b"), ("t", "a")], consistent=True)
+    assert asked == [(DedupModel, [{"topic": "t", "id": "a"}, {"topic": "t", "id": "b"}], True, None)]
+    assert [(m.topic, m.id, int(m.queue), int(m.offset)) for m in got] == [("t", "a", 2, 7)]

@@ -63,6 +63,7 @@ from lakeq.common.errors import ApiError, LakeqError, NotFound, Unavailable, cou
 from lakeq.rebalance import codec
 from lakeq.rebalance import state as g
 from lakeq.store.models import GroupMemberModel, GroupModel, TopicModel
+from lakeq.store.queue_log import batch_get_models
 from lakeq.store.writes import CONDITION_FAILED, TransactionFailed, conditional_failed, transact
 
 log = logging.getLogger("lakeq.store.groups")
@@ -97,7 +98,7 @@ def queue_counts(topics: Iterable[str]) -> dict[str, int]:
     names = sorted(set(topics))
     out: dict[str, int] = {}
     for i in range(0, len(names), 100):
-        for t in TopicModel.batch_get(names[i:i + 100], consistent_read=True):
+        for t in batch_get_models(TopicModel, names[i:i + 100], consistent=True):
             if t.deleted_at is None:  # (a tombstone: the topic was deleted)
                 out[t.name] = int(t.queues)
     return out

@@ -19,6 +19,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from lakeq.store import slots
 from lakeq.store.models import ClientModel, WatcherModel
+from lakeq.store.queue_log import batch_get_models
 from lakeq.store.records import Client, record_of
 from lakeq.store.subscriptions import VERSION_ID, SubscriptionModel, transact_uncounting, uncount
 from lakeq.store.writes import conditional_failed, transact_if_first
@@ -196,7 +197,7 @@ class PushRepo:
         ids = [i for i in dict.fromkeys(sub_ids) if i != VERSION_ID]
         if not ids:
             return {}
-        return {s.id: s.subscriber for s in M.batch_get(ids, attributes_to_get=["id", "subscriber"])}
+        return {s.id: s.subscriber for s in batch_get_models(M, ids, attributes=["id", "subscriber"])}
 
     @classmethod
     def active_ids(cls) -> list[str]:

@@ -77,6 +77,17 @@ def _batch_get(model, keys: list[dict], consistent: bool = False,
     return out
 
 
+def batch_get_models(model, keys, consistent: bool = False, attributes: list[str] | None = None) -> list:
+    """``model.batch_get(keys)`` (hash keys, or ``(hash, range)`` pairs; duplicates asked once),
+    through :func:`_batch_get`: pynamodb's own asks UnprocessedKeys again at once and without bound
+    (a throttled table: a tight loop until the function's timeout); here with the one backoff and
+    503 after the one bound. The models that exist, in no particular order."""
+    h = model._hash_key_attribute().attr_name
+    r = model._range_key_attribute()
+    plain = [{h: k[0], r.attr_name: k[1]} if r is not None else {h: k} for k in dict.fromkeys(keys)]
+    return [model.from_raw_data(item) for item in _batch_get(model, plain, consistent, attributes)]
+
+
 def _unprocessed_rounds(attempt) -> None:
     """The rounds of one BatchGetItem: ``attempt(n)`` sends what is left and answers
     :data:`~lakeq.common.backoff.RETRY` while UnprocessedKeys came back (a throttled table, or an
@@ -571,7 +582,7 @@ class LogRepo:
         out: dict[str, tuple[int, int]] = {}
         if not ids:
             return out
-        for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
+        for item in batch_get_models(DedupModel, [(topic, i) for i in ids]):
             if item.offset is not None:  # a delayed message's id has no offset yet (dedup_entries)
                 out[item.id] = (int(item.queue), int(item.offset))
         return out
@@ -583,7 +594,7 @@ class LogRepo:
         out: dict[str, tuple[int, int | None, int | None]] = {}
         if not ids:
             return out
-        for item in DedupModel.batch_get([(topic, i) for i in dict.fromkeys(ids)]):
+        for item in batch_get_models(DedupModel, [(topic, i) for i in ids]):
             out[item.id] = (int(item.queue), None if item.offset is None else int(item.offset),
                             None if item.deliver_at is None else int(item.deliver_at))
         return out

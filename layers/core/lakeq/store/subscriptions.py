@@ -20,7 +20,7 @@ from lakeq.common import backoff
 from lakeq.common.errors import BadRequest, LakeqError
 from lakeq.common.names import covers, list_log
 from lakeq.store.models import ClientModel, DedupModel, OffsetModel, QueueModel, SegmentModel, _meta
-from lakeq.store.queue_log import LogRepo
+from lakeq.store.queue_log import LogRepo, batch_get_models
 from lakeq.store.records import model_of, record_of
 from lakeq.store.writes import TransactionFailed, transact, transact_if_first
 
@@ -445,7 +445,7 @@ class SubscriptionRepo:
         keys = [i for i in dict.fromkeys(ids) if i != VERSION_ID]
         if not keys:
             return []
-        return [record_of(Subscription, s) for s in SubscriptionModel.batch_get(keys, consistent_read=True)]
+        return [record_of(Subscription, s) for s in batch_get_models(SubscriptionModel, keys, consistent=True)]
 
     @staticmethod
     def all(consistent: bool = True, attributes: list[str] | None = None) -> list[Subscription]:
