@@ -422,7 +422,8 @@ def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(
 # --- young looks: an empty round inside the marker's unsignalled window (issue 33 item 2, cost33e) ---
 PROBED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", False)]
 LOOKED = [("Query", "offsets", True), ("GetItem", "queues", True)]
-CONFIRMED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", True)]
+CONFIRMED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", True),
+             ("BatchGetItem", "queues", True)]  # a young look grows up: its probe and its next_dues consistent
 
 
 def _young_look(api, setup, clock):
@@ -681,4 +682,47 @@ def test_a_delayed_produce_retried_after_its_bump_failed_moves_the_marker_within
     for step in (100, 2_000):  # due, then past the window (the look grown up)
         clock.t += step
         served += [m["body"] for m in _pull(api, setup, max=3, visibility_timeout_ms=60_000)["messages"]]
+    assert served == ["late"], served
+
+
+def test_a_delayed_due_its_rounds_replica_did_not_show_is_served_once_the_young_look_grows_up(
+        api, setup, clock, monkeypatch):
+    """review_g: a full round reads the queue items and the change marker in one eventually
+    consistent BatchGetItem — two items, each from any replica. A delayed produce moves its queue's
+    ``next_due`` earlier, then bumps (forced); a round just after it can read the marker with that
+    bump and the queue item from a replica without the produce (no ``next_due``). Kept as a young look
+    (wake None, the marker's version current), every later pull — the young look's probes (the
+    chains show no delayed message) and the look grown up from them — trusted the unchanged marker
+    and answered empty past the due until the 60-s safety net; and since a delayed produce behind
+    that due forces no bump (9049cf3), the next delayed produces do not heal it either. The look
+    grows up only on a strongly consistent read of its queue items' ``next_due`` too: the pull past
+    the window serves it."""
+    from lakeq.common.names import change_key, log_of
+    from lakeq.store.catalog import TopicRepo
+    from lakeq.store.queue_log import LogRepo
+
+    _young_look(api, setup, clock)  # this container bumped at t0; a young look at t0 + 100
+    log = log_of(TopicRepo.get("quotes"))
+    real = LogRepo._items_and_change
+    stale = [i for i in real(log, 4, None) if i["pq"]["S"] != change_key(log)]  # before the produce
+    clock.t += 100
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "late", "key": "k", "delay_ms": 50}]},
+                    key=setup["feed"])
+    assert s == 200 and b["results"][0]["offset"] is None, b  # next_due set, the marker bumped (forced)
+
+    def behind(topic, n, only):  # the marker as it is, the queue items as before the produce
+        fresh = real(topic, n, only)
+        return [i for i in fresh if i["pq"]["S"] == change_key(topic)] + [
+            i for i in stale if only is None or int(i["queue"]["N"]) in set(only)]
+    clock.t += 10
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "_items_and_change", staticmethod(behind))
+        assert _pull(api, setup, max=3)["messages"] == []  # the marker moved: a full round, on the stale items
+    served = []
+    for step in (100, 2_000, 1_000):  # due (inside the window), past the window (grows up), then again
+        clock.t += step
+        b = _pull(api, setup, max=3)
+        served += [m["body"] for m in b["messages"]]
+        if b["messages"]:
+            break
     assert served == ["late"], served

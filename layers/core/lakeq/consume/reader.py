@@ -515,13 +515,23 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
         # and answer empty until the replica has it
         log.probe_consistently = grown
         return False, recs
-    log.last_views, log._recs, log._wake = views, recs, look.wake
+    wake = look.wake
+    if grown:
+        # the queue items' next_due, read strongly consistently after the marker: the round's
+        # eventually consistent BatchGetItem may have read the marker with a delayed produce's bump
+        # and its queue item from a replica without it (review_g: the look then waited for no due,
+        # and the grown-up look answered empty past it until the safety net)
+        dues = [d for d in LogRepo.next_dues(log.name, [m.queue for m in metas]).values() if d is not None]
+        wake = min([w for w in (wake, *dues) if w is not None], default=None)
+        if wake is not None and now >= wake:
+            return False, recs
+    log.last_views, log._recs, log._wake = views, recs, wake
     if grown:
         probed = {v.queue: v.max_offset for v in views if LogRepo.pq(log.name, v.queue) in starts}
         rows = array("q", look.rows)
         for i in range(0, len(rows), 4):
             rows[i + 3] = probed.get(rows[i], -1)
-        LogRepo.note_look(_look_key(log, allowed), replace(look, at=now, rows=rows, young=False))
+        LogRepo.note_look(_look_key(log, allowed), replace(look, at=now, rows=rows, young=False, wake=wake))
     return True, recs
 
 
