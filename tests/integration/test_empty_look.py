@@ -726,3 +726,40 @@ def test_a_delayed_due_its_rounds_replica_did_not_show_is_served_once_the_young_
         if b["messages"]:
             break
     assert served == ["late"], served
+
+
+def test_a_delayed_retry_answered_by_its_write_losing_to_the_first_attempts_ids_forces_its_bump(
+        api, setup, clock, monkeypatch):
+    """review_g: review_d's race with a delayed message — the retry (after a client timeout, the
+    first attempt still running) read the dedup table before the first attempt's transaction landed,
+    then lost its own to the ids recorded meanwhile and answered their results (still delayed); the
+    first attempt's forced bump failed (503 to a client that no longer waits). The retry stored
+    nothing, so it moved no ``next_due`` and (since 9049cf3) did not force its bump: within its
+    container's second it wrote nothing, and the young look's pulls answered empty past the due (until
+    the look grew up). An answer from delayed ids recorded meanwhile forces, as one from the read."""
+    from lakeq.produce import service as produce_service
+    from lakeq.store.queue_log import LogRepo
+
+    _young_look(api, setup, clock)  # this container bumped at t0; a young look at t0 + 100
+    msg = {"producer": "feed", "messages": [{"body": "late", "key": "k", "id": "raced-d", "delay_ms": 50}]}
+
+    def lost(*_a, **_k):
+        raise RuntimeError("throttled")
+    clock.t += 100
+    with monkeypatch.context() as m:  # the first attempt: stored (next_due set), its bump lost
+        m.setattr(LogRepo, "bump_change", staticmethod(lost))
+        s, out = api.call("POST", T, msg, key=setup["feed"])
+    assert (s, out["error"]["code"]) == (503, "busy"), out
+    real = produce_service._delayed.known_results
+    reads = []
+
+    def before_the_first_landed(log, ids):
+        reads.append(ids)
+        return {} if len(reads) == 1 else real(log, ids)
+    with monkeypatch.context() as m:  # the retry: its first read ran before the first attempt's write
+        m.setattr(produce_service._delayed, "known_results", before_the_first_landed)
+        s, out = api.call("POST", T, msg, key=setup["feed"])
+    assert s == 200 and out["results"][0]["offset"] is None, out
+    assert len(reads) == 2, reads  # answered from the ids its write found recorded
+    clock.t += 100  # due, inside the window: the marker is the young look's only news of it
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["late"]

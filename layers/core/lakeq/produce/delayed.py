@@ -55,7 +55,8 @@ def known_results(topic: str, ids: list[str]) -> dict[str, dict]:
 def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now: int) -> bool:
     """Store queue ``q``'s delayed messages, part by part (:func:`lakeq.log.delay_plan.plan_delayed`),
     filling ``results``. An id another request recorded meanwhile is answered with its result.
-    True when a part moved the queue's ``next_due`` earlier (or set it): only then must the topic's
+    True when a part moved the queue's ``next_due`` earlier (or set it), or answered ids another
+    request recorded meanwhile that are still delayed (:func:`_add`): only then must the topic's
     change marker move at once (:func:`lakeq.store.append.bump_change` with ``force``) — a part stored
     behind an earlier ``next_due`` (its transaction conditioned on it) changes nothing a look keeps:
     the look already waits for that earlier due, which the request that set it signalled, and a due
@@ -67,7 +68,10 @@ def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now
 
 
 def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> bool:
-    """One part in one transaction (:meth:`DelayedRepo.add`); True when it set ``next_due``."""
+    """One part in one transaction (:meth:`DelayedRepo.add`); True when it set ``next_due``, or
+    answered an id another request recorded meanwhile that is still delayed: that request (a first
+    attempt still running when its retry read the dedup table) may yet fail at its forced bump, after
+    this one answered 200 (review_g; review_d's race, with a delayed message)."""
     lowered = False
 
     def attempt(n: int):
@@ -91,13 +95,14 @@ def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> bo
                 for d in part:
                     if d.cid and d.message.id in found:
                         results[d.index] = found[d.message.id]
+                        lowered = lowered or found[d.message.id].get("offset") is None
                     else:
                         keep.append(d)
                 part = keep
             return backoff.RETRY if part else None
         for d in part:
             results[d.index] = result(d.message.id, q, None, d.deliver_at)
-        lowered = lower
+        lowered = lowered or lower
         return None
     backoff.cas(attempt, on_exhausted=_contended)
     return lowered
