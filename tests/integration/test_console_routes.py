@@ -453,3 +453,66 @@ def test_summary_reads_in_batches_not_per_group_and_topic(api, setup, clock, aws
     monkeypatch.setattr(queue_log, "EXACT_WALK_ROUNDS", 1)
     lagging, _ = calls()
     assert lagging["Query"] > many["Query"], lagging
+
+
+class _SubscriptionItemsRead:
+    """Interceptor hook: the items Scans and Queries of the subscriptions table return."""
+
+    def __init__(self):
+        self.items = 0
+
+    def before(self, call):
+        pass
+
+    def after(self, call, response):
+        if call.operation in ("Scan", "Query") and str(call.params.get("TableName", "")).endswith("-subscriptions"):
+            self.items += len(response.get("Items") or [])
+        return response
+
+
+def test_the_summarys_subscription_reads_do_not_grow_with_the_table(api, setup, clock, monkeypatch):
+    """review_g: the batched summary (console35) read every consumer's subscriptions in one Scan of
+    the table — every tenant's subscriptions, each summary (the console asks every 5 s), however few
+    rows the cap lets in: 10k subscriptions of ~122 B (the smallest: no conditions, no push) are 149
+    RRU a summary, a million (10k consumers x 100) 15k RRU in 117 sequential 1-MB pages (by
+    DynamoDB's pricing of that size, not measured), where the
+    per-consumer Queries it replaced stop at the cap. The Scan reads at most the cap's rows plus one
+    consumer's 100 and one item; a table holding more is read a Query a consumer until the cap, as
+    before: the items read are the same with 320 and 640 subscriptions, and the answer is the per-row
+    reads' (``_reference_summary``), byte for byte."""
+    import uuid
+
+    from infra.local import interceptor
+    from lakeq.admin.auth import Principal
+    from lakeq.api.http import dumps
+    from lakeq.console import summary as sm
+    from lakeq.store.subscriptions import SubscriptionModel
+
+    monkeypatch.setattr(sm, "MAX_PAIRS", 20)
+    admin = Principal(admin=True)
+    made = 0
+
+    def consumers(n0, n1, subs_each=80):
+        nonlocal made
+        for i in range(n0, n1):
+            assert api.call("POST", "/v1/clients", {"name": f"c{i:02d}", "role": "consumer",
+                                                     "topics": ["quotes/sh"]})[0] == 201
+            for _ in range(subs_each):  # written as the subscriptions service writes their items
+                made += 1
+                SubscriptionModel(uuid.uuid4().hex, subscriber=f"c{i:02d}", topic="quotes/sh", conditions="[]",
+                                  created_at=1_000_000 + made, counted=True).save()
+
+    def read():
+        hook = _SubscriptionItemsRead()
+        with interceptor.hooked(hook):
+            out = sm.summary(admin)
+        assert dumps(out) == dumps(_reference_summary(admin))
+        assert out["truncated"] is True and len(out["subscriptions"]) == 20 - len(out["groups"]) > 0, out["groups"]
+        return hook.items
+
+    consumers(0, 4)
+    few = read()
+    consumers(4, 8)
+    many = read()
+    assert many == few, (few, many)
+    assert many <= 2 * (sm.MAX_PAIRS + 100) + 1, many
