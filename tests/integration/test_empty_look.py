@@ -763,3 +763,39 @@ def test_a_delayed_retry_answered_by_its_write_losing_to_the_first_attempts_ids_
     assert len(reads) == 2, reads  # answered from the ids its write found recorded
     clock.t += 100  # due, inside the window: the marker is the young look's only news of it
     assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["late"]
+
+
+def test_a_delayed_produce_that_fails_after_moving_a_due_earlier_signals_it(api, setup, clock, monkeypatch):
+    """review_g: a request whose delayed messages go to two queues stores the first queue's (its
+    ``next_due`` moved earlier) and answers 503 when the second's keeps losing its transaction
+    (contended): the service's forced bump comes after every queue, so none was made — a grown-up
+    look answered empty past the stored message's due until the 60-s safety net (and a retry without
+    ids, its messages behind that due, forces nothing since 9049cf3). An append that fails after some
+    writes signals them (``bump_change_hint``); the delayed path now does too, forced when a part
+    moved a ``next_due`` earlier."""
+    from lakeq.log.produce_plan import queue_for_key
+    from lakeq.produce import delayed as delayed_mod
+
+    _produce(api, setup, 1)
+    b = _pull(api, setup, max=1)
+    clock.t += 2_000
+    assert _pull(api, setup, max=1, ack=b["receipt"])["messages"] == []  # the look
+    assert _pull(api, setup, max=1)["messages"] == []  # its heads confirmed: grown up
+    first, second = sorted({queue_for_key("k", 4), queue_for_key("other", 4)})
+    key_of = {queue_for_key("k", 4): "k", queue_for_key("other", 4): "other"}
+    assert first != second
+    real = delayed_mod._add
+
+    def contended_second(topic, q, part, results, now):
+        if q == second:
+            delayed_mod._contended()
+        return real(topic, q, part, results, now)
+    clock.t += 100
+    with monkeypatch.context() as m:
+        m.setattr(delayed_mod, "_add", contended_second)
+        s, out = api.call("POST", T, {"producer": "feed", "messages": [
+            {"body": "stored", "key": key_of[first], "delay_ms": 50},
+            {"body": "lost", "key": key_of[second], "delay_ms": 50}]}, key=setup["feed"])
+    assert (s, out["error"]["code"]) == (503, "busy"), out
+    clock.t += 100  # due
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["stored"]
