@@ -482,9 +482,12 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     went to the full round already, as from a grown-up look: its hint in the look is old, so a probe
     there mostly finds the rest of the queue, and the full round would read it again.) The
     marker is for what the chains do not show: a delayed message's ``next_due`` on a queue item —
-    every delayed produce bumps it, even within its container's second (``force``,
-    :meth:`LogRepo.bump_change`), so an unchanged marker means none since the look's round read the
-    queue items (its ``wake`` still stands). Promotions by the sweep append (the probes see them).
+    every delayed produce that moves one earlier bumps it, even within its container's second
+    (``force``, :meth:`LogRepo.bump_change`), so an unchanged marker means none since the look's round
+    read the queue items (its ``wake`` still stands). Promotions by the sweep append (the probes see
+    them). The round read the queue items and the marker eventually consistently, two items from any
+    replicas: the pull that grows the look up reads the items' ``next_due`` strongly consistently too
+    (review_g), so a bump read without its ``next_due`` costs at most the window.
 
     Once the version's window is over (by its ``at`` and by this container's first read of it), the
     look is kept grown up at ``now``: its heads those just probed, the others unknown (a full round
