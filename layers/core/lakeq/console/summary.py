@@ -22,8 +22,10 @@ Store calls (all reads; nothing here writes), each kind batched over every row (
 per row before: a Query per (group, topic), per queue of each topic and per queue with a backlog):
 the topics' Scan (admin) or GetItems, the clients' Scan (admin) or one GetItem; one BatchGetItem of
 every topic's and subscription list's queue items and their exact ends
-(:meth:`~lakeq.store.queue_log.LogRepo.queues_of`); consistent BatchGetItems of every clustering
-row's and list's offset records (:meth:`~lakeq.store.offsets.OffsetRepo.records_of`); one
+(:meth:`~lakeq.store.queue_log.LogRepo.queues_of`); every clustering row's offset records by its
+consistent Query and every list's by consistent BatchGetItems
+(:meth:`~lakeq.store.offsets.OffsetRepo.records_of`: a BatchGetItem bills each key, an absent record
+too, so a row's keys cost 4-52x its Query's RRU, review_g); one
 BatchGetItem of the segment at each backlog's start
 (:meth:`~lakeq.store.queue_log.LogRepo.first_segments`: a start inside a segment takes one Query
 for that queue); the consumers' subscriptions in one Scan (one consumer: its Query of the
