@@ -491,7 +491,9 @@ def test_the_summarys_subscription_reads_do_not_grow_with_the_table(api, setup, 
     from lakeq.api.http import dumps
     from lakeq.console import summary as sm
     from lakeq.store.subscriptions import SubscriptionModel
+    from lakeq.subscriptions.service import MAX_SUBSCRIPTIONS_PER_CLIENT
 
+    assert sm.SUBSCRIPTIONS_PER_CLIENT == MAX_SUBSCRIPTIONS_PER_CLIENT  # the summary's copy of the limit
     monkeypatch.setattr(sm, "MAX_PAIRS", 20)
     admin = Principal(admin=True)
     made = 0
