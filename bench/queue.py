@@ -575,8 +575,8 @@ def main() -> None:
                          "one more pull with ack= (the loop before 2026-12-07)")
     ap.add_argument("--ab", type=int, default=0, metavar="N",
                     help="side by side in this one process: each step of the plan N times, lakeq's run without "
-                         "young empty looks (old: lakeq.consume.reader.YOUNG_LOOKS off, the code before 2026-12-07 "
-                         "cost33e) then with them (new), alternating; one SQS run per pair")
+                         "the leaner empty pulls (old: lakeq.consume.reader.LEAN_EMPTIES off, the code before "
+                         "2026-12-08 cost33f) then with them (new), alternating; one SQS run per pair")
     args = ap.parse_args()
     global FINAL_ACK
     FINAL_ACK = args.final_ack
@@ -612,7 +612,7 @@ def main() -> None:
         for batch, total, variant, k in steps:
             print(f"# running batch {batch} ({total} messages) {variant}{k}...", file=sys.stderr, flush=True)
             if variant:
-                _reader.YOUNG_LOOKS = variant == "new"
+                _reader.LEAN_EMPTIES = variant == "new"
             t_prod, (pc, pw, pr), t_cons, (cc, cw, cr) = lakeq_run(base, meter, batch, total, threads, queues,
                                                                    f"{batch}{variant}{k}")
             details.append((batch, total, *lakeq_run.detail))  # type: ignore[attr-defined]
@@ -626,7 +626,7 @@ def main() -> None:
             rows.append((batch, n, t_prod, pc, pw, pr, t_cons, cc, cw, cr, s_send, s_recv))
             labels.append(f"{batch}{' ' + variant + k if variant else ''}")
     finally:
-        _reader.YOUNG_LOOKS = True
+        _reader.LEAN_EMPTIES = True
         if HEADS is not None:
             HEADS.stop(timeout=5)
         server.shutdown()

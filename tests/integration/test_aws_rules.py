@@ -457,6 +457,43 @@ def test_the_segment_probe_sends_numbers_as_strings_and_asks_unprocessed_keys_ag
     assert asked[1] == [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]
 
 
+def test_the_marker_and_the_probes_in_one_call_send_numbers_as_strings_and_ask_unprocessed_keys_again(
+        aws, monkeypatch):
+    """``LogRepo.change_and_segments_at`` (cost33f: a young look's marker and probes in one BatchGetItem
+    over two tables, each with its own consistency): its keys pass the wire-type rule, and the keys
+    DynamoDB leaves unprocessed are asked again as returned, with their table's consistency."""
+    from lakeq.common.names import change_key
+    from lakeq.store.models import QueueModel
+    from lakeq.store.queue_log import LogRepo
+    ddb = aws["dynamodb"]
+    queues = QueueModel.Meta.table_name
+    ddb.put_item(TableName=queues, Item={"pq": {"S": change_key("t")}, "wv": {"N": "3"}, "wat": {"N": "1000"}})
+    for q in range(2):
+        ddb.put_item(TableName=SEGMENTS, Item={"pq": {"S": f"t#{q}"}, "base": {"N": "7"}, "end": {"N": str(9 + q)}})
+    client = QueueModel._get_connection().connection.client
+    real = client.batch_get_item
+    asked = []
+
+    def once_unprocessed(**kw):
+        asked.append(kw["RequestItems"])
+        out = real(**kw)
+        if len(asked) == 1:  # the first call: the marker and one segment key left unprocessed
+            out["Responses"][queues] = []
+            out["Responses"][SEGMENTS] = [r for r in out["Responses"][SEGMENTS] if r["pq"]["S"] != "t#1"]
+            out["UnprocessedKeys"] = {queues: {"Keys": [{"pq": {"S": change_key("t")}}], "ConsistentRead": True},
+                                      SEGMENTS: {"Keys": [{"pq": {"S": "t#1"}, "base": {"N": "7"}}],
+                                                 "ConsistentRead": False}}
+        return out
+
+    monkeypatch.setattr(client, "batch_get_item", once_unprocessed)
+    change, segs = LogRepo.change_and_segments_at("t", {"t#0": 7, "t#1": 7, "t#2": 7})
+    assert (change.version, change.at) == (3, 1000)
+    assert {pq: int(m.end) for pq, m in segs.items()} == {"t#0": 9, "t#1": 10}  # t#2 has none at 7
+    assert asked[0][queues]["ConsistentRead"] is True and asked[0][SEGMENTS]["ConsistentRead"] is False
+    assert asked[0][SEGMENTS]["Keys"][0] == {"pq": {"S": "t#0"}, "base": {"N": "7"}}
+    assert asked[1][SEGMENTS]["Keys"] == [{"pq": {"S": "t#1"}, "base": {"N": "7"}}]
+
+
 # ------------------------------------------------------------------ Lambda and API Gateway limits
 
 BIG = textwrap.dedent('''

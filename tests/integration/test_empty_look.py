@@ -80,18 +80,19 @@ def test_a_lock_with_messages_behind_it_that_ends_after_an_empty_look_is_served(
     assert [m["offset"] for m in _pull(api, setup, max=3)["messages"]] == want
 
 
-def test_the_pull_that_acknowledges_the_last_batch_after_an_empty_look_reads_no_marker(api, setup, clock):
-    """The consumer holding the last batch acknowledges it with its next pull (``ack=``) after another
-    pull kept an empty look: its queue was locked then (the look does not know its head), so the
-    records alone send the pull to the full round — no marker read first (a miss costs nothing)."""
+def test_a_pull_after_the_last_batch_was_acknowledged_on_its_own_reads_no_marker(api, setup, clock):
+    """The consumer holding the last batch acknowledges it on ``POST /v1/acks`` after another pull kept
+    an empty look: its queue was locked then (the look does not know its head), so the records alone
+    send the next pull to the full round — no marker read first (a miss costs nothing). (Acknowledged
+    by its holder's next pull, ``ack=``, the look answers: cost33f, below.)"""
     _produce(api, setup, 3)
     held = _pull(api, setup, max=3, visibility_timeout_ms=10_000)
     clock.t += 1_300
     assert _pull(api, setup, max=3)["messages"] == []  # the look, while the batch is held
+    assert api.call("POST", "/v1/acks", {"group": "risk", "receipt": held["receipt"]}, key=setup["risk"])[0] == 200
     with Calls() as c:
-        assert _pull(api, setup, max=3, ack=held["receipt"])["messages"] == []
-    assert ("GetItem", "queues", True) not in c.calls, c.calls
-    assert [op for op, _, _ in c.calls].count("Query") >= 2, c.calls  # the fold's segments, the records
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls[:2] == [("Query", "offsets", True), ("BatchGetItem", "queues", False)], c.calls
 
 
 def test_a_message_whose_bump_was_lost_is_served_within_the_safety_net_after_a_probed_look(
@@ -420,10 +421,14 @@ def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(
 
 
 # --- young looks: an empty round inside the marker's unsignalled window (issue 33 item 2, cost33e) ---
-PROBED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", False)]
+# a young look's pull: the records, then the marker (consistent) and the lockable queues' probes in one
+# BatchGetItem (cost33f; before, a GetItem of the marker then a BatchGetItem of the probes: 3 calls)
+PROBED = [("Query", "offsets", True), ("BatchGetItem", "queues,segments", (True, False))]
 LOOKED = [("Query", "offsets", True), ("GetItem", "queues", True)]
-CONFIRMED = [("Query", "offsets", True), ("GetItem", "queues", True), ("BatchGetItem", "segments", True),
-             ("BatchGetItem", "queues", True)]  # a young look grows up: its probe and its next_dues consistent
+# a young look grows up: the marker and its probes consistent, then its queue items' next_due
+# consistently (review_g: after the marker, so no delayed produce's bump is read without its due)
+CONFIRMED = [("Query", "offsets", True), ("BatchGetItem", "queues,segments", (True, True)),
+             ("BatchGetItem", "queues", True)]
 
 
 def _young_look(api, setup, clock):
@@ -450,18 +455,24 @@ def test_an_empty_pull_inside_the_markers_window_probes_the_chains_after_the_mar
         assert c.calls == PROBED, c.calls
 
 
+@pytest.mark.parametrize("many", [True, False])
 def test_a_moved_marker_sends_a_young_looks_pull_to_the_full_round_without_the_probes(
-        api, setup, clock, frozen_caches):
+        api, setup, clock, frozen_caches, monkeypatch, many):
     """A busy topic's marker moves every second: a young look's pull then pays the marker's GetItem
     and goes to the full round (with the records it read) — the lockable queues' probes are not paid
-    first (at 64 queues 32 RRU before a full round that probes them again)."""
+    first (at 64 queues 32 RRU before a full round that probes them again). With at most
+    ``PROBES_WITH_MARKER`` queues to probe (4 here; ``many``: the bound lowered under them) the marker
+    and the probes are one BatchGetItem: a moved marker wastes at most 2 RRU of probes (cost33f)."""
+    from lakeq.consume import reader
+    if many:
+        monkeypatch.setattr(reader, "PROBES_WITH_MARKER", 3)
     _young_look(api, setup, clock)
     clock.t += 1_100  # this container's second is over: the next produce bumps
     _produce(api, setup, 1, key="other")
     with Calls() as c:
         assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
-    assert c.calls[:3] == [("Query", "offsets", True), ("GetItem", "queues", True),
-                           ("BatchGetItem", "queues", False)], c.calls
+    marker = ("GetItem", "queues", True) if many else ("BatchGetItem", "queues,segments", (True, False))
+    assert c.calls[:3] == [("Query", "offsets", True), marker, ("BatchGetItem", "queues", False)], c.calls
 
 
 def test_an_unsignalled_append_after_a_young_look_is_served(api, setup, clock):
@@ -603,6 +614,13 @@ def _stale_replica(monkeypatch, clock):
             return real(starts, consistent=True)
         return {k: s for k, s in real(starts).items() if int(s.produced_at) <= clock.t - STALE_MS}
     monkeypatch.setattr(LogRepo, "segments_at", staticmethod(segments_at))
+    real_with = LogRepo.change_and_segments_at
+
+    def change_and_segments_at(topic, starts, consistent=False):  # the marker's read is consistent
+        change, segs = real_with(topic, starts, consistent=consistent)
+        return change, segs if consistent else {k: s for k, s in segs.items()
+                                                 if int(s.produced_at) <= clock.t - STALE_MS}
+    monkeypatch.setattr(LogRepo, "change_and_segments_at", staticmethod(change_and_segments_at))
 
 
 def _drained_then_unsignalled(api, setup, clock, young: bool) -> list[str]:
@@ -799,3 +817,118 @@ def test_a_delayed_produce_that_fails_after_moving_a_due_earlier_signals_it(api,
     assert (s, out["error"]["code"]) == (503, "busy"), out
     clock.t += 100  # due
     assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["stored"]
+
+
+# --- cost33f: the bench's tail — the last queue held by one consumer, the others drained ---
+# the pull whose ack= drains its queue, answered from the look: the fold's Query (segments from the
+# frontier) and its ack (UpdateItem), the records, then the marker and the probes in one BatchGetItem
+DRAINED_YOUNG = [("Query", "segments", False), ("UpdateItem", "offsets", False), ("Query", "offsets", True),
+                 ("BatchGetItem", "queues,segments", (True, False))]
+DRAINED_GROWN = [("Query", "segments", False), ("UpdateItem", "offsets", False), ("Query", "offsets", True),
+                 ("BatchGetItem", "queues,segments", (True, True))]
+
+
+def test_the_tails_empty_pull_reads_the_records_then_the_marker_and_probes_in_one_call(
+        api, setup, clock, frozen_caches):
+    """``bench/queue.py``'s tail: one consumer holds the only queue with messages left (more behind its
+    lock), every other queue is drained; the others' pulls inside the marker's window (a young look)
+    read the records, then the marker and the three drained queues' probes in one BatchGetItem —
+    2 calls, 1 + 1 + 3 x 0.5 RRU (before cost33f 3 calls: the marker's GetItem, then the probes)."""
+    _produce(api, setup, 3)
+    _produce(api, setup, 3)  # a second segment behind the held lock
+    held = _pull(api, setup, max=3, visibility_timeout_ms=10_000)
+    assert [m["offset"] for m in held["messages"]] == [0, 1, 2]
+    clock.t += 100
+    assert _pull(api, setup, max=3)["messages"] == []  # a full round: kept as a young look
+    for _ in range(2):
+        clock.t += 100
+        with Calls() as c:
+            assert _pull(api, setup, max=3)["messages"] == []
+        assert c.calls == PROBED, c.calls
+    # the holder acknowledges with its next pull: the rest of its queue, folded
+    s, b = api.call("GET", T, query={"group": "risk", "max": 3, "ack": held["receipt"]}, key=setup["risk"])
+    assert s == 200 and [m["offset"] for m in b["messages"]] == [3, 4, 5]
+
+
+def _held_then_looked(api, setup, clock, grown: bool, counted: bool = True) -> dict:
+    """Three messages on queue k, held by one consumer; another pull finds nothing (a full round: a young
+    look, not knowing queue k's head); ``grown``: past the window, one more pull grows the look up."""
+    _produce(api, setup, 3)
+    held = _pull(api, setup, max=3, visibility_timeout_ms=10_000)
+    clock.t += 100
+    assert _pull(api, setup, max=3)["messages"] == []
+    if grown:
+        clock.t += 1_300
+        with Calls() as c:
+            assert _pull(api, setup, max=3)["messages"] == []
+        assert c.calls == CONFIRMED or not counted, c.calls
+    clock.t += 100
+    return held
+
+
+@pytest.mark.parametrize("grown", [False, True])
+def test_the_pull_that_drains_its_queue_by_its_ack_is_answered_from_the_look(api, setup, clock, frozen_caches, grown):
+    """The consumer holding the last batch acknowledges it with its next pull (``ack=``) after another pull
+    kept an empty look: its queue was locked then, so the look does not know its head, and the pull ran a
+    full round (queue items + marker, probes: 4.5-5.5 RRU at 4 queues). Its fold has just read that queue's
+    chain from the lock's end — the record's ``bnd``, a segment's end — and found nothing: the look
+    answers with that queue probed at its frontier too (young: every lockable queue probed, eventually
+    consistently; grown: that queue alone, consistently, then kept in the look: the next pull reads the
+    records and the marker alone)."""
+    held = _held_then_looked(api, setup, clock, grown)
+    with Calls() as c:
+        assert _pull(api, setup, max=3, ack=held["receipt"])["messages"] == []
+    assert c.calls == (DRAINED_GROWN if grown else DRAINED_YOUNG), c.calls
+    with Calls() as c:  # the look knows that queue's head now
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == (LOOKED if grown else PROBED), c.calls
+
+
+@pytest.mark.parametrize("grown", [False, True])
+def test_an_append_to_the_drained_queue_the_folds_read_missed_is_served(api, setup, clock, monkeypatch, grown):
+    """The fold's read of the acknowledged queue is eventually consistent: a segment put 100 ms before
+    (young: unsignalled, this container's second; grown: signalled) is not on the replica yet, so the
+    fold finds nothing. Young: the look's probe at that frontier (eventually consistent) misses it
+    too; grown: the marker moved, and the full round's probe (eventually consistent) misses it — the
+    pull answers empty either way, as the full round did before cost33f; the next pull once the
+    replica has it serves it (the look, young, keeps probing that queue)."""
+    from lakeq.store.queue_log import LogRepo
+
+    held = _held_then_looked(api, setup, clock, grown, counted=False)
+    real_read = LogRepo.read.__func__
+
+    def stale_read(cls, topic, queue, start, max_offsets, first=None):  # the new segment (base 3) not yet
+        for s in real_read(cls, topic, queue, start, max_offsets, first):
+            if s.base < 3 or clock.t >= put_at + STALE_MS:
+                yield s
+    monkeypatch.setattr(LogRepo, "read", classmethod(stale_read))
+    _stale_replica(monkeypatch, clock)
+    put_at = clock.t
+    _produce(api, setup, 1)  # queue k, behind the held batch
+    clock.t += 100
+    assert _pull(api, setup, max=3, ack=held["receipt"])["messages"] == []
+    clock.t += STALE_MS
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+
+
+def test_a_look_the_marker_moved_past_is_dropped(api, setup, clock, frozen_caches):
+    """A pull that finds the marker moved since the look (a produce) runs its full round, which here
+    locks the new message and so keeps no look: the group's next pull in the container went through
+    the old look again — the records, the marker (1 RRU, moved still) — before its own full round. The
+    look is dropped on the first miss (cost33f): the next pull runs the full round at once."""
+    _produce(api, setup, 3)
+    b = _pull(api, setup, max=3)
+    clock.t += 2_000
+    assert _pull(api, setup, max=3, ack=b["receipt"])["messages"] == []
+    assert _pull(api, setup, max=3)["messages"] == []  # grows the look up
+    with Calls() as c:
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls == LOOKED, c.calls
+    _produce(api, setup, 1, key="other")  # bumps: this container's last bump was 2 s ago
+    with Calls() as c:
+        assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["m0"]
+    assert c.calls[:3] == [("Query", "offsets", True), ("GetItem", "queues", True),
+                           ("BatchGetItem", "queues", False)], c.calls
+    with Calls() as c:  # that queue locked, the others drained: nothing
+        assert _pull(api, setup, max=3)["messages"] == []
+    assert c.calls[:2] == [("BatchGetItem", "queues", False), ("Query", "offsets", True)], c.calls

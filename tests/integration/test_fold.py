@@ -256,3 +256,17 @@ def test_a_piggybacked_ack_that_finds_nothing_left_is_remembered(api, setup):
     assert s == 200 and [m["offset"] for m in b2["messages"]] == [3], b2  # locked again
     s, again = api.call("POST", "/v1/acks", {"group": "risk", "receipt": b1["receipt"]}, key=setup["risk"])
     assert s == 200 and again["committed_offset"] == 3 and again["unsettled"] == [], (s, again)
+
+
+def test_a_folded_pull_of_a_consumer_with_max_deliveries_1_locks_one_message(api, setup):
+    """docs/api.md (pull): with ``max_deliveries`` 1 there is no second delivery to tell a poison from
+    its neighbours with, so every batch is one message — a folded pull too. Found by the queue model
+    once its pulls carried ``ack=`` (cost33f): the fold locked ``max`` fresh messages whatever the policy."""
+    s, b = api.call("PATCH", "/v1/clients/risk", {"max_deliveries": 1})
+    assert s == 200, b
+    produce(api, setup["feed"], 4)
+    s, b = pull(api, setup["risk"], max=3)
+    assert s == 200 and [m["offset"] for m in b["messages"]] == [0], b
+    for want in ([1], [2], [3]):
+        s, b = pull(api, setup["risk"], max=3, ack=b["receipt"])
+        assert s == 200 and [m["offset"] for m in b["messages"]] == want, b

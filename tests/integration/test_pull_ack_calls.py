@@ -14,7 +14,8 @@ T = "/v1/topics/quotes/messages"
 
 
 class Calls:
-    """Hook: each DynamoDB call made as a function, as (operation, table, strongly consistent)."""
+    """Hook: each DynamoDB call made as a function, as (operation, table, strongly consistent); a call
+    over several tables (BatchGetItem) names them ``"a,b"`` with a tuple of each one's consistency."""
 
     def __init__(self):
         self.calls: list[tuple[str, str, bool]] = []
@@ -26,8 +27,8 @@ class Calls:
         if call.service == "dynamodb" and call.function is not None:
             p = call.params
             tables = list(p.get("RequestItems") or {}) or [p.get("TableName", "")]
-            consistent = bool(p.get("ConsistentRead")) or any(r.get("ConsistentRead")
-                                                              for r in (p.get("RequestItems") or {}).values())
+            each = tuple(bool(r.get("ConsistentRead")) for r in (p.get("RequestItems") or {}).values())
+            consistent = each if len(each) > 1 else bool(p.get("ConsistentRead")) or any(each)
             self.calls.append((call.operation, ",".join(t.rsplit("-", 1)[-1] for t in tables), consistent))
         return response
 

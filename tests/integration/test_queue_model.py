@@ -223,9 +223,12 @@ class QueueModel(RuleBasedStateMachine):
     def call(self, method, p, body=None, query=None, key=None):
         return self.api.call(method, p, body, query, key=key or self.gkey)
 
-    def pull(self, consumer: str, mx: int, vis: int | None = None, member: str | None = None) -> dict:
+    def pull(self, consumer: str, mx: int, vis: int | None = None, member: str | None = None,
+             ack: str | None = None) -> dict:
         self.expire()
         q = {"group": G, "max": mx}
+        if ack is not None:  # a live receipt's whole batch acknowledged by this pull (the caller settled it)
+            q["ack"] = ack
         if member is not None:
             q["member_id"] = member
         if vis is not None:
@@ -316,7 +319,7 @@ class QueueModel(RuleBasedStateMachine):
     def actions(self) -> list[tuple[str, int]]:
         live = bool(self.live_receipts())
         on = [("produce", 5), ("pull_batch", 8), ("time_passes", 4),
-              ("ack_batch", 4 * live), ("settle", 4 * live), ("visibility", 2 * live),
+              ("ack_batch", 4 * live), ("pull_with_ack", 4 * live), ("settle", 4 * live), ("visibility", 2 * live),
               ("late_ack", 2 * bool(self.late_receipts())), ("time_to_an_edge", 2 * bool(self.events())),
               ("delete_and_recreate", bool(self.steps - self.last["delete"] >= 12 and self.current())),
               ("retry_ack", bool([k for k in self.acked if k[0] == self.inc])),
@@ -456,6 +459,19 @@ class QueueModel(RuleBasedStateMachine):
         assert b["unsettled"] == [] and b["queue"] == r.queue, b
         self.settle_local(r, accept=sorted(r.unsettled))
         self.acked[(r.inc, r.queue)] = (rc, b, self.locks_of(r.inc, r.queue))
+
+    def pull_with_ack(self, data):
+        """A pull that acknowledges a live receipt's whole batch (``ack=``): folded into a lock of the same
+        queue when it has more (lakeq.consume.reader.fold), else acknowledged on its own, and the pull goes
+        on — answered from the container's empty look when it can (cost33f: also when the ack drained its
+        queue). The ack comes first: the pull's answer is checked against the model after it."""
+        self.note("pull_with_ack")
+        rc = data.draw(sampled(self.live_receipts()))
+        consumer = data.draw(sampled("AB"), label="consumer")
+        mx = data.draw(st.integers(1, 4), label="max")
+        r = self.receipts[rc]
+        self.settle_local(r, accept=sorted(r.unsettled))
+        self.pull(consumer, mx, None, ack=rc)
 
     def locks_of(self, inc: int, queue: int) -> int:
         """Locks (receipts) taken on a queue so far: each may push one remembered ack out."""

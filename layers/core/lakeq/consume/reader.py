@@ -63,6 +63,12 @@ ACTIVE_MS = CHANGE_EVERY_MS + CHANGE_SKEW_MS + HEADS_SETTLE_MS
 # frontiers instead of a full round (_probed_empty). False: the code before (no look kept in the window;
 # bench/queue.py --ab measures both in one process)
 YOUNG_LOOKS = True
+# Leaner empty pulls (issue 33 item 2, cost33f; docs/design.md "Young looks"): a young look's pull reads
+# the marker and at most PROBES_WITH_MARKER probes in one BatchGetItem (2 calls, not 3; the same units),
+# and the pull whose ack= left its queue drained at a segment's end is answered from the look (that queue
+# probed at its frontier) instead of a full round. False: the code before (bench/queue.py --ab)
+LEAN_EMPTIES = True
+PROBES_WITH_MARKER = 4  # more: the marker first, so a moved marker does not pay the probes (cost33e)
 
 # (queue, start, limit, max_offset) -> (messages, next_offset)
 LogReader = Callable[[int, int, int, int], "tuple[list[dict], int]"]
@@ -136,6 +142,9 @@ class Log:
         # the next probe reads strongly consistently (once): a young look's consistent probe found a
         # segment an eventually consistent one may not show yet (review_f)
         self.probe_consistently = False
+        # queue -> frontier: this pull's folded ack left that queue drained there, the chain read from a
+        # segment's end finding nothing (fold); the look may answer for it after a probe (_still_empty)
+        self.drained: dict[int, int] = {}
 
     def queue_field(self, queue: int) -> str:
         """The receipt's queue field for ``queue``."""
@@ -427,7 +436,8 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     lock whose head the look did not know (locked then, or a hint a probe would check now) sends the
     pull to the full round, as does any queue with something to serve, a delayed message due, or
     the container's safety-net probe due (any look: a request that failed between its appends and
-    its bump shows in no marker). Locks, acks and nacks on
+    its bump shows in no marker) — but the queue this pull's own ``ack=`` just left drained at its lock's
+    ``bnd`` (:attr:`Log.drained`) is probed there instead (:func:`_probed_empty`). Locks, acks and nacks on
     any route show in the records; a member's queues are part of the key. A young look (kept inside
     the marker's unsignalled window) answers only after probing the lockable queues' chains too
     (:func:`_probed_empty`)."""
@@ -438,32 +448,46 @@ def _still_empty(log: "TopicLog", now: int, allowed: set[int] | None) -> tuple[b
     # bump (lakeq.store.append.bump_change) shows in no marker, and only a full round finds it (review_c)
     if (look.wake is not None and now >= look.wake) or _net_due(log, now):
         return False, None
+    drained, log.drained = log.drained, {}
     recs = OffsetRepo.records(log.owner)
     views = []
     metas, heads = look.seen()
+    unknown = set()  # lockable queues whose head the look does not know, drained by this pull's fold
     for view in views_of(metas, recs):
         head = heads.get(view.queue)
         if head is not None and head > view.max_offset:
             view = replace(view, max_offset=head)
         if head is None and lagging(view, now, allowed):
-            return False, recs
+            if drained.get(view.queue) != view.state().frontier or view.max_offset != view.state().frontier:
+                return False, recs
+            unknown.add(view.queue)
         views.append(view)
     if candidates(views, now, allowed):
         return False, recs
-    if look.young:
-        return _probed_empty(log, look, now, allowed, views, recs)
+    if look.young or unknown:
+        return _probed_empty(log, look, now, allowed, views, recs, unknown)
     # the records first: a pull the look cannot answer (a lock ended, its own drained queue just
     # acknowledged) pays no marker read. The marker after them: unchanged, no append happened
     # between the look and this read, so the heads at the records' read were the look's
     change = LogRepo.change(log.name)
     if change != look.change:
-        return False, recs
+        return _outdated(log, allowed, look), recs
     log.change, log.last_views, log._recs, log._wake = change, views, recs, look.wake
     return True, recs
 
 
+def _outdated(log: "TopicLog", allowed: set[int] | None, look: EmptyLook) -> bool:
+    """The marker moved since ``look``: drop it (unless another pull kept a newer one meanwhile), so the
+    group's next pulls in this container do not pay the marker's read to learn it again before their
+    full rounds (when this pull's round locks something, it keeps no look; cost33f). False."""
+    key = _look_key(log, allowed)
+    if LEAN_EMPTIES and LogRepo.look(key) is look:
+        LogRepo.note_look(key, None)
+    return False
+
+
 def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] | None, views: list[QueueView],
-                  recs: dict) -> tuple[bool, dict | None]:
+                  recs: dict, unknown: set[int] = frozenset()) -> tuple[bool, dict | None]:
     """:func:`_still_empty` from a young look (kept inside the marker's unsignalled window, when a
     container that bumped may append for up to ``CHANGE_EVERY_MS`` more without bumping again):
     the records showed nothing lockable with the look's heads; now every queue the pull could lock
@@ -480,14 +504,22 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     a queue item created since), sends the pull to the full round. Appends need no marker then. (A
     lagging queue whose head the look does not know — locked by another consumer at its round —
     went to the full round already, as from a grown-up look: its hint in the look is old, so a probe
-    there mostly finds the rest of the queue, and the full round would read it again.) The
+    there mostly finds the rest of the queue, and the full round would read it again; except the
+    queue this pull's fold just acknowledged and found drained at its lock's ``bnd``, a segment's
+    end (``unknown``: probed with the others, and its head noted in the look; a grown look probes
+    those alone, consistently, its other heads standing on the unchanged marker — cost33f.) The
     marker is for what the chains do not show: a delayed message's ``next_due`` on a queue item —
-    every delayed produce that moves one earlier bumps it, even within its container's second
-    (``force``, :meth:`LogRepo.bump_change`), so an unchanged marker means none since the look's round
-    read the queue items (its ``wake`` still stands). Promotions by the sweep append (the probes see
-    them). The round read the queue items and the marker eventually consistently, two items from any
-    replicas: the pull that grows the look up reads the items' ``next_due`` strongly consistently too
-    (review_g), so a bump read without its ``next_due`` costs at most the window.
+    every delayed produce that moves a ``next_due`` earlier (or sets it) bumps it, even within its
+    container's second (``force``, :meth:`LogRepo.bump_change`), so an unchanged marker means no
+    earlier due since the look's round read the queue items (its ``wake`` still stands). Promotions
+    by the sweep append (the probes see them). With at most :data:`PROBES_WITH_MARKER` queues to
+    probe, the marker and the probes are one BatchGetItem
+    (:meth:`LogRepo.change_and_segments_at`): the two reads unordered, which the argument does not
+    need (the probes see every append at a boundary whenever read; the marker says no earlier due
+    since the look). The round read the queue items and the marker eventually consistently, two
+    items from any replicas: the pull that grows a young look up reads the items' ``next_due``
+    strongly consistently after the marker (:meth:`LogRepo.next_dues`, review_g), so a bump read
+    without its ``next_due`` costs at most the window.
 
     Once the version's window is over (by its ``at`` and by this container's first read of it), the
     look is kept grown up at ``now``: its heads those just probed, the others unknown (a full round
@@ -496,30 +528,43 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     want = range(log.n_queues) if log.only is None else (q for q in log.only if 0 <= q < log.n_queues)
     if {m.queue for m in metas} != set(want):
         return False, recs
+    only = None if look.young else unknown  # a grown look probes only the queues it did not know
     starts: dict[str, int] = {}
     for view in views:
-        if lagging(view, now, allowed):
+        if lagging(view, now, allowed) and (only is None or view.queue in only):
             frontier = view.state().frontier
             if frontier != view.max_offset:
                 return False, recs
             starts[LogRepo.pq(log.name, view.queue)] = frontier
-    # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
-    change = LogRepo.change(log.name)
-    if change != look.change:
-        return False, recs
-    log.change = change
-    grown = _window_over(log, now, _seen_since(log.name, change, now))
+    log.change = look.change
+    # the version's window over (as the marker is read unchanged below): the probe grows the look up
+    grown = _window_over(log, now, _seen_at(log.name, look.change, now))
     # the probe that grows the look up reads consistently (1 RRU a key, not 0.5): an eventually
     # consistent read may miss a segment put within the replicas' lag — the last unsignalled append
     # of the window, a moment before — and the grown-up look trusted that stale head, answering every
-    # pull empty over it until the safety net (review_f)
-    if starts and LogRepo.segments_at(starts, consistent=grown):
+    # pull empty over it until the safety net (review_f). A grown look's probe of the queues it did not
+    # know (``only``) is noted in it, so it reads consistently too
+    consistent = grown or only is not None
+    if starts and LEAN_EMPTIES and len(starts) <= PROBES_WITH_MARKER:
+        # the marker and the probes in one BatchGetItem (the same units, one round trip fewer): a
+        # moved marker wastes at most PROBES_WITH_MARKER probes' units
+        change, found = LogRepo.change_and_segments_at(log.name, starts, consistent=consistent)
+        if change != look.change:
+            return _outdated(log, allowed, look), recs
+    else:
+        # the marker first: moved (a busy topic's next bump), the miss costs its 1 RRU, not the probes too
+        change = LogRepo.change(log.name)
+        if change != look.change:
+            return _outdated(log, allowed, look), recs
+        found = LogRepo.segments_at(starts, consistent=consistent) if starts else {}
+    _seen_since(log.name, change, now)
+    if found:
         # the full round's probe reads them consistently too: else it could miss what this one found
         # and answer empty until the replica has it
-        log.probe_consistently = grown
+        log.probe_consistently = consistent
         return False, recs
     wake = look.wake
-    if grown:
+    if grown and look.young:
         # the queue items' next_due, read strongly consistently after the marker: the round's
         # eventually consistent BatchGetItem may have read the marker with a delayed produce's bump
         # and its queue item from a replica without it (review_g: the look then waited for no due,
@@ -529,12 +574,17 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
         if wake is not None and now >= wake:
             return False, recs
     log.last_views, log._recs, log._wake = views, recs, wake
-    if grown:
+    if grown or (unknown and look.young):  # (a grown look's probe noted only while its window reads over)
         probed = {v.queue: v.max_offset for v in views if LogRepo.pq(log.name, v.queue) in starts}
         rows = array("q", look.rows)
         for i in range(0, len(rows), 4):
-            rows[i + 3] = probed.get(rows[i], -1)
-        LogRepo.note_look(_look_key(log, allowed), replace(look, at=now, rows=rows, young=False, wake=wake))
+            if grown and only is None:
+                rows[i + 3] = probed.get(rows[i], -1)
+            elif rows[i] in unknown:  # a young look still probes it at each use; a grown one trusts it
+                rows[i + 3] = probed[rows[i]]
+        if grown:
+            look = replace(look, at=now, young=False, wake=wake)
+        LogRepo.note_look(_look_key(log, allowed), replace(look, rows=rows))
     return True, recs
 
 
@@ -583,6 +633,12 @@ def forget_probes() -> None:
     a fresh store)."""
     _PROBED.clear()
     _SEEN.clear()
+
+
+def _seen_at(name: str, change, now: int) -> int:
+    """:func:`_seen_since` without noting (``now`` when this container has not read that version)."""
+    got = _SEEN.get(name)
+    return got[1] if got is not None and got[0] == change else now
 
 
 def _seen_since(name: str, change, now: int) -> int:
@@ -750,7 +806,7 @@ def _answer(log: Log, queue: int, new: settlement.State, batch: list[dict]) -> d
 
 
 def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object], visibility_ms: int,
-         req: v.PullRequest) -> dict | None:
+         req: v.PullRequest, max_deliveries: int | None = None) -> dict | None:
     """A pull's piggybacked ack (``ack=``, a whole-batch ack of ``receipt``, a lock of ``queue`` of
     this very log) folded into the pull's lock of the same queue: one conditional UpdateItem that
     commits the receipt's batch and locks the next one, instead of an ack write, the reads of every
@@ -791,6 +847,7 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
         ack_alone()
         return None
     key = ack_key(receipt.offset, receipt.next_offset, receipt.timestamp)
+    drained = None
     if not out.changed:  # a retry of an ack already written: nothing to write; an ack that found
         if remembered(view.acks, key) is None:  # nothing left to settle is remembered as POST /v1/acks
             ack_alone()                         # remembers it (its retry after a relock: 200)
@@ -801,7 +858,9 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
     if settled and may_fold(view.run):
         if rec.bnd is not None:  # the end of the newest segment the lock read: a segment boundary
             LogRepo.note_end(log.name, queue, int(rec.bnd))
-        fresh, frontier = log.reader(None)(queue, acked.frontier, req.max, acked.frontier + req.max)
+        # max_deliveries 1: every batch one message (lakeq.log.settlement.plan; found by the queue model)
+        limit = 1 if max_deliveries == 1 else req.max
+        fresh, frontier = log.reader(None)(queue, acked.frontier, limit, acked.frontier + limit)
         if fresh:
             new = settlement.lock(acked, next_lock_ts(now, acked.lock_ts), now + visibility_ms, [],
                                   [m["_log_offset"] for m in fresh], frontier)
@@ -810,8 +869,12 @@ def fold(log: Log, receipt: Receipt, queue: int, ack_alone: Callable[[], object]
                 return _answer(log, queue, new, fresh)
             ack_alone()  # the record moved since it was read: settle the receipt on its own
             return None
+        if rec.bnd is not None and frontier == acked.frontier == int(rec.bnd) and LEAN_EMPTIES:
+            drained = frontier  # read from a segment's end (a boundary): nothing there, as this read saw
     if not OffsetRepo.write_state(log.owner, view, acked, None, now, consumed=True, ack=key):
         ack_alone()
+    elif drained is not None:
+        log.drained = {queue: drained}
     return None
 
 
@@ -866,7 +929,7 @@ def consume(log: Log, visibility_ms: int, req: v.PullRequest, allowed: set[int] 
     policy = policy or Policy()
     if folded is not None:
         receipt, queue, ack_alone = folded
-        out = fold(log, receipt, queue, ack_alone, visibility_ms, req)
+        out = fold(log, receipt, queue, ack_alone, visibility_ms, req, policy.max_deliveries)
         if out is not None:
             return out
     whole = log.reader(None)  # unfiltered: the dead-letter path copies any message
