@@ -27,7 +27,12 @@ first with the bucketed selection's sort by the manifest's keys alone (before th
 ``replay.sort_order``); ``--compare-manifest`` runs each with the manifest as JSON Lines and as
 records (:mod:`lakeq.store.replay_manifest`), ``--rounds`` times, the order reversed every other
 round, no scan baseline, the digest the rows' content (equal across formats when the rows are;
-``LAKEQ_BENCH_NO_DIGEST=1``: no digest, ``-`` — reading a 10M-row manifest in Python takes minutes). Each line ends with the manifest's SHA-256 (its parts in order, byte for
+``LAKEQ_BENCH_NO_DIGEST=1``: no digest, ``-`` — reading a 10M-row manifest in Python takes minutes);
+``--compare-levels PATH`` runs each filter with conditions with the levels of another
+``native_filter.py`` (the code before: ``git show main:glue_jobs/lakeq_lake/native_filter.py >
+PATH``) and the `plain` regex on every row, and as it is now (the compacted bodies' ``plain``
+column read where it is), ``--rounds`` pairs, the order reversed every other round. Each line ends with the manifest's
+SHA-256 (its parts in order, byte for
 byte: equal for runs that selected the same rows in the same order). Each line also shows
 the job's two phases (``sel+wr``: select and write the manifest; ``summ.``: the summary), and
 after the filter's name the plan that wrote the manifest when the job had to select twice
@@ -290,7 +295,7 @@ def load() -> str:
 def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str, work: Path,
         lake_kind: str = "raw", native: bool = True, previous: bool = False, legacy: bool = False,
         narrow_bodies: bool = True, one_sided: bool = True, by_keys: bool = False, manifest: str = "records",
-        by_content: bool = False, scan: bool = True) -> None:
+        by_content: bool = False, scan: bool = True, levels_before: str | None = None) -> None:
     """One line: the scan baseline then the job with filter ``name``, side by side, the load
     average (1/5/15 min) read before each. ``native=False``: the matcher UDF on every row the
     substring pre-filter lets through; ``previous=True``: the plan before the one-shuffle pipeline
@@ -303,7 +308,10 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     ``manifest="json"``: the manifest as JSON Lines (before the records of
     :mod:`lakeq.store.replay_manifest`); ``by_content``: the digest printed is
     :func:`content_digest`'s (format-independent) instead of the bytes'; ``scan=False``: no scan
-    baseline (its columns print 0 and nan)."""
+    baseline (its columns print 0 and nan); ``levels_before``: the path of another
+    ``native_filter.py`` (the code before, e.g. ``git show main:glue_jobs/lakeq_lake/native_filter.py``)
+    whose levels the selection uses instead, with the `plain` regex on every row
+    (``stored_plain=False``)."""
     from lakeq.replay.rules import Filter
     from lakeq_lake import replay as R
     from lakeq_lake.store import Lake
@@ -319,15 +327,22 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     load1 = load()
     cpu1 = cpu_seconds(spark)
     t = time.perf_counter()
-    packed = R.sort_order
+    packed, nf = R.sort_order, R.NF
     if by_keys:
         R.sort_order = lambda: list(R.KEYS)
+    if levels_before:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("native_filter_before", levels_before)
+        R.NF = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(R.NF)
     try:
         s = R.run_replay(spark, lk, rid, "bench", lo, hi, Filter.of(FILTERS[name]), show_progress=True,
                          log=lambda *_: None, out=out, native=native, previous=previous, legacy=legacy,
-                         narrow_bodies=narrow_bodies, one_sided=one_sided, manifest=manifest)
+                         narrow_bodies=narrow_bodies, one_sided=one_sided, manifest=manifest,
+                         stored_plain=not levels_before)
     finally:
-        R.sort_order = packed
+        R.sort_order, R.NF = packed, nf
     job_s = time.perf_counter() - t
     job_cpu = cpu_seconds(spark) - cpu1
     digest = "-" if os.environ.get("LAKEQ_BENCH_NO_DIGEST") else (
@@ -335,7 +350,7 @@ def run(spark, lake_root: Path, n: int, label: str, lo: int, hi: int, name: str,
     shutil.rmtree(work / "replays" / rid, ignore_errors=True)
     tag = (name + ("" if native else " (udf)") + (" (prev)" if previous else " (before)" if legacy else "")
            + ("" if narrow_bodies else " (all b.)") + (" (by keys)" if by_keys else "")
-           + (" (json)" if manifest == "json" else "")
+           + (" (json)" if manifest == "json" else "") + (" (before)" if levels_before else "")
            + {"two sides": " (2 sides)", "one side, matcher": " (+matcher)"}.get(s.get("plan"), ""))
     ph = s["phases"]
     print(f"{n:>12,} {label:>6} {lake_kind:>7} {tag:>20} {base_rows // 2:>12,} {s['found']:>10,} "
@@ -378,8 +393,13 @@ def main() -> int:
                          "lakeq.store.replay_manifest); the digest printed is then the rows' content "
                          "(format-independent), not the bytes'")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="with --compare-manifest: rounds per filter, the order reversed every other round "
+                    help="with --compare-manifest or --compare-levels: rounds per filter, the order reversed every "
+                         "other round "
                          "(round 1: JSON first)")
+    ap.add_argument("--compare-levels", metavar="NATIVE_FILTER_PY", default=None,
+                    help="also run each filter with conditions with the levels of another native_filter.py (the "
+                         "code before) and the `plain` regex on every row; --rounds: pairs, the order reversed "
+                         "every other round (round 1: before first)")
     ap.add_argument("--parquet", action="store_true",
                     help="also compact the lake (a hard-linked copy, once) and run each filter over it just after "
                          "the raw lake")
@@ -474,6 +494,12 @@ def main() -> int:
                     go(one_sided=False)
                 if a.compare_order:
                     go(by_keys=True)
+                if a.compare_levels and FILTERS[name] and FILTERS[name].get("conditions"):
+                    for r in range(a.rounds):
+                        pair = [dict(levels_before=a.compare_levels), {}]
+                        for kw in (pair if r % 2 == 0 else pair[::-1]):
+                            go(**kw)
+                    continue
                 if a.compare_manifest:
                     for r in range(a.rounds):
                         for fmt in (("json", "records") if r % 2 == 0 else ("records", "json")):

@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 
 from lakeq.lake import compaction as C
 
+from . import native_filter as NF
 from .progress import progress
 from .store import Lake
 
@@ -118,6 +119,8 @@ def compact_kind(spark: SparkSession, lake: Lake, kind: str, at_ms: int | None =
         # exactly what the plan saw: a raw key arriving after the listing above is left for the
         # next run (read again, it would be in this Parquet without this manifest naming it: twice)
         df = _hour_columns(lake.read_kind(spark, kind, stored=True, hours=hours, planned=(manifests, raw_keys)))
+        if kind == "bodies":  # the replay filter's `plain` test, once per message (schemas.DERIVED)
+            df = df.withColumn("plain", NF.stored_plain(F.col("properties")))
         parts = max(1, min(len(work), 64))
         nb = buckets if kind in C.BUCKETED else 0
         log(f"compact {kind}: {len(work)} hour(s) -> {out}")

@@ -183,22 +183,23 @@ def _is_number(v: Any) -> bool:
 
 def _number_in(tok: Column, lo: int | float, hi: int | float) -> Column:
     """``tok`` (a plain value token) is a number in ``[lo, hi]``, compared exactly. The token is one
-    of a plain text (:data:`PLAIN` checked it), so no regex is needed: a number starts with ``-`` or
-    a digit (a string with ``"``, the others with a letter), and is an integer of at most 18 digits
-    unless it holds ``.``, ``e`` or ``E``."""
-    conds = []
-    number = F.substring(tok, 1, 1).isin("-", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9")
+    of a plain text (:data:`PLAIN` checked it), so no regex is needed: its first character is ``"``
+    (a string), ``t``, ``f``, ``n`` (a literal), ``-`` or a digit (a number) — a number is then
+    the token between ``-`` and ``:`` in byte order (no character extracted) — and a number is an
+    integer of at most 18 digits unless it holds ``.``, ``e`` or ``E``. Only one of the two casts
+    runs (a ``CASE``: the ``double`` one only on a token with a fraction or an exponent), and an
+    integer token's ``bigint`` cast needs no other test (a string, ``true``, ``null`` cast to null;
+    Spark's cast reads ``1.5`` as 1, so a fraction takes the other branch). Tokens of rows that are
+    not plain are never decided here (the caller's ``plain`` test); they cast to null or to some
+    number, never an error (Spark's cast with ANSI mode off, its default and Glue's)."""
+    number = (tok >= F.lit("-")) & (tok < F.lit(":"))
     fraction = tok.contains(".") | tok.contains("e") | tok.contains("E")
-    ib = int_bounds(lo, hi)
-    if ib is not None:
-        conds.append(number & ~fraction & tok.cast("bigint").between(F.lit(ib[0]), F.lit(ib[1])))
-    db = double_bounds(lo, hi)
-    if db is not None:
-        conds.append(number & fraction & tok.cast("double").between(F.lit(db[0]), F.lit(db[1])))
-    out = F.lit(False)
-    for c in conds:
-        out = out | c
-    return out
+    ib, db = int_bounds(lo, hi), double_bounds(lo, hi)
+    whole = tok.cast("bigint").between(F.lit(ib[0]), F.lit(ib[1])) if ib is not None else F.lit(False)
+    part = tok.cast("double").between(F.lit(db[0]), F.lit(db[1])) if db is not None else F.lit(False)
+    if ib is None and db is None:
+        return F.lit(False)
+    return number & F.when(fraction, part).otherwise(whole)
 
 
 def _decoded(tok: Column) -> Column:
@@ -242,7 +243,7 @@ def _any(conds: list[Column]) -> Column:
 
 
 def with_levels(df: DataFrame, props: str, levels: list[dict], name: str = "lakeq-native-levels",
-                plain_as: str | None = None) -> tuple[DataFrame, Column, list[str]]:
+                plain_as: str | None = None, stored: str | None = None) -> tuple[DataFrame, Column, list[str]]:
     """:func:`native_filter` for a filter over ``df``: ``df`` with one token column per field the
     ``levels`` name (each token computed once per row, in a projection), the levels' conjunction
     over those columns, and the columns to drop after the filter. Same decisions as
@@ -253,12 +254,26 @@ def with_levels(df: DataFrame, props: str, levels: list[dict], name: str = "lake
     it the optimizer pushes the filter below the projection and writes each token into every
     condition that uses it (``name``: the observation's, unique within a query). ``plain_as``: also
     project :func:`plain` of ``props`` under that name (not in the columns to drop), so that the
-    caller tests it, and carries it on, without evaluating the regex again."""
+    caller tests it, and carries it on, without evaluating the regex again; ``stored``: the column of
+    ``df`` holding the compaction's answer (:func:`plain_of`), used where it is this version's."""
     regexes = {f: rx for f in dict.fromkeys(lv["field"] for lv in levels) if (rx := value_regex(f)) is not None}
     names = {f: f"__{name}_{i}" for i, f in enumerate(regexes)}
     text = F.coalesce(F.when(F.col(props) != F.lit(""), F.col(props)), F.lit("{}"))
-    extra = [plain(F.col(props)).alias(plain_as)] if plain_as else []
-    df = df.select("*", *[_token(text, f, rx).alias(names[f]) for f, rx in regexes.items()], *extra)
+    test = plain(F.col(props)) if stored is None else plain_of(F.col(stored), F.col(props))
+    extra = [test.alias(plain_as)] if plain_as else []
+    # each field's rest of the text after its last key (_rest) in a projection of its own, read by
+    # the token's branches: written into them, it was searched for up to five times a row (Spark
+    # keeps the two projections apart when the second reads a column of the first more than once)
+    # a field that only `exists` levels name needs no token, only whether its key is in the text
+    # (for a field not starting with `:`, `,` or `}`, exactly when _token is not "": a stand-in)
+    present = {f for f in regexes if f[0] not in ":,}"
+               and all("exists" in lv for lv in levels if lv["field"] == f)}
+    rests = {f: f"__{name}_r{i}" for i, f in enumerate(regexes) if f[0] not in ":,}" and f not in present}
+    cols = df.columns
+    df = df.select("*", *[_rest(text, f).alias(r) for f, r in rests.items()])
+    df = df.select(*cols, *[(F.when(text.contains('"' + f + '":'), F.lit("?")).otherwise(F.lit("")) if f in present
+                             else _token(text, f, rx, F.col(rests[f]) if f in rests else None)).alias(names[f])
+                            for f, rx in regexes.items()], *extra)
     df = df.observe(name, F.count(F.lit(1)).alias("rows"))
     keep = F.lit(True)
     for lv in levels:
@@ -280,7 +295,12 @@ def level_column(text: Column, level: dict) -> Column:
     return F.exists(F.array(_token(text, field, rx)), lambda tok: _on_token(tok, level))
 
 
-def _token(text: Column, field: str, rx: str) -> Column:
+def _rest(text: Column, field: str) -> Column:
+    """``text`` after the last ``"field":`` (all of it when there is none: :func:`_token` tests that)."""
+    return F.substring_index(text, '"' + field + '":', -1)
+
+
+def _token(text: Column, field: str, rx: str, rest: Column | None = None) -> Column:
     """The token of ``field``'s last pair in a plain ``text``, ``""`` when absent. For a field not
     starting with ``:``, ``,`` or ``}`` the last ``"field":`` is its last key (:func:`value_regex`),
     so string functions find it — the text after its last occurrence (``substring_index``), then
@@ -293,7 +313,7 @@ def _token(text: Column, field: str, rx: str) -> Column:
     if field[0] in ":,}":  # (a text that is not shallow is not plain: its token is never asked)
         return F.when(shallow(text), F.regexp_extract(text, rx, 1)).otherwise(F.lit(""))
     key = '"' + field + '":'
-    rest = F.substring_index(text, key, -1)
+    rest = _rest(text, field) if rest is None else rest  # (``rest``: the same, already computed)
     string = F.concat(F.lit('"'), F.substring_index(rest.substr(F.lit(2), F.length(rest)), '"', 1), F.lit('"'))
     escaped = F.regexp_extract(rest, ESCAPED_STRING, 1)
     other = F.substring_index(F.substring_index(rest, ",", 1), "}", 1)
@@ -334,6 +354,29 @@ def shallow(text: Column) -> Column:
 def plain(props: Column) -> Column:
     """The rows whose properties text the native filter decides (see the module docstring)."""
     return props.isNull() | (props == F.lit("")) | (shallow(props) & props.rlike(PLAIN))
+
+
+# The version of :func:`plain`'s definition (:data:`PLAIN`, :data:`MAX_PLAIN`, :data:`MAX_PAIRS`, the
+# escapes): raise it with any change to them. The compaction stores each body row's answer as the
+# column ``plain`` (:func:`stored_plain`: ``+PLAIN_VERSION`` plain, ``-PLAIN_VERSION`` not), computed
+# once per message instead of by every replay (the regex was ~9-10 CPU-s of every 10M-row selection
+# with levels, docs/benchmarks.md "The plain test read back"); a job reads it back with
+# :func:`plain_of`, which trusts only its own version's answers and evaluates the regex on every
+# other row (null: a raw row, or a file
+# compacted before the column; another version: a file compacted by a job of another deploy).
+PLAIN_VERSION = 1
+
+
+def stored_plain(props: Column) -> Column:
+    """:func:`plain` of ``props`` as the compaction stores it (``int``: ±:data:`PLAIN_VERSION`)."""
+    return F.when(plain(props), F.lit(PLAIN_VERSION)).otherwise(F.lit(-PLAIN_VERSION)).cast("int")
+
+
+def plain_of(stored: Column, props: Column) -> Column:
+    """:func:`plain` of ``props``, taken from ``stored`` (:func:`stored_plain`'s column) when it
+    holds this version's answer, else evaluated (the regex runs on those rows only)."""
+    return (F.when(stored == F.lit(PLAIN_VERSION), F.lit(True))
+            .when(stored == F.lit(-PLAIN_VERSION), F.lit(False)).otherwise(plain(props)))
 
 
 def native_filter(props: Column, levels: list[dict]) -> Column:

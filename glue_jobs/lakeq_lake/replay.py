@@ -53,8 +53,11 @@ MESSAGES_RAW = StructType([
 ])
 
 # kind=bodies as the replay reads it: schemas.BODIES (the message's metadata, archived with its body
-# since 2026-11-28: a replay then reads this kind alone, select_one_sided) without the stream's seq
-BODIES = StructType([f for f in schemas.BODIES.fields if f.name != "seq"])
+# since 2026-11-28: a replay then reads this kind alone, select_one_sided) without the stream's seq,
+# with the compaction's derived columns (schemas.DERIVED: `plain`, null on raw rows) — which the
+# selection reads instead of the regex (_narrowed; until 2026-12-08 this schema left it out, so no
+# job ever read it: docs/benchmarks.md "The plain test read back")
+BODIES = StructType([f for f in schemas.STORED["bodies"].fields if f.name != "seq"])
 
 MANIFEST_COLUMNS = ["queue", "offset", "id", "key", "tags", "properties", "produced_at", "body", "claim", "inc"]
 # A message of the lake is (topic, inc, queue, offset): a topic deleted and made again (SQS DeleteQueue,
@@ -80,8 +83,8 @@ def order_key() -> F.Column:
     every row of a queue: each comparison reads both rows' ``inc`` and ``offset`` from the sort's
     memory). Outside those ranges it saturates (a queue below 0 or null: the smallest long, 64 or
     more: the largest; an ``inc`` below 0 or null: the queue's smallest value, 511 or more: its
-    largest; an offset below 0 or null, or over 2^48: its end of the range), still never decreasing — such rows tie and :data:`KEYS`
-    decides between them: the order is exactly :data:`KEYS`' whatever the values."""
+    largest; an offset below 0 or null, or over 2^48: its end of the range), still never decreasing — such
+    rows tie and :data:`KEYS` decides between them: the order is exactly :data:`KEYS`' whatever the values."""
     q, i, o = F.col("queue").cast("long"), F.col("inc").cast("long"), F.col("offset").cast("long")
     off = F.coalesce(F.least(F.greatest(o, F.lit(0)), F.lit(_OFFSET_TOP)), F.lit(0))
     low = (F.when(i.isNull() | (i < 0), F.lit(0))
@@ -215,16 +218,21 @@ def _needles(flt: Filter):
 
 
 def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter, native: bool,
-              extra: tuple[str, ...] = (), unknown: F.Column | None = None):
+              extra: tuple[str, ...] = (), unknown: F.Column | None = None, stored_plain: bool = True):
     """The slice's message rows of ``topic`` and ``[from, to)`` that may match ``flt``: tags
     natively, the substring pre-filter, and (``native``) the native levels on plain texts — every
     test that needs no shuffle. Returns the rows (with the ``extra`` columns too and, ``native``
     with levels, :data:`PLAIN`) and the ``plain`` test (None without levels; ``native``: that
     column). ``unknown``: rows the filter cannot judge (body rows archived
-    without their metadata) and lets through, for :func:`run_replay` to count them."""
+    without their metadata) and lets through, for :func:`run_replay` to count them.
+    ``stored_plain`` and rows with the compaction's ``plain`` column (compacted bodies,
+    :func:`.native_filter.plain_of`): the test read from it where it is this version's, the regex
+    on the other rows only; False: the regex on every row (the code before, for the benchmark)."""
+    stored = "plain" if stored_plain and flt.conditions and "plain" in messages.columns else None
     m = (messages.where((F.col("topic") == topic) & (F.col("produced_at") >= from_ms)
                         & (F.col("produced_at") < to_ms) & F.col("offset").isNotNull() & F.col("queue").isNotNull())
-         .select("topic", "queue", incarnation(), "offset", "id", "key", "tags", "properties", "produced_at", *extra))
+         .select("topic", "queue", incarnation(), "offset", "id", "key", "tags", "properties", "produced_at", *extra,
+                 *([stored] if stored else [])))
     m = _with_tags(m, flt, unknown)
     if not flt.conditions:
         return m, None
@@ -233,12 +241,13 @@ def _narrowed(messages: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Fi
     # plain: an unknown row stays on the native side)
     m = m.where(_or(unknown, _needles(flt)))
     if not native:
-        return m, NF.plain(F.col("properties"))
+        return (m.drop(stored) if stored else m), NF.plain(F.col("properties"))
     # `plain` once per row, in with_levels' projection, carried on as a column (PLAIN) to the UDF
     # branch's split and the write's `not_plain` count instead of the regex again on each
-    m, keep, tokens = NF.with_levels(m, "properties", flt.levels, plain_as=PLAIN)
+    m, keep, tokens = NF.with_levels(m, "properties", flt.levels, plain_as=PLAIN,
+                                     **({"stored": stored} if stored else {}))
     plain = F.col(PLAIN)
-    return m.where(_or(unknown, ~plain | keep)).drop(*tokens), plain
+    return m.where(_or(unknown, ~plain | keep)).drop(*tokens, *([stored] if stored else [])), plain
 
 
 def select(messages: DataFrame, bodies: DataFrame, topic: str, from_ms: int, to_ms: int,
@@ -328,7 +337,7 @@ def _without_metadata() -> F.Column:
 
 def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, flt: Filter,
                      parts: int | None = None, native: bool = True, matcher: bool = True,
-                     keep_plain: bool = False, bucketed: bool = False) -> DataFrame:
+                     keep_plain: bool = False, bucketed: bool = False, stored_plain: bool = True) -> DataFrame:
     """:func:`select` over the ``kind=bodies`` rows alone, for rows archived with their metadata
     (since 2026-11-28, ``lakeq.lake.archive.body_row``): the same filter, duplicates' drop and order,
     with no ``kind=messages`` side — one dataset read, one shuffle, no join.
@@ -346,13 +355,13 @@ def select_one_sided(bodies: DataFrame, topic: str, from_ms: int, to_ms: int, fl
     (for :func:`_unjudged`; the caller drops it before writing). ``bucketed``: ``bodies`` is
     :func:`read_slice_buckets`' (``parts`` its buckets): without the matcher's branch the plan
     has no exchange at all — the narrow filters, then a sort per bucket (the hours' files are each
-    sorted, not the bucket's concatenation of them)."""
+    sorted, not the bucket's concatenation of them). ``stored_plain``: :func:`_narrowed`'s."""
     spark = bodies.sparkSession
     for k, val in SESSION_CONF.items():
         spark.conf.set(k, val)
     parts = parts or int(spark.conf.get("spark.sql.shuffle.partitions"))
     unknown = _without_metadata()
-    m, plain = _narrowed(bodies, topic, from_ms, to_ms, flt, native, ("body", "claim"), unknown)
+    m, plain = _narrowed(bodies, topic, from_ms, to_ms, flt, native, ("body", "claim"), unknown, stored_plain)
     if native and not matcher:
         plain = None  # (no UDF branch: the rows not plain went through the native test unjudged)
     m = _deduplicated_and_filtered(m, plain, flt, parts, native, unknown, bucketed)
@@ -435,7 +444,7 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                flt: Filter, show_progress: bool = False, log=print, out: Lake | None = None,
                native: bool = True, previous: bool = False, legacy: bool = False,
                narrow_bodies: bool = True, one_sided: bool = True, dry_run: bool = False,
-               manifest: str = "records") -> dict:
+               manifest: str = "records", stored_plain: bool = True) -> dict:
     """Select and write ``replays/<id>/manifest/part-*.txt`` (records, :mod:`lakeq.store.replay_manifest`:
     each string's bytes after a header of lengths, nothing escaped; each part holds whole queues,
     sorted by ``queue, inc, offset``) in one pass over the slice, then
@@ -460,6 +469,8 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
     UDF branch, each time overwriting the manifest — such a replay pays two passes. The summary's
     ``plan`` says which one wrote the manifest (``one side``, ``one side, matcher``, ``two sides``).
     ``one_sided=False``, ``narrow_bodies=False`` or ``legacy``: the two-sided selection only.
+    ``stored_plain=False``: the `plain` regex on every row even where the compaction stored its
+    answer (the code before; ``bench/replay.py --compare-plain``).
     ``legacy=True`` (also implied by ``previous``): the job's output as it was before — gzipped
     parts (``.json.gz``) and the summary read back from them — kept for ``bench/replay.py``'s
     before/after.
@@ -497,7 +508,8 @@ def run_replay(spark: SparkSession, lake: Lake, replay_id: str, topic: str, from
                 parts = buckets[0] if buckets else int(spark.conf.get("spark.sql.shuffle.partitions"))
                 bods = buckets[1] if buckets else read_slice(spark, lake, "bodies", from_ms, to_ms)
                 df = select_one_sided(bods, topic, from_ms, to_ms, flt, parts=parts, native=native,
-                                      matcher=matcher, keep_plain=True, bucketed=buckets is not None)
+                                      matcher=matcher, keep_plain=True, bucketed=buckets is not None,
+                                      stored_plain=stored_plain)
                 obs = Observation(f"replay-{replay_id}")
                 firsts = _emit(df.observe(obs, *_observed(), *_unjudged(flt, df.columns)).select(*MANIFEST_COLUMNS),
                                where, dry_run, manifest)

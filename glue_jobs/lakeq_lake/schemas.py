@@ -4,6 +4,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DoubleType,
+    IntegerType,
     LongType,
     MapType,
     StringType,
@@ -79,10 +80,15 @@ BODIES = StructType([
 # columns (template.yaml): the raw rows with these schemas. ``properties`` of a message stays the
 # JSON object's text — its values keep their JSON types (1, "1", true), which the replay's filter
 # tells apart; :meth:`Lake.read_kind` gives the jobs the map of :data:`MESSAGES`.
+# Columns the compaction derives (never read from a raw row: :meth:`Lake.read_kind` nulls them there):
+# ``plain`` — the replay filter's test of ``properties`` (lakeq_lake.native_filter.stored_plain:
+# +version plain, -version not), computed once per message instead of by every replay.
+DERIVED = {"bodies": [StructField("plain", IntegerType())]}
+
 STORED = {
     "messages": StructType([StructField("properties", StringType()) if f.name == "properties" else f
                             for f in MESSAGE_ROWS.fields]),
-    "bodies": BODIES,
+    "bodies": StructType(BODIES.fields + DERIVED["bodies"]),
     "offsets": OFFSET_ROWS,
     "members": MEMBERS,
 }

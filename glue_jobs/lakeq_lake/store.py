@@ -262,8 +262,8 @@ class Lake:
             if not self.exists(prefix):
                 return spark.createDataFrame([], schema)
             base = self.path(prefix)
-            df = (spark.read.schema(schema).option("basePath", base)
-                  .option("recursiveFileLookup", "false").json(base))
+            df = _raw(spark.read.schema(schema).option("basePath", base)
+                      .option("recursiveFileLookup", "false").json(base), kind)
             if lo is not None or hi is not None:  # a filter on the partition columns: Spark lists those folders only
                 df = df.where(partition_key().between(lo or "0000", hi or "9999"))
             return df
@@ -274,8 +274,8 @@ class Lake:
         cols = [*schema.fieldNames(), "dt", "hour"]
         frames = []
         if raw:
-            frames.append(spark.read.schema(schema).option("basePath", self.path(prefix))
-                          .json([self.path(k) for k in raw]))
+            frames.append(_raw(spark.read.schema(schema).option("basePath", self.path(prefix))
+                               .json([self.path(k) for k in raw]), kind))
         # files of bucketed generations (``bucket=NN/``) and of the layout before, each read with
         # its own partition folders (Spark's discovery refuses two directory structures in one read)
         flat = [k for k in parquet if C.bucket_of(k) is None]
@@ -331,6 +331,15 @@ class Lake:
         for f in frames[1:]:
             out = out.union(f)
         return n, out
+
+
+def _raw(df: DataFrame, kind: str) -> DataFrame:
+    """Raw rows with the compaction's derived columns (:data:`schemas.DERIVED`) null, whatever a raw
+    object holds: only the compaction writes them."""
+    for f in schemas.DERIVED.get(kind, ()):
+        if f.name in df.columns:
+            df = df.withColumn(f.name, F.lit(None).cast(f.dataType))
+    return df
 
 
 # files a read lists on the driver at most (a week of bucketed hours is 1,344): above, Spark's

@@ -108,7 +108,8 @@ def _results(spark, root: Path, out: Path, name: str, jobs: bool = True) -> dict
     summaries, two replay selections (filtered: one side; all of topic t)."""
     lk = Lake(str(root))
     got = {"kinds": {k: sorted(map(str, lk.read_kind(spark, k).drop("dt", "hour").collect())) for k in C.KINDS},
-           "sliced": {k: sorted(map(str, R.read_slice(spark, lk, k, T0 + H // 2, T0 + 4 * H).collect()))
+           # (the compacted bodies' derived `plain` column left out: a raw row has none)
+           "sliced": {k: sorted(map(str, R.read_slice(spark, lk, k, T0 + H // 2, T0 + 4 * H).drop("plain").collect()))
                       for k in ("messages", "bodies")}}
     if not jobs:
         return got
@@ -440,7 +441,7 @@ def test_messages_and_bodies_are_written_once_each_in_the_bucket_of_their_queue(
     _write(root, msgs, offs)
     _write(root, msgs[100:160], [], suffix="-again")  # 60 rows of hour 00 archived twice
     lk = Lake(str(root))
-    raw = {k: lk.read_kind(spark, k, stored=True).drop("dt", "hour").drop("seq").collect()
+    raw = {k: lk.read_kind(spark, k, stored=True).drop("dt", "hour", "seq", "plain").collect()
            for k in ("messages", "bodies")}
     assert len(raw["messages"]) == 460 and lk.raw_keys("messages", "2026-01-01 03", "2026-01-01 03")
     run_compact(spark, lk, AFTER, kinds=("messages", "bodies"), **QUIET)
@@ -448,7 +449,7 @@ def test_messages_and_bodies_are_written_once_each_in_the_bucket_of_their_queue(
     for kind in ("messages", "bodies"):
         once = sorted({str(r) for r in raw[kind]})
         assert len(once) == 400
-        got = lk.read_kind(spark, kind, stored=True).drop("dt", "hour").drop("seq").collect()
+        got = lk.read_kind(spark, kind, stored=True).drop("dt", "hour", "seq", "plain").collect()
         assert sorted(map(str, got)) == once  # each message once (their copies were the same row)
         for h, doc in lk.manifests(kind).items():
             assert doc["buckets"] == C.BUCKETS
@@ -627,3 +628,79 @@ def test_mixed_layouts_bucket_counts_late_rows_and_a_crash_leave_each_message_on
     assert R.read_slice_buckets(spark, pq, "bodies", lo, hi) is None  # two bucket counts
     assert R.read_slice_buckets(spark, pq, "bodies", T0, T0 + 2 * H)[0] == 4
     check("refolded")
+
+
+def test_compacted_bodies_carry_the_plain_test_and_a_replay_trusts_only_its_own_version(spark, tmp_path):
+    """The compaction stores each body row's `plain` test (lakeq_lake.native_filter.stored_plain:
+    +version plain, -version not) so that a replay does not run the regex per row: the column is
+    the regex's answer on every compacted row; a raw row's is null even when the raw object holds
+    a ``plain`` key (only the compaction writes it); a replay selects the same manifest reading it
+    as evaluating the regex, over compacted hours (bucketed) and with the open raw hour; and
+    :func:`plain_of` takes only this version's answers, evaluating the regex on the others."""
+    from pyspark.sql import functions as F
+
+    from lakeq_lake import native_filter as NF
+
+    root = tmp_path / "lake"
+    msgs, offs = _rows(random.Random(8), 300, T0, 48_000, 1000)  # hours 00-03 (03 open)
+    odd = [{"k": {"n": 1}}, {"k": 10**19}, {"k": "A", "s": [1]}]  # not plain: the matcher's
+    msgs = [dict(m, properties=odd[i % 3]) if i % 4 == 0 else m for i, m in enumerate(msgs)]
+    _write(root, [m for m in msgs if m["produced_at"] < T0 + 3 * H], offs)
+    # the open hour's raw bodies claim plain = this version on every row, the odd ones included
+    late = [m for m in msgs if m["produced_at"] >= T0 + 3 * H]
+    _write(root, late, [])
+    forged = [dict(lake.body_row(m, m["body"]), plain=NF.PLAIN_VERSION) for m in late]
+    for key, blob in lake.objects("bodies", SEG + "-forged", forged).items():
+        (root / key).write_bytes(blob)
+    lk = Lake(str(root))
+    run_compact(spark, lk, AFTER, kinds=("messages", "bodies"), **QUIET)
+    rows = lk.read_kind(spark, "bodies", stored=True).select(
+        "hour", "plain", NF.plain(F.col("properties")).alias("regex")).collect()
+    closed = [r for r in rows if r["hour"] < 3]
+    assert {r["regex"] for r in closed} == {True, False}
+    assert all(r["plain"] == (NF.PLAIN_VERSION if r["regex"] else -NF.PLAIN_VERSION) for r in closed)
+    assert {r["plain"] for r in rows if r["hour"] == 3} == {None}
+    flt = Filter.of({"conditions": [{"field": "k", "exists": True}]})
+    out = Lake(str(tmp_path / "out"))
+
+    def manifest(name, hi, stored_plain):
+        s = R.run_replay(spark, lk, name, "t", T0, hi, flt, out=out, stored_plain=stored_plain, **QUIET)
+        return s["plan"], [json.dumps(r, sort_keys=True) for p in s["parts"]
+                           for r in manifest_rows(p["key"], (tmp_path / "out" / p["key"]).read_bytes())]
+
+    for hi in (T0 + 3 * H, T0 + 4 * H):  # whole compacted hours (buckets), then with the open raw hour
+        got, want = manifest(f"stored-{hi}", hi, True), manifest(f"regex-{hi}", hi, False)
+        assert got == want and got[0] == "one side, matcher" and len(got[1]) > 20
+    v = NF.PLAIN_VERSION
+    cases = [(v, '{"k":{"n":1}}'), (-v, '{"k":1}'), (v + 1, '{"k":{"n":1}}'), (-v - 1, '{"k":1}'),
+             (None, '{"k":{"n":1}}'), (None, '{"k":1}')]
+    df = spark.createDataFrame(cases, "stored int, props string")
+    got = [r[0] for r in df.select(NF.plain_of(F.col("stored"), F.col("props"))).collect()]
+    assert got == [True, False, False, True, False, True]  # this version's answer as stored; others: the regex
+
+
+def test_a_replay_over_compacted_bodies_reads_their_plain_column(spark, tmp_path, monkeypatch):
+    """The selection takes `plain` from the compacted bodies' column, not from the regex: bodies
+    compacted with a column that says "not plain" on every row (a compaction made to lie, by hand)
+    send a replay over those whole hours to the matcher's pass — the same filter over the same
+    rows with the regex (``stored_plain=False``) selects in one pass. (Until 2026-12-08 the
+    replay's read of the slice dropped the column: both selected in one pass.)"""
+    from pyspark.sql import functions as F
+
+    from lakeq_lake import compact as CP
+    from lakeq_lake import native_filter as NF
+
+    root = tmp_path / "lake"
+    msgs, offs = _rows(random.Random(9), 200, T0, 48_000, 1000)
+    _write(root, [m for m in msgs if m["produced_at"] < T0 + 3 * H], offs)
+    monkeypatch.setattr(CP.NF, "stored_plain", lambda props: F.lit(-NF.PLAIN_VERSION).cast("int"))
+    lk = Lake(str(root))
+    run_compact(spark, lk, AFTER, kinds=("messages", "bodies"), **QUIET)
+    assert {r["plain"] for r in lk.read_kind(spark, "bodies", stored=True).select("plain").collect()} == {
+        -NF.PLAIN_VERSION}
+    assert R.read_slice_buckets(spark, lk, "bodies", T0, T0 + 3 * H) is not None  # whole bucketed hours
+    flt = Filter.of({"conditions": [{"field": "k", "exists": True}]})
+    out = Lake(str(tmp_path / "out"))
+    plans = {sp: R.run_replay(spark, lk, f"p-{sp}", "t", T0, T0 + 3 * H, flt, out=out, stored_plain=sp,
+                              **QUIET)["plan"] for sp in (True, False)}
+    assert plans == {True: "one side, matcher", False: "one side"}

@@ -657,12 +657,19 @@ def test_native_filter_equals_the_matcher_on_generated_filters_and_properties(sp
     cols = [F.col("offset"), NF.plain(F.col("properties")).alias("plain")]
     cols += [NF.native_filter(F.col("properties"), filters[i].levels).alias(f"f{i}") for i in lambdas]
     got = {r["offset"]: r.asDict() for r in msgs.select(*cols).collect()}
-    # and as the job applies them (with_levels: the tokens in a projection, no lambda), 25 a query
+    # and as the job applies them (with_levels: the tokens in a projection, no lambda), 25 a query;
+    # every other query with `plain` read from a stored column as the compaction writes it (the
+    # compacted bodies' `plain`: native_filter.stored_plain, read back by plain_of), which must be
+    # the regex's answer on every row
     for lo in range(0, len(filters), 25):
-        df = msgs
+        df = msgs.withColumn("sp", NF.stored_plain(F.col("properties")))
+        stored = {"stored": "sp"} if lo % 50 else {}
         for i in range(lo, min(lo + 25, len(filters))):
-            df, keep, tokens = NF.with_levels(df, "properties", filters[i].levels, name=f"lv{i}")
+            df, keep, tokens = NF.with_levels(df, "properties", filters[i].levels, name=f"lv{i}",
+                                              plain_as=f"p{i}", **stored)
             df = df.withColumn(f"w{i}", keep).drop(*tokens)
+        for r in df.select("offset", *[c for c in df.columns if c[0] == "p" and c[1:].isdigit()]).collect():
+            assert {r[c] for c in r.asDict() if c != "offset"} == {got[r["offset"]]["plain"]}, (stored, r)
         for r in df.select("offset", *[c for c in df.columns if c.startswith("w")]).collect():
             got[r["offset"]].update(r.asDict())
     assert len(got) == len(rows)
