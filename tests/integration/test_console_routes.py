@@ -433,23 +433,167 @@ def test_summary_reads_in_batches_not_per_group_and_topic(api, setup, clock, aws
     add(0, 4)
     few, b = calls()
     assert len(b["groups"]) >= 20 and len(b["subscriptions"]) == 4 and b["totals"]["backlog"] > 0
+    few_rows = sum(1 for g in b["groups"] if "backlog" in g)  # clustering rows: a records Query each
     add(4, 12)
     many, b = calls()
     groups = [g for g in b["groups"] if "backlog" in g]
     assert len(b["groups"]) >= 100 and len(b["subscriptions"]) == 12
-    # the keys each kind of batch reads: queue items (topics' and lists'), offset records, oldest segments
+    # the keys each kind of batch reads: queue items (topics' and lists'), offset records (the lists'
+    # alone: a group's are its Query, review_g), oldest segments
     queue_keys = sum(t["queues"] for t in b["topics"]) + len(b["subscriptions"])
-    record_keys = sum(next(t["queues"] for t in b["topics"] if t["topic"] == g["topic"]) for g in groups) \
-        + len(b["subscriptions"])
-    bound = 3 + 2 * ceil(queue_keys / 100) + ceil(record_keys / 100) + ceil(record_keys / 100)
+    record_keys = len(b["subscriptions"])
+    start_keys = sum(next(t["queues"] for t in b["topics"] if t["topic"] == g["topic"]) for g in groups) \
+        + len(b["subscriptions"])  # at most one a row's queue
+    bound = 3 + 2 * ceil(queue_keys / 100) + ceil(record_keys / 100) + ceil(start_keys / 100)
     for seen in (few, many):
         assert set(seen) <= {"Scan", "BatchGetItem", "Query"}, seen
         assert seen["Scan"] <= 3, seen  # topics, clients, subscriptions: one page each here
-    # no read per group × topic: the Queries left are the fallbacks for a committed offset inside a
-    # segment (one Query each, newest first: c00's, one per add()), none per group, topic or queue
-    assert few["Query"] == 1 and many["Query"] == 2, (few, many)
-    assert sum(few.values()) <= 12 and sum(many.values()) <= bound + many["Query"], (few, many, bound)
+    # no read per queue: the Queries are one a clustering row's offset records (review_g: batched by
+    # (owner, queue) key they cost 4-52x the RRU) and the fallbacks for a committed offset inside a
+    # segment (one Query each, newest first: c00's, one per add()), none per queue
+    assert few["Query"] == few_rows + 1 and many["Query"] == len(groups) + 2, (few, many, few_rows, len(groups))
+    assert sum(few.values()) <= 12 + few_rows and sum(many.values()) <= bound + many["Query"], (few, many, bound)
     # heads lagging more segments than the walk's rounds take the newest-segment Query: the same answer
     monkeypatch.setattr(queue_log, "EXACT_WALK_ROUNDS", 1)
     lagging, _ = calls()
     assert lagging["Query"] > many["Query"], lagging
+
+
+class _SubscriptionItemsRead:
+    """Interceptor hook: the items Scans and Queries of the subscriptions table return."""
+
+    def __init__(self):
+        self.items = 0
+
+    def before(self, call):
+        pass
+
+    def after(self, call, response):
+        if call.operation in ("Scan", "Query") and str(call.params.get("TableName", "")).endswith("-subscriptions"):
+            self.items += len(response.get("Items") or [])
+        return response
+
+
+def test_the_summarys_subscription_reads_do_not_grow_with_the_table(api, setup, clock, monkeypatch):
+    """review_g: the batched summary (console35) read every consumer's subscriptions in one Scan of
+    the table — every tenant's subscriptions, each summary (the console asks every 5 s), however few
+    rows the cap lets in: 10k subscriptions of ~122 B (the smallest: no conditions, no push) are 149
+    RRU a summary, a million (10k consumers x 100) 15k RRU in 117 sequential 1-MB pages (by
+    DynamoDB's pricing of that size, not measured), where the
+    per-consumer Queries it replaced stop at the cap. The Scan reads at most the cap's rows plus one
+    consumer's 100 and one item; a table holding more is read a Query a consumer until the cap, as
+    before: the items read are the same with 320 and 640 subscriptions, and the answer is the per-row
+    reads' (``_reference_summary``), byte for byte."""
+    import uuid
+
+    from infra.local import interceptor
+    from lakeq.admin.auth import Principal
+    from lakeq.api.http import dumps
+    from lakeq.console import summary as sm
+    from lakeq.store.subscriptions import SubscriptionModel
+    from lakeq.subscriptions.service import MAX_SUBSCRIPTIONS_PER_CLIENT
+
+    assert sm.SUBSCRIPTIONS_PER_CLIENT == MAX_SUBSCRIPTIONS_PER_CLIENT  # the summary's copy of the limit
+    monkeypatch.setattr(sm, "MAX_PAIRS", 20)
+    admin = Principal(admin=True)
+    made = 0
+
+    def consumers(n0, n1, subs_each=80):
+        nonlocal made
+        for i in range(n0, n1):
+            assert api.call("POST", "/v1/clients", {"name": f"c{i:02d}", "role": "consumer",
+                                                     "topics": ["quotes/sh"]})[0] == 201
+            for _ in range(subs_each):  # written as the subscriptions service writes their items
+                made += 1
+                SubscriptionModel(uuid.uuid4().hex, subscriber=f"c{i:02d}", topic="quotes/sh", conditions="[]",
+                                  created_at=1_000_000 + made, counted=True).save()
+
+    def read():
+        hook = _SubscriptionItemsRead()
+        with interceptor.hooked(hook):
+            out = sm.summary(admin)
+        assert dumps(out) == dumps(_reference_summary(admin))
+        assert out["truncated"] is True and len(out["subscriptions"]) == 20 - len(out["groups"]) > 0, out["groups"]
+        return hook.items
+
+    consumers(0, 4)
+    few = read()
+    consumers(4, 8)
+    many = read()
+    assert many == few, (few, many)
+    assert many <= 2 * (sm.MAX_PAIRS + 100) + 1, many
+
+
+class _OffsetsReadUnits:
+    """Interceptor hook: the read units the calls on the offsets table cost, priced from the items'
+    sizes by DynamoDB's rules (moto reports none; as ``bench/queue.py``'s meter prices them): a
+    Query the sum of its items rounded up to 4 KB (1 unit at least), a BatchGetItem each key on its
+    own, its item rounded up to 4 KB, an absent one 1 unit; strongly consistent 1, eventually 0.5."""
+
+    def __init__(self):
+        self.units = 0.0
+
+    def before(self, call):
+        pass
+
+    def after(self, call, response):
+        from math import ceil
+
+        from infra.local.aws_rules import item_size
+
+        if call.operation == "Query" and str(call.params.get("TableName", "")).endswith("-offsets"):
+            c = 1.0 if call.params.get("ConsistentRead") else 0.5
+            self.units += c * max(1, ceil(sum(item_size(i) for i in response.get("Items", [])) / 4096))
+        elif call.operation == "BatchGetItem":
+            for table, req in call.params["RequestItems"].items():
+                if table.endswith("-offsets"):
+                    c = 1.0 if req.get("ConsistentRead") else 0.5
+                    found = response.get("Responses", {}).get(table, [])
+                    self.units += c * (sum(max(1, ceil(item_size(i) / 4096)) for i in found)
+                                       + len(req.get("Keys", [])) - len(found))
+        return response
+
+
+def test_the_summarys_offset_reads_cost_no_more_than_a_query_a_row(api, setup, clock):
+    """review_g: console35 read every row's offset records by consistent BatchGetItems of every
+    ``(owner, queue)`` key instead of a consistent Query an owner. A BatchGetItem bills each key on
+    its own (an absent record 1 unit too: a group has a record only for the queues it pulled) where a
+    Query bills its items' sum rounded up to 4 KB: priced by DynamoDB's rules, 12 topics x 13 groups
+    cost 714 units of offset reads a summary at 4 queues a topic (the Queries: 194) and 10,074 at 64
+    (194): the whole summary 893.5 / 11,016.5 RRU against the per-row reads' 619 / 1,424 (counted
+    with bench/queue.py's meter, 2026-12-08). An owner of many queues is read by its Query again;
+    one of a single queue (a subscription list) by BatchGetItem, at the same price. Here: 3 topics of
+    16 queues, 4 groups that each pulled a batch of each: the summary's offset reads cost no more
+    than the per-row Queries' and the answer is theirs, byte for byte."""
+    from infra.local import interceptor
+    from lakeq.admin.auth import Principal
+    from lakeq.api.http import dumps
+    from lakeq.console import summary as sm
+
+    admin = Principal(admin=True)
+    keys = {}
+    for i in range(3):
+        assert api.call("POST", "/v1/topics", {"name": f"quotes/w{i}", "queues": 16})[0] == 201
+        clock.t += 1_000
+        msgs = [{"key": f"k{j}", "body": f"{i}-{j}"} for j in range(40)]
+        assert api.call("POST", f"/v1/topics/quotes%2Fw{i}/messages", {"producer": "feed", "messages": msgs},
+                        key=setup["feed"])[0] == 200
+    for g in range(4):
+        s, c = api.call("POST", "/v1/clients", {"name": f"g{g}", "role": "consumer", "topics": ["quotes"]})
+        assert s == 201
+        keys[f"g{g}"] = c["api_key"]
+        if g < 2:
+            assert api.call("POST", "/v1/subscriptions", {"subscriber": f"g{g}", "topic": "quotes"},
+                            key=c["api_key"])[0] == 201
+        for i in range(3):
+            s, p = api.call("GET", f"/v1/topics/quotes%2Fw{i}/messages", query={"group": f"g{g}", "max": "5"},
+                            key=c["api_key"])
+            assert s == 200 and p["receipt"], p
+            assert api.call("POST", "/v1/acks", {"group": f"g{g}", "receipt": p["receipt"]}, key=c["api_key"])[0] == 200
+    units = {}
+    for name, fn in (("batched", sm.summary), ("per-row", _reference_summary)):
+        hook = _OffsetsReadUnits()
+        with interceptor.hooked(hook):
+            units[name] = (hook, dumps(fn(admin)))
+    assert units["batched"][1] == units["per-row"][1]  # the same answer
+    assert units["batched"][0].units <= units["per-row"][0].units, {k: v[0].units for k, v in units.items()}

@@ -425,7 +425,10 @@ def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(
 # BatchGetItem (cost33f; before, a GetItem of the marker then a BatchGetItem of the probes: 3 calls)
 PROBED = [("Query", "offsets", True), ("BatchGetItem", "queues,segments", (True, False))]
 LOOKED = [("Query", "offsets", True), ("GetItem", "queues", True)]
-CONFIRMED = [("Query", "offsets", True), ("BatchGetItem", "queues,segments", (True, True))]
+# a young look grows up: the marker and its probes consistent, then its queue items' next_due
+# consistently (review_g: after the marker, so no delayed produce's bump is read without its due)
+CONFIRMED = [("Query", "offsets", True), ("BatchGetItem", "queues,segments", (True, True)),
+             ("BatchGetItem", "queues", True)]
 
 
 def _young_look(api, setup, clock):
@@ -698,6 +701,122 @@ def test_a_delayed_produce_retried_after_its_bump_failed_moves_the_marker_within
         clock.t += step
         served += [m["body"] for m in _pull(api, setup, max=3, visibility_timeout_ms=60_000)["messages"]]
     assert served == ["late"], served
+
+
+def test_a_delayed_due_its_rounds_replica_did_not_show_is_served_once_the_young_look_grows_up(
+        api, setup, clock, monkeypatch):
+    """review_g: a full round reads the queue items and the change marker in one eventually
+    consistent BatchGetItem — two items, each from any replica. A delayed produce moves its queue's
+    ``next_due`` earlier, then bumps (forced); a round just after it can read the marker with that
+    bump and the queue item from a replica without the produce (no ``next_due``). Kept as a young look
+    (wake None, the marker's version current), every later pull — the young look's probes (the
+    chains show no delayed message) and the look grown up from them — trusted the unchanged marker
+    and answered empty past the due until the 60-s safety net; and since a delayed produce behind
+    that due forces no bump (9049cf3), the next delayed produces do not heal it either. The look
+    grows up only on a strongly consistent read of its queue items' ``next_due`` too: the pull past
+    the window serves it."""
+    from lakeq.common.names import change_key, log_of
+    from lakeq.store.catalog import TopicRepo
+    from lakeq.store.queue_log import LogRepo
+
+    _young_look(api, setup, clock)  # this container bumped at t0; a young look at t0 + 100
+    log = log_of(TopicRepo.get("quotes"))
+    real = LogRepo._items_and_change
+    stale = [i for i in real(log, 4, None) if i["pq"]["S"] != change_key(log)]  # before the produce
+    clock.t += 100
+    s, b = api.call("POST", T, {"producer": "feed", "messages": [{"body": "late", "key": "k", "delay_ms": 50}]},
+                    key=setup["feed"])
+    assert s == 200 and b["results"][0]["offset"] is None, b  # next_due set, the marker bumped (forced)
+
+    def behind(topic, n, only):  # the marker as it is, the queue items as before the produce
+        fresh = real(topic, n, only)
+        return [i for i in fresh if i["pq"]["S"] == change_key(topic)] + [
+            i for i in stale if only is None or int(i["queue"]["N"]) in set(only)]
+    clock.t += 10
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "_items_and_change", staticmethod(behind))
+        assert _pull(api, setup, max=3)["messages"] == []  # the marker moved: a full round, on the stale items
+    served = []
+    for step in (100, 2_000, 1_000):  # due (inside the window), past the window (grows up), then again
+        clock.t += step
+        b = _pull(api, setup, max=3)
+        served += [m["body"] for m in b["messages"]]
+        if b["messages"]:
+            break
+    assert served == ["late"], served
+
+
+def test_a_delayed_retry_answered_by_its_write_losing_to_the_first_attempts_ids_forces_its_bump(
+        api, setup, clock, monkeypatch):
+    """review_g: review_d's race with a delayed message — the retry (after a client timeout, the
+    first attempt still running) read the dedup table before the first attempt's transaction landed,
+    then lost its own to the ids recorded meanwhile and answered their results (still delayed); the
+    first attempt's forced bump failed (503 to a client that no longer waits). The retry stored
+    nothing, so it moved no ``next_due`` and (since 9049cf3) did not force its bump: within its
+    container's second it wrote nothing, and the young look's pulls answered empty past the due (until
+    the look grew up). An answer from delayed ids recorded meanwhile forces, as one from the read."""
+    from lakeq.produce import service as produce_service
+    from lakeq.store.queue_log import LogRepo
+
+    _young_look(api, setup, clock)  # this container bumped at t0; a young look at t0 + 100
+    msg = {"producer": "feed", "messages": [{"body": "late", "key": "k", "id": "raced-d", "delay_ms": 50}]}
+
+    def lost(*_a, **_k):
+        raise RuntimeError("throttled")
+    clock.t += 100
+    with monkeypatch.context() as m:  # the first attempt: stored (next_due set), its bump lost
+        m.setattr(LogRepo, "bump_change", staticmethod(lost))
+        s, out = api.call("POST", T, msg, key=setup["feed"])
+    assert (s, out["error"]["code"]) == (503, "busy"), out
+    real = produce_service._delayed.known_results
+    reads = []
+
+    def before_the_first_landed(log, ids):
+        reads.append(ids)
+        return {} if len(reads) == 1 else real(log, ids)
+    with monkeypatch.context() as m:  # the retry: its first read ran before the first attempt's write
+        m.setattr(produce_service._delayed, "known_results", before_the_first_landed)
+        s, out = api.call("POST", T, msg, key=setup["feed"])
+    assert s == 200 and out["results"][0]["offset"] is None, out
+    assert len(reads) == 2, reads  # answered from the ids its write found recorded
+    clock.t += 100  # due, inside the window: the marker is the young look's only news of it
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["late"]
+
+
+def test_a_delayed_produce_that_fails_after_moving_a_due_earlier_signals_it(api, setup, clock, monkeypatch):
+    """review_g: a request whose delayed messages go to two queues stores the first queue's (its
+    ``next_due`` moved earlier) and answers 503 when the second's keeps losing its transaction
+    (contended): the service's forced bump comes after every queue, so none was made — a grown-up
+    look answered empty past the stored message's due until the 60-s safety net (and a retry without
+    ids, its messages behind that due, forces nothing since 9049cf3). An append that fails after some
+    writes signals them (``bump_change_hint``); the delayed path now does too, forced when a part
+    moved a ``next_due`` earlier."""
+    from lakeq.log.produce_plan import queue_for_key
+    from lakeq.produce import delayed as delayed_mod
+
+    _produce(api, setup, 1)
+    b = _pull(api, setup, max=1)
+    clock.t += 2_000
+    assert _pull(api, setup, max=1, ack=b["receipt"])["messages"] == []  # the look
+    assert _pull(api, setup, max=1)["messages"] == []  # its heads confirmed: grown up
+    first, second = sorted({queue_for_key("k", 4), queue_for_key("other", 4)})
+    key_of = {queue_for_key("k", 4): "k", queue_for_key("other", 4): "other"}
+    assert first != second
+    real = delayed_mod._add
+
+    def contended_second(topic, q, part, results, now):
+        if q == second:
+            delayed_mod._contended()
+        return real(topic, q, part, results, now)
+    clock.t += 100
+    with monkeypatch.context() as m:
+        m.setattr(delayed_mod, "_add", contended_second)
+        s, out = api.call("POST", T, {"producer": "feed", "messages": [
+            {"body": "stored", "key": key_of[first], "delay_ms": 50},
+            {"body": "lost", "key": key_of[second], "delay_ms": 50}]}, key=setup["feed"])
+    assert (s, out["error"]["code"]) == (503, "busy"), out
+    clock.t += 100  # due
+    assert [m["body"] for m in _pull(api, setup, max=3)["messages"]] == ["stored"]
 
 
 # --- cost33f: the bench's tail — the last queue held by one consumer, the others drained ---

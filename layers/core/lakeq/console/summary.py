@@ -22,14 +22,17 @@ Store calls (all reads; nothing here writes), each kind batched over every row (
 per row before: a Query per (group, topic), per queue of each topic and per queue with a backlog):
 the topics' Scan (admin) or GetItems, the clients' Scan (admin) or one GetItem; one BatchGetItem of
 every topic's and subscription list's queue items and their exact ends
-(:meth:`~lakeq.store.queue_log.LogRepo.queues_of`); consistent BatchGetItems of every clustering
-row's and list's offset records (:meth:`~lakeq.store.offsets.OffsetRepo.records_of`); one
+(:meth:`~lakeq.store.queue_log.LogRepo.queues_of`); every clustering row's offset records by its
+consistent Query and every list's by consistent BatchGetItems
+(:meth:`~lakeq.store.offsets.OffsetRepo.records_of`: a BatchGetItem bills each key, an absent record
+too, so a row's keys cost 4-52x its Query's RRU, review_g); one
 BatchGetItem of the segment at each backlog's start
 (:meth:`~lakeq.store.queue_log.LogRepo.first_segments`: a start inside a segment takes one Query
 for that queue); the consumers' subscriptions in one Scan (one consumer: its Query of the
-``by-subscriber`` index). 100 keys a BatchGetItem: a few calls plus ceil(keys / 100) per kind. The
-work is bounded by the cap :data:`MAX_PAIRS` (200), whatever the caller sees: at most that many
-topics (the first by name) are read, and over them at most that many group rows ((group, topic)
+``by-subscriber`` index) of at most ``MAX_PAIRS`` + 100 items — a table holding more (the Scan reads
+every tenant's) is read a Query a consumer until the cap, as before (review_g). 100 keys a
+BatchGetItem: a few calls plus ceil(keys / 100) per kind. The work is bounded by the cap
+:data:`MAX_PAIRS` (200), whatever the caller sees: at most that many topics (the first by name) are read, and over them at most that many group rows ((group, topic)
 pairs, broadcasting ones included) and subscription lists together; once the cap is reached nothing
 more is read (not even the consumers' subscriptions, when the group rows reached it) and
 ``truncated`` is true (more rows may exist). Worst case: 200 topics' queue items (≤ 64 queues
@@ -49,6 +52,8 @@ from lakeq.store.records import Client, Topic
 from lakeq.store.subscriptions import SubscriptionRepo, list_owner, list_topic
 
 MAX_PAIRS = 200  # topics read, and group rows + subscription lists counted, per call
+# lakeq.subscriptions.service.MAX_SUBSCRIPTIONS_PER_CLIENT: the most one consumer's Query reads
+SUBSCRIPTIONS_PER_CLIENT = 100
 
 
 def _visible(p: Principal) -> tuple[list[Topic], list[Client]]:
@@ -106,15 +111,17 @@ def _rows(topics: list[Topic], consumers: list[Client], truncated: bool) -> tupl
     subs: list[tuple[Client, object]] = []
     if consumers and len(pairs) >= MAX_PAIRS:  # no consumer is asked for its subscriptions
         return pairs, subs, True
-    if len(consumers) == 1:
-        by = {consumers[0].name: SubscriptionRepo.of_subscriber(consumers[0].name)}
-    else:
-        by = SubscriptionRepo.of_subscribers([c.name for c in consumers]) if consumers else {}
+    # many consumers: one Scan of the table, while it holds no more than the consumers' Queries up
+    # to the cap would read at most (the cap's rows, the last consumer's 100 past it); a table
+    # holding more (every tenant's subscriptions: a Scan's cost is the table's) is read as before,
+    # a Query a consumer until the cap (review_g: a Scan of 10k subscriptions each summary)
+    by = SubscriptionRepo.of_subscribers([c.name for c in consumers], most=MAX_PAIRS + SUBSCRIPTIONS_PER_CLIENT) \
+        if len(consumers) > 1 else None
     for c in consumers:
         if len(pairs) + len(subs) >= MAX_PAIRS:
             truncated = True
             break
-        for sub in by[c.name]:
+        for sub in (by[c.name] if by is not None else SubscriptionRepo.of_subscriber(c.name)):
             if len(pairs) + len(subs) >= MAX_PAIRS:
                 truncated = True
                 break

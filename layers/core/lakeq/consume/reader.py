@@ -516,7 +516,10 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
     probe, the marker and the probes are one BatchGetItem
     (:meth:`LogRepo.change_and_segments_at`): the two reads unordered, which the argument does not
     need (the probes see every append at a boundary whenever read; the marker says no earlier due
-    since the look).
+    since the look). The round read the queue items and the marker eventually consistently, two
+    items from any replicas: the pull that grows a young look up reads the items' ``next_due``
+    strongly consistently after the marker (:meth:`LogRepo.next_dues`, review_g), so a bump read
+    without its ``next_due`` costs at most the window.
 
     Once the version's window is over (by its ``at`` and by this container's first read of it), the
     look is kept grown up at ``now``: its heads those just probed, the others unknown (a full round
@@ -560,7 +563,17 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
         # and answer empty until the replica has it
         log.probe_consistently = consistent
         return False, recs
-    log.last_views, log._recs, log._wake = views, recs, look.wake
+    wake = look.wake
+    if grown and look.young:
+        # the queue items' next_due, read strongly consistently after the marker: the round's
+        # eventually consistent BatchGetItem may have read the marker with a delayed produce's bump
+        # and its queue item from a replica without it (review_g: the look then waited for no due,
+        # and the grown-up look answered empty past it until the safety net)
+        dues = [d for d in LogRepo.next_dues(log.name, [m.queue for m in metas]).values() if d is not None]
+        wake = min([w for w in (wake, *dues) if w is not None], default=None)
+        if wake is not None and now >= wake:
+            return False, recs
+    log.last_views, log._recs, log._wake = views, recs, wake
     if grown or (unknown and look.young):  # (a grown look's probe noted only while its window reads over)
         probed = {v.queue: v.max_offset for v in views if LogRepo.pq(log.name, v.queue) in starts}
         rows = array("q", look.rows)
@@ -570,7 +583,7 @@ def _probed_empty(log: "TopicLog", look: EmptyLook, now: int, allowed: set[int] 
             elif rows[i] in unknown:  # a young look still probes it at each use; a grown one trusts it
                 rows[i + 3] = probed[rows[i]]
         if grown:
-            look = replace(look, at=now, young=False)
+            look = replace(look, at=now, young=False, wake=wake)
         LogRepo.note_look(_look_key(log, allowed), replace(look, rows=rows))
     return True, recs
 

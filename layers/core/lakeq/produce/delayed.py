@@ -52,22 +52,32 @@ def known_results(topic: str, ids: list[str]) -> dict[str, dict]:
     return {mid: result(mid, q, off, due) for mid, (q, off, due) in LogRepo.dedup_entries(topic, ids).items()}
 
 
-def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now: int) -> bool:
+def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now: int,
+                    moved: list[int] | None = None) -> bool:
     """Store queue ``q``'s delayed messages, part by part (:func:`lakeq.log.delay_plan.plan_delayed`),
     filling ``results``. An id another request recorded meanwhile is answered with its result.
-    True when a part moved the queue's ``next_due`` earlier (or set it): only then must the topic's
+    True when a part moved the queue's ``next_due`` earlier (or set it), or answered ids another
+    request recorded meanwhile that are still delayed (:func:`_add`): only then must the topic's
     change marker move at once (:func:`lakeq.store.append.bump_change` with ``force``) — a part stored
     behind an earlier ``next_due`` (its transaction conditioned on it) changes nothing a look keeps:
     the look already waits for that earlier due, which the request that set it signalled, and a due
-    that passes sends the pull to a full round that reads the new one."""
+    that passes sends the pull to a full round that reads the new one. ``moved``: ``q`` is appended
+    as soon as one of its parts returns True (a later part's failure raises before the caller's
+    bump: the caller signals it then, review_g)."""
     lowered = False
     for part in plan_delayed(topic, q, items):
-        lowered = _add(topic, q, part, results, now) or lowered
+        if _add(topic, q, part, results, now):
+            if not lowered and moved is not None:
+                moved.append(q)
+            lowered = True
     return lowered
 
 
 def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> bool:
-    """One part in one transaction (:meth:`DelayedRepo.add`); True when it set ``next_due``."""
+    """One part in one transaction (:meth:`DelayedRepo.add`); True when it set ``next_due``, or
+    answered an id another request recorded meanwhile that is still delayed: that request (a first
+    attempt still running when its retry read the dedup table) may yet fail at its forced bump, after
+    this one answered 200 (review_g; review_d's race, with a delayed message)."""
     lowered = False
 
     def attempt(n: int):
@@ -91,13 +101,14 @@ def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> bo
                 for d in part:
                     if d.cid and d.message.id in found:
                         results[d.index] = found[d.message.id]
+                        lowered = lowered or found[d.message.id].get("offset") is None
                     else:
                         keep.append(d)
                 part = keep
             return backoff.RETRY if part else None
         for d in part:
             results[d.index] = result(d.message.id, q, None, d.deliver_at)
-        lowered = lower
+        lowered = lowered or lower
         return None
     backoff.cas(attempt, on_exhausted=_contended)
     return lowered

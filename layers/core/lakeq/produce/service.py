@@ -23,7 +23,7 @@ from lakeq.log import segments as seg
 from lakeq.log.produce_plan import plan_parts as _plan_parts
 from lakeq.log.produce_plan import queue_for_key
 from lakeq.produce import delayed as _delayed
-from lakeq.store.append import Contended, append_at_head, bump_change
+from lakeq.store.append import Contended, append_at_head, bump_change, bump_change_hint
 from lakeq.store.bodies import BodyStore
 from lakeq.store.records import Topic
 
@@ -79,9 +79,17 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
             pending.setdefault(q, []).append((i, msg, m.id is not None))
     for q, items in sorted(pending.items()):
         _append_queue(log, q, items, results, now)
-    lowered = False  # a delayed message became its queue's earliest due
-    for q, ditems in sorted(delayed.items()):
-        lowered = _delayed.produce_delayed(log, q, ditems, results, now) or lowered
+    moved: list[int] = []  # the queues where a delayed message became the earliest due
+    try:
+        for q, ditems in sorted(delayed.items()):
+            _delayed.produce_delayed(log, q, ditems, results, now, moved)
+    except BaseException:
+        # the request fails (503 contended) after storing some: an earlier due it set is signalled
+        # now, as an append's (bump_change_hint), not left to the 60-s safety net (review_g)
+        if moved:
+            bump_change_hint(log, force=True)
+        raise
+    lowered = bool(moved)
     if delayed or any(m.id in known for m in req.messages if m.id):
         # a long poll waiting on the topic learns the new next_due from its marker (issue 33; the
         # appends above bumped it already, at most once a second); and a retry of ids already recorded

@@ -192,13 +192,17 @@ def _marker_unavailable():
     raise Unavailable("the topic's change marker could not be written; retry with the same message ids")
 
 
-def bump_change_hint(log: str) -> None:
+def bump_change_hint(log: str, force: bool = False) -> None:
     """:func:`bump_change` on a path that fails anyway (an exception after some writes): one try,
-    a failure logged, never raised over the exception that is on its way."""
+    a failure logged, never raised over the exception that is on its way. ``force``: within the
+    container's second too (a delayed produce that moved a ``next_due`` earlier before it failed)."""
     if is_list(log):
         return
     try:
-        LogRepo.bump_change(log, clock.now())
+        if force:
+            LogRepo.bump_change(log, clock.now(), force=True)
+        else:
+            LogRepo.bump_change(log, clock.now())
     except Exception:  # noqa: BLE001 - a hint, see above
         logging.getLogger(__name__).warning("change marker not bumped", exc_info=True)
 

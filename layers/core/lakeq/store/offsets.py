@@ -61,14 +61,22 @@ class OffsetRepo:
     @staticmethod
     def records_of(wants: dict[str, Iterable[int]]) -> dict[str, dict[int, OffsetModel]]:
         """:meth:`records` of many owners at once, ``wants``: owner -> the queues to read (those the
-        caller has queue items for): consistent BatchGetItems of the ``(owner, queue)`` keys, 100 a
-        call, instead of a Query an owner. An absent record is left out. The owners' lock copies
+        caller has queue items for), strongly consistent: an owner of one queue (a subscription
+        list) by BatchGetItems of the ``(owner, queue)`` keys, 100 a call; an owner of more by its
+        Query, as :meth:`records` (review_g). A BatchGetItem bills each key on its own, rounded up to
+        4 KB, an absent record 1 unit too (a group has records only for the queues it pulled), where
+        a Query bills its items' sum: 16 keys of a 16-queue topic are 16 RRU, its Query mostly 1. An
+        absent record is left out, and records of queues not asked. The owners' lock copies
         (:meth:`held`) are left as they are (a copy is a hint that ages out by itself)."""
-        keys = [{"owner": o, "queue": int(q)} for o, qs in wants.items() for q in dict.fromkeys(qs)]
+        asked = {o: set(int(q) for q in qs) for o, qs in wants.items()}
         out: dict[str, dict[int, OffsetModel]] = {o: {} for o in wants}
+        keys = [{"owner": o, "queue": q} for o, qs in asked.items() if len(qs) == 1 for q in qs]
         for item in queue_log._batch_get(OffsetModel, keys, consistent=True):
             r = OffsetModel.from_raw_data(item)
             out[r.owner][int(r.queue)] = r
+        for o, qs in asked.items():
+            if len(qs) > 1:
+                out[o] = {int(r.queue): r for r in OffsetModel.query(o, consistent_read=True) if int(r.queue) in qs}
         return out
 
     @staticmethod

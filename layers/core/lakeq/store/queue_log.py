@@ -313,6 +313,18 @@ class LogRepo:
         return _batch_get(QueueModel, keys, consistent=consistent)
 
     @staticmethod
+    def next_dues(topic: str, queues: Iterable[int]) -> dict[int, int | None]:
+        """Each of ``queues``' ``next_due`` (None: nothing delayed there), from a strongly consistent
+        BatchGetItem of their queue items (1 RRU a small item): a young empty look that grows up
+        (:func:`lakeq.consume.reader._probed_empty`). A missing item is left out."""
+        keys = [{"pq": queue_key(topic, int(q))} for q in dict.fromkeys(queues)]
+        out: dict[int, int | None] = {}
+        for item in _batch_get(QueueModel, keys, consistent=True, attributes=["pq", "queue", "next_due"]):
+            m = queue_from_item(item)
+            out[int(m.queue)] = None if m.next_due is None else int(m.next_due)
+        return out
+
+    @staticmethod
     def forget_hints() -> None:
         """Drop the container's copies of queue items (:meth:`queue_hints`) and of locks
         (:meth:`OffsetRepo.held`) and of the records its lock writes left (:meth:`OffsetRepo.known`; tests: a

@@ -421,12 +421,19 @@ class SubscriptionRepo:
         return [record_of(Subscription, m) for m in SubscriptionModel.by_subscriber.query(subscriber)]
 
     @staticmethod
-    def of_subscribers(subscribers: Iterable[str]) -> dict[str, list[Subscription]]:
+    def of_subscribers(subscribers: Iterable[str], most: int | None = None) -> dict[str, list[Subscription]] | None:
         """:meth:`of_subscriber` of many subscribers at once (eventually consistent, each list oldest
         first as the index orders it): one paginated Scan of the table instead of a Query a
-        subscriber (the operator's summary over every consumer, ``GET /v1/summary``)."""
+        subscriber (the operator's summary over every consumer, ``GET /v1/summary``). ``most``: the
+        Scan reads at most ``most`` + 1 items (one page of that many) and answers None when the table
+        holds more than ``most`` — a Scan reads every tenant's subscriptions, so its cost is the
+        table's, not the caller's (review_g)."""
         out: dict[str, list[Subscription]] = {s: [] for s in subscribers}
-        for s in SubscriptionModel.scan():
+        read = 0
+        for s in SubscriptionModel.scan(page_size=None if most is None else most + 1):
+            read += 1
+            if most is not None and read > most:
+                return None
             # the index holds only items with a created_at (a sparse index): the same here
             if s.id != VERSION_ID and s.subscriber in out and s.created_at is not None:
                 out[s.subscriber].append(record_of(Subscription, s))
