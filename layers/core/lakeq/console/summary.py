@@ -33,7 +33,8 @@ for that queue); the consumers' subscriptions in one Scan (one consumer: its Que
 every tenant's) is read a Query a consumer until the cap, as before (review_g). 100 keys a
 BatchGetItem: a few calls plus ceil(keys / 100) per kind. The work is bounded by the cap
 :data:`MAX_PAIRS` (200), whatever the caller sees: at most that many topics (the first by name) are
-read, and over them at most that many group rows ((group, topic) pairs, broadcasting ones included) and subscription lists together; once the cap is reached nothing
+read, and over them at most that many group rows ((group, topic) pairs, broadcasting ones included)
+and subscription lists together; once the cap is reached nothing
 more is read (not even the consumers' subscriptions, when the group rows reached it) and
 ``truncated`` is true (more rows may exist). Worst case: 200 topics' queue items (≤ 64 queues
 each), 200 rows' offset records and start segments, plus the Scans.
