@@ -225,6 +225,9 @@ def aws(template, aws_rules_spec, _aws_clients, _aws_snapshot, _memory_tables, r
         from lakeq.console import charts
 
         charts.clear_cache()  # (the console charts' answers, reused for seconds: a fresh CloudWatch per test)
+        from lakeq.store.catalog import TopicRepo
+
+        TopicRepo.forget_listed()  # (the container's copy of the topic list: a fresh store per test)
         _tpl.create_queues(clients["sqs"], template, _tpl.LOCAL_STACK)
         # DynamoDB's data plane: the memory store unless the test is marked ``moto``
         # (LAKEQ_TEST_STORE=moto: every test on moto, to compare)

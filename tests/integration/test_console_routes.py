@@ -597,3 +597,38 @@ def test_the_summarys_offset_reads_cost_no_more_than_a_query_a_row(api, setup, c
             units[name] = (hook, dumps(fn(admin)))
     assert units["batched"][1] == units["per-row"][1]  # the same answer
     assert units["batched"][0].units <= units["per-row"][0].units, {k: v[0].units for k, v in units.items()}
+
+
+def test_a_client_keys_summaries_scan_the_topics_table_once_per_copy(api, setup, monkeypatch):
+    """A client's grants are name prefixes, matched over every topic: each of its summaries Scanned
+    the whole topics table (every tenant's topics), at whatever rate the key asked. Now from the
+    container's copy of the list (TopicRepo.all_listed): one Scan per LISTED_S; a topic created
+    elsewhere shows once the copy is older; the admin's summary still reads the table each time."""
+    from lakeq.store import catalog
+    from tests.crash import CountCalls
+
+    t = [1000.0]
+    monkeypatch.setattr(catalog, "_monotonic", lambda: t[0])
+    s, c = api.call("POST", "/v1/clients", {"name": "viewer", "role": "consumer", "topics": ["quotes"]})
+    assert s == 201, c
+
+    def topic_scans(key):
+        with CountCalls() as cc:
+            b = _summary(api, key=key)
+        return sum(1 for x in cc.calls if x.operation == "Scan" and "topic" in x.params.get("TableName", "")), b
+
+    first, b1 = topic_scans(c["api_key"])
+    assert first == 1
+    for _ in range(20):
+        n, b = topic_scans(c["api_key"])
+        assert n == 0 and b["topics"] == b1["topics"] and b["groups"] == b1["groups"]
+    # another container creates a topic: not seen until the copy is older than LISTED_S
+    real = catalog._LISTED.copy()
+    assert api.call("POST", "/v1/topics", {"name": "quotes/late", "queues": 2})[0] == 201
+    catalog._LISTED.update(real)  # (this process is every container: put the other one's copy back)
+    assert "quotes/late" not in [r["topic"] for r in topic_scans(c["api_key"])[1]["topics"]]
+    t[0] += catalog.LISTED_S
+    n, b = topic_scans(c["api_key"])
+    assert n == 1 and "quotes/late" in [r["topic"] for r in b["topics"]]
+    admin = [topic_scans("local-admin-key")[0] for _ in range(3)]
+    assert admin == [1, 1, 1]

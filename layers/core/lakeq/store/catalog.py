@@ -5,6 +5,7 @@ items). Every write is a conditional write or a transaction (:mod:`lakeq.store.w
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from pynamodb.exceptions import DoesNotExist
 from pynamodb.transactions import TransactWrite
@@ -14,6 +15,11 @@ from lakeq.store.models import ClientModel, KeyModel, QueueModel, TopicModel
 from lakeq.store.queue_log import LogRepo
 from lakeq.store.records import Client, Topic, record_of
 from lakeq.store.writes import transact, update_if
+
+# The container's copy of the topic list (TopicRepo.all_listed): "all" -> (monotonic read time, topics)
+_LISTED: dict[str, tuple[float, list[Topic]]] = {}
+LISTED_S = 5.0  # the console refreshes every 5 s: one Scan per container per refresh, whatever the request rate
+_monotonic = time.monotonic
 
 
 def topic_live():
@@ -87,6 +93,7 @@ class TopicRepo:
             transact(build)
         finally:
             LogRepo.forget_topic(name)  # this container's next produce or pull reads it as stored
+            _LISTED.clear()
 
     @staticmethod
     def grow(name: str, old: int, new: int, inc: int = 0) -> None:
@@ -105,11 +112,34 @@ class TopicRepo:
             transact(build)
         finally:
             LogRepo.forget_topic(name)
+            _LISTED.clear()
 
     @staticmethod
     def all() -> list[Topic]:
         """Every topic (tombstones left out), by name."""
         return sorted((record_of(Topic, t) for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
+
+    @classmethod
+    def all_listed(cls, max_age_s: float | None = None) -> list[Topic]:
+        """:meth:`all` from the container's copy while it is younger than ``max_age_s`` (default
+        :data:`LISTED_S`; monotonic), else a fresh Scan kept as the copy. For a client key's console
+        summary (``lakeq.console.summary``): its grants are name prefixes, matched over every topic, so
+        each of its summaries read the whole topics table — at any request rate. With the copy, at
+        most one Scan per container per ``max_age_s``; a topic created or deleted elsewhere shows
+        within that. O(topics) per copy."""
+        age = LISTED_S if max_age_s is None else max_age_s
+        now = _monotonic()
+        hit = _LISTED.get("all")
+        if hit is not None and 0 <= now - hit[0] < age:
+            return list(hit[1])
+        topics = cls.all()
+        _LISTED["all"] = (now, topics)
+        return list(topics)
+
+    @staticmethod
+    def forget_listed() -> None:
+        """Drop the container's copy of the topic list (tests: a fresh store)."""
+        _LISTED.clear()
 
 
 class ClientRepo:
