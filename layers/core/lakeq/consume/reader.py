@@ -183,8 +183,7 @@ class Log:
             if frontier == hints[q]:
                 at_hint[pq_] = frontier
         consistent, self.probe_consistently = self.probe_consistently, False
-        segs = LogRepo.segments_at(at_hint, consistent=True) if at_hint and consistent else (
-            LogRepo.segments_at(at_hint) if at_hint else {})
+        segs = LogRepo.segments_at(at_hint, consistent=consistent) if at_hint else {}
         # the segments found: the read of the queue this poll locks starts from there, not a Query
         self._first.clear()
         self._first.update({q: segs[pq_] for q, (pq_, _) in lag.items() if pq_ in segs})

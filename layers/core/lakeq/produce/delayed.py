@@ -52,25 +52,20 @@ def known_results(topic: str, ids: list[str]) -> dict[str, dict]:
     return {mid: result(mid, q, off, due) for mid, (q, off, due) in LogRepo.dedup_entries(topic, ids).items()}
 
 
-def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now: int,
-                    moved: list[int] | None = None) -> bool:
+def produce_delayed(topic: str, q: int, items: list[Delayed], results: list, now: int, moved: list[int]) -> None:
     """Store queue ``q``'s delayed messages, part by part (:func:`lakeq.log.delay_plan.plan_delayed`),
     filling ``results``. An id another request recorded meanwhile is answered with its result.
-    True when a part moved the queue's ``next_due`` earlier (or set it), or answered ids another
-    request recorded meanwhile that are still delayed (:func:`_add`): only then must the topic's
-    change marker move at once (:func:`lakeq.store.append.bump_change` with ``force``) — a part stored
+    ``q`` is appended to ``moved`` when a part moved the queue's ``next_due`` earlier (or set it), or
+    answered ids another request recorded meanwhile that are still delayed (:func:`_add`): only then
+    must the topic's change marker move at once (:func:`lakeq.store.append.bump_change` with ``force``) — a part stored
     behind an earlier ``next_due`` (its transaction conditioned on it) changes nothing a look keeps:
     the look already waits for that earlier due, which the request that set it signalled, and a due
-    that passes sends the pull to a full round that reads the new one. ``moved``: ``q`` is appended
-    as soon as one of its parts returns True (a later part's failure raises before the caller's
-    bump: the caller signals it then, review_g)."""
-    lowered = False
+    that passes sends the pull to a full round that reads the new one. ``q`` is appended as soon as
+    one of its parts does so (a later part's failure raises before the caller's bump: the caller
+    signals it then, review_g)."""
     for part in plan_delayed(topic, q, items):
-        if _add(topic, q, part, results, now):
-            if not lowered and moved is not None:
-                moved.append(q)
-            lowered = True
-    return lowered
+        if _add(topic, q, part, results, now) and q not in moved:
+            moved.append(q)
 
 
 def _add(topic: str, q: int, part: list[Delayed], results: list, now: int) -> bool:

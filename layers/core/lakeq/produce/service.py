@@ -89,7 +89,6 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
         if moved:
             bump_change_hint(log, force=True)
         raise
-    lowered = bool(moved)
     if delayed or any(m.id in known for m in req.messages if m.id):
         # a long poll waiting on the topic learns the new next_due from its marker (issue 33; the
         # appends above bumped it already, at most once a second); and a retry of ids already recorded
@@ -102,7 +101,7 @@ def produce(p: Principal, topic: str, raw: str | None, reserved_ok: bool = False
         # that one already (a marker write per delayed request throttled at ~1,000 a second a topic)
         # A retry of delayed ids forces too: its first attempt's forced bump may be the one that was
         # lost (503), and within the second the retry's bump wrote nothing (review_f)
-        bump_change(log, force=lowered or any(r.get("offset") is None for r in known.values()))
+        bump_change(log, force=bool(moved) or any(r.get("offset") is None for r in known.values()))
     for i, j in copies:
         results[i] = dict(results[j])  # type: ignore[arg-type]
     return {"results": results}

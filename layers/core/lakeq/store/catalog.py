@@ -120,17 +120,16 @@ class TopicRepo:
         return sorted((record_of(Topic, t) for t in TopicModel.scan() if t.deleted_at is None), key=lambda t: t.name)
 
     @classmethod
-    def all_listed(cls, max_age_s: float | None = None) -> list[Topic]:
-        """:meth:`all` from the container's copy while it is younger than ``max_age_s`` (default
-        :data:`LISTED_S`; monotonic), else a fresh Scan kept as the copy. For a client key's console
+    def all_listed(cls) -> list[Topic]:
+        """:meth:`all` from the container's copy while it is younger than :data:`LISTED_S`
+        (monotonic), else a fresh Scan kept as the copy. For a client key's console
         summary (``lakeq.console.summary``): its grants are name prefixes, matched over every topic, so
         each of its summaries read the whole topics table — at any request rate. With the copy, at
-        most one Scan per container per ``max_age_s``; a topic created or deleted elsewhere shows
+        most one Scan per container per :data:`LISTED_S`; a topic created or deleted elsewhere shows
         within that. O(topics) per copy."""
-        age = LISTED_S if max_age_s is None else max_age_s
         now = _monotonic()
         hit = _LISTED.get("all")
-        if hit is not None and 0 <= now - hit[0] < age:
+        if hit is not None and 0 <= now - hit[0] < LISTED_S:
             return list(hit[1])
         topics = cls.all()
         _LISTED["all"] = (now, topics)
