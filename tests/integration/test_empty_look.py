@@ -383,6 +383,31 @@ def test_a_bump_from_a_clock_far_ahead_does_not_keep_every_look_off_for_as_long(
     assert [m["body"] for m in _pull(api, setup, max=1)["messages"]] == ["m0"]
 
 
+def _retried_past_its_first_attempt(api, setup, monkeypatch, msg):
+    """Produce ``msg`` (with ids) twice: the first attempt stores it with its marker bump lost (a 503),
+    then the retry, whose first read of the dedup table ran before that write landed (it finds
+    nothing: review_d's race), so its own write finds the ids recorded. Returns (status, body) of
+    each attempt and the retry's dedup reads."""
+    from lakeq.produce import service as produce_service
+    from lakeq.store.queue_log import LogRepo
+
+    def lost(*_a, **_k):
+        raise RuntimeError("throttled")
+    with monkeypatch.context() as m:
+        m.setattr(LogRepo, "bump_change", staticmethod(lost))
+        first = api.call("POST", T, msg, key=setup["feed"])
+    real = produce_service._delayed.known_results
+    reads = []
+
+    def before_the_first_landed(log, ids):
+        reads.append(ids)
+        return {} if len(reads) == 1 else real(log, ids)
+    with monkeypatch.context() as m:
+        m.setattr(produce_service._delayed, "known_results", before_the_first_landed)
+        retry = api.call("POST", T, msg, key=setup["feed"])
+    return first, retry, reads
+
+
 def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(api, setup, clock, monkeypatch):
     """review_d: the producer's retry read the dedup table before its first attempt's append landed
     (a retry after a client timeout, the first attempt still running); its own write then failed on
@@ -390,30 +415,14 @@ def test_a_retry_answered_by_its_write_losing_to_the_first_attempts_ids_signals(
     so no bump, and the service's bump runs only for ids its first read knew. The first attempt then
     failed at its bump (503 to a client that no longer waits): the message waited for a look's
     60-s safety net after a 200. An answer from ids recorded meanwhile bumps as one from the read."""
-    from lakeq.produce import service as produce_service
-    from lakeq.store.queue_log import LogRepo
-
     _produce(api, setup, 1)
     b = _pull(api, setup, max=1)
     clock.t += 2_000
     assert _pull(api, setup, max=1, ack=b["receipt"])["messages"] == []  # the look
     msg = {"producer": "feed", "messages": [{"body": "m0", "key": "other", "id": "raced-1"}]}
-
-    def lost(topic, now):
-        raise RuntimeError("throttled")
-    with monkeypatch.context() as m:  # the first attempt: appended, its bump lost
-        m.setattr(LogRepo, "bump_change", staticmethod(lost))
-        s, out = api.call("POST", T, msg, key=setup["feed"])
-    assert s == 503, out
-    real = produce_service._delayed.known_results
-    reads = []
-
-    def before_the_first_landed(log, ids):
-        reads.append(ids)
-        return {} if len(reads) == 1 else real(log, ids)
-    with monkeypatch.context() as m:  # the retry: its first read ran before the first attempt's append
-        m.setattr(produce_service._delayed, "known_results", before_the_first_landed)
-        s, out = api.call("POST", T, msg, key=setup["feed"])
+    (s, out), (s2, out2), reads = _retried_past_its_first_attempt(api, setup, monkeypatch, msg)
+    assert s == 503, out  # the first attempt: appended, its bump lost
+    s, out = s2, out2  # the retry: its first read ran before the first attempt's append
     assert s == 200 and out["results"][0]["offset"] == 0, out
     assert len(reads) == 2, reads  # answered from the ids its write found recorded
     clock.t += 100
@@ -755,28 +764,12 @@ def test_a_delayed_retry_answered_by_its_write_losing_to_the_first_attempts_ids_
     nothing, so it moved no ``next_due`` and (since 9049cf3) did not force its bump: within its
     container's second it wrote nothing, and the young look's pulls answered empty past the due (until
     the look grew up). An answer from delayed ids recorded meanwhile forces, as one from the read."""
-    from lakeq.produce import service as produce_service
-    from lakeq.store.queue_log import LogRepo
-
     _young_look(api, setup, clock)  # this container bumped at t0; a young look at t0 + 100
     msg = {"producer": "feed", "messages": [{"body": "late", "key": "k", "id": "raced-d", "delay_ms": 50}]}
-
-    def lost(*_a, **_k):
-        raise RuntimeError("throttled")
     clock.t += 100
-    with monkeypatch.context() as m:  # the first attempt: stored (next_due set), its bump lost
-        m.setattr(LogRepo, "bump_change", staticmethod(lost))
-        s, out = api.call("POST", T, msg, key=setup["feed"])
-    assert (s, out["error"]["code"]) == (503, "busy"), out
-    real = produce_service._delayed.known_results
-    reads = []
-
-    def before_the_first_landed(log, ids):
-        reads.append(ids)
-        return {} if len(reads) == 1 else real(log, ids)
-    with monkeypatch.context() as m:  # the retry: its first read ran before the first attempt's write
-        m.setattr(produce_service._delayed, "known_results", before_the_first_landed)
-        s, out = api.call("POST", T, msg, key=setup["feed"])
+    (s, out), (s2, out2), reads = _retried_past_its_first_attempt(api, setup, monkeypatch, msg)
+    assert (s, out["error"]["code"]) == (503, "busy"), out  # the first attempt: stored (next_due set), its bump lost
+    s, out = s2, out2  # the retry: its first read ran before the first attempt's write
     assert s == 200 and out["results"][0]["offset"] is None, out
     assert len(reads) == 2, reads  # answered from the ids its write found recorded
     clock.t += 100  # due, inside the window: the marker is the young look's only news of it
