@@ -195,10 +195,10 @@ def _number_in(tok: Column, lo: int | float, hi: int | float) -> Column:
     number = (tok >= F.lit("-")) & (tok < F.lit(":"))
     fraction = tok.contains(".") | tok.contains("e") | tok.contains("E")
     ib, db = int_bounds(lo, hi), double_bounds(lo, hi)
-    whole = tok.cast("bigint").between(F.lit(ib[0]), F.lit(ib[1])) if ib is not None else F.lit(False)
-    part = tok.cast("double").between(F.lit(db[0]), F.lit(db[1])) if db is not None else F.lit(False)
     if ib is None and db is None:
         return F.lit(False)
+    whole = tok.cast("bigint").between(F.lit(ib[0]), F.lit(ib[1])) if ib is not None else F.lit(False)
+    part = tok.cast("double").between(F.lit(db[0]), F.lit(db[1])) if db is not None else F.lit(False)
     return number & F.when(fraction, part).otherwise(whole)
 
 
@@ -271,7 +271,7 @@ def with_levels(df: DataFrame, props: str, levels: list[dict], name: str = "lake
     rests = {f: f"__{name}_r{i}" for i, f in enumerate(regexes) if f[0] not in ":,}" and f not in present}
     cols = df.columns
     df = df.select("*", *[_rest(text, f).alias(r) for f, r in rests.items()])
-    df = df.select(*cols, *[(F.when(text.contains('"' + f + '":'), F.lit("?")).otherwise(F.lit("")) if f in present
+    df = df.select(*cols, *[(F.when(text.contains(_key(f)), F.lit("?")).otherwise(F.lit("")) if f in present
                              else _token(text, f, rx, F.col(rests[f]) if f in rests else None)).alias(names[f])
                             for f, rx in regexes.items()], *extra)
     df = df.observe(name, F.count(F.lit(1)).alias("rows"))
@@ -295,9 +295,15 @@ def level_column(text: Column, level: dict) -> Column:
     return F.exists(F.array(_token(text, field, rx)), lambda tok: _on_token(tok, level))
 
 
+def _key(field: str) -> str:
+    """``"field":``, the spelling of ``field``'s key in a plain text (found by a plain search for a
+    field not starting with ``:``, ``,`` or ``}``: :func:`value_regex`)."""
+    return '"' + field + '":'
+
+
 def _rest(text: Column, field: str) -> Column:
     """``text`` after the last ``"field":`` (all of it when there is none: :func:`_token` tests that)."""
-    return F.substring_index(text, '"' + field + '":', -1)
+    return F.substring_index(text, _key(field), -1)
 
 
 def _token(text: Column, field: str, rx: str, rest: Column | None = None) -> Column:
@@ -312,12 +318,11 @@ def _token(text: Column, field: str, rx: str, rest: Column | None = None) -> Col
     ``tests/spark/test_replay.py``."""
     if field[0] in ":,}":  # (a text that is not shallow is not plain: its token is never asked)
         return F.when(shallow(text), F.regexp_extract(text, rx, 1)).otherwise(F.lit(""))
-    key = '"' + field + '":'
     rest = _rest(text, field) if rest is None else rest  # (``rest``: the same, already computed)
     string = F.concat(F.lit('"'), F.substring_index(rest.substr(F.lit(2), F.length(rest)), '"', 1), F.lit('"'))
     escaped = F.regexp_extract(rest, ESCAPED_STRING, 1)
     other = F.substring_index(F.substring_index(rest, ",", 1), "}", 1)
-    return (F.when(~text.contains(key), F.lit("")).when(~rest.startswith('"'), other)
+    return (F.when(~text.contains(_key(field)), F.lit("")).when(~rest.startswith('"'), other)
             .when(rest.contains("\\"), escaped).otherwise(string))
 
 
@@ -362,8 +367,8 @@ def plain(props: Column) -> Column:
 # once per message instead of by every replay (the regex was ~9-10 CPU-s of every 10M-row selection
 # with levels, docs/benchmarks.md "The plain test read back"); a job reads it back with
 # :func:`plain_of`, which trusts only its own version's answers and evaluates the regex on every
-# other row (null: a raw row, or a file
-# compacted before the column; another version: a file compacted by a job of another deploy).
+# other row (null: a raw row, or a file compacted before the column; another version: a file
+# compacted by a job of another deploy).
 PLAIN_VERSION = 1
 
 
